@@ -24,6 +24,10 @@ type Shared interface {
 	// [off, off+length) visible to dev. Preparing may allocate; executing
 	// must not.
 	PrepareRelease(dev Device, off, length int) (VisibilityAction, error)
+	// View returns the allocation as a [Buffer] of dev, so it can be passed
+	// as a program argument on dev's streams. Freeing a view is a no-op;
+	// the allocation lives until [Shared.Free].
+	View(dev Device) (Buffer, error)
 	// Free releases the memory and its budget charge.
 	Free() error
 }
