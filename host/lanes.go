@@ -1,0 +1,303 @@
+package host
+
+import (
+	"context"
+	"sync"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// Lane is one of the runtime's submission lanes.
+type Lane uint8
+
+const (
+	// LaneCompute carries compute submissions and native stage leases.
+	LaneCompute Lane = iota
+	// LaneUpload carries host-to-device transfers.
+	LaneUpload
+	// LaneDownload carries device-to-host transfers.
+	LaneDownload
+	// LaneNPU carries NPU submissions.
+	LaneNPU
+	// NumLanes is the number of lanes.
+	NumLanes = 4
+)
+
+var laneNames = [NumLanes]string{"compute", "upload", "download", "npu"}
+
+func (l Lane) String() string {
+	if int(l) < NumLanes {
+		return laneNames[l]
+	}
+	return "lane(?)"
+}
+
+// ParseLane is the inverse of [Lane.String].
+func ParseLane(s string) (Lane, error) {
+	for i, n := range laneNames {
+		if n == s {
+			return Lane(i), nil
+		}
+	}
+	return 0, hw.Errorf(hw.ErrInvalidArgument, "unknown lane %q", s)
+}
+
+// waiter is one blocked admission request. It waits first in its lane's
+// FIFO, then in the runtime-wide capacity FIFO.
+type waiter struct {
+	ready     chan struct{} // buffered(1): signalled once per grant
+	lane      Lane
+	exclusive bool
+	cost      int
+	granted   bool // set under scheduler.mu by whoever grants
+	next      *waiter
+}
+
+type fifo struct{ head, tail *waiter }
+
+func (q *fifo) empty() bool { return q.head == nil }
+
+func (q *fifo) push(w *waiter) {
+	w.next = nil
+	if q.tail == nil {
+		q.head, q.tail = w, w
+		return
+	}
+	q.tail.next, q.tail = w, w
+}
+
+func (q *fifo) pop() *waiter {
+	w := q.head
+	q.head = w.next
+	if q.head == nil {
+		q.tail = nil
+	}
+	w.next = nil
+	return w
+}
+
+// remove unlinks w; it reports whether w was queued.
+func (q *fifo) remove(w *waiter) bool {
+	var prev *waiter
+	for cur := q.head; cur != nil; prev, cur = cur, cur.next {
+		if cur != w {
+			continue
+		}
+		if prev == nil {
+			q.head = cur.next
+		} else {
+			prev.next = cur.next
+		}
+		if q.tail == cur {
+			q.tail = prev
+		}
+		cur.next = nil
+		return true
+	}
+	return false
+}
+
+type laneState struct {
+	active int  // coordinated occupants now holding the lane
+	leased bool // an exclusive (native) holder owns the lane
+	queue  fifo // requests waiting for the lane, in arrival order
+}
+
+// admits reports whether a request may take the lane now, ignoring the
+// queue (the caller checks the queue is empty or that it is at its head).
+func (l *laneState) admits(exclusive bool) bool {
+	if exclusive {
+		return !l.leased && l.active == 0
+	}
+	return !l.leased
+}
+
+func (l *laneState) take(exclusive bool) {
+	if exclusive {
+		l.leased = true
+	} else {
+		l.active++
+	}
+}
+
+func (l *laneState) give(exclusive bool) {
+	if exclusive {
+		l.leased = false
+	} else {
+		l.active--
+	}
+}
+
+// scheduler implements lane FIFOs and the bounded capacity.
+//
+// Admission has two phases. First the request takes its lane, in FIFO
+// order per lane: a coordinated request passes unless an exclusive holder
+// owns the lane; an exclusive request waits until every earlier occupant
+// has left (drain) and blocks everything that arrives after it (no
+// overtaking). Then it takes capacity units, in FIFO order across all
+// lanes (no barging). A lane held while waiting for capacity is what keeps
+// later requests of that lane behind it; other lanes are unaffected.
+type scheduler struct {
+	mu       sync.Mutex
+	capacity int
+	used     int
+	capQueue fifo
+	lanes    [NumLanes]laneState
+	pool     sync.Pool
+	onQueue  func(lane Lane, capacity bool) // test hook: a request started waiting (under mu)
+}
+
+func newScheduler(capacity int) *scheduler {
+	s := &scheduler{capacity: capacity}
+	s.pool.New = func() any { return &waiter{ready: make(chan struct{}, 1)} }
+	return s
+}
+
+// acquire blocks until the request holds its lane and cost units, or ctx
+// ends. It reports whether it had to wait.
+func (s *scheduler) acquire(ctx context.Context, lane Lane, exclusive bool, cost int) (waited bool, err error) {
+	if int(lane) >= NumLanes {
+		return false, hw.Errorf(hw.ErrInvalidArgument, "unknown lane %d", lane)
+	}
+	if cost < 1 {
+		return false, hw.Errorf(hw.ErrInvalidArgument, "admission cost %d must be at least 1", cost)
+	}
+	if cost > s.capacity {
+		return false, hw.Errorf(hw.ErrOutOfBudget, "admission cost %d can never fit the runtime capacity %d", cost, s.capacity)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, hw.ContextError(ctx, "admission")
+	}
+	l := &s.lanes[lane]
+	s.mu.Lock()
+	// Phase 1: the lane.
+	if l.queue.empty() && l.admits(exclusive) {
+		l.take(exclusive)
+	} else {
+		waited = true
+		w := s.getWaiter(lane, exclusive, cost)
+		l.queue.push(w)
+		if s.onQueue != nil {
+			s.onQueue(lane, false)
+		}
+		s.mu.Unlock()
+		if err := s.wait(ctx, w, &l.queue, func() { s.releaseLane(lane, exclusive) }); err != nil {
+			return true, err
+		}
+		s.mu.Lock()
+	}
+	// Phase 2: capacity, holding the lane.
+	if s.capQueue.empty() && s.used+cost <= s.capacity {
+		s.used += cost
+		s.mu.Unlock()
+		return waited, nil
+	}
+	w := s.getWaiter(lane, exclusive, cost)
+	s.capQueue.push(w)
+	if s.onQueue != nil {
+		s.onQueue(lane, true)
+	}
+	s.mu.Unlock()
+	err = s.wait(ctx, w, &s.capQueue, func() {
+		s.used -= cost
+		s.promoteCapacity()
+	})
+	if err != nil {
+		s.mu.Lock()
+		s.releaseLane(lane, exclusive)
+		s.mu.Unlock()
+		return true, err
+	}
+	return true, nil
+}
+
+// wait blocks on w until granted or ctx ends. On cancellation it unqueues
+// w, or, if a grant raced with the cancellation, undoes the grant with
+// undo (called under s.mu).
+func (s *scheduler) wait(ctx context.Context, w *waiter, q *fifo, undo func()) error {
+	select {
+	case <-w.ready:
+		s.putWaiter(w)
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	if w.granted {
+		<-w.ready // the grant's signal is buffered; consume it
+		undo()
+	} else {
+		q.remove(w)
+		// Leaving may unblock whoever was behind us.
+		s.promoteAll()
+	}
+	s.mu.Unlock()
+	s.putWaiter(w)
+	return hw.ContextError(ctx, "admission")
+}
+
+// release gives back a lane and cost units taken by acquire.
+func (s *scheduler) release(lane Lane, exclusive bool, cost int) {
+	s.mu.Lock()
+	s.used -= cost
+	s.lanes[lane].give(exclusive)
+	s.promoteCapacity()
+	s.promoteLane(lane)
+	s.mu.Unlock()
+}
+
+// releaseLane gives back a lane only. Called under s.mu.
+func (s *scheduler) releaseLane(lane Lane, exclusive bool) {
+	s.lanes[lane].give(exclusive)
+	s.promoteLane(lane)
+}
+
+// promoteLane grants the lane to queued requests, in order, while they
+// fit. Called under s.mu.
+func (s *scheduler) promoteLane(lane Lane) {
+	l := &s.lanes[lane]
+	for !l.queue.empty() && l.admits(l.queue.head.exclusive) {
+		w := l.queue.pop()
+		l.take(w.exclusive)
+		s.grant(w)
+	}
+}
+
+// promoteCapacity grants capacity to queued requests, in order, while
+// they fit. Called under s.mu.
+func (s *scheduler) promoteCapacity() {
+	for !s.capQueue.empty() && s.used+s.capQueue.head.cost <= s.capacity {
+		w := s.capQueue.pop()
+		s.used += w.cost
+		s.grant(w)
+	}
+}
+
+func (s *scheduler) promoteAll() {
+	s.promoteCapacity()
+	for i := range s.lanes {
+		s.promoteLane(Lane(i))
+	}
+}
+
+func (s *scheduler) grant(w *waiter) {
+	w.granted = true
+	w.ready <- struct{}{}
+}
+
+func (s *scheduler) getWaiter(lane Lane, exclusive bool, cost int) *waiter {
+	w := s.pool.Get().(*waiter)
+	w.lane, w.exclusive, w.cost, w.granted = lane, exclusive, cost, false
+	return w
+}
+
+func (s *scheduler) putWaiter(w *waiter) { s.pool.Put(w) }
+
+// snapshot reports the capacity in use and the holders of each lane.
+func (s *scheduler) snapshot() (used int, active [NumLanes]int, leased [NumLanes]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.lanes {
+		active[i], leased[i] = s.lanes[i].active, s.lanes[i].leased
+	}
+	return s.used, active, leased
+}

@@ -1,0 +1,201 @@
+package host
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// Runtime coordinates submissions to devices through four lanes (compute,
+// upload, download, npu) under one bounded submission capacity, and traces
+// every lane occupancy.
+//
+// Two kinds of occupant use a lane:
+//
+//   - A coordinated submission ([Runtime.Submit]) shares its lane with
+//     other coordinated submissions; admission is FIFO per lane.
+//   - A native lease ([Runtime.AcquireCompute]) holds the compute lane
+//     alone. It waits until every earlier compute occupant has left, and
+//     every compute request that arrives after it waits behind it. The
+//     other lanes keep flowing.
+//
+// Every occupant holds capacity units from admission to release; requests
+// wait for capacity in FIFO order across all lanes.
+//
+// A Runtime is safe for concurrent use.
+type Runtime struct {
+	sched  *scheduler
+	tracer *Tracer
+	clock  func() time.Time
+
+	mu          sync.Mutex
+	quarantined map[string]int64 // owner → bytes kept charged
+}
+
+// NewRuntime creates a runtime.
+//
+//	rt, err := host.NewRuntime(host.NewConfig())
+//
+// # Errors
+//
+// [hw.ErrInvalidArgument] for a capacity or trace capacity below 1.
+func NewRuntime(cfg Config) (*Runtime, error) {
+	if cfg.clock == nil {
+		cfg = NewConfig()
+	}
+	if cfg.capacity < 1 {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "runtime capacity %d: must be at least 1", cfg.capacity)
+	}
+	if cfg.traceCapacity < 1 {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "trace capacity %d: must be at least 1", cfg.traceCapacity)
+	}
+	now := cfg.clock()
+	return &Runtime{
+		sched:       newScheduler(cfg.capacity),
+		tracer:      newTracer(cfg.traceCapacity, now),
+		clock:       cfg.clock,
+		quarantined: map[string]int64{},
+	}, nil
+}
+
+// Tracer returns the runtime's tracer.
+func (r *Runtime) Tracer() *Tracer { return r.tracer }
+
+// Capacity returns the bounded submission capacity.
+func (r *Runtime) Capacity() int { return r.sched.capacity }
+
+// Op describes one admission request.
+type Op struct {
+	Lane   Lane
+	Owner  string // who submits; shown in traces
+	Device string // which device the work targets; one trace track per device
+	Cost   int    // capacity units; 0 means 1
+}
+
+// Submit runs fn as a coordinated submission on op.Lane: it waits for
+// admission, holds the lane and op.Cost capacity units while fn runs, then
+// releases them and records the occupancy. fn runs on the caller's
+// goroutine and typically enqueues device work and waits for it.
+//
+//	err := rt.Submit(ctx, host.Op{Lane: host.LaneUpload, Owner: "loader"}, func(ctx context.Context) error {
+//		c, err := stream.Write(buf, 0, data)
+//		if err != nil {
+//			return err
+//		}
+//		return c.Wait(ctx)
+//	})
+//
+// # Errors
+//
+//   - [hw.ErrBusy] for a compute submission made from inside a native
+//     stage of this runtime (it would wait for its own lease).
+//   - [hw.ErrOutOfBudget] if op.Cost exceeds the capacity: it never fits.
+//   - [hw.ErrDeadlineExceeded] if ctx ends while waiting for admission.
+//   - [hw.ErrInvalidArgument] for an unknown lane or negative cost.
+//   - Otherwise, whatever fn returns.
+func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context) error) error {
+	if op.Lane == LaneCompute && r.inStage(ctx) {
+		return hw.Errorf(hw.ErrBusy, "compute submission by %q from inside a native stage of this runtime", op.Owner)
+	}
+	cost := max(op.Cost, 1)
+	if op.Cost < 0 {
+		cost = op.Cost
+	}
+	asked := r.clock()
+	waited, err := r.sched.acquire(ctx, op.Lane, false, cost)
+	if err != nil {
+		return err
+	}
+	start := asked
+	if waited {
+		start = r.clock()
+	}
+	err = fn(ctx)
+	r.sched.release(op.Lane, false, cost)
+	r.tracer.Record(Record{Start: start, Dur: r.clock().Sub(start), Wait: start.Sub(asked),
+		Lane: op.Lane, Owner: op.Owner, Device: op.Device, Failed: err != nil})
+	return err
+}
+
+// AcquireCompute takes a native lease on the compute lane for op.Owner and
+// stores it in l, which must be idle (zero, or released). The lease waits
+// for earlier compute to drain and blocks later compute until
+// [Lease.Release]; upload, download and npu keep flowing. l is reusable so
+// that a session can take a lease per stage without allocating.
+//
+// op.Lane is ignored: native leases are always on the compute lane.
+//
+// # Errors
+//
+//   - [hw.ErrBusy] if ctx comes from a lease of this runtime (a recursive
+//     or re-entrant stage), instead of deadlocking.
+//   - [hw.ErrDeadlineExceeded] if ctx ends while waiting.
+//   - [hw.ErrOutOfBudget] if op.Cost exceeds the capacity.
+func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
+	if l.rt != nil {
+		return hw.Errorf(hw.ErrBusy, "lease for %q is already held", l.op.Owner)
+	}
+	if r.inStage(ctx) {
+		return hw.Errorf(hw.ErrBusy, "recursive native stage for %q in the same runtime", op.Owner)
+	}
+	op.Lane = LaneCompute
+	cost := op.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	asked := r.clock()
+	waited, err := r.sched.acquire(ctx, LaneCompute, true, cost)
+	if err != nil {
+		return err
+	}
+	start := asked
+	if waited {
+		start = r.clock()
+	}
+	*l = Lease{rt: r, op: op, cost: cost, start: start, wait: start.Sub(asked)}
+	l.stage.init(ctx, r)
+	return nil
+}
+
+type stageKey struct{ rt *Runtime }
+
+func (r *Runtime) inStage(ctx context.Context) bool {
+	return ctx.Value(stageKey{r}) != nil
+}
+
+// NoteQuarantine records that owner was quarantined with bytes of memory
+// left charged; it shows in [Runtime.Stats].
+func (r *Runtime) NoteQuarantine(owner string, bytes int64) {
+	r.mu.Lock()
+	r.quarantined[owner] += bytes
+	r.mu.Unlock()
+}
+
+// Stats is a snapshot of the runtime's state.
+type Stats struct {
+	CapacityUsed      int
+	Capacity          int
+	ActivePerLane     [NumLanes]int  // coordinated occupants per lane
+	LeasedPerLane     [NumLanes]bool // native lease held
+	Quarantined       []string       // quarantined owners, sorted
+	QuarantinedBytes  int64          // memory they keep charged
+	OccupanciesTraced uint64
+}
+
+// Stats returns a snapshot of capacity, lane holders and quarantines.
+func (r *Runtime) Stats() Stats {
+	used, active, leased := r.sched.snapshot()
+	st := Stats{CapacityUsed: used, Capacity: r.sched.capacity, ActivePerLane: active, LeasedPerLane: leased,
+		OccupanciesTraced: r.tracer.Total()}
+	r.mu.Lock()
+	for o, b := range r.quarantined {
+		st.Quarantined = append(st.Quarantined, o)
+		st.QuarantinedBytes += b
+	}
+	r.mu.Unlock()
+	sort.Strings(st.Quarantined)
+	return st
+}
