@@ -1,0 +1,261 @@
+package sim
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// Device is a simulated device. It implements [hw.Device]; its streams are
+// [*Stream]s and its buffers [*Buffer]s. Its methods are safe for
+// concurrent use.
+type Device struct {
+	platform *Platform
+	name     string
+	engine   hw.Engine
+	latency  time.Duration
+	depth    int
+
+	// lost is nil while the device is healthy. It is set once, under mu,
+	// and lostCh is closed right after every stream has been marked dead.
+	lost   atomic.Pointer[lostInfo]
+	lostCh chan struct{}
+
+	faults      faultState    // device-wide injected faults
+	liveBuffers atomic.Int64  // allocated and not yet freed (views excluded)
+	visibility  atomic.Uint64 // executed visibility actions
+	nextStream  atomic.Uint64 // stream ids, for messages
+
+	mu      sync.Mutex // guards streams and closed; see the lock order in doc.go
+	streams map[*Stream]struct{}
+	closed  bool
+}
+
+type lostInfo struct{ err error }
+
+var _ hw.Device = (*Device)(nil)
+
+func newDevice(p *Platform, name string, engine hw.Engine, cfg deviceConfig) *Device {
+	return &Device{
+		platform: p,
+		name:     name,
+		engine:   engine,
+		latency:  cfg.latency,
+		depth:    cfg.queueDepth,
+		lostCh:   make(chan struct{}),
+		streams:  make(map[*Stream]struct{}),
+	}
+}
+
+// Name is the device's name within its platform.
+func (d *Device) Name() string { return d.name }
+
+// Engine is the engine kind given at [Platform.AddDevice].
+func (d *Device) Engine() hw.Engine { return d.engine }
+
+// Latency is the simulated time each command takes (see [WithLatency]).
+func (d *Device) Latency() time.Duration { return d.latency }
+
+// QueueDepth is the per-stream queue depth (see [WithQueueDepth]).
+func (d *Device) QueueDepth() int { return d.depth }
+
+// String returns the device's name, for messages.
+func (d *Device) String() string { return "sim:" + d.name }
+
+// Err returns nil while the device is healthy and an [hw.ErrDeviceLost]
+// error naming the first cause once it is lost.
+func (d *Device) Err() error {
+	if l := d.lost.Load(); l != nil {
+		return l.err
+	}
+	return nil
+}
+
+// usable returns the device's loss error, or an [hw.ErrClosed] error if it
+// is closed, or nil.
+func (d *Device) usable() error {
+	if err := d.Err(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return hw.Errorf(hw.ErrClosed, "sim: device %q closed", d.name)
+	}
+	return nil
+}
+
+// NewStream creates a stream and starts its worker. The result is a
+// [*Stream].
+//
+// # Errors
+//
+// [hw.ErrDeviceLost] once the device is lost; [hw.ErrClosed] once it is
+// closed.
+func (d *Device) NewStream() (hw.Stream, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// Checked under mu: Lose sets lost under mu too, so a stream is either
+	// registered before the loss (and marked dead by it) or refused.
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	if d.closed {
+		return nil, hw.Errorf(hw.ErrClosed, "sim: device %q closed", d.name)
+	}
+	s := newStream(d, d.nextStream.Add(1))
+	d.streams[s] = struct{}{}
+	go s.run()
+	return s, nil
+}
+
+// Alloc maps size bytes of zeroed memory, charging size bytes to budget
+// (nil: none) before mapping. Every sim buffer is host-visible; flags may
+// only contain [hw.AllocHostVisible]. The result is a [*Buffer].
+//
+// # Errors
+//
+// [hw.ErrInvalidArgument] for size ≤ 0 or unknown flags;
+// [hw.ErrOutOfBudget] when the budget (or the system) cannot supply the
+// memory; [hw.ErrDeviceLost] or [hw.ErrClosed] for a lost or closed device.
+func (d *Device) Alloc(size int, flags hw.AllocFlags, budget *hw.Budget) (hw.Buffer, error) {
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	if size <= 0 {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: allocation of %d bytes", d.name, size)
+	}
+	if flags&^hw.AllocHostVisible != 0 {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: unknown allocation flags %#x", d.name, uint32(flags))
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, hw.Errorf(hw.ErrClosed, "sim: device %q closed", d.name)
+	}
+	d.liveBuffers.Add(1) // under mu, so Close sees it
+	d.mu.Unlock()
+	r, err := mapRegion(size, budget)
+	if err != nil {
+		d.liveBuffers.Add(-1)
+		return nil, err
+	}
+	return &Buffer{dev: d, region: r}, nil
+}
+
+// Prepare looks program up in the kernel registry (see [Register]). The
+// result is a [*Program].
+//
+// # Errors
+//
+// [hw.ErrNotFound] for an unregistered name; [hw.ErrDeviceLost] or
+// [hw.ErrClosed] for a lost or closed device.
+func (d *Device) Prepare(program string) (hw.Program, error) {
+	if err := d.usable(); err != nil {
+		return nil, err
+	}
+	k, ok := lookupKernel(program)
+	if !ok {
+		return nil, hw.Errorf(hw.ErrNotFound, "sim: device %q: no kernel %q", d.name, program)
+	}
+	return &Program{dev: d, name: program, kernel: k}, nil
+}
+
+// Lose marks the device lost with cause (the first cause wins; later calls
+// do nothing). Every queued and executing command on every stream fails
+// with an [hw.ErrDeviceLost] error, every waiter wakes, hangs are released,
+// kernels see [Launch.Lost] closed, and every later NewStream, Alloc,
+// Prepare, Submit, Write, Read, Sync and visibility action fails at once.
+// Commands that retired before the loss keep their results. Closing and
+// freeing still work, so owners can clean up.
+func (d *Device) Lose(cause string) {
+	d.mu.Lock()
+	if d.lost.Load() != nil {
+		d.mu.Unlock()
+		return
+	}
+	d.lost.Store(&lostInfo{err: hw.Errorf(hw.ErrDeviceLost, "sim: device %q lost: %s", d.name, cause)})
+	streams := make([]*Stream, 0, len(d.streams))
+	for s := range d.streams {
+		s.markDead() // lock order: d.mu, then s.mu
+		streams = append(streams, s)
+	}
+	d.mu.Unlock()
+	// Wakes the workers blocked in a latency timer, a hang or a kernel
+	// watching Launch.Lost, and any waiter still selecting on it.
+	close(d.lostCh)
+	d.faults.releaseHangs()
+	for _, s := range streams {
+		s.faults.releaseHangs()
+	}
+}
+
+// Inject injects a fault into every stream of the device (or, for
+// FailVisibility, into the device's visibility actions). Counted faults
+// add up with earlier ones of the same kind. For a Hang, release resumes
+// the workers; it is idempotent. For any other kind release is a no-op.
+// An unknown kind panics.
+func (d *Device) Inject(f Fault) (release func()) {
+	return d.inject(&d.faults, f)
+}
+
+func (d *Device) inject(fs *faultState, f Fault) func() {
+	n := int64(f.Count)
+	if n < 1 {
+		n = 1
+	}
+	switch f.Kind {
+	case RejectSubmit:
+		fs.reject.Add(n)
+	case FailCompletion:
+		fs.failCompletion.Add(n)
+	case FailVisibility:
+		// Visibility actions belong to a device, so this is device-wide
+		// even when injected through a stream.
+		d.faults.failVisibility.Add(n)
+	case Hang:
+		if d.Err() != nil {
+			return noRelease // a lost device never hangs
+		}
+		return fs.addHang()
+	case Lose:
+		d.Lose("injected Lose fault")
+	default:
+		panic(fmt.Sprintf("sim: Inject: unknown fault kind %d", f.Kind))
+	}
+	return noRelease
+}
+
+// VisibilityReleases reports how many visibility actions (see
+// [Shared.PrepareRelease]) have executed successfully on the device.
+func (d *Device) VisibilityReleases() uint64 { return d.visibility.Load() }
+
+// Close closes the device; later NewStream, Alloc and Prepare calls fail
+// with [hw.ErrClosed]. A lost device can be closed too.
+//
+// # Errors
+//
+// [hw.ErrBusy] while streams are open or buffers are allocated (close and
+// free them first; [Shared] views do not count); [hw.ErrClosed] when
+// closed twice.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return hw.Errorf(hw.ErrClosed, "sim: device %q closed twice", d.name)
+	}
+	if n, b := len(d.streams), d.liveBuffers.Load(); n > 0 || b > 0 {
+		return hw.Errorf(hw.ErrBusy, "sim: device %q still has %d open streams and %d live buffers", d.name, n, b)
+	}
+	d.closed = true
+	return nil
+}
+
+func (d *Device) removeStream(s *Stream) {
+	d.mu.Lock()
+	delete(d.streams, s)
+	d.mu.Unlock()
+}

@@ -1,0 +1,107 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// waiting reports whether some goroutine is blocked in waitFor on s.
+func (s *Stream) waiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waitCh != nil
+}
+
+// untilWaiting yields until a waiter has registered on s. It is not a
+// sleep: it only lets the waiter goroutine run, and gives up after a
+// generous deadline.
+func untilWaiting(t *testing.T, s *Stream) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !s.waiting() {
+		if time.Now().After(deadline) {
+			t.Fatal("waiter never registered")
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestLoseWakesRegisteredWaiter loses the device while a waiter is
+// certainly blocked (registered on the broadcast channel), on a hung
+// stream.
+func TestLoseWakesRegisteredWaiter(t *testing.T) {
+	p := New()
+	d, _ := p.AddDevice("d", hw.EngineGPU)
+	hs, _ := d.NewStream()
+	s := hs.(*Stream)
+	s.Inject(Fault{Kind: Hang})
+	noop, _ := d.Prepare("noop")
+	c, err := s.Submit(&hw.Command{Program: noop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- c.Wait(context.Background()) }()
+	untilWaiting(t, s)
+	d.Lose("while waiting")
+	select {
+	case err := <-got:
+		if !errors.Is(err, hw.ErrDeviceLost) {
+			t.Fatalf("Wait returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("waiter not woken by the loss")
+	}
+	// The worker exits on a loss.
+	select {
+	case <-s.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("worker still running after the loss")
+	}
+}
+
+// TestRetireWakesAllWaiters checks the broadcast: several waiters on
+// different commands all wake, and the channel is dropped afterwards.
+func TestRetireWakesAllWaiters(t *testing.T) {
+	p := New()
+	d, _ := p.AddDevice("d", hw.EngineGPU)
+	hs, _ := d.NewStream()
+	s := hs.(*Stream)
+	release := s.Inject(Fault{Kind: Hang})
+	noop, _ := d.Prepare("noop")
+	var cs []hw.Completion
+	for range 4 {
+		c, _ := s.Submit(&hw.Command{Program: noop})
+		cs = append(cs, c)
+	}
+	got := make(chan error, len(cs))
+	for _, c := range cs {
+		go func() { got <- c.Wait(context.Background()) }()
+	}
+	untilWaiting(t, s)
+	release()
+	for range cs {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("waiter not woken")
+		}
+	}
+	if s.waiting() {
+		t.Fatal("broadcast channel left behind with no waiters")
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

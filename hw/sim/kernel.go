@@ -1,0 +1,171 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// Kernel is a program the simulator can run: Go code executed on a
+// stream's worker goroutine. It reads its arguments through l, which is
+// valid only until the kernel returns; slices obtained from l must not be
+// kept either.
+//
+// A returned error retires the command with an [hw.ErrFault] error that
+// wraps it. Kernels must be deterministic: float32 math in a fixed order,
+// with explicit float32 conversions where a fused multiply-add would
+// otherwise be allowed. A kernel that may run for long (a resident
+// participant polling memory, for instance) must watch [Launch.Lost].
+type Kernel func(l *Launch) error
+
+var registry struct {
+	sync.RWMutex
+	m map[string]Kernel
+}
+
+// Register adds a kernel under name to the process-wide registry used by
+// [Device.Prepare]. It is meant for init functions and panics on an empty
+// name, a nil kernel or a name registered before.
+func Register(name string, k Kernel) {
+	if name == "" || k == nil {
+		panic("sim: Register: empty name or nil kernel")
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.m == nil {
+		registry.m = make(map[string]Kernel)
+	}
+	if _, dup := registry.m[name]; dup {
+		panic(fmt.Sprintf("sim: Register: kernel %q registered twice", name))
+	}
+	registry.m[name] = k
+}
+
+// Kernels lists the registered kernel names, sorted.
+func Kernels() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	names := make([]string, 0, len(registry.m))
+	for n := range registry.m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func lookupKernel(name string) (Kernel, bool) {
+	registry.RLock()
+	defer registry.RUnlock()
+	k, ok := registry.m[name]
+	return k, ok
+}
+
+// Program is a kernel prepared for one device. It implements [hw.Program].
+type Program struct {
+	dev    *Device
+	name   string
+	kernel Kernel
+}
+
+var _ hw.Program = (*Program)(nil)
+
+// Name is the kernel's registered name.
+func (p *Program) Name() string { return p.name }
+
+// Device is the device the program was prepared for.
+func (p *Program) Device() hw.Device { return p.dev }
+
+// Launch is what a [Kernel] sees of its command: the arguments (already
+// validated against their buffers at submit), the grid, the device and
+// its loss signal. One Launch per stream is reused for every command, so
+// launching allocates nothing.
+//
+// The accessors check their use: asking for a missing argument, a scalar
+// as a buffer or the other way round, or a float32 view of a range whose
+// length is not a multiple of 4, panics with a launch error that the
+// stream recovers; the command then retires with an [hw.ErrFault] error
+// that also matches [hw.ErrInvalidArgument]. (Any other panic in a kernel
+// is recovered as well and retires the command with an [hw.ErrFault]
+// error.)
+type Launch struct {
+	dev  *Device
+	prog *Program
+	args []hw.Arg
+	grid [3]uint32
+}
+
+// launchError is the panic value of a misused Launch accessor.
+type launchError struct{ err error }
+
+func (l *Launch) fail(format string, args ...any) {
+	panic(launchError{hw.Errorf(hw.ErrInvalidArgument, format, args...)})
+}
+
+// Args returns the command's arguments. The slice must not be modified or
+// kept.
+func (l *Launch) Args() []hw.Arg { return l.args }
+
+// Grid returns the command's grid (zero when none was given).
+func (l *Launch) Grid() [3]uint32 { return l.grid }
+
+// Device is the device the kernel runs on.
+func (l *Launch) Device() *Device { return l.dev }
+
+// Lost returns a channel closed when the device is lost. Long-running
+// kernels must return soon after it closes; their result is discarded.
+func (l *Launch) Lost() <-chan struct{} { return l.dev.lostCh }
+
+func (l *Launch) arg(i int) *hw.Arg {
+	if i < 0 || i >= len(l.args) {
+		l.fail("kernel %q: argument %d missing (%d given)", l.prog.name, i, len(l.args))
+	}
+	return &l.args[i]
+}
+
+// Bytes returns the byte range of buffer argument i (its Offset and Length
+// within the buffer, checked at submit).
+func (l *Launch) Bytes(i int) []byte {
+	a := l.arg(i)
+	b, ok := a.Buffer.(*Buffer)
+	if !ok {
+		l.fail("kernel %q: argument %d is a scalar, not a buffer", l.prog.name, i)
+	}
+	end := a.Offset + a.Length
+	return b.region.mem[a.Offset:end:end]
+}
+
+// Float32s returns buffer argument i's range viewed as float32 values in
+// native byte order (the same memory as [Launch.Bytes]). The range must be
+// 4-byte aligned and its length a multiple of 4.
+func (l *Launch) Float32s(i int) []float32 {
+	b := l.Bytes(i)
+	if len(b)%4 != 0 {
+		l.fail("kernel %q: argument %d: %d bytes is not a whole number of float32", l.prog.name, i, len(b))
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	if uintptr(p)%4 != 0 {
+		l.fail("kernel %q: argument %d: offset %d is not 4-byte aligned", l.prog.name, i, l.args[i].Offset)
+	}
+	return unsafe.Slice((*float32)(p), len(b)/4)
+}
+
+// Uint returns scalar argument i.
+func (l *Launch) Uint(i int) uint64 {
+	a := l.arg(i)
+	if a.Buffer != nil {
+		l.fail("kernel %q: argument %d is a buffer, not a scalar", l.prog.name, i)
+	}
+	return a.Value
+}
+
+// Float32 returns scalar argument i read as a float32 (see [hw.Float32]).
+func (l *Launch) Float32(i int) float32 {
+	l.Uint(i)
+	return l.args[i].Float32Value()
+}

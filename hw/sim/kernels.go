@@ -1,0 +1,215 @@
+package sim
+
+import (
+	"encoding/binary"
+	"math"
+	"math/bits"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// The kernel library. Buffers hold float32 values in native byte order
+// (viewed through [Launch.Float32s]) unless said otherwise; matrices are
+// row-major. Every kernel checks its argument count and sizes and fails
+// with an error wrapping [hw.ErrInvalidArgument] when they do not fit.
+// Arithmetic is float32, in a fixed order, never fused.
+func init() {
+	Register("noop", kernelNoop)
+	Register("fill", kernelFill)
+	Register("copy", kernelCopy)
+	Register("saxpy", kernelSaxpy)
+	Register("matmul", kernelMatmul)
+	Register("bias", kernelBias)
+	Register("relu", kernelRelu)
+	Register("argmax", kernelArgmax)
+	Register("spin", kernelSpin)
+}
+
+func badArgs(format string, args ...any) error {
+	return hw.Errorf(hw.ErrInvalidArgument, format, args...)
+}
+
+func wantArgs(l *Launch, n int) error {
+	if got := len(l.Args()); got != n {
+		return badArgs("kernel %q takes %d arguments, got %d", l.prog.name, n, got)
+	}
+	return nil
+}
+
+// elems returns rows*cols as an int, or false if it overflows.
+func elems(rows, cols uint64) (int, bool) {
+	hi, lo := bits.Mul64(rows, cols)
+	if hi != 0 || lo > math.MaxInt32 {
+		return 0, false
+	}
+	return int(lo), true
+}
+
+// noop does nothing; it accepts and ignores any arguments.
+func kernelNoop(*Launch) error { return nil }
+
+// fill(buf, value f32): every float32 of buf becomes value.
+func kernelFill(l *Launch) error {
+	if err := wantArgs(l, 2); err != nil {
+		return err
+	}
+	x, v := l.Float32s(0), l.Float32(1)
+	for i := range x {
+		x[i] = v
+	}
+	return nil
+}
+
+// copy(dst, src): copies src's bytes into dst; the ranges must have the
+// same length (they may overlap).
+func kernelCopy(l *Launch) error {
+	if err := wantArgs(l, 2); err != nil {
+		return err
+	}
+	dst, src := l.Bytes(0), l.Bytes(1)
+	if len(dst) != len(src) {
+		return badArgs("copy: dst has %d bytes, src %d", len(dst), len(src))
+	}
+	copy(dst, src)
+	return nil
+}
+
+// saxpy(a f32, x, y): y[i] = a*x[i] + y[i]; x and y have the same length.
+func kernelSaxpy(l *Launch) error {
+	if err := wantArgs(l, 3); err != nil {
+		return err
+	}
+	a, x, y := l.Float32(0), l.Float32s(1), l.Float32s(2)
+	if len(x) != len(y) {
+		return badArgs("saxpy: x has %d values, y %d", len(x), len(y))
+	}
+	for i := range y {
+		y[i] = float32(a*x[i]) + y[i] // the conversion forbids fusing
+	}
+	return nil
+}
+
+// matmul(A, B, C, M, N, K): C = A·B with A M×K, B K×N and C M×N; each
+// range must hold exactly that many values. C must not overlap A or B.
+// C[i][j] is accumulated from 0 over k = 0, 1, ..., K-1.
+func kernelMatmul(l *Launch) error {
+	if err := wantArgs(l, 6); err != nil {
+		return err
+	}
+	a, b, c := l.Float32s(0), l.Float32s(1), l.Float32s(2)
+	m64, n64, k64 := l.Uint(3), l.Uint(4), l.Uint(5)
+	mk, ok1 := elems(m64, k64)
+	kn, ok2 := elems(k64, n64)
+	mn, ok3 := elems(m64, n64)
+	if !ok1 || !ok2 || !ok3 {
+		return badArgs("matmul: dimensions M=%d N=%d K=%d too large", m64, n64, k64)
+	}
+	if len(a) != mk || len(b) != kn || len(c) != mn {
+		return badArgs("matmul: M=%d N=%d K=%d want A, B, C of %d, %d, %d values; got %d, %d, %d",
+			m64, n64, k64, mk, kn, mn, len(a), len(b), len(c))
+	}
+	m, n, k := int(m64), int(n64), int(k64)
+	for i := range m {
+		row := a[i*k : (i+1)*k]
+		for j := range n {
+			var sum float32
+			for p, av := range row {
+				sum += float32(av * b[p*n+j])
+			}
+			c[i*n+j] = sum
+		}
+	}
+	return nil
+}
+
+// bias(x, b, M, N): x[i][j] += b[j] with x M×N and b of N values.
+func kernelBias(l *Launch) error {
+	if err := wantArgs(l, 4); err != nil {
+		return err
+	}
+	x, b := l.Float32s(0), l.Float32s(1)
+	m64, n64 := l.Uint(2), l.Uint(3)
+	mn, ok := elems(m64, n64)
+	if !ok || len(x) != mn || uint64(len(b)) != n64 {
+		return badArgs("bias: M=%d N=%d want x of M*N and b of N values; got %d and %d", m64, n64, len(x), len(b))
+	}
+	n := int(n64)
+	for i := 0; i < len(x); i += n {
+		row := x[i : i+n]
+		for j := range row {
+			row[j] += b[j]
+		}
+	}
+	return nil
+}
+
+// relu(x): x[i] = max(x[i], 0). Negative values (not -0 or NaN) become 0.
+func kernelRelu(l *Launch) error {
+	if err := wantArgs(l, 1); err != nil {
+		return err
+	}
+	x := l.Float32s(0)
+	for i, v := range x {
+		if v < 0 {
+			x[i] = 0
+		}
+	}
+	return nil
+}
+
+// argmax(x, out): finds the first largest value of x (non-empty; NaN
+// never compares larger) and writes into out (≥ 8 bytes) the index as a
+// little-endian uint32, then the value's float32 bits, little-endian.
+func kernelArgmax(l *Launch) error {
+	if err := wantArgs(l, 2); err != nil {
+		return err
+	}
+	x, out := l.Float32s(0), l.Bytes(1)
+	if len(x) == 0 || len(x) > math.MaxUint32 {
+		return badArgs("argmax: x has %d values", len(x))
+	}
+	if len(out) < 8 {
+		return badArgs("argmax: out has %d bytes, want at least 8", len(out))
+	}
+	best, bestV := 0, x[0]
+	for i, v := range x[1:] {
+		if v > bestV {
+			best, bestV = i+1, v
+		}
+	}
+	binary.LittleEndian.PutUint32(out[0:4], uint32(best))
+	binary.LittleEndian.PutUint32(out[4:8], math.Float32bits(bestV))
+	return nil
+}
+
+// spin(buf, off, want): polls the uint32 at byte offset off of buf's range
+// (4-byte aligned) with atomic loads, yielding between polls, until it
+// equals uint32(want). It fails with an [hw.ErrDeviceLost] error if the
+// device is lost first. A test kernel: a stand-in for a resident program
+// waiting for a startup word in shared memory.
+func kernelSpin(l *Launch) error {
+	if err := wantArgs(l, 3); err != nil {
+		return err
+	}
+	b, off, want := l.Bytes(0), l.Uint(1), uint32(l.Uint(2))
+	if len(b) < 4 || off > uint64(len(b)-4) {
+		return badArgs("spin: offset %d outside a %d-byte range", off, len(b))
+	}
+	p := unsafe.Pointer(&b[off])
+	if uintptr(p)%4 != 0 {
+		return badArgs("spin: word at offset %d is not 4-byte aligned", off)
+	}
+	w, lost := (*uint32)(p), l.Lost()
+	for atomic.LoadUint32(w) != want {
+		select {
+		case <-lost:
+			return l.dev.Err()
+		default:
+		}
+		runtime.Gosched()
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package sim
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// Platform is a set of simulated devices plus the (fully coherent) memory
+// fabric between them. It implements [hw.Platform]. Its methods are safe
+// for concurrent use.
+type Platform struct {
+	mu      sync.Mutex
+	devices []*Device // insertion order; devices are never removed
+	closed  bool
+}
+
+var _ hw.Platform = (*Platform)(nil)
+
+// New returns an empty platform; add devices with [Platform.AddDevice].
+func New() *Platform { return &Platform{} }
+
+// DeviceOption configures a device at [Platform.AddDevice]. Options are
+// immutable values and may be shared between calls.
+type DeviceOption func(*deviceConfig)
+
+type deviceConfig struct {
+	latency    time.Duration
+	queueDepth int
+}
+
+// DefaultQueueDepth is the queue depth of a device made without
+// [WithQueueDepth].
+const DefaultQueueDepth = 1024
+
+// MaxQueueDepth bounds [WithQueueDepth]: every stream preallocates its ring.
+const MaxQueueDepth = 1 << 16
+
+// WithLatency sets the simulated time every command (launch, write or read)
+// takes on the device's streams, spent on the stream's worker before the
+// command runs. Default 0: commands run as soon as the worker reaches them,
+// with no timer at all. A negative latency makes AddDevice fail.
+func WithLatency(d time.Duration) DeviceOption {
+	return func(c *deviceConfig) { c.latency = d }
+}
+
+// WithQueueDepth sets how many commands (queued plus executing) one stream
+// of the device may hold; a submission beyond that fails with an
+// [hw.ErrBusy] error. Default [DefaultQueueDepth]. It must lie in
+// [1, MaxQueueDepth] or AddDevice fails.
+func WithQueueDepth(n int) DeviceOption {
+	return func(c *deviceConfig) { c.queueDepth = n }
+}
+
+// AddDevice adds a device named name offering engine.
+//
+// # Errors
+//
+// [hw.ErrInvalidArgument] for an empty or duplicate name or an invalid
+// option value; [hw.ErrClosed] once the platform is closed.
+func (p *Platform) AddDevice(name string, engine hw.Engine, opts ...DeviceOption) (*Device, error) {
+	cfg := deviceConfig{queueDepth: DefaultQueueDepth}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	switch {
+	case name == "":
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: empty device name")
+	case cfg.latency < 0:
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: negative latency %v", name, cfg.latency)
+	case cfg.queueDepth < 1 || cfg.queueDepth > MaxQueueDepth:
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: queue depth %d outside [1, %d]", name, cfg.queueDepth, MaxQueueDepth)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, hw.Errorf(hw.ErrClosed, "sim: platform closed")
+	}
+	for _, d := range p.devices {
+		if d.name == name {
+			return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: duplicate device name %q", name)
+		}
+	}
+	d := newDevice(p, name, engine, cfg)
+	p.devices = append(p.devices, d)
+	return d, nil
+}
+
+// Devices lists every device in the order they were added.
+func (p *Platform) Devices() []hw.Device {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]hw.Device, len(p.devices))
+	for i, d := range p.devices {
+		out[i] = d
+	}
+	return out
+}
+
+// Device returns the device called name, or an [hw.ErrNotFound] error.
+func (p *Platform) Device(name string) (hw.Device, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, d := range p.devices {
+		if d.name == name {
+			return d, nil
+		}
+	}
+	return nil, hw.Errorf(hw.ErrNotFound, "sim: no device %q", name)
+}
+
+// AllocShared allocates size bytes of host-coherent memory that every
+// device in devices can access (through [Shared.View]), charging budget
+// (nil for none) with size bytes.
+//
+// # Errors
+//
+// [hw.ErrInvalidArgument] for size ≤ 0, no devices, a duplicate device or
+// one that is not of this platform; [hw.ErrDeviceLost] or [hw.ErrClosed]
+// when a listed device is lost or closed; [hw.ErrOutOfBudget] when the
+// budget or the system cannot supply the memory.
+func (p *Platform) AllocShared(size int, devices []hw.Device, budget *hw.Budget) (hw.Shared, error) {
+	if size <= 0 {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared allocation of %d bytes", size)
+	}
+	if len(devices) == 0 {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared allocation needs at least one device")
+	}
+	devs := make([]*Device, 0, len(devices))
+	for i, hd := range devices {
+		d, ok := hd.(*Device)
+		if !ok || d == nil || d.platform != p {
+			return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared allocation: device %d (%v) is not a device of this platform", i, hd)
+		}
+		for _, prev := range devs {
+			if prev == d {
+				return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared allocation: device %q listed twice", d.name)
+			}
+		}
+		if err := d.usable(); err != nil {
+			return nil, err
+		}
+		devs = append(devs, d)
+	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, hw.Errorf(hw.ErrClosed, "sim: platform closed")
+	}
+	r, err := mapRegion(size, budget)
+	if err != nil {
+		return nil, err
+	}
+	return newShared(r, devs), nil
+}
+
+// Close closes every device that is not closed yet (see [Device.Close])
+// and then the platform. It returns the devices' errors joined; the
+// platform is closed even then. Closing twice returns an [hw.ErrClosed]
+// error.
+func (p *Platform) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return hw.Errorf(hw.ErrClosed, "sim: platform closed twice")
+	}
+	p.closed = true
+	devs := append([]*Device(nil), p.devices...)
+	p.mu.Unlock()
+	var errs []error
+	for _, d := range devs {
+		if err := d.Close(); err != nil && !errors.Is(err, hw.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

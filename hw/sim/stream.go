@@ -1,0 +1,638 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// opKind is what a ring slot holds.
+type opKind uint8
+
+const (
+	opNone   opKind = iota // free or already released
+	opLaunch               // a program launch
+	opWrite                // host → buffer
+	opRead                 // buffer → host
+)
+
+// slot is one preallocated ring entry. A command is copied in whole,
+// arguments included, so submitting allocates nothing and the caller may
+// reuse its Command at once.
+type slot struct {
+	kind  opKind
+	nargs int
+	prog  *Program
+	args  [hw.MaxArgs]hw.Arg
+	grid  [3]uint32
+	buf   *Buffer // write/read target
+	off   int     // write/read offset in buf
+	host  []byte  // write source / read destination
+}
+
+// failure is the error of a command that retired unsuccessfully.
+type failure struct {
+	seq uint64
+	err error
+}
+
+// Stream is an ordered command queue on a simulated device, with one
+// worker goroutine that runs the commands in submission order. It
+// implements [hw.Stream] and [hw.Retirer]; its methods are safe for
+// concurrent use.
+//
+// Commands are numbered 1, 2, 3... in submission order. Because they
+// retire in order, the stream's state is two watermarks: submitted (the
+// last sequence number handed out) and retired (every command up to it has
+// retired). A command's slot is ring[seq % depth]; it is owned by Submit
+// until submitted moves past it, then by the worker until retired does.
+type Stream struct {
+	dev    *Device
+	id     uint64
+	ring   []slot
+	faults faultState
+	wake   chan struct{} // capacity 1: "there may be work" for the worker
+	done   chan struct{} // closed when the worker exits
+
+	// Owned by the worker goroutine.
+	launch Launch
+	timer  *time.Timer
+
+	submitted atomic.Uint64 // written under mu
+	retired   atomic.Uint64 // written under mu, by the worker
+	nfail     atomic.Int64  // len(failures), so lookups skip mu when 0
+	// dead is set under mu when the device is lost; retired never moves
+	// after that. Lock-free readers load dead before retired (see Retired).
+	dead atomic.Bool
+
+	mu sync.Mutex
+	// waitCh is the broadcast channel: a waiter that finds its command
+	// unfinished creates it (if nil) and blocks on it; the worker closes
+	// it and sets it back to nil when it retires a command, waking every
+	// waiter, who then re-check. With nobody waiting, retiring costs
+	// nothing.
+	waitCh   chan struct{}
+	failures []failure // in seq order; grown only on failure
+	syncNext int       // failures[:syncNext] have been reported by Sync
+	closing  bool      // Close was called: no more submissions
+	closed   bool      // Close finished
+}
+
+var (
+	_ hw.Stream  = (*Stream)(nil)
+	_ hw.Retirer = (*Stream)(nil)
+)
+
+func newStream(d *Device, id uint64) *Stream {
+	s := &Stream{
+		dev:  d,
+		id:   id,
+		ring: make([]slot, d.depth),
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	s.launch.dev = d
+	return s
+}
+
+// Device is the stream's device.
+func (s *Stream) Device() hw.Device { return s.dev }
+
+// String names the stream, for messages.
+func (s *Stream) String() string { return fmt.Sprintf("sim:%s/stream%d", s.dev.name, s.id) }
+
+// Submitted reports how many commands have been accepted.
+func (s *Stream) Submitted() uint64 { return s.submitted.Load() }
+
+// RetiredCount reports how many commands the worker has retired,
+// successfully or not. Commands failed by a device loss are not counted.
+func (s *Stream) RetiredCount() uint64 { return s.retired.Load() }
+
+// Inject injects a fault into this stream only (FailVisibility and Lose
+// concern the whole device). See [Device.Inject] for release.
+func (s *Stream) Inject(f Fault) (release func()) {
+	return s.dev.inject(&s.faults, f)
+}
+
+func (s *Stream) errorf(class error, format string, args ...any) error {
+	return hw.Errorf(class, "sim: %s: "+format, append([]any{s}, args...)...)
+}
+
+// Submit copies cmd into the queue. The program must be a [*Program] of
+// this device, there may be at most [hw.MaxArgs] arguments, and every
+// buffer argument must be a [*Buffer] of this device (a [Shared] view
+// counts) with 0 ≤ Offset, 0 ≤ Length and Offset+Length ≤ Size.
+//
+// # Errors
+//
+// [hw.ErrInvalidArgument] for a malformed command (naming the argument);
+// [hw.ErrClosed] for a freed buffer or a closed stream; [hw.ErrDeviceLost]
+// once the device is lost; [hw.ErrRejected] for an injected rejection;
+// [hw.ErrBusy] when the queue is full.
+func (s *Stream) Submit(cmd *hw.Command) (hw.Completion, error) {
+	if err := s.dev.Err(); err != nil {
+		return hw.Completion{}, err
+	}
+	if cmd == nil {
+		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "nil command")
+	}
+	p, ok := cmd.Program.(*Program)
+	if !ok || p == nil {
+		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "program %v is not a sim program", cmd.Program)
+	}
+	if p.dev != s.dev {
+		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "program %q was prepared for device %q", p.name, p.dev.name)
+	}
+	n := len(cmd.Args)
+	if n > hw.MaxArgs {
+		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "%d arguments, at most %d allowed", n, hw.MaxArgs)
+	}
+	for i := range cmd.Args {
+		if err := s.checkArg(i, &cmd.Args[i]); err != nil {
+			unpinArgs(cmd.Args[:i])
+			return hw.Completion{}, err
+		}
+	}
+	s.mu.Lock()
+	seq, err := s.admitLocked()
+	if err != nil {
+		s.mu.Unlock()
+		unpinArgs(cmd.Args)
+		return hw.Completion{}, err
+	}
+	sl := &s.ring[seq%uint64(len(s.ring))]
+	sl.kind = opLaunch
+	sl.prog = p
+	sl.nargs = n
+	copy(sl.args[:n], cmd.Args)
+	sl.grid = cmd.Grid
+	s.commitLocked(seq)
+	return hw.NewCompletion(s, seq), nil
+}
+
+// checkArg validates argument i and, for a buffer, pins its memory.
+func (s *Stream) checkArg(i int, a *hw.Arg) error {
+	if a.Buffer == nil {
+		return nil
+	}
+	b, ok := a.Buffer.(*Buffer)
+	if !ok || b == nil {
+		return s.errorf(hw.ErrInvalidArgument, "argument %d: buffer %v is not a sim buffer", i, a.Buffer)
+	}
+	if b.dev != s.dev {
+		return s.errorf(hw.ErrInvalidArgument, "argument %d: buffer belongs to device %q", i, b.dev.name)
+	}
+	if size := len(b.region.mem); a.Offset < 0 || a.Length < 0 || a.Offset > size || a.Length > size-a.Offset {
+		return s.errorf(hw.ErrInvalidArgument, "argument %d: range offset %d length %d outside buffer of %d bytes", i, a.Offset, a.Length, size)
+	}
+	if !b.region.pin() {
+		return s.errorf(hw.ErrClosed, "argument %d: buffer used after free", i)
+	}
+	return nil
+}
+
+// unpinArgs drops the pins taken by checkArg.
+func unpinArgs(args []hw.Arg) {
+	for i := range args {
+		if b, ok := args[i].Buffer.(*Buffer); ok {
+			b.region.unpin()
+		}
+	}
+}
+
+// Write enqueues a copy of src into dst at byte offset off. src must not
+// change until the completion retires. Errors are as for [Stream.Submit].
+func (s *Stream) Write(dst hw.Buffer, off int, src []byte) (hw.Completion, error) {
+	return s.transfer(opWrite, dst, off, src)
+}
+
+// Read enqueues a copy of src's bytes at offset off into dst. dst must not
+// be touched until the completion retires. Errors are as for
+// [Stream.Submit].
+func (s *Stream) Read(src hw.Buffer, off int, dst []byte) (hw.Completion, error) {
+	return s.transfer(opRead, src, off, dst)
+}
+
+func (s *Stream) transfer(kind opKind, buf hw.Buffer, off int, host []byte) (hw.Completion, error) {
+	if err := s.dev.Err(); err != nil {
+		return hw.Completion{}, err
+	}
+	a := hw.Arg{Buffer: buf, Offset: off, Length: len(host)}
+	if buf == nil {
+		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "argument 0: nil buffer")
+	}
+	if err := s.checkArg(0, &a); err != nil {
+		return hw.Completion{}, err
+	}
+	b := buf.(*Buffer) // checked by checkArg
+	s.mu.Lock()
+	seq, err := s.admitLocked()
+	if err != nil {
+		s.mu.Unlock()
+		b.region.unpin()
+		return hw.Completion{}, err
+	}
+	sl := &s.ring[seq%uint64(len(s.ring))]
+	sl.kind = kind
+	sl.buf = b
+	sl.off = off
+	sl.host = host
+	s.commitLocked(seq)
+	return hw.NewCompletion(s, seq), nil
+}
+
+// admitLocked decides, under mu, whether one more command may be queued,
+// and returns its sequence number.
+func (s *Stream) admitLocked() (uint64, error) {
+	switch {
+	case s.closing:
+		return 0, s.errorf(hw.ErrClosed, "stream closed")
+	case s.dead.Load():
+		return 0, s.dev.Err()
+	case take(&s.faults.reject) || take(&s.dev.faults.reject):
+		return 0, s.errorf(hw.ErrRejected, "submission rejected (injected fault)")
+	}
+	sub := s.submitted.Load()
+	if sub-s.retired.Load() >= uint64(len(s.ring)) {
+		return 0, s.errorf(hw.ErrBusy, "queue full (%d commands)", len(s.ring))
+	}
+	return sub + 1, nil
+}
+
+// commitLocked publishes the filled slot seq, releases mu and wakes the
+// worker.
+func (s *Stream) commitLocked(seq uint64) {
+	s.submitted.Store(seq)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// run is the worker goroutine: it executes commands in order until the
+// stream is closed and drained, or the device is lost.
+func (s *Stream) run() {
+	defer close(s.done)
+	for {
+		seq, ok := s.next()
+		if !ok {
+			return
+		}
+		sl := &s.ring[seq%uint64(len(s.ring))]
+		if !s.awaitHangs() || !s.awaitLatency() {
+			continue // lost: next abandons the queue and stops
+		}
+		err := s.execute(sl, seq)
+		s.release(sl)
+		s.retire(seq, err)
+	}
+}
+
+// next blocks until there is a command to run and returns its sequence
+// number, or returns false when the worker must stop: the stream is closed
+// and drained, or the device is lost (the queue is then abandoned).
+func (s *Stream) next() (uint64, bool) {
+	for {
+		s.mu.Lock()
+		if s.dead.Load() {
+			s.abandonLocked()
+			s.mu.Unlock()
+			return 0, false
+		}
+		if r := s.retired.Load(); r < s.submitted.Load() {
+			s.mu.Unlock()
+			return r + 1, true
+		}
+		if s.closing {
+			s.mu.Unlock()
+			return 0, false
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.wake:
+		case <-s.dev.lostCh:
+		}
+	}
+}
+
+// awaitHangs blocks while a stream or device Hang is in force. It returns
+// false if the device is lost meanwhile.
+func (s *Stream) awaitHangs() bool {
+	for {
+		h := s.faults.firstHang()
+		if h == nil {
+			h = s.dev.faults.firstHang()
+		}
+		if h == nil {
+			return true
+		}
+		select {
+		case <-h.ch:
+		case <-s.dev.lostCh:
+			return false
+		}
+	}
+}
+
+// awaitLatency spends the device's simulated latency on a reusable timer
+// that device loss interrupts. It returns false if the device is lost.
+func (s *Stream) awaitLatency() bool {
+	lat := s.dev.latency
+	if lat <= 0 {
+		return true
+	}
+	if s.timer == nil {
+		s.timer = time.NewTimer(lat)
+	} else {
+		s.timer.Reset(lat) // Go ≥ 1.23 timers: no stale tick can be pending
+	}
+	select {
+	case <-s.timer.C:
+		return true
+	case <-s.dev.lostCh:
+		s.timer.Stop()
+		return false
+	}
+}
+
+// execute runs the command in sl and returns its error.
+func (s *Stream) execute(sl *slot, seq uint64) error {
+	if take(&s.faults.failCompletion) || take(&s.dev.faults.failCompletion) {
+		return s.errorf(hw.ErrFault, "command %d failed (injected fault)", seq)
+	}
+	switch sl.kind {
+	case opWrite:
+		copy(sl.buf.region.mem[sl.off:], sl.host)
+	case opRead:
+		copy(sl.host, sl.buf.region.mem[sl.off:])
+	case opLaunch:
+		return s.runKernel(sl, seq)
+	}
+	return nil
+}
+
+// runKernel calls the kernel with the stream's reused Launch, turning a
+// kernel error or panic into an ErrFault error.
+func (s *Stream) runKernel(sl *slot, seq uint64) (err error) {
+	l := &s.launch
+	l.prog = sl.prog
+	l.args = sl.args[:sl.nargs]
+	l.grid = sl.grid
+	defer func() {
+		l.args = nil
+		if r := recover(); r != nil {
+			if le, ok := r.(launchError); ok {
+				err = s.errorf(hw.ErrFault, "command %d: %w", seq, le.err)
+			} else {
+				err = s.errorf(hw.ErrFault, "command %d: kernel %q panicked: %v", seq, sl.prog.name, r)
+			}
+		}
+	}()
+	if kerr := sl.prog.kernel(l); kerr != nil {
+		return s.errorf(hw.ErrFault, "command %d: kernel %q: %w", seq, sl.prog.name, kerr)
+	}
+	return nil
+}
+
+// release unpins the memory sl references and clears it, so the ring
+// keeps nothing alive. Only the worker calls it, on a slot it owns.
+func (s *Stream) release(sl *slot) {
+	switch sl.kind {
+	case opLaunch:
+		unpinArgs(sl.args[:sl.nargs])
+		clear(sl.args[:sl.nargs])
+		sl.prog = nil
+	case opWrite, opRead:
+		sl.buf.region.unpin()
+		sl.buf = nil
+		sl.host = nil
+	}
+	sl.kind = opNone
+}
+
+// retire records the result of command seq and wakes the waiters. After a
+// device loss it does nothing: the command failed with the loss.
+func (s *Stream) retire(seq uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead.Load() {
+		return
+	}
+	if err != nil {
+		s.failures = append(s.failures, failure{seq, err})
+		s.nfail.Add(1)
+	}
+	s.retired.Store(seq)
+	s.broadcastLocked()
+}
+
+func (s *Stream) broadcastLocked() {
+	if s.waitCh != nil {
+		close(s.waitCh)
+		s.waitCh = nil
+	}
+}
+
+// markDead is called by Device.Lose with d.mu held: from now on retired
+// never moves and every unretired command reports the loss.
+func (s *Stream) markDead() {
+	s.mu.Lock()
+	s.dead.Store(true)
+	s.broadcastLocked()
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// abandonLocked releases every command still in the ring after a loss.
+// The worker calls it once it has stopped running kernels, so nothing
+// touches their memory any more.
+func (s *Stream) abandonLocked() {
+	depth := uint64(len(s.ring))
+	for seq := s.retired.Load() + 1; seq <= s.submitted.Load(); seq++ {
+		s.release(&s.ring[seq%depth])
+	}
+}
+
+// Retired reports without blocking whether command seq has retired, and
+// with what error. A command that had not retired when the device was
+// lost reports the loss.
+func (s *Stream) Retired(seq uint64) (bool, error) {
+	// dead is loaded before retired: once dead is set retired is frozen,
+	// so a reader that saw dead also sees the final watermark and the
+	// answer never changes from "lost" to "succeeded".
+	dead := s.dead.Load()
+	if seq <= s.retired.Load() {
+		return true, s.failureOf(seq)
+	}
+	if dead {
+		return true, s.dev.Err()
+	}
+	return false, nil
+}
+
+// failureOf returns the recorded error of retired command seq.
+func (s *Stream) failureOf(seq uint64) error {
+	if s.nfail.Load() == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, found := slices.BinarySearchFunc(s.failures, seq, func(f failure, seq uint64) int {
+		switch {
+		case f.seq < seq:
+			return -1
+		case f.seq > seq:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return nil
+	}
+	return s.failures[i].err
+}
+
+// WaitRetired blocks until command seq retires and returns its error, or
+// until the device is lost (an [hw.ErrDeviceLost] error) or ctx ends (an
+// [hw.ErrDeadlineExceeded] error). A seq never handed out is an
+// [hw.ErrInvalidArgument] error.
+func (s *Stream) WaitRetired(ctx context.Context, seq uint64) error {
+	if done, err := s.Retired(seq); done {
+		return err
+	}
+	if seq > s.submitted.Load() {
+		return s.errorf(hw.ErrInvalidArgument, "command %d was never submitted", seq)
+	}
+	if err := s.waitFor(ctx, seq); err != nil {
+		return err
+	}
+	return s.failureOf(seq)
+}
+
+// waitFor blocks until every command up to seq has retired (nil), the
+// device is lost, or ctx ends.
+func (s *Stream) waitFor(ctx context.Context, seq uint64) error {
+	for {
+		s.mu.Lock()
+		if s.retired.Load() >= seq {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.dead.Load() {
+			s.mu.Unlock()
+			return s.dev.Err()
+		}
+		ch := s.waitCh
+		if ch == nil {
+			ch = make(chan struct{})
+			s.waitCh = ch
+		}
+		s.mu.Unlock()
+		select {
+		case <-ch: // something retired, or the device was lost: re-check
+		case <-s.dev.lostCh:
+		case <-ctx.Done():
+			return hw.ContextError(ctx, fmt.Sprintf("sim: %s: waiting for command %d", s, seq))
+		}
+	}
+}
+
+// Idle reports whether every command submitted so far has retired (a lost
+// device's stream is idle: its commands all failed).
+func (s *Stream) Idle() bool {
+	if s.dead.Load() {
+		return true
+	}
+	return s.retired.Load() >= s.submitted.Load()
+}
+
+// Sync waits until every command submitted so far has retired and returns
+// the first failure among them that no earlier Sync returned (each failure
+// is returned by Sync once), an [hw.ErrDeviceLost] error if the device is
+// or gets lost, or an [hw.ErrDeadlineExceeded] error if ctx ends first.
+// Sync on a closed stream returns an [hw.ErrClosed] error.
+func (s *Stream) Sync(ctx context.Context) error {
+	if err := s.dev.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return s.errorf(hw.ErrClosed, "stream closed")
+	}
+	return s.drain(ctx)
+}
+
+func (s *Stream) drain(ctx context.Context) error {
+	target := s.submitted.Load()
+	if err := s.waitFor(ctx, target); err != nil {
+		return err
+	}
+	if s.nfail.Load() == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.syncNext < len(s.failures) && s.failures[s.syncNext].seq <= target {
+		f := s.failures[s.syncNext]
+		s.syncNext++
+		return f.err
+	}
+	return nil
+}
+
+// Close stops accepting commands (later submissions fail with
+// [hw.ErrClosed]), waits for the queue to drain as [Stream.Sync] does, and
+// stops the worker. It returns what that Sync would. If ctx ends first it
+// returns an [hw.ErrDeadlineExceeded] error, the stream stays closing and
+// Close may be called again. On a lost device Close returns the loss error
+// at once, but still releases the stream. Closing a closed stream returns
+// an [hw.ErrClosed] error. Completions of a closed stream keep working.
+func (s *Stream) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return s.errorf(hw.ErrClosed, "stream closed twice")
+	}
+	s.closing = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}: // an idle worker must notice closing
+	default:
+	}
+	err := s.drain(ctx)
+	if s.dev.Err() == nil {
+		if err != nil && hw.ClassOf(err) == hw.ErrDeadlineExceeded {
+			return err
+		}
+		// Drained: the worker exits as soon as it sees closing.
+		select {
+		case <-s.done:
+		case <-s.dev.lostCh:
+		case <-ctx.Done():
+			return hw.ContextError(ctx, fmt.Sprintf("sim: %s: closing", s))
+		}
+	}
+	if lost := s.dev.Err(); lost != nil {
+		err = lost
+	}
+	s.mu.Lock()
+	if s.closed { // a concurrent Close finished first
+		s.mu.Unlock()
+		return s.errorf(hw.ErrClosed, "stream closed twice")
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.dev.removeStream(s)
+	return err
+}

@@ -1,0 +1,237 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// Owner holds a session's private device resources: streams, buffers,
+// shared allocations and prepared programs, and the budget they are
+// charged to. Resources made through an Owner are what its fence must
+// drain and what quarantine keeps.
+//
+// An Owner is safe for concurrent use.
+type Owner struct {
+	name   string
+	budget *hw.Budget
+
+	mu          sync.Mutex
+	streams     []hw.Stream
+	buffers     []hw.Buffer
+	shared      []hw.Shared
+	programs    []hw.Program
+	quarantined bool
+	closed      bool
+}
+
+// NewOwner returns an empty owner whose allocations charge budget (nil:
+// unlimited).
+func NewOwner(name string, budget *hw.Budget) *Owner {
+	return &Owner{name: name, budget: budget}
+}
+
+// Name is the owner's name, as shown in traces and errors.
+func (o *Owner) Name() string { return o.name }
+
+// Budget is the budget the owner's allocations charge.
+func (o *Owner) Budget() *hw.Budget { return o.budget }
+
+func (o *Owner) usable() error {
+	if o.quarantined {
+		return hw.Errorf(hw.ErrDeviceLost, "owner %q is quarantined", o.name)
+	}
+	if o.closed {
+		return hw.Errorf(hw.ErrClosed, "owner %q is closed", o.name)
+	}
+	return nil
+}
+
+// NewStream creates a stream on dev owned by o.
+func (o *Owner) NewStream(dev hw.Device) (hw.Stream, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.usable(); err != nil {
+		return nil, err
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	o.streams = append(o.streams, s)
+	return s, nil
+}
+
+// Alloc allocates a buffer on dev owned by o, charged to o's budget.
+func (o *Owner) Alloc(dev hw.Device, size int, flags hw.AllocFlags) (hw.Buffer, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.usable(); err != nil {
+		return nil, err
+	}
+	b, err := dev.Alloc(size, flags, o.budget)
+	if err != nil {
+		return nil, err
+	}
+	o.buffers = append(o.buffers, b)
+	return b, nil
+}
+
+// AllocShared allocates host-coherent memory on p for devices, owned by o.
+func (o *Owner) AllocShared(p hw.Platform, size int, devices []hw.Device) (hw.Shared, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.usable(); err != nil {
+		return nil, err
+	}
+	s, err := p.AllocShared(size, devices, o.budget)
+	if err != nil {
+		return nil, err
+	}
+	o.shared = append(o.shared, s)
+	return s, nil
+}
+
+// Prepare prepares a program on dev owned by o.
+func (o *Owner) Prepare(dev hw.Device, program string) (hw.Program, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.usable(); err != nil {
+		return nil, err
+	}
+	p, err := dev.Prepare(program)
+	if err != nil {
+		return nil, err
+	}
+	o.programs = append(o.programs, p)
+	return p, nil
+}
+
+// FreeBuffer frees a buffer owned by o before the owner closes.
+//
+// # Errors
+//
+// [hw.ErrNotFound] if o does not own b; [hw.ErrDeviceLost] if o is
+// quarantined (its memory is kept).
+func (o *Owner) FreeBuffer(b hw.Buffer) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.usable(); err != nil {
+		return err
+	}
+	for i, have := range o.buffers {
+		if have == b {
+			o.buffers = append(o.buffers[:i], o.buffers[i+1:]...)
+			return b.Free()
+		}
+	}
+	return hw.Errorf(hw.ErrNotFound, "owner %q does not own that buffer", o.name)
+}
+
+// Streams returns the owned streams, in creation order.
+func (o *Owner) Streams() []hw.Stream {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]hw.Stream(nil), o.streams...)
+}
+
+// Drain is the built-in fence: it syncs every owned stream, attempting all
+// of them even when one fails, and returns the failures joined.
+func (o *Owner) Drain(ctx context.Context) error {
+	o.mu.Lock()
+	streams := o.streams
+	o.mu.Unlock()
+	var errs []error
+	for _, s := range streams {
+		if err := s.Sync(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// VerifyIdle checks that every owned stream has retired all its work. The
+// host calls it after a fence reports success: a fence that lies fails
+// here.
+//
+// # Errors
+//
+// [hw.ErrDeviceLost] naming the first busy stream.
+func (o *Owner) VerifyIdle() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, s := range o.streams {
+		if !s.Idle() {
+			return hw.Errorf(hw.ErrDeviceLost, "owner %q: stream %d on %s still has work after the fence", o.name, i, s.Device().Name())
+		}
+	}
+	return nil
+}
+
+// Quarantined reports whether o was quarantined.
+func (o *Owner) Quarantined() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.quarantined
+}
+
+// quarantine marks o as quarantined: from now on nothing of it is freed,
+// and its budget charges stay. It returns the bytes left charged.
+func (o *Owner) quarantine() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.quarantined = true
+	var bytes int64
+	for _, b := range o.buffers {
+		bytes += int64(b.Size())
+	}
+	for _, s := range o.shared {
+		bytes += int64(s.Size())
+	}
+	return bytes
+}
+
+// Close drains and closes every stream, then frees every allocation,
+// releasing their budget charges. A quarantined owner frees nothing:
+// device work may still touch its memory.
+//
+// # Errors
+//
+// [hw.ErrDeviceLost] for a quarantined owner, or the joined errors of
+// closing and freeing.
+func (o *Owner) Close(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.quarantined {
+		return hw.Errorf(hw.ErrDeviceLost, "owner %q is quarantined: its resources are kept", o.name)
+	}
+	if o.closed {
+		return nil
+	}
+	o.closed = true
+	var errs []error
+	for _, s := range o.streams {
+		if err := s.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		// A stream that would not drain may still write into our memory.
+		o.quarantined = true
+		return hw.Errorf(hw.ErrDeviceLost, "owner %q: streams did not drain on close, resources kept: %w", o.name, errors.Join(errs...))
+	}
+	for _, b := range o.buffers {
+		if err := b.Free(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, s := range o.shared {
+		if err := s.Free(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	o.streams, o.buffers, o.shared, o.programs = nil, nil, nil, nil
+	return errors.Join(errs...)
+}
