@@ -1,0 +1,166 @@
+package stages
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/hw"
+)
+
+// EngineConfig configures an [Engine]. It is immutable: every WithX
+// method returns a modified copy.
+type EngineConfig struct {
+	cacheDir   string
+	noCache    bool
+	logger     *slog.Logger
+	mergeGap   int
+	onCompile  func(name string, cached bool)
+	maxMemPage uint32
+}
+
+// NewEngineConfig returns the defaults:
+//
+//   - compilation cache in the user's cache directory,
+//     $XDG_CACHE_HOME/stagehost/wazero or ~/.cache/stagehost/wazero
+//     (see [EngineConfig.WithCacheDir]);
+//   - the default slog logger for guest logs;
+//   - data segments merged when they are at most 4 KiB apart.
+func NewEngineConfig() EngineConfig {
+	return EngineConfig{logger: slog.Default(), mergeGap: 4096, maxMemPage: 65536}
+}
+
+// WithCacheDir puts wazero's file-backed compilation cache in dir, so each
+// module compiles once per machine rather than once per process. An empty
+// dir disables the file cache (modules still compile once per Engine).
+func (c EngineConfig) WithCacheDir(dir string) EngineConfig {
+	c.cacheDir, c.noCache = dir, dir == ""
+	return c
+}
+
+// WithLogger sets where guest logs and guest stdout/stderr go. Default
+// slog.Default().
+func (c EngineConfig) WithLogger(l *slog.Logger) EngineConfig {
+	c.logger = l
+	return c
+}
+
+// WithCompileProgress calls fn before each compilation that is not served
+// from the in-process cache, so a CLI can show progress (a Go guest takes
+// about a second to compile cold). Default none.
+func (c EngineConfig) WithCompileProgress(fn func(name string, cached bool)) EngineConfig {
+	c.onCompile = fn
+	return c
+}
+
+// Engine compiles and instantiates modules. One Engine per process is
+// enough; it is safe for concurrent use.
+type Engine struct {
+	cfg     EngineConfig
+	runtime wazero.Runtime
+	cache   wazero.CompilationCache
+
+	mu      sync.Mutex
+	modules map[string]*Module // by sha256 of the original bytes and load options
+}
+
+var sessionTags atomic.Uint32
+
+// nextTag returns a session tag in [1, abi.MaxTag].
+func nextTag() uint32 {
+	for {
+		t := sessionTags.Add(1) & abi.MaxTag
+		if t != 0 {
+			return t
+		}
+	}
+}
+
+// DefaultCacheDir is the compilation cache directory used by default.
+func DefaultCacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "stagehost-cache", "wazero")
+	}
+	return filepath.Join(dir, "stagehost", "wazero")
+}
+
+// NewEngine creates an engine: a wazero runtime with the compilation
+// cache, the stagehost_v1 host module and WASI preview 1.
+//
+//	eng, err := stages.NewEngine(ctx, stages.NewEngineConfig())
+//	defer eng.Close(ctx)
+//
+// # Errors
+//
+// [hw.ErrUnsupported] if the cache directory cannot be created.
+func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	rc := wazero.NewRuntimeConfigCompiler().
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(cfg.maxMemPage)
+	e := &Engine{cfg: cfg, modules: map[string]*Module{}}
+	if !cfg.noCache {
+		dir := cfg.cacheDir
+		if dir == "" {
+			dir = DefaultCacheDir()
+		}
+		cache, err := wazero.NewCompilationCacheWithDir(dir)
+		if err != nil {
+			return nil, hw.Errorf(hw.ErrUnsupported, "compilation cache %s: %w", dir, err)
+		}
+		e.cache = cache
+		rc = rc.WithCompilationCache(cache)
+	}
+	e.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e.runtime); err != nil {
+		return nil, hw.Errorf(hw.ErrUnsupported, "wasi: %w", err)
+	}
+	if err := instantiateHostModule(ctx, e.runtime); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close releases the engine and every module instance it made.
+func (e *Engine) Close(ctx context.Context) error {
+	err := e.runtime.Close(ctx)
+	if e.cache != nil {
+		_ = e.cache.Close(ctx)
+	}
+	return err
+}
+
+// SHA256 returns the lowercase hex sha256 of bin, the form [Engine.Load]
+// expects.
+func SHA256(bin []byte) string {
+	sum := sha256.Sum256(bin)
+	return hex.EncodeToString(sum[:])
+}
+
+func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
+	b := r.NewHostModuleBuilder(abi.ImportModule)
+	for name, fn := range hostFunctions {
+		sig := abi.Functions[name]
+		b.NewFunctionBuilder().
+			WithGoModuleFunction(api.GoModuleFunc(fn), sig.Params, sig.Results).
+			WithName(name).
+			Export(name)
+	}
+	if _, err := b.Instantiate(ctx); err != nil {
+		return hw.Errorf(hw.ErrUnsupported, "host module: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,548 @@
+package stages
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/hw"
+)
+
+// hostFunctions implements module stagehost_v1 (ABI.md §3). Every function
+// is stack-based (api.GoModuleFunc): parameters arrive in stack, the i32
+// status goes back in stack[0]. Each finds its session through the call's
+// context, which the host always sets to a *callContext.
+var hostFunctions = map[string]func(ctx context.Context, mod api.Module, stack []uint64){
+	abi.FnInputSize:         hostInputSize,
+	abi.FnInputRead:         hostInputRead,
+	abi.FnOutputWrite:       hostOutputWrite,
+	abi.FnEntryName:         hostEntryName,
+	abi.FnErrorSet:          hostErrorSet,
+	abi.FnLog:               hostLog,
+	abi.FnStreamGet:         hostLookup(abi.KindStream),
+	abi.FnBufferGet:         hostLookup(abi.KindBuffer),
+	abi.FnProgramGet:        hostLookup(abi.KindProgram),
+	abi.FnBufferAlloc:       hostBufferAlloc,
+	abi.FnBufferFree:        hostBufferFree,
+	abi.FnBufferSize:        hostBufferSize,
+	abi.FnStreamWrite:       hostStreamWrite,
+	abi.FnStreamRead:        hostStreamRead,
+	abi.FnStreamSubmit:      hostStreamSubmit,
+	abi.FnStreamSubmitBatch: hostStreamSubmitBatch,
+	abi.FnStreamSync:        hostStreamSync,
+	abi.FnStreamIdle:        hostStreamIdle,
+}
+
+// callContext is the context of one host-initiated call into a module:
+// the call's deadline plus the session state host functions act on.
+type callContext struct {
+	context.Context
+	st *callState
+}
+
+// state returns the calling session, or nil for a call the host did not
+// make (which cannot happen through the public API).
+func state(ctx context.Context) *callState {
+	if c, ok := ctx.(*callContext); ok {
+		return c.st
+	}
+	return nil
+}
+
+func ret(stack []uint64, s abi.Status) { stack[0] = uint64(uint32(s)) }
+
+func retErr(stack []uint64, err error) { ret(stack, abi.StatusOf(err)) }
+
+// guest returns the guest memory range [ptr, ptr+n), or false.
+func guest(mod api.Module, ptr, n uint32) ([]byte, bool) {
+	mem := mod.Memory()
+	if mem == nil || uint64(ptr)+uint64(n) > uint64(mem.Size()) {
+		return nil, false
+	}
+	return mem.Read(ptr, n)
+}
+
+func putU32(mod api.Module, ptr, v uint32) bool {
+	b, ok := guest(mod, ptr, 4)
+	if ok {
+		binary.LittleEndian.PutUint32(b, v)
+	}
+	return ok
+}
+
+func putU64(mod api.Module, ptr uint32, v uint64) bool {
+	b, ok := guest(mod, ptr, 8)
+	if ok {
+		binary.LittleEndian.PutUint64(b, v)
+	}
+	return ok
+}
+
+func hostInputSize(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	if !putU32(mod, uint32(stack[0]), uint32(len(st.input))) {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	ret(stack, abi.StatusOK)
+}
+
+func hostInputRead(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	off, dstPtr, dstLen, outPtr := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
+	dst, ok := guest(mod, dstPtr, dstLen)
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	if _, ok := guest(mod, outPtr, 4); !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	if uint64(off) > uint64(len(st.input)) {
+		ret(stack, abi.StatusInvalidArgument)
+		return
+	}
+	n := copy(dst, st.input[off:])
+	putU32(mod, outPtr, uint32(n))
+	ret(stack, abi.StatusOK)
+}
+
+func hostOutputWrite(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	src, ok := guest(mod, uint32(stack[0]), uint32(stack[1]))
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	if len(st.output)+len(src) > st.outputLimit {
+		ret(stack, abi.StatusOutputTooLarge)
+		return
+	}
+	st.output = append(st.output, src...)
+	ret(stack, abi.StatusOK)
+}
+
+func hostEntryName(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	dstPtr, dstCap, outPtr := uint32(stack[0]), uint32(stack[1]), uint32(stack[2])
+	if !putU32(mod, outPtr, uint32(len(st.entry))) {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	dst, ok := guest(mod, dstPtr, dstCap)
+	if !ok || len(dst) < len(st.entry) {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	copy(dst, st.entry)
+	ret(stack, abi.StatusOK)
+}
+
+func hostErrorSet(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	src, ok := guest(mod, uint32(stack[0]), uint32(stack[1]))
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	st.errMsg = string(src[:min(len(src), abi.MaxErrorMessage)])
+	ret(stack, abi.StatusOK)
+}
+
+// maxLogsPerCall bounds guest log lines per call; the rest are counted and
+// dropped.
+const maxLogsPerCall = 64
+
+func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	level := int32(stack[0])
+	src, ok := guest(mod, uint32(stack[1]), uint32(stack[2]))
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	if level < abi.LogDebug || level > abi.LogError {
+		ret(stack, abi.StatusInvalidArgument)
+		return
+	}
+	st.logs++
+	if st.logs <= maxLogsPerCall {
+		lv := []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}[level]
+		st.sess.logger.Log(ctx, lv, string(src[:min(len(src), 4096)]), "session", st.sess.name)
+	}
+	ret(stack, abi.StatusOK)
+}
+
+func hostLookup(kind abi.HandleKind) func(ctx context.Context, mod api.Module, stack []uint64) {
+	return func(ctx context.Context, mod api.Module, stack []uint64) {
+		st := state(ctx)
+		if st == nil {
+			ret(stack, abi.StatusBusy)
+			return
+		}
+		name, ok := guest(mod, uint32(stack[0]), uint32(stack[1]))
+		if !ok {
+			ret(stack, abi.StatusOutOfBounds)
+			return
+		}
+		outPtr := uint32(stack[2])
+		if _, ok := guest(mod, outPtr, 8); !ok {
+			ret(stack, abi.StatusOutOfBounds)
+			return
+		}
+		h, found := st.table.lookup(kind, name)
+		if !found {
+			ret(stack, abi.StatusNotFound)
+			return
+		}
+		putU64(mod, outPtr, uint64(h))
+		ret(stack, abi.StatusOK)
+	}
+}
+
+// maxLiveAllocations bounds a session's guest allocations, whatever their
+// size, so tiny allocations cannot exhaust host mappings.
+const maxLiveAllocations = 4096
+
+func hostBufferAlloc(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	size, outPtr := int32(stack[0]), uint32(stack[1])
+	if _, ok := guest(mod, outPtr, 8); !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	if size <= 0 {
+		ret(stack, abi.StatusInvalidArgument)
+		return
+	}
+	if st.table.live >= maxLiveAllocations {
+		ret(stack, abi.StatusOutOfBudget)
+		return
+	}
+	buf, err := st.sess.owner.Alloc(st.sess.cfg.device, int(size), 0)
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	h, err := st.table.add(handleEntry{kind: abi.KindBuffer, buffer: buf}, "")
+	if err != nil {
+		_ = st.sess.owner.FreeBuffer(buf)
+		retErr(stack, err)
+		return
+	}
+	st.table.live++
+	putU64(mod, outPtr, uint64(h))
+	ret(stack, abi.StatusOK)
+}
+
+func hostBufferFree(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	e, err := st.table.get(stack[0], abi.KindBuffer)
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	if e.declared {
+		ret(stack, abi.StatusInvalidArgument)
+		return
+	}
+	// The handle dies now; the memory is freed only after a fence has
+	// proven that no device work still uses it.
+	e.freed = true
+	st.table.live--
+	st.pendingFree = append(st.pendingFree, e.buffer)
+	ret(stack, abi.StatusOK)
+}
+
+func hostBufferSize(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	e, err := st.table.get(stack[0], abi.KindBuffer)
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	if !putU32(mod, uint32(stack[1]), uint32(e.buffer.Size())) {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	ret(stack, abi.StatusOK)
+}
+
+// streamAndBuffer resolves the (stream, buffer) handle pair of a transfer.
+func streamAndBuffer(st *callState, stream, buffer uint64) (hw.Stream, hw.Buffer, error) {
+	s, err := st.table.get(stream, abi.KindStream)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := st.table.get(buffer, abi.KindBuffer)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.stream, b.buffer, nil
+}
+
+func checkRange(b hw.Buffer, off, n uint32) error {
+	if uint64(off)+uint64(n) > uint64(b.Size()) {
+		return hw.Errorf(hw.ErrInvalidArgument, "range [%d,+%d) outside a buffer of %d bytes", off, n, b.Size())
+	}
+	return nil
+}
+
+func hostStreamWrite(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	stream, buf, err := streamAndBuffer(st, stack[0], stack[1])
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	off := uint32(stack[2])
+	src, ok := guest(mod, uint32(stack[3]), uint32(stack[4]))
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	if err := checkRange(buf, off, uint32(len(src))); err != nil {
+		retErr(stack, err)
+		return
+	}
+	// Capture the bytes now: the guest may reuse its memory as soon as the
+	// call returns, while the upload runs later on the stream.
+	staged := st.stage(len(src))
+	copy(staged, src)
+	_, err = stream.Write(buf, int(off), staged)
+	retErr(stack, err)
+}
+
+func hostStreamRead(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	stream, buf, err := streamAndBuffer(st, stack[0], stack[1])
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	off := uint32(stack[2])
+	dst, ok := guest(mod, uint32(stack[3]), uint32(stack[4]))
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	if err := checkRange(buf, off, uint32(len(dst))); err != nil {
+		retErr(stack, err)
+		return
+	}
+	// The guest is blocked in this call, so its memory cannot move or
+	// grow until the read has landed.
+	c, err := stream.Read(buf, int(off), dst)
+	if err == nil {
+		err = c.Wait(ctx)
+	}
+	retErr(stack, err)
+}
+
+// decodeArgs fills st.args from n argument records at ptr.
+func decodeArgs(st *callState, mod api.Module, ptr, n uint32) ([]hw.Arg, error) {
+	if n > abi.MaxArgs {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "%d arguments, at most %d", n, abi.MaxArgs)
+	}
+	recs, ok := guest(mod, ptr, n*abi.ArgRecordSize)
+	if !ok {
+		return nil, abi.ErrOutOfBounds
+	}
+	args := st.args[:n]
+	for i := range args {
+		r := recs[i*abi.ArgRecordSize:]
+		kind := binary.LittleEndian.Uint32(r[0:])
+		off := binary.LittleEndian.Uint32(r[4:])
+		length := binary.LittleEndian.Uint32(r[8:])
+		reserved := binary.LittleEndian.Uint32(r[12:])
+		val := binary.LittleEndian.Uint64(r[16:])
+		if reserved != 0 {
+			return nil, hw.Errorf(hw.ErrInvalidArgument, "argument %d: reserved field is not zero", i)
+		}
+		switch kind {
+		case abi.ArgScalar:
+			args[i] = hw.Arg{Value: val}
+		case abi.ArgBuffer:
+			e, err := st.table.get(val, abi.KindBuffer)
+			if err != nil {
+				return nil, err
+			}
+			size := e.buffer.Size()
+			if length == abi.ToEnd {
+				if uint64(off) > uint64(size) {
+					return nil, hw.Errorf(hw.ErrInvalidArgument, "argument %d: offset %d beyond a buffer of %d bytes", i, off, size)
+				}
+				length = uint32(size) - off
+			}
+			if err := checkRange(e.buffer, off, length); err != nil {
+				return nil, err
+			}
+			args[i] = hw.Arg{Buffer: e.buffer, Offset: int(off), Length: int(length)}
+		default:
+			return nil, hw.Errorf(hw.ErrInvalidArgument, "argument %d: unknown kind %d", i, kind)
+		}
+	}
+	return args, nil
+}
+
+func hostStreamSubmit(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	s, err := st.table.get(stack[0], abi.KindStream)
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	p, err := st.table.get(stack[1], abi.KindProgram)
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	args, err := decodeArgs(st, mod, uint32(stack[2]), uint32(stack[3]))
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	st.cmd.Program, st.cmd.Args = p.program, args
+	_, err = s.stream.Submit(&st.cmd)
+	clear(args)
+	st.cmd.Program, st.cmd.Args = nil, nil
+	retErr(stack, err)
+}
+
+func hostStreamSubmitBatch(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	s, err := st.table.get(stack[0], abi.KindStream)
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	ptr, n := uint32(stack[1]), uint32(stack[2])
+	if n > abi.MaxBatch {
+		ret(stack, abi.StatusInvalidArgument)
+		return
+	}
+	recs, ok := guest(mod, ptr, n*abi.BatchRecordSize)
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	// Validate every command before enqueuing any.
+	for pass := range 2 {
+		for i := range n {
+			r := recs[i*abi.BatchRecordSize:]
+			p, err := st.table.get(binary.LittleEndian.Uint64(r[0:]), abi.KindProgram)
+			if err != nil {
+				retErr(stack, err)
+				return
+			}
+			args, err := decodeArgs(st, mod, binary.LittleEndian.Uint32(r[8:]), binary.LittleEndian.Uint32(r[12:]))
+			if err != nil {
+				retErr(stack, err)
+				return
+			}
+			if pass == 1 {
+				st.cmd.Program, st.cmd.Args = p.program, args
+				_, err = s.stream.Submit(&st.cmd)
+			}
+			clear(args)
+			st.cmd.Program, st.cmd.Args = nil, nil
+			if err != nil {
+				retErr(stack, err)
+				return
+			}
+		}
+	}
+	ret(stack, abi.StatusOK)
+}
+
+func hostStreamSync(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	s, err := st.table.get(stack[0], abi.KindStream)
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	retErr(stack, s.stream.Sync(ctx))
+}
+
+func hostStreamIdle(ctx context.Context, mod api.Module, stack []uint64) {
+	st := state(ctx)
+	if st == nil {
+		ret(stack, abi.StatusBusy)
+		return
+	}
+	s, err := st.table.get(stack[0], abi.KindStream)
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
+	idle := uint32(0)
+	if s.stream.Idle() {
+		idle = 1
+	}
+	if !putU32(mod, uint32(stack[1]), idle) {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	ret(stack, abi.StatusOK)
+}

@@ -1,0 +1,345 @@
+package stages
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/stages/internal/wasmbin"
+)
+
+// ModuleKind says what a module provides.
+type ModuleKind uint8
+
+const (
+	// StageModule provides stagehost_run (and may provide a fence).
+	StageModule ModuleKind = iota
+	// FenceModule provides stagehost_fence only.
+	FenceModule
+)
+
+func (k ModuleKind) String() string {
+	if k == FenceModule {
+		return "fence"
+	}
+	return "stage"
+}
+
+// GrantGoRuntime is the WASI grant that a Go (GOOS=wasip1) guest needs:
+// exactly the functions in [abi.GoRuntimeWASI].
+const GrantGoRuntime = "go-runtime"
+
+// LoadConfig configures [Engine.Load]. It is immutable: every WithX method
+// returns a modified copy.
+type LoadConfig struct {
+	name        string
+	kind        ModuleKind
+	memoryPages uint32
+	wasi        []string
+}
+
+// NewLoadConfig returns the defaults: kind [StageModule], a memory limit
+// of 64 MiB, no WASI, and the name "module".
+func NewLoadConfig() LoadConfig {
+	return LoadConfig{name: "module", kind: StageModule, memoryPages: 1024}
+}
+
+// WithName names the module in errors, logs and traces.
+func (c LoadConfig) WithName(name string) LoadConfig { c.name = name; return c }
+
+// WithKind says whether the module is a stage or a fence module.
+func (c LoadConfig) WithKind(k ModuleKind) LoadConfig { c.kind = k; return c }
+
+// WithMemoryLimit caps the module's linear memory at bytes (rounded down
+// to 64 KiB pages). A module that declares a larger maximum, or a larger
+// minimum, is rejected; one with no maximum gets this one. Default 64 MiB.
+func (c LoadConfig) WithMemoryLimit(bytes int64) LoadConfig {
+	c.memoryPages = uint32(min(max(bytes, 0)>>16, 65536))
+	return c
+}
+
+// WithWASI grants WASI preview 1 functions: [GrantGoRuntime], or names
+// from [abi.GoRuntimeWASI]. Nothing else can be granted. Default none.
+func (c LoadConfig) WithWASI(grants ...string) LoadConfig {
+	c.wasi = append([]string(nil), grants...)
+	return c
+}
+
+// Module is a validated, compiled module, ready to instantiate per session.
+type Module struct {
+	name          string
+	kind          ModuleKind
+	sha256        string
+	compiled      wazero.CompiledModule
+	engine        *Engine
+	hasFence      bool
+	hasInit       bool
+	hasInitialize bool
+	wasi          bool
+	memoryPages   uint32
+	segments      [2]int // data segments before and after merging
+}
+
+// Name is the module's name.
+func (m *Module) Name() string { return m.name }
+
+// Kind is what the module provides.
+func (m *Module) Kind() ModuleKind { return m.kind }
+
+// SHA256 is the hex sha256 of the module's bytes as loaded.
+func (m *Module) SHA256() string { return m.sha256 }
+
+// HasFence reports whether the module exports stagehost_fence.
+func (m *Module) HasFence() bool { return m.hasFence }
+
+// Load validates a module and compiles it. Validation happens before
+// anything is instantiated, in this order: sha256, structure, ABI marker,
+// imports (only stagehost_v1 functions with their exact types, and WASI
+// functions granted by cfg), required exports and their types, and memory
+// limits. The module is then rewritten (memory maximum capped, data
+// segments merged) and compiled, through the file cache. Loading the same
+// bytes with the same configuration again returns the same *Module.
+//
+//	bin, _ := os.ReadFile("stage.wasm")
+//	mod, err := eng.Load(ctx, bin, stages.SHA256(bin), stages.NewLoadConfig().WithName("mlp"))
+//
+// # Errors
+//
+//   - [hw.ErrInvalidArgument]: sha256 mismatch, malformed binary, missing
+//     or duplicated ABI marker, forbidden import, missing export, wrong
+//     export type, memory above the limit. The message names the module
+//     and the offending import, export or limit.
+//   - [hw.ErrUnsupported]: the module targets another ABI version.
+func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg LoadConfig) (*Module, error) {
+	fail := func(class error, format string, args ...any) (*Module, error) {
+		return nil, hw.Errorf(class, "module %q: "+format, append([]any{cfg.name}, args...)...)
+	}
+	sum := SHA256(bin)
+	if sha256hex == "" {
+		return fail(hw.ErrInvalidArgument, "no expected sha256 given (it is %s)", sum)
+	}
+	if !strings.EqualFold(sha256hex, sum) {
+		return fail(hw.ErrInvalidArgument, "sha256 mismatch: expected %s, the bytes hash to %s", strings.ToLower(sha256hex), sum)
+	}
+	key := fmt.Sprintf("%s/%d/%d/%q/%s", sum, cfg.kind, cfg.memoryPages, cfg.wasi, cfg.name)
+	e.mu.Lock()
+	if m, ok := e.modules[key]; ok {
+		e.mu.Unlock()
+		return m, nil
+	}
+	e.mu.Unlock()
+
+	parsed, err := wasmbin.Parse(bin)
+	if err != nil {
+		return fail(hw.ErrInvalidArgument, "%v", err)
+	}
+	m := &Module{name: cfg.name, kind: cfg.kind, sha256: sum, engine: e, memoryPages: cfg.memoryPages}
+	if err := checkMarker(parsed); err != nil {
+		return fail(hw.ClassOf(err), "%v", err)
+	}
+	grants, err := wasiGrants(cfg.wasi)
+	if err != nil {
+		return fail(hw.ErrInvalidArgument, "%v", err)
+	}
+	if err := checkImports(parsed, grants); err != nil {
+		return fail(hw.ErrInvalidArgument, "%v", err)
+	}
+	for _, im := range parsed.Imports {
+		m.wasi = m.wasi || im.Module == abi.WASIModule
+	}
+	if err := m.checkExports(parsed); err != nil {
+		return fail(hw.ErrInvalidArgument, "%v", err)
+	}
+	if err := checkMemory(parsed, cfg.memoryPages); err != nil {
+		return fail(hw.ErrInvalidArgument, "%v", err)
+	}
+	rewritten, st, err := parsed.Rewrite(wasmbin.RewriteOptions{MaxPages: cfg.memoryPages, MergeGap: e.cfg.mergeGap})
+	if err != nil {
+		return fail(hw.ErrInvalidArgument, "%v", err)
+	}
+	m.segments = [2]int{st.SegmentsBefore, st.SegmentsAfter}
+	if e.cfg.onCompile != nil {
+		e.cfg.onCompile(cfg.name, false)
+	}
+	compiled, err := e.runtime.CompileModule(ctx, rewritten)
+	if err != nil {
+		return fail(hw.ErrInvalidArgument, "does not compile: %v", err)
+	}
+	m.compiled = compiled
+	e.mu.Lock()
+	if prev, ok := e.modules[key]; ok { // a concurrent Load won
+		e.mu.Unlock()
+		_ = compiled.Close(ctx)
+		return prev, nil
+	}
+	e.modules[key] = m
+	e.mu.Unlock()
+	return m, nil
+}
+
+func checkMarker(m *wasmbin.Module) error {
+	var markers []wasmbin.Export
+	for _, e := range m.Exports {
+		if strings.HasPrefix(e.Name, abi.MarkerPrefix) {
+			markers = append(markers, e)
+		}
+	}
+	switch {
+	case len(markers) == 0:
+		return hw.Errorf(hw.ErrInvalidArgument, "missing ABI marker: a stagehost module must export the function %s", abi.Marker)
+	case len(markers) > 1:
+		names := make([]string, len(markers))
+		for i, mk := range markers {
+			names[i] = mk.Name
+		}
+		return hw.Errorf(hw.ErrInvalidArgument, "several ABI markers exported (%s): export exactly one", strings.Join(names, ", "))
+	case markers[0].Name != abi.Marker:
+		return hw.Errorf(hw.ErrUnsupported, "module targets ABI %s, this host implements ABI v%d (%s)",
+			strings.TrimPrefix(markers[0].Name, "stagehost_abi_"), abi.Version, abi.Marker)
+	}
+	if err := checkFuncExport(markers[0], abi.ExportSignatures[abi.Marker]); err != nil {
+		return hw.Errorf(hw.ErrInvalidArgument, "%v", err)
+	}
+	return nil
+}
+
+func wasiGrants(grants []string) (map[string]bool, error) {
+	set := map[string]bool{}
+	for _, g := range grants {
+		switch {
+		case g == GrantGoRuntime:
+			for _, f := range abi.GoRuntimeWASI {
+				set[f] = true
+			}
+		case slices.Contains(abi.GoRuntimeWASI, g):
+			set[g] = true
+		default:
+			return nil, fmt.Errorf("WASI grant %q cannot be given: grant %q or some of %s", g, GrantGoRuntime, strings.Join(abi.GoRuntimeWASI, ", "))
+		}
+	}
+	return set, nil
+}
+
+func checkImports(m *wasmbin.Module, grants map[string]bool) error {
+	var errs []error
+	for _, im := range m.Imports {
+		where := im.Module + "." + im.Name
+		if im.Kind != wasmbin.KindFunc {
+			errs = append(errs, fmt.Errorf("imports %s %s: only functions may be imported", wasmbin.KindName(im.Kind), where))
+			continue
+		}
+		switch im.Module {
+		case abi.ImportModule:
+			sig, ok := abi.Functions[im.Name]
+			if !ok {
+				errs = append(errs, fmt.Errorf("imports %s, which ABI v1 does not define", where))
+			} else if !sameSignature(im.Type, sig) {
+				errs = append(errs, fmt.Errorf("imports %s with type %s, ABI v1 defines %s", where, formatType(im.Type), formatSig(sig)))
+			}
+		case abi.WASIModule:
+			if !grants[im.Name] {
+				how := fmt.Sprintf("grant it with wasi = [%q]", GrantGoRuntime)
+				if !slices.Contains(abi.GoRuntimeWASI, im.Name) {
+					how = "it can never be granted in ABI v1"
+				}
+				errs = append(errs, fmt.Errorf("imports %s, which is not granted (%s)", where, how))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("imports %s: only %s functions and granted WASI functions may be imported", where, abi.ImportModule))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Module) checkExports(p *wasmbin.Module) error {
+	var errs []error
+	if mem, ok := p.Export(abi.ExportMemory); !ok || mem.Kind != wasmbin.KindMemory {
+		errs = append(errs, fmt.Errorf("must export its memory as %q", abi.ExportMemory))
+	}
+	need := abi.ExportRun
+	if m.kind == FenceModule {
+		need = abi.ExportFence
+	}
+	if _, ok := p.Export(need); !ok {
+		errs = append(errs, fmt.Errorf("a %s module must export %s", m.kind, need))
+	}
+	for _, name := range []string{abi.ExportRun, abi.ExportFence, abi.ExportInit, abi.ExportInitialize} {
+		e, ok := p.Export(name)
+		if !ok {
+			continue
+		}
+		if err := checkFuncExport(e, abi.ExportSignatures[name]); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		switch name {
+		case abi.ExportFence:
+			m.hasFence = true
+		case abi.ExportInit:
+			m.hasInit = true
+		case abi.ExportInitialize:
+			m.hasInitialize = true
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkFuncExport(e wasmbin.Export, want abi.Signature) error {
+	if e.Kind != wasmbin.KindFunc {
+		return fmt.Errorf("export %s must be a function, it is a %s", e.Name, wasmbin.KindName(e.Kind))
+	}
+	if !sameSignature(e.Type, want) {
+		return fmt.Errorf("export %s has type %s, ABI v1 requires %s", e.Name, formatType(e.Type), formatSig(want))
+	}
+	return nil
+}
+
+func checkMemory(p *wasmbin.Module, limit uint32) error {
+	if len(p.Memories) != 1 {
+		return fmt.Errorf("defines %d memories, ABI v1 requires exactly one", len(p.Memories))
+	}
+	l := p.Memories[0]
+	if l.HasMax && l.Max > limit {
+		return fmt.Errorf("memory maximum %d pages (%d MiB) is above the limit of %d pages (%d MiB)", l.Max, l.Max/16, limit, limit/16)
+	}
+	if l.Min > limit {
+		return fmt.Errorf("memory minimum %d pages (%d MiB) is above the limit of %d pages (%d MiB)", l.Min, l.Min/16, limit, limit/16)
+	}
+	return nil
+}
+
+func sameSignature(t wasmbin.FuncType, s abi.Signature) bool {
+	return bytes.Equal(t.Params, valueTypes(s.Params)) && bytes.Equal(t.Results, valueTypes(s.Results))
+}
+
+func valueTypes(v []api.ValueType) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	out := make([]byte, len(v))
+	copy(out, v)
+	return out
+}
+
+func formatSig(s abi.Signature) string {
+	return formatType(wasmbin.FuncType{Params: valueTypes(s.Params), Results: valueTypes(s.Results)})
+}
+
+func formatType(t wasmbin.FuncType) string {
+	names := func(v []byte) string {
+		s := make([]string, len(v))
+		for i, b := range v {
+			s[i] = api.ValueTypeName(b)
+		}
+		return strings.Join(s, ",")
+	}
+	return "(" + names(t.Params) + ")->(" + names(t.Results) + ")"
+}

@@ -1,0 +1,392 @@
+package stages
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/host"
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
+)
+
+var (
+	testEngineOnce sync.Once
+	testEngine     *Engine
+)
+
+// engineForTest shares one engine (no file cache) across the tests.
+func engineForTest(t testing.TB) *Engine {
+	t.Helper()
+	testEngineOnce.Do(func() {
+		e, err := NewEngine(context.Background(), NewEngineConfig().WithCacheDir(""))
+		if err != nil {
+			panic(err)
+		}
+		testEngine = e
+	})
+	return testEngine
+}
+
+type wasmFixture struct {
+	eng *Engine
+	rt  *host.Runtime
+	p   *sim.Platform
+	gpu *sim.Device
+}
+
+func newWasmFixture(t testing.TB) *wasmFixture {
+	t.Helper()
+	rt, err := host.NewRuntime(host.NewConfig().WithCapacity(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sim.New()
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return &wasmFixture{eng: engineForTest(t), rt: rt, p: p, gpu: gpu}
+}
+
+func hostile(t testing.TB, name string) []byte {
+	t.Helper()
+	bin, err := os.ReadFile(filepath.Join("testdata", "hostile", name+".wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func (f *wasmFixture) load(t testing.TB, name string, cfg LoadConfig) (*Module, error) {
+	t.Helper()
+	bin := hostile(t, name)
+	return f.eng.Load(context.Background(), bin, SHA256(bin), cfg.WithName(name))
+}
+
+func (f *wasmFixture) mustLoad(t testing.TB, name string) *Module {
+	t.Helper()
+	m, err := f.load(t, name, NewLoadConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (f *wasmFixture) session(t testing.TB, m *Module, cfg SessionConfig) *Session {
+	t.Helper()
+	s, err := f.eng.NewSession(context.Background(), f.rt, m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (f *wasmFixture) defaultConfig(name string) SessionConfig {
+	return NewSessionConfig(name, f.gpu).WithStreams("s0").WithPrograms("noop").
+		WithDeadline(100 * time.Millisecond).WithFenceTimeout(100 * time.Millisecond)
+}
+
+// controlStillWorks runs the well-behaved module in a fresh session on the
+// same runtime.
+func (f *wasmFixture) controlStillWorks(t *testing.T) {
+	t.Helper()
+	s := f.session(t, f.mustLoad(t, "good_stage"), f.defaultConfig("control"))
+	out, err := s.Run(context.Background(), nil, nil)
+	if err != nil || string(out) != "ok" {
+		t.Fatalf("control session: %q, %v", out, err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func statuses(out []byte) []abi.Status {
+	var s []abi.Status
+	for i := 0; i+4 <= len(out); i += 4 {
+		s = append(s, abi.Status(binary.LittleEndian.Uint32(out[i:])))
+	}
+	return s
+}
+
+func TestLoadRejectsModulesBeforeInstantiating(t *testing.T) {
+	f := newWasmFixture(t)
+	for _, tc := range []struct {
+		name  string
+		cfg   LoadConfig
+		class error
+		words []string
+	}{
+		{"no_marker", NewLoadConfig(), hw.ErrInvalidArgument, []string{"missing ABI marker"}},
+		{"wrong_version", NewLoadConfig(), hw.ErrUnsupported, []string{"v2", "v1"}},
+		{"unknown_import", NewLoadConfig(), hw.ErrInvalidArgument, []string{"env.exfiltrate"}},
+		{"bad_signature", NewLoadConfig(), hw.ErrInvalidArgument, []string{"stream_sync", "(i32)->(i32)", "(i64)->(i32)"}},
+		{"wasi_fs", NewLoadConfig(), hw.ErrInvalidArgument, []string{"path_open", "not granted"}},
+		{"wasi_fs", NewLoadConfig().WithWASI(GrantGoRuntime), hw.ErrInvalidArgument, []string{"path_open", "never be granted"}},
+		{"memory_bomb_max", NewLoadConfig().WithMemoryLimit(16 << 20), hw.ErrInvalidArgument, []string{"memory maximum 65536 pages", "limit of 256 pages"}},
+		{"loop_fence", NewLoadConfig().WithKind(FenceModule).WithWASI("path_open"), hw.ErrInvalidArgument, []string{`grant "path_open" cannot be given`}},
+	} {
+		_, err := f.load(t, tc.name, tc.cfg)
+		if !errors.Is(err, tc.class) {
+			t.Errorf("%s: got %v, want class %v", tc.name, err, tc.class)
+			continue
+		}
+		for _, w := range append(tc.words, tc.name) {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not mention %q", tc.name, err, w)
+			}
+		}
+	}
+	bin := hostile(t, "good_stage")
+	if _, err := f.eng.Load(context.Background(), bin, strings.Repeat("0", 64), NewLoadConfig()); !errors.Is(err, hw.ErrInvalidArgument) || !strings.Contains(err.Error(), "sha256 mismatch") {
+		t.Errorf("sha mismatch: %v", err)
+	}
+	if _, err := f.eng.Load(context.Background(), []byte("\x00asm\x01\x00\x00\x00\x01"), SHA256([]byte("\x00asm\x01\x00\x00\x00\x01")), NewLoadConfig()); !errors.Is(err, hw.ErrInvalidArgument) {
+		t.Errorf("malformed: %v", err)
+	}
+}
+
+func TestLoadIsCachedPerProcess(t *testing.T) {
+	f := newWasmFixture(t)
+	a, b := f.mustLoad(t, "good_stage"), f.mustLoad(t, "good_stage")
+	if a != b {
+		t.Fatal("the same module compiled twice")
+	}
+}
+
+func TestGoodAndClientErrorStagesDoNotQuarantine(t *testing.T) {
+	f := newWasmFixture(t)
+	ctx := context.Background()
+	good := f.session(t, f.mustLoad(t, "good_stage"), f.defaultConfig("good"))
+	for range 3 {
+		out, err := good.Run(ctx, nil, nil)
+		if err != nil || string(out) != "ok" {
+			t.Fatalf("good: %q %v", out, err)
+		}
+	}
+	bad := f.session(t, f.mustLoad(t, "client_error"), f.defaultConfig("client"))
+	_, err := bad.Run(ctx, nil, nil)
+	var ce *ClientError
+	if !errors.As(err, &ce) || ce.Code != 3 || ce.Message != "bad input" {
+		t.Fatalf("client error: %v", err)
+	}
+	if bad.Quarantined() != nil {
+		t.Fatal("client error quarantined the session")
+	}
+	if _, err := bad.Run(ctx, nil, nil); !errors.As(err, &ce) {
+		t.Fatalf("second call: %v", err)
+	}
+	if err := bad.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStageSideHostilityIsContainedWithoutQuarantine(t *testing.T) {
+	f := newWasmFixture(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		class error
+		words []string
+	}{
+		{"loop_stage", hw.ErrDeadlineExceeded, []string{"deadline"}},
+		{"trap_stage", hw.ErrFault, []string{"trapped", "unreachable"}},
+		{"deep_recursion", hw.ErrFault, []string{"trapped", "stack overflow"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := f.defaultConfig(tc.name)
+			if tc.name == "deep_recursion" {
+				cfg = cfg.WithDeadline(10 * time.Second) // stack growth is slow under -race
+			}
+			s := f.session(t, f.mustLoad(t, tc.name), cfg)
+			streams := s.Owner().Streams()
+			for round := 1; round <= 2; round++ {
+				_, err := s.Run(ctx, nil, nil)
+				if !errors.Is(err, tc.class) {
+					t.Fatalf("round %d: got %v, want %v", round, err, tc.class)
+				}
+				for _, w := range tc.words {
+					if !strings.Contains(err.Error(), w) {
+						t.Fatalf("%q does not mention %q", err, w)
+					}
+				}
+				if s.Quarantined() != nil {
+					t.Fatal("stage-side failure quarantined the session")
+				}
+				if s.Replacements() != round {
+					t.Fatalf("replacements %d after round %d", s.Replacements(), round)
+				}
+			}
+			if got := s.Owner().Streams(); len(got) != 1 || got[0] != streams[0] {
+				t.Fatal("the session's resources did not survive the instance")
+			}
+			f.controlStillWorks(t)
+			if err := s.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestMemoryBombStaysUnderTheLimit(t *testing.T) {
+	f := newWasmFixture(t)
+	m, err := f.load(t, "memory_bomb", NewLoadConfig().WithMemoryLimit(16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.session(t, m, f.defaultConfig("bomb").WithDeadline(10*time.Second))
+	out, err := s.Run(context.Background(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages := binary.LittleEndian.Uint32(out); pages != 241 {
+		t.Fatalf("memory grew to %d pages, want 241 (limit 256)", pages)
+	}
+	if s.Quarantined() != nil {
+		t.Fatal("quarantined")
+	}
+}
+
+func TestHandleAbuseGetsClearStatuses(t *testing.T) {
+	f := newWasmFixture(t)
+	ctx := context.Background()
+	victim := f.session(t, f.mustLoad(t, "good_stage"), f.defaultConfig("victim"))
+	victimStream := abi.MakeHandle(abi.KindStream, victim.native.state.table.tag, 1)
+	victimHang := victim.Owner().Streams()[0].(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
+	defer victimHang()
+	for _, tc := range []struct {
+		name  string
+		input []byte
+		want  []abi.Status
+	}{
+		{"forged_handle", nil, []abi.Status{abi.StatusForeignHandle}},
+		{"zero_handle", nil, []abi.Status{abi.StatusBadHandle}},
+		{"unissued_handle", nil, []abi.Status{abi.StatusBadHandle}},
+		{"wrong_kind_handle", nil, []abi.Status{abi.StatusBadHandle}},
+		{"stale_handle", nil, []abi.Status{abi.StatusStaleHandle}},
+		{"foreign_handle", binary.LittleEndian.AppendUint64(nil, uint64(victimStream)), []abi.Status{abi.StatusForeignHandle}},
+		{"oob_pointer", nil, []abi.Status{abi.StatusOutOfBounds, abi.StatusOutOfBounds, abi.StatusOutOfBounds, abi.StatusOutOfBounds, abi.StatusOutOfBounds}},
+	} {
+		s := f.session(t, f.mustLoad(t, tc.name), f.defaultConfig(tc.name))
+		out, err := s.Run(ctx, tc.input, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := statuses(out)
+		if len(got) != len(tc.want) {
+			t.Fatalf("%s: statuses %v, want %v", tc.name, got, tc.want)
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Fatalf("%s: statuses %v, want %v", tc.name, got, tc.want)
+			}
+		}
+		if s.Quarantined() != nil {
+			t.Fatalf("%s: quarantined", tc.name)
+		}
+		if err := s.Close(ctx); err != nil {
+			t.Fatalf("%s: close: %v", tc.name, err)
+		}
+	}
+	// The foreign handle never reached the victim's stream: it has no work.
+	if st := victim.Owner().Streams()[0]; !st.Idle() || st.(*sim.Stream).Submitted() != 0 {
+		t.Fatal("another session's handle reached the victim's stream")
+	}
+}
+
+func TestOutputLargerThanItsLimit(t *testing.T) {
+	f := newWasmFixture(t)
+	s := f.session(t, f.mustLoad(t, "big_output"), f.defaultConfig("big").WithOutputLimit(32<<10))
+	out, err := s.Run(context.Background(), nil, nil)
+	var ce *ClientError
+	if !errors.As(err, &ce) || ce.Code != 7 {
+		t.Fatalf("got %v", err)
+	}
+	if len(out) != 32<<10 {
+		t.Fatalf("kept %d bytes of output, want exactly the limit", len(out))
+	}
+	for _, b := range out {
+		if b != 0x5A {
+			t.Fatal("output corrupted")
+		}
+	}
+}
+
+func TestFencesThatCannotBeProvenQuarantine(t *testing.T) {
+	f := newWasmFixture(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		hang bool
+	}{{"loop_fence", false}, {"trap_fence", false}, {"lying_fence", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := f.session(t, f.mustLoad(t, tc.name), f.defaultConfig(tc.name))
+			if tc.hang {
+				release := s.Owner().Streams()[0].(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
+				defer release()
+			}
+			charged := s.Owner().Budget().Used()
+			_, err := s.Run(ctx, nil, nil)
+			if !errors.Is(err, hw.ErrDeviceLost) {
+				t.Fatalf("the failing fence's call: %v", err)
+			}
+			if s.Quarantined() == nil {
+				t.Fatal("not quarantined")
+			}
+			if _, err := s.Run(ctx, nil, nil); !errors.Is(err, hw.ErrDeviceLost) {
+				t.Fatalf("later call: %v", err)
+			}
+			if s.Owner().Budget().Used() != charged {
+				t.Fatal("quarantine released charges")
+			}
+			if err := s.Close(ctx); !errors.Is(err, hw.ErrDeviceLost) {
+				t.Fatalf("close: %v", err)
+			}
+			f.controlStillWorks(t)
+		})
+	}
+	st := f.rt.Stats()
+	if len(st.Quarantined) != 3 {
+		t.Fatalf("runtime quarantines %v", st.Quarantined)
+	}
+}
+
+func TestFenceRunsAfterATrappedStage(t *testing.T) {
+	// trap_stage has no fence of its own, so the built-in drain runs; a
+	// hung stream makes that drain time out, which proves it ran after the
+	// trap and that the trap did not skip it.
+	f := newWasmFixture(t)
+	trap := f.session(t, f.mustLoad(t, "trap_stage"), f.defaultConfig("trap").WithFenceTimeout(20*time.Millisecond))
+	release := trap.Owner().Streams()[0].(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
+	defer release()
+	// Give the hung stream work so the drain must wait on it.
+	if _, err := trap.Owner().Streams()[0].Submit(&hw.Command{Program: mustNoop(t, trap)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := trap.Run(context.Background(), nil, nil)
+	if !errors.Is(err, hw.ErrDeviceLost) {
+		t.Fatalf("got %v: the drain after the trap should have timed out and quarantined", err)
+	}
+	if !strings.Contains(trap.Quarantined().Error(), "stage had failed") || !strings.Contains(trap.Quarantined().Error(), "unreachable") {
+		t.Fatalf("quarantine reason does not name the trap: %v", trap.Quarantined())
+	}
+}
+
+func mustNoop(t *testing.T, s *Session) hw.Program {
+	t.Helper()
+	for _, e := range s.native.state.table.entries {
+		if e.kind == abi.KindProgram {
+			return e.program
+		}
+	}
+	t.Fatal("no program")
+	return nil
+}
