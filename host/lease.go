@@ -2,8 +2,9 @@ package host
 
 import (
 	"context"
-	"sync"
 	"time"
+
+	"github.com/stagehost/stagehost/internal/deadline"
 )
 
 // Lease is a native lease on the compute lane, filled in by
@@ -16,7 +17,7 @@ type Lease struct {
 	start time.Time
 	wait  time.Duration
 	stage stageContext
-	fence fenceContext
+	fence deadline.Context
 }
 
 // Held reports whether the lease is held.
@@ -34,7 +35,7 @@ func (l *Lease) Context() context.Context { return &l.stage }
 // cancellation (the fence must run even after the stage's deadline), and
 // it has its own deadline timeout from now. It is valid until Release.
 func (l *Lease) FenceContext(timeout time.Duration) context.Context {
-	l.fence.arm(&l.stage, l.rt.clock().Add(timeout))
+	l.fence.Arm(&l.stage, l.rt.clock().Add(timeout))
 	return &l.fence
 }
 
@@ -46,7 +47,7 @@ func (l *Lease) Release(failed bool) {
 		return
 	}
 	end := rt.clock()
-	l.fence.disarm()
+	l.fence.Disarm()
 	rt.sched.release(LaneCompute, true, l.cost)
 	rt.tracer.Record(Record{Start: l.start, Dur: end.Sub(l.start), Wait: l.wait,
 		Lane: LaneCompute, Owner: l.op.Owner, Device: l.op.Device, Failed: failed})
@@ -74,91 +75,3 @@ func (c *stageContext) Value(key any) any {
 	}
 	return c.parent.Value(key)
 }
-
-// fenceContext is a reusable context with its own deadline and the values
-// of a stage context. Its Done channel and timer are made only if a fence
-// actually waits on Done, and the timer is reused across leases.
-type fenceContext struct {
-	values   *stageContext
-	mu       sync.Mutex
-	deadline time.Time
-	done     chan struct{} // nil until a fence asks for it
-	err      error         // set once the deadline passed
-	timer    *time.Timer   // made on the first Done, then reset
-}
-
-func (c *fenceContext) arm(values *stageContext, deadline time.Time) {
-	c.mu.Lock()
-	c.values = values
-	c.deadline = deadline
-	if c.err != nil { // the last fence expired and its channel is closed
-		c.done, c.err = nil, nil
-	}
-	if c.done != nil {
-		c.timer.Reset(time.Until(deadline))
-	}
-	c.mu.Unlock()
-}
-
-func (c *fenceContext) disarm() {
-	c.mu.Lock()
-	if c.timer != nil {
-		c.timer.Stop()
-	}
-	c.mu.Unlock()
-}
-
-// expireLocked closes Done if the deadline has passed.
-func (c *fenceContext) expireLocked() {
-	if c.err == nil && !time.Now().Before(c.deadline) {
-		c.err = context.DeadlineExceeded
-		if c.done != nil {
-			close(c.done)
-		}
-	}
-}
-
-func (c *fenceContext) onTimer() {
-	c.mu.Lock()
-	c.expireLocked()
-	if c.err == nil && c.done != nil { // a stale timer of an earlier arm
-		c.timer.Reset(time.Until(c.deadline))
-	}
-	c.mu.Unlock()
-}
-
-func (c *fenceContext) Deadline() (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.deadline, true
-}
-
-func (c *fenceContext) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done == nil {
-		c.done = make(chan struct{})
-		if c.err != nil { // expired through Err before anyone asked for Done
-			close(c.done)
-			return c.done
-		}
-		c.expireLocked()
-		if c.err == nil {
-			if c.timer == nil {
-				c.timer = time.AfterFunc(time.Until(c.deadline), c.onTimer)
-			} else {
-				c.timer.Reset(time.Until(c.deadline))
-			}
-		}
-	}
-	return c.done
-}
-
-func (c *fenceContext) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.expireLocked()
-	return c.err
-}
-
-func (c *fenceContext) Value(key any) any { return c.values.Value(key) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/deadline"
 )
 
 // hostFunctions implements module stagehost_v1 (ABI.md §3). Every function
@@ -43,10 +44,23 @@ type callContext struct {
 	st *callState
 }
 
+// reusableCallContext is a session's allocation-free call context, used
+// when the caller's context cannot be cancelled (its own deadline is then
+// the only way the call ends early).
+type reusableCallContext struct {
+	deadline.Context
+	st *callState
+}
+
 // state returns the calling session, or nil for a call the host did not
-// make (which cannot happen through the public API).
+// make (which cannot happen through the public API). It switches on the
+// concrete types: an assertion to an interface would cost an itab lookup
+// on every host call.
 func state(ctx context.Context) *callState {
-	if c, ok := ctx.(*callContext); ok {
+	switch c := ctx.(type) {
+	case *reusableCallContext:
+		return c.st
+	case *callContext:
 		return c.st
 	}
 	return nil

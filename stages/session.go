@@ -159,6 +159,7 @@ type Session struct {
 	owner   *Owner
 	logger  *slog.Logger
 	native  *NativeSession[callState]
+	callCtx reusableCallContext
 	inst    *instance // nil when discarded
 	fenceIn *instance // the fence module's instance
 	replace int       // instances replaced after a trap or timeout
@@ -193,6 +194,7 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 		return nil, err
 	}
 	s.native = NewNative(rt, s.owner, st, s.fence, WithFenceTimeout(cfg.fenceTimeout), WithDevice(cfg.device.Name()))
+	s.callCtx.st = &s.native.state
 	if err := s.ensureInstances(ctx); err != nil {
 		_ = s.owner.Close(ctx)
 		return nil, err
@@ -343,7 +345,17 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		if err := s.ensureInstances(lctx); err != nil {
 			return err
 		}
-		code, err := s.call(lctx, &s.inst, s.inst.entry, st, s.cfg.deadline, "stage")
+		var cctx context.Context
+		if lctx.Done() == nil { // nothing but our deadline can end the call
+			s.callCtx.Arm(lctx, time.Now().Add(s.cfg.deadline))
+			defer s.callCtx.Disarm()
+			cctx = &s.callCtx
+		} else {
+			c, cancel := context.WithTimeout(lctx, s.cfg.deadline)
+			defer cancel()
+			cctx = &callContext{Context: c, st: st}
+		}
+		code, err := s.call(lctx, cctx, &s.inst, s.inst.entry, s.cfg.deadline, "stage")
 		if err != nil {
 			return err
 		}
@@ -359,14 +371,13 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 	return dst, err
 }
 
-// call calls fn of *in under a deadline, discarding the instance on a trap
-// or timeout.
-func (s *Session) call(ctx context.Context, in **instance, fn api.Function, st *callState, timeout time.Duration, what string) (int32, error) {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// call calls fn of *in with cctx, a call context (see state) that ends at
+// the call's deadline, timeout after the call started. It discards the
+// instance on a trap or timeout. ctx is the caller's context.
+func (s *Session) call(ctx, cctx context.Context, in **instance, fn api.Function, timeout time.Duration, what string) (int32, error) {
 	stack := (*in).stack[:]
 	stack[0] = 0
-	err := fn.CallWithStack(&callContext{Context: cctx, st: st}, stack)
+	err := fn.CallWithStack(cctx, stack)
 	if err == nil {
 		return int32(stack[0]), nil
 	}
@@ -403,7 +414,8 @@ func (s *Session) fence(ctx context.Context, st *callState) error {
 		f = fn.fence
 	}
 	deadline, _ := ctx.Deadline()
-	code, err := s.call(ctx, in, f, st, time.Until(deadline), "fence")
+	// ctx is the lease's fence context: it already ends at the fence deadline.
+	code, err := s.call(ctx, &callContext{Context: ctx, st: st}, in, f, time.Until(deadline), "fence")
 	if err != nil {
 		return err
 	}
