@@ -137,30 +137,11 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	}
 	e.mu.Unlock()
 
-	parsed, err := wasmbin.Parse(bin)
+	m, parsed, err := validate(bin, cfg)
 	if err != nil {
-		return fail(hw.ErrInvalidArgument, "%v", err)
+		return nil, err
 	}
-	m := &Module{name: cfg.name, kind: cfg.kind, sha256: sum, engine: e, memoryPages: cfg.memoryPages}
-	if err := checkMarker(parsed); err != nil {
-		return fail(hw.ClassOf(err), "%v", err)
-	}
-	grants, err := wasiGrants(cfg.wasi)
-	if err != nil {
-		return fail(hw.ErrInvalidArgument, "%v", err)
-	}
-	if err := checkImports(parsed, grants); err != nil {
-		return fail(hw.ErrInvalidArgument, "%v", err)
-	}
-	for _, im := range parsed.Imports {
-		m.wasi = m.wasi || im.Module == abi.WASIModule
-	}
-	if err := m.checkExports(parsed); err != nil {
-		return fail(hw.ErrInvalidArgument, "%v", err)
-	}
-	if err := checkMemory(parsed, cfg.memoryPages); err != nil {
-		return fail(hw.ErrInvalidArgument, "%v", err)
-	}
+	m.sha256, m.engine = sum, e
 	rewritten, st, err := parsed.Rewrite(wasmbin.RewriteOptions{MaxPages: cfg.memoryPages, MergeGap: e.cfg.mergeGap})
 	if err != nil {
 		return fail(hw.ErrInvalidArgument, "%v", err)
@@ -183,6 +164,50 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	e.modules[key] = m
 	e.mu.Unlock()
 	return m, nil
+}
+
+// Validate runs every check [Engine.Load] makes before compiling (all but
+// the sha256): structure, ABI marker, imports against cfg's WASI grants,
+// exports, memory limits. It compiles and instantiates nothing, so tools
+// can check modules cheaply.
+//
+// # Errors
+//
+// As for [Engine.Load].
+func Validate(bin []byte, cfg LoadConfig) error {
+	_, _, err := validate(bin, cfg)
+	return err
+}
+
+func validate(bin []byte, cfg LoadConfig) (*Module, *wasmbin.Module, error) {
+	fail := func(class error, err error) (*Module, *wasmbin.Module, error) {
+		return nil, nil, hw.Errorf(class, "module %q: %v", cfg.name, err)
+	}
+	parsed, err := wasmbin.Parse(bin)
+	if err != nil {
+		return fail(hw.ErrInvalidArgument, err)
+	}
+	m := &Module{name: cfg.name, kind: cfg.kind, memoryPages: cfg.memoryPages}
+	if err := checkMarker(parsed); err != nil {
+		return fail(hw.ClassOf(err), err)
+	}
+	grants, err := wasiGrants(cfg.wasi)
+	if err != nil {
+		return fail(hw.ErrInvalidArgument, err)
+	}
+	if err := checkImports(parsed, grants); err != nil {
+		return fail(hw.ErrInvalidArgument, err)
+	}
+	for _, im := range parsed.Imports {
+		m.wasi = m.wasi || im.Module == abi.WASIModule
+	}
+	if err := m.checkExports(parsed); err != nil {
+		return fail(hw.ErrInvalidArgument, err)
+	}
+	if err := checkMemory(parsed, cfg.memoryPages); err != nil {
+		return fail(hw.ErrInvalidArgument, err)
+	}
+	return m, parsed, nil
 }
 
 func checkMarker(m *wasmbin.Module) error {
