@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Rebuilds every example module next to its source.
+#
+#   ./build.sh          rebuild all .wasm files
+#   ./build.sh --check  rebuild into a temporary directory and fail if any
+#                       committed .wasm differs (same Go and clang versions
+#                       needed: the outputs depend on the toolchain)
+#
+# Go guests use the SDK's documented command,
+#   GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o X.wasm .
+# run in the example's folder, plus -trimpath and -buildvcs=false so that
+# the committed bytes do not depend on the checkout's path or git state.
+# C guests need clang and wasm-ld (Debian: apt-get install -y clang lld).
+set -euo pipefail
+cd "$(dirname "$0")"
+here=$(pwd)
+
+check=false
+if [ "${1:-}" = "--check" ]; then
+  check=true
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
+
+target() { # target DIR NAME: where NAME.wasm built in DIR goes
+  if $check; then echo "$out/$2.wasm"; else echo "$here/$1/$2.wasm"; fi
+}
+
+go_example() { # go_example DIR NAME
+  (cd "$1" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -buildvcs=false -o "$(target "$1" "$2")" .)
+}
+
+c_example() { # c_example DIR NAME
+  (cd "$1" && clang --target=wasm32 -O2 -nostdlib -I"$here/../../guest-sdk/c" \
+    -Wl,--no-entry -o "$(target "$1" "$2")" "$2.c" && chmod a-x "$(target "$1" "$2")")
+}
+
+echo "go: $(go version)"
+go_example minimal minimal
+go_example mlp/stage mlp
+go_example fence fence
+if command -v clang >/dev/null; then
+  echo "clang: $(clang --version | head -n1)"
+  c_example cstage cstage
+else
+  echo "clang not found: cstage not rebuilt (apt-get install -y clang lld)" >&2
+  $check && exit 1
+fi
+
+if $check; then
+  status=0
+  for f in minimal/minimal mlp/stage/mlp fence/fence cstage/cstage; do
+    if ! cmp -s "$f.wasm" "$out/$(basename "$f").wasm"; then
+      echo "$f.wasm differs from a fresh build" >&2
+      status=1
+    fi
+  done
+  exit $status
+fi
+ls -l minimal/minimal.wasm mlp/stage/mlp.wasm fence/fence.wasm cstage/cstage.wasm

@@ -1,0 +1,167 @@
+// Command stage is the mlp example: a tiny MLP classifier (see package
+// model) run on the session's device. Input: 8 float32 values,
+// little-endian (32 bytes). Output: the class as a little-endian uint32,
+// then the 4 float32 scores, little-endian (20 bytes).
+//
+// Each run uploads the input, submits matmul → bias → relu → matmul → bias
+// → argmax on stream "s0" as one batch, syncs, and reads the scores and the
+// argmax back with one download. The weights are uploaded once per
+// instance.
+//
+// Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o mlp.wasm .
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+
+	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
+	stagehost "github.com/stagehost/stagehost/guest-sdk"
+)
+
+func init() { stagehost.Main(run) }
+
+func main() {}
+
+// Byte offsets in the work buffer: the input x (1×Inputs), the hidden layer
+// h (1×Hidden), the scores (1×Classes), then argmax's 8-byte result right
+// after the scores, so that one read fetches both.
+const (
+	offX      = 0
+	offH      = offX + 4*model.Inputs
+	offScores = offH + 4*model.Hidden
+	offArgmax = offScores + 4*model.Classes
+	workSize  = offArgmax + 8
+	readLen   = workSize - offScores
+)
+
+// instance is what this Wasm instance knows about its session. Handles
+// outlive an instance but Go globals do not: a replaced instance (after a
+// trap) starts with inst == nil and looks everything up again. The stream
+// handle identifies the session, so a cached instance for another session
+// (possible only in native tests, where one process runs many emulated
+// sessions) is detected too.
+type instance struct {
+	s0      stagehost.Stream
+	weights stagehost.Buffer
+	work    stagehost.Buffer
+	batch   []stagehost.Command
+}
+
+var inst *instance
+
+func setup(c *stagehost.Call) (*instance, error) {
+	s0, err := c.Stream("s0")
+	if err != nil {
+		return nil, err
+	}
+	if inst != nil && inst.s0 == s0 {
+		return inst, nil
+	}
+	var progs [4]stagehost.Program
+	for i, name := range [...]string{"matmul", "bias", "relu", "argmax"} {
+		if progs[i], err = c.Program(name); err != nil {
+			return nil, &contextError{"mlp: program " + name, err}
+		}
+	}
+	matmul, bias, relu, argmax := progs[0], progs[1], progs[2], progs[3]
+
+	// Buffers allocated by an instance that was later replaced stay
+	// allocated, unreachable, until the session closes; the budget bounds
+	// that.
+	weights, err := c.Alloc(4 * model.NumParams)
+	if err != nil {
+		return nil, err
+	}
+	work, err := c.Alloc(workSize)
+	if err != nil {
+		weights.Free()
+		return nil, err
+	}
+	if err := s0.Write(weights, 0, model.ParamBytes()); err != nil {
+		weights.Free()
+		work.Free()
+		return nil, err
+	}
+	f := func(off int) int { return 4 * off }
+	w := func(off, n int) stagehost.Arg { return stagehost.Buf(weights, f(off), f(n)) }
+	x := stagehost.Buf(work, offX, 4*model.Inputs)
+	h := stagehost.Buf(work, offH, 4*model.Hidden)
+	scores := stagehost.Buf(work, offScores, 4*model.Classes)
+	u := stagehost.U32
+	in, hid, cls := uint32(model.Inputs), uint32(model.Hidden), uint32(model.Classes)
+	inst = &instance{
+		s0:      s0,
+		weights: weights,
+		work:    work,
+		batch: []stagehost.Command{
+			// matmul(A, B, C, M, N, K)
+			stagehost.Cmd(matmul, x, w(model.OffW1, model.Inputs*model.Hidden), h, u(1), u(hid), u(in)),
+			stagehost.Cmd(bias, h, w(model.OffB1, model.Hidden), u(1), u(hid)),
+			stagehost.Cmd(relu, h),
+			stagehost.Cmd(matmul, h, w(model.OffW2, model.Hidden*model.Classes), scores, u(1), u(cls), u(hid)),
+			stagehost.Cmd(bias, scores, w(model.OffB2, model.Classes), u(1), u(cls)),
+			stagehost.Cmd(argmax, scores, stagehost.Buf(work, offArgmax, 8)),
+		},
+	}
+	return inst, nil
+}
+
+func run(c *stagehost.Call) error {
+	in := c.Input()
+	if len(in) != model.InputSize {
+		return &inputError{len(in)}
+	}
+	st, err := setup(c)
+	if err != nil {
+		return err
+	}
+	s := st.s0
+	err = s.Write(st.work, offX, in)
+	if err == nil {
+		err = s.SubmitBatch(st.batch...)
+	}
+	if err == nil {
+		err = s.Sync()
+	}
+	var res [readLen]byte
+	if err == nil {
+		err = s.Read(st.work, offScores, res[:])
+	}
+	if err != nil {
+		if errors.Is(err, stagehost.ErrInvalidArgument) {
+			// A handle went bad (or a launch was malformed): start over
+			// next time.
+			inst = nil
+		}
+		return err
+	}
+	// res: 4 scores, then the class and its score.
+	var out [model.OutputSize]byte
+	copy(out[0:4], res[4*model.Classes:4*model.Classes+4])
+	copy(out[4:], res[:4*model.Classes])
+	if class := binary.LittleEndian.Uint32(out[:4]); class >= model.Classes {
+		return errors.New("mlp: argmax returned class " + strconv.Itoa(int(class)))
+	}
+	return c.Write(out[:])
+}
+
+type inputError struct{ n int }
+
+func (e *inputError) Error() string {
+	return "mlp: input must be " + strconv.Itoa(model.InputSize) + " bytes (8 float32), got " + strconv.Itoa(e.n)
+}
+
+// Unwrap makes the client error code INVALID_ARGUMENT.
+func (e *inputError) Unwrap() error { return stagehost.ErrInvalidArgument }
+
+// contextError prefixes an error with context and keeps it in the chain
+// (fmt.Errorf would do, at the cost of linking fmt).
+type contextError struct {
+	context string
+	err     error
+}
+
+func (e *contextError) Error() string { return e.context + ": " + e.err.Error() }
+func (e *contextError) Unwrap() error { return e.err }

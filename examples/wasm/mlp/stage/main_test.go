@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
+	stagehost "github.com/stagehost/stagehost/guest-sdk"
+	"github.com/stagehost/stagehost/guest-sdk/emu"
+)
+
+func newSession() *emu.Emulator {
+	return emu.New(emu.WithBudget(4096)).Stream("s0").Programs("matmul", "bias", "relu", "argmax")
+}
+
+func TestMatchesReference(t *testing.T) {
+	e := newSession()
+	for i, x := range model.TestInputs(64) {
+		in := model.EncodeInput(x)
+		out, err := e.Run("main", in)
+		if err != nil {
+			t.Fatalf("input %d: %v", i, err)
+		}
+		want, _ := model.Predict(in)
+		if !bytes.Equal(out, want) {
+			c1, s1, _ := model.DecodeOutput(out)
+			c2, s2, _ := model.DecodeOutput(want)
+			t.Fatalf("input %d: stage %d %v, reference %d %v", i, c1, s1, c2, s2)
+		}
+	}
+	// Weights and work buffers were allocated once for the session.
+	if used := e.BudgetUsed(); used != 4*model.NumParams+workSize {
+		t.Errorf("budget used %d", used)
+	}
+}
+
+func TestNewSessionReinitialises(t *testing.T) {
+	in := model.EncodeInput(model.TestInputs(1)[0])
+	want, _ := model.Predict(in)
+	for range 3 {
+		e := newSession() // a new session: cached handles are foreign there
+		out, err := e.Run("main", in)
+		if err != nil || !bytes.Equal(out, want) {
+			t.Fatalf("%x %v", out, err)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	_, err := newSession().Run("main", make([]byte, 31))
+	var ce *emu.ClientError
+	if !errors.As(err, &ce) || ce.Code != int32(stagehost.StatusInvalidArgument) {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestMissingProgram(t *testing.T) {
+	e := emu.New().Stream("s0").Programs("matmul", "bias", "relu")
+	_, err := e.Run("main", make([]byte, model.InputSize))
+	var ce *emu.ClientError
+	if !errors.As(err, &ce) || ce.Code != int32(stagehost.StatusNotFound) {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestBudgetTooSmall(t *testing.T) {
+	e := emu.New(emu.WithBudget(512)).Stream("s0").Programs("matmul", "bias", "relu", "argmax")
+	_, err := e.Run("main", make([]byte, model.InputSize))
+	var ce *emu.ClientError
+	if !errors.As(err, &ce) || ce.Code != int32(stagehost.StatusOutOfBudget) {
+		t.Fatalf("%v", err)
+	}
+}

@@ -1,0 +1,207 @@
+package stagehost
+
+import (
+	"strconv"
+	"sync"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// Call is one run of a stage: the host's call of stagehost_run. It gives
+// the stage its input and output and the session's resources. A Call is
+// valid only while the stage function runs.
+type Call struct {
+	entry    string
+	input    []byte
+	inputErr error
+	haveIn   bool
+}
+
+// Entry is the entry name the caller requested ("main" unless it asked for
+// another).
+func (c *Call) Entry() string { return c.entry }
+
+// ReadInput returns the session's input for this call, reading it from the
+// host the first time (input_size, input_read) and returning the same
+// slice afterwards.
+func (c *Call) ReadInput() ([]byte, error) {
+	if !c.haveIn {
+		c.input, c.inputErr = readInput()
+		c.haveIn = true
+	}
+	return c.input, c.inputErr
+}
+
+// Input is ReadInput for stages that cannot do anything sensible when the
+// host fails to deliver the input: it panics with the *Error then, which
+// traps the instance. The returned slice belongs to the stage.
+func (c *Call) Input() []byte {
+	in, err := c.ReadInput()
+	if err != nil {
+		panic(err)
+	}
+	return in
+}
+
+func readInput() ([]byte, error) {
+	var n uint32
+	if err := check("input_size", hInputSize(&n)); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, n)
+	for off := uint32(0); off < n; {
+		var got uint32
+		if err := check("input_read", hInputRead(off, buf[off:], &got)); err != nil {
+			return nil, err
+		}
+		if got == 0 || got > n-off {
+			// The host promised n bytes; a short or overlong read is a
+			// host failure.
+			return nil, &Error{Op: "input_read", Status: StatusFault}
+		}
+		off += got
+	}
+	return buf, nil
+}
+
+// Write appends p to the call's output (output_write). Beyond the
+// session's output limit it appends nothing and returns an error matching
+// ErrOutputTooLarge.
+func (c *Call) Write(p []byte) error { return check("output_write", hOutputWrite(p)) }
+
+// Output is Write.
+func (c *Call) Output(p []byte) error { return c.Write(p) }
+
+// WriteString appends s to the output.
+func (c *Call) WriteString(s string) error {
+	return check("output_write", hOutputWrite(strBytesView(s)))
+}
+
+// Log sends msg to the host log at level (log). The host may drop messages
+// beyond a rate limit; Log ignores failures.
+func (c *Call) Log(level Level, msg string) { Log(level, msg) }
+
+// Stream looks up the declared stream called name (see LookupStream).
+func (c *Call) Stream(name string) (Stream, error) { return LookupStream(name) }
+
+// Buffer looks up the declared buffer called name (see LookupBuffer).
+func (c *Call) Buffer(name string) (Buffer, error) { return LookupBuffer(name) }
+
+// Program looks up the program called name (see LookupProgram).
+func (c *Call) Program(name string) (Program, error) { return LookupProgram(name) }
+
+// Alloc allocates a device buffer of size bytes (see AllocBuffer).
+func (c *Call) Alloc(size int) (Buffer, error) { return AllocBuffer(size) }
+
+// Log sends msg to the host log at level; usable outside a Call, e.g. in a
+// fence. Failures (a dropped message) are ignored.
+func Log(level Level, msg string) { hLog(int32(level), msg) }
+
+// Registration and dispatch.
+
+var registry struct {
+	sync.Mutex
+	stages map[string]func(*Call) error
+}
+
+// Register makes fn the stage run for entry name entry. Call it from an
+// init function: a Go guest built with -buildmode=c-shared runs package
+// initialisation in _initialize and never calls main.main. Register panics
+// on an empty entry, a nil fn or an entry registered twice.
+func Register(entry string, fn func(c *Call) error) {
+	if entry == "" || fn == nil {
+		panic("stagehost: Register: empty entry or nil function")
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.stages == nil {
+		registry.stages = make(map[string]func(*Call) error)
+	}
+	if _, dup := registry.stages[entry]; dup {
+		panic("stagehost: Register: entry " + quote(entry) + " registered twice")
+	}
+	registry.stages[entry] = fn
+}
+
+// Main registers fn for the default entry, "main".
+func Main(fn func(c *Call) error) { Register(DefaultEntry, fn) }
+
+func lookupStage(entry string) func(*Call) error {
+	registry.Lock()
+	defer registry.Unlock()
+	return registry.stages[entry]
+}
+
+// dispatch is stagehost_run: it reads the entry name, runs the registered
+// stage (or override, when non-nil) and turns a returned error into
+// error_set plus a non-zero result. Panics are not recovered: they trap.
+func dispatch(override func(*Call) error) Status {
+	entry, err := entryName()
+	if err != nil {
+		return fail(err)
+	}
+	fn := override
+	if fn == nil {
+		fn = lookupStage(entry)
+	}
+	if fn == nil {
+		setError("stagehost: no stage registered for entry " + quote(entry))
+		return StatusNotFound
+	}
+	if err := fn(&Call{entry: entry}); err != nil {
+		return fail(err)
+	}
+	return StatusOK
+}
+
+func fail(err error) Status {
+	msg := err.Error()
+	if msg == "" {
+		msg = "stage failed"
+	}
+	setError(msg)
+	return StatusOf(err)
+}
+
+// setError reports msg with error_set, cut to MaxErrorMessage bytes at a
+// UTF-8 boundary.
+func setError(msg string) {
+	if len(msg) > MaxErrorMessage {
+		cut := MaxErrorMessage
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut]
+	}
+	hErrorSet(msg)
+}
+
+// entryName reads the requested entry name (entry_name), growing its buffer
+// if the host reports OUT_OF_BOUNDS.
+func entryName() (string, error) {
+	var small [64]byte
+	buf := small[:]
+	for {
+		n := uint32(0)
+		st := hEntryName(buf, &n)
+		switch {
+		case st == StatusOK:
+			if int(n) > len(buf) {
+				return "", &Error{Op: "entry_name", Status: StatusFault}
+			}
+			return string(buf[:n]), nil
+		case st != StatusOutOfBounds || len(buf) >= 1<<20:
+			return "", &Error{Op: "entry_name", Status: st}
+		case int(n) > len(buf) && n <= 1<<20:
+			// The host wrote the length it needs (ABI.md §3 entry_name).
+			buf = make([]byte, n)
+		default:
+			buf = make([]byte, 2*len(buf))
+		}
+	}
+}
+
+func quote(s string) string { return strconv.Quote(s) }
+
+// strBytesView is s's bytes without a copy, for host calls that only read.
+func strBytesView(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

@@ -1,0 +1,572 @@
+// Package emu is an in-process stagehost host for unit-testing stage logic
+// with plain `go test`, without building Wasm.
+//
+// On every platform except wasip1 the SDK sends its ABI calls to an
+// attached in-process host; an Emulator attaches itself for the duration of
+// Run. It keeps a session's state the way the real host does: the declared
+// streams, buffers and programs, a handle table with the real layout (kind,
+// session tag, never-reused serial), a memory budget, an output limit and a
+// log. It returns the host's status for every misuse (bad, stale and
+// foreign handles, out-of-range arguments, malformed records), runs
+// launches on the CPU with the simulated device's kernels and argument
+// conventions, and after every run calls the fence and checks that every
+// stream is idle, quarantining the session when that cannot be proven.
+//
+// Device work is deferred as on a real device: a command runs when
+// something waits for it (Stream.Sync, Stream.Read, the fence), and each
+// Stream.Idle that finds work retires one command. So a stage that forgets
+// to drain its streams behaves as it would on the host.
+//
+// Runs are serialised process-wide (the SDK talks to one host at a time),
+// so parallel tests may use separate emulators; a stage must not call Run.
+// Go panics in a stage are recovered and reported as a *TrapError, as the
+// host reports a trap. Unlike an instance replaced after a trap, Go globals
+// survive: handles cached in globals from another Emulator are foreign
+// there (each emulator is a session with its own tag).
+package emu
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	stagehost "github.com/stagehost/stagehost/guest-sdk"
+	"github.com/stagehost/stagehost/guest-sdk/internal/host"
+)
+
+// ABI constants, written out: the emulator is a host of its own.
+const (
+	kindStream  = 1
+	kindBuffer  = 2
+	kindProgram = 3
+
+	maxTag          = 1<<24 - 1
+	maxArgs         = 16
+	maxBatch        = 1024
+	argRecordSize   = 24
+	batchRecordSize = 16
+	toEnd           = 0xFFFFFFFF
+	maxErrorMessage = 4096
+)
+
+// Defaults.
+const (
+	// DefaultBudget is the device-memory budget of an emulator made without
+	// WithBudget: bytes of buffers allocated with buffer_alloc.
+	DefaultBudget = 256 << 20
+	// DefaultOutputLimit is the output limit without WithOutputLimit.
+	DefaultOutputLimit = 1 << 20
+	// queueDepth is how many commands a stream holds before the emulated
+	// device retires the oldest to make room (the simulator's default
+	// depth).
+	queueDepth = 1024
+)
+
+var lastTag atomic.Uint32
+
+func nextTag() uint32 {
+	for {
+		t := lastTag.Add(1) & maxTag
+		if t != 0 {
+			return t
+		}
+	}
+}
+
+// Emulator is one emulated session. Configure it, then call Run. Its
+// methods are safe for concurrent use.
+type Emulator struct {
+	mu sync.Mutex
+
+	tag     uint32
+	serial  uint32
+	handles map[uint32]*object // by serial
+
+	streams  []*stream // in declaration order
+	byName   map[string]*object
+	budget   int64
+	used     int64
+	outLimit int
+	logFn    func(stagehost.Level, string)
+	logs     []LogEntry
+	fence    func() error
+	stages   map[string]func(*stagehost.Call) error
+	running  bool
+	lost     error
+
+	// The current run.
+	entry  string
+	input  []byte
+	output []byte
+	errMsg string
+}
+
+// object is a session resource: a declared stream, buffer or program, or an
+// allocated buffer. handle is 0 until the guest first looks it up.
+type object struct {
+	kind    uint8
+	name    string
+	handle  uint64
+	stream  *stream
+	buffer  *buffer
+	program *program
+}
+
+type buffer struct {
+	mem       []byte
+	allocated bool
+	freed     bool
+}
+
+type program struct {
+	name   string
+	kernel Kernel
+}
+
+type opKind uint8
+
+const (
+	opWrite opKind = iota
+	opLaunch
+)
+
+type command struct {
+	op   opKind
+	seq  uint64
+	buf  *buffer // opWrite
+	off  int
+	data []byte
+	prog *program // opLaunch
+	args []Arg
+}
+
+type stream struct {
+	name     string
+	queue    []command
+	seq      uint64
+	failures []error // not yet reported by a Sync
+}
+
+// LogEntry is one message of the log: the guest's log calls, and the
+// emulator's own notes (prefixed "emu: "), such as failed commands.
+type LogEntry struct {
+	Level   stagehost.Level
+	Message string
+}
+
+// Option configures New.
+type Option func(*Emulator)
+
+// WithBudget sets the device-memory budget: the bytes that buffer_alloc may
+// hold at once (declared buffers are the operator's and not charged). A
+// budget ≤ 0 is unlimited.
+func WithBudget(bytes int64) Option { return func(e *Emulator) { e.budget = bytes } }
+
+// WithOutputLimit sets the most output bytes one run may write.
+func WithOutputLimit(n int) Option { return func(e *Emulator) { e.outLimit = n } }
+
+// WithLog also sends every log entry to fn as it is made (t.Log, say).
+// fn must not call back into the SDK.
+func WithLog(fn func(level stagehost.Level, msg string)) Option {
+	return func(e *Emulator) { e.logFn = fn }
+}
+
+// WithFence makes fn the session's fence, as a separate fence module would
+// be. Without it the emulator uses the fence the test binary registered with
+// package fence (the module's own stagehost_fence), or else the built-in
+// fence, which syncs every stream.
+func WithFence(fn func() error) Option { return func(e *Emulator) { e.fence = fn } }
+
+// New returns an emulator with no resources, a budget of DefaultBudget and
+// an output limit of DefaultOutputLimit.
+func New(opts ...Option) *Emulator {
+	e := &Emulator{
+		tag:      nextTag(),
+		handles:  make(map[uint32]*object),
+		byName:   make(map[string]*object),
+		budget:   DefaultBudget,
+		outLimit: DefaultOutputLimit,
+		stages:   make(map[string]func(*stagehost.Call) error),
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
+}
+
+func nameKey(kind uint8, name string) string { return string(rune('0'+kind)) + name }
+
+func (e *Emulator) declare(kind uint8, name string, o *object) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := nameKey(kind, name)
+	if _, dup := e.byName[key]; dup {
+		panic(fmt.Sprintf("emu: %s %q declared twice", kindName(kind), name))
+	}
+	o.kind, o.name = kind, name
+	e.byName[key] = o
+	if o.stream != nil {
+		e.streams = append(e.streams, o.stream)
+	}
+}
+
+// Stream declares a stream called name, as the operator declares the
+// session's streams. It returns e.
+func (e *Emulator) Stream(name string) *Emulator {
+	e.declare(kindStream, name, &object{stream: &stream{name: name}})
+	return e
+}
+
+// Buffer declares a zeroed device buffer of size bytes called name.
+func (e *Emulator) Buffer(name string, size int) *Emulator {
+	if size <= 0 {
+		panic("emu: Buffer: size must be positive")
+	}
+	return e.BufferData(name, make([]byte, size))
+}
+
+// BufferData declares a buffer called name holding a copy of data.
+func (e *Emulator) BufferData(name string, data []byte) *Emulator {
+	if len(data) == 0 {
+		panic("emu: BufferData: empty buffer")
+	}
+	e.declare(kindBuffer, name, &object{buffer: &buffer{mem: slices.Clone(data)}})
+	return e
+}
+
+// Programs allows the session to use the named built-in kernels (see
+// Builtins). It panics on a name that is not built in; add other programs
+// with Kernel.
+func (e *Emulator) Programs(names ...string) *Emulator {
+	for _, n := range names {
+		k, ok := builtins[n]
+		if !ok {
+			panic(fmt.Sprintf("emu: Programs: no built-in kernel %q (built-ins: %s)", n, strings.Join(Builtins(), ", ")))
+		}
+		e.Kernel(n, k)
+	}
+	return e
+}
+
+// Kernel allows a program called name that runs k.
+func (e *Emulator) Kernel(name string, k Kernel) *Emulator {
+	if k == nil {
+		panic("emu: Kernel: nil kernel")
+	}
+	e.declare(kindProgram, name, &object{program: &program{name: name, kernel: k}})
+	return e
+}
+
+// Budget sets the device-memory budget (see WithBudget).
+func (e *Emulator) Budget(bytes int64) *Emulator {
+	e.mu.Lock()
+	e.budget = bytes
+	e.mu.Unlock()
+	return e
+}
+
+// OutputLimit sets the output limit (see WithOutputLimit).
+func (e *Emulator) OutputLimit(n int) *Emulator {
+	e.mu.Lock()
+	e.outLimit = n
+	e.mu.Unlock()
+	return e
+}
+
+// Stage makes fn the stage for entry on this emulator only, taking
+// precedence over what the test binary registered with stagehost.Register.
+func (e *Emulator) Stage(entry string, fn func(c *stagehost.Call) error) *Emulator {
+	e.mu.Lock()
+	e.stages[entry] = fn
+	e.mu.Unlock()
+	return e
+}
+
+// Bytes returns a copy of the declared buffer name's contents, as the
+// device holds them now (queued writes have not landed yet).
+func (e *Emulator) Bytes(name string) ([]byte, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.byName[nameKey(kindBuffer, name)]
+	if o == nil {
+		return nil, false
+	}
+	return slices.Clone(o.buffer.mem), true
+}
+
+// Pending returns how many commands of the stream called name have not
+// retired.
+func (e *Emulator) Pending(name string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.byName[nameKey(kindStream, name)]
+	if o == nil {
+		return 0
+	}
+	return len(o.stream.queue)
+}
+
+// BudgetUsed returns the bytes of allocated buffers not freed yet.
+func (e *Emulator) BudgetUsed() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.used
+}
+
+// Logs returns the log so far.
+func (e *Emulator) Logs() []LogEntry {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.logs)
+}
+
+// Quarantined returns the error that quarantined the session, or nil.
+func (e *Emulator) Quarantined() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lost
+}
+
+// Errors of Run.
+
+// ClientError is a stage's non-zero result (ABI.md §4.1): the code it
+// returned and the message it set with error_set. For a Go stage the code is
+// stagehost.StatusOf of the returned error.
+type ClientError struct {
+	Code    int32
+	Message string
+}
+
+func (e *ClientError) Error() string {
+	return "emu: stage failed with code " + strconv.Itoa(int(e.Code)) + ": " + e.Message
+}
+
+// TrapError is a stage or fence that panicked: the host would see a trap
+// and report a FAULT. It matches stagehost.ErrFault.
+type TrapError struct {
+	Where string // "stage" or "fence"
+	Value any    // the panic value
+	Stack []byte // the panicking goroutine's stack
+}
+
+func (e *TrapError) Error() string {
+	return fmt.Sprintf("emu: %s trapped: panic: %v\n%s", e.Where, e.Value, e.Stack)
+}
+
+// Is makes a TrapError match stagehost.ErrFault.
+func (e *TrapError) Is(target error) bool { return target == stagehost.ErrFault }
+
+// Unwrap returns the panic value if it is an error.
+func (e *TrapError) Unwrap() error { err, _ := e.Value.(error); return err }
+
+// QuarantineError is a failed fence (ABI.md §4.3): it returned an error,
+// trapped, or left a stream busy. The session is quarantined: this and every
+// later Run returns it. It matches stagehost.ErrDeviceLost and unwraps to
+// the fence's failure and the stage's own error, if any.
+type QuarantineError struct {
+	Reason error // why the fence failed
+	Stage  error // the run's own error, if it had one
+}
+
+func (e *QuarantineError) Error() string {
+	s := "emu: session quarantined: fence could not be proven: " + e.Reason.Error()
+	if e.Stage != nil {
+		s += " (after stage error: " + e.Stage.Error() + ")"
+	}
+	return s
+}
+
+// Is makes a QuarantineError match stagehost.ErrDeviceLost.
+func (e *QuarantineError) Is(target error) bool { return target == stagehost.ErrDeviceLost }
+
+// Unwrap returns the fence failure and the stage error.
+func (e *QuarantineError) Unwrap() []error {
+	if e.Stage == nil {
+		return []error{e.Reason}
+	}
+	return []error{e.Reason, e.Stage}
+}
+
+// errBusy is a re-entrant Run.
+var errBusy = fmt.Errorf("emu: Run called while this emulator is running a stage: %w", stagehost.ErrBusy)
+
+// Run runs the stage registered for entry ("" means "main") with input, as
+// the host runs stagehost_run, then the fence, then the idle check. It
+// returns the output on success; a *ClientError when the stage returned an
+// error; a *TrapError when it panicked; a *QuarantineError when the fence
+// failed (then and for every later call).
+func (e *Emulator) Run(entry string, input []byte) ([]byte, error) {
+	if entry == "" {
+		entry = stagehost.DefaultEntry
+	}
+	e.mu.Lock()
+	if e.running {
+		e.mu.Unlock()
+		return nil, errBusy
+	}
+	if e.lost != nil {
+		err := e.lost
+		e.mu.Unlock()
+		return nil, err
+	}
+	e.running = true
+	stage := e.stages[entry]
+	e.mu.Unlock()
+
+	detach := host.Attach((*abiHost)(e))
+	defer func() {
+		detach()
+		e.mu.Lock()
+		e.running = false
+		e.entry, e.input, e.output, e.errMsg = "", nil, nil, ""
+		e.mu.Unlock()
+	}()
+
+	e.mu.Lock()
+	e.entry, e.input, e.output, e.errMsg = entry, slices.Clone(input), nil, ""
+	e.mu.Unlock()
+
+	var code int32
+	stageErr := protect("stage", func() error {
+		var override any
+		if stage != nil {
+			override = stage
+		}
+		code, _ = host.Run(override)
+		return nil
+	})
+	if stageErr == nil && code != 0 {
+		e.mu.Lock()
+		stageErr = &ClientError{Code: code, Message: e.errMsg}
+		e.mu.Unlock()
+	}
+	if err := e.fenceAndVerify(stageErr); err != nil {
+		return nil, err
+	}
+	if stageErr != nil {
+		return nil, stageErr
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.output), nil
+}
+
+// RunFence runs only the fence and the idle check, as the host does after a
+// stage: for testing a fence module. It returns nil or a *QuarantineError.
+func (e *Emulator) RunFence() error {
+	e.mu.Lock()
+	if e.running {
+		e.mu.Unlock()
+		return errBusy
+	}
+	if e.lost != nil {
+		err := e.lost
+		e.mu.Unlock()
+		return err
+	}
+	e.running = true
+	e.mu.Unlock()
+	detach := host.Attach((*abiHost)(e))
+	defer func() {
+		detach()
+		e.mu.Lock()
+		e.running = false
+		e.mu.Unlock()
+	}()
+	return e.fenceAndVerify(nil)
+}
+
+// protect calls f, turning a panic into a *TrapError.
+func protect(where string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &TrapError{Where: where, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return f()
+}
+
+// fenceAndVerify runs the fence, then checks every stream is idle; on
+// failure it quarantines the session.
+func (e *Emulator) fenceAndVerify(stageErr error) error {
+	e.mu.Lock()
+	fn := e.fence
+	e.mu.Unlock()
+	if fn == nil {
+		fn = host.Fence()
+	}
+	if fn == nil {
+		fn = e.builtinFence
+	}
+	reason := protect("fence", fn)
+	if reason == nil {
+		reason = e.verifyIdle()
+	}
+	if reason == nil {
+		return nil
+	}
+	q := &QuarantineError{Reason: reason, Stage: stageErr}
+	e.mu.Lock()
+	e.lost = q
+	e.mu.Unlock()
+	e.note(stagehost.LevelError, q.Error())
+	return q
+}
+
+// builtinFence syncs every stream, attempting all of them, and joins the
+// failures (the host's built-in fence).
+func (e *Emulator) builtinFence() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var errs []error
+	for _, s := range e.streams {
+		e.drainLocked(s)
+		if len(s.failures) > 0 {
+			errs = append(errs, fmt.Errorf("stream %q: %w", s.name, s.failures[0]))
+			s.failures = s.failures[1:]
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Emulator) verifyIdle() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.streams {
+		if len(s.queue) > 0 {
+			return fmt.Errorf("stream %q still has %d commands after the fence: %w", s.name, len(s.queue), stagehost.ErrDeviceLost)
+		}
+	}
+	return nil
+}
+
+// note adds an emulator message to the log.
+func (e *Emulator) note(level stagehost.Level, msg string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.logLocked(level, "emu: "+msg)
+}
+
+func (e *Emulator) logLocked(level stagehost.Level, msg string) {
+	e.logs = append(e.logs, LogEntry{level, msg})
+	if e.logFn != nil {
+		e.logFn(level, msg)
+	}
+}
+
+func kindName(k uint8) string {
+	switch k {
+	case kindStream:
+		return "stream"
+	case kindBuffer:
+		return "buffer"
+	case kindProgram:
+		return "program"
+	}
+	return "kind " + strconv.Itoa(int(k))
+}

@@ -1,0 +1,425 @@
+package emu
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	stagehost "github.com/stagehost/stagehost/guest-sdk"
+	"github.com/stagehost/stagehost/guest-sdk/internal/host"
+)
+
+// The host functions of ABI v1 (ABI.md §3), as internal/host.Host. Each
+// locks e.mu; kernels run under it.
+
+// abiHost is the Emulator as the SDK's in-process host; a separate type so
+// that the ABI methods stay out of Emulator's API.
+type abiHost Emulator
+
+var _ host.Host = (*abiHost)(nil)
+
+const (
+	ok              = int32(stagehost.StatusOK)
+	invalidArgument = int32(stagehost.StatusInvalidArgument)
+	notFound        = int32(stagehost.StatusNotFound)
+	outOfBudget     = int32(stagehost.StatusOutOfBudget)
+	fault           = int32(stagehost.StatusFault)
+	badHandle       = int32(stagehost.StatusBadHandle)
+	staleHandle     = int32(stagehost.StatusStaleHandle)
+	foreignHandle   = int32(stagehost.StatusForeignHandle)
+	outOfBounds     = int32(stagehost.StatusOutOfBounds)
+	outputTooLarge  = int32(stagehost.StatusOutputTooLarge)
+)
+
+func (h *abiHost) InputSize() (uint32, int32) {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return uint32(len(e.input)), ok
+}
+
+func (h *abiHost) InputRead(offset uint32, dst []byte) (uint32, int32) {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if uint64(offset) > uint64(len(e.input)) {
+		return 0, invalidArgument
+	}
+	return uint32(copy(dst, e.input[offset:])), ok
+}
+
+func (h *abiHost) OutputWrite(src []byte) int32 {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.output)+len(src) > e.outLimit {
+		return outputTooLarge
+	}
+	e.output = append(e.output, src...)
+	return ok
+}
+
+func (h *abiHost) EntryName(dst []byte) (uint32, int32) {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := uint32(len(e.entry))
+	if len(dst) < len(e.entry) {
+		return n, outOfBounds
+	}
+	copy(dst, e.entry)
+	return n, ok
+}
+
+func (h *abiHost) ErrorSet(msg []byte) int32 {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(msg) > maxErrorMessage {
+		msg = msg[:maxErrorMessage]
+	}
+	e.errMsg = string(msg)
+	return ok
+}
+
+func (h *abiHost) Log(level int32, msg []byte) int32 {
+	e := (*Emulator)(h)
+	if level < int32(stagehost.LevelDebug) || level > int32(stagehost.LevelError) {
+		return invalidArgument
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.logLocked(stagehost.Level(level), string(msg))
+	return ok
+}
+
+// lookup returns the handle of the declared resource name of kind, making
+// it on first use.
+func (e *Emulator) lookup(kind uint8, name []byte) (uint64, int32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.byName[nameKey(kind, string(name))]
+	if o == nil {
+		return 0, notFound
+	}
+	if o.handle == 0 {
+		e.issueLocked(o)
+	}
+	return o.handle, ok
+}
+
+// issueLocked gives o the next serial.
+func (e *Emulator) issueLocked(o *object) {
+	e.serial++
+	if e.serial == 0 {
+		panic("emu: handle serials exhausted")
+	}
+	o.handle = uint64(o.kind)<<56 | uint64(e.tag)<<32 | uint64(e.serial)
+	e.handles[e.serial] = o
+}
+
+// resolveLocked maps a handle of kind to its object, or to the status of
+// a bad, foreign or stale handle.
+func (e *Emulator) resolveLocked(h uint64, kind uint8) (*object, int32) {
+	if h == 0 {
+		return nil, badHandle
+	}
+	if uint32(h>>32)&maxTag != e.tag {
+		return nil, foreignHandle
+	}
+	o := e.handles[uint32(h)]
+	if o == nil || o.handle != h || o.kind != kind {
+		return nil, badHandle
+	}
+	if o.buffer != nil && o.buffer.freed {
+		return nil, staleHandle
+	}
+	return o, ok
+}
+
+func (h *abiHost) StreamGet(name []byte) (uint64, int32) {
+	return (*Emulator)(h).lookup(kindStream, name)
+}
+func (h *abiHost) BufferGet(name []byte) (uint64, int32) {
+	return (*Emulator)(h).lookup(kindBuffer, name)
+}
+func (h *abiHost) ProgramGet(name []byte) (uint64, int32) {
+	return (*Emulator)(h).lookup(kindProgram, name)
+}
+
+func (h *abiHost) BufferAlloc(size uint32) (uint64, int32) {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if size == 0 {
+		return 0, invalidArgument
+	}
+	if e.budget > 0 && e.used+int64(size) > e.budget {
+		return 0, outOfBudget
+	}
+	e.used += int64(size)
+	o := &object{kind: kindBuffer, buffer: &buffer{mem: make([]byte, size), allocated: true}}
+	e.issueLocked(o)
+	return o.handle, ok
+}
+
+func (h *abiHost) BufferFree(bh uint64) int32 {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o, st := e.resolveLocked(bh, kindBuffer)
+	if st != ok {
+		return st
+	}
+	if !o.buffer.allocated {
+		return invalidArgument
+	}
+	// Queued commands keep the memory; the handle is stale from now on.
+	o.buffer.freed = true
+	e.used -= int64(len(o.buffer.mem))
+	return ok
+}
+
+func (h *abiHost) BufferSize(bh uint64) (uint32, int32) {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o, st := e.resolveLocked(bh, kindBuffer)
+	if st != ok {
+		return 0, st
+	}
+	return uint32(len(o.buffer.mem)), ok
+}
+
+// transferLocked checks a transfer's stream, buffer and range.
+func (e *Emulator) transferLocked(sh, bh uint64, offset uint32, n int) (*stream, *buffer, int32) {
+	so, st := e.resolveLocked(sh, kindStream)
+	if st != ok {
+		return nil, nil, st
+	}
+	bo, st := e.resolveLocked(bh, kindBuffer)
+	if st != ok {
+		return nil, nil, st
+	}
+	if uint64(offset)+uint64(n) > uint64(len(bo.buffer.mem)) {
+		return nil, nil, invalidArgument
+	}
+	return so.stream, bo.buffer, ok
+}
+
+func (h *abiHost) StreamWrite(sh, bh uint64, offset uint32, src []byte) int32 {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, b, st := e.transferLocked(sh, bh, offset, len(src))
+	if st != ok {
+		return st
+	}
+	e.enqueueLocked(s, command{op: opWrite, buf: b, off: int(offset), data: append([]byte(nil), src...)})
+	return ok
+}
+
+func (h *abiHost) StreamRead(sh, bh uint64, offset uint32, dst []byte) int32 {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, b, st := e.transferLocked(sh, bh, offset, len(dst))
+	if st != ok {
+		return st
+	}
+	// A download waits for every earlier command; their failures are left
+	// for stream_sync.
+	e.drainLocked(s)
+	copy(dst, b.mem[offset:])
+	return ok
+}
+
+// parseArgsLocked validates count argument records in rec.
+func (e *Emulator) parseArgsLocked(rec []byte, count uint32) ([]Arg, int32) {
+	if count > maxArgs {
+		return nil, invalidArgument
+	}
+	if uint64(len(rec)) < uint64(count)*argRecordSize {
+		return nil, outOfBounds
+	}
+	args := make([]Arg, count)
+	for i := range args {
+		r := rec[i*argRecordSize : (i+1)*argRecordSize]
+		kind := binary.LittleEndian.Uint32(r[0:])
+		off := binary.LittleEndian.Uint32(r[4:])
+		length := binary.LittleEndian.Uint32(r[8:])
+		reserved := binary.LittleEndian.Uint32(r[12:])
+		value := binary.LittleEndian.Uint64(r[16:])
+		if reserved != 0 {
+			return nil, invalidArgument
+		}
+		switch kind {
+		case 0: // scalar
+			args[i] = Arg{Value: value}
+		case 1: // buffer range
+			o, st := e.resolveLocked(value, kindBuffer)
+			if st != ok {
+				return nil, st
+			}
+			size := uint64(len(o.buffer.mem))
+			if uint64(off) > size {
+				return nil, invalidArgument
+			}
+			n := uint64(length)
+			if length == toEnd {
+				n = size - uint64(off)
+			} else if uint64(off)+n > size {
+				return nil, invalidArgument
+			}
+			end := uint64(off) + n
+			args[i] = Arg{Bytes: o.buffer.mem[off:end:end], Offset: int(off), buffer: true}
+		default:
+			return nil, invalidArgument
+		}
+	}
+	return args, ok
+}
+
+func (h *abiHost) StreamSubmit(sh, ph uint64, rec []byte, count uint32) int32 {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	so, st := e.resolveLocked(sh, kindStream)
+	if st != ok {
+		return st
+	}
+	po, st := e.resolveLocked(ph, kindProgram)
+	if st != ok {
+		return st
+	}
+	args, st := e.parseArgsLocked(rec, count)
+	if st != ok {
+		return st
+	}
+	e.enqueueLocked(so.stream, command{op: opLaunch, prog: po.program, args: args})
+	return ok
+}
+
+func (h *abiHost) StreamSubmitBatch(sh uint64, cmds, args []byte, count uint32) int32 {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	so, st := e.resolveLocked(sh, kindStream)
+	if st != ok {
+		return st
+	}
+	if count > maxBatch {
+		return invalidArgument
+	}
+	if uint64(len(cmds)) < uint64(count)*batchRecordSize {
+		return outOfBounds
+	}
+	// Validate every command before enqueuing any.
+	launches := make([]command, count)
+	for i := range launches {
+		r := cmds[i*batchRecordSize : (i+1)*batchRecordSize]
+		ph := binary.LittleEndian.Uint64(r[0:])
+		ptr := uint64(binary.LittleEndian.Uint32(r[8:]))
+		n := binary.LittleEndian.Uint32(r[12:])
+		po, st := e.resolveLocked(ph, kindProgram)
+		if st != ok {
+			return st
+		}
+		if n > maxArgs {
+			return invalidArgument
+		}
+		if ptr+uint64(n)*argRecordSize > uint64(len(args)) {
+			return outOfBounds
+		}
+		a, st := e.parseArgsLocked(args[ptr:], n)
+		if st != ok {
+			return st
+		}
+		launches[i] = command{op: opLaunch, prog: po.program, args: a}
+	}
+	for _, c := range launches {
+		e.enqueueLocked(so.stream, c)
+	}
+	return ok
+}
+
+func (h *abiHost) StreamSync(sh uint64) int32 {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	so, st := e.resolveLocked(sh, kindStream)
+	if st != ok {
+		return st
+	}
+	s := so.stream
+	e.drainLocked(s)
+	if len(s.failures) > 0 {
+		s.failures = s.failures[1:]
+		return fault
+	}
+	return ok
+}
+
+func (h *abiHost) StreamIdle(sh uint64) (uint32, int32) {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	so, st := e.resolveLocked(sh, kindStream)
+	if st != ok {
+		return 0, st
+	}
+	s := so.stream
+	if len(s.queue) == 0 {
+		return 1, ok
+	}
+	// Not idle; the device makes progress meanwhile.
+	e.retireLocked(s)
+	return 0, ok
+}
+
+// Device work.
+
+func (e *Emulator) enqueueLocked(s *stream, c command) {
+	if len(s.queue) >= queueDepth {
+		e.retireLocked(s) // the device keeps up rather than reporting BUSY
+	}
+	s.seq++
+	c.seq = s.seq
+	s.queue = append(s.queue, c)
+}
+
+func (e *Emulator) drainLocked(s *stream) {
+	for len(s.queue) > 0 {
+		e.retireLocked(s)
+	}
+}
+
+// retireLocked runs the oldest command of s.
+func (e *Emulator) retireLocked(s *stream) {
+	c := s.queue[0]
+	s.queue[0] = command{}
+	s.queue = s.queue[1:]
+	var err error
+	switch c.op {
+	case opWrite:
+		copy(c.buf.mem[c.off:], c.data)
+	case opLaunch:
+		err = runKernel(c.prog, c.args)
+	}
+	if err != nil {
+		err = fmt.Errorf("stream %q: command %d: %w", s.name, c.seq, err)
+		s.failures = append(s.failures, err)
+		e.logLocked(stagehost.LevelError, "emu: "+err.Error())
+	}
+}
+
+func runKernel(p *program, args []Arg) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("kernel %q panicked: %v", p.name, r)
+		}
+	}()
+	if err := p.kernel(args); err != nil {
+		return fmt.Errorf("kernel %q: %w", p.name, err)
+	}
+	return nil
+}

@@ -1,0 +1,336 @@
+package emu
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+)
+
+// Kernel is a program the emulator runs on the CPU when a launch retires.
+// args are the launch's arguments in order; a buffer argument's Bytes is
+// the device memory of its range, which the kernel may modify in place.
+// A returned error (or a panic) fails the command: the stream's next Sync
+// returns FAULT.
+//
+// Kernels run with the emulator locked: they must not call back into the
+// SDK.
+type Kernel func(args []Arg) error
+
+// Arg is one argument of a launch.
+type Arg struct {
+	// Bytes is the buffer range (its device memory), nil for a scalar.
+	Bytes []byte
+	// Offset is the range's byte offset in its buffer.
+	Offset int
+	// Value is the scalar (0 for a buffer).
+	Value  uint64
+	buffer bool
+}
+
+// IsBuffer reports whether a is a buffer range.
+func (a Arg) IsBuffer() bool { return a.buffer }
+
+// Float32 reads a scalar as a float32 (its low 32 bits).
+func (a Arg) Float32() float32 { return math.Float32frombits(uint32(a.Value)) }
+
+// The built-in kernels: the simulated device's library (hw/sim), written
+// again here because the SDK cannot import the host. Buffers hold
+// little-endian float32 values unless said otherwise; matrices are
+// row-major; arithmetic is float32 in a fixed order, never fused, so
+// results are bit-identical to the simulator's.
+var builtins = map[string]Kernel{
+	"noop":   func([]Arg) error { return nil },
+	"fill":   kernelFill,
+	"copy":   kernelCopy,
+	"saxpy":  kernelSaxpy,
+	"matmul": kernelMatmul,
+	"bias":   kernelBias,
+	"relu":   kernelRelu,
+	"argmax": kernelArgmax,
+}
+
+// Builtins lists the names of the built-in kernels, sorted.
+func Builtins() []string {
+	names := make([]string, 0, len(builtins))
+	for n := range builtins {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+var errArgs = errors.New("bad arguments")
+
+func argErr(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errArgs}, a...)...)
+}
+
+func want(name string, args []Arg, n int) error {
+	if len(args) != n {
+		return argErr("kernel %q takes %d arguments, got %d", name, n, len(args))
+	}
+	return nil
+}
+
+func bufArg(name string, args []Arg, i int) ([]byte, error) {
+	if !args[i].buffer {
+		return nil, argErr("kernel %q: argument %d is a scalar, not a buffer", name, i)
+	}
+	return args[i].Bytes, nil
+}
+
+func scalarArg(name string, args []Arg, i int) (uint64, error) {
+	if args[i].buffer {
+		return 0, argErr("kernel %q: argument %d is a buffer, not a scalar", name, i)
+	}
+	return args[i].Value, nil
+}
+
+// floats is a float32 view of a buffer argument: decoded values plus the
+// bytes to store them back into.
+type floats struct {
+	v []float32
+	b []byte
+}
+
+func floatArg(name string, args []Arg, i int) (floats, error) {
+	b, err := bufArg(name, args, i)
+	if err != nil {
+		return floats{}, err
+	}
+	if len(b)%4 != 0 {
+		return floats{}, argErr("kernel %q: argument %d: %d bytes is not a whole number of float32", name, i, len(b))
+	}
+	if len(b) > 0 && args[i].Offset%4 != 0 {
+		return floats{}, argErr("kernel %q: argument %d: offset %d is not 4-byte aligned", name, i, args[i].Offset)
+	}
+	v := make([]float32, len(b)/4)
+	for j := range v {
+		v[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
+	}
+	return floats{v, b}, nil
+}
+
+func (f floats) store() {
+	for j, x := range f.v {
+		binary.LittleEndian.PutUint32(f.b[4*j:], math.Float32bits(x))
+	}
+}
+
+func float32Arg(name string, args []Arg, i int) (float32, error) {
+	v, err := scalarArg(name, args, i)
+	return math.Float32frombits(uint32(v)), err
+}
+
+// product returns a*b as an int, or false if it overflows int32.
+func product(a, b uint64) (int, bool) {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 || lo > math.MaxInt32 {
+		return 0, false
+	}
+	return int(lo), true
+}
+
+// fill(buf, value f32): every float32 of buf becomes value.
+func kernelFill(args []Arg) error {
+	if err := want("fill", args, 2); err != nil {
+		return err
+	}
+	x, err := floatArg("fill", args, 0)
+	if err != nil {
+		return err
+	}
+	v, err := float32Arg("fill", args, 1)
+	if err != nil {
+		return err
+	}
+	for i := range x.v {
+		x.v[i] = v
+	}
+	x.store()
+	return nil
+}
+
+// copy(dst, src): copies src's bytes into dst; same length (may overlap).
+func kernelCopy(args []Arg) error {
+	if err := want("copy", args, 2); err != nil {
+		return err
+	}
+	dst, err := bufArg("copy", args, 0)
+	if err != nil {
+		return err
+	}
+	src, err := bufArg("copy", args, 1)
+	if err != nil {
+		return err
+	}
+	if len(dst) != len(src) {
+		return argErr("copy: dst has %d bytes, src %d", len(dst), len(src))
+	}
+	copy(dst, src)
+	return nil
+}
+
+// saxpy(a f32, x, y): y[i] = a*x[i] + y[i].
+func kernelSaxpy(args []Arg) error {
+	if err := want("saxpy", args, 3); err != nil {
+		return err
+	}
+	a, err := float32Arg("saxpy", args, 0)
+	if err != nil {
+		return err
+	}
+	x, err := floatArg("saxpy", args, 1)
+	if err != nil {
+		return err
+	}
+	y, err := floatArg("saxpy", args, 2)
+	if err != nil {
+		return err
+	}
+	if len(x.v) != len(y.v) {
+		return argErr("saxpy: x has %d values, y %d", len(x.v), len(y.v))
+	}
+	for i := range y.v {
+		y.v[i] = float32(a*x.v[i]) + y.v[i] // the conversion forbids fusing
+	}
+	y.store()
+	return nil
+}
+
+// matmul(A, B, C, M, N, K): C = A·B, A M×K, B K×N, C M×N; C[i][j] is summed
+// from 0 over k = 0..K-1.
+func kernelMatmul(args []Arg) error {
+	if err := want("matmul", args, 6); err != nil {
+		return err
+	}
+	var dims [3]uint64
+	for i := range dims {
+		v, err := scalarArg("matmul", args, 3+i)
+		if err != nil {
+			return err
+		}
+		dims[i] = v
+	}
+	a, err := floatArg("matmul", args, 0)
+	if err != nil {
+		return err
+	}
+	b, err := floatArg("matmul", args, 1)
+	if err != nil {
+		return err
+	}
+	c, err := floatArg("matmul", args, 2)
+	if err != nil {
+		return err
+	}
+	m64, n64, k64 := dims[0], dims[1], dims[2]
+	mk, ok1 := product(m64, k64)
+	kn, ok2 := product(k64, n64)
+	mn, ok3 := product(m64, n64)
+	if !ok1 || !ok2 || !ok3 {
+		return argErr("matmul: dimensions M=%d N=%d K=%d too large", m64, n64, k64)
+	}
+	if len(a.v) != mk || len(b.v) != kn || len(c.v) != mn {
+		return argErr("matmul: M=%d N=%d K=%d want A, B, C of %d, %d, %d values; got %d, %d, %d",
+			m64, n64, k64, mk, kn, mn, len(a.v), len(b.v), len(c.v))
+	}
+	m, n, k := int(m64), int(n64), int(k64)
+	for i := range m {
+		for j := range n {
+			var sum float32
+			for p := range k {
+				sum += float32(a.v[i*k+p] * b.v[p*n+j])
+			}
+			c.v[i*n+j] = sum
+		}
+	}
+	c.store()
+	return nil
+}
+
+// bias(x, b, M, N): x[i][j] += b[j], x M×N, b N values.
+func kernelBias(args []Arg) error {
+	if err := want("bias", args, 4); err != nil {
+		return err
+	}
+	m64, err := scalarArg("bias", args, 2)
+	if err != nil {
+		return err
+	}
+	n64, err := scalarArg("bias", args, 3)
+	if err != nil {
+		return err
+	}
+	x, err := floatArg("bias", args, 0)
+	if err != nil {
+		return err
+	}
+	b, err := floatArg("bias", args, 1)
+	if err != nil {
+		return err
+	}
+	mn, ok := product(m64, n64)
+	if !ok || len(x.v) != mn || uint64(len(b.v)) != n64 {
+		return argErr("bias: M=%d N=%d want x of M*N and b of N values; got %d and %d", m64, n64, len(x.v), len(b.v))
+	}
+	n := int(n64)
+	for i := range x.v {
+		x.v[i] += b.v[i%n]
+	}
+	x.store()
+	return nil
+}
+
+// relu(x): negative values become 0 (-0 and NaN stay).
+func kernelRelu(args []Arg) error {
+	if err := want("relu", args, 1); err != nil {
+		return err
+	}
+	x, err := floatArg("relu", args, 0)
+	if err != nil {
+		return err
+	}
+	for i, v := range x.v {
+		if v < 0 {
+			x.v[i] = 0
+		}
+	}
+	x.store()
+	return nil
+}
+
+// argmax(x, out): the first largest value of x (non-empty; NaN never
+// compares larger); out (≥ 8 bytes) gets the index as a little-endian
+// uint32, then the value's float32 bits.
+func kernelArgmax(args []Arg) error {
+	if err := want("argmax", args, 2); err != nil {
+		return err
+	}
+	x, err := floatArg("argmax", args, 0)
+	if err != nil {
+		return err
+	}
+	out, err := bufArg("argmax", args, 1)
+	if err != nil {
+		return err
+	}
+	if len(x.v) == 0 {
+		return argErr("argmax: x is empty")
+	}
+	if len(out) < 8 {
+		return argErr("argmax: out has %d bytes, want at least 8", len(out))
+	}
+	best, bestV := 0, x.v[0]
+	for i, v := range x.v[1:] {
+		if v > bestV {
+			best, bestV = i+1, v
+		}
+	}
+	binary.LittleEndian.PutUint32(out[0:4], uint32(best))
+	binary.LittleEndian.PutUint32(out[4:8], math.Float32bits(bestV))
+	return nil
+}

@@ -1,0 +1,3 @@
+module github.com/stagehost/stagehost/guest-sdk
+
+go 1.26
