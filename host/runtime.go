@@ -155,7 +155,10 @@ func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
 	if waited {
 		start = r.clock()
 	}
-	*l = Lease{rt: r, op: op, cost: cost, start: start, wait: start.Sub(asked)}
+	// Field by field: the lease's fence context may still be read by a
+	// goroutine of an earlier use (it synchronises itself), so the Lease
+	// is never overwritten whole.
+	l.rt, l.op, l.cost, l.start, l.wait = r, op, cost, start, start.Sub(asked)
 	l.stage.init(ctx, r)
 	return nil
 }

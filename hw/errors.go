@@ -56,7 +56,7 @@ var Classes = []error{
 //
 //	return hw.Errorf(hw.ErrInvalidArgument, "buffer range [%d,%d) exceeds size %d", off, end, size)
 func Errorf(class error, format string, args ...any) error {
-	return &classed{class: class, inner: fmt.Errorf(format, args...)}
+	return newClassed(class, fmt.Errorf(format, args...))
 }
 
 // ContextError converts a finished context's error into ErrDeadlineExceeded
@@ -67,7 +67,7 @@ func ContextError(ctx context.Context, what string) error {
 	if cause == nil {
 		cause = ctx.Err()
 	}
-	return &classed{class: ErrDeadlineExceeded, inner: fmt.Errorf("%s: %w", what, cause)}
+	return newClassed(ErrDeadlineExceeded, fmt.Errorf("%s: %w", what, cause))
 }
 
 // ClassOf returns the class an error belongs to, or nil if it belongs to
@@ -76,7 +76,7 @@ func ContextError(ctx context.Context, what string) error {
 func ClassOf(err error) error {
 	var c *classed
 	if errors.As(err, &c) {
-		return c.class
+		return c.wrapped[0]
 	}
 	for _, c := range Classes {
 		if errors.Is(err, c) {
@@ -87,10 +87,15 @@ func ClassOf(err error) error {
 }
 
 type classed struct {
-	class error
-	inner error
+	wrapped [2]error // the class, then the formatted error
 }
 
-func (e *classed) Error() string { return e.inner.Error() }
+func newClassed(class, inner error) *classed {
+	return &classed{wrapped: [2]error{class, inner}}
+}
 
-func (e *classed) Unwrap() []error { return []error{e.class, e.inner} }
+func (e *classed) Error() string { return e.wrapped[1].Error() }
+
+// Unwrap returns a slice of the error's own array, so errors.Is allocates
+// nothing.
+func (e *classed) Unwrap() []error { return e.wrapped[:] }

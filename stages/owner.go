@@ -138,15 +138,27 @@ func (o *Owner) Streams() []hw.Stream {
 }
 
 // Drain is the built-in fence: it syncs every owned stream, attempting all
-// of them even when one fails, and returns the failures joined.
+// of them even when one fails. A command that failed on the device
+// ([hw.ErrFault]) has still retired, so it does not make the drain fail:
+// the fence proves the work is finished, not that it succeeded. Any other
+// failure (device lost, deadline) means the drain cannot be proven, and
+// those are returned joined.
 func (o *Owner) Drain(ctx context.Context) error {
 	o.mu.Lock()
 	streams := o.streams
 	o.mu.Unlock()
 	var errs []error
 	for _, s := range streams {
-		if err := s.Sync(ctx); err != nil {
-			errs = append(errs, err)
+		for {
+			err := s.Sync(ctx)
+			if err == nil {
+				break
+			}
+			if hw.ClassOf(err) != hw.ErrFault {
+				errs = append(errs, err)
+				break
+			}
+			// A retired failure; Sync reports each once, so look again.
 		}
 	}
 	return errors.Join(errs...)

@@ -1,0 +1,356 @@
+package cuda
+
+import (
+	_ "embed"
+	"math"
+	"math/bits"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+//go:generate sh kernels/gen.sh
+
+// kernelsPTX is the module every device loads eagerly at Open.
+//
+//go:embed kernels/kernels.ptx
+var kernelsPTX []byte
+
+// argKind is what a program expects in one argument slot.
+type argKind uint8
+
+const (
+	argF32s  argKind = iota + 1 // a buffer range of float32: 4-byte aligned, whole values
+	argBytes                    // a buffer range of bytes
+	argF32                      // a float32 scalar (hw.Float32; the low 32 bits)
+	argU32                      // an unsigned scalar below 2^32
+	argU64                      // any scalar
+	argAny                      // a buffer range or a scalar (noop)
+)
+
+func (k argKind) String() string {
+	switch k {
+	case argF32s:
+		return "a float32 buffer range"
+	case argBytes:
+		return "a buffer range"
+	case argF32:
+		return "a float32 scalar"
+	case argU32:
+		return "a uint32 scalar"
+	case argU64:
+		return "a scalar"
+	case argAny:
+		return "a buffer range or a scalar"
+	}
+	return "?"
+}
+
+func (k argKind) isBuffer() bool { return k == argF32s || k == argBytes }
+
+// resolved is one validated argument: a device address and range length
+// for a buffer, or the scalar.
+type resolved struct {
+	isBuf bool
+	ptr   uint64 // device address of the range start
+	len   uint64 // range length in bytes
+	val   uint64 // scalar value
+}
+
+// launchShape is what a kernel's pack step decides besides parameters.
+type launchShape struct {
+	elems  uint64 // work items; the default grid covers them
+	single bool   // exactly one block of `block` threads
+	serial bool   // exactly one thread
+}
+
+// kernelID names a kernel of the module.
+type kernelID uint8
+
+const (
+	kNoop kernelID = iota
+	kFill
+	kCopy
+	kSaxpy
+	kMatmul
+	kBias
+	kRelu
+	kArgmax
+	kFault
+	kSpin
+)
+
+// kernel describes one program of the module: the arguments callers pass
+// (validated by resolveArgs), and how pack turns them into the PTX
+// parameters, in the order and width the PTX entry declares. The argument
+// conventions are the simulator's (hw/sim), checked at Submit instead of
+// when the kernel runs.
+type kernel struct {
+	id       kernelID
+	name     string
+	args     []argKind
+	variadic bool   // any number of argAny arguments (noop)
+	block    uint32 // threads per block
+}
+
+const defaultBlock = 256
+
+// maxGridBlocks bounds the default grid; grid-stride loops cover the rest.
+const maxGridBlocks = 1 << 16
+
+var kernels = []*kernel{
+	{id: kNoop, name: "noop", variadic: true, block: 1},
+	{id: kFill, name: "fill", args: []argKind{argF32s, argF32}, block: defaultBlock},
+	{id: kCopy, name: "copy", args: []argKind{argBytes, argBytes}, block: defaultBlock},
+	{id: kSaxpy, name: "saxpy", args: []argKind{argF32, argF32s, argF32s}, block: defaultBlock},
+	{id: kMatmul, name: "matmul", args: []argKind{argF32s, argF32s, argF32s, argU32, argU32, argU32}, block: defaultBlock},
+	{id: kBias, name: "bias", args: []argKind{argF32s, argF32s, argU32, argU32}, block: defaultBlock},
+	{id: kRelu, name: "relu", args: []argKind{argF32s}, block: defaultBlock},
+	{id: kArgmax, name: "argmax", args: []argKind{argF32s, argBytes}, block: 256},
+	{id: kFault, name: "fault", block: 1},
+	{id: kSpin, name: "spin", args: []argKind{argBytes, argU64, argU32}, block: 1},
+}
+
+func f32words(r resolved) uint64 { return r.len / 4 }
+
+// pack writes k's parameters into p (64-bit slots; 32-bit parameters use
+// the low half, which is what cuLaunchKernel reads on this little-endian
+// host) and returns their count and the launch shape. It checks the sizes
+// the scalars imply against the buffer ranges. a has been validated
+// against k.args. (A switch, not per-kernel closures, so that nothing
+// escapes and Submit stays allocation-free.)
+func pack(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape, error) {
+	switch k.id {
+	case kNoop, kFault:
+		return 0, launchShape{elems: 1, single: true}, nil
+	case kFill:
+		n := f32words(a[0])
+		p[0], p[1], p[2] = a[0].ptr, a[1].val&math.MaxUint32, n
+		return 3, launchShape{elems: n}, nil
+	case kCopy:
+		if a[0].len != a[1].len {
+			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+				"cuda: copy: dst has %d bytes, src %d", a[0].len, a[1].len)
+		}
+		n := a[0].len
+		p[0], p[1], p[2] = a[0].ptr, a[1].ptr, n
+		// Overlapping ranges: one thread copies in the safe direction.
+		overlap := n > 0 && a[0].ptr < a[1].ptr+n && a[1].ptr < a[0].ptr+n
+		return 3, launchShape{elems: n, serial: overlap}, nil
+	case kSaxpy:
+		if a[1].len != a[2].len {
+			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+				"cuda: saxpy: x has %d values, y %d", f32words(a[1]), f32words(a[2]))
+		}
+		n := f32words(a[2])
+		p[0], p[1], p[2], p[3] = a[0].val&math.MaxUint32, a[1].ptr, a[2].ptr, n
+		return 4, launchShape{elems: n}, nil
+	case kMatmul:
+		m, n, kk := a[3].val, a[4].val, a[5].val
+		if err := exactF32s(k.name, 0, a[0], m, kk); err != nil {
+			return 0, launchShape{}, err
+		}
+		if err := exactF32s(k.name, 1, a[1], kk, n); err != nil {
+			return 0, launchShape{}, err
+		}
+		if err := exactF32s(k.name, 2, a[2], m, n); err != nil {
+			return 0, launchShape{}, err
+		}
+		p[0], p[1], p[2], p[3], p[4], p[5] = a[0].ptr, a[1].ptr, a[2].ptr, m, n, kk
+		return 6, launchShape{elems: m * n}, nil
+	case kBias:
+		m, n := a[2].val, a[3].val
+		if err := exactF32s(k.name, 0, a[0], m, n); err != nil {
+			return 0, launchShape{}, err
+		}
+		if err := exactF32s(k.name, 1, a[1], 1, n); err != nil {
+			return 0, launchShape{}, err
+		}
+		p[0], p[1], p[2], p[3] = a[0].ptr, a[1].ptr, m, n
+		return 4, launchShape{elems: m * n}, nil
+	case kRelu:
+		n := f32words(a[0])
+		p[0], p[1] = a[0].ptr, n
+		return 2, launchShape{elems: n}, nil
+	case kArgmax:
+		n := f32words(a[0])
+		if n == 0 || n > math.MaxUint32 {
+			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+				"cuda: argmax: argument 0 has %d values (want 1 to 2^32-1)", n)
+		}
+		if a[1].len < 8 {
+			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+				"cuda: argmax: argument 1 has %d bytes, want at least 8 (index, max)", a[1].len)
+		}
+		p[0], p[1], p[2] = a[0].ptr, a[1].ptr, n
+		return 3, launchShape{elems: n, single: true}, nil
+	case kSpin:
+		off := a[1].val
+		if a[0].len < 4 || off > a[0].len-4 {
+			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+				"cuda: spin: offset %d outside a %d-byte range", off, a[0].len)
+		}
+		if (a[0].ptr+off)%4 != 0 {
+			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+				"cuda: spin: word at offset %d is not 4-byte aligned", off)
+		}
+		p[0], p[1], p[2] = a[0].ptr, off, a[2].val&math.MaxUint32
+		return 3, launchShape{elems: 1, single: true}, nil
+	}
+	return 0, launchShape{}, hw.Errorf(hw.ErrNotFound, "cuda: kernel %q has no parameter table", k.name)
+}
+
+// kernelByName indexes kernels.
+var kernelByName = func() map[string]*kernel {
+	m := make(map[string]*kernel, len(kernels))
+	for _, k := range kernels {
+		m[k.name] = k
+	}
+	return m
+}()
+
+// exactF32s checks that buffer argument i of prog holds exactly rows×cols
+// float32 values.
+func exactF32s(prog string, i int, r resolved, rows, cols uint64) error {
+	hi, elems := bits.Mul64(rows, cols)
+	hi2, need := bits.Mul64(elems, 4)
+	if hi != 0 || hi2 != 0 || need != r.len {
+		return hw.Errorf(hw.ErrInvalidArgument,
+			"cuda: %s: argument %d has %d bytes, want %d×%d float32 values", prog, i, r.len, rows, cols)
+	}
+	return nil
+}
+
+// bufferOf returns the backend buffer behind b, or an error naming arg i.
+func (d *Device) bufferOf(b hw.Buffer, i int) (*buffer, error) {
+	buf, ok := b.(*buffer)
+	if !ok {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: argument %d: buffer %T is not a CUDA buffer", i, b)
+	}
+	if buf.dev != d {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: argument %d: buffer belongs to %s, not %s", i, buf.dev.name, d.name)
+	}
+	if buf.isFreed() {
+		return nil, hw.Errorf(hw.ErrClosed, "cuda: argument %d: buffer was freed", i)
+	}
+	return buf, nil
+}
+
+// checkRange validates [off, off+length) against a buffer of size bytes.
+func checkRange(i int, off, length, size int) error {
+	if off < 0 || length < 0 || off > size || length > size-off {
+		return hw.Errorf(hw.ErrInvalidArgument,
+			"cuda: argument %d: range [%d,+%d) outside buffer of %d bytes", i, off, length, size)
+	}
+	return nil
+}
+
+// resolveArgs validates cmd's arguments against k and d, and converts
+// them. It allocates nothing on success.
+func (d *Device) resolveArgs(k *kernel, args []hw.Arg, out *[hw.MaxArgs]resolved) error {
+	if !k.variadic && len(args) != len(k.args) {
+		return hw.Errorf(hw.ErrInvalidArgument, "cuda: %s takes %d argument(s), got %d", k.name, len(k.args), len(args))
+	}
+	for i, a := range args {
+		want := argAny
+		if !k.variadic {
+			want = k.args[i]
+		}
+		r := &out[i]
+		*r = resolved{}
+		if a.Buffer != nil {
+			if !want.isBuffer() && want != argAny {
+				return hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: argument %d must be %s, got a buffer", k.name, i, want)
+			}
+			buf, err := d.bufferOf(a.Buffer, i)
+			if err != nil {
+				return err
+			}
+			if err := checkRange(i, a.Offset, a.Length, buf.size); err != nil {
+				return err
+			}
+			// float32 accesses must be aligned, or the device faults
+			// with a sticky CUDA_ERROR_MISALIGNED_ADDRESS.
+			if want == argF32s && (a.Offset%4 != 0 || a.Length%4 != 0) {
+				return hw.Errorf(hw.ErrInvalidArgument,
+					"cuda: %s: argument %d: range [%d,+%d) is not 4-byte aligned whole float32 values", k.name, i, a.Offset, a.Length)
+			}
+			r.isBuf = true
+			r.ptr = uint64(buf.ptr) + uint64(a.Offset)
+			r.len = uint64(a.Length)
+			continue
+		}
+		switch want {
+		case argF32s, argBytes:
+			return hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: argument %d must be %s, got a scalar", k.name, i, want)
+		case argU32:
+			if a.Value > math.MaxUint32 {
+				return hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: argument %d must be %s, got %#x", k.name, i, want, a.Value)
+			}
+		}
+		r.val = a.Value
+	}
+	return nil
+}
+
+// launch is a validated, packed kernel launch.
+type launch struct {
+	fn      cuFunction
+	grid    [3]uint32
+	block   [3]uint32
+	nparams int
+	params  [maxParams]uint64
+}
+
+// prepareLaunch validates cmd for device d and packs it into l.
+func (d *Device) prepareLaunch(cmd *hw.Command, l *launch) error {
+	if cmd == nil || cmd.Program == nil {
+		return hw.Errorf(hw.ErrInvalidArgument, "cuda: command has no program")
+	}
+	prog, ok := cmd.Program.(*program)
+	if !ok {
+		return hw.Errorf(hw.ErrInvalidArgument, "cuda: program %T is not a CUDA program", cmd.Program)
+	}
+	if prog.dev != d {
+		return hw.Errorf(hw.ErrInvalidArgument, "cuda: program %s belongs to %s, not %s", prog.k.name, prog.dev.name, d.name)
+	}
+	if len(cmd.Args) > hw.MaxArgs {
+		return hw.Errorf(hw.ErrInvalidArgument, "cuda: %d arguments, at most %d", len(cmd.Args), hw.MaxArgs)
+	}
+	var res [hw.MaxArgs]resolved
+	if err := d.resolveArgs(prog.k, cmd.Args, &res); err != nil {
+		return err
+	}
+	n, shape, err := pack(prog.k, res[:len(cmd.Args)], &l.params)
+	if err != nil {
+		return err
+	}
+	l.fn = prog.fn
+	l.nparams = n
+	l.block, l.grid = launchDims(prog.k, shape, cmd.Grid)
+	return nil
+}
+
+// launchDims sizes a launch. Every kernel is one-dimensional and loops
+// grid-stride, so any grid computes the whole result; Grid[1] and Grid[2]
+// are ignored (more blocks in y or z would repeat the work). Single-block
+// kernels ignore Grid. Otherwise a non-zero Grid[0] is a thread count,
+// rounded up to whole blocks; a zero one covers the element count, capped
+// at maxGridBlocks blocks.
+func launchDims(k *kernel, shape launchShape, grid [3]uint32) (block, blocks [3]uint32) {
+	block = [3]uint32{k.block, 1, 1}
+	if shape.serial {
+		return [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}
+	}
+	if shape.single {
+		return block, [3]uint32{1, 1, 1}
+	}
+	threads := shape.elems
+	limit := uint64(maxGridBlocks)
+	if grid[0] != 0 {
+		threads = uint64(grid[0])
+		limit = math.MaxInt32
+	}
+	nb := (threads + uint64(k.block) - 1) / uint64(k.block)
+	nb = min(max(nb, 1), limit)
+	return block, [3]uint32{uint32(nb), 1, 1}
+}

@@ -1,0 +1,143 @@
+// Kernels of the stagehost CUDA backend (package hw/cuda).
+//
+// Regenerate kernels.ptx from this file with `go generate ./hw/cuda`, which
+// runs gen.sh beside this file:
+//
+//	nvcc -ptx -arch=sm_90 -o kernels.ptx kernels.cu
+//
+// and lowers the PTX ISA version to 7.8 (see gen.sh). The package embeds
+// kernels.ptx and loads it eagerly with cuModuleLoadDataEx.
+//
+// Conventions, shared with the simulator backend (hw/sim) and with the
+// per-kernel table in hw/cuda/kernels.go:
+//   - every name is extern "C", so the PTX entry is the plain name;
+//   - element loops are grid-stride loops, so any grid is correct and the
+//     host may size the grid freely (argmax alone needs one block of 256);
+//   - trailing element counts (n) are added by the host from the buffer
+//     ranges; the program's caller never passes them.
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+#define GRID_STRIDE(i, n) \
+	for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)
+
+// noop: does nothing (launch-overhead benchmarks).
+extern "C" __global__ void noop() {}
+
+// fill(buf, value): buf[i] = value.
+extern "C" __global__ void fill(float *buf, float value, u64 n) {
+	GRID_STRIDE(i, n) buf[i] = value;
+}
+
+// copy(dst, src): copies src's bytes into dst (equal lengths, checked by
+// the host). The ranges may overlap: then the host launches a single
+// thread, which copies in the safe direction (memmove).
+extern "C" __global__ void copy(unsigned char *dst, const unsigned char *src, u64 n) {
+	if (gridDim.x == 1 && blockDim.x == 1) {
+		if (dst > src) {
+			for (u64 i = n; i > 0; i--) dst[i - 1] = src[i - 1];
+		} else {
+			for (u64 i = 0; i < n; i++) dst[i] = src[i];
+		}
+		return;
+	}
+	GRID_STRIDE(i, n) dst[i] = src[i];
+}
+
+// saxpy(a, x, y): y = a*x + y (equal lengths, checked by the host).
+extern "C" __global__ void saxpy(float a, const float *x, float *y, u64 n) {
+	GRID_STRIDE(i, n) y[i] = fmaf(a, x[i], y[i]);
+}
+
+// matmul(A, B, C, M, N, K): C (MxN) = A (MxK) . B (KxN), row-major.
+extern "C" __global__ void matmul(const float *A, const float *B, float *C, u32 M, u32 N, u32 K) {
+	u64 total = (u64)M * N;
+	GRID_STRIDE(idx, total) {
+		u64 row = idx / N, col = idx % N;
+		const float *a = A + row * K;
+		const float *b = B + col;
+		float acc = 0.0f;
+		for (u64 k = 0; k < K; k++) {
+			acc = fmaf(a[k], b[k * N], acc);
+		}
+		C[idx] = acc;
+	}
+}
+
+// bias(x, b, M, N): x[i][j] += b[j], x is MxN row-major.
+extern "C" __global__ void bias(float *x, const float *b, u32 M, u32 N) {
+	u64 total = (u64)M * N;
+	GRID_STRIDE(idx, total) x[idx] = x[idx] + b[idx % N];
+}
+
+// relu(x): negative values become 0; -0 and NaN stay as they are.
+extern "C" __global__ void relu(float *x, u64 n) {
+	GRID_STRIDE(i, n) if (x[i] < 0.0f) x[i] = 0.0f;
+}
+
+// argmax(x, out): the result of a sequential scan that starts with x[0]
+// and moves to every later element strictly greater than the best so far:
+// the first largest value, NaNs never larger (a NaN x[0] wins). Writes the
+// index (uint32 LE) to out[0:4] and the value's bits (LE) to out[4:8],
+// byte by byte (out need not be aligned). x is non-empty (checked by the
+// host). One block of 256 threads.
+extern "C" __global__ void argmax(const float *x, unsigned char *out, u64 n) {
+	__shared__ float sv[256];
+	__shared__ u32 si[256];
+	u32 t = threadIdx.x;
+	float best = -__int_as_float(0x7f800000);
+	u32 bi = 0xffffffffu;
+	for (u64 i = t; i < n; i += blockDim.x) {
+		float v = x[i];
+		if (v > best || (v == best && bi == 0xffffffffu)) {
+			best = v;
+			bi = (u32)i;
+		}
+	}
+	sv[t] = best;
+	si[t] = bi;
+	for (u32 s = 128; s > 0; s >>= 1) {
+		__syncthreads();
+		if (t < s) {
+			float ov = sv[t + s];
+			u32 oi = si[t + s];
+			if (ov > best || (ov == best && oi < bi)) {
+				best = ov;
+				bi = oi;
+			}
+			sv[t] = best;
+			si[t] = bi;
+		}
+	}
+	if (t == 0) {
+		float x0 = x[0];
+		if (x0 != x0) { // NaN first element: nothing compares greater
+			best = x0;
+			bi = 0;
+		}
+		if (bi == 0xffffffffu) bi = 0;
+		u32 bits = __float_as_uint(best);
+		for (int k = 0; k < 4; k++) {
+			out[k] = (unsigned char)(bi >> (8 * k));
+			out[4 + k] = (unsigned char)(bits >> (8 * k));
+		}
+	}
+}
+
+// fault: stores through an unmapped address on purpose, so that tests can
+// provoke CUDA_ERROR_ILLEGAL_ADDRESS (a sticky, context-wide error).
+extern "C" __global__ void fault() {
+	*(volatile u32 *)(u64)8 = 1;
+}
+
+// spin(buf, off, want): one thread polls the uint32 at byte offset off of
+// buf (4-byte aligned, checked by the host) with acquire loads at system
+// scope until it equals want. It never gives up: a lost device ends it.
+extern "C" __global__ void spin(const unsigned char *buf, u64 off, u32 want) {
+	const u32 *word = (const u32 *)(buf + off);
+	u32 v;
+	do {
+		asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
+	} while (v != want);
+}

@@ -1,0 +1,372 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// hostAllocFlags: pinned, usable from every context, mapped into the
+// device address space (so kernels can read it through a device pointer).
+const hostAllocFlags = cuMemHostAllocPortable | cuMemHostAllocDeviceMap
+
+// buffer is a device allocation (cuMemAlloc_v2), a host-mapped pinned
+// allocation (cuMemHostAlloc, for hw.AllocHostVisible), or a view of a
+// shared allocation on one device.
+type buffer struct {
+	dev    *Device
+	size   int
+	ptr    cuDevicePtr
+	host   unsafe.Pointer // host mapping; nil for device memory
+	budget *hw.Budget
+	freed  atomic.Bool
+	shared *sharedMem // non-nil for views
+}
+
+var _ hw.Buffer = (*buffer)(nil)
+
+func (b *buffer) Device() hw.Device { return b.dev }
+func (b *buffer) Size() int         { return b.size }
+
+func (b *buffer) isFreed() bool {
+	if b.shared != nil {
+		return b.shared.freed.Load()
+	}
+	return b.freed.Load()
+}
+
+// HostBytes returns the host mapping of a host-visible buffer or shared
+// view, and an [hw.ErrUnsupported] error for device memory.
+func (b *buffer) HostBytes() ([]byte, error) {
+	if b.host == nil {
+		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: %s: device memory has no host mapping (allocate with hw.AllocHostVisible)", b.dev.name)
+	}
+	if b.isFreed() {
+		return nil, hw.Errorf(hw.ErrClosed, "cuda: buffer was freed")
+	}
+	return unsafe.Slice((*byte)(b.host), b.size), nil
+}
+
+// Free releases the buffer. Commands already queued may still use it, so
+// the memory (and the budget charge) is released at once only when no
+// stream of the device has unretired work; otherwise when the work queued
+// before Free has retired (or the device is lost). Commands submitted
+// after Free fail with [hw.ErrClosed]. Freeing twice returns an
+// [hw.ErrClosed] error; freeing a shared view is a no-op.
+func (b *buffer) Free() error {
+	if b.shared != nil {
+		return nil
+	}
+	if !b.freed.CompareAndSwap(false, true) {
+		return hw.Errorf(hw.ErrClosed, "cuda: buffer freed twice")
+	}
+	d := b.dev
+	d.freeGen.Add(1)
+	afterQueued([]*Device{d}, b.release)
+	return nil
+}
+
+// afterQueued runs release now if no stream of devs has unretired work,
+// else on a goroutine once the work queued so far on all of them retired
+// (or the device is lost). A kernel that never retires keeps the memory
+// for good: storage a device may still touch is never freed.
+func afterQueued(devs []*Device, release func()) {
+	var waits []pendingWork
+	for _, d := range devs {
+		waits = d.snapshot(waits)
+	}
+	if len(waits) == 0 {
+		release()
+		return
+	}
+	go func() {
+		for _, w := range waits {
+			w.s.wait(context.Background(), w.seq)
+		}
+		release()
+	}()
+}
+
+func (b *buffer) release() {
+	d := b.dev
+	runtime.LockOSThread()
+	if d.Err() == nil && d.drv.CtxSetCurrent(d.ctx) == cudaSuccess {
+		if b.host != nil {
+			d.drv.MemFreeHost(b.host)
+		} else {
+			d.drv.MemFree(b.ptr)
+		}
+	}
+	runtime.UnlockOSThread()
+	b.budget.Release(int64(b.size))
+	d.live.Add(-1)
+}
+
+// Alloc allocates size bytes, zeroed: device memory, or with [hw.AllocHostVisible]
+// pinned host memory mapped into the device (cuMemHostAlloc with
+// PORTABLE|DEVICEMAP), whose [hw.Buffer.HostBytes] works. It charges
+// budget first.
+//
+// # Errors
+//
+// [hw.ErrInvalidArgument] for a size ≤ 0 or unknown flags;
+// [hw.ErrOutOfBudget] when the budget or the device is out of memory;
+// [hw.ErrDeviceLost] or [hw.ErrClosed] for a lost or closed device.
+func (d *Device) Alloc(size int, flags hw.AllocFlags, budget *hw.Budget) (hw.Buffer, error) {
+	if err := d.usable(); err != nil {
+		return nil, err
+	}
+	if size <= 0 {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: allocation of %d bytes", d.name, size)
+	}
+	if flags&^hw.AllocHostVisible != 0 {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: unknown allocation flags %#x", d.name, uint32(flags))
+	}
+	if err := budget.Charge(int64(size)); err != nil {
+		return nil, err
+	}
+	b, err := d.alloc(size, flags)
+	if err != nil {
+		budget.Release(int64(size))
+		return nil, err
+	}
+	b.budget = budget
+	d.live.Add(1)
+	return b, nil
+}
+
+func (d *Device) alloc(size int, flags hw.AllocFlags) (*buffer, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	b := &buffer{dev: d, size: size}
+	if flags&hw.AllocHostVisible == 0 {
+		p, r := d.drv.MemAlloc(uintptr(size))
+		if err := d.check("cuMemAlloc_v2", r, hw.ErrFault); err != nil {
+			return nil, err
+		}
+		// New memory starts zeroed: the driver may hand back memory this
+		// process freed, and sessions must not see each other's data.
+		// cuMemsetD8 runs on the legacy NULL stream, which the
+		// non-blocking streams do not wait for: finish it here.
+		err := d.check("cuMemsetD8_v2", d.drv.MemsetD8(p, 0, uintptr(size)), hw.ErrFault)
+		if err == nil {
+			err = d.check("cuStreamSynchronize(NULL)", d.drv.StreamSynchronize(0), hw.ErrFault)
+		}
+		if err != nil {
+			d.drv.MemFree(p)
+			return nil, err
+		}
+		b.ptr = p
+		return b, nil
+	}
+	host, r := d.drv.MemHostAlloc(uintptr(size), hostAllocFlags)
+	if err := d.check("cuMemHostAlloc", r, hw.ErrFault); err != nil {
+		return nil, err
+	}
+	p, r := d.drv.MemHostGetDevicePointer(host)
+	if err := d.check("cuMemHostGetDevicePointer_v2", r, hw.ErrFault); err != nil {
+		d.drv.MemFreeHost(host)
+		return nil, err
+	}
+	clear(unsafe.Slice((*byte)(host), size))
+	b.host, b.ptr = host, p
+	return b, nil
+}
+
+// sharedMem is one pinned, host-mapped allocation (cuMemHostAlloc with
+// PORTABLE|DEVICEMAP) with a device-pointer view per device. Mapped pinned
+// memory is coherent: device acquire loads observe host release stores
+// without any flush.
+type sharedMem struct {
+	plat    *Platform
+	host    unsafe.Pointer
+	size    int
+	devices []hw.Device
+	views   map[*Device]*buffer
+	budget  *hw.Budget
+	freed   atomic.Bool
+}
+
+var _ hw.Shared = (*sharedMem)(nil)
+
+// AllocShared allocates size bytes of pinned host memory that every listed
+// device maps, charging budget. See [hw.Shared].
+//
+// # Errors
+//
+// [hw.ErrInvalidArgument] for a size ≤ 0, no devices, or a device that is
+// not one of this platform's; [hw.ErrOutOfBudget]; [hw.ErrDeviceLost].
+func (p *Platform) AllocShared(size int, devices []hw.Device, budget *hw.Budget) (hw.Shared, error) {
+	if size <= 0 {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation of %d bytes", size)
+	}
+	if len(devices) == 0 {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation for no device")
+	}
+	s := &sharedMem{plat: p, size: size, views: make(map[*Device]*buffer, len(devices)), budget: budget}
+	var ds []*Device
+	for i, hd := range devices {
+		d, ok := hd.(*Device)
+		if !ok || d.plat != p {
+			return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation: device %d (%v) is not a device of this platform", i, deviceName(hd))
+		}
+		if err := d.usable(); err != nil {
+			return nil, err
+		}
+		if _, dup := s.views[d]; dup {
+			continue
+		}
+		s.views[d] = nil
+		ds = append(ds, d)
+		s.devices = append(s.devices, d)
+	}
+	if err := budget.Charge(int64(size)); err != nil {
+		return nil, err
+	}
+	if err := s.alloc(ds); err != nil {
+		budget.Release(int64(size))
+		return nil, err
+	}
+	for _, d := range ds {
+		d.live.Add(1)
+	}
+	return s, nil
+}
+
+func deviceName(d hw.Device) string {
+	if d == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%s %T", d.Name(), d)
+}
+
+func (s *sharedMem) alloc(ds []*Device) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	first := ds[0]
+	if err := first.enter(); err != nil {
+		return err
+	}
+	host, r := first.drv.MemHostAlloc(uintptr(s.size), hostAllocFlags)
+	if err := first.check("cuMemHostAlloc", r, hw.ErrFault); err != nil {
+		return err
+	}
+	s.host = host
+	for _, d := range ds {
+		err := d.enter()
+		if err == nil {
+			var p cuDevicePtr
+			p, r = d.drv.MemHostGetDevicePointer(host)
+			err = d.check("cuMemHostGetDevicePointer_v2", r, hw.ErrFault)
+			s.views[d] = &buffer{dev: d, size: s.size, ptr: p, host: host, shared: s}
+		}
+		if err != nil {
+			if first.enter() == nil {
+				first.drv.MemFreeHost(host)
+			}
+			return err
+		}
+	}
+	// Fresh memory starts zeroed, like every other backend's.
+	clear(unsafe.Slice((*byte)(host), s.size))
+	return nil
+}
+
+func (s *sharedMem) Size() int { return s.size }
+
+// Bytes is the host mapping. It must not be used after Free.
+func (s *sharedMem) Bytes() []byte { return unsafe.Slice((*byte)(s.host), s.size) }
+
+func (s *sharedMem) Devices() []hw.Device { return append([]hw.Device(nil), s.devices...) }
+
+func (s *sharedMem) word(off int) *uint32 {
+	if off < 0 || off%4 != 0 || off > s.size-4 {
+		panic(fmt.Sprintf("cuda: shared word at offset %d outside [0,%d) or unaligned", off, s.size))
+	}
+	if s.freed.Load() {
+		panic("cuda: shared allocation used after Free")
+	}
+	return (*uint32)(unsafe.Add(s.host, off))
+}
+
+// Store32Release atomically stores v at off (a multiple of 4).
+func (s *sharedMem) Store32Release(off int, v uint32) { atomic.StoreUint32(s.word(off), v) }
+
+// Load32Acquire atomically loads the word at off.
+func (s *sharedMem) Load32Acquire(off int) uint32 { return atomic.LoadUint32(s.word(off)) }
+
+// PrepareRelease returns dev's visibility action: a store fence. Mapped
+// pinned memory is coherent with the device, so ordering the host's stores
+// is all a release needs.
+func (s *sharedMem) PrepareRelease(dev hw.Device, off, length int) (hw.VisibilityAction, error) {
+	d, _ := dev.(*Device)
+	if _, ok := s.views[d]; !ok || d == nil {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation is not mapped on %v", deviceName(dev))
+	}
+	if off < 0 || length < 0 || off > s.size || length > s.size-off {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: release range [%d,+%d) outside %d bytes", off, length, s.size)
+	}
+	return &storeFence{dev: d}, nil
+}
+
+// View returns the allocation as a buffer of dev (its device pointer from
+// cuMemHostGetDevicePointer_v2). Freeing the view is a no-op.
+func (s *sharedMem) View(dev hw.Device) (hw.Buffer, error) {
+	d, _ := dev.(*Device)
+	v, ok := s.views[d]
+	if !ok || d == nil {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation is not mapped on %v", deviceName(dev))
+	}
+	if s.freed.Load() {
+		return nil, hw.Errorf(hw.ErrClosed, "cuda: shared allocation was freed")
+	}
+	return v, nil
+}
+
+// Free releases the allocation. As for buffers, the memory and the budget
+// charge are released once the work queued so far on its devices has
+// retired; views become unusable at once.
+func (s *sharedMem) Free() error {
+	if !s.freed.CompareAndSwap(false, true) {
+		return hw.Errorf(hw.ErrClosed, "cuda: shared allocation freed twice")
+	}
+	devs := make([]*Device, len(s.devices))
+	for i, hd := range s.devices {
+		devs[i] = hd.(*Device)
+		devs[i].freeGen.Add(1)
+	}
+	afterQueued(devs, func() {
+		runtime.LockOSThread()
+		for _, d := range devs {
+			if d.Err() == nil && d.drv.CtxSetCurrent(d.ctx) == cudaSuccess {
+				d.drv.MemFreeHost(s.host)
+				break
+			}
+		}
+		runtime.UnlockOSThread()
+		s.budget.Release(int64(s.size))
+		for _, d := range devs {
+			d.live.Add(-1)
+		}
+	})
+	return nil
+}
+
+// fenceWord is the target of the full barrier in storeFence.
+var fenceWord atomic.Uint32
+
+// storeFence orders every earlier host store before later ones: a locked
+// read-modify-write is a full fence on every architecture Go supports.
+type storeFence struct{ dev *Device }
+
+func (f *storeFence) Execute() error {
+	fenceWord.Add(1)
+	return f.dev.Err()
+}

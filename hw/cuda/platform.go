@@ -1,0 +1,337 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+const defaultLibrary = "libcuda.so.1"
+
+// DefaultQueueDepth is how many commands a stream buffers between its
+// submitters and its driver thread; beyond it, Submit, Write and Read
+// return [hw.ErrBusy] (as the simulator does).
+const DefaultQueueDepth = 1024
+
+type config struct {
+	library    string
+	queueDepth int
+	ptx        []byte // module source; nil: the embedded kernels
+	drv        driver // tests: a fake driver instead of libcuda
+}
+
+// Option configures [Open].
+type Option func(*config)
+
+// WithLibrary loads the CUDA driver from path instead of "libcuda.so.1".
+func WithLibrary(path string) Option {
+	return func(c *config) { c.library = path }
+}
+
+// WithQueueDepth sets how many commands each stream buffers before Submit,
+// Write and Read answer [hw.ErrBusy] (default [DefaultQueueDepth]; values
+// below 1 mean 1).
+func WithQueueDepth(n int) Option {
+	return func(c *config) { c.queueDepth = max(n, 1) }
+}
+
+// withPTX replaces the embedded module (tests: STAGEHOST_CUDA_PTX).
+func withPTX(src []byte) Option { return func(c *config) { c.ptx = src } }
+
+// withDriver replaces libcuda (tests: the fake driver).
+func withDriver(d driver) Option { return func(c *config) { c.drv = d } }
+
+// Platform is the set of CUDA devices of this process, one [Device] per
+// GPU, named cuda0, cuda1, ... in driver order. It implements
+// [hw.Platform].
+type Platform struct {
+	drv     driver
+	cfg     config
+	version int32
+	devices []*Device
+	closed  atomic.Bool
+}
+
+var _ hw.Platform = (*Platform)(nil)
+
+// Open loads the CUDA driver, initializes it and opens every device: it
+// retains each device's primary context and loads the kernel module into
+// it eagerly (lazy loading can deadlock against a resident kernel).
+//
+// # Errors
+//
+// [hw.ErrUnsupported] when libcuda.so.1 cannot be loaded (the message
+// carries dlopen's reason), lacks required symbols (all of them are named),
+// cuInit fails, there is no device, or the driver rejects the kernels.
+func Open(opts ...Option) (*Platform, error) {
+	cfg := config{library: defaultLibrary, queueDepth: DefaultQueueDepth}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	drv := cfg.drv
+	if drv == nil {
+		lib, err := openLibrary(cfg.library)
+		if err != nil {
+			return nil, err
+		}
+		drv = lib
+	}
+	if r := drv.Init(); r != cudaSuccess {
+		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: cuInit: %s", resultString(drv, r))
+	}
+	p := &Platform{drv: drv, cfg: cfg}
+	p.version, _ = drv.DriverGetVersion()
+	n, r := drv.DeviceGetCount()
+	if r != cudaSuccess {
+		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: cuDeviceGetCount: %s", resultString(drv, r))
+	}
+	if n <= 0 {
+		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: no CUDA device")
+	}
+	src := cfg.ptx
+	if src == nil {
+		src = kernelsPTX
+	}
+	image := append(append(make([]byte, 0, len(src)+1), src...), 0)
+	for i := range n {
+		d, err := openDevice(p, int(i), image)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.devices = append(p.devices, d)
+	}
+	return p, nil
+}
+
+// DriverVersion is cuDriverGetVersion's answer (for example 13000).
+func (p *Platform) DriverVersion() int { return int(p.version) }
+
+// Devices lists every device in driver order.
+func (p *Platform) Devices() []hw.Device {
+	out := make([]hw.Device, len(p.devices))
+	for i, d := range p.devices {
+		out[i] = d
+	}
+	return out
+}
+
+// Device returns a device by name ("cuda0"), or an [hw.ErrNotFound] error.
+func (p *Platform) Device(name string) (hw.Device, error) {
+	for _, d := range p.devices {
+		if d.name == name {
+			return d, nil
+		}
+	}
+	return nil, hw.Errorf(hw.ErrNotFound, "cuda: no device %q", name)
+}
+
+// Close closes every device. Devices with live streams, buffers or shared
+// allocations stay open and their errors are returned.
+func (p *Platform) Close() error {
+	var errs []error
+	for _, d := range p.devices {
+		if err := d.Close(); err != nil && !errors.Is(err, hw.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Device is one CUDA GPU with its primary context and loaded kernels. It
+// implements [hw.Device].
+type Device struct {
+	plat    *Platform
+	drv     driver
+	name    string
+	model   string
+	ordinal int
+	dev     cuDevice
+	ctx     cuContext
+	mod     cuModule
+	progs   map[string]*program
+
+	lost     atomic.Pointer[error]
+	lostOnce sync.Once
+	lostCh   chan struct{} // closed when the device is lost
+
+	resetResult cuResult // of cuDevicePrimaryCtxReset at Close after a loss
+
+	live   atomic.Int64 // streams, buffers, graphs and shared allocations
+	closed atomic.Bool
+
+	streamsMu sync.Mutex
+	streams   map[*Stream]struct{} // open streams
+	freeGen   atomic.Uint64        // bumped by every Free
+}
+
+var _ hw.Device = (*Device)(nil)
+
+func openDevice(p *Platform, ordinal int, image []byte) (*Device, error) {
+	drv := p.drv
+	dev, r := drv.DeviceGet(int32(ordinal))
+	if r != cudaSuccess {
+		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: cuDeviceGet(%d): %s", ordinal, resultString(drv, r))
+	}
+	model, _ := drv.DeviceGetName(dev)
+	ctx, r := drv.DevicePrimaryCtxRetain(dev)
+	if r != cudaSuccess {
+		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: cuDevicePrimaryCtxRetain(%d): %s", ordinal, resultString(drv, r))
+	}
+	d := &Device{
+		plat: p, drv: drv, name: fmt.Sprintf("cuda%d", ordinal), model: model,
+		ordinal: ordinal, dev: dev, ctx: ctx, progs: make(map[string]*program, len(kernels)),
+		lostCh: make(chan struct{}), streams: make(map[*Stream]struct{}),
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	fail := func(err error) (*Device, error) {
+		if d.mod != 0 {
+			drv.ModuleUnload(d.mod)
+		}
+		drv.DevicePrimaryCtxRelease(dev)
+		return nil, err
+	}
+	if r := drv.CtxSetCurrent(ctx); r != cudaSuccess {
+		return fail(hw.Errorf(hw.ErrUnsupported, "cuda: %s: cuCtxSetCurrent: %s", d.name, resultString(drv, r)))
+	}
+	mod, log, r := drv.ModuleLoadData(image)
+	if r != cudaSuccess {
+		if log != "" {
+			log = "\n" + log
+		}
+		return fail(hw.Errorf(hw.ErrUnsupported, "cuda: %s: cuModuleLoadDataEx(kernels): %s%s", d.name, resultString(drv, r), log))
+	}
+	d.mod = mod
+	for _, k := range kernels {
+		fn, r := drv.ModuleGetFunction(mod, k.name)
+		if r != cudaSuccess {
+			return fail(hw.Errorf(hw.ErrUnsupported, "cuda: %s: kernel %q: %s", d.name, k.name, resultString(drv, r)))
+		}
+		d.progs[k.name] = &program{dev: d, k: k, fn: fn}
+	}
+	return d, nil
+}
+
+// Name is "cuda<ordinal>".
+func (d *Device) Name() string { return d.name }
+
+// Engine is [hw.EngineGPU].
+func (d *Device) Engine() hw.Engine { return hw.EngineGPU }
+
+// Model is the driver's name for the GPU ("NVIDIA H200").
+func (d *Device) Model() string { return d.model }
+
+// Err is nil while the device is healthy, and the [hw.ErrDeviceLost] error
+// naming the first sticky CUDA error once it is lost.
+func (d *Device) Err() error {
+	if p := d.lost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// usable returns the error that stops new work: closed or lost.
+func (d *Device) usable() error {
+	if d.closed.Load() {
+		return hw.Errorf(hw.ErrClosed, "cuda: %s is closed", d.name)
+	}
+	return d.Err()
+}
+
+// markLost records the first loss cause and wakes every waiter. It returns
+// the recorded (first) error.
+func (d *Device) markLost(cause error) error {
+	d.lostOnce.Do(func() {
+		d.lost.Store(&cause)
+		close(d.lostCh)
+	})
+	return *d.lost.Load()
+}
+
+// check turns a driver result into an error. A sticky result loses the
+// device; out-of-memory is [hw.ErrOutOfBudget]; unsupported operations are
+// [hw.ErrUnsupported]; everything else gets class.
+func (d *Device) check(call string, r cuResult, class error) error {
+	if r == cudaSuccess {
+		return nil
+	}
+	if r.sticky() {
+		return d.markLost(hw.Errorf(hw.ErrDeviceLost, "cuda: %s lost: %s failed with %s", d.name, call, resultString(d.drv, r)))
+	}
+	if err := d.Err(); err != nil {
+		// After a loss, every call fails; report the loss, not the symptom.
+		return err
+	}
+	switch r {
+	case cudaErrorOutOfMemory:
+		class = hw.ErrOutOfBudget
+	case cudaErrorNotSupported, cudaErrorNotPermitted:
+		class = hw.ErrUnsupported
+	}
+	return hw.Errorf(class, "cuda: %s: %s: %s", d.name, call, resultString(d.drv, r))
+}
+
+// enter makes the device's context current on this OS thread. The caller
+// holds runtime.LockOSThread.
+func (d *Device) enter() error {
+	return d.check("cuCtxSetCurrent", d.drv.CtxSetCurrent(d.ctx), hw.ErrFault)
+}
+
+// Prepare returns the named kernel, or an [hw.ErrNotFound] error. The
+// kernels are loaded at Open, so this does no driver work.
+func (d *Device) Prepare(name string) (hw.Program, error) {
+	if err := d.usable(); err != nil {
+		return nil, err
+	}
+	p, ok := d.progs[name]
+	if !ok {
+		return nil, hw.Errorf(hw.ErrNotFound, "cuda: %s: no program %q", d.name, name)
+	}
+	return p, nil
+}
+
+// Close unloads the kernels and releases the primary context. Streams,
+// buffers and shared allocations on the device must be closed or freed
+// first ([hw.ErrBusy] otherwise). Closing twice returns [hw.ErrClosed].
+func (d *Device) Close() error {
+	if n := d.live.Load(); n > 0 {
+		return hw.Errorf(hw.ErrBusy, "cuda: %s: %d stream(s) or allocation(s) still open", d.name, n)
+	}
+	if !d.closed.CompareAndSwap(false, true) {
+		return hw.Errorf(hw.ErrClosed, "cuda: %s is already closed", d.name)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var err error
+	if d.drv.CtxSetCurrent(d.ctx) == cudaSuccess && d.mod != 0 {
+		if r := d.drv.ModuleUnload(d.mod); r != cudaSuccess && d.Err() == nil {
+			err = d.check("cuModuleUnload", r, hw.ErrFault)
+		}
+	}
+	d.drv.CtxSetCurrent(0)
+	if r := d.drv.DevicePrimaryCtxRelease(d.dev); r != cudaSuccess && err == nil && d.Err() == nil {
+		err = d.check("cuDevicePrimaryCtxRelease", r, hw.ErrFault)
+	}
+	if d.Err() != nil {
+		// A sticky error poisons the primary context for the whole
+		// process; resetting it lets a later Open start afresh. (Other
+		// users of the context in this process have lost it already.)
+		d.resetResult = d.drv.DevicePrimaryCtxReset(d.dev)
+	}
+	return err
+}
+
+// program is one kernel of the loaded module, bound to its device.
+type program struct {
+	dev *Device
+	k   *kernel
+	fn  cuFunction
+}
+
+func (p *program) Name() string      { return p.k.name }
+func (p *program) Device() hw.Device { return p.dev }
