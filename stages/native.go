@@ -209,7 +209,7 @@ func (s *NativeSession[T]) callFence() (err error, p *recovered) {
 }
 
 func (s *NativeSession[T]) quarantineOwner(fenceErr error, fencePanic *recovered, stageErr error) {
-	bytes := s.owner.quarantine()
+	bytes := s.owner.Quarantine()
 	reason := fenceErr
 	if fencePanic != nil {
 		reason = fmt.Errorf("fence panicked: %v", fencePanic.value)

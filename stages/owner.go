@@ -189,9 +189,12 @@ func (o *Owner) Quarantined() bool {
 	return o.quarantined
 }
 
-// quarantine marks o as quarantined: from now on nothing of it is freed,
-// and its budget charges stay. It returns the bytes left charged.
-func (o *Owner) quarantine() int64 {
+// Quarantine marks o as quarantined: from now on nothing of it is freed
+// (Close and FreeBuffer refuse with [hw.ErrDeviceLost]), nothing new is
+// made through it, and its budget charges stay. Use it when device work
+// that may still touch o's memory cannot be proven finished. It returns
+// the bytes left charged.
+func (o *Owner) Quarantine() int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.quarantined = true
