@@ -77,10 +77,10 @@ type NativeSession[T any] struct {
 	cfg   nativeConfig
 	state T
 
-	running     atomic.Bool
-	lease       host.Lease
-	mu          sync.Mutex
-	quarantine  error // why the owner was quarantined, nil while healthy
+	running    atomic.Bool
+	lease      host.Lease
+	mu         sync.Mutex
+	quarantine error // why the owner was quarantined, nil while healthy
 }
 
 // NewNative creates a session over owner's resources and state. The owner
