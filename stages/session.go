@@ -29,6 +29,7 @@ type SessionConfig struct {
 	deadline     time.Duration
 	fenceTimeout time.Duration
 	fence        *Module
+	drain        bool
 }
 
 type bufferDecl struct {
@@ -88,7 +89,11 @@ func (c SessionConfig) WithFenceTimeout(d time.Duration) SessionConfig { c.fence
 // WithFenceModule uses a separate fence module (loaded with
 // [FenceModule]); it shares the session's handles. Default: the stage
 // module's own fence, or the built-in one.
-func (c SessionConfig) WithFenceModule(m *Module) SessionConfig { c.fence = m; return c }
+func (c SessionConfig) WithFenceModule(m *Module) SessionConfig { c.fence, c.drain = m, false; return c }
+
+// WithDrainFence always uses the built-in fence that syncs every stream,
+// even if the stage module exports its own stagehost_fence.
+func (c SessionConfig) WithDrainFence() SessionConfig { c.fence, c.drain = nil, true; return c }
 
 // ClientError is a stage's own failure: stagehost_run returned a non-zero
 // code. It does not harm a session whose fence then drained.
@@ -398,7 +403,7 @@ func (s *Session) fence(ctx context.Context, st *callState) error {
 	in, fn := &s.fenceIn, (*instance)(nil)
 	switch {
 	case s.cfg.fence != nil:
-	case s.module.hasFence:
+	case s.module.hasFence && !s.cfg.drain:
 		in = &s.inst
 	default:
 		return s.owner.Drain(ctx)

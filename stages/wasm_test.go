@@ -390,3 +390,11 @@ func mustNoop(t *testing.T, s *Session) hw.Program {
 	t.Fatal("no program")
 	return nil
 }
+
+func TestDrainFenceOverridesTheModulesOwnFence(t *testing.T) {
+	f := newWasmFixture(t)
+	s := f.session(t, f.mustLoad(t, "loop_fence"), f.defaultConfig("drain").WithDrainFence())
+	if _, err := s.Run(context.Background(), nil, nil); err != nil || s.Quarantined() != nil {
+		t.Fatalf("the module's looping fence ran despite WithDrainFence: %v, %v", err, s.Quarantined())
+	}
+}
