@@ -3,6 +3,7 @@ module github.com/stagehost/stagehost
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/ebitengine/purego v0.11.3
 	github.com/prometheus/client_golang v1.25.0
 	github.com/tetratelabs/wazero v1.12.0

@@ -1,0 +1,353 @@
+// Package deploy builds a running host from a validated manifest: the
+// runtime, devices on their backends, compiled modules, Wasm sessions and
+// resident session templates, and runs them. The CLI and the HTTP service
+// are thin layers over a [Deployment].
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/stagehost/stagehost/host"
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/cuda"
+	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/stages"
+)
+
+// Options tune how a deployment starts.
+type Options struct {
+	// Logger receives host and guest logs. Default slog.Default().
+	Logger *slog.Logger
+	// Progress, when set, is told about slow start-up steps (module
+	// compilation), one line each.
+	Progress func(msg string)
+}
+
+// Deployment is a running manifest.
+type Deployment struct {
+	Manifest *manifest.Manifest
+	Runtime  *host.Runtime
+	Engine   *stages.Engine
+
+	logger  *slog.Logger
+	simP    *sim.Platform
+	cudaP   *cuda.Platform
+	devices map[string]hw.Device
+	modules map[string]*stages.Module
+
+	sessions  map[string]*Session
+	residents map[string]*Resident
+}
+
+// Session is one manifest session, serialising its calls: a Wasm session
+// runs one call at a time, so concurrent callers wait their turn here
+// (honouring their contexts) instead of getting ErrBusy.
+type Session struct {
+	Spec  *manifest.Session
+	wasm  *stages.Session
+	turn  chan struct{}
+	mu    sync.Mutex
+	calls uint64
+	fails uint64
+}
+
+// Open builds the deployment. Nothing runs until Run or RunResident.
+//
+// # Errors
+//
+// [hw.ErrUnsupported] when a cuda device is declared but no CUDA driver is
+// present; module load errors; session creation errors (device, budget).
+func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, error) {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	rt, err := host.NewRuntime(host.NewConfig().WithCapacity(m.Runtime.Capacity).WithTraceCapacity(m.Runtime.TraceBuffer))
+	if err != nil {
+		return nil, err
+	}
+	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.Logger,
+		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
+		sessions: map[string]*Session{}, residents: map[string]*Resident{}}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = d.Close(context.Background())
+		}
+	}()
+	if err := d.openDevices(); err != nil {
+		return nil, err
+	}
+	ecfg := stages.NewEngineConfig().WithLogger(opt.Logger)
+	switch dir := m.Runtime.CacheDir; dir {
+	case manifest.CacheOff:
+		ecfg = ecfg.WithCacheDir("")
+	case "":
+	default:
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(m.Dir, dir)
+		}
+		ecfg = ecfg.WithCacheDir(dir)
+	}
+	if opt.Progress != nil {
+		ecfg = ecfg.WithCompileProgress(func(name string, _ bool) {
+			opt.Progress(fmt.Sprintf("loading module %s (compiled on first use, then read from the cache)", name))
+		})
+	}
+	if d.Engine, err = stages.NewEngine(ctx, ecfg); err != nil {
+		return nil, err
+	}
+	for i := range m.Modules {
+		mm := &m.Modules[i]
+		start := time.Now()
+		mod, err := d.Engine.Load(ctx, mm.Bytes, mm.SHA256, mm.LoadConfig())
+		if err != nil {
+			return nil, err
+		}
+		if opt.Progress != nil {
+			opt.Progress(fmt.Sprintf("module %s ready (%d KiB) in %v", mm.Name, len(mm.Bytes)>>10, time.Since(start).Round(time.Millisecond)))
+		}
+		d.modules[mm.Name] = mod
+	}
+	for i := range m.Sessions {
+		if err := d.openSession(ctx, &m.Sessions[i]); err != nil {
+			return nil, err
+		}
+	}
+	for i := range m.Residents {
+		r := &m.Residents[i]
+		d.residents[r.Name] = &Resident{Spec: r, d: d}
+	}
+	if err := d.injectFaults(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return d, nil
+}
+
+func (d *Deployment) openDevices() error {
+	for i := range d.Manifest.Devices {
+		md := &d.Manifest.Devices[i]
+		switch md.Backend {
+		case manifest.BackendSim:
+			if d.simP == nil {
+				d.simP = sim.New()
+			}
+			dev, err := d.simP.AddDevice(md.Name, md.Engine, sim.WithLatency(md.Sim.Latency), sim.WithQueueDepth(md.Sim.QueueDepth))
+			if err != nil {
+				return fmt.Errorf("device %q: %w", md.Name, err)
+			}
+			d.devices[md.Name] = dev
+		case manifest.BackendCUDA:
+			if d.cudaP == nil {
+				p, err := cuda.Open()
+				if err != nil {
+					return fmt.Errorf("device %q: %w", md.Name, err)
+				}
+				d.cudaP = p
+			}
+			dev, err := d.cudaP.Device(fmt.Sprintf("cuda%d", md.Index))
+			if err != nil {
+				return fmt.Errorf("device %q: %w", md.Name, err)
+			}
+			d.devices[md.Name] = dev
+		default:
+			return hw.Errorf(hw.ErrUnsupported, "device %q: backend %q", md.Name, md.Backend)
+		}
+	}
+	return nil
+}
+
+// platformOf returns the platform that owns a device.
+func (d *Deployment) platformOf(name string) hw.Platform {
+	if md := d.Manifest.Device(name); md != nil && md.Backend == manifest.BackendCUDA {
+		return d.cudaP
+	}
+	return d.simP
+}
+
+func (d *Deployment) openSession(ctx context.Context, ms *manifest.Session) error {
+	cfg := stages.NewSessionConfig(ms.Name, d.devices[ms.Device]).
+		WithStreams(ms.Streams...).WithPrograms(ms.Programs...).
+		WithBudget(ms.Budget).WithOutputLimit(int(ms.OutputLimit)).
+		WithDeadline(ms.Deadline).WithFenceTimeout(ms.FenceTimeout)
+	for _, b := range ms.Buffers {
+		cfg = cfg.WithBuffer(b.Name, int(b.Size))
+	}
+	switch ms.Fence {
+	case manifest.FenceBuiltin:
+	case manifest.FenceDrain:
+		cfg = cfg.WithDrainFence()
+	default:
+		cfg = cfg.WithFenceModule(d.modules[ms.Fence])
+	}
+	s, err := d.Engine.NewSession(ctx, d.Runtime, d.modules[ms.Stage], cfg)
+	if err != nil {
+		return err
+	}
+	d.sessions[ms.Name] = &Session{Spec: ms, wasm: s, turn: make(chan struct{}, 1)}
+	return nil
+}
+
+func simFault(k manifest.FaultKind, count int) sim.Fault {
+	kinds := map[manifest.FaultKind]sim.FaultKind{
+		manifest.FaultReject: sim.RejectSubmit, manifest.FaultFailCompletion: sim.FailCompletion,
+		manifest.FaultHang: sim.Hang, manifest.FaultFailVisibility: sim.FailVisibility, manifest.FaultLose: sim.Lose,
+	}
+	return sim.Fault{Kind: kinds[k], Count: count}
+}
+
+// injectFaults applies the manifest's start-up faults. Hangs are never
+// released: they model a device that stopped responding.
+func (d *Deployment) injectFaults() error {
+	for i := range d.Manifest.Devices {
+		md := &d.Manifest.Devices[i]
+		if md.Sim == nil {
+			continue
+		}
+		dev := d.devices[md.Name].(*sim.Device)
+		for _, f := range md.Sim.Faults {
+			if f.Session == "" {
+				dev.Inject(simFault(f.Kind, f.Count))
+				continue
+			}
+			s := d.sessions[f.Session]
+			if s == nil {
+				return hw.Errorf(hw.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
+			}
+			for _, st := range s.wasm.Owner().Streams() {
+				st.(*sim.Stream).Inject(simFault(f.Kind, f.Count))
+			}
+		}
+	}
+	return nil
+}
+
+// Session returns a session by name, or nil.
+func (d *Deployment) Session(name string) *Session { return d.sessions[name] }
+
+// Resident returns a resident session template by name, or nil.
+func (d *Deployment) Resident(name string) *Resident { return d.residents[name] }
+
+// SessionNames lists the sessions in manifest order.
+func (d *Deployment) SessionNames() []string {
+	names := make([]string, len(d.Manifest.Sessions))
+	for i, s := range d.Manifest.Sessions {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// ResidentNames lists the resident sessions in manifest order.
+func (d *Deployment) ResidentNames() []string {
+	names := make([]string, len(d.Manifest.Residents))
+	for i, r := range d.Manifest.Residents {
+		names[i] = r.Name
+	}
+	return names
+}
+
+// DefaultInput reads the session's default input file, or returns nil.
+func (s *Session) DefaultInput() ([]byte, error) {
+	if s.Spec.Input == "" {
+		return nil, nil
+	}
+	return os.ReadFile(s.Spec.Input)
+}
+
+// Run calls the session's stage with input, waiting for the session's
+// previous call to finish first (in arrival order per the Go scheduler,
+// bounded by ctx).
+//
+// # Errors
+//
+// As for [stages.Session.RunEntry], plus [hw.ErrDeadlineExceeded] if ctx
+// ends while waiting for the session.
+func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, hw.ContextError(ctx, fmt.Sprintf("waiting for session %q", s.Spec.Name))
+	}
+	defer func() { <-s.turn }()
+	out, err := s.wasm.RunEntry(ctx, s.Spec.Entry, input, nil)
+	s.mu.Lock()
+	s.calls++
+	if err != nil {
+		s.fails++
+	}
+	s.mu.Unlock()
+	return out, err
+}
+
+// SessionStatus describes a session for listings.
+type SessionStatus struct {
+	Name        string `json:"name"`
+	Stage       string `json:"stage"`
+	Device      string `json:"device"`
+	State       string `json:"state"` // "ready" or "quarantined"
+	Reason      string `json:"reason,omitempty"`
+	Calls       uint64 `json:"calls"`
+	Failures    uint64 `json:"failures"`
+	Replaced    int    `json:"instances_replaced"`
+	BudgetBytes int64  `json:"budget_used_bytes"`
+}
+
+// Status reports the session's state.
+func (s *Session) Status() SessionStatus {
+	s.mu.Lock()
+	calls, fails := s.calls, s.fails
+	s.mu.Unlock()
+	st := SessionStatus{Name: s.Spec.Name, Stage: s.Spec.Stage, Device: s.Spec.Device, State: "ready",
+		Calls: calls, Failures: fails, Replaced: s.wasm.Replacements(), BudgetBytes: s.wasm.Owner().Budget().Used()}
+	if q := s.wasm.Quarantined(); q != nil {
+		st.State, st.Reason = "quarantined", q.Error()
+	}
+	return st
+}
+
+// Statuses lists every session's status, sorted by name.
+func (d *Deployment) Statuses() []SessionStatus {
+	out := make([]SessionStatus, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		out = append(out, s.Status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Close closes every session (a quarantined one keeps its resources), the
+// engine and the platforms.
+func (d *Deployment) Close(ctx context.Context) error {
+	var errs []error
+	for _, s := range d.sessions {
+		if err := s.wasm.Close(ctx); err != nil && !errors.Is(err, hw.ErrDeviceLost) {
+			errs = append(errs, err)
+		}
+	}
+	for _, r := range d.residents {
+		r.closeAll()
+	}
+	if d.Engine != nil {
+		errs = append(errs, d.Engine.Close(ctx))
+	}
+	if d.simP != nil {
+		_ = d.simP.Close()
+	}
+	if d.cudaP != nil {
+		_ = d.cudaP.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// residentOwnerName names the owner of one resident run.
+func residentOwnerName(name string, run int) string { return fmt.Sprintf("%s#%d", name, run) }
+

@@ -1,0 +1,207 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/sessions"
+	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/stages"
+)
+
+// Resident is a manifest resident session: a template from which runs are
+// started. Each run is a fresh startup line, payload, pair of streams and
+// [sessions.ResidentSession].
+type Resident struct {
+	Spec *manifest.Resident
+	d    *Deployment
+
+	mu   sync.Mutex
+	runs []*ResidentRun
+	wg   sync.WaitGroup
+}
+
+// ResidentRun is one run of a resident session.
+type ResidentRun struct {
+	ID       int           `json:"id"`
+	State    string        `json:"state"` // starting, running, verified, failed, quarantined
+	Error    string        `json:"error,omitempty"`
+	Rounds   int           `json:"rounds"`
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"duration_ns"`
+	Verified bool          `json:"verified"`
+	done     chan struct{}
+}
+
+// Runs returns a snapshot of the resident's runs, oldest first.
+func (r *Resident) Runs() []ResidentRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ResidentRun, len(r.runs))
+	for i, run := range r.runs {
+		out[i] = *run
+	}
+	return out
+}
+
+func (r *Resident) set(run *ResidentRun, f func(*ResidentRun)) {
+	r.mu.Lock()
+	f(run)
+	r.mu.Unlock()
+}
+
+// Start starts a run: it submits both participants and publishes RUN
+// within the startup deadline, then joins them in the background under
+// the join deadline, verifies the payload and closes the session. It
+// returns once RUN (or ABORT) is published.
+//
+// # Errors
+//
+// [hw.ErrUnsupported] for a resident whose GPU is not a sim device (the
+// CUDA resident participant is not built yet); errors of the devices.
+func (r *Resident) Start(ctx context.Context) (*ResidentRun, error) {
+	r.mu.Lock()
+	run := &ResidentRun{ID: len(r.runs) + 1, State: "starting", Rounds: r.Spec.Rounds, Started: time.Now(), done: make(chan struct{})}
+	r.runs = append(r.runs, run)
+	r.mu.Unlock()
+	rs, payload, err := r.launch(ctx, run)
+	if err != nil {
+		r.set(run, func(run *ResidentRun) { run.State, run.Error = "failed", err.Error() })
+		close(run.done)
+		if rs != nil {
+			_ = rs.Close()
+		}
+		return run, err
+	}
+	r.set(run, func(run *ResidentRun) { run.State = "running" })
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(run.done)
+		r.finish(run, rs, payload)
+	}()
+	return run, nil
+}
+
+// Run starts a run and waits for it to finish.
+func (r *Resident) Run(ctx context.Context) (ResidentRun, error) {
+	run, err := r.Start(ctx)
+	if err != nil {
+		return *run, err
+	}
+	select {
+	case <-run.done:
+	case <-ctx.Done():
+		return *run, hw.ContextError(ctx, "waiting for resident run")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if run.State != "verified" {
+		return *run, hw.Errorf(hw.ErrFault, "resident %q run %d: %s: %s", r.Spec.Name, run.ID, run.State, run.Error)
+	}
+	return *run, nil
+}
+
+func (r *Resident) launch(ctx context.Context, run *ResidentRun) (*sessions.ResidentSession, hw.Shared, error) {
+	d, spec := r.d, r.Spec
+	if d.Manifest.Device(spec.GPU).Backend != manifest.BackendSim || d.Manifest.Device(spec.NPU).Backend != manifest.BackendSim {
+		return nil, nil, hw.Errorf(hw.ErrUnsupported, "resident %q: only sim participants are available (the CUDA resident participant is not built yet)", spec.Name)
+	}
+	if spec.Payload != sessions.PayloadSize {
+		return nil, nil, hw.Errorf(hw.ErrUnsupported, "resident %q: the sim participants exchange exactly %d payload bytes, the manifest asks for %d", spec.Name, sessions.PayloadSize, spec.Payload)
+	}
+	p := d.simP
+	gpu, npu := d.devices[spec.GPU], d.devices[spec.NPU]
+	owner := stages.NewOwner(residentOwnerName(spec.Name, run.ID), hw.NewBudget(spec.Name, spec.Budget))
+	startup, err := sessions.NewResidentStartup(p, gpu, npu, owner.Budget())
+	if err != nil {
+		return nil, nil, err
+	}
+	gs, err := owner.NewStream(gpu)
+	if err != nil {
+		_ = startup.Close()
+		return nil, nil, err
+	}
+	ns, err := owner.NewStream(npu)
+	if err != nil {
+		_ = startup.Close()
+		return nil, nil, err
+	}
+	gp, np, payload, err := sessions.NewSimExchange(p, startup, gs, ns, spec.Rounds, owner)
+	if err != nil {
+		_ = startup.Close()
+		_ = owner.Close(ctx)
+		return nil, nil, err
+	}
+	rs, err := sessions.NewResidentSession(startup, gp, np,
+		sessions.WithRuntime(d.Runtime), sessions.WithOwner(owner),
+		sessions.WithName(owner.Name()), sessions.WithCloseTimeout(spec.JoinDeadline))
+	if err != nil {
+		_ = startup.Close()
+		_ = owner.Close(ctx)
+		return nil, nil, err
+	}
+	deadline := time.Now().Add(spec.StartupDeadline)
+	if err := rs.SubmitGPU(); err != nil {
+		return rs, nil, err
+	}
+	if err := rs.SubmitNPU(); err != nil {
+		return rs, nil, err
+	}
+	if time.Now().After(deadline) {
+		_ = rs.Abort()
+		return rs, nil, hw.Errorf(hw.ErrDeadlineExceeded, "resident %q: participants not accepted within the startup deadline %v", spec.Name, spec.StartupDeadline)
+	}
+	if err := rs.Start(); err != nil {
+		return rs, nil, err
+	}
+	return rs, payload, nil
+}
+
+func (r *Resident) finish(run *ResidentRun, rs *sessions.ResidentSession, payload hw.Shared) {
+	retired, err := rs.WaitTimeout(r.Spec.JoinDeadline)
+	verified := false
+	if err == nil && retired {
+		got, derr := sessions.ExchangeData(payload)
+		want := sessions.ExpectedPayload(r.Spec.Rounds)
+		verified = derr == nil && equalFloats(got, want)
+		if !verified {
+			err = hw.Errorf(hw.ErrFault, "payload after %d rounds does not match the expected exchange", r.Spec.Rounds)
+		}
+	} else if err == nil {
+		err = hw.Errorf(hw.ErrDeadlineExceeded, "participants did not retire within the join deadline %v", r.Spec.JoinDeadline)
+	}
+	cerr := rs.Close()
+	r.set(run, func(run *ResidentRun) {
+		run.Duration = time.Since(run.Started)
+		run.Verified = verified
+		switch {
+		case rs.Quarantined():
+			run.State = "quarantined"
+			run.Error = fmt.Sprint(cerr)
+		case err != nil:
+			run.State, run.Error = "failed", err.Error()
+		default:
+			run.State = "verified"
+		}
+	})
+}
+
+func equalFloats(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// closeAll waits for background joins to finish.
+func (r *Resident) closeAll() { r.wg.Wait() }
+

@@ -1,0 +1,709 @@
+package manifest
+
+import (
+	"encoding/hex"
+	"fmt"
+	"github.com/stagehost/stagehost/sessions"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/stages"
+)
+
+// Defaults and limits (documented in docs/manifest.md).
+const (
+	defaultCapacity        = 64
+	defaultTraceBuffer     = 4096
+	defaultQueueDepth      = 1024
+	maxQueueDepth          = 1 << 16
+	defaultMemoryLimit     = 64 << 20
+	maxMemoryLimit         = 4 << 30
+	defaultBudget          = 64 << 20
+	defaultOutputLimit     = 16 << 20
+	defaultDeadline        = 5 * time.Second
+	defaultFenceTimeout    = 10 * time.Second
+	defaultEntry           = "main"
+	defaultRounds          = 16
+	maxRounds              = 1_000_000
+	defaultPayload         = sessions.PayloadSize
+	defaultStartupDeadline = time.Second
+	defaultJoinDeadline    = 5 * time.Second
+	defaultResidentBudget  = 1 << 20
+)
+
+// wasmPage is the WebAssembly page size: module memory limits are whole
+// pages.
+const wasmPage = 64 << 10
+
+// The per-entry facts the cross-checks need: where each entry is, and
+// which of its values decoded (so that one bad value is reported once,
+// not again by every check that uses it).
+type (
+	devMeta struct {
+		p                         keyPath
+		name, backend, engine, sz bool
+		faults                    []faultMeta
+	}
+	faultMeta struct {
+		p                     keyPath
+		kind, session, counts bool // counts: count was written
+	}
+	modMeta struct {
+		p          keyPath
+		name, kind bool
+	}
+	sessMeta struct {
+		p                                 keyPath
+		name, stage, fence, device, bytes bool
+	}
+	resMeta struct {
+		p                        keyPath
+		name, gpu, npu, budgeted bool
+	}
+)
+
+func (d *decoder) decode(data []byte) *Manifest {
+	raw, ok := d.parse(data)
+	if !ok {
+		return nil
+	}
+	root := d.newTable(nil, raw)
+	m := &Manifest{Path: d.file, Dir: d.dir}
+	if v, p, present := root.get("version", true); present {
+		n, isInt := v.(int64)
+		switch {
+		case !isInt:
+			d.wrongType(p, "the integer 1", v)
+		case n != Version:
+			// Another version has another schema: anything more would be noise.
+			d.errorf(p, "unsupported manifest version %d: this stagehost reads version %d", n, Version)
+			return nil
+		}
+		m.Version = int(n)
+	}
+	d.runtime(root, m)
+	devs := d.devices(root, m)
+	mods := d.modules(root, m)
+	sess := d.sessions(root, m)
+	res := d.residents(root, m)
+	root.finish()
+
+	// A reference to an entry whose name did not decode is not reported:
+	// the name's own error says what is wrong.
+	d.badNames = map[string]bool{}
+	for _, x := range devs {
+		d.badNames["device"] = d.badNames["device"] || !x.name
+	}
+	for _, x := range mods {
+		d.badNames["module"] = d.badNames["module"] || !x.name
+	}
+	for _, x := range sess {
+		d.badNames["session"] = d.badNames["session"] || !x.name
+	}
+	d.checkDevices(m, devs)
+	d.checkModules(m, mods)
+	d.checkSessions(m, mods, sess, res)
+	d.checkFaults(m, devs, sess)
+	d.checkResidents(m, devs, res)
+	d.checkDeviceMemory(m, devs, sess, res)
+	return m
+}
+
+func (d *decoder) runtime(root *table, m *Manifest) {
+	t := root.sub("runtime")
+	if t == nil {
+		return
+	}
+	n, _ := t.integer("capacity", defaultCapacity, 1, math.MaxInt)
+	m.Runtime.Capacity = int(n)
+	n, _ = t.integer("trace_buffer", defaultTraceBuffer, 1, math.MaxInt)
+	m.Runtime.TraceBuffer = int(n)
+	dir, _ := t.str("cache_dir", "", false)
+	if dir != "" && dir != CacheOff {
+		dir = resolve(d.dir, dir)
+	}
+	m.Runtime.CacheDir = dir
+	t.finish()
+}
+
+func validDeviceName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func (d *decoder) devices(root *table, m *Manifest) []devMeta {
+	list, ok := root.tables("device")
+	if ok && len(list) == 0 {
+		d.errorf(keyPath{}.key("device"), "at least one [[device]] is required")
+	}
+	metas := make([]devMeta, len(list))
+	m.Devices = make([]Device, len(list))
+	for i, t := range list {
+		if t == nil {
+			continue
+		}
+		dev, meta := &m.Devices[i], &metas[i]
+		meta.p = t.path
+		t.moved = map[string]string{"latency": "[device.sim]", "queue_depth": "[device.sim]", "fault": "[device.sim]"}
+		dev.Name, meta.name = t.name("name")
+		if meta.name && !validDeviceName(dev.Name) {
+			d.errorf(t.path.key("name"), "device name %q may only use a-z, 0-9, \"_\" and \"-\"", dev.Name)
+			meta.name = false
+		}
+		var backend string
+		backend, meta.backend = t.str("backend", "", true)
+		if meta.backend {
+			dev.Backend = Backend(backend)
+			if dev.Backend != BackendSim && dev.Backend != BackendCUDA {
+				d.errorf(t.path.key("backend"), "unknown backend %q (want sim or cuda)", backend)
+				meta.backend = false
+			}
+		}
+		var engine string
+		if engine, meta.engine = t.str("engine", "", true); meta.engine {
+			e, err := hw.ParseEngine(engine)
+			if err != nil {
+				d.errorf(t.path.key("engine"), "%v", err)
+				meta.engine = false
+			}
+			dev.Engine = e
+			if meta.engine && meta.backend && dev.Backend == BackendCUDA && e != hw.EngineGPU {
+				d.errorf(t.path.key("engine"), "a cuda device must have engine \"gpu\", not %q", engine)
+			}
+		}
+		isSim := meta.backend && dev.Backend == BackendSim
+		isCUDA := meta.backend && dev.Backend == BackendCUDA
+		if isSim && t.has("index") {
+			d.errorf(t.path.key("index"), "index applies only to cuda devices; %q is a sim device", dev.Name)
+		} else {
+			n, _ := t.integer("index", 0, 0, math.MaxInt)
+			dev.Index = int(n)
+		}
+		dev.Memory, meta.sz = t.size("memory", 0, 1, math.MaxInt64)
+		if isCUDA && t.has("sim") {
+			d.errorf(t.path.key("sim"), "only sim devices have a [device.sim] table; %q is a cuda device", dev.Name)
+		} else if !isCUDA {
+			// Decoded also when the backend is bad, so its own errors show.
+			dev.Sim, meta.faults = d.sim(t)
+		}
+		if !isSim {
+			dev.Sim = nil
+		}
+		t.finish()
+	}
+	return metas
+}
+
+func (d *decoder) sim(dev *table) (*Sim, []faultMeta) {
+	t := dev.sub("sim")
+	if t == nil {
+		return nil, nil
+	}
+	s := &Sim{}
+	s.Latency, _ = t.duration("latency", 0, false)
+	n, _ := t.integer("queue_depth", defaultQueueDepth, 1, maxQueueDepth)
+	s.QueueDepth = int(n)
+	list, _ := t.tables("fault")
+	metas := make([]faultMeta, len(list))
+	s.Faults = make([]Fault, len(list))
+	for i, ft := range list {
+		if ft == nil {
+			continue
+		}
+		f, meta := &s.Faults[i], &metas[i]
+		meta.p = ft.path
+		var kind string
+		if kind, meta.kind = ft.str("kind", "", true); meta.kind {
+			f.Kind = FaultKind(kind)
+			switch f.Kind {
+			case FaultReject, FaultFailCompletion, FaultHang, FaultFailVisibility, FaultLose:
+			default:
+				d.errorf(ft.path.key("kind"), "unknown fault kind %q (want reject, fail_completion, hang, fail_visibility or lose)", kind)
+				meta.kind = false
+			}
+		}
+		meta.counts = ft.has("count")
+		n, _ := ft.integer("count", 1, 1, math.MaxInt)
+		f.Count = int(n)
+		f.Session, meta.session = ft.str("session", "", false)
+		ft.finish()
+	}
+	t.finish()
+	return s, metas
+}
+
+func (d *decoder) modules(root *table, m *Manifest) []modMeta {
+	list, _ := root.tables("module")
+	metas := make([]modMeta, len(list))
+	m.Modules = make([]Module, len(list))
+	for i, t := range list {
+		if t == nil {
+			continue
+		}
+		mod, meta := &m.Modules[i], &metas[i]
+		meta.p = t.path
+		mod.Name, meta.name = t.name("name")
+		if meta.name && (mod.Name == FenceBuiltin || mod.Name == FenceDrain) {
+			d.errorf(t.path.key("name"), "%q is reserved: a session's fence = %q means the built-in fence, not a module", mod.Name, mod.Name)
+		}
+		path, pathOK := t.name("path")
+		sum, sumOK := t.str("sha256", "", false)
+		sumSet := t.has("sha256")
+		if sumOK && sumSet {
+			if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {
+				d.errorf(t.path.key("sha256"), "must be 64 hexadecimal digits, got %q", sum)
+				sumOK = false
+			}
+			sum = strings.ToLower(sum)
+		}
+		kind, kindOK := t.str("kind", "stage", false)
+		switch kind {
+		case "stage":
+			mod.Kind = stages.StageModule
+		case "fence":
+			mod.Kind = stages.FenceModule
+		default:
+			if kindOK {
+				d.errorf(t.path.key("kind"), "unknown module kind %q (want stage or fence)", kind)
+			}
+			kindOK = false
+		}
+		meta.kind = kindOK
+		var limitOK bool
+		mod.MemoryLimit, limitOK = t.size("memory_limit", defaultMemoryLimit, wasmPage, maxMemoryLimit)
+		if limitOK && mod.MemoryLimit%wasmPage != 0 {
+			d.errorf(t.path.key("memory_limit"), "must be a whole number of 64KiB WebAssembly pages, not %s", FormatSize(mod.MemoryLimit))
+			limitOK = false
+		}
+		var wasiOK bool
+		mod.WASI, wasiOK = t.strings("wasi", nil)
+		for j, g := range mod.WASI {
+			p := t.path.key("wasi").at(j)
+			switch {
+			case g != stages.GrantGoRuntime && !contains(abi.GoRuntimeWASI, g):
+				d.errorf(p, "%q cannot be granted: grant %q, or some of the WASI functions it stands for (%s, ...)", g, stages.GrantGoRuntime, strings.Join(abi.GoRuntimeWASI[:3], ", "))
+				wasiOK = false
+			case contains(mod.WASI[:j], g):
+				d.errorf(p, "%q is granted twice", g)
+				wasiOK = false
+			}
+		}
+		if mod.WASI == nil {
+			mod.WASI = []string{}
+		}
+		t.finish()
+
+		var bin []byte
+		if pathOK {
+			mod.Path = path
+			mod.File = resolve(d.dir, path)
+			var err error
+			if bin, err = d.read(mod.File); err != nil {
+				d.errs = append(d.errs, readError(d.file, d.idx.line(t.path.key("path")), t.path.key("path").String(), mod.File, err))
+				pathOK = false
+			}
+		}
+		if !pathOK {
+			if !sumSet {
+				d.errorf(t.path.key("sha256"), "required key is missing")
+			}
+			continue
+		}
+		mod.Bytes = bin
+		mod.SHA256 = stages.SHA256(bin)
+		switch {
+		case !sumSet:
+			d.errorf(t.path.key("sha256"), "required key is missing (the file's sha256 is %s)", mod.SHA256)
+		case sumOK && sum != mod.SHA256:
+			d.errorf(t.path.key("sha256"), "does not match %s: expected %s, the file hashes to %s", mod.File, sum, mod.SHA256)
+			continue // not the file the operator meant: its checks would mislead
+		}
+		if !kindOK || !limitOK || !wasiOK {
+			continue // Validate would repeat those errors
+		}
+		if err := stages.Validate(bin, mod.LoadConfig()); err != nil {
+			d.moduleError(t.path.key("path"), mod.Name, err)
+		}
+	}
+	return metas
+}
+
+// moduleError reports a stages.Validate error at the module's path key,
+// one error per line of the message.
+func (d *decoder) moduleError(p keyPath, name string, err error) {
+	class := hw.ClassOf(err)
+	if class == nil {
+		class = hw.ErrInvalidArgument
+	}
+	msg := strings.TrimPrefix(err.Error(), fmt.Sprintf("module %q: ", name))
+	for _, line := range strings.Split(msg, "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			d.add(p, class, "module check failed: "+line)
+		}
+	}
+}
+
+func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
+	list, _ := root.tables("session")
+	metas := make([]sessMeta, len(list))
+	m.Sessions = make([]Session, len(list))
+	for i, t := range list {
+		if t == nil {
+			continue
+		}
+		s, meta := &m.Sessions[i], &metas[i]
+		meta.p = t.path
+		s.Name, meta.name = t.name("name")
+		s.Stage, meta.stage = t.name("stage")
+		s.Fence, meta.fence = t.str("fence", FenceBuiltin, false)
+		if meta.fence && s.Fence == "" {
+			d.errorf(t.path.key("fence"), "must not be empty: write %q, %q or the name of a fence module", FenceBuiltin, FenceDrain)
+			meta.fence = false
+		}
+		s.Device, meta.device = t.name("device")
+		s.Streams = d.names(t, "streams", "stream", []string{"s0"})
+		s.Programs = d.names(t, "programs", "program", []string{})
+		var budgetOK bool
+		s.Budget, budgetOK = t.size("budget", defaultBudget, 1, math.MaxInt64)
+		s.OutputLimit, _ = t.size("output_limit", defaultOutputLimit, 0, math.MaxInt64)
+		s.Deadline, _ = t.duration("deadline", defaultDeadline, true)
+		s.FenceTimeout, _ = t.duration("fence_timeout", defaultFenceTimeout, true)
+		var entryOK bool
+		if s.Entry, entryOK = t.str("entry", defaultEntry, false); entryOK && s.Entry == "" {
+			d.errorf(t.path.key("entry"), "must not be empty")
+		}
+		var fmtOK bool
+		if s.OutputFormat, fmtOK = t.str("output_format", OutputHex, false); fmtOK && !slices.Contains(OutputFormats, s.OutputFormat) {
+			d.errorf(t.path.key("output_format"), "unknown output format %q (want %s)", s.OutputFormat, strings.Join(OutputFormats, ", "))
+		}
+		if in, ok := t.str("input", "", false); ok && t.has("input") {
+			if in == "" {
+				d.errorf(t.path.key("input"), "must not be empty: leave input out for no default input")
+			} else {
+				s.Input = resolve(d.dir, in)
+				// Only existence matters here; the bytes are read again at run time.
+				if _, err := d.read(s.Input); err != nil {
+					d.errs = append(d.errs, readError(d.file, d.idx.line(t.path.key("input")), t.path.key("input").String(), s.Input, err))
+				}
+			}
+		}
+		bufs, _ := t.tables("buffer")
+		s.Buffers = make([]Buffer, 0, len(bufs))
+		var sum int64
+		sumOK := true
+		first := map[string]keyPath{}
+		for _, bt := range bufs {
+			if bt == nil {
+				sumOK = false
+				continue
+			}
+			var b Buffer
+			var nameOK, sizeOK bool
+			b.Name, nameOK = bt.name("name")
+			if nameOK {
+				d.unique(bt.path.key("name"), b.Name, "buffer", first)
+			}
+			if _, _, present := bt.get("size", true); present {
+				b.Size, sizeOK = bt.size("size", 0, 1, math.MaxInt64)
+			}
+			sumOK = sumOK && sizeOK
+			sum = addSat(sum, b.Size)
+			s.Buffers = append(s.Buffers, b)
+			bt.finish()
+		}
+		meta.bytes = budgetOK
+		if budgetOK && sumOK && sum > s.Budget {
+			d.errorf(t.path.key("budget"), "the buffers sum to %s, above the budget of %s", FormatSize(sum), FormatSize(s.Budget))
+		}
+		t.finish()
+	}
+	return metas
+}
+
+// names decodes a list of unique, non-empty names.
+func (d *decoder) names(t *table, key, what string, def []string) []string {
+	list, _ := t.strings(key, def)
+	first := map[string]keyPath{}
+	for j, s := range list {
+		p := t.path.key(key).at(j)
+		if s == "" {
+			d.errorf(p, "must not be empty")
+			continue
+		}
+		d.unique(p, s, what, first)
+	}
+	return list
+}
+
+// unique reports name at p if it was seen before (at the path in first).
+func (d *decoder) unique(p keyPath, name, what string, first map[string]keyPath) bool {
+	if q, ok := first[name]; ok {
+		at := ""
+		if l := d.idx.line(q); l > 0 {
+			at = fmt.Sprintf(", line %d", l)
+		}
+		d.errorf(p, "duplicate %s name %q (also at %s%s)", what, name, q, at)
+		return false
+	}
+	first[name] = p
+	return true
+}
+
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func (d *decoder) residents(root *table, m *Manifest) []resMeta {
+	list, _ := root.tables("resident")
+	metas := make([]resMeta, len(list))
+	m.Residents = make([]Resident, len(list))
+	for i, t := range list {
+		if t == nil {
+			continue
+		}
+		r, meta := &m.Residents[i], &metas[i]
+		meta.p = t.path
+		r.Name, meta.name = t.name("name")
+		r.GPU, meta.gpu = t.name("gpu")
+		r.NPU, meta.npu = t.name("npu")
+		n, _ := t.integer("rounds", defaultRounds, 1, maxRounds)
+		r.Rounds = int(n)
+		var payloadOK, budgetOK bool
+		r.Payload, payloadOK = t.size("payload", defaultPayload, sessions.PayloadSize, math.MaxInt64)
+		r.StartupDeadline, _ = t.duration("startup_deadline", defaultStartupDeadline, true)
+		r.JoinDeadline, _ = t.duration("join_deadline", defaultJoinDeadline, true)
+		r.Budget, budgetOK = t.size("budget", defaultResidentBudget, 1, math.MaxInt64)
+		meta.budgeted = budgetOK
+		if payloadOK && budgetOK {
+			if need := addSat(StartupLineSize, r.Payload); need > r.Budget {
+				d.errorf(t.path.key("budget"), "the %s startup line and the %s payload need %s, above the budget of %s",
+					FormatSize(StartupLineSize), FormatSize(r.Payload), FormatSize(need), FormatSize(r.Budget))
+			}
+		}
+		t.finish()
+	}
+	return metas
+}
+
+// --- cross-checks ---
+
+func (d *decoder) checkDevices(m *Manifest, metas []devMeta) {
+	first := map[string]keyPath{}
+	ordinals := map[int]keyPath{}
+	for i, dev := range m.Devices {
+		meta := metas[i]
+		if meta.p == nil || !meta.name {
+			continue
+		}
+		d.unique(meta.p.key("name"), dev.Name, "device", first)
+		if meta.backend && dev.Backend == BackendCUDA {
+			if q, ok := ordinals[dev.Index]; ok {
+				d.errorf(meta.p.key("index"), "cuda device %d is already %s (line %d)", dev.Index, q, d.idx.line(q))
+			} else {
+				ordinals[dev.Index] = meta.p
+			}
+		}
+	}
+}
+
+func (d *decoder) checkModules(m *Manifest, metas []modMeta) {
+	first := map[string]keyPath{}
+	for i, mod := range m.Modules {
+		if metas[i].p != nil && metas[i].name {
+			d.unique(metas[i].p.key("name"), mod.Name, "module", first)
+		}
+	}
+}
+
+// lookup finds the first entry named name, with the index of its meta.
+func lookup[T any](list []T, name string, nameOf func(*T) string) (int, *T) {
+	for i := range list {
+		if nameOf(&list[i]) == name {
+			return i, &list[i]
+		}
+	}
+	return -1, nil
+}
+
+func moduleName(m *Module) string     { return m.Name }
+func deviceName(d *Device) string     { return d.Name }
+func sessionName(s *Session) string   { return s.Name }
+func residentName(r *Resident) string { return r.Name }
+
+// notFound reports a reference to nothing, suggesting a close name.
+func (d *decoder) notFound(p keyPath, what, name string, names []string) {
+	if d.badNames[what] {
+		return
+	}
+	msg := fmt.Sprintf("no %s is named %q", what, name)
+	if s := suggest(name, names); s != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", s)
+	} else if len(names) == 0 {
+		msg += fmt.Sprintf(" (there is no [[%s]])", what)
+	}
+	d.errorf(p, "%s", msg)
+}
+
+func namesOf[T any](list []T, nameOf func(*T) string) []string {
+	var out []string
+	for i := range list {
+		if n := nameOf(&list[i]); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (d *decoder) checkSessions(m *Manifest, mods []modMeta, sess []sessMeta, res []resMeta) {
+	// Sessions and residents share one namespace.
+	first := map[string]keyPath{}
+	for i, s := range m.Sessions {
+		if sess[i].p != nil && sess[i].name {
+			d.unique(sess[i].p.key("name"), s.Name, "session", first)
+		}
+	}
+	for i, r := range m.Residents {
+		if res[i].p != nil && res[i].name {
+			d.unique(res[i].p.key("name"), r.Name, "session", first)
+		}
+	}
+	moduleNames := namesOf(m.Modules, moduleName)
+	for i, s := range m.Sessions {
+		meta := sess[i]
+		if meta.p == nil {
+			continue
+		}
+		if meta.stage {
+			j, mod := lookup(m.Modules, s.Stage, moduleName)
+			switch {
+			case mod == nil:
+				d.notFound(meta.p.key("stage"), "module", s.Stage, moduleNames)
+			case mods[j].kind && mod.Kind != stages.StageModule:
+				d.errorf(meta.p.key("stage"), "module %q is a fence module: stage must name a stage module", s.Stage)
+			}
+		}
+		if meta.fence && s.Fence != FenceBuiltin && s.Fence != FenceDrain {
+			j, mod := lookup(m.Modules, s.Fence, moduleName)
+			switch {
+			case mod == nil:
+				d.notFound(meta.p.key("fence"), "module", s.Fence, append([]string{FenceBuiltin, FenceDrain}, moduleNames...))
+			case mods[j].kind && mod.Kind != stages.FenceModule:
+				d.errorf(meta.p.key("fence"), "module %q is a stage module: fence must be %q, %q or a fence module", s.Fence, FenceBuiltin, FenceDrain)
+			}
+		}
+		if meta.device && m.Device(s.Device) == nil {
+			d.notFound(meta.p.key("device"), "device", s.Device, namesOf(m.Devices, deviceName))
+		}
+	}
+}
+
+func (d *decoder) checkFaults(m *Manifest, devs []devMeta, sess []sessMeta) {
+	for i, dev := range m.Devices {
+		if dev.Sim == nil {
+			continue
+		}
+		for j, f := range dev.Sim.Faults {
+			meta := devs[i].faults[j]
+			if meta.p == nil || !meta.kind {
+				continue
+			}
+			if meta.counts && !f.Kind.Counted() {
+				d.errorf(meta.p.key("count"), "count applies only to reject, fail_completion and fail_visibility faults, not to %q", f.Kind)
+			}
+			if !meta.session || f.Session == "" {
+				continue
+			}
+			p := meta.p.key("session")
+			if f.Kind.DeviceWide() {
+				d.errorf(p, "a %q fault always affects the whole device; it cannot be limited to a session", f.Kind)
+				continue
+			}
+			k, s := lookup(m.Sessions, f.Session, sessionName)
+			switch {
+			case s == nil && m.Resident(f.Session) != nil:
+				d.errorf(p, "%q is a resident session: a fault can only target a [[session]]", f.Session)
+			case s == nil:
+				d.notFound(p, "session", f.Session, namesOf(m.Sessions, sessionName))
+			case sess[k].device && devs[i].name && s.Device != dev.Name:
+				d.errorf(p, "session %q runs on device %q, not on %q", f.Session, s.Device, dev.Name)
+			}
+		}
+	}
+}
+
+func (d *decoder) checkResidents(m *Manifest, devs []devMeta, res []resMeta) {
+	devices := namesOf(m.Devices, deviceName)
+	for i, r := range m.Residents {
+		meta := res[i]
+		if meta.p == nil {
+			continue
+		}
+		if meta.gpu {
+			j, dev := lookup(m.Devices, r.GPU, deviceName)
+			switch {
+			case dev == nil:
+				d.notFound(meta.p.key("gpu"), "device", r.GPU, devices)
+			case devs[j].engine && dev.Engine != hw.EngineGPU:
+				d.errorf(meta.p.key("gpu"), "device %q has engine %s: gpu must name a device with engine gpu", r.GPU, dev.Engine)
+			}
+		}
+		if meta.npu {
+			j, dev := lookup(m.Devices, r.NPU, deviceName)
+			switch {
+			case dev == nil:
+				d.notFound(meta.p.key("npu"), "device", r.NPU, devices)
+			case devs[j].engine && dev.Engine != hw.EngineNPU && dev.Engine != hw.EngineCPU:
+				d.errorf(meta.p.key("npu"), "device %q has engine %s: npu must name a device with engine npu (or cpu, as a stand-in)", r.NPU, dev.Engine)
+			}
+		}
+	}
+}
+
+func (d *decoder) checkDeviceMemory(m *Manifest, devs []devMeta, sess []sessMeta, res []resMeta) {
+	for i, dev := range m.Devices {
+		if devs[i].p == nil || !devs[i].name || !devs[i].sz || dev.Memory == 0 {
+			continue
+		}
+		type charge struct {
+			who  string
+			size int64
+		}
+		var charges []charge
+		var sum int64
+		for k, s := range m.Sessions {
+			if sess[k].p != nil && sess[k].bytes && s.Device == dev.Name {
+				charges = append(charges, charge{"session " + s.Name, s.Budget})
+				sum = addSat(sum, s.Budget)
+			}
+		}
+		for k, r := range m.Residents {
+			if res[k].p != nil && res[k].budgeted && (r.GPU == dev.Name || r.NPU == dev.Name) {
+				charges = append(charges, charge{"resident " + r.Name, r.Budget})
+				sum = addSat(sum, r.Budget)
+			}
+		}
+		if sum <= dev.Memory {
+			continue
+		}
+		sort.SliceStable(charges, func(a, b int) bool { return charges[a].size > charges[b].size })
+		parts := make([]string, len(charges))
+		for k, c := range charges {
+			parts[k] = fmt.Sprintf("%s %s", c.who, FormatSize(c.size))
+		}
+		d.errorf(devs[i].p.key("memory"), "the budgets on device %q sum to %s, above its memory of %s (%s)",
+			dev.Name, FormatSize(sum), FormatSize(dev.Memory), strings.Join(parts, ", "))
+	}
+}

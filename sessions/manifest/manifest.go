@@ -1,0 +1,335 @@
+// Package manifest reads host.toml, the file in which operators describe a
+// whole stagehost deployment: the runtime, the devices, the stage and fence
+// modules, and the native and resident sessions wired from them.
+//
+// Reading is strict and complete. The TOML must be valid, every key must
+// be known, every value must have the right type and range, every name
+// must resolve, every budget must fit, and every module file must exist,
+// match its declared sha256 and pass the module checks of
+// [stages.Validate]. Nothing is instantiated or compiled. All problems are
+// reported together, as an [*Errors] sorted by line, each naming the file,
+// the line and the key path:
+//
+//	host.toml:14: session[0].budget: must be a size: an integer (bytes) or a string such as "64MiB", not a boolean
+//	host.toml:21: session[1].stage: module "mlp_fence" is a fence module: stage must name a stage module
+//
+// The schema is documented key by key in docs/manifest.md.
+//
+// The TOML is decoded into generic values by BurntSushi/toml and then
+// walked against the schema here, rather than decoded into structs: struct
+// decoding stops at the first type error and matches keys without regard
+// to case, and the parser keeps key positions private and keyed without
+// array indices. A small line index over the raw text (see lineindex.go)
+// gives every key path, such as session[1].buffer[0].size, its line.
+package manifest
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/stages"
+)
+
+// Version is the manifest schema version this package reads.
+const Version = 1
+
+// Manifest is a decoded and validated host.toml, with every default
+// applied. Each field mirrors the key of the same name (Go spelling of the
+// TOML snake_case key); sizes are bytes, durations are [time.Duration].
+type Manifest struct {
+	Path string // the manifest's name as given to Load or Decode
+	Dir  string // the directory relative paths are resolved against
+
+	Version   int
+	Runtime   Runtime
+	Devices   []Device
+	Modules   []Module
+	Sessions  []Session
+	Residents []Resident
+}
+
+// Runtime is the [runtime] table.
+type Runtime struct {
+	Capacity    int // default 64
+	TraceBuffer int // default 4096
+	// CacheDir is where compiled modules are cached: "" for the default
+	// user cache directory, "off" for no file cache, otherwise a directory
+	// (relative ones resolved against the manifest's directory).
+	CacheDir string
+}
+
+// CacheOff is the cache_dir value that disables the file cache.
+const CacheOff = "off"
+
+// Backend names a device backend.
+type Backend string
+
+// The backends.
+const (
+	BackendSim  Backend = "sim"
+	BackendCUDA Backend = "cuda"
+)
+
+// Device is one [[device]].
+type Device struct {
+	Name    string
+	Backend Backend
+	Engine  hw.Engine
+	Index   int   // CUDA ordinal; 0 on sim devices
+	Memory  int64 // bytes the sessions on the device may budget in total; 0 means unlimited
+	Sim     *Sim  // non-nil exactly on sim devices
+}
+
+// Sim is a sim device's [device.sim] table.
+type Sim struct {
+	Latency    time.Duration // default 0
+	QueueDepth int           // default 1024
+	Faults     []Fault
+}
+
+// FaultKind names a fault injected into a sim device at start-up.
+type FaultKind string
+
+// The fault kinds. Each maps to the sim fault of the same meaning.
+const (
+	FaultReject         FaultKind = "reject"          // submissions fail at submit (Count of them)
+	FaultFailCompletion FaultKind = "fail_completion" // commands retire with a fault (Count of them)
+	FaultHang           FaultKind = "hang"            // stream workers stop until released
+	FaultFailVisibility FaultKind = "fail_visibility" // visibility actions fail (Count of them); always device-wide
+	FaultLose           FaultKind = "lose"            // the device is lost; always device-wide
+)
+
+// Counted reports whether Count applies to the kind.
+func (k FaultKind) Counted() bool {
+	return k == FaultReject || k == FaultFailCompletion || k == FaultFailVisibility
+}
+
+// DeviceWide reports whether the kind always affects the whole device, so
+// that it cannot be limited to one session's streams.
+func (k FaultKind) DeviceWide() bool { return k == FaultFailVisibility || k == FaultLose }
+
+// Fault is one [[device.sim.fault]].
+type Fault struct {
+	Kind    FaultKind
+	Count   int    // default 1
+	Session string // "" for the whole device, else a session on the device
+}
+
+// Module is one [[module]], with its bytes read and checked.
+type Module struct {
+	Name        string
+	Path        string // as written in the manifest
+	File        string // Path resolved against the manifest's directory
+	SHA256      string // lower-case hex sha256 of Bytes (equal to the declared one)
+	Kind        stages.ModuleKind
+	MemoryLimit int64    // bytes, default 64MiB
+	WASI        []string // grants, default none
+	Bytes       []byte   // the file's contents, read once (shared by modules naming the same file; do not modify)
+}
+
+// LoadConfig returns the configuration to load the module with: its name,
+// kind, memory limit and WASI grants.
+func (m *Module) LoadConfig() stages.LoadConfig {
+	return stages.NewLoadConfig().WithName(m.Name).WithKind(m.Kind).
+		WithMemoryLimit(m.MemoryLimit).WithWASI(m.WASI...)
+}
+
+// The fence values that name no module.
+const (
+	// FenceBuiltin: the stage module's own stagehost_fence if it exports
+	// one, else the built-in drain of every stream.
+	FenceBuiltin = "builtin"
+	// FenceDrain: always the built-in drain of every stream.
+	FenceDrain = "drain"
+)
+
+// Session is one [[session]]: a native session running a stage module.
+type Session struct {
+	Name         string
+	Stage        string // a stage module
+	Fence        string // FenceBuiltin (default), FenceDrain, or a fence module
+	Device       string
+	Streams      []string // default ["s0"]
+	Programs     []string // default none
+	Budget       int64    // default 64MiB
+	OutputLimit  int64    // default 16MiB
+	Deadline     time.Duration
+	FenceTimeout time.Duration
+	Entry        string // default "main"
+	OutputFormat string // how the CLI prints the output: one of OutputFormats, default OutputHex
+	Input        string // resolved path of the default input file; "" for none
+	Buffers      []Buffer
+}
+
+// Output formats: how `stagehost run` prints a session's output.
+const (
+	OutputHex   = "hex"   // hexadecimal (default)
+	OutputText  = "text"  // a quoted UTF-8 string
+	OutputF32   = "f32"   // little-endian float32 values
+	OutputClass = "class" // a little-endian uint32 class, then float32 scores
+)
+
+// OutputFormats lists the output formats.
+var OutputFormats = []string{OutputHex, OutputText, OutputF32, OutputClass}
+
+// Buffer is one [[session.buffer]].
+type Buffer struct {
+	Name string
+	Size int64
+}
+
+// StartupLineSize is the size of a resident session's startup line: one
+// 64-byte, host-written line in coherent memory.
+const StartupLineSize = 64
+
+// Resident is one [[resident]]: a resident GPU–NPU session.
+type Resident struct {
+	Name            string
+	GPU             string // a device with engine gpu
+	NPU             string // a device with engine npu, or cpu as a stand-in
+	Rounds          int    // default 16
+	Payload         int64  // default 64
+	StartupDeadline time.Duration
+	JoinDeadline    time.Duration
+	Budget          int64 // default 1MiB
+}
+
+// Session returns the session named name, or nil.
+func (m *Manifest) Session(name string) *Session {
+	for i := range m.Sessions {
+		if m.Sessions[i].Name == name {
+			return &m.Sessions[i]
+		}
+	}
+	return nil
+}
+
+// Module returns the module named name, or nil.
+func (m *Manifest) Module(name string) *Module {
+	for i := range m.Modules {
+		if m.Modules[i].Name == name {
+			return &m.Modules[i]
+		}
+	}
+	return nil
+}
+
+// Device returns the device named name, or nil.
+func (m *Manifest) Device(name string) *Device {
+	for i := range m.Devices {
+		if m.Devices[i].Name == name {
+			return &m.Devices[i]
+		}
+	}
+	return nil
+}
+
+// Resident returns the resident session named name, or nil.
+func (m *Manifest) Resident(name string) *Resident {
+	for i := range m.Residents {
+		if m.Residents[i].Name == name {
+			return &m.Residents[i]
+		}
+	}
+	return nil
+}
+
+// Load reads the manifest at path and the files it names, and validates
+// all of it. It is [Decode] with the file's contents and [os.ReadFile];
+// errors name the file as path was given.
+//
+//	m, err := manifest.Load("host.toml")
+//	if err != nil {
+//		log.Fatal(err) // one line per problem: host.toml:12: session[0].stage: ...
+//	}
+//	for _, s := range m.Sessions { ... }
+//
+// # Errors
+//
+// An [*Errors] listing every problem, or, only when the manifest itself
+// cannot be read, an [*Errors] holding that one (class [hw.ErrNotFound]).
+func Load(path string) (*Manifest, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Errors{List: []*Error{readError(path, 0, "", path, err)}}
+	}
+	return Decode(path, data, os.ReadFile)
+}
+
+// Decode decodes and validates a manifest held in memory. name is the
+// manifest's path: errors are reported against it and the paths in the
+// manifest are resolved against its directory, then read with readFile
+// (nil means [os.ReadFile]). Tests and fuzzers pass a readFile that serves
+// files from memory.
+//
+//	m, err := manifest.Decode("deploy/host.toml", data, os.ReadFile)
+//	// module paths like "stage/mlp.wasm" are read as "deploy/stage/mlp.wasm"
+//
+// Decode never panics, whatever data holds.
+//
+// # Errors
+//
+// An [*Errors] listing every problem found, sorted by line, each an
+// [*Error] naming name, the line and the key path:
+//
+//   - TOML syntax errors (only the first one: parsing stops there);
+//   - unknown keys, each at its own line;
+//   - values of the wrong type, out of range, or not one of the allowed
+//     values; sizes and durations that do not parse;
+//   - missing required keys, reported at their table's line;
+//   - duplicate names, and names that resolve to nothing or to the wrong
+//     kind of thing (a fence module as a stage, an npu device as gpu);
+//   - budgets that do not fit: a session's buffers, a resident's startup
+//     line and payload, the budgets on a device with a memory limit;
+//   - files that cannot be read, a module whose sha256 differs from the
+//     declared one (both are shown), and a module that fails
+//     [stages.Validate] (reported at its path key).
+//
+// The manifest is returned only when there are no errors.
+func Decode(name string, data []byte, readFile func(path string) ([]byte, error)) (*Manifest, error) {
+	if readFile == nil {
+		readFile = os.ReadFile
+	}
+	d := &decoder{
+		file:     name,
+		dir:      filepath.Dir(name),
+		readFile: readFile,
+		idx:      indexLines(data),
+	}
+	m := d.decode(data)
+	if len(d.errs) > 0 {
+		return nil, &Errors{List: sortErrors(d.errs)}
+	}
+	return m, nil
+}
+
+// resolve returns p relative to dir (p itself when absolute).
+func resolve(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
+}
+
+func readError(file string, line int, key, path string, err error) *Error {
+	class := hw.ErrInvalidArgument
+	msg := fmt.Sprintf("cannot read %s: %v", path, unwrapPathError(err))
+	if errors.Is(err, fs.ErrNotExist) {
+		class = hw.ErrNotFound
+		msg = fmt.Sprintf("file %s does not exist", path)
+	}
+	return &Error{File: file, Line: line, Key: key, Msg: msg, class: class}
+}
+
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
