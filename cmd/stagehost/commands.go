@@ -257,7 +257,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if cerr != nil {
 		fmt.Fprintf(stderr, "stagehost serve: closing: %v\n", cerr)
 	}
-	fmt.Fprintln(stdout, "stopped: every accepted request was answered")
+	accepted, answered := srv.Counts()
+	fmt.Fprintf(stdout, "stopped: %d requests accepted, %d answered\n", accepted, answered)
 	return exitOK
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,9 @@ type Server struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	mux      *http.ServeMux
+	handler  http.Handler
+
+	accepted, answered atomic.Uint64
 }
 
 // NewServer builds the service's handler over d.
@@ -69,18 +73,29 @@ func NewServer(d *Deployment, logger *slog.Logger) *Server {
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /debug/trace", s.trace)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.accepted.Add(1)
+		defer s.answered.Add(1)
+		s.mux.ServeHTTP(w, r)
+	})
 	return s
 }
 
 // Handler returns the HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Counts reports how many requests reached a handler and how many of
+// those were answered; after a graceful shutdown they are equal.
+func (s *Server) Counts() (accepted, answered uint64) {
+	return s.accepted.Load(), s.answered.Load()
+}
 
 // Serve serves on ln until ctx ends, then shuts down gracefully: it stops
 // accepting connections and waits (up to grace) for every accepted
 // request, whose stages run to completion and fence as usual, to be
 // answered.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

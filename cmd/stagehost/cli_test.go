@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestRunTheExampleManifest(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "trace.json")
+	code, out, errs := runCLI(t, "run", "../../host.toml", "--trace", trace)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, want := range []string{
+		"session classify: ok", "output: class 0, scores [0.5234833 -2.4306183 -0.27392578 -0.48095703]",
+		"session fill: ok", "output: [40]",
+		"resident pingpong: 64 rounds exchanged and verified",
+		"lane summary:", "compute", "npu",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errs, "loading module mlp") {
+		t.Errorf("no compile progress on stderr:\n%s", errs)
+	}
+	code, out, _ = runCLI(t, "trace", trace)
+	if code != exitOK || !strings.Contains(out, "gpu0/compute/classify") || !strings.Contains(out, "npu0/npu/pingpong#1") {
+		t.Fatalf("trace summary: %d\n%s", code, out)
+	}
+}
+
+func TestRunOneSessionWithAnInputFile(t *testing.T) {
+	code, out, errs := runCLI(t, "run", "../../host.toml", "--session", "classify", "--input", "../../examples/inputs/mlp-sample.bin")
+	if code != exitOK || !strings.Contains(out, "session classify: ok") || strings.Contains(out, "fill") || strings.Contains(out, "pingpong") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.toml")
+	if err := os.WriteFile(bad, []byte("version = 1\n[runtime]\ncapacity = \"lots\"\nturbo = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cuda := filepath.Join(t.TempDir(), "cuda.toml")
+	if err := os.WriteFile(cuda, []byte("version = 1\n[[device]]\nname = \"g\"\nbackend = \"cuda\"\nengine = \"gpu\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, exitInvalid, "Usage"},
+		{[]string{"frobnicate"}, exitInvalid, `unknown command "frobnicate"`},
+		{[]string{"check"}, exitInvalid, "exactly one FILE"},
+		{[]string{"check", bad}, exitInvalid, "bad.toml:3: runtime.capacity"},
+		{[]string{"check", bad}, exitInvalid, "bad.toml:4: runtime.turbo: unknown key"},
+		{[]string{"check", "../../host.toml"}, exitOK, "ok: 2 devices, 3 modules, 2 sessions, 1 resident sessions"},
+		{[]string{"run", "../../host.toml", "--session", "nope"}, exitInvalid, `no session or resident session "nope"`},
+		{[]string{"run", "../../host.toml", "--input", "x"}, exitInvalid, "--input needs --session"},
+		{[]string{"trace", "../../host.toml"}, exitInvalid, "not a stagehost trace"},
+		{[]string{"help"}, exitOK, "Exit codes"},
+	} {
+		code, out, errs := runCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(out+errs, tc.want) {
+			t.Errorf("%v: exit %d (want %d), output lacks %q:\n%s%s", tc.args, code, tc.code, tc.want, out, errs)
+		}
+	}
+	// Without a CUDA driver, a cuda device cannot start: exit 3. With one
+	// (the GPU machine), the manifest has no sessions and runs cleanly.
+	code, out, errs := runCLI(t, "run", cuda)
+	if code != exitStartup && code != exitOK {
+		t.Fatalf("cuda manifest: exit %d\n%s%s", code, out, errs)
+	}
+	if code == exitStartup && !strings.Contains(errs, "libcuda") {
+		t.Fatalf("cuda failure does not say why:\n%s", errs)
+	}
+}
