@@ -89,7 +89,10 @@ func (c SessionConfig) WithFenceTimeout(d time.Duration) SessionConfig { c.fence
 // WithFenceModule uses a separate fence module (loaded with
 // [FenceModule]); it shares the session's handles. Default: the stage
 // module's own fence, or the built-in one.
-func (c SessionConfig) WithFenceModule(m *Module) SessionConfig { c.fence, c.drain = m, false; return c }
+func (c SessionConfig) WithFenceModule(m *Module) SessionConfig {
+	c.fence, c.drain = m, false
+	return c
+}
 
 // WithDrainFence always uses the built-in fence that syncs every stream,
 // even if the stage module exports its own stagehost_fence.

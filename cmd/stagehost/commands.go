@@ -296,4 +296,3 @@ func cmdTrace(args []string, stdout, stderr io.Writer) int {
 	}
 	return exitOK
 }
-

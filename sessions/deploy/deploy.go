@@ -350,4 +350,3 @@ func (d *Deployment) Close(ctx context.Context) error {
 
 // residentOwnerName names the owner of one resident run.
 func residentOwnerName(name string, run int) string { return fmt.Sprintf("%s#%d", name, run) }
-

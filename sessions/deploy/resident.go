@@ -204,4 +204,3 @@ func equalFloats(a, b []float32) bool {
 
 // closeAll waits for background joins to finish.
 func (r *Resident) closeAll() { r.wg.Wait() }
-
