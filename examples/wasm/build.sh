@@ -13,6 +13,9 @@
 # C guests need clang and wasm-ld (Debian: apt-get install -y clang lld).
 set -euo pipefail
 cd "$(dirname "$0")"
+# Each Go example is its own module; build it as such, not through the
+# repository's go.work, so the bytes depend only on its own go.mod.
+export GOWORK=off
 here=$(pwd)
 
 check=false
