@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/stagehost/stagehost/abi"
@@ -155,7 +154,7 @@ func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 	for name, fn := range hostFunctions {
 		sig := abi.Functions[name]
 		b.NewFunctionBuilder().
-			WithGoModuleFunction(api.GoModuleFunc(fn), sig.Params, sig.Results).
+			WithGoModuleFunction(stackBased(fn), sig.Params, sig.Results).
 			WithName(name).
 			Export(name)
 	}

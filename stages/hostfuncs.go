@@ -12,11 +12,27 @@ import (
 	"github.com/stagehost/stagehost/internal/deadline"
 )
 
-// hostFunctions implements module stagehost_v1 (ABI.md §3). Every function
-// is stack-based (api.GoModuleFunc): parameters arrive in stack, the i32
-// status goes back in stack[0]. Each finds its session through the call's
-// context, which the host always sets to a *callContext.
-var hostFunctions = map[string]func(ctx context.Context, mod api.Module, stack []uint64){
+// hostFunc is one host function of module stagehost_v1, given the calling
+// session's state. Parameters arrive in stack; the i32 status goes back in
+// stack[0].
+type hostFunc func(ctx context.Context, st *callState, mod api.Module, stack []uint64)
+
+// stackBased adapts a hostFunc to wazero's stack-based api.GoModuleFunc,
+// finding the session through the call's context. A call the host did not
+// make (impossible through the public API) gets BUSY.
+func stackBased(f hostFunc) api.GoModuleFunc {
+	return func(ctx context.Context, mod api.Module, stack []uint64) {
+		st := state(ctx)
+		if st == nil {
+			ret(stack, abi.StatusBusy)
+			return
+		}
+		f(ctx, st, mod, stack)
+	}
+}
+
+// hostFunctions implements module stagehost_v1 (ABI.md §3).
+var hostFunctions = map[string]hostFunc{
 	abi.FnInputSize:         hostInputSize,
 	abi.FnInputRead:         hostInputRead,
 	abi.FnOutputWrite:       hostOutputWrite,
@@ -95,12 +111,7 @@ func putU64(mod api.Module, ptr uint32, v uint64) bool {
 	return ok
 }
 
-func hostInputSize(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostInputSize(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	if !putU32(mod, uint32(stack[0]), uint32(len(st.input))) {
 		ret(stack, abi.StatusOutOfBounds)
 		return
@@ -108,12 +119,7 @@ func hostInputSize(ctx context.Context, mod api.Module, stack []uint64) {
 	ret(stack, abi.StatusOK)
 }
 
-func hostInputRead(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostInputRead(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	off, dstPtr, dstLen, outPtr := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
 	dst, ok := guest(mod, dstPtr, dstLen)
 	if !ok {
@@ -133,12 +139,7 @@ func hostInputRead(ctx context.Context, mod api.Module, stack []uint64) {
 	ret(stack, abi.StatusOK)
 }
 
-func hostOutputWrite(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostOutputWrite(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	src, ok := guest(mod, uint32(stack[0]), uint32(stack[1]))
 	if !ok {
 		ret(stack, abi.StatusOutOfBounds)
@@ -152,12 +153,7 @@ func hostOutputWrite(ctx context.Context, mod api.Module, stack []uint64) {
 	ret(stack, abi.StatusOK)
 }
 
-func hostEntryName(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostEntryName(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	dstPtr, dstCap, outPtr := uint32(stack[0]), uint32(stack[1]), uint32(stack[2])
 	if !putU32(mod, outPtr, uint32(len(st.entry))) {
 		ret(stack, abi.StatusOutOfBounds)
@@ -172,12 +168,7 @@ func hostEntryName(ctx context.Context, mod api.Module, stack []uint64) {
 	ret(stack, abi.StatusOK)
 }
 
-func hostErrorSet(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostErrorSet(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	src, ok := guest(mod, uint32(stack[0]), uint32(stack[1]))
 	if !ok {
 		ret(stack, abi.StatusOutOfBounds)
@@ -191,12 +182,7 @@ func hostErrorSet(ctx context.Context, mod api.Module, stack []uint64) {
 // dropped.
 const maxLogsPerCall = 64
 
-func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostLog(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	level := int32(stack[0])
 	src, ok := guest(mod, uint32(stack[1]), uint32(stack[2]))
 	if !ok {
@@ -215,13 +201,8 @@ func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 	ret(stack, abi.StatusOK)
 }
 
-func hostLookup(kind abi.HandleKind) func(ctx context.Context, mod api.Module, stack []uint64) {
-	return func(ctx context.Context, mod api.Module, stack []uint64) {
-		st := state(ctx)
-		if st == nil {
-			ret(stack, abi.StatusBusy)
-			return
-		}
+func hostLookup(kind abi.HandleKind) hostFunc {
+	return func(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 		name, ok := guest(mod, uint32(stack[0]), uint32(stack[1]))
 		if !ok {
 			ret(stack, abi.StatusOutOfBounds)
@@ -246,12 +227,7 @@ func hostLookup(kind abi.HandleKind) func(ctx context.Context, mod api.Module, s
 // size, so tiny allocations cannot exhaust host mappings.
 const maxLiveAllocations = 4096
 
-func hostBufferAlloc(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostBufferAlloc(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	size, outPtr := int32(stack[0]), uint32(stack[1])
 	if _, ok := guest(mod, outPtr, 8); !ok {
 		ret(stack, abi.StatusOutOfBounds)
@@ -281,12 +257,7 @@ func hostBufferAlloc(ctx context.Context, mod api.Module, stack []uint64) {
 	ret(stack, abi.StatusOK)
 }
 
-func hostBufferFree(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostBufferFree(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	e, err := st.table.get(stack[0], abi.KindBuffer)
 	if err != nil {
 		retErr(stack, err)
@@ -304,12 +275,7 @@ func hostBufferFree(ctx context.Context, mod api.Module, stack []uint64) {
 	ret(stack, abi.StatusOK)
 }
 
-func hostBufferSize(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostBufferSize(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	e, err := st.table.get(stack[0], abi.KindBuffer)
 	if err != nil {
 		retErr(stack, err)
@@ -342,12 +308,7 @@ func checkRange(b hw.Buffer, off, n uint32) error {
 	return nil
 }
 
-func hostStreamWrite(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostStreamWrite(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	stream, buf, err := streamAndBuffer(st, stack[0], stack[1])
 	if err != nil {
 		retErr(stack, err)
@@ -371,12 +332,7 @@ func hostStreamWrite(ctx context.Context, mod api.Module, stack []uint64) {
 	retErr(stack, err)
 }
 
-func hostStreamRead(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostStreamRead(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	stream, buf, err := streamAndBuffer(st, stack[0], stack[1])
 	if err != nil {
 		retErr(stack, err)
@@ -447,12 +403,7 @@ func decodeArgs(st *callState, mod api.Module, ptr, n uint32) ([]hw.Arg, error) 
 	return args, nil
 }
 
-func hostStreamSubmit(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostStreamSubmit(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	s, err := st.table.get(stack[0], abi.KindStream)
 	if err != nil {
 		retErr(stack, err)
@@ -475,12 +426,7 @@ func hostStreamSubmit(ctx context.Context, mod api.Module, stack []uint64) {
 	retErr(stack, err)
 }
 
-func hostStreamSubmitBatch(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostStreamSubmitBatch(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	s, err := st.table.get(stack[0], abi.KindStream)
 	if err != nil {
 		retErr(stack, err)
@@ -525,12 +471,7 @@ func hostStreamSubmitBatch(ctx context.Context, mod api.Module, stack []uint64) 
 	ret(stack, abi.StatusOK)
 }
 
-func hostStreamSync(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostStreamSync(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	s, err := st.table.get(stack[0], abi.KindStream)
 	if err != nil {
 		retErr(stack, err)
@@ -539,12 +480,7 @@ func hostStreamSync(ctx context.Context, mod api.Module, stack []uint64) {
 	retErr(stack, s.stream.Sync(ctx))
 }
 
-func hostStreamIdle(ctx context.Context, mod api.Module, stack []uint64) {
-	st := state(ctx)
-	if st == nil {
-		ret(stack, abi.StatusBusy)
-		return
-	}
+func hostStreamIdle(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	s, err := st.table.get(stack[0], abi.KindStream)
 	if err != nil {
 		retErr(stack, err)
