@@ -3,7 +3,6 @@ package manifest
 import (
 	"encoding/hex"
 	"fmt"
-	"github.com/stagehost/stagehost/sessions"
 	"math"
 	"slices"
 	"sort"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/sessions"
 	"github.com/stagehost/stagehost/stages"
 )
 
