@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
+	"sync"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -442,6 +443,10 @@ func hostStreamSubmitBatch(ctx context.Context, st *callState, mod api.Module, s
 		ret(stack, abi.StatusOutOfBounds)
 		return
 	}
+	if bs, ok := s.stream.(hw.BatchSubmitter); ok {
+		retErr(stack, submitBatch(st, mod, bs, recs, n))
+		return
+	}
 	// Validate every command before enqueuing any.
 	for pass := range 2 {
 		for i := range n {
@@ -469,6 +474,53 @@ func hostStreamSubmitBatch(ctx context.Context, st *callState, mod api.Module, s
 		}
 	}
 	ret(stack, abi.StatusOK)
+}
+
+// batchArena holds a decoded batch for a stream that takes batches whole
+// ([hw.BatchSubmitter]). Arenas are pooled, so batches of a steady size
+// allocate nothing.
+type batchArena struct {
+	cmds []hw.Command
+	args []hw.Arg
+	ends []int
+}
+
+var batchArenas = sync.Pool{New: func() any { return new(batchArena) }}
+
+// submitBatch decodes all n records and hands them to the stream in one
+// SubmitBatch call: one hand-off to the backend, which validates them all
+// before enqueuing any.
+func submitBatch(st *callState, mod api.Module, bs hw.BatchSubmitter, recs []byte, n uint32) error {
+	a := batchArenas.Get().(*batchArena)
+	defer func() {
+		clear(a.cmds)
+		clear(a.args)
+		a.cmds, a.args, a.ends = a.cmds[:0], a.args[:0], a.ends[:0]
+		batchArenas.Put(a)
+	}()
+	for i := range n {
+		r := recs[i*abi.BatchRecordSize:]
+		p, err := st.table.get(binary.LittleEndian.Uint64(r[0:]), abi.KindProgram)
+		if err != nil {
+			return err
+		}
+		args, err := decodeArgs(st, mod, binary.LittleEndian.Uint32(r[8:]), binary.LittleEndian.Uint32(r[12:]))
+		if err != nil {
+			return err
+		}
+		a.args = append(a.args, args...)
+		clear(args)
+		a.ends = append(a.ends, len(a.args))
+		a.cmds = append(a.cmds, hw.Command{Program: p.program})
+	}
+	// The argument slices are cut only now: appending may have moved them.
+	start := 0
+	for i := range a.cmds {
+		a.cmds[i].Args = a.args[start:a.ends[i]:a.ends[i]]
+		start = a.ends[i]
+	}
+	_, err := bs.SubmitBatch(a.cmds)
+	return err
 }
 
 func hostStreamSync(ctx context.Context, st *callState, mod api.Module, stack []uint64) {

@@ -9,9 +9,10 @@
 // Build and run (from the repository root, on a machine with CUDA):
 //
 //	nvcc -O2 -o /tmp/launch bench/cuda/launch.c -lcuda
-//	/tmp/launch hw/cuda/kernels/kernels.ptx
+//	/tmp/launch hw/cuda/kernels/kernels.ptx [repetitions]
 //
-// Each measurement runs 3 times; lines are "name  ns/unit".
+// Each measurement runs 3 times (or the given number); lines are
+// "name  ns/unit".
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,8 @@ static double bench_graph(int n, CUgraphExec exec, int kernels) {
 
 int main(int argc, char **argv) {
 	const char *path = argc > 1 ? argv[1] : "hw/cuda/kernels/kernels.ptx";
+	int reps = argc > 2 ? atoi(argv[2]) : 3;
+	if (reps < 1) reps = 1;
 	char *ptx = read_file(path);
 	CUdevice dev;
 	CUcontext ctx;
@@ -148,7 +151,7 @@ int main(int argc, char **argv) {
 	bench_sync(200);
 	bench_graph(50, exec, GK);
 
-	for (int rep = 0; rep < 3; rep++) {
+	for (int rep = 0; rep < reps; rep++) {
 		printf("c_async_launch        %8.0f ns/launch\n", bench_async(100000));
 		printf("c_async_launch_event  %8.0f ns/launch\n", bench_async_event(100000, evs, NEV));
 		printf("c_launch_sync         %8.0f ns/launch\n", bench_sync(20000));

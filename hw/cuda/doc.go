@@ -7,7 +7,14 @@
 //
 //   - One [Device] per GPU, named cuda0, cuda1, ... ([hw.EngineGPU]), each
 //     with its primary context retained for the platform's life and the
-//     kernel module (embedded PTX) loaded eagerly at [Open].
+//     kernel module (embedded PTX) loaded eagerly at [Open] (every kernel's
+//     function is fetched there, which is what loads it under CUDA's lazy
+//     loading: no launch waits for a load behind a parked resident kernel).
+//   - One [HostDevice], "host0" ([hw.EngineCPU]), standing in for an NPU:
+//     its streams run Go programs registered with [RegisterHostProgram], in
+//     order, on a worker goroutine, with the same completion semantics; a
+//     shared allocation listing it ([Platform.AllocShared]) is the pinned
+//     memory the GPUs map, seen by host programs through its host view.
 //   - CUDA's current context is per OS thread. Every [Stream] is served by
 //     one goroutine locked to its own OS thread with the context current;
 //     all driver calls for the stream run there. Device-level calls (Alloc,
@@ -59,9 +66,23 @@
 //	                            want; never gives up (a device loss ends it)
 //	fault   ()                  stores through an invalid address: loses the
 //	                            device (for tests)
+//	resident_gpu_exchange (line, payload, rounds)
+//	                            the GPU participant of a resident exchange
+//	                            (package sessions, NewCUDAExchange): one
+//	                            thread polls line's word (acquire, system
+//	                            scope); RUN (1) runs the credit ping-pong over
+//	                            payload (≥ 192 bytes, not overlapping line),
+//	                            anything else retires at once
 //
 // # Graphs
 //
 // [Stream.RecordGraph] captures a fixed sequence of launches into a CUDA
 // graph once; [Stream.SubmitGraph] replays it with one cuGraphLaunch.
+//
+// # Batches
+//
+// [Stream.SubmitBatch] ([hw.BatchSubmitter]) validates a whole batch and
+// hands it to the driver thread as one queued command. A batch submitted
+// again with exactly the same launches is captured into a CUDA graph once
+// and replayed with one cuGraphLaunch from then on (see [WithBatchGraphs]).
 package cuda

@@ -107,3 +107,66 @@ func ExampleStream_RecordGraph() {
 	}
 	fmt.Println(s.Sync(context.Background()))
 }
+
+// A host program: Go code the host device "host0" runs in order on its
+// streams, here over memory shared with the GPUs. Register programs in an
+// init function.
+func ExampleRegisterHostProgram() {
+	cuda.RegisterHostProgram("example_negate", func(l *cuda.HostLaunch) error {
+		b := l.Bytes(0)
+		for i := range b {
+			b[i] = -b[i]
+		}
+		return nil
+	})
+	p, err := cuda.Open()
+	if err != nil {
+		return
+	}
+	defer p.Close()
+	sh, err := p.AllocShared(64, []hw.Device{p.Devices()[0], p.Host()}, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer sh.Free()
+	view, _ := sh.View(p.Host())
+	s, _ := p.Host().NewStream()
+	defer s.Close(context.Background())
+	prog, _ := p.Host().Prepare("example_negate")
+	sh.Bytes()[0] = 3
+	c, _ := s.Submit(&hw.Command{Program: prog, Args: []hw.Arg{hw.BufferArg(view, 0, -1)}})
+	if err := c.Wait(context.Background()); err != nil {
+		panic(err)
+	}
+	fmt.Println(int8(sh.Bytes()[0]))
+}
+
+// A batch is validated whole and handed to the stream's driver thread in
+// one go; repeated, it is replayed from a cached CUDA graph.
+func ExampleStream_SubmitBatch() {
+	p, err := cuda.Open()
+	if err != nil {
+		return
+	}
+	defer p.Close()
+	dev, _ := p.Device("cuda0")
+	s, _ := dev.NewStream()
+	defer s.Close(context.Background())
+	buf, _ := dev.Alloc(1024, 0, nil)
+	defer buf.Free()
+	fill, _ := dev.Prepare("fill")
+	relu, _ := dev.Prepare("relu")
+	batch := []hw.Command{
+		{Program: fill, Args: []hw.Arg{hw.BufferArg(buf, 0, -1), hw.Float32(-1)}},
+		{Program: relu, Args: []hw.Arg{hw.BufferArg(buf, 0, -1)}},
+	}
+	for range 3 {
+		c, err := s.(hw.BatchSubmitter).SubmitBatch(batch)
+		if err != nil {
+			panic(err)
+		}
+		if err := c.Wait(context.Background()); err != nil {
+			panic(err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -592,6 +593,8 @@ func (f *fakeDriver) run(ctx cuContext, l fakeLaunch) {
 			binary.LittleEndian.PutUint32(out, idx)
 			binary.LittleEndian.PutUint32(out[4:], math.Float32bits(v))
 		}
+	case "resident_gpu_exchange":
+		fakeResident(f, ctx, mem(p[0], 4), mem(p[1], residentPayloadBytes), uint32(p[2]))
 	case "spin":
 		w := mem(p[0]+p[1], 4)
 		if w == nil {
@@ -625,4 +628,49 @@ func (f *fakeDriver) MemsetD8(p cuDevicePtr, v uint8, n uintptr) cuResult {
 		mem[i] = v
 	}
 	return cudaSuccess
+}
+
+// fakeResident is the GPU side of a resident exchange in Go, following
+// kernels.cu's resident_gpu_exchange step by step.
+func fakeResident(f *fakeDriver, ctx cuContext, line, pay []byte, rounds uint32) {
+	if line == nil || pay == nil {
+		return
+	}
+	word := func(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+	dead := func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.sticky[ctx] != cudaSuccess
+	}
+	await := func(w *uint32, want uint32) bool {
+		for atomic.LoadUint32(w) != want {
+			if dead() {
+				return false
+			}
+			runtime.Gosched()
+		}
+		return true
+	}
+	decision := atomic.LoadUint32(word(line, 0))
+	for ; decision == 0; decision = atomic.LoadUint32(word(line, 0)) {
+		if dead() {
+			return
+		}
+		runtime.Gosched()
+	}
+	if decision != 1 {
+		return
+	}
+	atomic.StoreUint32(word(pay, 0), 1)
+	x := f32view(pay[128:residentPayloadBytes])
+	for r := range rounds {
+		if !await(word(pay, 68), r) {
+			return
+		}
+		for i := range x {
+			x[i] = float32(x[i]*0.5) + float32(r)
+		}
+		atomic.StoreUint32(word(pay, 4), r+1)
+	}
+	await(word(pay, 68), rounds)
 }

@@ -37,6 +37,7 @@ func requireGPU(t testing.TB) *Platform {
 		t.Fatalf("cuda.Open: %v", err)
 	}
 	t.Cleanup(func() {
+		settle(p)
 		if err := p.Close(); err != nil {
 			t.Errorf("platform Close: %v", err)
 		}
@@ -44,15 +45,77 @@ func requireGPU(t testing.TB) *Platform {
 	return p
 }
 
+// settle waits (at most 5 s) until every device of p has released all
+// its streams and allocations. A Free while another stream of the device
+// still has queued work completes on a goroutine once that work retired
+// (TestGPUConcurrentStreams frees from 4 goroutines at once), so closing
+// right after a test could otherwise find an allocation still open.
+func settle(p *Platform) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n := p.host.live.Load()
+		for _, d := range p.devices {
+			n += d.live.Load()
+		}
+		if n == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestGPUOpen(t *testing.T) {
 	p := requireGPU(t)
 	t.Logf("driver version %d", p.DriverVersion())
 	for _, d := range p.Devices() {
+		if d == p.Host() {
+			continue
+		}
 		cd := d.(*Device)
 		t.Logf("%s: %s (%s)", d.Name(), cd.Model(), d.Engine())
 		if d.Engine() != hw.EngineGPU || d.Err() != nil {
 			t.Errorf("%s: engine %v err %v", d.Name(), d.Engine(), d.Err())
 		}
+	}
+	if h := p.Devices()[len(p.Devices())-1]; h != p.Host() || h.Name() != "host0" || h.Engine() != hw.EngineCPU {
+		t.Errorf("last device %v, want the host device host0 (cpu)", h.Name())
+	}
+}
+
+// TestGPUHostExchange runs the resident exchange kernel against a host
+// program on host0, through startup and payload memory mapped for both.
+func TestGPUHostExchange(t *testing.T) { scenarioHostExchange(t, requireGPU(t)) }
+
+// TestGPUSubmitBatch: a batch is validated whole, retires as one
+// completion, and is replayed from a cached CUDA graph once repeated.
+func TestGPUSubmitBatch(t *testing.T) {
+	p := requireGPU(t)
+	r := newRig(t, p)
+	st := r.s.(*Stream)
+	x := r.upload([]float32{1, 2, 3, 4})
+	y := r.upload([]float32{10, 20, 30, 40})
+	batch := []hw.Command{
+		{Program: r.prog("fill"), Args: []hw.Arg{hw.BufferArg(x, 0, -1), hw.Float32(2)}},
+		{Program: r.prog("saxpy"), Args: []hw.Arg{hw.Float32(3), hw.BufferArg(x, 0, -1), hw.BufferArg(y, 0, -1)}},
+	}
+	for range 5 {
+		c, err := st.SubmitBatch(batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Wait(r.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, v := range r.download(y) {
+		if want := float32(10*(i+1)) + 30; v != want {
+			t.Fatalf("y[%d] = %v, want %v", i, v, want)
+		}
+	}
+	d, g, c := st.batchDirect.Load(), st.batchReplays.Load(), st.batchCapture.Load()
+	t.Logf("5 batches: %d launched kernel by kernel, %d replayed from %d captured graph(s)", d, g, c)
+	if d != 1 || g != 4 || c != 1 {
+		t.Fatalf("want 1 direct, 4 replays, 1 capture")
 	}
 }
 
@@ -229,6 +292,55 @@ func BenchmarkLaunchNoop(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/launch")
 	b.ReportMetric(float64(busy)/float64(b.N), "busy/launch")
 }
+
+// benchBatch: b.N asynchronous SubmitBatch calls of 64 noops each, one
+// Sync at the end; ns/kernel is per kernel.
+func benchBatch(b *testing.B, opts ...Option) {
+	p := requireGPU(b)
+	if len(opts) > 0 {
+		// A platform of its own, so the option applies.
+		p.Close()
+		var err error
+		if p, err = Open(opts...); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { p.Close() })
+	}
+	r := newRig(b, p)
+	st := r.s.(*Stream)
+	cmds := make([]hw.Command, 64)
+	for i := range cmds {
+		cmds[i] = hw.Command{Program: r.prog("noop")}
+	}
+	for range 20 {
+		st.SubmitBatch(cmds)
+	}
+	r.sync()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; {
+		_, err := st.SubmitBatch(cmds)
+		switch {
+		case err == nil:
+			i++
+		case errors.Is(err, hw.ErrBusy):
+			runtime.Gosched()
+		default:
+			b.Fatal(err)
+		}
+	}
+	r.sync()
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(cmds)), "ns/kernel")
+}
+
+// BenchmarkBatchNoop64: SubmitBatch of 64 noops; repeated, so replayed
+// from the stream's cached graph.
+func BenchmarkBatchNoop64(b *testing.B) { benchBatch(b) }
+
+// BenchmarkBatchNoop64Direct: the same with the graph cache off: one
+// hand-off, then 64 cuLaunchKernel calls on the driver thread.
+func BenchmarkBatchNoop64Direct(b *testing.B) { benchBatch(b, WithBatchGraphs(0)) }
 
 // BenchmarkLaunchSync: launch, then wait for its completion, each time.
 func BenchmarkLaunchSync(b *testing.B) {

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 
 	"github.com/stagehost/stagehost/hw"
@@ -60,7 +61,7 @@ func (s *Stream) RecordGraph(cmds []hw.Command) (*Graph, error) {
 		}
 	}
 	o := op{kind: opCapture, capture: req}
-	if _, err := s.enqueue(&o, s.dev.freeGen.Load(), nil, nil); err != nil {
+	if _, err := s.enqueue(&o, s.dev.freeGen.Load(), nil, nil, nil); err != nil {
 		return nil, err
 	}
 	var res captureResult
@@ -78,16 +79,23 @@ func (s *Stream) RecordGraph(cmds []hw.Command) (*Graph, error) {
 
 // capture runs on the driver thread.
 func (s *Stream) capture(req *captureReq) captureResult {
+	exec, err := s.captureLaunches(req.launches)
+	return captureResult{exec: exec, err: err}
+}
+
+// captureLaunches records launches, in order, into an executable graph
+// (driver thread). Nothing runs on the device.
+func (s *Stream) captureLaunches(launches []launch) (cuGraphExec, error) {
 	d := s.dev
 	if err := d.Err(); err != nil {
-		return captureResult{err: err}
+		return 0, err
 	}
 	if err := d.check("cuStreamBeginCapture_v2", d.drv.StreamBeginCapture(s.cs, cuStreamCaptureModeThreadLo), hw.ErrRejected); err != nil {
-		return captureResult{err: err}
+		return 0, err
 	}
 	var firstErr error
-	for i := range req.launches {
-		l := &req.launches[i]
+	for i := range launches {
+		l := &launches[i]
 		copy(s.pb.vals[:l.nparams], l.params[:l.nparams])
 		r := d.drv.LaunchKernel(l.fn, l.grid, l.block, 0, s.cs, s.pb, l.nparams)
 		runtime.KeepAlive(s.pb)
@@ -103,14 +111,149 @@ func (s *Stream) capture(req *captureReq) captureResult {
 		if g != 0 {
 			d.drv.GraphDestroy(g)
 		}
-		return captureResult{err: firstErr}
+		return 0, firstErr
 	}
 	exec, r := d.drv.GraphInstantiate(g)
 	d.drv.GraphDestroy(g)
 	if err := d.check("cuGraphInstantiateWithFlags", r, hw.ErrRejected); err != nil {
-		return captureResult{err: err}
+		return 0, err
 	}
-	return captureResult{exec: exec}
+	return exec, nil
+}
+
+// execBatch issues a batch on the driver thread: one replay of its cached
+// graph when there is one, else its launches one by one. It returns the
+// first failing call's result and name.
+func (s *Stream) execBatch(launches []launch) (cuResult, string) {
+	d := s.dev
+	if exec := s.graphFor(launches); exec != 0 {
+		s.batchReplays.Add(1)
+		return d.drv.GraphLaunch(exec, s.cs), "cuGraphLaunch (batch)"
+	}
+	s.batchDirect.Add(1)
+	for i := range launches {
+		l := &launches[i]
+		copy(s.pb.vals[:l.nparams], l.params[:l.nparams])
+		r := d.drv.LaunchKernel(l.fn, l.grid, l.block, 0, s.cs, s.pb, l.nparams)
+		runtime.KeepAlive(s.pb)
+		if r != cudaSuccess {
+			return r, "cuLaunchKernel (batch)"
+		}
+	}
+	return cudaSuccess, ""
+}
+
+// DefaultBatchGraphs is how many batch graphs each stream caches unless
+// [WithBatchGraphs] says otherwise.
+const DefaultBatchGraphs = 16
+
+// graphCache holds, per stream, the graphs of recently repeated batches
+// (driver thread only). A batch is captured on its second sighting: a
+// one-off batch costs no capture, a repeated one pays it once.
+type graphCache struct {
+	entries []*graphEntry
+	clock   uint64
+}
+
+type graphEntry struct {
+	key      uint64
+	launches []launch // a private copy, compared in full on a key match
+	exec     cuGraphExec
+	seen     int
+	failed   bool // capture failed: always launch directly
+	used     uint64
+}
+
+// graphFor returns the cached graph for launches, capturing it when the
+// batch is seen for the second time, or 0 to launch directly.
+func (s *Stream) graphFor(launches []launch) cuGraphExec {
+	d := s.dev
+	limit := d.plat.cfg.batchGraphs
+	if limit <= 0 || len(launches) < 2 || !d.drv.HasGraphs() {
+		return 0
+	}
+	c := &s.graphs
+	c.clock++
+	key := launchesKey(launches)
+	for _, e := range c.entries {
+		if e.key != key || !sameLaunches(e.launches, launches) {
+			continue
+		}
+		e.used = c.clock
+		e.seen++
+		if e.exec == 0 && !e.failed {
+			exec, err := s.captureLaunches(launches)
+			if err != nil {
+				e.failed = true
+				return 0
+			}
+			e.exec = exec
+			s.batchCapture.Add(1)
+		}
+		return e.exec
+	}
+	e := &graphEntry{key: key, launches: append([]launch(nil), launches...), seen: 1, used: c.clock}
+	if len(c.entries) < limit {
+		c.entries = append(c.entries, e)
+		return 0
+	}
+	oldest := 0
+	for i, x := range c.entries {
+		if x.used < c.entries[oldest].used {
+			oldest = i
+		}
+	}
+	if x := c.entries[oldest]; x.exec != 0 && d.Err() == nil {
+		// An instance still in flight is freed by the driver when done.
+		d.drv.GraphExecDestroy(x.exec)
+	}
+	c.entries[oldest] = e
+	return 0
+}
+
+// destroy releases every cached graph (driver thread, at teardown).
+func (c *graphCache) destroy(d *Device, healthy bool) {
+	for _, e := range c.entries {
+		if e.exec != 0 && healthy {
+			d.drv.GraphExecDestroy(e.exec)
+		}
+	}
+	c.entries = nil
+}
+
+// launchesKey hashes launches (FNV-1a over every field that shapes them).
+func launchesKey(ls []launch) uint64 {
+	h := uint64(14695981039346656037)
+	mix := func(v uint64) {
+		h ^= v
+		h *= 1099511628211
+	}
+	for i := range ls {
+		l := &ls[i]
+		mix(uint64(l.fn))
+		mix(uint64(l.grid[0]) | uint64(l.grid[1])<<32)
+		mix(uint64(l.grid[2]) | uint64(l.block[0])<<32)
+		mix(uint64(l.block[1]) | uint64(l.block[2])<<32)
+		mix(uint64(l.nparams))
+		for _, p := range l.params[:l.nparams] {
+			mix(p)
+		}
+	}
+	return h
+}
+
+func sameLaunches(a, b []launch) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := &a[i], &b[i]
+		if x.fn != y.fn || x.grid != y.grid || x.block != y.block || x.nparams != y.nparams ||
+			!slices.Equal(x.params[:x.nparams], y.params[:y.nparams]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Kernels is how many launches the graph replays.
@@ -135,7 +278,7 @@ func (s *Stream) SubmitGraph(g *Graph) (hw.Completion, error) {
 		}
 	}
 	o := op{kind: opGraph, graph: g}
-	c, err := s.enqueue(&o, gen, nil, g.bufs)
+	c, err := s.enqueue(&o, gen, nil, g.bufs, nil)
 	if err != nil {
 		g.inflight.Add(-1)
 	}

@@ -77,7 +77,14 @@ const (
 	kArgmax
 	kFault
 	kSpin
+	kResident
 )
+
+// residentPayloadBytes is the least payload resident_gpu_exchange takes:
+// the layout of package sessions' exchange payload (sessions.PayloadSize):
+// the GPU's control line (observed word at 0, credit at 4), the NPU's
+// (observed at 64, credit at 68), then 16 float32 values at 128.
+const residentPayloadBytes = 128 + 4*16
 
 // kernel describes one program of the module: the arguments callers pass
 // (validated by resolveArgs), and how pack turns them into the PTX
@@ -108,6 +115,7 @@ var kernels = []*kernel{
 	{id: kArgmax, name: "argmax", args: []argKind{argF32s, argBytes}, block: 256},
 	{id: kFault, name: "fault", block: 1},
 	{id: kSpin, name: "spin", args: []argKind{argBytes, argU64, argU32}, block: 1},
+	{id: kResident, name: "resident_gpu_exchange", args: []argKind{argBytes, argBytes, argU32}, block: 1},
 }
 
 func f32words(r resolved) uint64 { return r.len / 4 }
@@ -194,6 +202,24 @@ func pack(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape, erro
 				"cuda: spin: word at offset %d is not 4-byte aligned", off)
 		}
 		p[0], p[1], p[2] = a[0].ptr, off, a[2].val&math.MaxUint32
+		return 3, launchShape{elems: 1, single: true}, nil
+	case kResident:
+		line, pay := a[0], a[1]
+		if line.len < 4 || line.ptr%4 != 0 {
+			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+				"cuda: resident_gpu_exchange: argument 0 (startup word) needs 4 aligned bytes, got %d at %#x", line.len, line.ptr)
+		}
+		if pay.len < residentPayloadBytes || pay.ptr%4 != 0 {
+			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+				"cuda: resident_gpu_exchange: argument 1 (payload) needs %d aligned bytes, got %d", residentPayloadBytes, pay.len)
+		}
+		// The kernel writes the payload: it must not reach the line it
+		// may only read.
+		if pay.ptr < line.ptr+line.len && line.ptr < pay.ptr+residentPayloadBytes {
+			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+				"cuda: resident_gpu_exchange: the payload overlaps the startup line")
+		}
+		p[0], p[1], p[2] = line.ptr, pay.ptr, a[2].val&math.MaxUint32
 		return 3, launchShape{elems: 1, single: true}, nil
 	}
 	return 0, launchShape{}, hw.Errorf(hw.ErrNotFound, "cuda: kernel %q has no parameter table", k.name)

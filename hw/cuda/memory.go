@@ -66,17 +66,27 @@ func (b *buffer) Free() error {
 	}
 	d := b.dev
 	d.freeGen.Add(1)
-	afterQueued([]*Device{d}, b.release)
+	afterQueued([]queueOwner{d}, b.release)
 	return nil
 }
 
-// afterQueued runs release now if no stream of devs has unretired work,
+// waiter is a stream whose queued work can be waited for.
+type waiter interface {
+	wait(ctx context.Context, seq uint64) error
+}
+
+// queueOwner is a device whose streams' queued work can be snapshot.
+type queueOwner interface {
+	snapshot(out []pendingWork) []pendingWork
+}
+
+// afterQueued runs release now if no stream of owners has unretired work,
 // else on a goroutine once the work queued so far on all of them retired
 // (or the device is lost). A kernel that never retires keeps the memory
 // for good: storage a device may still touch is never freed.
-func afterQueued(devs []*Device, release func()) {
+func afterQueued(owners []queueOwner, release func()) {
 	var waits []pendingWork
-	for _, d := range devs {
+	for _, d := range owners {
 		waits = d.snapshot(waits)
 	}
 	if len(waits) == 0 {
@@ -181,23 +191,29 @@ func (d *Device) alloc(size int, flags hw.AllocFlags) (*buffer, error) {
 }
 
 // sharedMem is one pinned, host-mapped allocation (cuMemHostAlloc with
-// PORTABLE|DEVICEMAP) with a device-pointer view per device. Mapped pinned
+// PORTABLE|DEVICEMAP) with a device-pointer view per GPU and, when the
+// host device is listed, a host view over the same mapping. Mapped pinned
 // memory is coherent: device acquire loads observe host release stores
 // without any flush.
 type sharedMem struct {
-	plat    *Platform
-	host    unsafe.Pointer
-	size    int
-	devices []hw.Device
-	views   map[*Device]*buffer
-	budget  *hw.Budget
-	freed   atomic.Bool
+	plat     *Platform
+	host     unsafe.Pointer
+	size     int
+	devices  []hw.Device
+	views    map[*Device]*buffer
+	hostDev  *HostDevice // non-nil when the host device is listed
+	hostView *hostBuffer
+	extra    *Device // the allocating GPU when no GPU is listed (kept open)
+	budget   *hw.Budget
+	freed    atomic.Bool
 }
 
 var _ hw.Shared = (*sharedMem)(nil)
 
 // AllocShared allocates size bytes of pinned host memory that every listed
-// device maps, charging budget. See [hw.Shared].
+// device maps, charging budget. The devices may include the host device
+// ([Platform.Host]): its view is a buffer over the host mapping, so a host
+// program and GPU kernels share the memory. See [hw.Shared].
 //
 // # Errors
 //
@@ -213,6 +229,16 @@ func (p *Platform) AllocShared(size int, devices []hw.Device, budget *hw.Budget)
 	s := &sharedMem{plat: p, size: size, views: make(map[*Device]*buffer, len(devices)), budget: budget}
 	var ds []*Device
 	for i, hd := range devices {
+		if h, ok := hd.(*HostDevice); ok && h.plat == p {
+			if err := h.usable(); err != nil {
+				return nil, err
+			}
+			if s.hostDev == nil {
+				s.hostDev = h
+				s.devices = append(s.devices, h)
+			}
+			continue
+		}
 		d, ok := hd.(*Device)
 		if !ok || d.plat != p {
 			return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation: device %d (%v) is not a device of this platform", i, deviceName(hd))
@@ -237,6 +263,13 @@ func (p *Platform) AllocShared(size int, devices []hw.Device, budget *hw.Budget)
 	for _, d := range ds {
 		d.live.Add(1)
 	}
+	if s.extra != nil {
+		s.extra.live.Add(1)
+	}
+	if s.hostDev != nil {
+		s.hostView = &hostBuffer{dev: s.hostDev, mem: unsafe.Slice((*byte)(s.host), s.size), shared: s}
+		s.hostDev.live.Add(1)
+	}
 	return s, nil
 }
 
@@ -247,10 +280,31 @@ func deviceName(d hw.Device) string {
 	return fmt.Sprintf("%s %T", d.Name(), d)
 }
 
+// allocator is the GPU whose context allocates and frees the mapping: the
+// first listed GPU, or the platform's first healthy GPU when only the host
+// device is listed (PORTABLE memory belongs to every context).
+func (s *sharedMem) allocator(ds []*Device) (*Device, error) {
+	if len(ds) > 0 {
+		return ds[0], nil
+	}
+	for _, d := range s.plat.devices {
+		if d.usable() == nil {
+			return d, nil
+		}
+	}
+	return nil, hw.Errorf(hw.ErrDeviceLost, "cuda: no usable GPU to allocate shared memory with")
+}
+
 func (s *sharedMem) alloc(ds []*Device) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	first := ds[0]
+	first, err := s.allocator(ds)
+	if err != nil {
+		return err
+	}
+	if len(ds) == 0 {
+		s.extra = first
+	}
 	if err := first.enter(); err != nil {
 		return err
 	}
@@ -302,32 +356,43 @@ func (s *sharedMem) Store32Release(off int, v uint32) { atomic.StoreUint32(s.wor
 // Load32Acquire atomically loads the word at off.
 func (s *sharedMem) Load32Acquire(off int) uint32 { return atomic.LoadUint32(s.word(off)) }
 
-// PrepareRelease returns dev's visibility action: a store fence. Mapped
-// pinned memory is coherent with the device, so ordering the host's stores
-// is all a release needs.
-func (s *sharedMem) PrepareRelease(dev hw.Device, off, length int) (hw.VisibilityAction, error) {
+// mapped reports whether dev is one of the allocation's devices.
+func (s *sharedMem) mapped(dev hw.Device) bool {
+	if h, ok := dev.(*HostDevice); ok {
+		return h != nil && h == s.hostDev
+	}
 	d, _ := dev.(*Device)
-	if _, ok := s.views[d]; !ok || d == nil {
+	_, ok := s.views[d]
+	return ok && d != nil
+}
+
+// PrepareRelease returns dev's visibility action: a store fence. Mapped
+// pinned memory is coherent with the device (and the host device reads the
+// mapping itself), so ordering the host's stores is all a release needs.
+func (s *sharedMem) PrepareRelease(dev hw.Device, off, length int) (hw.VisibilityAction, error) {
+	if !s.mapped(dev) {
 		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation is not mapped on %v", deviceName(dev))
 	}
 	if off < 0 || length < 0 || off > s.size || length > s.size-off {
 		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: release range [%d,+%d) outside %d bytes", off, length, s.size)
 	}
-	return &storeFence{dev: d}, nil
+	return &storeFence{dev: dev}, nil
 }
 
-// View returns the allocation as a buffer of dev (its device pointer from
-// cuMemHostGetDevicePointer_v2). Freeing the view is a no-op.
+// View returns the allocation as a buffer of dev: for a GPU its device
+// pointer from cuMemHostGetDevicePointer_v2, for the host device the host
+// mapping. Freeing the view is a no-op.
 func (s *sharedMem) View(dev hw.Device) (hw.Buffer, error) {
-	d, _ := dev.(*Device)
-	v, ok := s.views[d]
-	if !ok || d == nil {
+	if !s.mapped(dev) {
 		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation is not mapped on %v", deviceName(dev))
 	}
 	if s.freed.Load() {
 		return nil, hw.Errorf(hw.ErrClosed, "cuda: shared allocation was freed")
 	}
-	return v, nil
+	if _, ok := dev.(*HostDevice); ok {
+		return s.hostView, nil
+	}
+	return s.views[dev.(*Device)], nil
 }
 
 // Free releases the allocation. As for buffers, the memory and the budget
@@ -337,13 +402,25 @@ func (s *sharedMem) Free() error {
 	if !s.freed.CompareAndSwap(false, true) {
 		return hw.Errorf(hw.ErrClosed, "cuda: shared allocation freed twice")
 	}
-	devs := make([]*Device, len(s.devices))
-	for i, hd := range s.devices {
-		devs[i] = hd.(*Device)
-		devs[i].freeGen.Add(1)
+	var owners []queueOwner
+	var devs []*Device // listed GPUs, then the allocating one
+	for _, hd := range s.devices {
+		switch d := hd.(type) {
+		case *Device:
+			d.freeGen.Add(1)
+			devs = append(devs, d)
+			owners = append(owners, d)
+		case *HostDevice:
+			d.freeGen.Add(1)
+			owners = append(owners, d)
+		}
 	}
-	afterQueued(devs, func() {
+	if s.extra != nil {
+		devs = append(devs, s.extra)
+	}
+	afterQueued(owners, func() {
 		runtime.LockOSThread()
+		// Any healthy context frees PORTABLE memory; a lost one cannot.
 		for _, d := range devs {
 			if d.Err() == nil && d.drv.CtxSetCurrent(d.ctx) == cudaSuccess {
 				d.drv.MemFreeHost(s.host)
@@ -355,6 +432,9 @@ func (s *sharedMem) Free() error {
 		for _, d := range devs {
 			d.live.Add(-1)
 		}
+		if s.hostDev != nil {
+			s.hostDev.live.Add(-1)
+		}
 	})
 	return nil
 }
@@ -364,7 +444,7 @@ var fenceWord atomic.Uint32
 
 // storeFence orders every earlier host store before later ones: a locked
 // read-modify-write is a full fence on every architecture Go supports.
-type storeFence struct{ dev *Device }
+type storeFence struct{ dev hw.Device }
 
 func (f *storeFence) Execute() error {
 	fenceWord.Add(1)

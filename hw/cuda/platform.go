@@ -18,10 +18,11 @@ const defaultLibrary = "libcuda.so.1"
 const DefaultQueueDepth = 1024
 
 type config struct {
-	library    string
-	queueDepth int
-	ptx        []byte // module source; nil: the embedded kernels
-	drv        driver // tests: a fake driver instead of libcuda
+	library     string
+	queueDepth  int
+	batchGraphs int
+	ptx         []byte // module source; nil: the embedded kernels
+	drv         driver // tests: a fake driver instead of libcuda
 }
 
 // Option configures [Open].
@@ -39,6 +40,13 @@ func WithQueueDepth(n int) Option {
 	return func(c *config) { c.queueDepth = max(n, 1) }
 }
 
+// WithBatchGraphs sets how many CUDA graphs each stream caches for
+// repeated batches ([Stream.SubmitBatch]; default [DefaultBatchGraphs]);
+// 0 turns the cache off, so every batch is launched kernel by kernel.
+func WithBatchGraphs(n int) Option {
+	return func(c *config) { c.batchGraphs = max(n, 0) }
+}
+
 // withPTX replaces the embedded module (tests: STAGEHOST_CUDA_PTX).
 func withPTX(src []byte) Option { return func(c *config) { c.ptx = src } }
 
@@ -46,13 +54,15 @@ func withPTX(src []byte) Option { return func(c *config) { c.ptx = src } }
 func withDriver(d driver) Option { return func(c *config) { c.drv = d } }
 
 // Platform is the set of CUDA devices of this process, one [Device] per
-// GPU, named cuda0, cuda1, ... in driver order. It implements
-// [hw.Platform].
+// GPU, named cuda0, cuda1, ... in driver order, plus the host device
+// "host0" ([HostDevice], [hw.EngineCPU]) that stands in for an NPU. It
+// implements [hw.Platform].
 type Platform struct {
 	drv     driver
 	cfg     config
 	version int32
 	devices []*Device
+	host    *HostDevice
 	closed  atomic.Bool
 }
 
@@ -68,7 +78,7 @@ var _ hw.Platform = (*Platform)(nil)
 // carries dlopen's reason), lacks required symbols (all of them are named),
 // cuInit fails, there is no device, or the driver rejects the kernels.
 func Open(opts ...Option) (*Platform, error) {
-	cfg := config{library: defaultLibrary, queueDepth: DefaultQueueDepth}
+	cfg := config{library: defaultLibrary, queueDepth: DefaultQueueDepth, batchGraphs: DefaultBatchGraphs}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -105,35 +115,51 @@ func Open(opts ...Option) (*Platform, error) {
 		}
 		p.devices = append(p.devices, d)
 	}
+	p.host = newHostDevice(p)
 	return p, nil
 }
 
 // DriverVersion is cuDriverGetVersion's answer (for example 13000).
 func (p *Platform) DriverVersion() int { return int(p.version) }
 
-// Devices lists every device in driver order.
+// Devices lists every GPU in driver order, then the host device.
 func (p *Platform) Devices() []hw.Device {
-	out := make([]hw.Device, len(p.devices))
+	out := make([]hw.Device, len(p.devices), len(p.devices)+1)
 	for i, d := range p.devices {
 		out[i] = d
+	}
+	if p.host != nil {
+		out = append(out, p.host)
 	}
 	return out
 }
 
-// Device returns a device by name ("cuda0"), or an [hw.ErrNotFound] error.
+// Device returns a device by name ("cuda0", or "host0" for the host
+// device), or an [hw.ErrNotFound] error.
 func (p *Platform) Device(name string) (hw.Device, error) {
 	for _, d := range p.devices {
 		if d.name == name {
 			return d, nil
 		}
 	}
+	if p.host != nil && name == HostDeviceName {
+		return p.host, nil
+	}
 	return nil, hw.Errorf(hw.ErrNotFound, "cuda: no device %q", name)
 }
+
+// Host is the platform's host device, "host0".
+func (p *Platform) Host() *HostDevice { return p.host }
 
 // Close closes every device. Devices with live streams, buffers or shared
 // allocations stay open and their errors are returned.
 func (p *Platform) Close() error {
 	var errs []error
+	if p.host != nil {
+		if err := p.host.Close(); err != nil && !errors.Is(err, hw.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
 	for _, d := range p.devices {
 		if err := d.Close(); err != nil && !errors.Is(err, hw.ErrClosed) {
 			errs = append(errs, err)

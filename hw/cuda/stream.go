@@ -46,6 +46,7 @@ const (
 	opMarker         // no driver work (empty copies); retires in order
 	opGraph          // cuGraphLaunch
 	opCapture        // record a graph (no device work)
+	opBatch          // several launches, or one replay of a cached graph
 )
 
 // op is one queued command, copied by value into the stream's queue.
@@ -59,6 +60,7 @@ type op struct {
 	pin     *runtime.Pinner
 	graph   *Graph
 	capture *captureReq
+	batch   *batchReq
 }
 
 type mark struct {
@@ -119,11 +121,18 @@ type Stream struct {
 	pending    ring[mark]
 	pins       ring[pinRec]
 	freeEvents []cuEvent
+	graphs     graphCache
+
+	// Batch counters, written by the driver thread (tests, docs).
+	batchDirect  atomic.Uint64 // batches issued launch by launch
+	batchReplays atomic.Uint64 // batches issued as one cached-graph launch
+	batchCapture atomic.Uint64 // graphs captured for batches
 }
 
 var (
-	_ hw.Stream  = (*Stream)(nil)
-	_ hw.Retirer = (*Stream)(nil)
+	_ hw.Stream         = (*Stream)(nil)
+	_ hw.Retirer        = (*Stream)(nil)
+	_ hw.BatchSubmitter = (*Stream)(nil)
 )
 
 var pinners = sync.Pool{New: func() any { return new(runtime.Pinner) }}
@@ -161,7 +170,7 @@ func (d *Device) NewStream() (hw.Stream, error) {
 
 // pendingWork is one stream's last queued command at a moment.
 type pendingWork struct {
-	s   *Stream
+	s   waiter
 	seq uint64
 }
 
@@ -202,7 +211,58 @@ func (s *Stream) Submit(cmd *hw.Command) (hw.Completion, error) {
 	if err := s.dev.prepareLaunch(cmd, &o.l); err != nil {
 		return hw.Completion{}, err
 	}
-	return s.enqueue(&o, gen, cmd.Args, nil)
+	return s.enqueue(&o, gen, cmd.Args, nil, nil)
+}
+
+// batchReq carries a validated batch to the driver thread. Batches are
+// pooled, so a steady stream of batches allocates nothing.
+type batchReq struct {
+	launches []launch
+}
+
+var batchPool = sync.Pool{New: func() any { return new(batchReq) }}
+
+// SubmitBatch validates every command like [Stream.Submit] and, only if
+// all are valid, hands them to the driver thread as one queued command:
+// one channel hand-off and one sequence number for the whole batch. The
+// completion retires when the last launch has, with the first failure;
+// a launch the driver refuses fails the completion with [hw.ErrRejected]
+// and skips the rest of the batch.
+//
+// The driver thread keeps a small per-stream cache of CUDA graphs (see
+// [WithBatchGraphs]): a batch seen before with exactly the same launches
+// (kernels, sizes and argument values, buffer addresses included) is
+// captured into a graph on its second submission and replayed with one
+// cuGraphLaunch from then on. Replaying is exact: the graph holds the very
+// parameters the batch validated, and every buffer they address was
+// checked live at this submission.
+//
+// # Errors
+//
+// As for Submit, naming the command's index; [hw.ErrBusy] when the queue
+// is full (nothing is enqueued).
+func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
+	if len(cmds) == 0 {
+		return hw.Completion{}, nil
+	}
+	gen := s.dev.freeGen.Load()
+	b := batchPool.Get().(*batchReq)
+	if cap(b.launches) < len(cmds) {
+		b.launches = make([]launch, len(cmds))
+	}
+	b.launches = b.launches[:len(cmds)]
+	for i := range cmds {
+		if err := s.dev.prepareLaunch(&cmds[i], &b.launches[i]); err != nil {
+			batchPool.Put(b)
+			return hw.Completion{}, hw.Errorf(hw.ClassOf(err), "cuda: batch command %d: %w", i, err)
+		}
+	}
+	o := op{kind: opBatch, batch: b}
+	c, err := s.enqueue(&o, gen, nil, nil, cmds)
+	if err != nil {
+		batchPool.Put(b)
+	}
+	return c, err
 }
 
 // copyTarget validates a Write or Read target range.
@@ -251,7 +311,7 @@ func (s *Stream) enqueueCopy(kind opKind, b *buffer, off int, host []byte, gen u
 		o = op{kind: kind, dptr: b.ptr + cuDevicePtr(off), host: unsafe.Pointer(&host[0]), n: uintptr(len(host)), pin: pin}
 	}
 	bs := [1]*buffer{b}
-	c, err := s.enqueue(&o, gen, nil, bs[:])
+	c, err := s.enqueue(&o, gen, nil, bs[:], nil)
 	if err != nil && o.pin != nil {
 		o.pin.Unpin()
 		pinners.Put(o.pin)
@@ -262,9 +322,10 @@ func (s *Stream) enqueueCopy(kind opKind, b *buffer, off int, host []byte, gen u
 // enqueue assigns the next sequence number and queues o, in one critical
 // section so that queue order is sequence order. gen is the device's free
 // generation read before validation: if a buffer was freed since, the
-// command's buffers (args, bufs) are checked again under the lock, which
-// is what makes Free's snapshot of queued work complete (see buffer.Free).
-func (s *Stream) enqueue(o *op, gen uint64, args []hw.Arg, bufs []*buffer) (hw.Completion, error) {
+// command's buffers (args, bufs, and every command of a batch) are checked
+// again under the lock, which is what makes Free's snapshot of queued work
+// complete (see buffer.Free).
+func (s *Stream) enqueue(o *op, gen uint64, args []hw.Arg, bufs []*buffer, batch []hw.Command) (hw.Completion, error) {
 	s.submitMu.Lock()
 	if s.closing {
 		s.submitMu.Unlock()
@@ -278,6 +339,12 @@ func (s *Stream) enqueue(o *op, gen uint64, args []hw.Arg, bufs []*buffer) (hw.C
 		if err := stillAlive(args, bufs); err != nil {
 			s.submitMu.Unlock()
 			return hw.Completion{}, err
+		}
+		for i := range batch {
+			if err := stillAlive(batch[i].Args, nil); err != nil {
+				s.submitMu.Unlock()
+				return hw.Completion{}, hw.Errorf(hw.ErrClosed, "cuda: batch command %d: %w", i, err)
+			}
 		}
 	}
 	seq := s.submitted.Load() + 1
@@ -532,6 +599,9 @@ func (s *Stream) loop() {
 		select {
 		case o := <-s.ops:
 			s.exec(&o)
+			// Take the rest of a burst before looking at the clock.
+			for i := 0; i < eventEvery && s.execNext(); i++ {
+			}
 			hotUntil = time.Now().Add(spinWindow)
 			backoff = minBackoff
 			rounds = 0
@@ -584,6 +654,17 @@ func (s *Stream) loop() {
 	}
 }
 
+// execNext issues the next queued command, if there is one.
+func (s *Stream) execNext() bool {
+	select {
+	case o := <-s.ops:
+		s.exec(&o)
+		return true
+	default:
+		return false
+	}
+}
+
 // exec issues one command on the driver thread.
 func (s *Stream) exec(o *op) {
 	d := s.dev
@@ -616,6 +697,11 @@ func (s *Stream) exec(o *op) {
 		call = "cuGraphLaunch"
 	case opCapture:
 		o.capture.reply <- s.capture(o.capture)
+	case opBatch:
+		r, call = s.execBatch(o.batch.launches)
+		s.sinceEvent += len(o.batch.launches) - 1
+		clear(o.batch.launches)
+		batchPool.Put(o.batch)
 	}
 	if o.pin != nil {
 		s.pins.push(pinRec{o.seq, o.pin})
@@ -642,6 +728,8 @@ func (s *Stream) release(o *op) {
 		o.graph.inflight.Add(-1)
 	case opCapture:
 		o.capture.reply <- captureResult{err: s.dev.Err()}
+	case opBatch:
+		batchPool.Put(o.batch)
 	}
 }
 
@@ -757,6 +845,7 @@ func (s *Stream) teardown() {
 		break
 	}
 	healthy := d.Err() == nil
+	s.graphs.destroy(d, healthy)
 	for s.pending.len() > 0 {
 		m := s.pending.pop()
 		if healthy {

@@ -113,14 +113,15 @@ func TestPTXMatchesParameterTable(t *testing.T) {
 	// The parameter types each kernel must declare (kernels.cu).
 	want := map[string][]string{
 		"noop": nil, "fault": nil,
-		"fill":   {"u64", "f32", "u64"},
-		"copy":   {"u64", "u64", "u64"},
-		"saxpy":  {"f32", "u64", "u64", "u64"},
-		"matmul": {"u64", "u64", "u64", "u32", "u32", "u32"},
-		"bias":   {"u64", "u64", "u32", "u32"},
-		"relu":   {"u64", "u64"},
-		"argmax": {"u64", "u64", "u64"},
-		"spin":   {"u64", "u64", "u32"},
+		"fill":                  {"u64", "f32", "u64"},
+		"copy":                  {"u64", "u64", "u64"},
+		"saxpy":                 {"f32", "u64", "u64", "u64"},
+		"matmul":                {"u64", "u64", "u64", "u32", "u32", "u32"},
+		"bias":                  {"u64", "u64", "u32", "u32"},
+		"relu":                  {"u64", "u64"},
+		"argmax":                {"u64", "u64", "u64"},
+		"spin":                  {"u64", "u64", "u32"},
+		"resident_gpu_exchange": {"u64", "u64", "u32"},
 	}
 	for _, k := range kernels {
 		got, ok := decl[k.name]
@@ -144,6 +145,9 @@ func TestPTXMatchesParameterTable(t *testing.T) {
 			default:
 				a[i] = resolved{val: 1}
 			}
+		}
+		if k.id == kResident {
+			a[1] = resolved{isBuf: true, ptr: 0x30000, len: residentPayloadBytes}
 		}
 		var p [maxParams]uint64
 		n, _, err := pack(k, a[:len(k.args)], &p)
@@ -402,8 +406,12 @@ func TestFakeOpenErrors(t *testing.T) {
 func TestFakePlatformAndDevices(t *testing.T) {
 	p, _ := newFakePlatform(t, 2)
 	devs := p.Devices()
-	if len(devs) != 2 || devs[0].Name() != "cuda0" || devs[1].Name() != "cuda1" || devs[0].Engine() != hw.EngineGPU {
+	if len(devs) != 3 || devs[0].Name() != "cuda0" || devs[1].Name() != "cuda1" || devs[0].Engine() != hw.EngineGPU ||
+		devs[2].Name() != "host0" || devs[2].Engine() != hw.EngineCPU || devs[2] != p.Host() {
 		t.Fatalf("devices: %v", devs)
+	}
+	if d, err := p.Device("host0"); err != nil || d != p.Host() {
+		t.Fatalf("Device(host0) = %v, %v", d, err)
 	}
 	if d, err := p.Device("cuda1"); err != nil || d != devs[1] {
 		t.Fatalf("Device(cuda1) = %v, %v", d, err)
@@ -457,7 +465,7 @@ func TestFakeBudgetAndLifetimes(t *testing.T) {
 	}
 
 	// Shared allocations: views per device, invalid devices refused.
-	sh, err := p.AllocShared(128, p.Devices(), budget)
+	sh, err := p.AllocShared(128, p.Devices()[:2], budget)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,7 +154,7 @@ func (d *Deployment) openDevices() error {
 				}
 				d.cudaP = p
 			}
-			dev, err := d.cudaP.Device(fmt.Sprintf("cuda%d", md.Index))
+			dev, err := d.cudaP.Device(cudaDeviceName(md))
 			if err != nil {
 				return fmt.Errorf("device %q: %w", md.Name, err)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/sessions"
 	"github.com/stagehost/stagehost/sessions/manifest"
 	"github.com/stagehost/stagehost/stages"
@@ -60,8 +61,9 @@ func (r *Resident) set(run *ResidentRun, f func(*ResidentRun)) {
 //
 // # Errors
 //
-// [hw.ErrUnsupported] for a resident whose GPU is not a sim device (the
-// CUDA resident participant is not built yet); errors of the devices.
+// [hw.ErrUnsupported] for a resident whose two devices are not both sim
+// devices or both cuda devices (a cuda GPU and the cuda host device, engine
+// "cpu"), or whose payload is not the exchange's; errors of the devices.
 func (r *Resident) Start(ctx context.Context) (*ResidentRun, error) {
 	r.mu.Lock()
 	run := &ResidentRun{ID: len(r.runs) + 1, State: "starting", Rounds: r.Spec.Rounds, Started: time.Now(), done: make(chan struct{})}
@@ -107,14 +109,21 @@ func (r *Resident) Run(ctx context.Context) (ResidentRun, error) {
 
 func (r *Resident) launch(ctx context.Context, run *ResidentRun) (*sessions.ResidentSession, hw.Shared, error) {
 	d, spec := r.d, r.Spec
-	if d.Manifest.Device(spec.GPU).Backend != manifest.BackendSim || d.Manifest.Device(spec.NPU).Backend != manifest.BackendSim {
-		return nil, nil, hw.Errorf(hw.ErrUnsupported, "resident %q: only sim participants are available (the CUDA resident participant is not built yet)", spec.Name)
+	gb, nb := d.Manifest.Device(spec.GPU).Backend, d.Manifest.Device(spec.NPU).Backend
+	if gb != nb || (gb != manifest.BackendSim && gb != manifest.BackendCUDA) {
+		return nil, nil, hw.Errorf(hw.ErrUnsupported, "resident %q: gpu %q (%s) and npu %q (%s) must both be sim or both cuda devices", spec.Name, spec.GPU, gb, spec.NPU, nb)
 	}
 	if spec.Payload != sessions.PayloadSize {
-		return nil, nil, hw.Errorf(hw.ErrUnsupported, "resident %q: the sim participants exchange exactly %d payload bytes, the manifest asks for %d", spec.Name, sessions.PayloadSize, spec.Payload)
+		return nil, nil, hw.Errorf(hw.ErrUnsupported, "resident %q: the resident participants exchange exactly %d payload bytes, the manifest asks for %d", spec.Name, sessions.PayloadSize, spec.Payload)
 	}
-	p := d.simP
 	gpu, npu := d.devices[spec.GPU], d.devices[spec.NPU]
+	var p hw.Platform = d.simP
+	if gb == manifest.BackendCUDA {
+		if npu != hw.Device(d.cudaP.Host()) {
+			return nil, nil, hw.Errorf(hw.ErrUnsupported, "resident %q: on cuda the npu must be the host device (engine \"cpu\"), not %q", spec.Name, spec.NPU)
+		}
+		p = d.cudaP
+	}
 	owner := stages.NewOwner(residentOwnerName(spec.Name, run.ID), hw.NewBudget(spec.Name, spec.Budget))
 	startup, err := sessions.NewResidentStartup(p, gpu, npu, owner.Budget())
 	if err != nil {
@@ -130,7 +139,13 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun) (*sessions.Resi
 		_ = startup.Close()
 		return nil, nil, err
 	}
-	gp, np, payload, err := sessions.NewSimExchange(p, startup, gs, ns, spec.Rounds, owner)
+	var gp, np sessions.Participant
+	var payload hw.Shared
+	if gb == manifest.BackendCUDA {
+		gp, np, payload, err = sessions.NewCUDAExchange(d.cudaP, startup, gs, ns, spec.Rounds, owner)
+	} else {
+		gp, np, payload, err = sessions.NewSimExchange(p, startup, gs, ns, spec.Rounds, owner)
+	}
 	if err != nil {
 		_ = startup.Close()
 		_ = owner.Close(ctx)
@@ -200,6 +215,15 @@ func equalFloats(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// cudaDeviceName is the CUDA platform's name for a cuda manifest device:
+// "cuda<index>" for a GPU, the host device "host0" for engine "cpu".
+func cudaDeviceName(md *manifest.Device) string {
+	if md.Engine == hw.EngineCPU {
+		return cuda.HostDeviceName
+	}
+	return fmt.Sprintf("cuda%d", md.Index)
 }
 
 // closeAll waits for background joins to finish.

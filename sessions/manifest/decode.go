@@ -177,8 +177,9 @@ func (d *decoder) devices(root *table, m *Manifest) []devMeta {
 				meta.engine = false
 			}
 			dev.Engine = e
-			if meta.engine && meta.backend && dev.Backend == BackendCUDA && e != hw.EngineGPU {
-				d.errorf(t.path.key("engine"), "a cuda device must have engine \"gpu\", not %q", engine)
+			// Engine "cpu" names the CUDA platform's host device (host0).
+			if meta.engine && meta.backend && dev.Backend == BackendCUDA && e != hw.EngineGPU && e != hw.EngineCPU {
+				d.errorf(t.path.key("engine"), "a cuda device must have engine \"gpu\" (or \"cpu\": the host device), not %q", engine)
 			}
 		}
 		isSim := meta.backend && dev.Backend == BackendSim
@@ -509,7 +510,8 @@ func (d *decoder) checkDevices(m *Manifest, metas []devMeta) {
 			continue
 		}
 		d.unique(meta.p.key("name"), dev.Name, "device", first)
-		if meta.backend && dev.Backend == BackendCUDA {
+		// The host device (engine cpu) is no GPU ordinal.
+		if meta.backend && dev.Backend == BackendCUDA && !(meta.engine && dev.Engine == hw.EngineCPU) {
 			if q, ok := ordinals[dev.Index]; ok {
 				d.errorf(meta.p.key("index"), "cuda device %d is already %s (line %d)", dev.Index, q, d.idx.line(q))
 			} else {

@@ -141,3 +141,54 @@ extern "C" __global__ void spin(const unsigned char *buf, u64 off, u32 want) {
 		asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
 	} while (v != want);
 }
+
+// resident_gpu_exchange(line, payload, rounds): the GPU participant of a
+// resident GPU–NPU exchange (package sessions, NewCUDAExchange), launched
+// as one block of one thread. The payload layout is sessions' (checked by
+// the host: at least 192 bytes, 4-byte aligned, not overlapping the line):
+//
+//	payload + 0    GPU observed word (1 once RUN was seen)
+//	payload + 4    GPU credit: rounds the GPU has produced
+//	payload + 64   NPU observed word   (written by the peer only)
+//	payload + 68   NPU credit          (written by the peer only)
+//	payload + 128  16 float32 values x
+//
+// It polls the startup word with acquire loads at system scope and touches
+// nothing else before a decision. Any decision but RUN (=1) is ABORT: it
+// retires at once without touching the payload. On RUN it release-stores
+// its observed word at once (so the host can time publish -> observe),
+// then for r in [0, rounds): waits for the NPU credit r, computes
+// x = x*0.5 + r (rounded multiply, then rounded add: never fused, so the
+// result is bit-identical to sessions.ExpectedPayload) and release-stores
+// its credit r+1; it retires after the NPU's last credit. The startup word
+// is only read.
+__device__ static __forceinline__ u32 ld_acquire_sys(const u32 *p) {
+	u32 v;
+	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ static __forceinline__ void st_release_sys(u32 *p, u32 v) {
+	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+extern "C" __global__ void resident_gpu_exchange(const unsigned char *line, unsigned char *payload, u32 rounds) {
+	u32 decision;
+	do {
+		decision = ld_acquire_sys((const u32 *)line);
+	} while (decision == 0);
+	if (decision != 1) return;
+	st_release_sys((u32 *)(payload + 0), 1);
+	u32 *credit = (u32 *)(payload + 4);
+	const u32 *peer = (const u32 *)(payload + 68);
+	volatile float *x = (volatile float *)(payload + 128);
+	for (u32 r = 0; r < rounds; r++) {
+		while (ld_acquire_sys(peer) != r) {
+		}
+		float fr = (float)r;
+		for (int i = 0; i < 16; i++) x[i] = __fadd_rn(__fmul_rn(x[i], 0.5f), fr);
+		st_release_sys(credit, r + 1);
+	}
+	while (ld_acquire_sys(peer) != rounds) {
+	}
+}
