@@ -138,3 +138,45 @@ func BenchmarkWasmGuestSubmitCall(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/256, "ns/submit")
 }
+
+// BenchmarkInstantiateGoGuest creates and closes a session of the minimal
+// Go guest (instantiate, _initialize, one stream), side by side with data
+// segments merged at load (what the host does) and as the Go linker
+// emitted them. Target ≤ 3 ms.
+func BenchmarkInstantiateGoGuest(b *testing.B) {
+	bin, err := os.ReadFile(filepath.Join("..", "examples", "wasm", "minimal", "minimal.wasm"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		gap  int
+	}{{"merged", 4096}, {"as-linked", 0}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ctx := context.Background()
+			cfg := NewEngineConfig().WithCacheDir("")
+			cfg.mergeGap = tc.gap
+			eng, err := NewEngine(ctx, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer eng.Close(ctx)
+			m, err := eng.Load(ctx, bin, SHA256(bin), NewLoadConfig().WithWASI(GrantGoRuntime))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(m.segments[1]), "segments")
+			f := newWasmFixture(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				s, err := eng.NewSession(ctx, f.rt, m, NewSessionConfig("bench", f.gpu).WithStreams("s0"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Close(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
