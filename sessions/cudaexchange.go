@@ -1,12 +1,6 @@
 package sessions
 
 import (
-	"encoding/binary"
-	"math"
-	"runtime"
-	"sync/atomic"
-	"unsafe"
-
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/stages"
@@ -82,132 +76,11 @@ func NewCUDAExchange(p *cuda.Platform, startup *ResidentStartup, gpuStream, host
 	if _, ok := startup.gpu.(*cuda.Device); !ok {
 		return fail0("the startup's GPU %q is not a CUDA device", startup.gpu.Name())
 	}
-	if gpuStream.Device() != startup.gpu || hostStream.Device() != startup.npu {
-		return fail0("streams must be on the startup's devices %q and %q", startup.gpu.Name(), startup.npu.Name())
-	}
-	if rounds < 0 || rounds > MaxExchangeRounds {
-		return fail0("%d rounds outside [0, %d]", rounds, MaxExchangeRounds)
-	}
-	devs := []hw.Device{startup.gpu, startup.npu}
-	if owner != nil {
-		payload, err = owner.AllocShared(p, PayloadSize, devs)
-	} else {
-		payload, err = p.AllocShared(PayloadSize, devs, nil)
-	}
-	if err != nil {
-		return Participant{}, Participant{}, nil, err
-	}
-	fail := func(err error) (Participant, Participant, hw.Shared, error) {
-		if owner == nil {
-			_ = payload.Free()
-		}
-		return Participant{}, Participant{}, nil, err
-	}
-	b := payload.Bytes()
-	clear(b)
-	for i := range ExchangeLen {
-		binary.NativeEndian.PutUint32(b[offData+4*i:], math.Float32bits(float32(i)))
-	}
-	build := func(st hw.Stream, program string) (Participant, error) {
-		dev := st.Device()
-		var prog hw.Program
-		var err error
-		if owner != nil {
-			prog, err = owner.Prepare(dev, program)
-		} else {
-			prog, err = dev.Prepare(program)
-		}
-		if err != nil {
-			return Participant{}, err
-		}
-		word, err := startup.shared.View(dev)
-		if err != nil {
-			return Participant{}, err
-		}
-		data, err := payload.View(dev)
-		if err != nil {
-			return Participant{}, err
-		}
-		return Participant{Stream: st, Command: hw.Command{
-			Program: prog,
-			Args:    []hw.Arg{hw.BufferArg(word, 0, StartupSize), hw.BufferArg(data, 0, PayloadSize), hw.Uint(uint64(rounds))},
-		}}, nil
-	}
-	if gpu, err = build(gpuStream, CUDAGPUKernel); err != nil {
-		return fail(err)
-	}
-	if npu, err = build(hostStream, CUDAHostProgram); err != nil {
-		return fail(err)
-	}
-	return gpu, npu, payload, nil
+	return newExchange("cuda exchange", p, startup, gpuStream, hostStream, rounds, owner, CUDAGPUKernel, CUDAHostProgram)
 }
 
 // runHostExchange is the NPU side of the exchange on the host device:
 // the same steps as the simulated NPU participant (see NewSimExchange).
 func runHostExchange(l *cuda.HostLaunch) error {
-	if n := len(l.Args()); n != 3 {
-		return hw.Errorf(hw.ErrInvalidArgument, "resident exchange takes 3 arguments, got %d", n)
-	}
-	line, payload, rounds := l.Bytes(0), l.Bytes(1), l.Uint(2)
-	if len(line) < 4 || len(payload) < PayloadSize || rounds > MaxExchangeRounds {
-		return hw.Errorf(hw.ErrInvalidArgument, "resident exchange: startup range %d bytes, payload %d bytes (want ≥ %d), %d rounds",
-			len(line), len(payload), PayloadSize, rounds)
-	}
-	if uintptr(unsafe.Pointer(&line[0]))%4 != 0 || uintptr(unsafe.Pointer(&payload[0]))%4 != 0 {
-		return hw.Errorf(hw.ErrInvalidArgument, "resident exchange: unaligned startup or payload range")
-	}
-	lost := l.Lost()
-	startup := (*uint32)(unsafe.Pointer(&line[0]))
-
-	// Poll the startup word. Nothing else is touched before a decision.
-	decision := atomic.LoadUint32(startup)
-	for i := 0; decision == Wait; i++ {
-		if i%64 == 63 {
-			select {
-			case <-lost:
-				return l.Device().Err()
-			default:
-			}
-			runtime.Gosched()
-		}
-		decision = atomic.LoadUint32(startup)
-	}
-	switch decision {
-	case Abort:
-		return nil // retire at once: no payload access, no peer progress
-	case Run:
-	default:
-		return hw.Errorf(hw.ErrFault, "resident exchange: unknown startup decision %d", decision)
-	}
-	word := func(off int) *uint32 { return (*uint32)(unsafe.Pointer(&payload[off])) }
-	atomic.StoreUint32(word(offNPUObserved), 1)
-	gpuCredit, npuCredit := word(offGPUCredit), word(offNPUCredit)
-	data := unsafe.Slice((*float32)(unsafe.Pointer(&payload[offData])), ExchangeLen)
-	for r := range uint32(rounds) {
-		if !spinFor(gpuCredit, r+1, lost) {
-			return l.Device().Err()
-		}
-		for i := range data {
-			data[i] = data[i] - 1
-		}
-		atomic.StoreUint32(npuCredit, r+1)
-	}
-	return nil
-}
-
-// spinFor polls w with acquire loads until it holds want (true) or the
-// device is lost (false). It spins (the GPU's credit arrives over PCIe in
-// microseconds) and yields every 64 polls.
-func spinFor(w *uint32, want uint32, lost <-chan struct{}) bool {
-	for i := 0; atomic.LoadUint32(w) != want; i++ {
-		if i%64 == 63 {
-			select {
-			case <-lost:
-				return false
-			default:
-			}
-			runtime.Gosched()
-		}
-	}
-	return true
+	return exchangeSide(false, l.Args(), l.Bytes, l.Uint, l.Lost(), func() error { return l.Device().Err() })
 }

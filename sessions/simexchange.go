@@ -86,11 +86,18 @@ func NewSimExchange(p hw.Platform, startup *ResidentStartup, gpuStream, npuStrea
 	if p == nil || startup == nil || gpuStream == nil || npuStream == nil {
 		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "sim exchange: nil platform, startup or stream")
 	}
+	return newExchange("sim exchange", p, startup, gpuStream, npuStream, rounds, owner, SimGPUKernel, SimNPUKernel)
+}
+
+// newExchange builds the two participants of an exchange with the given
+// programs, plus their shared payload (see [NewSimExchange]); both
+// backends' participants share the layout and arguments.
+func newExchange(what string, p hw.Platform, startup *ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *stages.Owner, gpuProgram, npuProgram string) (gpu, npu Participant, payload hw.Shared, err error) {
 	if gpuStream.Device() != startup.gpu || npuStream.Device() != startup.npu {
-		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "sim exchange: streams must be on the startup's devices %q and %q", startup.gpu.Name(), startup.npu.Name())
+		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "%s: streams must be on the startup's devices %q and %q", what, startup.gpu.Name(), startup.npu.Name())
 	}
 	if rounds < 0 || rounds > MaxExchangeRounds {
-		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "sim exchange: %d rounds outside [0, %d]", rounds, MaxExchangeRounds)
+		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "%s: %d rounds outside [0, %d]", what, rounds, MaxExchangeRounds)
 	}
 	devs := []hw.Device{startup.gpu, startup.npu}
 	if owner != nil {
@@ -112,14 +119,14 @@ func NewSimExchange(p hw.Platform, startup *ResidentStartup, gpuStream, npuStrea
 	for i := range ExchangeLen {
 		binary.NativeEndian.PutUint32(b[offData+4*i:], math.Float32bits(float32(i)))
 	}
-	build := func(st hw.Stream, kernel string) (Participant, error) {
+	build := func(st hw.Stream, program string) (Participant, error) {
 		dev := st.Device()
 		var prog hw.Program
 		var err error
 		if owner != nil {
-			prog, err = owner.Prepare(dev, kernel)
+			prog, err = owner.Prepare(dev, program)
 		} else {
-			prog, err = dev.Prepare(kernel)
+			prog, err = dev.Prepare(program)
 		}
 		if err != nil {
 			return Participant{}, err
@@ -137,10 +144,10 @@ func NewSimExchange(p hw.Platform, startup *ResidentStartup, gpuStream, npuStrea
 			Args:    []hw.Arg{hw.BufferArg(word, 0, StartupSize), hw.BufferArg(data, 0, PayloadSize), hw.Uint(uint64(rounds))},
 		}}, nil
 	}
-	if gpu, err = build(gpuStream, SimGPUKernel); err != nil {
+	if gpu, err = build(gpuStream, gpuProgram); err != nil {
 		return fail(err)
 	}
-	if npu, err = build(npuStream, SimNPUKernel); err != nil {
+	if npu, err = build(npuStream, npuProgram); err != nil {
 		return fail(err)
 	}
 	return gpu, npu, payload, nil
@@ -186,10 +193,20 @@ func ExchangeData(payload hw.Shared) ([]float32, error) {
 
 // runExchange is the body of both simulated participants.
 func runExchange(l *sim.Launch, gpu bool) error {
-	if n := len(l.Args()); n != 3 {
+	return exchangeSide(gpu, l.Args(), l.Bytes, l.Uint, l.Lost(), func() error { return l.Device().Err() })
+}
+
+// exchangeSide runs one participant of the exchange protocol (see
+// [NewSimExchange]) over args (startup line view, payload view, rounds):
+// the GPU side when gpu is true, else the NPU side. The simulated
+// participants and the CUDA host program both run it; the CUDA GPU
+// participant is the same protocol in kernels.cu. deviceErr reports the
+// device's loss once lost is closed.
+func exchangeSide(gpu bool, args []hw.Arg, bytes func(int) []byte, uintArg func(int) uint64, lost <-chan struct{}, deviceErr func() error) error {
+	if n := len(args); n != 3 {
 		return hw.Errorf(hw.ErrInvalidArgument, "resident exchange takes 3 arguments, got %d", n)
 	}
-	line, payload, rounds := l.Bytes(0), l.Bytes(1), l.Uint(2)
+	line, payload, rounds := bytes(0), bytes(1), uintArg(2)
 	if len(line) < 4 || len(payload) < PayloadSize || rounds > MaxExchangeRounds {
 		return hw.Errorf(hw.ErrInvalidArgument, "resident exchange: startup range %d bytes, payload %d bytes (want ≥ %d), %d rounds",
 			len(line), len(payload), PayloadSize, rounds)
@@ -197,21 +214,13 @@ func runExchange(l *sim.Launch, gpu bool) error {
 	if uintptr(unsafe.Pointer(&line[0]))%4 != 0 || uintptr(unsafe.Pointer(&payload[0]))%4 != 0 {
 		return hw.Errorf(hw.ErrInvalidArgument, "resident exchange: unaligned startup or payload range")
 	}
-	lost := l.Lost()
 	startup := (*uint32)(unsafe.Pointer(&line[0]))
 
 	// Poll the startup word. Nothing else is touched before a decision.
-	decision := atomic.LoadUint32(startup)
-	for decision == Wait {
-		select {
-		case <-lost:
-			return l.Device().Err()
-		default:
-		}
-		runtime.Gosched()
-		decision = atomic.LoadUint32(startup)
+	if !spinWhile(startup, Wait, lost) {
+		return deviceErr()
 	}
-	switch decision {
+	switch decision := atomic.LoadUint32(startup); decision {
 	case Abort:
 		return nil // retire at once: no payload access, no peer progress
 	case Run:
@@ -226,8 +235,8 @@ func runExchange(l *sim.Launch, gpu bool) error {
 	if gpu {
 		atomic.StoreUint32(word(offGPUObserved), 1)
 		for r := range n {
-			if !await(npuCredit, r, lost) {
-				return l.Device().Err()
+			if !spinFor(npuCredit, r, lost) {
+				return deviceErr()
 			}
 			fr := float32(r)
 			for i := range data {
@@ -237,15 +246,15 @@ func runExchange(l *sim.Launch, gpu bool) error {
 		}
 		// Retire only once the NPU has consumed the last round, so the GPU's
 		// completion covers the whole exchange.
-		if !await(npuCredit, n, lost) {
-			return l.Device().Err()
+		if !spinFor(npuCredit, n, lost) {
+			return deviceErr()
 		}
 		return nil
 	}
 	atomic.StoreUint32(word(offNPUObserved), 1)
 	for r := range n {
-		if !await(gpuCredit, r+1, lost) {
-			return l.Device().Err()
+		if !spinFor(gpuCredit, r+1, lost) {
+			return deviceErr()
 		}
 		for i := range data {
 			data[i] = data[i] - 1
@@ -255,16 +264,29 @@ func runExchange(l *sim.Launch, gpu bool) error {
 	return nil
 }
 
-// await polls w with acquire loads, yielding between polls, until it holds
-// want (true) or the device is lost (false).
-func await(w *uint32, want uint32, lost <-chan struct{}) bool {
-	for atomic.LoadUint32(w) != want {
-		select {
-		case <-lost:
-			return false
-		default:
+// spinFor polls w with acquire loads until it holds want (true) or the
+// device is lost (false). It spins (a peer on another device answers in
+// microseconds) and yields every 64 polls.
+func spinFor(w *uint32, want uint32, lost <-chan struct{}) bool {
+	return spin(w, func(v uint32) bool { return v != want }, lost)
+}
+
+// spinWhile polls w until it no longer holds v (true) or the device is
+// lost (false).
+func spinWhile(w *uint32, v uint32, lost <-chan struct{}) bool {
+	return spin(w, func(got uint32) bool { return got == v }, lost)
+}
+
+func spin(w *uint32, keep func(uint32) bool, lost <-chan struct{}) bool {
+	for i := 0; keep(atomic.LoadUint32(w)); i++ {
+		if i%64 == 63 {
+			select {
+			case <-lost:
+				return false
+			default:
+			}
+			runtime.Gosched()
 		}
-		runtime.Gosched()
 	}
 	return true
 }
