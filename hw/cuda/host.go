@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -280,9 +279,7 @@ func (q quiescer) wait(ctx context.Context, seq uint64) error {
 	s.sleepers.Add(1)
 	defer s.sleepers.Add(-1)
 	for {
-		s.nmu.Lock()
-		ch := s.notify
-		s.nmu.Unlock()
+		ch := s.current()
 		if seq <= s.retired.Load() {
 			return nil
 		}
@@ -385,23 +382,12 @@ type HostStream struct {
 	quit chan struct{}
 	done chan struct{}
 
-	submitMu  sync.Mutex
-	closing   bool
-	final     bool
-	submitted atomic.Uint64
-	retired   atomic.Uint64
-
-	sleepers atomic.Int32
-	nmu      sync.Mutex
-	notify   chan struct{}
+	submitMu   sync.Mutex
+	closing    bool
+	final      bool
+	retirement // submitted/retired watermarks, failures, waiters
 
 	errBusy error
-
-	failMu       sync.Mutex
-	nfail        atomic.Int32
-	fails        []seqErr
-	syncMu       sync.Mutex
-	syncReported uint64
 
 	launch HostLaunch // reused by the worker
 }
@@ -422,7 +408,7 @@ func (d *HostDevice) NewStream() (hw.Stream, error) {
 	}
 	s := &HostStream{
 		dev: d, ops: make(chan hostOp, depth), quit: make(chan struct{}), done: make(chan struct{}),
-		notify: make(chan struct{}),
+		retirement: newRetirement(),
 	}
 	s.launch.dev = d
 	s.errBusy = hw.Errorf(hw.ErrBusy, "cuda: %s: stream queue full (%d commands)", HostDeviceName, depth)
@@ -553,18 +539,7 @@ func (s *HostStream) enqueue(o *hostOp, gen uint64) (hw.Completion, error) {
 }
 
 // Retired reports from cached state whether command seq has retired.
-func (s *HostStream) Retired(seq uint64) (bool, error) {
-	if seq <= s.retired.Load() {
-		if s.nfail.Load() == 0 {
-			return true, nil
-		}
-		return true, s.failureOf(seq)
-	}
-	if err := s.dev.Err(); err != nil {
-		return true, err
-	}
-	return false, nil
-}
+func (s *HostStream) Retired(seq uint64) (bool, error) { return s.state(seq, s.dev.Err()) }
 
 // WaitRetired blocks until command seq retires, the host device is lost
 // or ctx ends ([hw.ErrDeadlineExceeded]; the command keeps running).
@@ -577,91 +552,17 @@ func (s *HostStream) WaitRetired(ctx context.Context, seq uint64) error {
 }
 
 func (s *HostStream) wait(ctx context.Context, seq uint64) error {
-	if seq <= s.retired.Load() {
-		return nil
-	}
-	if err := s.dev.Err(); err != nil {
-		return err
-	}
-	if runtime.GOMAXPROCS(0) > 1 {
-		start := time.Now()
-		for i := 1; ; i++ {
-			if seq <= s.retired.Load() {
-				return nil
-			}
-			if i%64 == 0 {
-				if err := s.dev.Err(); err != nil {
-					return err
-				}
-				if ctx.Err() != nil || time.Since(start) > waitSpin {
-					break
-				}
-				runtime.Gosched()
-			}
-		}
-	}
-	s.sleepers.Add(1)
-	defer s.sleepers.Add(-1)
-	for {
-		s.nmu.Lock()
-		ch := s.notify
-		s.nmu.Unlock()
-		if seq <= s.retired.Load() {
-			return nil
-		}
-		if err := s.dev.Err(); err != nil {
-			return err
-		}
-		select {
-		case <-ch:
-		case <-s.dev.lostCh:
-		case <-ctx.Done():
-			if seq <= s.retired.Load() {
-				return nil
-			}
-			if err := s.dev.Err(); err != nil {
-				return err
-			}
-			return hw.ContextError(ctx, fmt.Sprintf("cuda: %s: waiting for command %d", HostDeviceName, seq))
-		}
-	}
+	return s.retirement.wait(ctx, seq, s.dev.Err, s.dev.lostCh, HostDeviceName)
 }
 
 // Idle reports, from cached state, whether everything submitted retired
 // (or the device is lost).
-func (s *HostStream) Idle() bool {
-	return s.retired.Load() >= s.submitted.Load() || s.dev.Err() != nil
-}
+func (s *HostStream) Idle() bool { return s.idle(s.dev.Err()) }
 
 // Sync waits until everything submitted so far retired and returns the
 // first failure no earlier Sync reported, an [hw.ErrDeviceLost] error or an
 // [hw.ErrDeadlineExceeded] error.
-func (s *HostStream) Sync(ctx context.Context) error {
-	target := s.submitted.Load()
-	if err := s.wait(ctx, target); err != nil {
-		return err
-	}
-	if err := s.dev.Err(); err != nil {
-		return err
-	}
-	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
-	from := s.syncReported
-	if target <= from {
-		return nil
-	}
-	s.syncReported = target
-	if s.nfail.Load() == 0 {
-		return nil
-	}
-	s.failMu.Lock()
-	defer s.failMu.Unlock()
-	i := sort.Search(len(s.fails), func(i int) bool { return s.fails[i].seq > from })
-	if i < len(s.fails) && s.fails[i].seq <= target {
-		return s.fails[i].err
-	}
-	return nil
-}
+func (s *HostStream) Sync(ctx context.Context) error { return s.sync(ctx, s.wait, s.dev.Err) }
 
 // Close stops new submissions, waits for the stream to drain (as Sync with
 // ctx) and stops its worker. If ctx ends first, the stream stays open
@@ -698,23 +599,6 @@ func (s *HostStream) Close(ctx context.Context) error {
 	s.dev.streamsMu.Unlock()
 	s.dev.live.Add(-1)
 	return err
-}
-
-func (s *HostStream) failureOf(seq uint64) error {
-	s.failMu.Lock()
-	defer s.failMu.Unlock()
-	i := sort.Search(len(s.fails), func(i int) bool { return s.fails[i].seq >= seq })
-	if i < len(s.fails) && s.fails[i].seq == seq {
-		return s.fails[i].err
-	}
-	return nil
-}
-
-func (s *HostStream) recordFailure(seq uint64, err error) {
-	s.failMu.Lock()
-	s.fails = append(s.fails, seqErr{seq, err}) // the worker retires in order
-	s.nfail.Add(1)
-	s.failMu.Unlock()
 }
 
 func (s *HostStream) run() {
@@ -774,14 +658,4 @@ func (s *HostStream) call(o *hostOp) (err error) {
 		}
 	}()
 	return o.prog.fn(l)
-}
-
-func (s *HostStream) advance(seq uint64) {
-	s.retired.Store(seq)
-	if s.sleepers.Load() > 0 {
-		s.nmu.Lock()
-		close(s.notify)
-		s.notify = make(chan struct{})
-		s.nmu.Unlock()
-	}
 }

@@ -3,9 +3,7 @@ package cuda
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,24 +90,14 @@ type Stream struct {
 	quit chan struct{} // closed by the final Close
 	done chan struct{} // closed when the driver thread exits
 
-	submitMu  sync.Mutex
-	closing   bool // no more submissions
-	final     bool // released
-	submitted atomic.Uint64
-	retired   atomic.Uint64
+	submitMu   sync.Mutex
+	closing    bool // no more submissions
+	final      bool // released
+	retirement      // submitted/retired watermarks, failures, waiters
 
-	sleepers atomic.Int32 // waiters blocked on notify
-	kick     chan struct{}
-	nmu      sync.Mutex
-	notify   chan struct{} // closed and replaced when retired advances while someone sleeps
+	kick chan struct{}
 
 	errBusy error // made once: retrying on a full queue allocates nothing
-
-	failMu       sync.Mutex
-	nfail        atomic.Int32
-	fails        []seqErr // sorted by seq
-	syncMu       sync.Mutex
-	syncReported uint64
 
 	// Owned by the driver thread.
 	cs         cuStream
@@ -147,12 +135,13 @@ func (d *Device) NewStream() (hw.Stream, error) {
 		depth = DefaultQueueDepth
 	}
 	s := &Stream{
-		dev:    d,
-		ops:    make(chan op, depth),
-		quit:   make(chan struct{}),
-		done:   make(chan struct{}),
-		kick:   make(chan struct{}, 1),
-		notify: make(chan struct{}),
+		dev:  d,
+		ops:  make(chan op, depth),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+		kick: make(chan struct{}, 1),
+
+		retirement: newRetirement(),
 	}
 	s.errBusy = hw.Errorf(hw.ErrBusy, "cuda: %s: stream queue full (%d commands)", d.name, depth)
 	ready := make(chan error, 1)
@@ -377,18 +366,7 @@ func stillAlive(args []hw.Arg, bufs []*buffer) error {
 
 // Retired reports from cached state, without any driver call, whether
 // command seq has retired and with what error.
-func (s *Stream) Retired(seq uint64) (bool, error) {
-	if seq <= s.retired.Load() {
-		if s.nfail.Load() == 0 {
-			return true, nil
-		}
-		return true, s.failureOf(seq)
-	}
-	if err := s.dev.Err(); err != nil {
-		return true, err
-	}
-	return false, nil
-}
+func (s *Stream) Retired(seq uint64) (bool, error) { return s.state(seq, s.dev.Err()) }
 
 // WaitRetired blocks until command seq retires (returning its error), the
 // device is lost ([hw.ErrDeviceLost]) or ctx ends ([hw.ErrDeadlineExceeded];
@@ -402,105 +380,27 @@ func (s *Stream) WaitRetired(ctx context.Context, seq uint64) error {
 	return err
 }
 
-// wait returns nil once seq retired, or the loss or context error.
+// wait returns nil once seq retired, or the loss or context error. It
+// wakes the driver thread first if it sleeps (it polls hot for waitHot).
 func (s *Stream) wait(ctx context.Context, seq uint64) error {
 	if seq <= s.retired.Load() {
 		return nil
 	}
-	if err := s.dev.Err(); err != nil {
-		return err
-	}
-	// Wake the driver thread if it sleeps: it polls hot for waitHot.
 	select {
 	case s.kick <- struct{}{}:
 	default:
 	}
-	// Spin on the cached counter (most waits end within microseconds),
-	// looking at the clock and the context and yielding every 64 rounds.
-	// (Measured on the H200, run 2 vs run 3 in docs/gpu.md: this beat a
-	// spin without yields, which slowed the driver thread, 13 µs vs
-	// 18-30 µs for launch+wait.) With one P, block at once.
-	if runtime.GOMAXPROCS(0) > 1 {
-		start := time.Now()
-		for i := 1; ; i++ {
-			if seq <= s.retired.Load() {
-				return nil
-			}
-			if i%64 == 0 {
-				if err := s.dev.Err(); err != nil {
-					return err
-				}
-				if ctx.Err() != nil || time.Since(start) > waitSpin {
-					break
-				}
-				runtime.Gosched()
-			}
-		}
-	}
-	s.sleepers.Add(1)
-	defer s.sleepers.Add(-1)
-	for {
-		s.nmu.Lock()
-		ch := s.notify
-		s.nmu.Unlock()
-		// sleepers was raised before this load and advance stores retired
-		// before it reads sleepers: one of the two sees the other.
-		if seq <= s.retired.Load() {
-			return nil
-		}
-		if err := s.dev.Err(); err != nil {
-			return err
-		}
-		select {
-		case <-ch:
-		case <-s.dev.lostCh:
-		case <-ctx.Done():
-			if seq <= s.retired.Load() {
-				return nil
-			}
-			if err := s.dev.Err(); err != nil {
-				return err
-			}
-			return hw.ContextError(ctx, fmt.Sprintf("cuda: %s: waiting for command %d", s.dev.name, seq))
-		}
-	}
+	return s.retirement.wait(ctx, seq, s.dev.Err, s.dev.lostCh, s.dev.name)
 }
 
 // Idle reports, from cached state, whether everything submitted retired
 // (or the device is lost).
-func (s *Stream) Idle() bool {
-	return s.retired.Load() >= s.submitted.Load() || s.dev.Err() != nil
-}
+func (s *Stream) Idle() bool { return s.idle(s.dev.Err()) }
 
 // Sync waits until everything submitted so far retired and returns the
 // first command failure that no earlier Sync reported, an
 // [hw.ErrDeviceLost] error, or an [hw.ErrDeadlineExceeded] error.
-func (s *Stream) Sync(ctx context.Context) error {
-	target := s.submitted.Load()
-	if err := s.wait(ctx, target); err != nil {
-		return err
-	}
-	if err := s.dev.Err(); err != nil {
-		return err
-	}
-	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
-	from := s.syncReported
-	if target <= from {
-		return nil
-	}
-	s.syncReported = target
-	if s.nfail.Load() == 0 {
-		return nil
-	}
-	s.failMu.Lock()
-	defer s.failMu.Unlock()
-	i := sort.Search(len(s.fails), func(i int) bool { return s.fails[i].seq > from })
-	if i < len(s.fails) && s.fails[i].seq <= target {
-		return s.fails[i].err
-	}
-	return nil
-}
+func (s *Stream) Sync(ctx context.Context) error { return s.sync(ctx, s.wait, s.dev.Err) }
 
 // Close stops new submissions, waits for the stream to drain (as Sync with
 // ctx) and destroys it. If ctx ends first, the stream stays open (closed
@@ -533,31 +433,6 @@ func (s *Stream) Close(ctx context.Context) error {
 	s.dev.streamsMu.Unlock()
 	s.dev.live.Add(-1)
 	return err
-}
-
-func (s *Stream) failureOf(seq uint64) error {
-	s.failMu.Lock()
-	defer s.failMu.Unlock()
-	i := sort.Search(len(s.fails), func(i int) bool { return s.fails[i].seq >= seq })
-	if i < len(s.fails) && s.fails[i].seq == seq {
-		return s.fails[i].err
-	}
-	return nil
-}
-
-// recordFailure notes that seq failed with err (driver thread).
-func (s *Stream) recordFailure(seq uint64, err error) {
-	s.failMu.Lock()
-	i := sort.Search(len(s.fails), func(i int) bool { return s.fails[i].seq >= seq })
-	if i < len(s.fails) && s.fails[i].seq == seq {
-		s.failMu.Unlock()
-		return
-	}
-	s.fails = append(s.fails, seqErr{})
-	copy(s.fails[i+1:], s.fails[i:])
-	s.fails[i] = seqErr{seq, err}
-	s.nfail.Add(1)
-	s.failMu.Unlock()
 }
 
 // ---- driver thread ----
@@ -819,18 +694,12 @@ func (s *Stream) poll() bool {
 // advance publishes seq as retired, releases pinned host memory of the
 // retired copies, and wakes waiters.
 func (s *Stream) advance(seq uint64) {
-	s.retired.Store(seq)
 	for s.pins.len() > 0 && s.pins.front().seq <= seq {
 		p := s.pins.pop()
 		p.pin.Unpin()
 		pinners.Put(p.pin)
 	}
-	if s.sleepers.Load() > 0 {
-		s.nmu.Lock()
-		close(s.notify)
-		s.notify = make(chan struct{})
-		s.nmu.Unlock()
-	}
+	s.retirement.advance(seq)
 }
 
 func (s *Stream) teardown() {
@@ -871,10 +740,7 @@ func (s *Stream) teardown() {
 	}
 	s.pbPin.Unpin()
 	if s.dev.Err() != nil {
-		s.nmu.Lock()
-		close(s.notify)
-		s.notify = make(chan struct{})
-		s.nmu.Unlock()
+		s.wake()
 	}
 }
 
