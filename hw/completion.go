@@ -48,7 +48,9 @@ func (c Completion) Err() error {
 // # Errors
 //
 //   - [ErrDeadlineExceeded] when ctx ends first; the command keeps running.
-//   - [ErrDeviceLost] when the device is lost before or while waiting.
+//   - [ErrDeviceLost] when the device is lost before the command was seen
+//     to retire. A command whose retirement the backend recorded before
+//     the loss keeps its own result.
 //   - [ErrFault] when the command failed on the device.
 func (c Completion) Wait(ctx context.Context) error {
 	if c.r == nil {

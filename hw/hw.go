@@ -162,7 +162,8 @@ type Stream interface {
 	// without waiting and without making progress.
 	Idle() bool
 	// Sync waits until every command submitted so far has retired. It
-	// returns the first failure among them not yet reported by Sync, an
+	// returns the earliest failure among them that no earlier Sync
+	// reported (each failure is reported once, in order), an
 	// [ErrDeviceLost] error if the device is lost, or an
 	// [ErrDeadlineExceeded] error if ctx ends first.
 	Sync(ctx context.Context) error
