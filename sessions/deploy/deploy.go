@@ -103,7 +103,15 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 		})
 	}
 	if d.Engine, err = stages.NewEngine(ctx, ecfg); err != nil {
-		return nil, err
+		if m.Runtime.CacheDir != "" || !errors.Is(err, hw.ErrUnsupported) {
+			return nil, err
+		}
+		// The default cache directory is a convenience: without it every
+		// start compiles again, but nothing else changes.
+		opt.Logger.Warn("compilation cache unavailable, compiling without it", "err", err)
+		if d.Engine, err = stages.NewEngine(ctx, ecfg.WithCacheDir("")); err != nil {
+			return nil, err
+		}
 	}
 	for i := range m.Modules {
 		mm := &m.Modules[i]

@@ -295,3 +295,16 @@ func BenchmarkHTTPRunMLP8Clients(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	}
 }
+
+func TestUnwritableDefaultCacheFallsBackToCompiling(t *testing.T) {
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(blocker, "below-a-file")) // cannot be created
+	body := strings.Replace(twoSessions, "[runtime]\ncache_dir = \"off\"\n", "", 1)
+	d := open(t, body)
+	if out, err := d.Session("steady").Run(context.Background(), nil); err != nil || string(out) != "ok" {
+		t.Fatalf("%q %v", out, err)
+	}
+}
