@@ -3,8 +3,11 @@ package stages_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"os"
+	"time"
 
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
@@ -49,5 +52,44 @@ func ExampleNewNative() {
 	fmt.Println(sess.Close(context.Background()))
 	// Output:
 	// 0 0 1 2 <nil>
+	// <nil>
+}
+
+func ExampleEngine_Load() {
+	ctx := context.Background()
+	eng, _ := stages.NewEngine(ctx, stages.NewEngineConfig().WithCacheDir(""))
+	defer eng.Close(ctx)
+	bin, _ := os.ReadFile("testdata/hostile/good_stage.wasm")
+	_, err := eng.Load(ctx, bin, stages.SHA256(bin), stages.NewLoadConfig().WithName("good"))
+	fmt.Println(err)
+	bad, _ := os.ReadFile("testdata/hostile/unknown_import.wasm")
+	_, err = eng.Load(ctx, bad, stages.SHA256(bad), stages.NewLoadConfig().WithName("exfil"))
+	fmt.Println(errors.Is(err, hw.ErrInvalidArgument), err)
+	// Output:
+	// <nil>
+	// true module "exfil": imports env.exfiltrate: only stagehost_v1 functions and granted WASI functions may be imported
+}
+
+func ExampleEngine_NewSession() {
+	ctx := context.Background()
+	eng, _ := stages.NewEngine(ctx, stages.NewEngineConfig().WithCacheDir(""))
+	defer eng.Close(ctx)
+	rt, _ := host.NewRuntime(host.NewConfig())
+	p := sim.New()
+	defer p.Close()
+	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
+
+	bin, _ := os.ReadFile("testdata/hostile/good_stage.wasm")
+	mod, _ := eng.Load(ctx, bin, stages.SHA256(bin), stages.NewLoadConfig().WithName("good"))
+	sess, err := eng.NewSession(ctx, rt, mod, stages.NewSessionConfig("demo", gpu).
+		WithStreams("s0").WithPrograms("noop").WithDeadline(time.Second))
+	if err != nil {
+		panic(err)
+	}
+	out, err := sess.Run(ctx, nil, nil)
+	fmt.Printf("%q %v\n", out, err)
+	fmt.Println(sess.Close(ctx))
+	// Output:
+	// "ok" <nil>
 	// <nil>
 }
