@@ -636,3 +636,70 @@ func (s *Stream) Close(ctx context.Context) error {
 	s.dev.removeStream(s)
 	return err
 }
+
+var _ hw.BatchSubmitter = (*Stream)(nil)
+
+// SubmitBatch enqueues cmds in order, contiguously and all or nothing: it
+// validates every command as [Stream.Submit] does, then takes queue slots
+// for all of them at once (or fails with [hw.ErrBusy], enqueuing nothing).
+// The returned completion is the last command's; like the others, each
+// command's failure is reported by Sync.
+func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
+	if err := s.dev.Err(); err != nil {
+		return hw.Completion{}, err
+	}
+	if len(cmds) == 0 {
+		return hw.Completion{}, nil
+	}
+	if len(cmds) > len(s.ring) {
+		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "batch of %d commands exceeds the queue depth %d", len(cmds), len(s.ring))
+	}
+	unpinUpTo := func(n int) {
+		for i := range n {
+			unpinArgs(cmds[i].Args)
+		}
+	}
+	for i := range cmds {
+		cmd := &cmds[i]
+		p, ok := cmd.Program.(*Program)
+		switch {
+		case !ok || p == nil:
+			unpinUpTo(i)
+			return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "command %d: program %v is not a sim program", i, cmd.Program)
+		case p.dev != s.dev:
+			unpinUpTo(i)
+			return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "command %d: program %q was prepared for device %q", i, p.name, p.dev.name)
+		case len(cmd.Args) > hw.MaxArgs:
+			unpinUpTo(i)
+			return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "command %d: %d arguments, at most %d allowed", i, len(cmd.Args), hw.MaxArgs)
+		}
+		for j := range cmd.Args {
+			if err := s.checkArg(j, &cmd.Args[j]); err != nil {
+				unpinArgs(cmd.Args[:j])
+				unpinUpTo(i)
+				return hw.Completion{}, fmt.Errorf("command %d: %w", i, err)
+			}
+		}
+	}
+	s.mu.Lock()
+	first, err := s.admitLocked()
+	if err == nil && s.submitted.Load()+uint64(len(cmds))-s.retired.Load() > uint64(len(s.ring)) {
+		err = s.errorf(hw.ErrBusy, "queue cannot take a batch of %d commands now", len(cmds))
+	}
+	if err != nil {
+		s.mu.Unlock()
+		unpinUpTo(len(cmds))
+		return hw.Completion{}, err
+	}
+	for i := range cmds {
+		sl := &s.ring[(first+uint64(i))%uint64(len(s.ring))]
+		sl.kind = opLaunch
+		sl.prog = cmds[i].Program.(*Program)
+		sl.nargs = len(cmds[i].Args)
+		copy(sl.args[:sl.nargs], cmds[i].Args)
+		sl.grid = cmds[i].Grid
+	}
+	last := first + uint64(len(cmds)) - 1
+	s.commitLocked(last)
+	return hw.NewCompletion(s, last), nil
+}
