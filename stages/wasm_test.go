@@ -274,6 +274,7 @@ func TestHandleAbuseGetsClearStatuses(t *testing.T) {
 		{"stale_handle", nil, []abi.Status{abi.StatusStaleHandle}},
 		{"foreign_handle", binary.LittleEndian.AppendUint64(nil, uint64(victimStream)), []abi.Status{abi.StatusForeignHandle}},
 		{"oob_pointer", nil, []abi.Status{abi.StatusOutOfBounds, abi.StatusOutOfBounds, abi.StatusOutOfBounds, abi.StatusOutOfBounds, abi.StatusOutOfBounds}},
+		{"bad_batch", nil, []abi.Status{abi.StatusBadHandle, 1}}, // and the stream stayed idle: nothing was enqueued
 	} {
 		s := f.session(t, f.mustLoad(t, tc.name), f.defaultConfig(tc.name))
 		out, err := s.Run(ctx, tc.input, nil)
