@@ -373,3 +373,21 @@ func TestFenceContextHasItsOwnDeadlineAndIgnoresStageCancellation(t *testing.T) 
 	}
 	l.Release(false)
 }
+
+func TestPanickingSubmissionReleasesItsLane(t *testing.T) {
+	rt := newTestRuntime(t, 1)
+	func() {
+		defer func() {
+			if recover() != "boom" {
+				t.Fatal("the panic did not reach the caller")
+			}
+		}()
+		_ = rt.Submit(context.Background(), Op{Lane: LaneUpload, Owner: "p"}, func(context.Context) error { panic("boom") })
+	}()
+	if st := rt.Stats(); st.CapacityUsed != 0 || st.ActivePerLane[LaneUpload] != 0 {
+		t.Fatalf("lane or capacity still held after a panic: %+v", st)
+	}
+	if recs := rt.Tracer().Records(); len(recs) != 1 || !recs[0].Failed {
+		t.Fatalf("the panicking occupancy was not traced as failed: %+v", recs)
+	}
+}

@@ -113,10 +113,14 @@ func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context
 	if waited {
 		start = r.clock()
 	}
+	failed := true // until fn returns: a panic in fn still releases the lane
+	defer func() {
+		r.sched.release(op.Lane, false, cost)
+		r.tracer.Record(Record{Start: start, Dur: r.clock().Sub(start), Wait: start.Sub(asked),
+			Lane: op.Lane, Owner: op.Owner, Device: op.Device, Failed: failed})
+	}()
 	err = fn(ctx)
-	r.sched.release(op.Lane, false, cost)
-	r.tracer.Record(Record{Start: start, Dur: r.clock().Sub(start), Wait: start.Sub(asked),
-		Lane: op.Lane, Owner: op.Owner, Device: op.Device, Failed: err != nil})
+	failed = err != nil
 	return err
 }
 
