@@ -52,7 +52,7 @@ func (l *Lease) Release(failed bool) {
 	rt.tracer.Record(Record{Start: l.start, Dur: end.Sub(l.start), Wait: l.wait,
 		Lane: LaneCompute, Owner: l.op.Owner, Device: l.op.Device, Failed: failed})
 	l.rt = nil
-	l.stage.parent = nil
+	l.stage.parent = context.Background() // a stage context used after its stage ended sees no deadline, never a nil parent
 }
 
 // stageContext wraps the caller's context and answers the stage marker.
