@@ -42,6 +42,7 @@ const (
 	FnBufferGet         = "buffer_get"
 	FnProgramGet        = "program_get"
 	FnBufferAlloc       = "buffer_alloc"
+	FnBufferAllocNamed  = "buffer_alloc_named"
 	FnBufferFree        = "buffer_free"
 	FnBufferSize        = "buffer_size"
 	FnStreamWrite       = "stream_write"
@@ -76,6 +77,7 @@ var Functions = map[string]Signature{
 	FnBufferGet:         {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
 	FnProgramGet:        {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
 	FnBufferAlloc:       {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	FnBufferAllocNamed:  {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
 	FnBufferFree:        {[]api.ValueType{i64}, []api.ValueType{i32}},
 	FnBufferSize:        {[]api.ValueType{i64, i32}, []api.ValueType{i32}},
 	FnStreamWrite:       {[]api.ValueType{i64, i64, i32, i32, i32}, []api.ValueType{i32}},
@@ -103,6 +105,7 @@ const (
 	ArgRecordSize    = 24
 	BatchRecordSize  = 16
 	MaxErrorMessage  = 4096
+	MaxBufferName    = 256 // bytes in a buffer_alloc_named name
 	DefaultEntryName = "main"
 	ToEnd            = 0xFFFFFFFF // argument length meaning "to the end of the buffer"
 )

@@ -93,6 +93,9 @@ func (c *Call) Program(name string) (Program, error) { return LookupProgram(name
 // Alloc allocates a device buffer of size bytes (see AllocBuffer).
 func (c *Call) Alloc(size int) (Buffer, error) { return AllocBuffer(size) }
 
+// AllocNamed finds or allocates a named buffer; see [AllocNamedBuffer].
+func (c *Call) AllocNamed(name string, size int) (Buffer, error) { return AllocNamedBuffer(name, size) }
+
 // Log sends msg to the host log at level; usable outside a Call, e.g. in a
 // fence. Failures (a dropped message) are ignored.
 func Log(level Level, msg string) { hLog(int32(level), msg) }

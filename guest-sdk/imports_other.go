@@ -122,6 +122,18 @@ func hBufferAlloc(size uint32, out *uint64) Status {
 	return Status(st)
 }
 
+func hBufferAllocNamed(name string, size uint32, out *uint64) Status {
+	h := cur()
+	if h == nil {
+		return noHost
+	}
+	v, st := h.BufferAllocNamed(strBytesView(name), size)
+	if st == 0 {
+		*out = v
+	}
+	return Status(st)
+}
+
 func hBufferFree(buffer uint64) Status {
 	h := cur()
 	if h == nil {

@@ -55,6 +55,10 @@ func abiProgramGet(namePtr unsafe.Pointer, nameLen uint32, outHandlePtr unsafe.P
 //go:noescape
 func abiBufferAlloc(size uint32, outHandlePtr unsafe.Pointer) int32
 
+//go:wasmimport stagehost_v1 buffer_alloc_named
+//go:noescape
+func abiBufferAllocNamed(namePtr unsafe.Pointer, nameLen uint32, size uint32, outHandlePtr unsafe.Pointer) int32
+
 //go:wasmimport stagehost_v1 buffer_free
 func abiBufferFree(buffer uint64) int32
 
@@ -155,6 +159,12 @@ func hProgramGet(name string, out *uint64) Status {
 
 func hBufferAlloc(size uint32, out *uint64) Status {
 	return Status(abiBufferAlloc(size, unsafe.Pointer(out)))
+}
+
+func hBufferAllocNamed(name string, size uint32, out *uint64) Status {
+	st := abiBufferAllocNamed(stringPtr(name), sizeOf(name), size, unsafe.Pointer(out))
+	runtime.KeepAlive(name)
+	return Status(st)
 }
 
 func hBufferFree(buffer uint64) Status { return Status(abiBufferFree(buffer)) }

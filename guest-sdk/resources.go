@@ -70,6 +70,23 @@ func AllocBuffer(size int) (Buffer, error) {
 	return Buffer{h}, nil
 }
 
+// AllocNamedBuffer returns the buffer this session allocated under name
+// (buffer_alloc_named), or allocates it: size bytes on the session's
+// device, charged to its budget. Use it for buffers the stage keeps across
+// calls: a new instance (after a trap or timeout) finds them again, where
+// handles kept in Go variables are lost with the old instance.
+// INVALID_ARGUMENT if a buffer of that name has another size.
+func AllocNamedBuffer(name string, size int) (Buffer, error) {
+	if size < 0 || uint64(size) > math.MaxUint32 {
+		return Buffer{}, &Error{Op: "buffer_alloc_named", Status: StatusInvalidArgument}
+	}
+	var h uint64
+	if err := check("buffer_alloc_named", hBufferAllocNamed(name, uint32(size), &h)); err != nil {
+		return Buffer{}, err
+	}
+	return Buffer{h}, nil
+}
+
 // Size returns the buffer's size in bytes (buffer_size).
 func (b Buffer) Size() (int, error) {
 	var n uint32

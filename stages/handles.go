@@ -10,6 +10,7 @@ type handleEntry struct {
 	kind     abi.HandleKind
 	declared bool // declared by the operator; a guest cannot free it
 	freed    bool
+	name     string // for buffers from buffer_alloc_named
 	stream   hw.Stream
 	buffer   hw.Buffer
 	program  hw.Program
@@ -22,11 +23,12 @@ type handleTable struct {
 	tag     uint32
 	entries []handleEntry // entries[serial-1]
 	byName  [4]map[string]abi.Handle
-	live    int // allocated, unfreed buffers
+	named   map[string]abi.Handle // live buffers from buffer_alloc_named
+	live    int                   // allocated, unfreed buffers
 }
 
 func newHandleTable(tag uint32) *handleTable {
-	t := &handleTable{tag: tag}
+	t := &handleTable{tag: tag, named: map[string]abi.Handle{}}
 	for i := range t.byName {
 		t.byName[i] = map[string]abi.Handle{}
 	}

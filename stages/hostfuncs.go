@@ -44,6 +44,7 @@ var hostFunctions = map[string]hostFunc{
 	abi.FnBufferGet:         hostLookup(abi.KindBuffer),
 	abi.FnProgramGet:        hostLookup(abi.KindProgram),
 	abi.FnBufferAlloc:       hostBufferAlloc,
+	abi.FnBufferAllocNamed:  hostBufferAllocNamed,
 	abi.FnBufferFree:        hostBufferFree,
 	abi.FnBufferSize:        hostBufferSize,
 	abi.FnStreamWrite:       hostStreamWrite,
@@ -234,26 +235,72 @@ func hostBufferAlloc(ctx context.Context, st *callState, mod api.Module, stack [
 		ret(stack, abi.StatusOutOfBounds)
 		return
 	}
-	if size <= 0 {
-		ret(stack, abi.StatusInvalidArgument)
+	h, err := allocBuffer(st, size, "")
+	if err != nil {
+		retErr(stack, err)
 		return
 	}
+	putU64(mod, outPtr, uint64(h))
+	ret(stack, abi.StatusOK)
+}
+
+// allocBuffer allocates a guest buffer on the session's device and gives it
+// a handle (and, when name is not empty, a name).
+func allocBuffer(st *callState, size int32, name string) (abi.Handle, error) {
+	if size <= 0 {
+		return 0, hw.Errorf(hw.ErrInvalidArgument, "buffer size %d", size)
+	}
 	if st.table.live >= maxLiveAllocations {
-		ret(stack, abi.StatusOutOfBudget)
-		return
+		return 0, hw.Errorf(hw.ErrOutOfBudget, "%d live allocations", st.table.live)
 	}
 	buf, err := st.sess.owner.Alloc(st.sess.cfg.device, int(size), 0)
 	if err != nil {
-		retErr(stack, err)
-		return
+		return 0, err
 	}
-	h, err := st.table.add(handleEntry{kind: abi.KindBuffer, buffer: buf}, "")
+	h, err := st.table.add(handleEntry{kind: abi.KindBuffer, buffer: buf, name: name}, "")
 	if err != nil {
 		_ = st.sess.owner.FreeBuffer(buf)
+		return 0, err
+	}
+	st.table.live++
+	if name != "" {
+		st.table.named[name] = h
+	}
+	return h, nil
+}
+
+// hostBufferAllocNamed returns the live buffer allocated under a name, or
+// allocates one, so a replaced instance finds its buffers again.
+func hostBufferAllocNamed(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
+	name, ok := guest(mod, uint32(stack[0]), uint32(stack[1]))
+	size, outPtr := int32(stack[2]), uint32(stack[3])
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	if _, ok := guest(mod, outPtr, 8); !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	if len(name) == 0 || len(name) > abi.MaxBufferName {
+		ret(stack, abi.StatusInvalidArgument)
+		return
+	}
+	if h, found := st.table.named[string(name)]; found {
+		e, err := st.table.get(uint64(h), abi.KindBuffer)
+		if err != nil || e.buffer.Size() != int(size) {
+			ret(stack, abi.StatusInvalidArgument)
+			return
+		}
+		putU64(mod, outPtr, uint64(h))
+		ret(stack, abi.StatusOK)
+		return
+	}
+	h, err := allocBuffer(st, size, string(name))
+	if err != nil {
 		retErr(stack, err)
 		return
 	}
-	st.table.live++
 	putU64(mod, outPtr, uint64(h))
 	ret(stack, abi.StatusOK)
 }
@@ -272,6 +319,9 @@ func hostBufferFree(ctx context.Context, st *callState, mod api.Module, stack []
 	// proven that no device work still uses it.
 	e.freed = true
 	st.table.live--
+	if e.name != "" {
+		delete(st.table.named, e.name)
+	}
 	st.pendingFree = append(st.pendingFree, e.buffer)
 	ret(stack, abi.StatusOK)
 }

@@ -399,3 +399,36 @@ func TestDrainFenceOverridesTheModulesOwnFence(t *testing.T) {
 		t.Fatalf("the module's looping fence ran despite WithDrainFence: %v, %v", err, s.Quarantined())
 	}
 }
+
+func TestNamedAllocationsSurviveInstanceReplacement(t *testing.T) {
+	f := newWasmFixture(t)
+	bin, err := os.ReadFile(filepath.Join("testdata", "abi", "named_alloc.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.eng.Load(context.Background(), bin, SHA256(bin), NewLoadConfig().WithName("named"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.session(t, m, f.defaultConfig("named"))
+	ctx := context.Background()
+	first, err := s.Run(ctx, []byte{0}, nil)
+	if err != nil || len(first) != 8 {
+		t.Fatalf("%x %v", first, err)
+	}
+	used := s.Owner().Budget().Used()
+	if _, err := s.Run(ctx, []byte{1}, nil); !errors.Is(err, hw.ErrFault) || s.Replacements() != 1 {
+		t.Fatalf("trap: %v, %d replacements", err, s.Replacements())
+	}
+	again, err := s.Run(ctx, []byte{0}, nil)
+	if err != nil || string(again) != string(first) {
+		t.Fatalf("the new instance got %x, want the same handle %x (%v)", again, first, err)
+	}
+	if s.Owner().Budget().Used() != used {
+		t.Fatalf("budget %d after the replacement, want %d: the buffer was allocated twice", s.Owner().Budget().Used(), used)
+	}
+	out, err := s.Run(ctx, []byte{2}, nil)
+	if err != nil || len(out) != 4 || abi.Status(binary.LittleEndian.Uint32(out)) != abi.StatusInvalidArgument {
+		t.Fatalf("same name, other size: %x %v", out, err)
+	}
+}

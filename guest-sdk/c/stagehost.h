@@ -135,6 +135,9 @@ STAGEHOST_IMPORT("stream_get") stagehost_status stagehost_stream_get(const char 
 STAGEHOST_IMPORT("buffer_get") stagehost_status stagehost_buffer_get(const char *name, uint32_t name_len, stagehost_handle *out_handle);
 STAGEHOST_IMPORT("program_get") stagehost_status stagehost_program_get(const char *name, uint32_t name_len, stagehost_handle *out_handle);
 STAGEHOST_IMPORT("buffer_alloc") stagehost_status stagehost_buffer_alloc(uint32_t size, stagehost_handle *out_handle);
+/* Returns the live buffer allocated under name (1 to 256 bytes) if it has
+ * size bytes, else allocates and names one: a new instance finds it again. */
+STAGEHOST_IMPORT("buffer_alloc_named") stagehost_status stagehost_buffer_alloc_named(const char *name, uint32_t name_len, uint32_t size, stagehost_handle *out_handle);
 STAGEHOST_IMPORT("buffer_free") stagehost_status stagehost_buffer_free(stagehost_handle buffer);
 STAGEHOST_IMPORT("buffer_size") stagehost_status stagehost_buffer_size(stagehost_handle buffer, uint32_t *out_size);
 STAGEHOST_IMPORT("stream_write") stagehost_status stagehost_stream_write(stagehost_handle stream, stagehost_handle buffer, uint32_t offset, const void *src, uint32_t src_len);

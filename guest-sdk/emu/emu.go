@@ -89,6 +89,7 @@ type Emulator struct {
 
 	streams  []*stream // in declaration order
 	byName   map[string]*object
+	named    map[string]*object // buffers from buffer_alloc_named
 	budget   int64
 	used     int64
 	outLimit int
@@ -189,6 +190,7 @@ func New(opts ...Option) *Emulator {
 		tag:      nextTag(),
 		handles:  make(map[uint32]*object),
 		byName:   make(map[string]*object),
+		named:    make(map[string]*object),
 		budget:   DefaultBudget,
 		outLimit: DefaultOutputLimit,
 		stages:   make(map[string]func(*stagehost.Call) error),

@@ -591,3 +591,37 @@ func TestCustomKernel(t *testing.T) {
 		t.Errorf("%v", got)
 	}
 }
+
+func TestAllocNamedFindsTheSameBufferAgain(t *testing.T) {
+	e := emu.New(emu.WithBudget(1024))
+	var first, second stagehost.Buffer
+	run(t, e, func(c *stagehost.Call) error {
+		var err error
+		first, err = c.AllocNamed("w", 64)
+		return err
+	})
+	run(t, e, func(c *stagehost.Call) error {
+		var err error
+		second, err = c.AllocNamed("w", 64)
+		return err
+	})
+	if first != second || e.BudgetUsed() != 64 {
+		t.Fatalf("named buffer allocated twice: %v %v, %d bytes used", first, second, e.BudgetUsed())
+	}
+	run(t, e, func(c *stagehost.Call) error {
+		if _, err := c.AllocNamed("w", 32); !errors.Is(err, stagehost.ErrInvalidArgument) {
+			t.Errorf("same name, other size: %v", err)
+		}
+		if _, err := c.AllocNamed("", 32); !errors.Is(err, stagehost.ErrInvalidArgument) {
+			t.Errorf("empty name: %v", err)
+		}
+		if err := first.Free(); err != nil {
+			return err
+		}
+		b, err := c.AllocNamed("w", 32) // the name is free again
+		if err != nil || b == first {
+			t.Errorf("after free: %v %v", b, err)
+		}
+		return err
+	})
+}

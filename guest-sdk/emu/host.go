@@ -162,6 +162,30 @@ func (h *abiHost) BufferAlloc(size uint32) (uint64, int32) {
 	return o.handle, ok
 }
 
+func (h *abiHost) BufferAllocNamed(name []byte, size uint32) (uint64, int32) {
+	e := (*Emulator)(h)
+	if len(name) == 0 || len(name) > 256 {
+		return 0, invalidArgument
+	}
+	e.mu.Lock()
+	if o := e.named[string(name)]; o != nil && !o.buffer.freed {
+		defer e.mu.Unlock()
+		if len(o.buffer.mem) != int(size) {
+			return 0, invalidArgument
+		}
+		return o.handle, ok
+	}
+	e.mu.Unlock()
+	hd, st := h.BufferAlloc(size)
+	if st != ok {
+		return 0, st
+	}
+	e.mu.Lock()
+	e.named[string(name)] = e.handles[uint32(hd)]
+	e.mu.Unlock()
+	return hd, ok
+}
+
 func (h *abiHost) BufferFree(bh uint64) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()

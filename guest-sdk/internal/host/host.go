@@ -32,6 +32,9 @@ type Host interface {
 	BufferGet(name []byte) (handle uint64, status int32)
 	ProgramGet(name []byte) (handle uint64, status int32)
 	BufferAlloc(size uint32) (handle uint64, status int32)
+	// BufferAllocNamed returns the live buffer allocated under name if it
+	// has size bytes, or allocates and names one.
+	BufferAllocNamed(name []byte, size uint32) (handle uint64, status int32)
 	BufferFree(buffer uint64) int32
 	BufferSize(buffer uint64) (size uint32, status int32)
 	StreamWrite(stream, buffer uint64, offset uint32, src []byte) int32

@@ -67,21 +67,18 @@ func setup(c *stagehost.Call) (*instance, error) {
 	}
 	matmul, bias, relu, argmax := progs[0], progs[1], progs[2], progs[3]
 
-	// Buffers allocated by an instance that was later replaced stay
-	// allocated, unreachable, until the session closes; the budget bounds
-	// that.
-	weights, err := c.Alloc(4 * model.NumParams)
+	// Named buffers: a replaced instance (after a trap) finds the same
+	// buffers again instead of allocating new ones. The weights are written
+	// again all the same, so they are right whatever the old instance did.
+	weights, err := c.AllocNamed("mlp.weights", 4*model.NumParams)
 	if err != nil {
 		return nil, err
 	}
-	work, err := c.Alloc(workSize)
+	work, err := c.AllocNamed("mlp.work", workSize)
 	if err != nil {
-		weights.Free()
 		return nil, err
 	}
 	if err := s0.Write(weights, 0, model.ParamBytes()); err != nil {
-		weights.Free()
-		work.Free()
 		return nil, err
 	}
 	f := func(off int) int { return 4 * off }
