@@ -335,10 +335,12 @@ func TestFenceTimeoutQuarantinesOnlyThatOwner(t *testing.T) {
 }
 
 func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
-	// The GPU takes 200ms per command; the stage keeps compute busy with one
-	// and will not finish until an upload, submitted meanwhile on the upload
-	// lane, has completed. If the lease blocked uploads, this would time out.
-	f := newFixture(t, sim.WithLatency(200*time.Millisecond))
+	// The stage holds compute with a kernel in flight on the simulated GPU
+	// (50ms per command, and held until the upload is done, so the overlap
+	// does not depend on timing), and will not finish until an upload,
+	// submitted meanwhile on the upload lane, has completed. If the lease
+	// blocked uploads, this would time out.
+	f := newFixture(t, sim.WithLatency(50*time.Millisecond))
 	sess, _ := f.session(t, "stage", nil)
 	upStream, err := f.cpu.NewStream()
 	if err != nil {
@@ -363,6 +365,8 @@ func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
 		})
 	}()
 	err = sess.Run(ctx, func(ctx context.Context, s *state) error {
+		release := s.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
+		defer release()
 		c, err := s.stream.Submit(&hw.Command{Program: s.noop})
 		if err != nil {
 			return err
@@ -377,8 +381,9 @@ func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
 			return errors.New("upload blocked by the compute lease")
 		}
 		if c.Done() {
-			return errors.New("the stage's kernel finished before the upload: latency too small to show overlap")
+			return errors.New("the stage's kernel retired before the upload although it was held")
 		}
+		release()
 		return c.Wait(ctx)
 	})
 	if err != nil {
@@ -395,6 +400,9 @@ func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
 	}
 	if upload.Start.Before(stage.Start) || upload.Start.Add(upload.Dur).After(stage.Start.Add(stage.Dur)) {
 		t.Fatalf("upload %v+%v not inside stage %v+%v", upload.Start, upload.Dur, stage.Start, stage.Dur)
+	}
+	if stage.Dur < 50*time.Millisecond {
+		t.Fatalf("the stage held compute for %v, less than its kernel's simulated latency", stage.Dur)
 	}
 }
 
