@@ -479,9 +479,9 @@ func (c *sessionCore) wait(ctx context.Context) (bool, error) {
 	ns, nd := c.npu.submitted, c.npu.done
 	c.mu.Unlock()
 
-	gRetired, gErr, gAt := join(ctx, gs, gd)
+	gRetired, gAt, gErr := join(ctx, gs, gd)
 	// Always attempt both joins, even when the GPU join failed.
-	nRetired, nErr, nAt := join(ctx, ns, nd)
+	nRetired, nAt, nErr := join(ctx, ns, nd)
 
 	c.mu.Lock()
 	c.observeLocked(&c.gpu, gs && gRetired, gErr, gAt)
@@ -506,19 +506,19 @@ func (c *sessionCore) wait(ctx context.Context) (bool, error) {
 // join waits for one participant. It reports whether it retired (an
 // unsubmitted participant counts as retired), its failure, and when that
 // was observed.
-func join(ctx context.Context, submitted bool, done hw.Completion) (bool, error, time.Time) {
+func join(ctx context.Context, submitted bool, done hw.Completion) (bool, time.Time, error) {
 	if !submitted {
-		return true, nil, time.Time{}
+		return true, time.Time{}, nil
 	}
 	err := done.Wait(ctx)
 	at := time.Now()
 	if err != nil && ctx.Err() != nil && errors.Is(err, hw.ErrDeadlineExceeded) {
 		if !done.Done() {
-			return false, nil, at // timed out: still running, still owned
+			return false, at, nil // timed out: still running, still owned
 		}
 		err = done.Err() // it retired just as the deadline passed
 	}
-	return true, err, at
+	return true, at, err
 }
 
 // observeLocked records a participant's occupancy once it is seen retired.

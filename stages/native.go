@@ -156,8 +156,8 @@ func (s *NativeSession[T]) Run(ctx context.Context, stage Stage[T]) error {
 		return err
 	}
 
-	stageErr, stagePanic := s.callStage(stage)
-	fenceErr, fencePanic := s.callFence()
+	stagePanic, stageErr := s.callStage(stage)
+	fencePanic, fenceErr := s.callFence()
 	if fenceErr == nil && fencePanic == nil {
 		fenceErr = s.owner.VerifyIdle()
 	}
@@ -181,16 +181,16 @@ func (s *NativeSession[T]) Run(ctx context.Context, stage Stage[T]) error {
 
 type recovered struct{ value any }
 
-func (s *NativeSession[T]) callStage(stage Stage[T]) (err error, p *recovered) {
+func (s *NativeSession[T]) callStage(stage Stage[T]) (p *recovered, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			p = &recovered{v}
 		}
 	}()
-	return stage(s.lease.Context(), &s.state), nil
+	return nil, stage(s.lease.Context(), &s.state)
 }
 
-func (s *NativeSession[T]) callFence() (err error, p *recovered) {
+func (s *NativeSession[T]) callFence() (p *recovered, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			p = &recovered{v}
@@ -205,7 +205,7 @@ func (s *NativeSession[T]) callFence() (err error, p *recovered) {
 	if err == nil && ctx.Err() != nil {
 		err = hw.ContextError(ctx, "fence outlived its deadline")
 	}
-	return err, nil
+	return nil, err
 }
 
 func (s *NativeSession[T]) quarantineOwner(fenceErr error, fencePanic *recovered, stageErr error) {

@@ -63,7 +63,6 @@ type Platform struct {
 	version int32
 	devices []*Device
 	host    *HostDevice
-	closed  atomic.Bool
 }
 
 var _ hw.Platform = (*Platform)(nil)

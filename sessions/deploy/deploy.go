@@ -174,14 +174,6 @@ func (d *Deployment) openDevices() error {
 	return nil
 }
 
-// platformOf returns the platform that owns a device.
-func (d *Deployment) platformOf(name string) hw.Platform {
-	if md := d.Manifest.Device(name); md != nil && md.Backend == manifest.BackendCUDA {
-		return d.cudaP
-	}
-	return d.simP
-}
-
 func (d *Deployment) openSession(ctx context.Context, ms *manifest.Session) error {
 	cfg := stages.NewSessionConfig(ms.Name, d.devices[ms.Device]).
 		WithStreams(ms.Streams...).WithPrograms(ms.Programs...).

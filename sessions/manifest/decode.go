@@ -540,10 +540,9 @@ func lookup[T any](list []T, name string, nameOf func(*T) string) (int, *T) {
 	return -1, nil
 }
 
-func moduleName(m *Module) string     { return m.Name }
-func deviceName(d *Device) string     { return d.Name }
-func sessionName(s *Session) string   { return s.Name }
-func residentName(r *Resident) string { return r.Name }
+func moduleName(m *Module) string   { return m.Name }
+func deviceName(d *Device) string   { return d.Name }
+func sessionName(s *Session) string { return s.Name }
 
 // notFound reports a reference to nothing, suggesting a close name.
 func (d *decoder) notFound(p keyPath, what, name string, names []string) {

@@ -117,11 +117,6 @@ func (ix *lineIndex) line(p keyPath) int {
 }
 
 // exact returns the line of p itself.
-func (ix *lineIndex) exact(p keyPath) (int, bool) {
-	l, ok := ix.lines[p.String()]
-	return l, ok
-}
-
 // keyAt returns the last path defined on line, or "".
 func (ix *lineIndex) keyAt(line int) string {
 	for i := len(ix.entries) - 1; i >= 0; i-- {

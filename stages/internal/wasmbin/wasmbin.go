@@ -87,10 +87,9 @@ type Limits struct {
 }
 
 type section struct {
-	id             byte
-	start, end     int // payload bounds in the binary
-	headerStart    int // where the id byte is
-	payloadAltered []byte
+	id          byte
+	start, end  int // payload bounds in the binary
+	headerStart int // where the id byte is
 }
 
 // Module is a parsed binary.
