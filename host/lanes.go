@@ -46,7 +46,7 @@ func ParseLane(s string) (Lane, error) {
 // FIFO, then in the runtime-wide capacity FIFO.
 type waiter struct {
 	ready     chan struct{} // buffered(1): signalled once per grant
-	lane      Lane
+	lane      *laneState
 	exclusive bool
 	cost      int
 	granted   bool // set under scheduler.mu by whoever grants
@@ -130,6 +130,9 @@ func (l *laneState) give(exclusive bool) {
 
 // scheduler implements lane FIFOs and the bounded capacity.
 //
+// Every device has its own four lanes (a stage on one GPU does not hold
+// the compute lane of another); the capacity is one, across all of them.
+//
 // Admission has two phases. First the request takes its lane, in FIFO
 // order per lane: a coordinated request passes unless an exclusive holder
 // owns the lane; an exclusive request waits until every earlier occupant
@@ -142,47 +145,65 @@ type scheduler struct {
 	capacity int
 	used     int
 	capQueue fifo
-	lanes    [NumLanes]laneState
+	devices  map[string]*[NumLanes]laneState // lanes by device name
+	lastDev  string                          // the device laneFor found last,
+	lastSet  *[NumLanes]laneState            // and its lanes: most requests repeat it
 	pool     sync.Pool
 	onQueue  func(lane Lane, capacity bool) // test hook: a request started waiting (under mu)
 }
 
 func newScheduler(capacity int) *scheduler {
-	s := &scheduler{capacity: capacity}
+	s := &scheduler{capacity: capacity, devices: map[string]*[NumLanes]laneState{}}
 	s.pool.New = func() any { return &waiter{ready: make(chan struct{}, 1)} }
 	return s
 }
 
-// acquire blocks until the request holds its lane and cost units, or ctx
-// ends. It reports whether it had to wait.
-func (s *scheduler) acquire(ctx context.Context, lane Lane, exclusive bool, cost int) (waited bool, err error) {
+// laneFor returns a device's lane, making the device's lanes on first
+// use. Called under s.mu.
+func (s *scheduler) laneFor(device string, lane Lane) *laneState {
+	if s.lastSet != nil && device == s.lastDev {
+		return &s.lastSet[lane]
+	}
+	set := s.devices[device]
+	if set == nil {
+		set = new([NumLanes]laneState)
+		s.devices[device] = set
+	}
+	s.lastDev, s.lastSet = device, set
+	return &set[lane]
+}
+
+// acquire blocks until the request holds its lane on device and cost
+// units, or ctx ends. It returns the lane to give back to release, and
+// whether it had to wait.
+func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclusive bool, cost int) (l *laneState, waited bool, err error) {
 	if int(lane) >= NumLanes {
-		return false, hw.Errorf(hw.ErrInvalidArgument, "unknown lane %d", lane)
+		return nil, false, hw.Errorf(hw.ErrInvalidArgument, "unknown lane %d", lane)
 	}
 	if cost < 1 {
-		return false, hw.Errorf(hw.ErrInvalidArgument, "admission cost %d must be at least 1", cost)
+		return nil, false, hw.Errorf(hw.ErrInvalidArgument, "admission cost %d must be at least 1", cost)
 	}
 	if cost > s.capacity {
-		return false, hw.Errorf(hw.ErrOutOfBudget, "admission cost %d can never fit the runtime capacity %d", cost, s.capacity)
+		return nil, false, hw.Errorf(hw.ErrOutOfBudget, "admission cost %d can never fit the runtime capacity %d", cost, s.capacity)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, hw.ContextError(ctx, "admission")
+		return nil, false, hw.ContextError(ctx, "admission")
 	}
-	l := &s.lanes[lane]
 	s.mu.Lock()
+	l = s.laneFor(device, lane)
 	// Phase 1: the lane.
 	if l.queue.empty() && l.admits(exclusive) {
 		l.take(exclusive)
 	} else {
 		waited = true
-		w := s.getWaiter(lane, exclusive, cost)
+		w := s.getWaiter(l, exclusive, cost)
 		l.queue.push(w)
 		if s.onQueue != nil {
 			s.onQueue(lane, false)
 		}
 		s.mu.Unlock()
-		if err := s.wait(ctx, w, &l.queue, func() { s.releaseLane(lane, exclusive) }); err != nil {
-			return true, err
+		if err := s.wait(ctx, w, &l.queue, func() { s.releaseLane(l, exclusive) }); err != nil {
+			return nil, true, err
 		}
 		s.mu.Lock()
 	}
@@ -190,9 +211,9 @@ func (s *scheduler) acquire(ctx context.Context, lane Lane, exclusive bool, cost
 	if s.capQueue.empty() && s.used+cost <= s.capacity {
 		s.used += cost
 		s.mu.Unlock()
-		return waited, nil
+		return l, waited, nil
 	}
-	w := s.getWaiter(lane, exclusive, cost)
+	w := s.getWaiter(l, exclusive, cost)
 	s.capQueue.push(w)
 	if s.onQueue != nil {
 		s.onQueue(lane, true)
@@ -204,11 +225,11 @@ func (s *scheduler) acquire(ctx context.Context, lane Lane, exclusive bool, cost
 	})
 	if err != nil {
 		s.mu.Lock()
-		s.releaseLane(lane, exclusive)
+		s.releaseLane(l, exclusive)
 		s.mu.Unlock()
-		return true, err
+		return nil, true, err
 	}
-	return true, nil
+	return l, true, nil
 }
 
 // wait blocks on w until granted or ctx ends. On cancellation it unqueues
@@ -228,7 +249,8 @@ func (s *scheduler) wait(ctx context.Context, w *waiter, q *fifo, undo func()) e
 	} else {
 		q.remove(w)
 		// Leaving may unblock whoever was behind us.
-		s.promoteAll()
+		s.promoteCapacity()
+		s.promoteLane(w.lane)
 	}
 	s.mu.Unlock()
 	s.putWaiter(w)
@@ -236,25 +258,24 @@ func (s *scheduler) wait(ctx context.Context, w *waiter, q *fifo, undo func()) e
 }
 
 // release gives back a lane and cost units taken by acquire.
-func (s *scheduler) release(lane Lane, exclusive bool, cost int) {
+func (s *scheduler) release(l *laneState, exclusive bool, cost int) {
 	s.mu.Lock()
 	s.used -= cost
-	s.lanes[lane].give(exclusive)
+	l.give(exclusive)
 	s.promoteCapacity()
-	s.promoteLane(lane)
+	s.promoteLane(l)
 	s.mu.Unlock()
 }
 
 // releaseLane gives back a lane only. Called under s.mu.
-func (s *scheduler) releaseLane(lane Lane, exclusive bool) {
-	s.lanes[lane].give(exclusive)
-	s.promoteLane(lane)
+func (s *scheduler) releaseLane(l *laneState, exclusive bool) {
+	l.give(exclusive)
+	s.promoteLane(l)
 }
 
 // promoteLane grants the lane to queued requests, in order, while they
 // fit. Called under s.mu.
-func (s *scheduler) promoteLane(lane Lane) {
-	l := &s.lanes[lane]
+func (s *scheduler) promoteLane(l *laneState) {
 	for !l.queue.empty() && l.admits(l.queue.head.exclusive) {
 		w := l.queue.pop()
 		l.take(w.exclusive)
@@ -272,32 +293,32 @@ func (s *scheduler) promoteCapacity() {
 	}
 }
 
-func (s *scheduler) promoteAll() {
-	s.promoteCapacity()
-	for i := range s.lanes {
-		s.promoteLane(Lane(i))
-	}
-}
-
 func (s *scheduler) grant(w *waiter) {
 	w.granted = true
 	w.ready <- struct{}{}
 }
 
-func (s *scheduler) getWaiter(lane Lane, exclusive bool, cost int) *waiter {
+func (s *scheduler) getWaiter(l *laneState, exclusive bool, cost int) *waiter {
 	w := s.pool.Get().(*waiter)
-	w.lane, w.exclusive, w.cost, w.granted = lane, exclusive, cost, false
+	w.lane, w.exclusive, w.cost, w.granted = l, exclusive, cost, false
 	return w
 }
 
-func (s *scheduler) putWaiter(w *waiter) { s.pool.Put(w) }
+func (s *scheduler) putWaiter(w *waiter) {
+	w.lane = nil
+	s.pool.Put(w)
+}
 
-// snapshot reports the capacity in use and the holders of each lane.
+// snapshot reports the capacity in use and the holders of each lane,
+// summed over devices (leased: on any device).
 func (s *scheduler) snapshot() (used int, active [NumLanes]int, leased [NumLanes]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range s.lanes {
-		active[i], leased[i] = s.lanes[i].active, s.lanes[i].leased
+	for _, set := range s.devices {
+		for i := range set {
+			active[i] += set[i].active
+			leased[i] = leased[i] || set[i].leased
+		}
 	}
 	return s.used, active, leased
 }

@@ -391,3 +391,42 @@ func TestPanickingSubmissionReleasesItsLane(t *testing.T) {
 		t.Fatalf("the panicking occupancy was not traced as failed: %+v", recs)
 	}
 }
+
+func TestEachDeviceHasItsOwnLanesUnderOneCapacity(t *testing.T) {
+	rt := newTestRuntime(t, 2)
+	q := queued(rt)
+	var gpu0, gpu1, again Lease
+	ctx := context.Background()
+	if err := rt.AcquireCompute(ctx, Op{Owner: "a", Device: "gpu0"}, &gpu0); err != nil {
+		t.Fatal(err)
+	}
+	// Another device's compute lane is free: no waiting.
+	if err := rt.AcquireCompute(ctx, Op{Owner: "b", Device: "gpu1"}, &gpu1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-q:
+		t.Fatalf("a lease on another device waited: %v", got)
+	default:
+	}
+	// The capacity is shared: a third holder (any device, any lane) waits.
+	up := hold(rt, ctx, Op{Lane: LaneUpload, Owner: "c", Device: "gpu2"})
+	recvQueued(t, q, LaneUpload, true)
+	mustNotRecv(t, up.started, "a third occupant past a capacity of 2")
+	// The same device's compute lane is exclusive.
+	done := make(chan error, 1)
+	go func() { done <- rt.AcquireCompute(ctx, Op{Owner: "d", Device: "gpu0"}, &again) }()
+	recvQueued(t, q, LaneCompute, false)
+	gpu1.Release(false)
+	mustRecv(t, up.started, "the upload once capacity freed")
+	close(up.release)
+	mustRecv(t, up.done, "upload done")
+	gpu0.Release(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	again.Release(false)
+	if st := rt.Stats(); st.CapacityUsed != 0 || st.LeasedPerLane[LaneCompute] {
+		t.Fatalf("%+v", st)
+	}
+}

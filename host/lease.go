@@ -13,6 +13,7 @@ import (
 type Lease struct {
 	rt    *Runtime
 	op    Op
+	lane  *laneState
 	cost  int
 	start time.Time
 	wait  time.Duration
@@ -48,7 +49,7 @@ func (l *Lease) Release(failed bool) {
 	}
 	end := rt.clock()
 	l.fence.Disarm()
-	rt.sched.release(LaneCompute, true, l.cost)
+	rt.sched.release(l.lane, true, l.cost)
 	rt.tracer.Record(Record{Start: l.start, Dur: end.Sub(l.start), Wait: l.wait,
 		Lane: LaneCompute, Owner: l.op.Owner, Device: l.op.Device, Failed: failed})
 	l.rt = nil

@@ -9,9 +9,10 @@ import (
 	"github.com/stagehost/stagehost/hw"
 )
 
-// Runtime coordinates submissions to devices through four lanes (compute,
-// upload, download, npu) under one bounded submission capacity, and traces
-// every lane occupancy.
+// Runtime coordinates submissions to devices through four lanes per device
+// (compute, upload, download, npu; the device is [Op.Device]) under one
+// bounded submission capacity, and traces every lane occupancy. A stage on
+// one GPU holds that GPU's compute lane, not another's.
 //
 // Two kinds of occupant use a lane:
 //
@@ -71,7 +72,7 @@ func (r *Runtime) Capacity() int { return r.sched.capacity }
 type Op struct {
 	Lane   Lane
 	Owner  string // who submits; shown in traces
-	Device string // which device the work targets; one trace track per device
+	Device string // which device the work targets: its lanes, and its trace track
 	Cost   int    // capacity units; 0 means 1
 }
 
@@ -105,7 +106,7 @@ func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context
 		cost = op.Cost
 	}
 	asked := r.clock()
-	waited, err := r.sched.acquire(ctx, op.Lane, false, cost)
+	lane, waited, err := r.sched.acquire(ctx, op.Device, op.Lane, false, cost)
 	if err != nil {
 		return err
 	}
@@ -115,7 +116,7 @@ func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context
 	}
 	failed := true // until fn returns: a panic in fn still releases the lane
 	defer func() {
-		r.sched.release(op.Lane, false, cost)
+		r.sched.release(lane, false, cost)
 		r.tracer.Record(Record{Start: start, Dur: r.clock().Sub(start), Wait: start.Sub(asked),
 			Lane: op.Lane, Owner: op.Owner, Device: op.Device, Failed: failed})
 	}()
@@ -151,7 +152,7 @@ func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
 		cost = 1
 	}
 	asked := r.clock()
-	waited, err := r.sched.acquire(ctx, LaneCompute, true, cost)
+	lane, waited, err := r.sched.acquire(ctx, op.Device, LaneCompute, true, cost)
 	if err != nil {
 		return err
 	}
@@ -162,7 +163,7 @@ func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
 	// Field by field: the lease's fence context may still be read by a
 	// goroutine of an earlier use (it synchronises itself), so the Lease
 	// is never overwritten whole.
-	l.rt, l.op, l.cost, l.start, l.wait = r, op, cost, start, start.Sub(asked)
+	l.rt, l.op, l.lane, l.cost, l.start, l.wait = r, op, lane, cost, start, start.Sub(asked)
 	l.stage.init(ctx, r)
 	return nil
 }
@@ -185,8 +186,8 @@ func (r *Runtime) NoteQuarantine(owner string, bytes int64) {
 type Stats struct {
 	CapacityUsed      int
 	Capacity          int
-	ActivePerLane     [NumLanes]int  // coordinated occupants per lane
-	LeasedPerLane     [NumLanes]bool // native lease held
+	ActivePerLane     [NumLanes]int  // coordinated occupants per lane, over all devices
+	LeasedPerLane     [NumLanes]bool // a native lease held on the lane of some device
 	Quarantined       []string       // quarantined owners, sorted
 	QuarantinedBytes  int64          // memory they keep charged
 	OccupanciesTraced uint64
