@@ -1,6 +1,6 @@
 // Package host is stagehost's runtime: four submission lanes (compute,
-// upload, download, npu) under one bounded submission capacity, native
-// compute leases for stages, and a tracer of every lane occupancy.
+// upload, download, npu) per device under one bounded submission capacity,
+// native compute leases for stages, and a tracer of every lane occupancy.
 //
 // A [Runtime] admits work in two phases. A request first takes its lane in
 // arrival order: coordinated submissions ([Runtime.Submit]) share a lane,
