@@ -377,7 +377,11 @@ func hostStreamWrite(ctx context.Context, st *callState, mod api.Module, stack [
 	}
 	// Capture the bytes now: the guest may reuse its memory as soon as the
 	// call returns, while the upload runs later on the stream.
-	staged := st.stage(len(src))
+	staged, err := st.stage(ctx, len(src))
+	if err != nil {
+		retErr(stack, err)
+		return
+	}
 	copy(staged, src)
 	_, err = stream.Write(buf, int(off), staged)
 	retErr(stack, err)

@@ -30,6 +30,7 @@ type SessionConfig struct {
 	fenceTimeout time.Duration
 	fence        *Module
 	drain        bool
+	stagingLimit int
 }
 
 type bufferDecl struct {
@@ -44,11 +45,12 @@ type bufferDecl struct {
 //   - a memory budget of 64 MiB for declared and allocated buffers;
 //   - an output limit of 16 MiB;
 //   - a deadline of 5 s per stage call and 10 s per fence;
+//   - 64 MiB of host memory to stage uploads (see [SessionConfig.WithStagingLimit]);
 //   - the module's own stagehost_fence if it has one, else the built-in
 //     fence that syncs every stream.
 func NewSessionConfig(name string, device hw.Device) SessionConfig {
 	return SessionConfig{name: name, device: device, budget: 64 << 20, outputLimit: 16 << 20,
-		deadline: 5 * time.Second, fenceTimeout: 10 * time.Second}
+		deadline: 5 * time.Second, fenceTimeout: 10 * time.Second, stagingLimit: 64 << 20}
 }
 
 // WithStreams declares streams the guest can look up by name.
@@ -70,6 +72,13 @@ func (c SessionConfig) WithPrograms(names ...string) SessionConfig {
 	c.programs = append(append([]string(nil), c.programs...), names...)
 	return c
 }
+
+// WithStagingLimit bounds the host memory that holds a call's uploads
+// (stream_write copies the guest's bytes before it returns, and they stay
+// until the upload ran). When the staged bytes would pass the limit, the
+// host drains the session's streams and reuses the memory; one upload
+// larger than the limit gets OUT_OF_BUDGET. Default 64 MiB.
+func (c SessionConfig) WithStagingLimit(bytes int) SessionConfig { c.stagingLimit = bytes; return c }
 
 // WithBudget sets the session's memory budget in bytes. Default 64 MiB.
 func (c SessionConfig) WithBudget(bytes int64) SessionConfig { c.budget = bytes; return c }
@@ -130,14 +139,33 @@ type callState struct {
 }
 
 // stage returns n bytes of upload staging that stay untouched until the
-// next call, by which time the fence has proven the uploads retired.
-func (st *callState) stage(n int) []byte {
+// upload copying them has retired: until the next call (whose fence has
+// proven every upload retired), or until the session's staging limit is
+// reached, when it first drains every stream of the session and starts
+// the arena over. The staging memory of a session is thus bounded by its
+// limit, however many uploads a guest queues.
+//
+// # Errors
+//
+// [hw.ErrOutOfBudget] for one upload larger than the limit; the drain's
+// error when the streams could not be drained.
+func (st *callState) stage(ctx context.Context, n int) ([]byte, error) {
+	limit := st.sess.cfg.stagingLimit
+	if n > limit {
+		return nil, hw.Errorf(hw.ErrOutOfBudget, "an upload of %d bytes is larger than the session's staging limit of %d bytes", n, limit)
+	}
+	if len(st.arena)+n > limit {
+		if err := st.sess.owner.Drain(ctx); err != nil {
+			return nil, err
+		}
+		st.arena = st.arena[:0] // every staged upload has retired
+	}
 	if len(st.arena)+n > cap(st.arena) {
-		st.arena = make([]byte, 0, max(2*cap(st.arena), n, 64<<10))
+		st.arena = make([]byte, 0, min(max(2*cap(st.arena), n, 64<<10), limit))
 	}
 	b := st.arena[len(st.arena) : len(st.arena)+n]
 	st.arena = st.arena[:len(st.arena)+n]
-	return b
+	return b, nil
 }
 
 // instance is one instantiation of a module, with its exports looked up

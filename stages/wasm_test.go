@@ -432,3 +432,50 @@ func TestNamedAllocationsSurviveInstanceReplacement(t *testing.T) {
 		t.Fatalf("same name, other size: %x %v", out, err)
 	}
 }
+
+func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
+	rt, err := host.NewRuntime(host.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sim.New()
+	defer p.Close()
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.WithLatency(time.Millisecond)) // uploads queue up
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engineForTest(t)
+	bin, err := os.ReadFile(filepath.Join("testdata", "abi", "many_uploads.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := eng.Load(context.Background(), bin, SHA256(bin), NewLoadConfig().WithName("uploads"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := NewSessionConfig("uploads", gpu).WithStreams("s0").WithBuffer("big", 1<<20).WithBudget(2 << 20)
+	s, err := eng.NewSession(context.Background(), rt, m, cfg.WithStagingLimit(128<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Run(context.Background(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range out {
+		if int(b) != i || len(out) != 16 {
+			t.Fatalf("read back %v: an upload's staged bytes were overwritten before it ran", out)
+		}
+	}
+	if c := cap(s.native.state.arena); c > 128<<10 {
+		t.Fatalf("staging grew to %d bytes, past its 128 KiB limit", c)
+	}
+	small, err := eng.NewSession(context.Background(), rt, m, cfg.WithStagingLimit(32<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *ClientError
+	if _, err := small.Run(context.Background(), nil, nil); !errors.As(err, &ce) || ce.Code != 102 {
+		t.Fatalf("an upload larger than the staging limit: %v", err)
+	}
+}
