@@ -16,38 +16,71 @@ type handleEntry struct {
 	program  hw.Program
 }
 
-// handleTable is a session's handle table (ABI.md §2). Serial numbers
-// index entries directly and are never reused, so a freed entry stays as
-// a tombstone that answers STALE_HANDLE.
+// handleTable is a session's handle table (ABI.md §2). Serial numbers are
+// never reused. The operator's declared resources take the first serials
+// and live in a slice, so looking up a stream or a program (every submit)
+// is an index. Guest allocations take the serials after them and live in
+// a map only while they are live: every serial issued is either live or
+// freed, so a serial below the next one that is not live is stale, and a
+// session that allocates and frees a buffer per call keeps no memory for
+// the handles it freed.
 type handleTable struct {
-	tag     uint32
-	entries []handleEntry // entries[serial-1]
-	byName  [4]map[string]abi.Handle
-	named   map[string]abi.Handle // live buffers from buffer_alloc_named
-	live    int                   // allocated, unfreed buffers
+	tag       uint32
+	declared  []handleEntry // serials 1..len(declared)
+	allocated map[uint32]*handleEntry
+	next      uint32 // the next serial to issue
+	byName    [4]map[string]abi.Handle
+	named     map[string]abi.Handle // live buffers from buffer_alloc_named
 }
 
 func newHandleTable(tag uint32) *handleTable {
-	t := &handleTable{tag: tag, named: map[string]abi.Handle{}}
+	t := &handleTable{tag: tag, next: 1, allocated: map[uint32]*handleEntry{}, named: map[string]abi.Handle{}}
 	for i := range t.byName {
 		t.byName[i] = map[string]abi.Handle{}
 	}
 	return t
 }
 
-// maxHandles bounds the table; handle serials are 32-bit.
-const maxHandles = 1<<32 - 2
+// maxSerial is the last serial a session may issue (serials are 32-bit).
+const maxSerial = 1<<32 - 2
 
-func (t *handleTable) add(e handleEntry, name string) (abi.Handle, error) {
-	if len(t.entries) >= maxHandles {
+// declare adds an operator-declared resource. All declarations come
+// before any guest allocation.
+func (t *handleTable) declare(e handleEntry, name string) abi.Handle {
+	if len(t.allocated) > 0 || int(t.next) != len(t.declared)+1 {
+		panic("stages: declaration after a guest allocation")
+	}
+	e.declared = true
+	t.declared = append(t.declared, e)
+	h := abi.MakeHandle(e.kind, t.tag, t.next)
+	t.next++
+	t.byName[e.kind][name] = h
+	return h
+}
+
+// allocate adds a guest-allocated buffer.
+func (t *handleTable) allocate(e *handleEntry) (abi.Handle, error) {
+	if t.next > maxSerial {
 		return 0, hw.Errorf(hw.ErrOutOfBudget, "the session has used every handle serial number")
 	}
-	t.entries = append(t.entries, e)
-	h := abi.MakeHandle(e.kind, t.tag, uint32(len(t.entries)))
-	if name != "" {
-		t.byName[e.kind][name] = h
-	}
+	h := abi.MakeHandle(abi.KindBuffer, t.tag, t.next)
+	t.allocated[t.next] = e
+	t.next++
 	return h, nil
+}
+
+// live is the number of guest allocations not freed.
+func (t *handleTable) live() int { return len(t.allocated) }
+
+// free forgets a guest allocation: its handle is stale from now on.
+func (t *handleTable) free(h abi.Handle) {
+	if e := t.allocated[h.Serial()]; e != nil {
+		e.freed = true
+		if e.name != "" {
+			delete(t.named, e.name)
+		}
+		delete(t.allocated, h.Serial())
+	}
 }
 
 // get resolves a guest handle of the wanted kind. It never allocates: the
@@ -61,14 +94,22 @@ func (t *handleTable) get(raw uint64, kind abi.HandleKind) (*handleEntry, error)
 		return nil, abi.ErrForeignHandle
 	}
 	serial := h.Serial()
-	if h.Kind() != kind || serial == 0 || int(serial) > len(t.entries) {
+	if h.Kind() != kind || serial == 0 || serial >= t.next {
 		return nil, abi.ErrBadHandle
 	}
-	e := &t.entries[serial-1]
-	if e.kind != kind {
+	if int(serial) <= len(t.declared) {
+		e := &t.declared[serial-1]
+		if e.kind != kind {
+			return nil, abi.ErrBadHandle
+		}
+		return e, nil
+	}
+	// A guest allocation: only buffers are allocated.
+	if kind != abi.KindBuffer {
 		return nil, abi.ErrBadHandle
 	}
-	if e.freed {
+	e := t.allocated[serial]
+	if e == nil {
 		return nil, abi.ErrStaleHandle
 	}
 	return e, nil

@@ -250,19 +250,18 @@ func allocBuffer(st *callState, size int32, name string) (abi.Handle, error) {
 	if size <= 0 {
 		return 0, hw.Errorf(hw.ErrInvalidArgument, "buffer size %d", size)
 	}
-	if st.table.live >= maxLiveAllocations {
-		return 0, hw.Errorf(hw.ErrOutOfBudget, "%d live allocations", st.table.live)
+	if st.table.live() >= maxLiveAllocations {
+		return 0, hw.Errorf(hw.ErrOutOfBudget, "%d live allocations", st.table.live())
 	}
 	buf, err := st.sess.owner.Alloc(st.sess.cfg.device, int(size), 0)
 	if err != nil {
 		return 0, err
 	}
-	h, err := st.table.add(handleEntry{kind: abi.KindBuffer, buffer: buf, name: name}, "")
+	h, err := st.table.allocate(&handleEntry{kind: abi.KindBuffer, buffer: buf, name: name})
 	if err != nil {
 		_ = st.sess.owner.FreeBuffer(buf)
 		return 0, err
 	}
-	st.table.live++
 	if name != "" {
 		st.table.named[name] = h
 	}
@@ -317,11 +316,7 @@ func hostBufferFree(ctx context.Context, st *callState, mod api.Module, stack []
 	}
 	// The handle dies now; the memory is freed only after a fence has
 	// proven that no device work still uses it.
-	e.freed = true
-	st.table.live--
-	if e.name != "" {
-		delete(st.table.named, e.name)
-	}
+	st.table.free(abi.Handle(stack[0]))
 	st.pendingFree = append(st.pendingFree, e.buffer)
 	ret(stack, abi.StatusOK)
 }

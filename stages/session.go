@@ -245,27 +245,21 @@ func (s *Session) declare(t *handleTable) error {
 		if err != nil {
 			return fmt.Errorf("session %q: stream %q: %w", s.name, name, err)
 		}
-		if _, err := t.add(handleEntry{kind: abi.KindStream, declared: true, stream: str}, name); err != nil {
-			return err
-		}
+		t.declare(handleEntry{kind: abi.KindStream, stream: str}, name)
 	}
 	for _, b := range s.cfg.buffers {
 		buf, err := s.owner.Alloc(dev, b.size, 0)
 		if err != nil {
 			return fmt.Errorf("session %q: buffer %q: %w", s.name, b.name, err)
 		}
-		if _, err := t.add(handleEntry{kind: abi.KindBuffer, declared: true, buffer: buf}, b.name); err != nil {
-			return err
-		}
+		t.declare(handleEntry{kind: abi.KindBuffer, buffer: buf}, b.name)
 	}
 	for _, name := range s.cfg.programs {
 		p, err := s.owner.Prepare(dev, name)
 		if err != nil {
 			return fmt.Errorf("session %q: program %q: %w", s.name, name, err)
 		}
-		if _, err := t.add(handleEntry{kind: abi.KindProgram, declared: true, program: p}, name); err != nil {
-			return err
-		}
+		t.declare(handleEntry{kind: abi.KindProgram, program: p}, name)
 	}
 	return nil
 }

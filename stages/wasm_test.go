@@ -383,7 +383,7 @@ func TestFenceRunsAfterATrappedStage(t *testing.T) {
 
 func mustNoop(t *testing.T, s *Session) hw.Program {
 	t.Helper()
-	for _, e := range s.native.state.table.entries {
+	for _, e := range s.native.state.table.declared {
 		if e.kind == abi.KindProgram {
 			return e.program
 		}
