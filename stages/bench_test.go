@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/stagehost/stagehost/host"
-	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -48,6 +46,3 @@ func BenchmarkNativeStageBuiltinFence(b *testing.B) {
 		}
 	}
 }
-
-var _ = host.LaneCompute
-var _ hw.Engine

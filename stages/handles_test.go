@@ -1,10 +1,15 @@
 package stages
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
 )
 
 func TestHandleTableAnswersEveryKindOfBadHandle(t *testing.T) {
@@ -48,5 +53,51 @@ func TestHandleTableAnswersEveryKindOfBadHandle(t *testing.T) {
 	}
 	if tab.live() != 0 || len(tab.allocated) != 0 || len(tab.declared) != 2 {
 		t.Fatalf("table holds %d allocations and %d declarations", len(tab.allocated), len(tab.declared))
+	}
+}
+
+// plainStream hides a stream's SubmitBatch, like a backend without it.
+type plainStream struct{ hw.Stream }
+
+func TestBatchesReachStreamsWithAndWithoutBatchSubmission(t *testing.T) {
+	p := sim.New()
+	defer p.Close()
+	dev, err := p.AddDevice("gpu0", hw.EngineGPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wrap := range []bool{false, true} {
+		st, err := dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, _ := dev.Alloc(16, 0, nil)
+		fill, _ := dev.Prepare("fill")
+		relu, _ := dev.Prepare("relu")
+		cmds := []hw.Command{
+			{Program: fill, Args: []hw.Arg{hw.BufferArg(x, 0, -1), hw.Float32(-3)}},
+			{Program: relu, Args: []hw.Arg{hw.BufferArg(x, 0, -1)}},
+			{Program: fill, Args: []hw.Arg{hw.BufferArg(x, 0, 4), hw.Float32(5)}},
+		}
+		var target hw.Stream = st
+		if wrap {
+			target = plainStream{st}
+			if _, ok := target.(hw.BatchSubmitter); ok {
+				t.Fatal("the wrapper still offers SubmitBatch")
+			}
+		}
+		if err := submitAll(target, cmds); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := x.HostBytes()
+		got := []float32{math.Float32frombits(binary.NativeEndian.Uint32(b)), math.Float32frombits(binary.NativeEndian.Uint32(b[4:]))}
+		if got[0] != 5 || got[1] != 0 || st.(*sim.Stream).Submitted() != 3 {
+			t.Fatalf("wrapped %v: %v after %d commands, want [5 0] after 3 in order", wrap, got, st.(*sim.Stream).Submitted())
+		}
+		_ = st.Close(context.Background())
+		_ = x.Free()
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
-	"sync"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -492,70 +491,40 @@ func hostStreamSubmitBatch(ctx context.Context, st *callState, mod api.Module, s
 		ret(stack, abi.StatusOutOfBounds)
 		return
 	}
-	if bs, ok := s.stream.(hw.BatchSubmitter); ok {
-		retErr(stack, submitBatch(st, mod, bs, recs, n))
-		return
+	cmds, err := decodeBatch(st, mod, recs, n)
+	if err == nil {
+		err = submitAll(s.stream, cmds)
 	}
-	// Validate every command before enqueuing any.
-	for pass := range 2 {
-		for i := range n {
-			r := recs[i*abi.BatchRecordSize:]
-			p, err := st.table.get(binary.LittleEndian.Uint64(r[0:]), abi.KindProgram)
-			if err != nil {
-				retErr(stack, err)
-				return
-			}
-			args, err := decodeArgs(st, mod, binary.LittleEndian.Uint32(r[8:]), binary.LittleEndian.Uint32(r[12:]))
-			if err != nil {
-				retErr(stack, err)
-				return
-			}
-			if pass == 1 {
-				st.cmd.Program, st.cmd.Args = p.program, args
-				_, err = s.stream.Submit(&st.cmd)
-			}
-			clear(args)
-			st.cmd.Program, st.cmd.Args = nil, nil
-			if err != nil {
-				retErr(stack, err)
-				return
-			}
-		}
-	}
-	ret(stack, abi.StatusOK)
+	st.batch.reset()
+	retErr(stack, err)
 }
 
-// batchArena holds a decoded batch for a stream that takes batches whole
-// ([hw.BatchSubmitter]). Arenas are pooled, so batches of a steady size
-// allocate nothing.
+// batchArena holds a decoded batch. It lives in the session's call state
+// (one call at a time), so batches of a steady size allocate nothing.
 type batchArena struct {
 	cmds []hw.Command
 	args []hw.Arg
 	ends []int
 }
 
-var batchArenas = sync.Pool{New: func() any { return new(batchArena) }}
+func (a *batchArena) reset() {
+	clear(a.cmds)
+	clear(a.args)
+	a.cmds, a.args, a.ends = a.cmds[:0], a.args[:0], a.ends[:0]
+}
 
-// submitBatch decodes all n records and hands them to the stream in one
-// SubmitBatch call: one hand-off to the backend, which validates them all
-// before enqueuing any.
-func submitBatch(st *callState, mod api.Module, bs hw.BatchSubmitter, recs []byte, n uint32) error {
-	a := batchArenas.Get().(*batchArena)
-	defer func() {
-		clear(a.cmds)
-		clear(a.args)
-		a.cmds, a.args, a.ends = a.cmds[:0], a.args[:0], a.ends[:0]
-		batchArenas.Put(a)
-	}()
+// decodeBatch resolves and checks all n records before any is enqueued.
+func decodeBatch(st *callState, mod api.Module, recs []byte, n uint32) ([]hw.Command, error) {
+	a := &st.batch
 	for i := range n {
 		r := recs[i*abi.BatchRecordSize:]
 		p, err := st.table.get(binary.LittleEndian.Uint64(r[0:]), abi.KindProgram)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		args, err := decodeArgs(st, mod, binary.LittleEndian.Uint32(r[8:]), binary.LittleEndian.Uint32(r[12:]))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		a.args = append(a.args, args...)
 		clear(args)
@@ -568,8 +537,22 @@ func submitBatch(st *callState, mod api.Module, bs hw.BatchSubmitter, recs []byt
 		a.cmds[i].Args = a.args[start:a.ends[i]:a.ends[i]]
 		start = a.ends[i]
 	}
-	_, err := bs.SubmitBatch(a.cmds)
-	return err
+	return a.cmds, nil
+}
+
+// submitAll enqueues cmds in order: in one hand-off when the stream takes
+// batches ([hw.BatchSubmitter]), else one by one.
+func submitAll(s hw.Stream, cmds []hw.Command) error {
+	if bs, ok := s.(hw.BatchSubmitter); ok {
+		_, err := bs.SubmitBatch(cmds)
+		return err
+	}
+	for i := range cmds {
+		if _, err := s.Submit(&cmds[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func hostStreamSync(ctx context.Context, st *callState, mod api.Module, stack []uint64) {

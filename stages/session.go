@@ -134,6 +134,7 @@ type callState struct {
 	logs        int
 	cmd         hw.Command
 	args        [abi.MaxArgs]hw.Arg
+	batch       batchArena  // the decoded batch of stream_submit_batch
 	arena       []byte      // staged upload bytes of this call
 	pendingFree []hw.Buffer // freed by the guest, released after a proven fence
 }
@@ -425,23 +426,21 @@ func (s *Session) call(ctx, cctx context.Context, in **instance, fn api.Function
 // fence is the session's fence: the fence module, the stage module's own
 // stagehost_fence, or the built-in drain.
 func (s *Session) fence(ctx context.Context, st *callState) error {
-	in, fn := &s.fenceIn, (*instance)(nil)
+	var in **instance
 	switch {
 	case s.cfg.fence != nil:
+		in = &s.fenceIn
 	case s.module.hasFence && !s.cfg.drain:
 		in = &s.inst
 	default:
 		return s.owner.Drain(ctx)
 	}
-	if err := s.ensureInstances(ctx); err != nil {
+	if err := s.ensureInstances(ctx); err != nil { // after a trap, a new instance runs the fence
 		return fmt.Errorf("fence could not run: %w", err)
 	}
-	if fn = *in; fn == nil {
-		return hw.Errorf(hw.ErrFault, "fence instance missing")
-	}
-	f := fn.entry
+	f := (*in).entry
 	if in == &s.inst {
-		f = fn.fence
+		f = (*in).fence
 	}
 	deadline, _ := ctx.Deadline()
 	// ctx is the lease's fence context: it already ends at the fence deadline.

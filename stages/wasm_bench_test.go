@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetratelabs/wazero"
-
 	"github.com/stagehost/stagehost/hw/sim"
 )
 
@@ -38,30 +36,6 @@ func BenchmarkWasmStageEmpty(b *testing.B) {
 	for b.Loop() {
 		var err error
 		if out, err = s.Run(ctx, nil, out[:0]); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkWasmRawCall is the same export called directly through wazero
-// with CallWithStack: the floor under the host path.
-func BenchmarkWasmRawCall(b *testing.B) {
-	ctx := context.Background()
-	r := wazero.NewRuntime(ctx)
-	defer r.Close(ctx)
-	bin, err := os.ReadFile(filepath.Join("testdata", "bench", "empty.wasm"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	mod, err := r.Instantiate(ctx, bin)
-	if err != nil {
-		b.Fatal(err)
-	}
-	fn := mod.ExportedFunction("stagehost_run")
-	stack := make([]uint64, 1)
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := fn.CallWithStack(ctx, stack); err != nil {
 			b.Fatal(err)
 		}
 	}
