@@ -3,6 +3,8 @@ package stages_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -520,5 +522,29 @@ func TestBuiltinFenceTreatsRetiredFaultsAsDrained(t *testing.T) {
 	}
 	if !st.stream.Idle() {
 		t.Fatal("not drained")
+	}
+}
+
+// goroutineID parses the current goroutine's id from its stack header
+// ("goroutine 7 [running]:"); tests only.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	return strings.Fields(string(buf))[1]
+}
+
+func TestStageRunsSynchronouslyOnTheCallersGoroutine(t *testing.T) {
+	f := newFixture(t)
+	sess, _ := f.session(t, "sync", countingFence)
+	caller := goroutineID()
+	var inStage string
+	if err := sess.Run(context.Background(), func(context.Context, *state) error {
+		inStage = goroutineID()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if inStage != caller {
+		t.Fatalf("the stage ran on goroutine %s, the caller is %s", inStage, caller)
 	}
 }

@@ -45,22 +45,24 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (string, bool) {
 	return pos[0], true
 }
 
-func loadManifest(path string, stderr io.Writer) (*manifest.Manifest, bool) {
+// parseManifest parses the flags and the one FILE argument, and loads that
+// manifest; it reports every problem on stderr.
+func parseManifest(fs *flag.FlagSet, args []string, stderr io.Writer) (*manifest.Manifest, string, bool) {
+	path, ok := parse(fs, args, stderr)
+	if !ok {
+		return nil, "", false
+	}
 	m, err := manifest.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return nil, false
+		return nil, "", false
 	}
-	return m, true
+	return m, path, true
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	path, ok := parse(fs, args, stderr)
-	if !ok {
-		return exitInvalid
-	}
-	m, ok := loadManifest(path, stderr)
+	m, path, ok := parseManifest(fs, args, stderr)
 	if !ok {
 		return exitInvalid
 	}
@@ -93,11 +95,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	only := fs.String("session", "", "run only this session or resident session")
 	inputFile := fs.String("input", "", "input file for the session")
 	traceFile := fs.String("trace", "", "write a Chrome/Perfetto trace here")
-	path, ok := parse(fs, args, stderr)
-	if !ok {
-		return exitInvalid
-	}
-	m, ok := loadManifest(path, stderr)
+	m, path, ok := parseManifest(fs, args, stderr)
 	if !ok {
 		return exitInvalid
 	}
@@ -226,11 +224,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	grace := fs.Duration("grace", 30*time.Second, "how long SIGTERM waits for accepted requests")
-	path, ok := parse(fs, args, stderr)
-	if !ok {
-		return exitInvalid
-	}
-	m, ok := loadManifest(path, stderr)
+	m, path, ok := parseManifest(fs, args, stderr)
 	if !ok {
 		return exitInvalid
 	}
