@@ -22,7 +22,6 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
-	"github.com/stagehost/stagehost/stages"
 )
 
 var (
@@ -53,7 +52,7 @@ type cudaRig struct {
 	gpu      hw.Device
 	host     *cuda.HostDevice
 	budget   *hw.Budget
-	owner    *stages.Owner // nil: streams and payload are the rig's
+	owner    *host.Owner // nil: streams and payload are the rig's
 	rt       *host.Runtime
 	gs, hs   hw.Stream
 	startup  *ResidentStartup
@@ -73,7 +72,7 @@ func newCUDARig(t testing.TB, rounds int, withOwner bool) *cudaRig {
 	must(t, err)
 	r := &cudaRig{t: t, p: p, gpu: gpu, host: p.Host(), budget: hw.NewBudget("cuda-test", 1<<20), rt: rt, rounds: rounds}
 	if withOwner {
-		r.owner = stages.NewOwner("cuda-exchange", r.budget)
+		r.owner = host.NewOwner("cuda-exchange", r.budget)
 		r.gs, err = r.owner.NewStream(gpu)
 		must(t, err)
 		r.hs, err = r.owner.NewStream(r.host)
@@ -560,7 +559,7 @@ func ExampleNewCUDAExchange() {
 		return // no CUDA GPU here
 	}
 	gpu, _ := p.Device("cuda0")
-	owner := stages.NewOwner("pingpong", hw.NewBudget("pingpong", 1<<20))
+	owner := host.NewOwner("pingpong", hw.NewBudget("pingpong", 1<<20))
 	gs, _ := owner.NewStream(gpu)
 	hs, _ := owner.NewStream(p.Host())
 	startup, err := NewResidentStartup(p, gpu, p.Host(), owner.Budget())

@@ -1,9 +1,9 @@
 package sessions
 
 import (
+	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
-	"github.com/stagehost/stagehost/stages"
 )
 
 // The CUDA resident participants:
@@ -63,7 +63,7 @@ const (
 //     [hw.ErrDeviceLost], [hw.ErrClosed], or [hw.ErrDeviceLost] for a
 //     quarantined owner). Nothing is allocated after an error, except
 //     through owner, which keeps what it made.
-func NewCUDAExchange(p *cuda.Platform, startup *ResidentStartup, gpuStream, hostStream hw.Stream, rounds int, owner *stages.Owner) (gpu, npu Participant, payload hw.Shared, err error) {
+func NewCUDAExchange(p *cuda.Platform, startup *ResidentStartup, gpuStream, hostStream hw.Stream, rounds int, owner *host.Owner) (gpu, npu Participant, payload hw.Shared, err error) {
 	fail0 := func(format string, args ...any) (Participant, Participant, hw.Shared, error) {
 		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "cuda exchange: "+format, args...)
 	}

@@ -31,7 +31,7 @@
 //	p := sim.New()
 //	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
 //	npu, _ := p.AddDevice("npu0", hw.EngineNPU)
-//	owner := stages.NewOwner("exchange", hw.NewBudget("exchange", 1<<20))
+//	owner := host.NewOwner("exchange", hw.NewBudget("exchange", 1<<20))
 //	gs, _ := owner.NewStream(gpu)
 //	ns, _ := owner.NewStream(npu)
 //

@@ -9,7 +9,6 @@ import (
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 	"github.com/stagehost/stagehost/sessions"
-	"github.com/stagehost/stagehost/stages"
 )
 
 func ExampleNewResidentStartup() {
@@ -40,7 +39,7 @@ func ExampleNewResidentSession() {
 	p := sim.New()
 	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
 	npu, _ := p.AddDevice("npu0", hw.EngineNPU)
-	owner := stages.NewOwner("exchange", hw.NewBudget("exchange", 1<<20))
+	owner := host.NewOwner("exchange", hw.NewBudget("exchange", 1<<20))
 	gs, _ := owner.NewStream(gpu)
 	ns, _ := owner.NewStream(npu)
 

@@ -18,7 +18,6 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
-	"github.com/stagehost/stagehost/stages"
 )
 
 // patience bounds every wait in these tests: a test that would otherwise
@@ -65,7 +64,7 @@ type rig struct {
 	p        *sim.Platform
 	gpu, npu *sim.Device
 	budget   *hw.Budget
-	owner    *stages.Owner // nil for a rig made with noOwner
+	owner    *host.Owner // nil for a rig made with noOwner
 	rt       *host.Runtime
 	gs, ns   hw.Stream
 	startup  *ResidentStartup
@@ -105,7 +104,7 @@ func newRig(t testing.TB, rounds int, opts ...rigOpt) *rig {
 	must(t, err)
 	r := &rig{t: t, p: p, gpu: gpu, npu: npu, budget: hw.NewBudget("test", 1<<20), rt: rt, rounds: rounds}
 	if !cfg.noOwner {
-		r.owner = stages.NewOwner("exchange", r.budget)
+		r.owner = host.NewOwner("exchange", r.budget)
 		r.gs, err = r.owner.NewStream(gpu)
 		must(t, err)
 		r.ns, err = r.owner.NewStream(npu)

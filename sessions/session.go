@@ -12,7 +12,6 @@ import (
 
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
-	"github.com/stagehost/stagehost/stages"
 )
 
 // DefaultCloseTimeout is how long [ResidentSession.Close] waits for both
@@ -39,7 +38,7 @@ type ResidentOption func(*residentConfig)
 type residentConfig struct {
 	rt           *host.Runtime
 	name         string
-	owner        *stages.Owner
+	owner        *host.Owner
 	closeTimeout time.Duration
 }
 
@@ -66,7 +65,7 @@ func WithName(name string) ResidentOption {
 // them and their budget charges; a quarantined session never closes it, so
 // nothing a device may still touch is freed. The caller must not close the
 // owner or free its buffers itself.
-func WithOwner(o *stages.Owner) ResidentOption {
+func WithOwner(o *host.Owner) ResidentOption {
 	return func(c *residentConfig) { c.owner = o }
 }
 

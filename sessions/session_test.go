@@ -13,7 +13,6 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
-	"github.com/stagehost/stagehost/stages"
 )
 
 // ---- R1: the startup line ----
@@ -805,7 +804,7 @@ func TestSimExchangeArguments(t *testing.T) {
 	isClass(t, err, hw.ErrInvalidArgument)
 	_, _, _, err = NewSimExchange(nil, r.startup, r.gs, r.ns, 1, nil)
 	isClass(t, err, hw.ErrInvalidArgument)
-	q := stages.NewOwner("closed", nil)
+	q := host.NewOwner("closed", nil)
 	must(t, q.Close(context.Background()))
 	_, _, _, err = NewSimExchange(r.p, r.startup, r.gs, r.ns, 1, q)
 	isClass(t, err, hw.ErrClosed)

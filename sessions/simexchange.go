@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
-	"github.com/stagehost/stagehost/stages"
 )
 
 // The simulated resident participants, registered with the sim backend:
@@ -82,7 +82,7 @@ const PayloadSize = offData + 4*ExchangeLen
 //     [hw.ErrDeviceLost], [hw.ErrClosed], or [hw.ErrDeviceLost] for a
 //     quarantined owner). Nothing is allocated after an error, except
 //     through owner, which keeps what it made.
-func NewSimExchange(p hw.Platform, startup *ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *stages.Owner) (gpu, npu Participant, payload hw.Shared, err error) {
+func NewSimExchange(p hw.Platform, startup *ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *host.Owner) (gpu, npu Participant, payload hw.Shared, err error) {
 	if p == nil || startup == nil || gpuStream == nil || npuStream == nil {
 		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "sim exchange: nil platform, startup or stream")
 	}
@@ -92,7 +92,7 @@ func NewSimExchange(p hw.Platform, startup *ResidentStartup, gpuStream, npuStrea
 // newExchange builds the two participants of an exchange with the given
 // programs, plus their shared payload (see [NewSimExchange]); both
 // backends' participants share the layout and arguments.
-func newExchange(what string, p hw.Platform, startup *ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *stages.Owner, gpuProgram, npuProgram string) (gpu, npu Participant, payload hw.Shared, err error) {
+func newExchange(what string, p hw.Platform, startup *ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *host.Owner, gpuProgram, npuProgram string) (gpu, npu Participant, payload hw.Shared, err error) {
 	if gpuStream.Device() != startup.gpu || npuStream.Device() != startup.npu {
 		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "%s: streams must be on the startup's devices %q and %q", what, startup.gpu.Name(), startup.npu.Name())
 	}

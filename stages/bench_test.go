@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -13,7 +14,7 @@ import (
 // allocs.
 func BenchmarkNativeStageEmpty(b *testing.B) {
 	f := newFixture(b)
-	owner := stages.NewOwner("bench", nil)
+	owner := host.NewOwner("bench", nil)
 	if _, err := owner.NewStream(f.gpu); err != nil {
 		b.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func BenchmarkNativeStageEmpty(b *testing.B) {
 // fence syncing one idle sim stream.
 func BenchmarkNativeStageBuiltinFence(b *testing.B) {
 	f := newFixture(b)
-	owner := stages.NewOwner("bench", nil)
+	owner := host.NewOwner("bench", nil)
 	if _, err := owner.NewStream(f.gpu); err != nil {
 		b.Fatal(err)
 	}

@@ -9,7 +9,7 @@
 // WASI functions only), its exports and its memory limit; it then caps the
 // module's memory, merges its data segments and compiles it once.
 // [Engine.NewSession] creates a [Session]: the module's instance plus the
-// session's own device resources (an [Owner]) and handle table.
+// session's own device resources (an [host.Owner]) and handle table.
 //
 // Every [Session.Run] goes through a [NativeSession]: re-entrancy guard,
 // admission, compute lease, the call under its deadline, the fence (the

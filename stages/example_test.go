@@ -21,7 +21,7 @@ func ExampleNewNative() {
 	defer p.Close()
 	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
 
-	owner := stages.NewOwner("relu-model", hw.NewBudget("relu-model", 1<<20))
+	owner := host.NewOwner("relu-model", hw.NewBudget("relu-model", 1<<20))
 	stream, _ := owner.NewStream(gpu)
 	relu, _ := owner.Prepare(gpu, "relu")
 	x, _ := owner.Alloc(gpu, 16, 0)

@@ -22,7 +22,7 @@ type Stage[T any] func(ctx context.Context, state *T) error
 
 // Fence drains a session's work after every stage. ctx has the fence's
 // own deadline ([NativeOption] WithFenceTimeout), independent of the
-// stage's. A nil fence means the built-in fence, [Owner.Drain].
+// stage's. A nil fence means the built-in fence, [host.Owner.Drain].
 type Fence[T any] func(ctx context.Context, state *T) error
 
 // NativeOption configures a [NativeSession].
@@ -72,7 +72,7 @@ func WithAdmissionCost(units int) NativeOption {
 // [hw.ErrBusy].
 type NativeSession[T any] struct {
 	rt    *host.Runtime
-	owner *Owner
+	owner *host.Owner
 	fence Fence[T]
 	cfg   nativeConfig
 	state T
@@ -86,11 +86,11 @@ type NativeSession[T any] struct {
 // NewNative creates a session over owner's resources and state. The owner
 // must have no pending work; from now on its work goes through Run.
 //
-//	owner := stages.NewOwner("mlp", hw.NewBudget("mlp", 64<<20))
+//	owner := host.host.NewOwner("mlp", hw.NewBudget("mlp", 64<<20))
 //	stream, _ := owner.NewStream(gpu)
 //	sess := stages.NewNative(rt, owner, myState{stream: stream}, nil)
 //	err := sess.Run(ctx, func(ctx context.Context, s *myState) error { ... })
-func NewNative[T any](rt *host.Runtime, owner *Owner, state T, fence Fence[T], opts ...NativeOption) *NativeSession[T] {
+func NewNative[T any](rt *host.Runtime, owner *host.Owner, state T, fence Fence[T], opts ...NativeOption) *NativeSession[T] {
 	cfg := nativeConfig{fenceTimeout: 10 * time.Second, cost: 1}
 	for _, o := range opts {
 		o(&cfg)
@@ -104,10 +104,10 @@ func NewNative[T any](rt *host.Runtime, owner *Owner, state T, fence Fence[T], o
 }
 
 // Owner returns the session's owner.
-func (s *NativeSession[T]) Owner() *Owner { return s.owner }
+func (s *NativeSession[T]) Owner() *host.Owner { return s.owner }
 
 // Name is the owner's name.
-func (s *NativeSession[T]) Name() string { return s.owner.name }
+func (s *NativeSession[T]) Name() string { return s.owner.Name() }
 
 // State returns the idle session state for inspection.
 //
@@ -120,7 +120,7 @@ func (s *NativeSession[T]) State() (*T, error) {
 		return nil, err
 	}
 	if s.running.Load() {
-		return nil, hw.Errorf(hw.ErrBusy, "session %q is running a stage", s.owner.name)
+		return nil, hw.Errorf(hw.ErrBusy, "session %q is running a stage", s.owner.Name())
 	}
 	return &s.state, nil
 }
@@ -149,10 +149,10 @@ func (s *NativeSession[T]) Run(ctx context.Context, stage Stage[T]) error {
 		return err
 	}
 	if !s.running.CompareAndSwap(false, true) {
-		return hw.Errorf(hw.ErrBusy, "session %q is already running a stage", s.owner.name)
+		return hw.Errorf(hw.ErrBusy, "session %q is already running a stage", s.owner.Name())
 	}
 	defer s.running.Store(false)
-	if err := s.rt.AcquireCompute(ctx, host.Op{Owner: s.owner.name, Device: s.cfg.device, Cost: s.cfg.cost}, &s.lease); err != nil {
+	if err := s.rt.AcquireCompute(ctx, host.Op{Owner: s.owner.Name(), Device: s.cfg.device, Cost: s.cfg.cost}, &s.lease); err != nil {
 		return err
 	}
 
@@ -215,7 +215,7 @@ func (s *NativeSession[T]) quarantineOwner(fenceErr error, fencePanic *recovered
 		reason = fmt.Errorf("fence panicked: %v", fencePanic.value)
 	}
 	msg := "session %q quarantined: fence could not be proven: %w"
-	args := []any{s.owner.name, reason}
+	args := []any{s.owner.Name(), reason}
 	if stageErr != nil {
 		msg += " (the stage had failed with: %v)"
 		args = append(args, stageErr)
@@ -223,14 +223,14 @@ func (s *NativeSession[T]) quarantineOwner(fenceErr error, fencePanic *recovered
 	s.mu.Lock()
 	s.quarantine = hw.Errorf(hw.ErrDeviceLost, msg, args...)
 	s.mu.Unlock()
-	s.rt.NoteQuarantine(s.owner.name, bytes)
+	s.rt.NoteQuarantine(s.owner.Name(), bytes)
 }
 
-// Close releases the owner's resources (see [Owner.Close]). A quarantined
+// Close releases the owner's resources (see [host.Owner.Close]). A quarantined
 // session keeps them and returns its quarantine error.
 func (s *NativeSession[T]) Close(ctx context.Context) error {
 	if s.running.Load() {
-		return hw.Errorf(hw.ErrBusy, "session %q is running a stage", s.owner.name)
+		return hw.Errorf(hw.ErrBusy, "session %q is running a stage", s.owner.Name())
 	}
 	if err := s.Quarantined(); err != nil {
 		return err

@@ -54,7 +54,7 @@ type state struct {
 func (f *fixture) session(t testing.TB, name string, fence stages.Fence[state], opts ...stages.NativeOption) (*stages.NativeSession[state], *hw.Budget) {
 	t.Helper()
 	budget := hw.NewBudget(name, 1<<20)
-	owner := stages.NewOwner(name, budget)
+	owner := host.NewOwner(name, budget)
 	stream, err := owner.NewStream(f.gpu)
 	if err != nil {
 		t.Fatal(err)
@@ -485,7 +485,7 @@ func TestDeviceLossFailsPendingAndLaterWorkAndQuarantines(t *testing.T) {
 		t.Fatal("new stream on a lost device")
 	}
 	// Another device and the runtime keep working.
-	owner := stages.NewOwner("survivor", nil)
+	owner := host.NewOwner("survivor", nil)
 	s2, err := owner.NewStream(other)
 	if err != nil {
 		t.Fatal(err)

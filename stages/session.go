@@ -179,7 +179,7 @@ type instance struct {
 }
 
 // Session is a Wasm stage module instantiated for one session, with its
-// own device resources (an [Owner]), handle table and limits. Every call
+// own device resources (an [host.Owner]), handle table and limits. Every call
 // runs inside a [NativeSession], in this order: re-entrancy guard,
 // admission, compute lease, the stage call under its deadline and the
 // module's memory limit, the fence under its own deadline, the check that
@@ -193,7 +193,7 @@ type Session struct {
 	engine  *Engine
 	module  *Module
 	cfg     SessionConfig
-	owner   *Owner
+	owner   *host.Owner
 	logger  *slog.Logger
 	native  *NativeSession[callState]
 	callCtx reusableCallContext
@@ -224,7 +224,7 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 		return nil, hw.Errorf(hw.ErrInvalidArgument, "session %q: no device", cfg.name)
 	}
 	s := &Session{name: cfg.name, engine: e, module: m, cfg: cfg, logger: e.cfg.logger}
-	s.owner = NewOwner(cfg.name, hw.NewBudget(cfg.name, cfg.budget))
+	s.owner = host.NewOwner(cfg.name, hw.NewBudget(cfg.name, cfg.budget))
 	st := callState{sess: s, table: newHandleTable(nextTag()), outputLimit: cfg.outputLimit}
 	if err := s.declare(st.table); err != nil {
 		_ = s.owner.Close(ctx)
@@ -269,7 +269,7 @@ func (s *Session) declare(t *handleTable) error {
 func (s *Session) Name() string { return s.name }
 
 // Owner returns the session's device resources.
-func (s *Session) Owner() *Owner { return s.owner }
+func (s *Session) Owner() *host.Owner { return s.owner }
 
 // Quarantined returns nil while the session is healthy, else the
 // [hw.ErrDeviceLost] error that says why it was quarantined.

@@ -6,11 +6,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/sessions"
 	"github.com/stagehost/stagehost/sessions/manifest"
-	"github.com/stagehost/stagehost/stages"
 )
 
 // Resident is a manifest resident session: a template from which runs are
@@ -124,7 +124,7 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun) (*sessions.Resi
 		}
 		p = d.cudaP
 	}
-	owner := stages.NewOwner(residentOwnerName(spec.Name, run.ID), hw.NewBudget(spec.Name, spec.Budget))
+	owner := host.NewOwner(residentOwnerName(spec.Name, run.ID), hw.NewBudget(spec.Name, spec.Budget))
 	startup, err := sessions.NewResidentStartup(p, gpu, npu, owner.Budget())
 	if err != nil {
 		return nil, nil, err
