@@ -26,6 +26,7 @@ type EngineConfig struct {
 	mergeGap   int
 	onCompile  func(name string, cached bool)
 	maxMemPage uint32
+	maxModule  int64
 }
 
 // NewEngineConfig returns the defaults:
@@ -36,7 +37,7 @@ type EngineConfig struct {
 //   - the default slog logger for guest logs;
 //   - data segments merged when they are at most 4 KiB apart.
 func NewEngineConfig() EngineConfig {
-	return EngineConfig{logger: slog.Default(), mergeGap: 4096, maxMemPage: 65536}
+	return EngineConfig{logger: slog.Default(), mergeGap: 4096, maxMemPage: 65536, maxModule: DefaultMaxModuleSize}
 }
 
 // WithCacheDir puts wazero's file-backed compilation cache in dir, so each
@@ -46,6 +47,15 @@ func (c EngineConfig) WithCacheDir(dir string) EngineConfig {
 	c.cacheDir, c.noCache = dir, dir == ""
 	return c
 }
+
+// DefaultMaxModuleSize is the largest module [Engine.Load] accepts by
+// default: 64 MiB.
+const DefaultMaxModuleSize = 64 << 20
+
+// WithMaxModuleSize sets the largest module, in bytes, that [Engine.Load]
+// and [Validate] accept; larger ones are refused before they are read.
+// Default [DefaultMaxModuleSize].
+func (c EngineConfig) WithMaxModuleSize(bytes int64) EngineConfig { c.maxModule = bytes; return c }
 
 // WithLogger sets where guest logs and guest stdout/stderr go. Default
 // slog.Default().

@@ -28,6 +28,7 @@ type SessionConfig struct {
 	outputLimit  int
 	deadline     time.Duration
 	fenceTimeout time.Duration
+	initTimeout  time.Duration
 	fence        *Module
 	drain        bool
 	stagingLimit int
@@ -50,7 +51,7 @@ type bufferDecl struct {
 //     fence that syncs every stream.
 func NewSessionConfig(name string, device hw.Device) SessionConfig {
 	return SessionConfig{name: name, device: device, budget: 64 << 20, outputLimit: 16 << 20,
-		deadline: 5 * time.Second, fenceTimeout: 10 * time.Second, stagingLimit: 64 << 20}
+		deadline: 5 * time.Second, fenceTimeout: 10 * time.Second, initTimeout: 5 * time.Second, stagingLimit: 64 << 20}
 }
 
 // WithStreams declares streams the guest can look up by name.
@@ -90,6 +91,14 @@ func (c SessionConfig) WithOutputLimit(bytes int) SessionConfig { c.outputLimit 
 // interrupted, its instance replaced, and the caller gets
 // [hw.ErrDeadlineExceeded]. Default 5 s.
 func (c SessionConfig) WithDeadline(d time.Duration) SessionConfig { c.deadline = d; return c }
+
+// WithInitTimeout bounds the making of each instance of the session's
+// modules: instantiation with its start function, _initialize and
+// stagehost_init together. It applies when the session is created and
+// whenever an instance is replaced after a trap or a deadline. An
+// instance that is not ready in time is discarded and the session fails
+// with [hw.ErrDeadlineExceeded]. Default 5 s.
+func (c SessionConfig) WithInitTimeout(d time.Duration) SessionConfig { c.initTimeout = d; return c }
 
 // WithFenceTimeout bounds each fence. A fence that runs longer has failed:
 // the session is quarantined. Default 10 s.
