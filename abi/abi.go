@@ -132,3 +132,37 @@ var GoRuntimeWASI = []string{
 	"fd_close", "fd_fdstat_get", "fd_fdstat_set_flags", "fd_prestat_get",
 	"fd_prestat_dir_name", "poll_oneoff", "fd_read", "fd_seek",
 }
+
+// InternalModule is the reserved import namespace of the host's own
+// instrumentation: the host adds an import from it to every module it
+// loads, and refuses any module that imports from it itself.
+const InternalModule = "stagehost_internal"
+
+// FnYield is the function of [InternalModule] that an instrumented module
+// calls when its interruption countdown runs out, of type () -> i32: the
+// host checks the call's deadline and cancellation, unwinds the guest if
+// either has passed, and otherwise returns the new countdown.
+const FnYield = "yield"
+
+// WASISignatures are the Wasm types of the WASI preview 1 functions in
+// [GoRuntimeWASI]. A granted WASI function imported with another type is
+// refused at load.
+var WASISignatures = map[string]Signature{
+	"fd_write":            {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
+	"random_get":          {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"clock_time_get":      {[]api.ValueType{i32, i64, i32}, []api.ValueType{i32}},
+	"args_sizes_get":      {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"args_get":            {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"environ_sizes_get":   {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"environ_get":         {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"proc_exit":           {[]api.ValueType{i32}, nil},
+	"sched_yield":         {nil, []api.ValueType{i32}},
+	"fd_close":            {[]api.ValueType{i32}, []api.ValueType{i32}},
+	"fd_fdstat_get":       {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"fd_fdstat_set_flags": {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"fd_prestat_get":      {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"fd_prestat_dir_name": {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
+	"poll_oneoff":         {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
+	"fd_read":             {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
+	"fd_seek":             {[]api.ValueType{i32, i64, i32, i32}, []api.ValueType{i32}},
+}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/stagehost/stagehost/abi"
@@ -75,9 +79,11 @@ func (c EngineConfig) WithCompileProgress(fn func(name string, cached bool)) Eng
 // Engine compiles and instantiates modules. One Engine per process is
 // enough; it is safe for concurrent use.
 type Engine struct {
-	cfg     EngineConfig
-	runtime wazero.Runtime
-	cache   wazero.CompilationCache
+	cfg      EngineConfig
+	rc       wazero.RuntimeConfig // without the cache
+	runtime  wazero.Runtime
+	cache    wazero.CompilationCache
+	cacheDir string
 
 	mu      sync.Mutex
 	modules map[string]*Module // by sha256 of the original bytes and load options
@@ -120,7 +126,7 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(cfg.maxMemPage)
-	e := &Engine{cfg: cfg, modules: map[string]*Module{}}
+	e := &Engine{cfg: cfg, rc: rc, modules: map[string]*Module{}}
 	if !cfg.noCache {
 		dir := cfg.cacheDir
 		if dir == "" {
@@ -130,7 +136,7 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 		if err != nil {
 			return nil, hw.Errorf(hw.ErrUnsupported, "compilation cache %s: %w", dir, err)
 		}
-		e.cache = cache
+		e.cache, e.cacheDir = cache, dir
 		rc = rc.WithCompilationCache(cache)
 	}
 	e.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
@@ -171,5 +177,73 @@ func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 	if _, err := b.Instantiate(ctx); err != nil {
 		return hw.Errorf(hw.ErrUnsupported, "host module: %w", err)
 	}
+	ib := r.NewHostModuleBuilder(abi.InternalModule)
+	ib.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(hostYield), nil, []api.ValueType{api.ValueTypeI32}).
+		WithName(abi.FnYield).
+		Export(abi.FnYield)
+	if _, err := ib.Instantiate(ctx); err != nil {
+		return hw.Errorf(hw.ErrUnsupported, "host module %s: %w", abi.InternalModule, err)
+	}
 	return nil
+}
+
+// compile compiles bin through the file cache. When that fails and a
+// cache is in use, the cause may be a corrupt or unreadable cache entry
+// rather than the module: compile returns deletes the module's entry (if
+// the module compiles without it), logs a warning, and compiles again.
+func (e *Engine) compile(ctx context.Context, name string, bin []byte) (wazero.CompiledModule, error) {
+	c, err := e.runtime.CompileModule(ctx, bin)
+	if err == nil || e.cache == nil {
+		return c, err
+	}
+	removed, perr := e.removeCacheEntry(ctx, bin)
+	if perr != nil || removed == "" {
+		return nil, err
+	}
+	e.cfg.logger.Warn("deleted an unreadable compilation cache entry and compiled the module again",
+		"module", name, "entry", removed, "error", err)
+	return e.runtime.CompileModule(ctx, bin)
+}
+
+// removeCacheEntry finds the cache file that holds bin's compiled code,
+// by compiling bin once more into an empty cache directory of its own
+// (entries are named by a hash of the module, the engine configuration
+// and the CPU, so the name is the same), and deletes that file from the
+// engine's cache. It returns the deleted file's path, or "" if bin does
+// not compile at all or the cache has no such entry.
+func (e *Engine) removeCacheEntry(ctx context.Context, bin []byte) (string, error) {
+	tmp, err := os.MkdirTemp("", "stagehost-cache-probe-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	cache, err := wazero.NewCompilationCacheWithDir(tmp)
+	if err != nil {
+		return "", err
+	}
+	defer cache.Close(ctx)
+	r := wazero.NewRuntimeWithConfig(ctx, e.rc.WithCompilationCache(cache))
+	defer r.Close(ctx)
+	if _, err := r.CompileModule(ctx, bin); err != nil {
+		return "", nil // the module itself does not compile
+	}
+	removed := ""
+	err = filepath.WalkDir(tmp, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || strings.HasSuffix(p, ".tmp") {
+			return err
+		}
+		rel, err := filepath.Rel(tmp, p)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(e.cacheDir, rel)
+		if err := os.Remove(target); err == nil {
+			removed = target
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
+	return removed, err
 }

@@ -54,33 +54,50 @@ var hostFunctions = map[string]hostFunc{
 	abi.FnStreamIdle:        hostStreamIdle,
 }
 
-// callContext is the context of one host-initiated call into a module:
-// the call's deadline plus the session state host functions act on.
+// callContext is the context of every host-initiated entry into a
+// session's guest code: the entry's deadline and the caller's values and
+// cancellation (a reusable [deadline.Context], so an entry allocates
+// nothing), plus the session state host functions act on.
 type callContext struct {
-	context.Context
-	st *callState
-}
-
-// reusableCallContext is a session's allocation-free call context, used
-// when the caller's context cannot be cancelled (its own deadline is then
-// the only way the call ends early).
-type reusableCallContext struct {
 	deadline.Context
 	st *callState
 }
 
 // state returns the calling session, or nil for a call the host did not
-// make (which cannot happen through the public API). It switches on the
-// concrete types: an assertion to an interface would cost an itab lookup
+// make (which cannot happen through the public API). It asserts the
+// concrete type: an assertion to an interface would cost an itab lookup
 // on every host call.
 func state(ctx context.Context) *callState {
-	switch c := ctx.(type) {
-	case *reusableCallContext:
-		return c.st
-	case *callContext:
+	if c, ok := ctx.(*callContext); ok {
 		return c.st
 	}
 	return nil
+}
+
+// interruption unwinds a guest whose deadline passed or whose caller gave
+// up: [hostYield] panics with it, and the engine returns it, wrapped, from
+// the guest call.
+type interruption struct{ cause error }
+
+func (e *interruption) Error() string { return "guest interrupted: " + e.cause.Error() }
+
+// yieldFuel is the countdown an instrumented module gets back from
+// [hostYield]: about this many Wasm instructions run between two checks
+// of the deadline (well under a millisecond of guest code).
+const yieldFuel = 1 << 20
+
+// hostYield is stagehost_internal.yield, which every instrumented module
+// calls when its countdown runs out. It unwinds the guest if its entry's
+// deadline passed or its caller's context ended; otherwise it returns a
+// new countdown. Returning to Go also gives the scheduler and the garbage
+// collector a safe point.
+func hostYield(ctx context.Context, _ api.Module, stack []uint64) {
+	if c, ok := ctx.(*callContext); ok {
+		if err := c.Err(); err != nil {
+			panic(&interruption{cause: err})
+		}
+	}
+	stack[0] = yieldFuel
 }
 
 func ret(stack []uint64, s abi.Status) { stack[0] = uint64(uint32(s)) }

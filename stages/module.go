@@ -44,6 +44,7 @@ type LoadConfig struct {
 	kind        ModuleKind
 	memoryPages uint32
 	wasi        []string
+	maxSize     int64 // 0: the engine's limit ([Validate]: DefaultMaxModuleSize)
 }
 
 // NewLoadConfig returns the defaults: kind [StageModule], a memory limit
@@ -65,6 +66,11 @@ func (c LoadConfig) WithMemoryLimit(bytes int64) LoadConfig {
 	c.memoryPages = uint32(min(max(bytes, 0)>>16, 65536))
 	return c
 }
+
+// WithMaxSize refuses a module larger than bytes. Default: the engine's
+// limit ([EngineConfig.WithMaxModuleSize]); for [Validate],
+// [DefaultMaxModuleSize].
+func (c LoadConfig) WithMaxSize(bytes int64) LoadConfig { c.maxSize = bytes; return c }
 
 // WithWASI grants WASI preview 1 functions: [GrantGoRuntime], or names
 // from [abi.GoRuntimeWASI]. Nothing else can be granted. Default none.
@@ -122,6 +128,12 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	fail := func(class error, format string, args ...any) (*Module, error) {
 		return nil, hw.Errorf(class, "module %q: "+format, append([]any{cfg.name}, args...)...)
 	}
+	if cfg.maxSize == 0 {
+		cfg.maxSize = e.cfg.maxModule
+	}
+	if err := checkSize(bin, cfg); err != nil {
+		return nil, err
+	}
 	sum := SHA256(bin)
 	if sha256hex == "" {
 		return fail(hw.ErrInvalidArgument, "no expected sha256 given (it is %s)", sum)
@@ -150,7 +162,7 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	if e.cfg.onCompile != nil {
 		e.cfg.onCompile(cfg.name, false)
 	}
-	compiled, err := e.runtime.CompileModule(ctx, rewritten)
+	compiled, err := e.compile(ctx, cfg.name, rewritten)
 	if err != nil {
 		return fail(hw.ErrInvalidArgument, "does not compile: %v", err)
 	}
@@ -175,8 +187,21 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 //
 // As for [Engine.Load].
 func Validate(bin []byte, cfg LoadConfig) error {
+	if cfg.maxSize == 0 {
+		cfg.maxSize = DefaultMaxModuleSize
+	}
+	if err := checkSize(bin, cfg); err != nil {
+		return err
+	}
 	_, _, err := validate(bin, cfg)
 	return err
+}
+
+func checkSize(bin []byte, cfg LoadConfig) error {
+	if cfg.maxSize > 0 && int64(len(bin)) > cfg.maxSize {
+		return hw.Errorf(hw.ErrInvalidArgument, "module %q: %d bytes, more than the limit of %d bytes", cfg.name, len(bin), cfg.maxSize)
+	}
+	return nil
 }
 
 func validate(bin []byte, cfg LoadConfig) (*Module, *wasmbin.Module, error) {
@@ -276,7 +301,11 @@ func checkImports(m *wasmbin.Module, grants map[string]bool) error {
 					how = "it can never be granted in ABI v1"
 				}
 				errs = append(errs, fmt.Errorf("imports %s, which is not granted (%s)", where, how))
+			} else if sig := abi.WASISignatures[im.Name]; !sameSignature(im.Type, sig) {
+				errs = append(errs, fmt.Errorf("imports %s with type %s, WASI preview 1 defines %s", where, formatType(im.Type), formatSig(sig)))
 			}
+		case abi.InternalModule:
+			errs = append(errs, fmt.Errorf("imports %s: %s is reserved for the host's own instrumentation", where, abi.InternalModule))
 		default:
 			errs = append(errs, fmt.Errorf("imports %s: only %s functions and granted WASI functions may be imported", where, abi.ImportModule))
 		}
@@ -332,6 +361,9 @@ func checkMemory(p *wasmbin.Module, limit uint32) error {
 		return fmt.Errorf("defines %d memories, ABI v1 requires exactly one", len(p.Memories))
 	}
 	l := p.Memories[0]
+	if l.Shared {
+		return fmt.Errorf("its memory is shared, which ABI v1 does not allow")
+	}
 	if l.HasMax && l.Max > limit {
 		return fmt.Errorf("memory maximum %d pages (%d MiB) is above the limit of %d pages (%d MiB)", l.Max, l.Max/16, limit, limit/16)
 	}

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/host"
@@ -146,6 +147,7 @@ type callState struct {
 	batch       batchArena  // the decoded batch of stream_submit_batch
 	arena       []byte      // staged upload bytes of this call
 	pendingFree []hw.Buffer // freed by the guest, released after a proven fence
+	calls       int         // calls started, so a failed replacement is told from a failed creation
 }
 
 // stage returns n bytes of upload staging that stay untouched until the
@@ -187,16 +189,27 @@ type instance struct {
 	stack [1]uint64
 }
 
-// Session is a Wasm stage module instantiated for one session, with its
-// own device resources (an [host.Owner]), handle table and limits. Every call
-// runs inside a [NativeSession], in this order: re-entrancy guard,
-// admission, compute lease, the stage call under its deadline and the
-// module's memory limit, the fence under its own deadline, the check that
-// every stream is idle, quarantine if the fence cannot be proven, and the
-// trace record.
+// Session is one Wasm stage session: a stage module instantiated with
+// its own device resources (a [host.Owner]), handle table and limits. It
+// is the Wasm counterpart of [NativeSession], which it runs every call
+// in; resident GPU–NPU sessions are a different thing, in package
+// sessions, and the service's named sessions (package deploy) each wrap
+// one Session.
 //
-// A trapped or timed-out instance is discarded and a new one made before
-// the next call into the module; the session's resources and handles stay.
+// Every call runs in this order: re-entrancy guard, admission, compute
+// lease, the stage call under its deadline and the module's memory limit,
+// the fence under its own deadline, the check that every stream is idle,
+// quarantine if the fence cannot be proven, and the trace record.
+//
+// Every entry into guest code — the start function and _initialize and
+// stagehost_init when an instance is made, stagehost_run and
+// stagehost_fence — goes through one guarded path (see [Session.RunEntry]):
+// it arms a deadline, classifies the outcome as ok, client error, trap or
+// deadline, and discards the instance after a trap or an interruption. A
+// discarded instance is replaced, under the init timeout, before the next
+// entry into the module; the session's resources and handles stay. A
+// session whose instance cannot be replaced has failed: every later call
+// returns the error that failed it.
 type Session struct {
 	name    string
 	engine  *Engine
@@ -205,24 +218,38 @@ type Session struct {
 	owner   *host.Owner
 	logger  *slog.Logger
 	native  *NativeSession[callState]
-	callCtx reusableCallContext
+	callCtx callContext // the context of every entry into guest code; entries never nest
+
+	// mu is held across a whole call (stage, fence, release of freed
+	// buffers), across Close, and whenever instances change.
+	mu      sync.Mutex
 	inst    *instance // nil when discarded
 	fenceIn *instance // the fence module's instance
-	replace int       // instances replaced after a trap or timeout
+	failed  error     // why no instance can be made any more; nil while one can
+	closed  bool
+	replace atomic.Int64 // instances discarded after a trap or interruption
 }
 
 // NewSession creates the session's resources (streams, declared buffers,
 // prepared programs, charged to its budget), registers them in a new
-// handle table, and instantiates the module (running _initialize and
-// stagehost_init).
+// handle table, and instantiates the module (running its start function,
+// _initialize and stagehost_init under the init timeout).
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] for a fence module of the wrong kind or a
-// module that is not a stage module; [hw.ErrOutOfBudget] when the
-// declared buffers exceed the budget; errors of the device; an
-// instantiation failure of the module.
+//   - [hw.ErrInvalidArgument]: a fence module of the wrong kind, a module
+//     that is not a stage module, no device.
+//   - [hw.ErrOutOfBudget]: the declared buffers exceed the budget.
+//   - [hw.ErrDeadlineExceeded]: the module's start function, _initialize
+//     or stagehost_init did not finish within the init timeout; the
+//     message names which.
+//   - [hw.ErrFault]: one of them trapped, or stagehost_init returned
+//     non-zero.
+//   - Errors of the device.
 func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cfg SessionConfig) (*Session, error) {
+	if m == nil {
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "session %q: no module", cfg.name)
+	}
 	if m.kind != StageModule {
 		return nil, hw.Errorf(hw.ErrInvalidArgument, "session %q: module %q is a %s module, not a stage module", cfg.name, m.name, m.kind)
 	}
@@ -284,13 +311,27 @@ func (s *Session) Owner() *host.Owner { return s.owner }
 // [hw.ErrDeviceLost] error that says why it was quarantined.
 func (s *Session) Quarantined() error { return s.native.Quarantined() }
 
-// Replacements counts instances discarded after a trap or timeout.
-func (s *Session) Replacements() int { return s.replace }
+// Replacements counts instances discarded after a trap or an
+// interruption.
+func (s *Session) Replacements() int { return int(s.replace.Load()) }
 
 // ensureInstances makes the stage instance and the fence module's
-// instance if they are missing. It runs inside a call (or at creation),
-// never concurrently.
+// instance if they are missing. It runs with s.mu held (or at creation).
+// A failure after creation fails the session, unless the caller's own
+// context ended it.
 func (s *Session) ensureInstances(ctx context.Context) error {
+	if s.failed != nil {
+		return s.failed
+	}
+	err := s.makeInstances(ctx)
+	if err != nil && s.native.state.calls > 0 && ctx.Err() == nil {
+		s.failed = fmt.Errorf("session %q failed: an instance could not be replaced: %w", s.name, err)
+		return s.failed
+	}
+	return err
+}
+
+func (s *Session) makeInstances(ctx context.Context) error {
 	if s.inst == nil {
 		in, err := s.instantiate(ctx, s.module, abi.ExportRun)
 		if err != nil {
@@ -308,17 +349,30 @@ func (s *Session) ensureInstances(ctx context.Context) error {
 	return nil
 }
 
+// instantiate makes an instance of m and initialises it: the start
+// function (inside instantiation), then _initialize and stagehost_init,
+// all under one deadline of the init timeout.
 func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*instance, error) {
 	mc := wazero.NewModuleConfig().WithName("").WithStartFunctions()
 	if m.wasi {
 		w := guestLogWriter{logger: s.logger, session: s.name}
 		mc = mc.WithStdout(w).WithStderr(w)
 	}
-	st := &s.native.state
-	cctx := &callContext{Context: ctx, st: st}
-	mod, err := s.engine.runtime.InstantiateModule(cctx, m.compiled, mc)
+	deadline := time.Now().Add(s.cfg.initTimeout)
+	fail := func(err error) (*instance, error) {
+		return nil, fmt.Errorf("session %q: module %q: %w", s.name, m.name, err)
+	}
+	var mod api.Module
+	err := s.enter(ctx, deadline, s.cfg.initTimeout, "start function", nil, func(c context.Context) error {
+		var err error
+		mod, err = s.engine.runtime.InstantiateModule(c, m.compiled, mc)
+		return err
+	})
 	if err != nil {
-		return nil, hw.Errorf(hw.ErrFault, "session %q: instantiate module %q: %w", s.name, m.name, err)
+		if mod != nil {
+			_ = mod.Close(context.Background())
+		}
+		return fail(err)
 	}
 	in := &instance{mod: mod, entry: mod.ExportedFunction(entry)}
 	if m.hasFence && entry == abi.ExportRun {
@@ -331,23 +385,64 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 		if !init.has {
 			continue
 		}
-		res, err := mod.ExportedFunction(init.name).Call(cctx)
-		if err == nil && len(res) == 1 && int32(res[0]) != 0 {
-			err = fmt.Errorf("returned %d", int32(res[0]))
+		f := mod.ExportedFunction(init.name)
+		in.stack[0] = 0
+		err := s.enter(ctx, deadline, s.cfg.initTimeout, init.name, nil, func(c context.Context) error {
+			return f.CallWithStack(c, in.stack[:])
+		})
+		if err == nil && init.name == abi.ExportInit && int32(in.stack[0]) != 0 {
+			err = hw.Errorf(hw.ErrFault, "%s returned %d", init.name, int32(in.stack[0]))
 		}
 		if err != nil {
-			_ = mod.Close(ctx)
-			return nil, hw.Errorf(hw.ErrFault, "session %q: module %q: %s failed: %w", s.name, m.name, init.name, err)
+			_ = mod.Close(context.Background())
+			return fail(err)
 		}
 	}
 	return in, nil
+}
+
+// enter is the one path into guest code. It arms the session's call
+// context with the caller's values and cancellation and the given
+// deadline, runs fn (which calls into the guest with that context), and
+// classifies how it ended:
+//
+//   - nil: fn returned before the deadline;
+//   - [hw.ErrDeadlineExceeded] naming what: the deadline passed, whether
+//     the guest was interrupted or returned by itself afterwards (a guest
+//     never reports success past its deadline);
+//   - [hw.ErrDeadlineExceeded] wrapping the caller's context error, when
+//     the caller's own deadline or cancellation ended it;
+//   - [hw.ErrFault]: the guest trapped.
+//
+// After a trap or an interruption, *in (if in is not nil) is discarded,
+// to be replaced before the next entry.
+func (s *Session) enter(parent context.Context, deadline time.Time, timeout time.Duration, what string, in **instance, fn func(context.Context) error) error {
+	c := &s.callCtx
+	c.ArmWithCancel(parent, deadline)
+	err := fn(c)
+	ended := c.Err()
+	c.Disarm()
+	if err == nil && ended == nil {
+		return nil
+	}
+	if err != nil && in != nil {
+		s.discard(in)
+	}
+	var intr *interruption
+	if ended != nil || errors.As(err, &intr) {
+		if parent.Err() != nil { // the caller's own deadline or cancellation
+			return hw.ContextError(parent, fmt.Sprintf("%s of session %q interrupted", what, s.name))
+		}
+		return hw.Errorf(hw.ErrDeadlineExceeded, "%s of session %q exceeded its deadline of %v: %w", what, s.name, timeout, context.DeadlineExceeded)
+	}
+	return hw.Errorf(hw.ErrFault, "%s of session %q trapped: %v", what, s.name, err)
 }
 
 func (s *Session) discard(in **instance) {
 	if *in != nil {
 		_ = (*in).mod.Close(context.Background())
 		*in = nil
-		s.replace++
+		s.replace.Add(1)
 	}
 }
 
@@ -366,16 +461,35 @@ func (s *Session) Run(ctx context.Context, input, dst []byte) ([]byte, error) {
 // # Errors
 //
 //   - *[ClientError]: the stage returned a non-zero code.
-//   - [hw.ErrFault]: the stage trapped (or its instance could not be
-//     made); its instance was discarded.
-//   - [hw.ErrDeadlineExceeded]: the stage ran past its deadline; its
-//     instance was discarded.
+//   - [hw.ErrFault]: the stage trapped (its instance was discarded), or
+//     device work of this call failed (whether or not the stage looked),
+//     or the instance could not be made.
+//   - [hw.ErrDeadlineExceeded]: the stage ran past its deadline (its
+//     instance was discarded if it had to be interrupted), or the
+//     caller's context ended.
 //   - [hw.ErrDeviceLost]: the session is quarantined, before or because
 //     of this call.
-//   - [hw.ErrBusy]: a concurrent or nested call of this runtime.
+//   - [hw.ErrBusy]: a concurrent call of this session, or a nested call
+//     of this runtime.
+//   - [hw.ErrClosed]: the session was closed.
+//   - Once the session has failed (its instance could not be replaced),
+//     the error that failed it, with that error's class.
 func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte) ([]byte, error) {
+	if !s.mu.TryLock() {
+		return dst, hw.Errorf(hw.ErrBusy, "session %q is already running a stage", s.name)
+	}
+	defer s.mu.Unlock()
+	if s.closed {
+		return dst, hw.Errorf(hw.ErrClosed, "session %q is closed", s.name)
+	}
+	if s.failed != nil {
+		return dst, s.failed
+	}
 	var out []byte
+	ran := false
 	err := s.native.Run(ctx, func(lctx context.Context, st *callState) error {
+		ran = true
+		st.calls++
 		st.input, st.entry, st.errMsg, st.logs = input, entry, "", 0
 		st.output, st.arena = st.output[:0], st.arena[:0]
 		defer func() {
@@ -385,55 +499,31 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		if err := s.ensureInstances(lctx); err != nil {
 			return err
 		}
-		var cctx context.Context
-		if lctx.Done() == nil { // nothing but our deadline can end the call
-			s.callCtx.Arm(lctx, time.Now().Add(s.cfg.deadline))
-			defer s.callCtx.Disarm()
-			cctx = &s.callCtx
-		} else {
-			c, cancel := context.WithTimeout(lctx, s.cfg.deadline)
-			defer cancel()
-			cctx = &callContext{Context: c, st: st}
-		}
-		code, err := s.call(lctx, cctx, &s.inst, s.inst.entry, s.cfg.deadline, "stage")
+		in := s.inst
+		in.stack[0] = 0
+		err := s.enter(lctx, time.Now().Add(s.cfg.deadline), s.cfg.deadline, "stage", &s.inst, func(c context.Context) error {
+			return in.entry.CallWithStack(c, in.stack[:])
+		})
 		if err != nil {
 			return err
 		}
-		if code != 0 {
+		if code := int32(in.stack[0]); code != 0 {
 			return &ClientError{Session: s.name, Code: code, Message: st.errMsg}
 		}
 		return nil
 	})
 	dst = append(dst, out...)
-	if s.native.Quarantined() == nil {
+	if ran && s.native.Quarantined() == nil {
 		s.releaseFreed()
 	}
 	return dst, err
 }
 
-// call calls fn of *in with cctx, a call context (see state) that ends at
-// the call's deadline, timeout after the call started. It discards the
-// instance on a trap or timeout. ctx is the caller's context.
-func (s *Session) call(ctx, cctx context.Context, in **instance, fn api.Function, timeout time.Duration, what string) (int32, error) {
-	stack := (*in).stack[:]
-	stack[0] = 0
-	err := fn.CallWithStack(cctx, stack)
-	if err == nil {
-		return int32(stack[0]), nil
-	}
-	s.discard(in)
-	var exit *sys.ExitError
-	if errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled) || cctx.Err() != nil {
-		if ctx.Err() != nil { // the caller's own deadline or cancellation
-			return 0, hw.ContextError(ctx, fmt.Sprintf("%s of session %q interrupted", what, s.name))
-		}
-		return 0, hw.Errorf(hw.ErrDeadlineExceeded, "%s of session %q exceeded its deadline of %v: %w", what, s.name, timeout, context.DeadlineExceeded)
-	}
-	return 0, hw.Errorf(hw.ErrFault, "%s of session %q trapped: %v", what, s.name, err)
-}
-
 // fence is the session's fence: the fence module, the stage module's own
-// stagehost_fence, or the built-in drain.
+// stagehost_fence, or the built-in drain. A guest fence returns 0 when it
+// drained the session's work, or the FAULT status when it drained it but
+// device work had failed; anything else, a trap or its deadline means it
+// failed.
 func (s *Session) fence(ctx context.Context, st *callState) error {
 	var in **instance
 	switch {
@@ -444,25 +534,40 @@ func (s *Session) fence(ctx context.Context, st *callState) error {
 	default:
 		return s.owner.Drain(ctx)
 	}
-	if err := s.ensureInstances(ctx); err != nil { // after a trap, a new instance runs the fence
-		return fmt.Errorf("fence could not run: %w", err)
+	if err := s.makeInstances(ctx); err != nil {
+		// The module's fence cannot run (its instance could not be
+		// made): the built-in drain proves the fence instead.
+		s.logger.Warn("the module's fence could not run; draining every stream instead", "session", s.name, "error", err)
+		return s.owner.Drain(ctx)
 	}
-	f := (*in).entry
+	fi := *in
+	f := fi.entry
 	if in == &s.inst {
-		f = (*in).fence
+		f = fi.fence
 	}
-	deadline, _ := ctx.Deadline()
-	// ctx is the lease's fence context: it already ends at the fence deadline.
-	code, err := s.call(ctx, &callContext{Context: ctx, st: st}, in, f, time.Until(deadline), "fence")
+	fi.stack[0] = 0
+	deadline, _ := ctx.Deadline() // ctx is the lease's fence context: it ends at the fence deadline
+	err := s.enter(ctx, deadline, s.cfg.fenceTimeout, "fence", in, func(c context.Context) error {
+		return f.CallWithStack(c, fi.stack[:])
+	})
 	if err != nil {
-		return err
+		// Not of class ErrFault: a fence that trapped or ran out of time
+		// proved nothing.
+		return fmt.Errorf("fence failed: %v", err)
 	}
-	if code != 0 {
-		return hw.Errorf(hw.ErrFault, "fence of session %q returned %d", s.name, code)
+	switch code := int32(fi.stack[0]); code {
+	case 0:
+		return nil
+	case int32(abi.StatusFault):
+		return hw.Errorf(hw.ErrFault, "fence of session %q drained its work and reported failed device work", s.name)
+	default:
+		return fmt.Errorf("fence of session %q returned %d", s.name, code)
 	}
-	return nil
 }
 
+// releaseFreed frees the buffers the guest freed during the call, now
+// that the fence proved the device no longer touches them. It runs with
+// s.mu held.
 func (s *Session) releaseFreed() {
 	st := &s.native.state
 	for _, b := range st.pendingFree {
@@ -475,9 +580,26 @@ func (s *Session) releaseFreed() {
 // Close closes the module instances and releases the session's device
 // resources. A quarantined session keeps its resources and returns its
 // quarantine error.
+//
+// # Errors
+//
+// [hw.ErrBusy] while a call runs (nothing is closed); the quarantine
+// error of a quarantined session.
 func (s *Session) Close(ctx context.Context) error {
-	s.discard(&s.inst)
-	s.discard(&s.fenceIn)
+	if !s.mu.TryLock() {
+		return hw.Errorf(hw.ErrBusy, "session %q is running a stage", s.name)
+	}
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	for _, in := range []*instance{s.inst, s.fenceIn} {
+		if in != nil {
+			_ = in.mod.Close(context.Background())
+		}
+	}
+	s.inst, s.fenceIn = nil, nil
 	return s.native.Close(ctx)
 }
 

@@ -93,7 +93,9 @@ func BenchmarkWasmGuestSubmitCall(b *testing.B) {
 	s := f.session(b, benchModule(b, f, "submit_loop"), NewSessionConfig("bench", f.gpu).WithStreams("s0").WithPrograms("noop"))
 	ctx := context.Background()
 	stream := s.Owner().Streams()[0].(*sim.Stream)
-	cctx := &callContext{Context: ctx, st: &s.native.state}
+	cctx := &callContext{st: &s.native.state}
+	cctx.Arm(ctx, time.Now().Add(time.Hour))
+	defer cctx.Disarm()
 	stack := make([]uint64, 1)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -8,95 +8,168 @@ import (
 	"time"
 )
 
-// Context is a reusable context with its own deadline and the values of
-// another context, but not that context's cancellation. Re-arming it costs
-// no allocation: its Done channel and timer are made only when someone
-// actually waits on Done, and the timer is reused. Arm and Disarm must not
-// race with each other; the context methods may be called from any
-// goroutine at any time.
+// Context is a reusable context that ends at its own deadline (and, when
+// armed with [Context.ArmWithCancel], when its parent ends), and carries
+// the parent's values.
+// Re-arming it costs no allocation: its Done channel, its timer and its
+// watch on the parent are made only when someone actually waits on Done.
+// Arm and Disarm must not race with each other; the context methods may be
+// called from any goroutine at any time.
 type Context struct {
-	values   context.Context
+	parent   context.Context
+	cancel   bool // the parent's cancellation ends this context too
 	mu       sync.Mutex
+	gen      uint64 // incremented by every Arm, so stale callbacks are ignored
 	deadline time.Time
-	done     chan struct{} // nil until a fence asks for it
-	err      error         // set once the deadline passed
+	done     chan struct{} // nil until someone waits
+	err      error         // set once the context ended
 	timer    *time.Timer   // made on the first Done, then reset
+	stop     func() bool   // stops the watch on the parent, if any
 }
 
-// Arm starts a new use with values from values and the given deadline.
-func (c *Context) Arm(values context.Context, deadline time.Time) {
-	c.mu.Lock()
-	c.values = values
-	c.deadline = deadline
-	if c.err != nil { // the last fence expired and its channel is closed
-		c.done, c.err = nil, nil
+// Arm starts a new use with the parent's values, but not its deadline or
+// cancellation, and the given deadline.
+func (c *Context) Arm(parent context.Context, deadline time.Time) {
+	c.arm(parent, deadline, false)
+}
+
+// ArmWithCancel starts a new use with the parent's values and
+// cancellation, ending at the given deadline or the parent's, whichever
+// is earlier. A parent that is itself a *Context armed with [Context.Arm]
+// ends only at its deadline, so it is not watched (watching would make
+// its channel and timer).
+func (c *Context) ArmWithCancel(parent context.Context, deadline time.Time) {
+	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
-	if c.done != nil {
-		c.timer.Reset(time.Until(deadline))
+	cancel := true
+	if p, ok := parent.(*Context); ok {
+		p.mu.Lock()
+		cancel = p.cancel
+		p.mu.Unlock()
+	}
+	c.arm(parent, deadline, cancel && parent.Done() != nil)
+}
+
+func (c *Context) arm(parent context.Context, deadline time.Time, cancel bool) {
+	c.mu.Lock()
+	c.gen++
+	c.parent, c.cancel = parent, cancel
+	c.deadline = deadline
+	c.unwatchLocked()
+	if c.err != nil || c.done != nil { // the last use's channel may be closed or watched
+		c.done, c.err = nil, nil
 	}
 	c.mu.Unlock()
 }
 
-// Disarm stops the timer at the end of a use.
+// Disarm ends a use: it stops the timer and the watch on the parent.
 func (c *Context) Disarm() {
 	c.mu.Lock()
+	c.gen++
 	if c.timer != nil {
 		c.timer.Stop()
 	}
+	c.unwatchLocked()
 	c.mu.Unlock()
 }
 
-// expireLocked closes Done if the deadline has passed.
-func (c *Context) expireLocked() {
-	if c.err == nil && !time.Now().Before(c.deadline) {
-		c.err = context.DeadlineExceeded
+func (c *Context) unwatchLocked() {
+	if c.stop != nil {
+		c.stop()
+		c.stop = nil
+	}
+}
+
+// endLocked records err (once) and closes Done if it was made.
+func (c *Context) endLocked(err error) {
+	if c.err == nil {
+		c.err = err
 		if c.done != nil {
 			close(c.done)
 		}
 	}
 }
 
+// checkLocked ends the context if its deadline passed or its parent ended.
+func (c *Context) checkLocked() {
+	if c.err != nil {
+		return
+	}
+	if c.cancel {
+		if err := c.parent.Err(); err != nil {
+			c.endLocked(err)
+			return
+		}
+	}
+	if !time.Now().Before(c.deadline) {
+		c.endLocked(context.DeadlineExceeded)
+	}
+}
+
 func (c *Context) onTimer() {
 	c.mu.Lock()
-	c.expireLocked()
+	c.checkLocked()
 	if c.err == nil && c.done != nil { // a stale timer of an earlier arm
 		c.timer.Reset(time.Until(c.deadline))
 	}
 	c.mu.Unlock()
 }
 
+// Deadline returns the armed deadline.
 func (c *Context) Deadline() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.deadline, true
 }
 
+// Done returns a channel closed when the context ends.
 func (c *Context) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.done == nil {
-		c.done = make(chan struct{})
-		if c.err != nil { // expired through Err before anyone asked for Done
-			close(c.done)
-			return c.done
-		}
-		c.expireLocked()
-		if c.err == nil {
-			if c.timer == nil {
-				c.timer = time.AfterFunc(time.Until(c.deadline), c.onTimer)
-			} else {
-				c.timer.Reset(time.Until(c.deadline))
+	if c.done != nil {
+		return c.done
+	}
+	c.done = make(chan struct{})
+	c.checkLocked()
+	if c.err != nil {
+		close(c.done)
+		return c.done
+	}
+	if c.timer == nil {
+		c.timer = time.AfterFunc(time.Until(c.deadline), c.onTimer)
+	} else {
+		c.timer.Reset(time.Until(c.deadline))
+	}
+	if c.cancel {
+		gen := c.gen
+		c.stop = context.AfterFunc(c.parent, func() {
+			c.mu.Lock()
+			if c.gen == gen {
+				c.checkLocked()
 			}
-		}
+			c.mu.Unlock()
+		})
 	}
 	return c.done
 }
 
+// Err returns nil while the context runs, context.DeadlineExceeded once its
+// deadline passed, or the parent's error once the parent ended.
 func (c *Context) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.expireLocked()
+	c.checkLocked()
 	return c.err
 }
 
-func (c *Context) Value(key any) any { return c.values.Value(key) }
+// Value returns the parent's value for key.
+func (c *Context) Value(key any) any {
+	c.mu.Lock()
+	p := c.parent
+	c.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.Value(key)
+}
