@@ -173,13 +173,14 @@ func hostOutputWrite(ctx context.Context, st *callState, mod api.Module, stack [
 
 func hostEntryName(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	dstPtr, dstCap, outPtr := uint32(stack[0]), uint32(stack[1]), uint32(stack[2])
-	if !putU32(mod, outPtr, uint32(len(st.entry))) {
-		ret(stack, abi.StatusOutOfBounds)
+	dst, okDst := guest(mod, dstPtr, dstCap)
+	if _, ok := guest(mod, outPtr, 4); !ok || !okDst {
+		ret(stack, abi.StatusOutOfBounds) // nothing written
 		return
 	}
-	dst, ok := guest(mod, dstPtr, dstCap)
-	if !ok || len(dst) < len(st.entry) {
-		ret(stack, abi.StatusOutOfBounds)
+	putU32(mod, outPtr, uint32(len(st.entry)))
+	if len(dst) < len(st.entry) {
+		ret(stack, abi.StatusOutOfBounds) // the length only, so the guest can size its buffer
 		return
 	}
 	copy(dst, st.entry)
@@ -246,7 +247,7 @@ func hostLookup(kind abi.HandleKind) hostFunc {
 const maxLiveAllocations = 4096
 
 func hostBufferAlloc(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
-	size, outPtr := int32(stack[0]), uint32(stack[1])
+	size, outPtr := uint32(stack[0]), uint32(stack[1])
 	if _, ok := guest(mod, outPtr, 8); !ok {
 		ret(stack, abi.StatusOutOfBounds)
 		return
@@ -262,9 +263,9 @@ func hostBufferAlloc(ctx context.Context, st *callState, mod api.Module, stack [
 
 // allocBuffer allocates a guest buffer on the session's device and gives it
 // a handle (and, when name is not empty, a name).
-func allocBuffer(st *callState, size int32, name string) (abi.Handle, error) {
-	if size <= 0 {
-		return 0, hw.Errorf(hw.ErrInvalidArgument, "buffer size %d", size)
+func allocBuffer(st *callState, size uint32, name string) (abi.Handle, error) {
+	if size == 0 {
+		return 0, hw.Errorf(hw.ErrInvalidArgument, "buffer size 0")
 	}
 	if st.table.live() >= maxLiveAllocations {
 		return 0, hw.Errorf(hw.ErrOutOfBudget, "%d live allocations", st.table.live())
@@ -288,7 +289,7 @@ func allocBuffer(st *callState, size int32, name string) (abi.Handle, error) {
 // allocates one, so a replaced instance finds its buffers again.
 func hostBufferAllocNamed(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	name, ok := guest(mod, uint32(stack[0]), uint32(stack[1]))
-	size, outPtr := int32(stack[2]), uint32(stack[3])
+	size, outPtr := uint32(stack[2]), uint32(stack[3])
 	if !ok {
 		ret(stack, abi.StatusOutOfBounds)
 		return
@@ -303,7 +304,7 @@ func hostBufferAllocNamed(ctx context.Context, st *callState, mod api.Module, st
 	}
 	if h, found := st.table.named[string(name)]; found {
 		e, err := st.table.get(uint64(h), abi.KindBuffer)
-		if err != nil || e.buffer.Size() != int(size) {
+		if err != nil || uint64(e.buffer.Size()) != uint64(size) {
 			ret(stack, abi.StatusInvalidArgument)
 			return
 		}
