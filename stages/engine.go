@@ -31,6 +31,10 @@ type EngineConfig struct {
 	onCompile  func(name string, cached bool)
 	maxMemPage uint32
 	maxModule  int64
+	// uninterruptible, for in-package benchmarks only: modules are not
+	// instrumented, so a guest cannot be interrupted. It is what raw
+	// wazero does, the baseline interruption is measured against.
+	uninterruptible bool
 }
 
 // NewEngineConfig returns the defaults:
@@ -124,7 +128,7 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 		cfg.logger = slog.Default()
 	}
 	rc := wazero.NewRuntimeConfigCompiler().
-		WithCloseOnContextDone(true).
+		WithCloseOnContextDone(!cfg.uninterruptible).
 		WithMemoryLimitPages(cfg.maxMemPage)
 	e := &Engine{cfg: cfg, rc: rc, modules: map[string]*Module{}}
 	if !cfg.noCache {
