@@ -1,6 +1,10 @@
 package host
 
-import "time"
+import (
+	"time"
+
+	"github.com/stagehost/stagehost/internal/monotime"
+)
 
 // Config configures a [Runtime]. It is immutable: every WithX method
 // returns a modified copy, so a Config can be shared and reused.
@@ -17,7 +21,7 @@ type Config struct {
 //   - capacity 64 (see [Config.WithCapacity]);
 //   - trace capacity 4096 records (see [Config.WithTraceCapacity]).
 func NewConfig() Config {
-	return Config{capacity: 64, traceCapacity: 4096, clock: time.Now}
+	return Config{capacity: 64, traceCapacity: 4096, clock: monotime.Now}
 }
 
 // WithCapacity sets the runtime's bounded submission capacity: the most

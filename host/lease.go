@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/internal/deadline"
+	"github.com/stagehost/stagehost/internal/monotime"
 )
 
 // Lease is a native lease on the compute lane, filled in by
@@ -19,7 +21,13 @@ type Lease struct {
 	wait  time.Duration
 	stage stageContext
 	fence deadline.Context
+	// fenceDeadline and end are monotime offsets: the fence's deadline,
+	// and when FenceOverran read the clock (0: not yet).
+	fenceDeadline, end time.Duration
 }
+
+// Started returns when the lease was granted.
+func (l *Lease) Started() time.Time { return l.start }
 
 // Held reports whether the lease is held.
 func (l *Lease) Held() bool { return l.rt != nil }
@@ -36,8 +44,21 @@ func (l *Lease) Context() context.Context { return &l.stage }
 // cancellation (the fence must run even after the stage's deadline), and
 // it has its own deadline timeout from now. It is valid until Release.
 func (l *Lease) FenceContext(timeout time.Duration) context.Context {
-	l.fence.Arm(&l.stage, l.rt.clock().Add(timeout))
+	l.fenceDeadline = monotime.Since() + timeout
+	l.fence.ArmAt(&l.stage, l.fenceDeadline)
 	return &l.fence
+}
+
+// FenceOverran reports, after the fence returned, whether it ran past the
+// deadline of [Lease.FenceContext], as a [hw.ErrDeadlineExceeded] error.
+// The clock reading it takes also ends the occupancy that Release
+// records, so a stage call reads the clock once less.
+func (l *Lease) FenceOverran() error {
+	l.end = monotime.Since()
+	if l.end >= l.fenceDeadline {
+		return hw.ContextError(&l.fence, "fence outlived its deadline")
+	}
+	return nil
 }
 
 // Release ends the lease and records its occupancy in the tracer, marked
@@ -47,10 +68,14 @@ func (l *Lease) Release(failed bool) {
 	if rt == nil {
 		return
 	}
-	end := rt.clock()
+	end := l.end
+	if end == 0 {
+		end = monotime.Since()
+	}
+	l.end = 0
 	l.fence.Disarm()
 	rt.sched.release(l.lane, true, l.cost)
-	rt.tracer.Record(Record{Start: l.start, Dur: end.Sub(l.start), Wait: l.wait,
+	rt.tracer.Record(Record{Start: l.start, Dur: end - monotime.Offset(l.start), Wait: l.wait,
 		Lane: LaneCompute, Owner: l.op.Owner, Device: l.op.Device, Failed: failed})
 	l.rt = nil
 	l.stage.parent = context.Background() // a stage context used after its stage ended sees no deadline, never a nil parent

@@ -15,6 +15,7 @@ import (
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/monotime"
 )
 
 // SessionConfig declares a Wasm session's device resources and limits. It
@@ -358,7 +359,7 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 		w := guestLogWriter{logger: s.logger, session: s.name}
 		mc = mc.WithStdout(w).WithStderr(w)
 	}
-	deadline := time.Now().Add(s.cfg.initTimeout)
+	deadline := monotime.Since() + s.cfg.initTimeout
 	fail := func(err error) (*instance, error) {
 		return nil, fmt.Errorf("session %q: module %q: %w", s.name, m.name, err)
 	}
@@ -403,7 +404,7 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 
 // enter is the one path into guest code. It arms the session's call
 // context with the caller's values and cancellation and the given
-// deadline, runs fn (which calls into the guest with that context), and
+// deadline (a [monotime] offset), runs fn (which calls into the guest with that context), and
 // classifies how it ended:
 //
 //   - nil: fn returned before the deadline;
@@ -416,9 +417,9 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 //
 // After a trap or an interruption, *in (if in is not nil) is discarded,
 // to be replaced before the next entry.
-func (s *Session) enter(parent context.Context, deadline time.Time, timeout time.Duration, what string, in **instance, fn func(context.Context) error) error {
+func (s *Session) enter(parent context.Context, deadline, timeout time.Duration, what string, in **instance, fn func(context.Context) error) error {
 	c := &s.callCtx
-	c.ArmWithCancel(parent, deadline)
+	c.ArmWithCancelAt(parent, deadline)
 	err := fn(c)
 	ended := c.Err()
 	c.Disarm()
@@ -501,7 +502,8 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		}
 		in := s.inst
 		in.stack[0] = 0
-		err := s.enter(lctx, time.Now().Add(s.cfg.deadline), s.cfg.deadline, "stage", &s.inst, func(c context.Context) error {
+		// The deadline counts from when the compute lease was granted.
+		err := s.enter(lctx, monotime.Offset(s.native.lease.Started())+s.cfg.deadline, s.cfg.deadline, "stage", &s.inst, func(c context.Context) error {
 			return in.entry.CallWithStack(c, in.stack[:])
 		})
 		if err != nil {
@@ -547,7 +549,7 @@ func (s *Session) fence(ctx context.Context, st *callState) error {
 	}
 	fi.stack[0] = 0
 	deadline, _ := ctx.Deadline() // ctx is the lease's fence context: it ends at the fence deadline
-	err := s.enter(ctx, deadline, s.cfg.fenceTimeout, "fence", in, func(c context.Context) error {
+	err := s.enter(ctx, monotime.Offset(deadline), s.cfg.fenceTimeout, "fence", in, func(c context.Context) error {
 		return f.CallWithStack(c, fi.stack[:])
 	})
 	if err != nil {

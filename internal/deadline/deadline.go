@@ -6,6 +6,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/stagehost/stagehost/internal/monotime"
 )
 
 // Context is a reusable context that ends at its own deadline (and, when
@@ -20,7 +22,7 @@ type Context struct {
 	cancel   bool // the parent's cancellation ends this context too
 	mu       sync.Mutex
 	gen      uint64 // incremented by every Arm, so stale callbacks are ignored
-	deadline time.Time
+	deadline time.Duration // a monotime offset
 	done     chan struct{} // nil until someone waits
 	err      error         // set once the context ended
 	timer    *time.Timer   // made on the first Done, then reset
@@ -30,6 +32,11 @@ type Context struct {
 // Arm starts a new use with the parent's values, but not its deadline or
 // cancellation, and the given deadline.
 func (c *Context) Arm(parent context.Context, deadline time.Time) {
+	c.arm(parent, monotime.Offset(deadline), false)
+}
+
+// ArmAt is [Context.Arm] with the deadline given as a [monotime] offset.
+func (c *Context) ArmAt(parent context.Context, deadline time.Duration) {
 	c.arm(parent, deadline, false)
 }
 
@@ -39,8 +46,14 @@ func (c *Context) Arm(parent context.Context, deadline time.Time) {
 // ends only at its deadline, so it is not watched (watching would make
 // its channel and timer).
 func (c *Context) ArmWithCancel(parent context.Context, deadline time.Time) {
-	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	c.ArmWithCancelAt(parent, monotime.Offset(deadline))
+}
+
+// ArmWithCancelAt is [Context.ArmWithCancel] with the deadline given as a
+// [monotime] offset, which saves converting times on hot paths.
+func (c *Context) ArmWithCancelAt(parent context.Context, deadline time.Duration) {
+	if d, ok := parent.Deadline(); ok {
+		deadline = min(deadline, monotime.Offset(d))
 	}
 	cancel := true
 	if p, ok := parent.(*Context); ok {
@@ -51,7 +64,7 @@ func (c *Context) ArmWithCancel(parent context.Context, deadline time.Time) {
 	c.arm(parent, deadline, cancel && parent.Done() != nil)
 }
 
-func (c *Context) arm(parent context.Context, deadline time.Time, cancel bool) {
+func (c *Context) arm(parent context.Context, deadline time.Duration, cancel bool) {
 	c.mu.Lock()
 	c.gen++
 	c.parent, c.cancel = parent, cancel
@@ -102,7 +115,7 @@ func (c *Context) checkLocked() {
 			return
 		}
 	}
-	if !time.Now().Before(c.deadline) {
+	if monotime.Since() >= c.deadline {
 		c.endLocked(context.DeadlineExceeded)
 	}
 }
@@ -111,7 +124,7 @@ func (c *Context) onTimer() {
 	c.mu.Lock()
 	c.checkLocked()
 	if c.err == nil && c.done != nil { // a stale timer of an earlier arm
-		c.timer.Reset(time.Until(c.deadline))
+		c.timer.Reset(c.deadline - monotime.Since())
 	}
 	c.mu.Unlock()
 }
@@ -120,7 +133,7 @@ func (c *Context) onTimer() {
 func (c *Context) Deadline() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.deadline, true
+	return monotime.At(c.deadline), true
 }
 
 // Done returns a channel closed when the context ends.
@@ -137,9 +150,9 @@ func (c *Context) Done() <-chan struct{} {
 		return c.done
 	}
 	if c.timer == nil {
-		c.timer = time.AfterFunc(time.Until(c.deadline), c.onTimer)
+		c.timer = time.AfterFunc(c.deadline-monotime.Since(), c.onTimer)
 	} else {
-		c.timer.Reset(time.Until(c.deadline))
+		c.timer.Reset(c.deadline - monotime.Since())
 	}
 	if c.cancel {
 		gen := c.gen
