@@ -30,7 +30,7 @@ var loopModules = []struct {
 	name, export string
 	arg          uint64
 }{
-	{"matmul", "matmul", 4},      // four 64×64 float matrix products, C at -O2
+	{"matmul", "matmul", 4},       // four 64×64 float matrix products, C at -O2
 	{"muladd", "muladd", 1 << 20}, // 2^20 iterations of the tightest loop
 }
 

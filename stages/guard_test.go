@@ -1,0 +1,127 @@
+package stages
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
+)
+
+func abiModule(t testing.TB, f *wasmFixture, name string) *Module {
+	t.Helper()
+	bin, err := os.ReadFile(filepath.Join("testdata", "abi", name+".wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.eng.Load(context.Background(), bin, SHA256(bin), NewLoadConfig().WithName(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestEntryNameWritesOnlyWhatTheABISays checks entry_name's out-parameter
+// rule: a destination too small gets the length only, an out-of-memory
+// destination gets nothing written.
+func TestEntryNameWritesOnlyWhatTheABISays(t *testing.T) {
+	f := newWasmFixture(t)
+	s := f.session(t, abiModule(t, f, "entry_name"), NewSessionConfig("entry", f.gpu))
+	out, err := s.RunEntry(context.Background(), "predict", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u32 := func(i int) uint32 { return binary.LittleEndian.Uint32(out[4*i:]) }
+	if len(out) != 4*6+16 {
+		t.Fatalf("output is %d bytes, want 40", len(out))
+	}
+	if got := abi.Status(u32(0)); got != abi.StatusOutOfBounds || u32(1) != 7 {
+		t.Errorf("dst too small: status %v, length word %#x; want OUT_OF_BOUNDS and 7", got, u32(1))
+	}
+	if got := abi.Status(u32(2)); got != abi.StatusOK || u32(3) != 7 {
+		t.Errorf("dst large enough: status %v, length word %#x; want OK and 7", got, u32(3))
+	}
+	if name := out[16:32]; !bytes.Equal(name[:7], []byte("predict")) || name[7] != 0xBB {
+		t.Errorf("name bytes % x, want \"predict\" and nothing more", name)
+	}
+	if got := abi.Status(u32(8)); got != abi.StatusOutOfBounds || u32(9) != 0xAAAAAAAA {
+		t.Errorf("dst outside memory: status %v, length word %#x; want OUT_OF_BOUNDS and untouched 0xaaaaaaaa", got, u32(9))
+	}
+}
+
+// TestCloseWhileACallRunsIsBusyAndKeepsTheInstance holds a stage inside a
+// stream_sync on a hung command, closes the session meanwhile (ErrBusy,
+// nothing closed), then lets the stage finish normally.
+func TestCloseWhileACallRunsIsBusyAndKeepsTheInstance(t *testing.T) {
+	f := newWasmFixture(t)
+	s := f.session(t, f.mustLoad(t, "good_stage"), f.defaultConfig("busy").WithDeadline(time.Hour).WithFenceTimeout(time.Hour))
+	stream := s.Owner().Streams()[0].(*sim.Stream)
+	release := stream.Inject(sim.Fault{Kind: sim.Hang})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(context.Background(), nil, nil)
+		done <- err
+	}()
+	for stream.Idle() { // until the stage has submitted its command
+		runtime.Gosched()
+	}
+	if err := s.Close(context.Background()); !errors.Is(err, hw.ErrBusy) {
+		t.Fatalf("Close during a call = %v, want ErrBusy", err)
+	}
+	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, hw.ErrBusy) {
+		t.Fatalf("a concurrent Run = %v, want ErrBusy", err)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("the running call failed after a refused Close: %v", err)
+	}
+	if _, err := s.Run(context.Background(), nil, nil); err != nil {
+		t.Fatalf("a call after the refused Close: %v", err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, hw.ErrClosed) {
+		t.Fatalf("Run after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestReplacementsIsSafeToReadDuringCalls reads the replacement counter
+// while trapping calls replace instances; the race detector fails this
+// test if the counter is not synchronised.
+func TestReplacementsIsSafeToReadDuringCalls(t *testing.T) {
+	f := newWasmFixture(t)
+	s := f.session(t, f.mustLoad(t, "trap_stage"), f.defaultConfig("trap"))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = s.Replacements()
+				runtime.Gosched()
+			}
+		}
+	})
+	for range 5 {
+		if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, hw.ErrFault) {
+			t.Errorf("Run = %v, want a trap (Fault)", err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if got := s.Replacements(); got != 5 {
+		t.Fatalf("Replacements = %d after 5 traps, want 5", got)
+	}
+}
