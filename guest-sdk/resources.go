@@ -133,7 +133,10 @@ func (s Stream) Read(b Buffer, off int, dst []byte) error {
 }
 
 // Sync waits until every command on the stream has retired and returns the
-// first failure no earlier Sync returned (stream_sync).
+// first failure no earlier Sync returned (stream_sync). A command that
+// failed on the device gives an error of status FAULT (ErrFault), which the
+// host also records: the call then fails with Fault even if the stage or
+// fence ignores the error (ABI.md §4.4).
 func (s Stream) Sync() error { return check("stream_sync", hStreamSync(s.h)) }
 
 // Idle reports whether every command on the stream has retired, without

@@ -17,6 +17,16 @@
 // Stream.Idle that finds work retires one command. So a stage that forgets
 // to drain its streams behaves as it would on the host.
 //
+// A command fails on the device when its kernel returns an error or panics:
+// a built-in kernel given arguments it cannot use (fill with one argument,
+// say), or a kernel added with Kernel that returns an error. As on the host
+// (ABI.md §4.4), device work that failed never reaches the caller as
+// success: the emulator records every FAULT that Stream.Sync reports during
+// a run, to the stage or to a fence, and every failure the built-in fence
+// finds. A run with one fails with a *FaultError (the fence still proved
+// the drain, so the session is not quarantined), or with the stage's own
+// *ClientError or *TrapError, which names it.
+//
 // Runs are serialised process-wide (the SDK talks to one host at a time),
 // so parallel tests may use separate emulators; a stage must not call Run.
 // Go panics in a stage are recovered and reported as a *TrapError, as the
@@ -26,7 +36,6 @@
 package emu
 
 import (
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -99,6 +108,11 @@ type Emulator struct {
 	stages   map[string]func(*stagehost.Call) error
 	running  bool
 	lost     error
+
+	// failures are the device failures recorded during the current run:
+	// FAULTs that stream_sync reported, and failures the built-in fence
+	// found. Cleared when a run starts.
+	failures []error
 
 	// The current run.
 	entry  string
@@ -180,7 +194,14 @@ func WithLog(fn func(level stagehost.Level, msg string)) Option {
 // WithFence makes fn the session's fence, as a separate fence module would
 // be. Without it the emulator uses the fence the test binary registered with
 // package fence (the module's own stagehost_fence), or else the built-in
-// fence, which syncs every stream.
+// fence, which syncs every stream and records every failure it finds.
+//
+// fn's result is read as the host reads the export's status (ABI.md §4.4):
+// nil, or an error whose stagehost.StatusOf is FAULT (such as Stream.Sync's
+// error for a command that failed on the device), with every stream idle
+// afterwards, proves the drain, and a FAULT fails the run with a
+// *FaultError; any other error, a panic, or a busy stream quarantines the
+// session.
 func WithFence(fn func() error) Option { return func(e *Emulator) { e.fence = fn } }
 
 // New returns an emulator with no resources, a budget of DefaultBudget and
@@ -339,25 +360,90 @@ func (e *Emulator) Quarantined() error {
 // ClientError is a stage's non-zero result (ABI.md §4.1): the code it
 // returned and the message it set with error_set. For a Go stage the code is
 // stagehost.StatusOf of the returned error.
+//
+// If device work of the run failed as well, the client error is still what
+// Run returns, with the failure in Failed: its message names the failure,
+// and it unwraps to it, so errors.Is(err, stagehost.ErrFault) holds too, as
+// for the host's error.
 type ClientError struct {
 	Code    int32
 	Message string
+	Failed  *FaultError // device work of the run that failed, or nil
 }
 
 func (e *ClientError) Error() string {
-	return "emu: stage failed with code " + strconv.Itoa(int(e.Code)) + ": " + e.Message
+	s := "emu: stage failed with code " + strconv.Itoa(int(e.Code)) + ": " + e.Message
+	if e.Failed != nil {
+		s += " (device work of the run also failed: " + e.Failed.failures() + ")"
+	}
+	return s
+}
+
+// Unwrap returns Failed, or nil.
+func (e *ClientError) Unwrap() error {
+	if e.Failed == nil {
+		return nil
+	}
+	return e.Failed
+}
+
+// FaultError is a run whose device work failed although the fence proved
+// the drain (ABI.md §4.1, "device work failed"; §4.4): commands that failed
+// on the device, reported by Stream.Sync (to the stage or to a fence) or
+// found by the built-in fence, or a fence that returned an error of status
+// FAULT. The session is not quarantined. It matches stagehost.ErrFault and
+// unwraps to the failures and the fence's error.
+type FaultError struct {
+	Failures []error // the failed commands recorded during the run, in order
+	Fence    error   // the fence's FAULT error, or nil
+}
+
+func (e *FaultError) Error() string { return "emu: device work failed: " + e.failures() }
+
+// failures describes the failures, and the fence's report if there is no
+// recorded failure.
+func (e *FaultError) failures() string {
+	if len(e.Failures) == 0 {
+		if e.Fence == nil {
+			return "no failure recorded"
+		}
+		return "the fence reported: " + e.Fence.Error()
+	}
+	msgs := make([]string, len(e.Failures))
+	for i, f := range e.Failures {
+		msgs[i] = f.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// Is makes a FaultError match stagehost.ErrFault.
+func (e *FaultError) Is(target error) bool { return target == stagehost.ErrFault }
+
+// Unwrap returns the failures and the fence's error.
+func (e *FaultError) Unwrap() []error {
+	errs := slices.Clone(e.Failures)
+	if e.Fence != nil {
+		errs = append(errs, e.Fence)
+	}
+	return errs
 }
 
 // TrapError is a stage or fence that panicked: the host would see a trap
-// and report a FAULT. It matches stagehost.ErrFault.
+// and report a FAULT. It matches stagehost.ErrFault. A trapped stage's run
+// whose device work failed as well names the failure in Failed.
 type TrapError struct {
-	Where string // "stage" or "fence"
-	Value any    // the panic value
-	Stack []byte // the panicking goroutine's stack
+	Where  string      // "stage" or "fence"
+	Value  any         // the panic value
+	Stack  []byte      // the panicking goroutine's stack
+	Failed *FaultError // device work of the run that failed, or nil
 }
 
 func (e *TrapError) Error() string {
-	return fmt.Sprintf("emu: %s trapped: panic: %v\n%s", e.Where, e.Value, e.Stack)
+	s := fmt.Sprintf("emu: %s trapped: panic: %v", e.Where, e.Value)
+	if e.Failed != nil {
+		s += " (device work of the run also failed: " + e.Failed.failures() + ")"
+	}
+	return s + "\n" + string(e.Stack)
 }
 
 // Is makes a TrapError match stagehost.ErrFault.
@@ -366,19 +452,25 @@ func (e *TrapError) Is(target error) bool { return target == stagehost.ErrFault 
 // Unwrap returns the panic value if it is an error.
 func (e *TrapError) Unwrap() error { err, _ := e.Value.(error); return err }
 
-// QuarantineError is a failed fence (ABI.md §4.3): it returned an error,
-// trapped, or left a stream busy. The session is quarantined: this and every
+// QuarantineError is a failed fence (ABI.md §4.4): it returned an error
+// whose status is not FAULT, trapped, or left a stream busy (whether it
+// returned nil or a FAULT error). The session is quarantined: this and every
 // later Run returns it. It matches stagehost.ErrDeviceLost and unwraps to
-// the fence's failure and the stage's own error, if any.
+// the fence's failure and the stage's own error, if any; device work of the
+// run that failed is named in the message, not unwrapped.
 type QuarantineError struct {
-	Reason error // why the fence failed
-	Stage  error // the run's own error, if it had one
+	Reason error       // why the fence failed
+	Stage  error       // the run's own error, if it had one
+	Failed *FaultError // device work of the run that failed, or nil
 }
 
 func (e *QuarantineError) Error() string {
 	s := "emu: session quarantined: fence could not be proven: " + e.Reason.Error()
 	if e.Stage != nil {
 		s += " (after stage error: " + e.Stage.Error() + ")"
+	}
+	if e.Failed != nil {
+		s += " (device work had failed: " + e.Failed.failures() + ")"
 	}
 	return s
 }
@@ -399,9 +491,19 @@ var errBusy = fmt.Errorf("emu: Run called while this emulator is running a stage
 
 // Run runs the stage registered for entry ("" means "main") with input, as
 // the host runs stagehost_run, then the fence, then the idle check. It
-// returns the output on success; a *ClientError when the stage returned an
-// error; a *TrapError when it panicked; a *QuarantineError when the fence
-// failed (then and for every later call).
+// returns, as the host's outcomes (ABI.md §4.1):
+//   - the output on success;
+//   - a *QuarantineError when the fence failed (then and for every later
+//     call);
+//   - a *TrapError when the stage panicked;
+//   - a *ClientError when the stage returned an error;
+//   - a *FaultError when the stage returned nil but device work of the run
+//     failed: a FAULT that Stream.Sync reported during the run (whether or
+//     not the stage or fence then ignored it), a failure the built-in fence
+//     found, or a fence that returned an error of status FAULT. The
+//     session is not quarantined.
+//
+// Run does not emulate deadlines.
 func (e *Emulator) Run(entry string, input []byte) ([]byte, error) {
 	if entry == "" {
 		entry = stagehost.DefaultEntry
@@ -431,6 +533,7 @@ func (e *Emulator) Run(entry string, input []byte) ([]byte, error) {
 
 	e.mu.Lock()
 	e.entry, e.input, e.output, e.errMsg = entry, slices.Clone(input), nil, ""
+	e.failures = nil
 	e.mu.Unlock()
 
 	var code int32
@@ -447,8 +550,19 @@ func (e *Emulator) Run(entry string, input []byte) ([]byte, error) {
 		stageErr = &ClientError{Code: code, Message: e.errMsg}
 		e.mu.Unlock()
 	}
-	if err := e.fenceAndVerify(stageErr); err != nil {
-		return nil, err
+	failed, q := e.fenceAndVerify(stageErr)
+	if q != nil {
+		return nil, q
+	}
+	if failed != nil {
+		switch se := stageErr.(type) {
+		case nil:
+			return nil, failed
+		case *ClientError:
+			se.Failed = failed
+		case *TrapError:
+			se.Failed = failed
+		}
 	}
 	if stageErr != nil {
 		return nil, stageErr
@@ -459,7 +573,8 @@ func (e *Emulator) Run(entry string, input []byte) ([]byte, error) {
 }
 
 // RunFence runs only the fence and the idle check, as the host does after a
-// stage: for testing a fence module. It returns nil or a *QuarantineError.
+// stage: for testing a fence module. It returns nil, a *FaultError (the
+// fence drained, but device work had failed), or a *QuarantineError.
 func (e *Emulator) RunFence() error {
 	e.mu.Lock()
 	if e.running {
@@ -472,6 +587,7 @@ func (e *Emulator) RunFence() error {
 		return err
 	}
 	e.running = true
+	e.failures = nil
 	e.mu.Unlock()
 	detach := host.Attach((*abiHost)(e))
 	defer func() {
@@ -480,7 +596,14 @@ func (e *Emulator) RunFence() error {
 		e.running = false
 		e.mu.Unlock()
 	}()
-	return e.fenceAndVerify(nil)
+	failed, q := e.fenceAndVerify(nil)
+	switch {
+	case q != nil:
+		return q
+	case failed != nil:
+		return failed
+	}
+	return nil
 }
 
 // protect calls f, turning a panic into a *TrapError.
@@ -493,9 +616,13 @@ func protect(where string, f func() error) (err error) {
 	return f()
 }
 
-// fenceAndVerify runs the fence, then checks every stream is idle; on
-// failure it quarantines the session.
-func (e *Emulator) fenceAndVerify(stageErr error) error {
+// fenceAndVerify runs the fence, then checks every stream is idle (ABI.md
+// §4.4). A fence that returned nil or an error of status FAULT (as its
+// stagehost_fence export would return: stagehost.StatusOf) and left every
+// stream idle proved the drain; then failed is the run's device failures,
+// if any. Any other error, a panic, or a busy stream is a failed fence: q
+// is the quarantine, and the session is quarantined.
+func (e *Emulator) fenceAndVerify(stageErr error) (failed *FaultError, q *QuarantineError) {
 	e.mu.Lock()
 	fn := e.fence
 	e.mu.Unlock()
@@ -505,35 +632,48 @@ func (e *Emulator) fenceAndVerify(stageErr error) error {
 	if fn == nil {
 		fn = e.builtinFence
 	}
-	reason := protect("fence", fn)
-	if reason == nil {
-		reason = e.verifyIdle()
+	fenceErr := protect("fence", fn)
+	_, trapped := fenceErr.(*TrapError)
+	var reason, fenceFault error
+	switch {
+	case trapped, fenceErr != nil && stagehost.StatusOf(fenceErr) != stagehost.StatusFault:
+		reason = fenceErr
+	default:
+		// The fence reports a drain, perhaps with failed work: the streams
+		// must say the same.
+		if reason = e.verifyIdle(); reason != nil && fenceErr != nil {
+			reason = fmt.Errorf("%w (the fence had reported: %v)", reason, fenceErr)
+		}
+		fenceFault = fenceErr
 	}
-	if reason == nil {
-		return nil
+	e.mu.Lock()
+	if len(e.failures) > 0 || fenceFault != nil {
+		failed = &FaultError{Failures: slices.Clone(e.failures), Fence: fenceFault}
 	}
-	q := &QuarantineError{Reason: reason, Stage: stageErr}
+	e.mu.Unlock()
+	if reason == nil {
+		return failed, nil
+	}
+	q = &QuarantineError{Reason: reason, Stage: stageErr, Failed: failed}
 	e.mu.Lock()
 	e.lost = q
 	e.mu.Unlock()
 	e.note(stagehost.LevelError, q.Error())
-	return q
+	return nil, q
 }
 
-// builtinFence syncs every stream, attempting all of them, and joins the
-// failures (the host's built-in fence).
+// builtinFence is the host's built-in fence: it drains every stream,
+// attempting all of them, and records every failure it finds. It proves
+// the drain, so it returns nil; the recorded failures fail the run.
 func (e *Emulator) builtinFence() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var errs []error
 	for _, s := range e.streams {
 		e.drainLocked(s)
-		if len(s.failures) > 0 {
-			errs = append(errs, fmt.Errorf("stream %q: %w", s.name, s.failures[0]))
-			s.failures = s.failures[1:]
-		}
+		e.failures = append(e.failures, s.failures...)
+		s.failures = nil
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func (e *Emulator) verifyIdle() error {

@@ -377,6 +377,9 @@ func (h *abiHost) StreamSync(sh uint64) int32 {
 	s := so.stream
 	e.drainLocked(s)
 	if len(s.failures) > 0 {
+		// The host records every FAULT it reports (ABI.md §4.4): the run
+		// fails even if the guest ignores it.
+		e.failures = append(e.failures, s.failures[0])
 		s.failures = s.failures[1:]
 		return fault
 	}

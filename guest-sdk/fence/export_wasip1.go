@@ -10,7 +10,10 @@ import (
 //go:wasmexport stagehost_fence
 func abiFence() int32 { return run() }
 
-// run is the stagehost_fence export's body.
+// run is the stagehost_fence export's body. It returns StatusOf the
+// fence's error: FAULT tells the host the work drained but device work
+// failed; any other non-zero status is a failed fence (see the package
+// doc).
 func run() int32 {
 	fn := host.Fence()
 	if fn == nil {

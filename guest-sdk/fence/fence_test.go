@@ -56,6 +56,28 @@ func TestRegisteredFenceThatMissesAStream(t *testing.T) {
 	}
 }
 
+func TestRegisteredFenceReportsFailedWork(t *testing.T) {
+	// A launch of "fill" without arguments fails on the device. The fence's
+	// s.Sync() returns that FAULT: drained, with failed work.
+	e := emu.New().Stream("s0").Programs("fill")
+	e.Stage("main", func(c *stagehost.Call) error {
+		s, _ := c.Stream("s0")
+		fill, _ := c.Program("fill")
+		return s.Submit(fill)
+	})
+	_, err := e.Run("main", nil)
+	var fe *emu.FaultError
+	if !errors.As(err, &fe) || !errors.Is(err, stagehost.ErrFault) || errors.Is(err, stagehost.ErrDeviceLost) {
+		t.Fatalf("got %v, want a *FaultError", err)
+	}
+	if !errors.Is(fe.Fence, stagehost.ErrFault) || e.Quarantined() != nil || e.Pending("s0") != 0 {
+		t.Errorf("fence %v, quarantined %v, pending %d", fe.Fence, e.Quarantined(), e.Pending("s0"))
+	}
+	if err := e.RunFence(); err != nil {
+		t.Errorf("fence after the failure was reported: %v", err)
+	}
+}
+
 func TestRegisteredFenceWithoutItsStream(t *testing.T) {
 	err := emu.New().RunFence()
 	if !errors.Is(err, stagehost.ErrDeviceLost) || !errors.Is(err, stagehost.ErrNotFound) {
