@@ -25,7 +25,14 @@ type Owner struct {
 	programs    []hw.Program
 	quarantined bool
 	closed      bool
+	faults      []error // the first maxFaults device failures recorded
+	nfaults     int     // every device failure recorded, kept or not
 }
+
+// maxFaults bounds the device failures an owner keeps between two
+// [Owner.TakeFaults]: a stage that fails a million commands costs eight
+// errors of memory, and the count of the rest.
+const maxFaults = 8
 
 // NewOwner returns an empty owner whose allocations charge budget (nil:
 // unlimited).
@@ -38,6 +45,15 @@ func (o *Owner) Name() string { return o.name }
 
 // Budget is the budget the owner's allocations charge.
 func (o *Owner) Budget() *hw.Budget { return o.budget }
+
+// Err returns nil while o can make resources and run work, an
+// [hw.ErrDeviceLost] error once it is quarantined, or an [hw.ErrClosed]
+// error once it is closed.
+func (o *Owner) Err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.usable()
+}
 
 func (o *Owner) usable() error {
 	if o.quarantined {
@@ -140,9 +156,16 @@ func (o *Owner) Streams() []hw.Stream {
 // Drain is the built-in fence: it syncs every owned stream, attempting all
 // of them even when one fails. A command that failed on the device
 // ([hw.ErrFault]) has still retired, so it does not make the drain fail:
-// the fence proves the work is finished, not that it succeeded. Any other
-// failure (device lost, deadline) means the drain cannot be proven, and
-// those are returned joined.
+// the fence proves the work is finished, not that it succeeded. Such a
+// failure is not forgotten either: Drain records it as [Owner.NoteFault]
+// does, so that whoever runs the fence reports it with [Owner.TakeFaults]
+// and failed device work never reaches a caller as success.
+//
+// # Errors
+//
+// Any failure other than a retired fault (device lost, deadline, closed
+// stream) means the drain cannot be proven; those are returned joined,
+// one per stream that failed.
 func (o *Owner) Drain(ctx context.Context) error {
 	o.mu.Lock()
 	streams := o.streams
@@ -158,10 +181,56 @@ func (o *Owner) Drain(ctx context.Context) error {
 				errs = append(errs, err)
 				break
 			}
-			// A retired failure; Sync reports each once, so look again.
+			// A retired failure: record it. Sync reports each failure
+			// once, so look again for the next.
+			o.NoteFault(err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// NoteFault records err, a failure of device work submitted through o
+// (typically an [hw.ErrFault] error that a stream's Sync or a completion
+// returned), until [Owner.TakeFaults] collects it. Drain records the
+// failures it finds itself; code that syncs o's streams on its own (a
+// guest's stream_sync, a custom fence) records what it saw here. The first
+// eight failures are kept, the rest only counted. A nil err records
+// nothing.
+func (o *Owner) NoteFault(err error) {
+	if err == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.faults) < maxFaults {
+		o.faults = append(o.faults, err)
+	}
+	o.nfaults++
+}
+
+// TakeFaults returns the failures recorded since the last call (see
+// [Owner.NoteFault] and [Owner.Drain]) and forgets them.
+//
+// # Errors
+//
+// nil when none was recorded; otherwise one [hw.ErrFault] error that
+// joins the recorded failures (so [errors.Is] matches each of them) and
+// says how many more were only counted.
+func (o *Owner) TakeFaults() error {
+	o.mu.Lock()
+	faults, n := o.faults, o.nfaults
+	o.faults, o.nfaults = nil, 0
+	o.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	msg := "owner %q: %d device command(s) failed: %w"
+	args := []any{o.name, n, errors.Join(faults...)}
+	if more := n - len(faults); more > 0 {
+		msg += " (and %d more, not kept)"
+		args = append(args, more)
+	}
+	return hw.Errorf(hw.ErrFault, msg, args...)
 }
 
 // VerifyIdle checks that every owned stream has retired all its work. The

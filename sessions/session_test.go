@@ -815,3 +815,42 @@ func TestSimExchangeArguments(t *testing.T) {
 		t.Fatalf("ExpectedPayload(0) = %v", got)
 	}
 }
+
+func TestR8CloseWaitsUnderTheTenSecondDefault(t *testing.T) {
+	if DefaultCloseTimeout != 10*time.Second {
+		t.Fatalf("DefaultCloseTimeout = %v; the seed waits up to 10 s", DefaultCloseTimeout)
+	}
+	r := newRig(t, 4, recording)
+	s := r.session() // no WithCloseTimeout: the default applies
+	release := simStream(r.gs).Inject(sim.Fault{Kind: sim.Hang})
+	must(t, s.SubmitGPU())
+	must(t, s.SubmitNPU())
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	// The GPU participant retires only once Close is already waiting for
+	// it: Close must wait for it, not give up and quarantine.
+	spinUntil(t, "Close to join the GPU participant", func() bool {
+		n, _ := r.gs.(*recStream).joins()
+		return n > 0
+	})
+	_, deadlines := r.gs.(*recStream).joins()
+	release()
+	if err := <-closed; err != nil {
+		t.Fatalf("Close with a participant that retires while Close waits = %v; want nil", err)
+	}
+	if s.Quarantined() {
+		t.Fatal("Close quarantined a session whose participants retired")
+	}
+	// The join's deadline is the close timeout from Close's start: at
+	// least 10 s after start, whatever the scheduling.
+	if d := deadlines[0]; d.Sub(start) < 10*time.Second {
+		t.Fatalf("Close joined with a deadline %v after its start; want at least 10s", d.Sub(start))
+	}
+	if d, ok := s.Decision(); !ok || d != Abort {
+		t.Fatal("Close did not decide ABORT")
+	}
+	if !r.gs.Idle() || !r.ns.Idle() {
+		t.Fatal("a participant has not retired after Close")
+	}
+}

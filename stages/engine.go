@@ -127,8 +127,9 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
+	// No WithCloseOnContextDone: guests are interrupted by the
+	// instrumentation Load adds (RATIONALE.md).
 	rc := wazero.NewRuntimeConfigCompiler().
-		WithCloseOnContextDone(!cfg.uninterruptible).
 		WithMemoryLimitPages(cfg.maxMemPage)
 	e := &Engine{cfg: cfg, rc: rc, modules: map[string]*Module{}}
 	if !cfg.noCache {

@@ -579,7 +579,11 @@ func hostStreamSync(ctx context.Context, st *callState, mod api.Module, stack []
 		retErr(stack, err)
 		return
 	}
-	retErr(stack, s.stream.Sync(ctx))
+	err = s.stream.Sync(ctx)
+	if hw.ClassOf(err) == hw.ErrFault {
+		st.sess.owner.NoteFault(err) // the call fails with Fault even if the guest ignores it
+	}
+	retErr(stack, err)
 }
 
 func hostStreamIdle(ctx context.Context, st *callState, mod api.Module, stack []uint64) {

@@ -159,6 +159,11 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 		return fail(hw.ErrInvalidArgument, "%v", err)
 	}
 	m.segments = [2]int{st.SegmentsBefore, st.SegmentsAfter}
+	if !e.cfg.uninterruptible {
+		if rewritten, err = instrument(rewritten); err != nil {
+			return fail(hw.ErrInvalidArgument, "%v", err)
+		}
+	}
 	if e.cfg.onCompile != nil {
 		e.cfg.onCompile(cfg.name, false)
 	}
@@ -197,6 +202,17 @@ func Validate(bin []byte, cfg LoadConfig) error {
 	return err
 }
 
+// instrument adds the interruption countdown (RATIONALE.md,
+// "Interruption by instrumentation") to a rewritten binary.
+func instrument(bin []byte) ([]byte, error) {
+	p, err := wasmbin.Parse(bin)
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := wasmbin.Instrument(p, wasmbin.InterruptOptions{Module: abi.InternalModule, Name: abi.FnYield, Fuel: yieldFuel})
+	return out, err
+}
+
 func checkSize(bin []byte, cfg LoadConfig) error {
 	if cfg.maxSize > 0 && int64(len(bin)) > cfg.maxSize {
 		return hw.Errorf(hw.ErrInvalidArgument, "module %q: %d bytes, more than the limit of %d bytes", cfg.name, len(bin), cfg.maxSize)
@@ -210,6 +226,9 @@ func validate(bin []byte, cfg LoadConfig) (*Module, *wasmbin.Module, error) {
 	}
 	parsed, err := wasmbin.Parse(bin)
 	if err != nil {
+		return fail(hw.ErrInvalidArgument, err)
+	}
+	if err := parsed.ValidateCode(); err != nil {
 		return fail(hw.ErrInvalidArgument, err)
 	}
 	m := &Module{name: cfg.name, kind: cfg.kind, memoryPages: cfg.memoryPages}

@@ -2,9 +2,9 @@ package stages
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/stagehost/stagehost/host"
@@ -57,29 +57,39 @@ func WithAdmissionCost(units int) NativeOption {
 //  1. admission and a native lease on the runtime's compute lane (earlier
 //     compute drains first; later compute waits; other lanes keep flowing);
 //  2. the stage, on the caller's goroutine;
-//  3. the fence, on every exit path: success, client error, panic, and the
-//     stage's deadline, with a deadline of its own;
+//  3. the fence, on every exit path: success, client error, panic,
+//     [runtime.Goexit] and the stage's deadline, with a deadline of its
+//     own;
 //  4. a check that every owned stream is idle, whatever the fence said;
 //  5. quarantine of the owner when the fence fails, panics, times out or
 //     lies: nothing is freed, budget charges stay, every later stage gets
 //     [hw.ErrDeviceLost];
-//  6. a trace record of the occupancy.
+//  6. the failures of device work that the drain found or that were noted
+//     on the owner ([host.Owner.TakeFaults]): a call whose device work
+//     failed fails with [hw.ErrFault], never succeeds;
+//  7. the release of the lease and a trace record of the occupancy.
 //
-// A panic in the stage is re-raised after the fence; so is a panic in the
-// fence, after quarantine.
+// Steps 3 to 7 run in deferred calls, so a stage that panics or calls
+// [runtime.Goexit] (as t.Fatal does) is fenced and releases the lane like
+// any other. A panic in the stage is re-raised after the fence; so is a
+// panic in the fence, after quarantine; a Goexit goes on exiting the
+// goroutine after the fence.
 //
-// A session runs one stage at a time; a concurrent Run returns
-// [hw.ErrBusy].
+// A session runs one stage at a time; a concurrent Run, or a Close while a
+// stage runs, returns [hw.ErrBusy]. The checks for quarantine and Close
+// and the mark that a stage runs are made under one lock, so a stage never
+// starts on a quarantined or closed session.
 type NativeSession[T any] struct {
 	rt    *host.Runtime
 	owner *host.Owner
 	fence Fence[T]
 	cfg   nativeConfig
 	state T
+	lease host.Lease // used by the one running stage
 
-	running    atomic.Bool
-	lease      host.Lease
 	mu         sync.Mutex
+	running    bool  // a stage is running (between enter and leave)
+	closed     bool  // Close was called on a healthy session
 	quarantine error // why the owner was quarantined, nil while healthy
 }
 
@@ -116,10 +126,12 @@ func (s *NativeSession[T]) Name() string { return s.owner.Name() }
 // [hw.ErrDeviceLost] once the session is quarantined; [hw.ErrBusy] while a
 // stage runs.
 func (s *NativeSession[T]) State() (*T, error) {
-	if err := s.Quarantined(); err != nil {
-		return nil, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.quarantine != nil {
+		return nil, s.quarantine
 	}
-	if s.running.Load() {
+	if s.running {
 		return nil, hw.Errorf(hw.ErrBusy, "session %q is running a stage", s.owner.Name())
 	}
 	return &s.state, nil
@@ -133,39 +145,123 @@ func (s *NativeSession[T]) Quarantined() error {
 	return s.quarantine
 }
 
+// enter marks the session as running a stage, after checking, under the
+// same lock, that it may: not quarantined, not running, not closed, and
+// its owner neither quarantined nor closed.
+func (s *NativeSession[T]) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.quarantine != nil:
+		return s.quarantine
+	case s.running:
+		return hw.Errorf(hw.ErrBusy, "session %q is already running a stage", s.owner.Name())
+	case s.closed:
+		return hw.Errorf(hw.ErrClosed, "session %q is closed", s.owner.Name())
+	}
+	if err := s.owner.Err(); err != nil {
+		return err
+	}
+	s.running = true
+	return nil
+}
+
+func (s *NativeSession[T]) leave() {
+	s.mu.Lock()
+	s.running = false
+	s.mu.Unlock()
+}
+
 // Run executes one stage under the host's wrapping (see [NativeSession]).
+//
+// Device work of the call that failed ([hw.ErrFault]) makes the call fail,
+// whichever fence ran: the built-in fence records the failures it drains,
+// a custom fence may return one (an [hw.ErrFault] error means "drained,
+// but device work failed"), and code that saw one may note it with
+// [host.Owner.NoteFault]. Failures noted before the call started are not
+// the call's: Run forgets them.
 //
 // # Errors
 //
-//   - [hw.ErrDeviceLost] if the session is quarantined, before or because
-//     of this run (then wrapping the fence's failure; a client error from
-//     the same run is named in the message).
+//   - [hw.ErrDeviceLost] if the session or its owner is quarantined,
+//     before or because of this run (then wrapping the fence's failure; a
+//     client error or failed device work of the same run is named in the
+//     message). The fence's failure is any error of a class other than
+//     [hw.ErrFault] (one that also matches [hw.ErrDeviceLost] or
+//     [hw.ErrDeadlineExceeded] counts as such), a panic, its deadline, or
+//     a stream still busy after it.
 //   - [hw.ErrBusy] for a recursive stage of the same runtime or a
 //     concurrent Run of this session.
+//   - [hw.ErrClosed] after Close, or when the owner was closed.
 //   - [hw.ErrDeadlineExceeded] if ctx ends while waiting for admission.
-//   - Otherwise the stage's own error (a client error), or nil.
-func (s *NativeSession[T]) Run(ctx context.Context, stage Stage[T]) error {
-	if err := s.Quarantined(); err != nil {
+//   - The stage's own error (a client error). If device work of the call
+//     failed as well, the error wraps both: [errors.Is] matches the
+//     stage's error and [hw.ErrFault].
+//   - [hw.ErrFault] when the stage returned nil but device work of the
+//     call failed and the fence proved the drain: the session stays
+//     healthy.
+//   - Otherwise nil.
+func (s *NativeSession[T]) Run(ctx context.Context, stage Stage[T]) (err error) {
+	if err := s.enter(); err != nil {
 		return err
 	}
-	if !s.running.CompareAndSwap(false, true) {
-		return hw.Errorf(hw.ErrBusy, "session %q is already running a stage", s.owner.Name())
-	}
-	defer s.running.Store(false)
+	defer s.leave()
+	_ = s.owner.TakeFaults() // faults from before this call are not this call's
 	if err := s.rt.AcquireCompute(ctx, host.Op{Owner: s.owner.Name(), Device: s.cfg.device, Cost: s.cfg.cost}, &s.lease); err != nil {
 		return err
 	}
+	returned := false
+	var stageErr error
+	// Fence, check, quarantine and release run here, on every way out of
+	// the stage: return, panic, and runtime.Goexit (which recover does
+	// not stop, but which runs deferred calls).
+	defer func() {
+		var stagePanic *recovered
+		if !returned {
+			if v := recover(); v != nil {
+				stagePanic = &recovered{v}
+			}
+		}
+		err = s.finish(stageErr, stagePanic, !returned && stagePanic == nil)
+	}()
+	stageErr = stage(s.lease.Context(), &s.state)
+	returned = true
+	return nil
+}
 
-	stagePanic, stageErr := s.callStage(stage)
+type recovered struct{ value any }
+
+// finish runs the fence after a stage that returned stageErr, panicked
+// (stagePanic) or exited its goroutine (exited), checks the owner is idle,
+// quarantines it if the drain is not proven, releases the lease, and
+// re-raises a panic; otherwise it returns the call's error.
+func (s *NativeSession[T]) finish(stageErr error, stagePanic *recovered, exited bool) error {
 	fencePanic, fenceErr := s.callFence()
-	if fenceErr == nil && fencePanic == nil {
-		fenceErr = s.owner.VerifyIdle()
+	var unproven, faultErr error
+	switch {
+	case fencePanic != nil:
+		unproven = fmt.Errorf("fence panicked: %v", fencePanic.value)
+	case fenceErr != nil && !onlyFault(fenceErr):
+		unproven = fenceErr
+	default:
+		// The fence reports a drain, perhaps with failed work: the
+		// streams must say the same.
+		if idleErr := s.owner.VerifyIdle(); idleErr != nil {
+			unproven = idleErr
+			if fenceErr != nil {
+				unproven = fmt.Errorf("%w (the fence had reported: %v)", idleErr, fenceErr)
+			}
+		} else {
+			faultErr = fenceErr
+		}
 	}
-	fenceFailed := fenceErr != nil || fencePanic != nil
-	s.lease.Release(fenceFailed || stageErr != nil || stagePanic != nil)
+	if noted := s.owner.TakeFaults(); noted != nil {
+		faultErr = joinFaults(faultErr, noted)
+	}
+	s.lease.Release(unproven != nil || faultErr != nil || stageErr != nil || stagePanic != nil || exited)
 
-	if fenceFailed {
-		s.quarantineOwner(fenceErr, fencePanic, stageErr)
+	if unproven != nil {
+		s.quarantineOwner(fmt.Errorf("fence could not be proven: %w", unproven), stageErr, faultErr)
 	}
 	if stagePanic != nil {
 		panic(stagePanic.value)
@@ -173,21 +269,32 @@ func (s *NativeSession[T]) Run(ctx context.Context, stage Stage[T]) error {
 	if fencePanic != nil {
 		panic(fencePanic.value)
 	}
-	if fenceFailed {
+	if unproven != nil {
 		return s.Quarantined()
+	}
+	if faultErr != nil {
+		if stageErr != nil {
+			return fmt.Errorf("%w (device work of the call also failed: %w)", stageErr, faultErr)
+		}
+		return faultErr
 	}
 	return stageErr
 }
 
-type recovered struct{ value any }
+// onlyFault reports whether a fence's error means "drained, but device
+// work failed": of class [hw.ErrFault], and matching neither
+// [hw.ErrDeviceLost] nor [hw.ErrDeadlineExceeded] (a joined error that
+// also carries a loss or a deadline does not prove the drain).
+func onlyFault(err error) bool {
+	return hw.ClassOf(err) == hw.ErrFault && !errors.Is(err, hw.ErrDeviceLost) && !errors.Is(err, hw.ErrDeadlineExceeded)
+}
 
-func (s *NativeSession[T]) callStage(stage Stage[T]) (p *recovered, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			p = &recovered{v}
-		}
-	}()
-	return nil, stage(s.lease.Context(), &s.state)
+// joinFaults joins two failures of device work, either of them nil.
+func joinFaults(a, b error) error {
+	if a == nil {
+		return b
+	}
+	return errors.Join(a, b)
 }
 
 func (s *NativeSession[T]) callFence() (p *recovered, err error) {
@@ -202,38 +309,70 @@ func (s *NativeSession[T]) callFence() (p *recovered, err error) {
 	} else {
 		err = s.fence(ctx, &s.state)
 	}
-	if err == nil && ctx.Err() != nil {
-		err = hw.ContextError(ctx, "fence outlived its deadline")
+	// A fence that reports a drain after its deadline has failed all the
+	// same: it was treated as failed from the deadline on.
+	if over := s.lease.FenceOverran(); over != nil && (err == nil || onlyFault(err)) {
+		err = over
 	}
 	return nil, err
 }
 
-func (s *NativeSession[T]) quarantineOwner(fenceErr error, fencePanic *recovered, stageErr error) {
+// quarantineOwner quarantines the owner, whose work cannot be proven
+// finished (reason), and notes it in the runtime, once per session
+// however often it is called.
+func (s *NativeSession[T]) quarantineOwner(reason, stageErr, faultErr error) {
 	bytes := s.owner.Quarantine()
-	reason := fenceErr
-	if fencePanic != nil {
-		reason = fmt.Errorf("fence panicked: %v", fencePanic.value)
-	}
-	msg := "session %q quarantined: fence could not be proven: %w"
+	msg := "session %q quarantined: %w"
 	args := []any{s.owner.Name(), reason}
 	if stageErr != nil {
 		msg += " (the stage had failed with: %v)"
 		args = append(args, stageErr)
 	}
+	if faultErr != nil {
+		msg += " (device work had failed: %v)"
+		args = append(args, faultErr)
+	}
 	s.mu.Lock()
-	s.quarantine = hw.Errorf(hw.ErrDeviceLost, msg, args...)
+	first := s.quarantine == nil
+	if first {
+		s.quarantine = hw.Errorf(hw.ErrDeviceLost, msg, args...)
+	}
 	s.mu.Unlock()
-	s.rt.NoteQuarantine(s.owner.Name(), bytes)
+	if first {
+		s.rt.NoteQuarantine(s.owner.Name(), bytes)
+	}
 }
 
-// Close releases the owner's resources (see [host.Owner.Close]). A quarantined
-// session keeps them and returns its quarantine error.
+// Close releases the owner's resources (see [host.Owner.Close]). Later
+// Runs return [hw.ErrClosed]; closing a closed session does nothing.
+//
+// # Errors
+//
+//   - [hw.ErrBusy] while a stage runs; nothing is closed then.
+//   - [hw.ErrDeviceLost] for a quarantined session, which keeps its
+//     resources, or when the owner's streams did not drain on close: the
+//     session is quarantined then, and keeps them too.
+//   - The owner's other close errors.
 func (s *NativeSession[T]) Close(ctx context.Context) error {
-	if s.running.Load() {
+	s.mu.Lock()
+	switch {
+	case s.running:
+		s.mu.Unlock()
 		return hw.Errorf(hw.ErrBusy, "session %q is running a stage", s.owner.Name())
-	}
-	if err := s.Quarantined(); err != nil {
+	case s.quarantine != nil:
+		err := s.quarantine
+		s.mu.Unlock()
 		return err
+	case s.closed:
+		s.mu.Unlock()
+		return nil
 	}
-	return s.owner.Close(ctx)
+	s.closed = true // from now on no stage starts
+	s.mu.Unlock()
+	err := s.owner.Close(ctx)
+	if err != nil && s.owner.Quarantined() {
+		s.quarantineOwner(fmt.Errorf("its streams did not drain on close: %w", err), nil, nil)
+		return s.Quarantined()
+	}
+	return err
 }

@@ -503,28 +503,6 @@ func TestDeviceLossFailsPendingAndLaterWorkAndQuarantines(t *testing.T) {
 	}
 }
 
-func TestBuiltinFenceTreatsRetiredFaultsAsDrained(t *testing.T) {
-	f := newFixture(t)
-	sess, _ := f.session(t, "faulty", nil)
-	st, _ := sess.State()
-	release := st.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.FailCompletion, Count: 2})
-	defer release()
-	err := sess.Run(context.Background(), func(ctx context.Context, s *state) error {
-		for range 3 {
-			if _, err := s.stream.Submit(&hw.Command{Program: s.noop}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil || sess.Quarantined() != nil {
-		t.Fatalf("failed commands that retired must not fail the drain: %v, %v", err, sess.Quarantined())
-	}
-	if !st.stream.Idle() {
-		t.Fatal("not drained")
-	}
-}
-
 // goroutineID parses the current goroutine's id from its stack header
 // ("goroutine 7 [running]:"); tests only.
 func goroutineID() string {

@@ -61,16 +61,25 @@ func TestExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, exitInvalid, "Usage"},
-		{[]string{"frobnicate"}, exitInvalid, `unknown command "frobnicate"`},
-		{[]string{"check"}, exitInvalid, "exactly one FILE"},
+		{nil, exitUsage, "Usage"},
+		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{[]string{"check"}, exitUsage, "exactly one FILE"},
+		{[]string{"check", "a.toml", "b.toml"}, exitUsage, "exactly one FILE"},
+		{[]string{"run", "--turbo", "../../host.toml"}, exitUsage, "flag provided but not defined: -turbo"},
+		{[]string{"serve", "--grace", "soon", "../../host.toml"}, exitUsage, `invalid value "soon"`},
+		{[]string{"check", "-h"}, exitOK, "Usage of check"},
 		{[]string{"check", bad}, exitInvalid, "bad.toml:3: runtime.capacity"},
 		{[]string{"check", bad}, exitInvalid, "bad.toml:4: runtime.turbo: unknown key"},
+		{[]string{"check", filepath.Join(t.TempDir(), "nope.toml")}, exitInvalid, "nope.toml does not exist"},
+		{[]string{"check", "../../sessions/manifest/testdata/bad/file_kinds.toml"}, exitInvalid, "/dev/zero is not a regular file: it is a character device"},
+		{[]string{"check", "../../sessions/manifest/testdata/bad/file_sizes.toml"}, exitInvalid, "larger than the module size limit of 16B (set by module[3].max_size)"},
 		{[]string{"check", "../../host.toml"}, exitOK, "ok: 2 devices, 3 modules, 2 sessions, 1 resident sessions"},
-		{[]string{"run", "../../host.toml", "--session", "nope"}, exitInvalid, `no session or resident session "nope"`},
-		{[]string{"run", "../../host.toml", "--input", "x"}, exitInvalid, "--input needs --session"},
+		{[]string{"run", "../../host.toml", "--session", "nope"}, exitUsage, `no session or resident session "nope"`},
+		{[]string{"run", "../../host.toml", "--input", "x"}, exitUsage, "--input needs --session"},
+		{[]string{"run", "../../host.toml", "--session", "classify", "--input", "/dev/zero"}, exitInvalid, "not a regular file"},
 		{[]string{"trace", "../../host.toml"}, exitInvalid, "not a stagehost trace"},
-		{[]string{"help"}, exitOK, "Exit codes"},
+		{[]string{"trace", "/dev/zero"}, exitInvalid, "not a regular file"},
+		{[]string{"help"}, exitOK, "2   stagehost crashed"},
 	} {
 		code, out, errs := runCLI(t, tc.args...)
 		if code != tc.code || !strings.Contains(out+errs, tc.want) {
@@ -85,5 +94,25 @@ func TestExitCodes(t *testing.T) {
 	}
 	if code == exitStartup && !strings.Contains(errs, "libcuda") {
 		t.Fatalf("cuda failure does not say why:\n%s", errs)
+	}
+}
+
+// TestNoExitCodeIsACrash: the Go runtime exits with 2 after an unrecovered
+// panic or a fatal error (out of memory), so none of stagehost's own exit
+// codes may be 2, and they must all differ.
+func TestNoExitCodeIsACrash(t *testing.T) {
+	codes := map[string]int{"ok": exitOK, "failed": exitFailed, "startup": exitStartup, "usage": exitUsage, "invalid": exitInvalid}
+	seen := map[int]string{}
+	for name, code := range codes {
+		if code == exitCrash {
+			t.Errorf("exit code %s is %d, the Go runtime's crash status", name, code)
+		}
+		if other, ok := seen[code]; ok {
+			t.Errorf("exit codes %s and %s are both %d", name, other, code)
+		}
+		seen[code] = name
+	}
+	if exitUsage != 64 || exitInvalid != 65 {
+		t.Errorf("usage %d, invalid %d: want the sysexits values 64 and 65", exitUsage, exitInvalid)
 	}
 }

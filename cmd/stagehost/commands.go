@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,13 +25,17 @@ import (
 )
 
 // parse parses flags that may come before or after the one positional
-// argument (the manifest or trace file).
-func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (string, bool) {
+// argument (the manifest or trace file). On failure it returns the exit
+// code: exitOK for -h, exitUsage otherwise.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) {
 	fs.SetOutput(stderr)
 	var pos []string
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
-			return "", false
+			if errors.Is(err, flag.ErrHelp) {
+				return "", exitOK
+			}
+			return "", exitUsage
 		}
 		args = fs.Args()
 		if len(args) > 0 {
@@ -40,31 +45,32 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (string, bool) {
 	}
 	if len(pos) != 1 {
 		fmt.Fprintf(stderr, "stagehost %s: want exactly one FILE argument, got %d\n", fs.Name(), len(pos))
-		return "", false
+		return "", exitUsage
 	}
-	return pos[0], true
+	return pos[0], -1
 }
 
 // parseManifest parses the flags and the one FILE argument, and loads that
-// manifest; it reports every problem on stderr.
-func parseManifest(fs *flag.FlagSet, args []string, stderr io.Writer) (*manifest.Manifest, string, bool) {
-	path, ok := parse(fs, args, stderr)
-	if !ok {
-		return nil, "", false
+// manifest; it reports every problem on stderr. On failure it returns the
+// exit code (-1 on success).
+func parseManifest(fs *flag.FlagSet, args []string, stderr io.Writer) (*manifest.Manifest, string, int) {
+	path, code := parse(fs, args, stderr)
+	if code >= 0 {
+		return nil, "", code
 	}
 	m, err := manifest.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return nil, "", false
+		return nil, "", exitInvalid
 	}
-	return m, path, true
+	return m, path, -1
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	m, path, ok := parseManifest(fs, args, stderr)
-	if !ok {
-		return exitInvalid
+	m, path, code := parseManifest(fs, args, stderr)
+	if code >= 0 {
+		return code
 	}
 	fmt.Fprintf(stdout, "%s: ok: %d devices, %d modules, %d sessions, %d resident sessions\n",
 		path, len(m.Devices), len(m.Modules), len(m.Sessions), len(m.Residents))
@@ -95,17 +101,17 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	only := fs.String("session", "", "run only this session or resident session")
 	inputFile := fs.String("input", "", "input file for the session")
 	traceFile := fs.String("trace", "", "write a Chrome/Perfetto trace here")
-	m, path, ok := parseManifest(fs, args, stderr)
-	if !ok {
-		return exitInvalid
+	m, path, code := parseManifest(fs, args, stderr)
+	if code >= 0 {
+		return code
 	}
 	if *only != "" && m.Session(*only) == nil && m.Resident(*only) == nil {
 		fmt.Fprintf(stderr, "stagehost run: %s has no session or resident session %q\n", path, *only)
-		return exitInvalid
+		return exitUsage
 	}
 	if *inputFile != "" && (*only == "" || m.Session(*only) == nil) {
 		fmt.Fprintln(stderr, "stagehost run: --input needs --session naming a session")
-		return exitInvalid
+		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -115,15 +121,20 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	defer d.Close(context.Background())
 
-	failed := false
+	failed, notCreated := false, false
 	for _, name := range d.SessionNames() {
 		if *only != "" && name != *only {
 			continue
 		}
 		s := d.Session(name)
+		if err := s.Failed(); err != nil {
+			notCreated = true
+			fmt.Fprintf(stdout, "session %s: FAILED: could not be created: %s\n", name, firstLine(err))
+			continue
+		}
 		input, err := s.DefaultInput()
 		if *inputFile != "" {
-			input, err = os.ReadFile(*inputFile)
+			input, err = manifest.ReadFile(*inputFile, manifest.MaxInputSize)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "session %s: input: %v\n", name, err)
@@ -160,10 +171,21 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "trace written to %s (open it in https://ui.perfetto.dev)\n", *traceFile)
 	}
+	if notCreated {
+		fmt.Fprintf(stderr, "stagehost run: %d of %d sessions could not be created\n", len(d.FailedSessions()), len(d.SessionNames()))
+		return exitStartup
+	}
 	if failed {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// firstLine returns the first line of err's message (a trap's message
+// goes on with the guest's stack trace, which the log has).
+func firstLine(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
 }
 
 func writeTrace(path string, t *host.Tracer) error {
@@ -224,9 +246,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	grace := fs.Duration("grace", 30*time.Second, "how long SIGTERM waits for accepted requests")
-	m, path, ok := parseManifest(fs, args, stderr)
-	if !ok {
-		return exitInvalid
+	m, path, code := parseManifest(fs, args, stderr)
+	if code >= 0 {
+		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -240,7 +262,15 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		d.Close(context.Background())
 		return exitStartup
 	}
-	fmt.Fprintf(stdout, "serving %s on http://%s (%d sessions, %d resident sessions)\n", path, ln.Addr(), len(m.Sessions), len(m.Residents))
+	for _, name := range d.FailedSessions() {
+		fmt.Fprintf(stderr, "stagehost serve: session %s could not be created (it answers 503): %s\n", name, firstLine(d.Session(name).Failed()))
+	}
+	failedNote := ""
+	if n := len(d.FailedSessions()); n > 0 {
+		failedNote = fmt.Sprintf(", %d of them failed", n)
+	}
+	fmt.Fprintf(stdout, "serving %s on http://%s (%d sessions%s, %d resident sessions)\n",
+		path, ln.Addr(), len(m.Sessions), failedNote, len(m.Residents))
 	srv := deploy.NewServer(d, newLogger(stderr))
 	err = srv.Serve(ctx, ln, *grace)
 	cerr := d.Close(context.Background())
@@ -258,8 +288,16 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 
 func cmdTrace(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
-	path, ok := parse(fs, args, stderr)
-	if !ok {
+	path, code := parse(fs, args, stderr)
+	if code >= 0 {
+		return code
+	}
+	// A trace is read as a stream; only a regular file will end.
+	if fi, err := os.Stat(path); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	} else if !fi.Mode().IsRegular() {
+		fmt.Fprintf(stderr, "%s: not a regular file\n", path)
 		return exitInvalid
 	}
 	f, err := os.Open(path)

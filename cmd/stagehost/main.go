@@ -2,15 +2,25 @@
 //
 //	stagehost check FILE
 //	stagehost run FILE [--session NAME] [--input FILE] [--trace out.json]
-//	stagehost serve FILE [--addr 127.0.0.1:8080]
+//	stagehost serve FILE [--addr 127.0.0.1:8080] [--grace 30s]
 //	stagehost trace FILE
 //
 // Exit codes:
 //
-//	0  success
-//	1  a session or resident run failed (client error, trap, deadline, quarantine)
-//	2  bad usage, or the manifest or one of its modules is invalid
-//	3  the host could not start (device, backend or session creation failed)
+//	0   success
+//	1   a session or resident run failed (client error, trap, deadline, quarantine)
+//	2   the process crashed: a Go panic or fatal error, such as running out
+//	    of memory (a bug in stagehost, or too little memory); stagehost
+//	    never exits with 2 by itself
+//	3   the host could not start (a device, backend or module could not be
+//	    set up), or, for run, a session could not be created
+//	64  bad command-line usage (EX_USAGE)
+//	65  the manifest, one of the files it names, or an input or trace file
+//	    is invalid (EX_DATAERR)
+//
+// The Go runtime exits with 2 after an unrecovered panic or a fatal error,
+// and that cannot be changed, so no code of stagehost's own is 2: a crash
+// can never pass for an invalid manifest.
 package main
 
 import (
@@ -19,12 +29,15 @@ import (
 	"os"
 )
 
-// Exit codes.
+// Exit codes. 2 is left to the Go runtime, which exits with it when the
+// process crashes.
 const (
 	exitOK      = 0
 	exitFailed  = 1
-	exitInvalid = 2
+	exitCrash   = 2 // never returned: the Go runtime's status after a panic or fatal error
 	exitStartup = 3
+	exitUsage   = 64 // EX_USAGE
+	exitInvalid = 65 // EX_DATAERR
 )
 
 const usage = `stagehost: a host for sandboxed accelerator stages
@@ -40,7 +53,13 @@ Usage:
       --grace 30s                      how long SIGTERM waits for accepted requests
   stagehost trace FILE                 summarise a saved trace
 
-Exit codes: 0 ok, 1 a run failed, 2 bad usage or invalid manifest, 3 the host could not start.
+Exit codes:
+  0   ok
+  1   a session or resident run failed
+  2   stagehost crashed (a bug, or it ran out of memory)
+  3   the host could not start, or (run) a session could not be created
+  64  bad command-line usage
+  65  the manifest, a file it names, or an input or trace file is invalid
 `
 
 func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -49,7 +68,7 @@ func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return exitInvalid
+		return exitUsage
 	}
 	switch args[0] {
 	case "check":
@@ -65,5 +84,5 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "stagehost: unknown command %q\n\n%s", args[0], usage)
-	return exitInvalid
+	return exitUsage
 }

@@ -21,7 +21,7 @@ type Context struct {
 	parent   context.Context
 	cancel   bool // the parent's cancellation ends this context too
 	mu       sync.Mutex
-	gen      uint64 // incremented by every Arm, so stale callbacks are ignored
+	gen      uint64        // incremented by every Arm, so stale callbacks are ignored
 	deadline time.Duration // a monotime offset
 	done     chan struct{} // nil until someone waits
 	err      error         // set once the context ended

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -51,21 +50,48 @@ type Deployment struct {
 // Session is one manifest session, serialising its calls: a Wasm session
 // runs one call at a time, so concurrent callers wait their turn here
 // (honouring their contexts) instead of getting ErrBusy.
+//
+// A session that could not be created at start-up has failed: it has no
+// Wasm session, [Session.Failed] says why, and every call returns an
+// error that wraps [ErrUnavailable].
 type Session struct {
-	Spec  *manifest.Session
-	wasm  *stages.Session
-	turn  chan struct{}
-	mu    sync.Mutex
-	calls uint64
-	fails uint64
+	Spec   *manifest.Session
+	wasm   *stages.Session // nil when failed
+	failed error           // why the session could not be created
+	turn   chan struct{}
+	mu     sync.Mutex
+	calls  uint64
+	fails  uint64
 }
 
+// ErrUnavailable is wrapped by the error of every call to a session that
+// could not be created. The HTTP service answers it with 503.
+var ErrUnavailable = errors.New("session unavailable")
+
+// unavailableError is the error of a call to a failed session.
+type unavailableError struct {
+	name   string
+	reason error
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("session %q is unavailable: it could not be created: %v", e.name, e.reason)
+}
+
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.reason} }
+
 // Open builds the deployment. Nothing runs until Run or RunResident.
+//
+// A session whose creation fails (its module traps or runs past the init
+// timeout in stagehost_init, say) does not stop the others: it is
+// recorded as failed, with the error as its reason (see
+// [Session.Failed] and [Deployment.FailedSessions]), and logged.
 //
 // # Errors
 //
 // [hw.ErrUnsupported] when a cuda device is declared but no CUDA driver is
-// present; module load errors; session creation errors (device, budget).
+// present; device errors; module load errors; the error of a session's
+// creation when ctx ends during it.
 func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
@@ -86,7 +112,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	if err := d.openDevices(); err != nil {
 		return nil, err
 	}
-	ecfg := stages.NewEngineConfig().WithLogger(opt.Logger)
+	ecfg := stages.NewEngineConfig().WithLogger(opt.Logger).WithMaxModuleSize(m.Runtime.MaxModuleSize)
 	switch dir := m.Runtime.CacheDir; dir {
 	case manifest.CacheOff:
 		ecfg = ecfg.WithCacheDir("")
@@ -126,8 +152,13 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 		d.modules[mm.Name] = mod
 	}
 	for i := range m.Sessions {
-		if err := d.openSession(ctx, &m.Sessions[i]); err != nil {
-			return nil, err
+		ms := &m.Sessions[i]
+		if err := d.openSession(ctx, ms); err != nil {
+			if ctx.Err() != nil {
+				return nil, err // start-up was cancelled: no session is to blame
+			}
+			opt.Logger.Error("session could not be created; the others run", "session", ms.Name, "err", err)
+			d.sessions[ms.Name] = &Session{Spec: ms, failed: err, turn: make(chan struct{}, 1)}
 		}
 	}
 	for i := range m.Residents {
@@ -178,7 +209,7 @@ func (d *Deployment) openSession(ctx context.Context, ms *manifest.Session) erro
 	cfg := stages.NewSessionConfig(ms.Name, d.devices[ms.Device]).
 		WithStreams(ms.Streams...).WithPrograms(ms.Programs...).
 		WithBudget(ms.Budget).WithOutputLimit(int(ms.OutputLimit)).
-		WithDeadline(ms.Deadline).WithFenceTimeout(ms.FenceTimeout)
+		WithDeadline(ms.Deadline).WithFenceTimeout(ms.FenceTimeout).WithInitTimeout(ms.InitTimeout)
 	for _, b := range ms.Buffers {
 		cfg = cfg.WithBuffer(b.Name, int(b.Size))
 	}
@@ -223,6 +254,9 @@ func (d *Deployment) injectFaults() error {
 			if s == nil {
 				return hw.Errorf(hw.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
 			}
+			if s.wasm == nil {
+				continue // failed: it has no streams
+			}
 			for _, st := range s.wasm.Owner().Streams() {
 				st.(*sim.Stream).Inject(simFault(f.Kind, f.Count))
 			}
@@ -236,6 +270,18 @@ func (d *Deployment) Session(name string) *Session { return d.sessions[name] }
 
 // Resident returns a resident session template by name, or nil.
 func (d *Deployment) Resident(name string) *Resident { return d.residents[name] }
+
+// FailedSessions lists, in manifest order, the sessions that could not be
+// created.
+func (d *Deployment) FailedSessions() []string {
+	var names []string
+	for _, name := range d.SessionNames() {
+		if d.sessions[name].failed != nil {
+			names = append(names, name)
+		}
+	}
+	return names
+}
 
 // SessionNames lists the sessions in manifest order.
 func (d *Deployment) SessionNames() []string {
@@ -256,12 +302,17 @@ func (d *Deployment) ResidentNames() []string {
 }
 
 // DefaultInput reads the session's default input file, or returns nil.
+// Like every file a manifest names, it must be a regular file of at most
+// [manifest.MaxInputSize] bytes.
 func (s *Session) DefaultInput() ([]byte, error) {
 	if s.Spec.Input == "" {
 		return nil, nil
 	}
-	return os.ReadFile(s.Spec.Input)
+	return manifest.ReadFile(s.Spec.Input, manifest.MaxInputSize)
 }
+
+// Failed returns why the session could not be created, or nil.
+func (s *Session) Failed() error { return s.failed }
 
 // Run calls the session's stage with input, waiting for the session's
 // previous call to finish first (in arrival order per the Go scheduler,
@@ -270,8 +321,12 @@ func (s *Session) DefaultInput() ([]byte, error) {
 // # Errors
 //
 // As for [stages.Session.RunEntry], plus [hw.ErrDeadlineExceeded] if ctx
-// ends while waiting for the session.
+// ends while waiting for the session, and an error wrapping
+// [ErrUnavailable] and the reason if the session could not be created.
 func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
+	if s.failed != nil {
+		return nil, &unavailableError{s.Spec.Name, s.failed}
+	}
 	select {
 	case s.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -293,7 +348,7 @@ type SessionStatus struct {
 	Name        string `json:"name"`
 	Stage       string `json:"stage"`
 	Device      string `json:"device"`
-	State       string `json:"state"` // "ready" or "quarantined"
+	State       string `json:"state"` // "ready", "quarantined", or "failed" (could not be created)
 	Reason      string `json:"reason,omitempty"`
 	Calls       uint64 `json:"calls"`
 	Failures    uint64 `json:"failures"`
@@ -306,6 +361,10 @@ func (s *Session) Status() SessionStatus {
 	s.mu.Lock()
 	calls, fails := s.calls, s.fails
 	s.mu.Unlock()
+	if s.failed != nil {
+		return SessionStatus{Name: s.Spec.Name, Stage: s.Spec.Stage, Device: s.Spec.Device, State: "failed",
+			Reason: s.failed.Error(), Calls: calls, Failures: fails}
+	}
 	st := SessionStatus{Name: s.Spec.Name, Stage: s.Spec.Stage, Device: s.Spec.Device, State: "ready",
 		Calls: calls, Failures: fails, Replaced: s.wasm.Replacements(), BudgetBytes: s.wasm.Owner().Budget().Used()}
 	if q := s.wasm.Quarantined(); q != nil {
@@ -329,6 +388,9 @@ func (d *Deployment) Statuses() []SessionStatus {
 func (d *Deployment) Close(ctx context.Context) error {
 	var errs []error
 	for _, s := range d.sessions {
+		if s.wasm == nil {
+			continue
+		}
 		if err := s.wasm.Close(ctx); err != nil && !errors.Is(err, hw.ErrDeviceLost) {
 			errs = append(errs, err)
 		}

@@ -44,7 +44,8 @@ func writeManifest(t testing.TB, body string) string {
 		t.Fatal(err)
 	}
 	body = strings.ReplaceAll(body, "@REPO@", abs)
-	for _, m := range []string{"examples/wasm/mlp/stage/mlp.wasm", "examples/wasm/cstage/cstage.wasm", "stages/testdata/hostile/good_stage.wasm"} {
+	for _, m := range []string{"examples/wasm/mlp/stage/mlp.wasm", "examples/wasm/cstage/cstage.wasm", "stages/testdata/hostile/good_stage.wasm",
+		"sessions/deploy/testdata/init_trap.wasm", "sessions/deploy/testdata/init_loop.wasm"} {
 		body = strings.ReplaceAll(body, "@SHA:"+m+"@", sha(t, m))
 	}
 	path := filepath.Join(t.TempDir(), "m.toml")

@@ -18,11 +18,13 @@ import (
 
 	"github.com/stagehost/stagehost/host/metrics"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/sessions/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
 
-// MaxRequestBody bounds a run request's input.
-const MaxRequestBody = 64 << 20
+// MaxRequestBody bounds a run request's input: the bound of a manifest's
+// input files.
+const MaxRequestBody = manifest.MaxInputSize
 
 // Server is the HTTP service over a deployment:
 //
@@ -37,7 +39,13 @@ const MaxRequestBody = 64 << 20
 //
 // Errors are JSON {"error", "class", "code"} with a status by error class:
 // client error 422, InvalidArgument 400, NotFound 404, OutOfBudget 413,
-// Busy 429, DeadlineExceeded 504, DeviceLost 503, others 500.
+// Busy 429, DeadlineExceeded 504, DeviceLost 503, a session that could not
+// be created ([ErrUnavailable], class "unavailable") 503, others 500.
+//
+// Besides the runtime's metrics, it exports stagehost_session_runs_total
+// and stagehost_session_run_seconds by session, and
+// stagehost_session_up{session}: 1 while the session is ready, 0 when it
+// is quarantined or could not be created.
 type Server struct {
 	d        *Deployment
 	logger   *slog.Logger
@@ -63,7 +71,7 @@ func NewServer(d *Deployment, logger *slog.Logger) *Server {
 		Name: "stagehost_session_run_seconds", Help: "Session run latency, including the wait for the session.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
 	}, []string{"session"})
-	s.registry.MustRegister(s.requests, s.latency, metrics.NewCollector(d.Runtime),
+	s.registry.MustRegister(s.requests, s.latency, sessionCollector{d}, metrics.NewCollector(d.Runtime),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.mux.HandleFunc("POST /v1/sessions/{name}/run", s.run)
 	s.mux.HandleFunc("GET /v1/sessions", s.listSessions)
@@ -145,6 +153,8 @@ func outcome(err error) string {
 		return "ok"
 	case errors.As(err, &ce):
 		return "client_error"
+	case errors.Is(err, ErrUnavailable):
+		return classUnavailable
 	}
 	if c := hw.ClassOf(err); c != nil {
 		return c.Error()
@@ -202,6 +212,9 @@ func HTTPStatus(err error) int {
 	if errors.As(err, &ce) {
 		return http.StatusUnprocessableEntity
 	}
+	if errors.Is(err, ErrUnavailable) {
+		return http.StatusServiceUnavailable
+	}
 	switch hw.ClassOf(err) {
 	case hw.ErrInvalidArgument:
 		return http.StatusBadRequest
@@ -224,6 +237,8 @@ func writeError(w http.ResponseWriter, err error) {
 	var ce *stages.ClientError
 	if errors.As(err, &ce) {
 		body["class"], body["code"] = "client_error", ce.Code
+	} else if errors.Is(err, ErrUnavailable) {
+		body["class"] = classUnavailable
 	} else if c := hw.ClassOf(err); c != nil {
 		body["class"] = c.Error()
 	}
@@ -236,4 +251,27 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// classUnavailable is the error class, in answers and metrics, of a call
+// to a session that could not be created.
+const classUnavailable = "unavailable"
+
+// sessionUp describes stagehost_session_up.
+var sessionUp = prometheus.NewDesc("stagehost_session_up",
+	"1 while the session is ready; 0 when it is quarantined or could not be created.", []string{"session"}, nil)
+
+// sessionCollector exports every session's state at scrape time.
+type sessionCollector struct{ d *Deployment }
+
+func (c sessionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionUp }
+
+func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.d.Statuses() {
+		up := 0.0
+		if st.State == "ready" {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(sessionUp, prometheus.GaugeValue, up, st.Name)
+	}
 }

@@ -27,6 +27,9 @@ const (
 	defaultOutputLimit     = 16 << 20
 	defaultDeadline        = 5 * time.Second
 	defaultFenceTimeout    = 10 * time.Second
+	defaultInitTimeout     = 5 * time.Second
+	defaultMaxModuleSize   = stages.DefaultMaxModuleSize
+	maxModuleSize          = 4 << 30
 	defaultEntry           = "main"
 	defaultRounds          = 16
 	maxRounds              = 1_000_000
@@ -86,6 +89,8 @@ func (d *decoder) decode(data []byte) *Manifest {
 		}
 		m.Version = int(n)
 	}
+	m.Runtime = Runtime{Capacity: defaultCapacity, TraceBuffer: defaultTraceBuffer, MaxModuleSize: defaultMaxModuleSize}
+	d.moduleLimit = fileLimit{defaultMaxModuleSize, "the module size limit", " (the default: raise it with runtime.max_module_size or the module's max_size)"}
 	d.runtime(root, m)
 	devs := d.devices(root, m)
 	mods := d.modules(root, m)
@@ -128,6 +133,12 @@ func (d *decoder) runtime(root *table, m *Manifest) {
 		dir = resolve(d.dir, dir)
 	}
 	m.Runtime.CacheDir = dir
+	if n, ok := t.size("max_module_size", defaultMaxModuleSize, 1, maxModuleSize); ok {
+		m.Runtime.MaxModuleSize = n
+		if t.has("max_module_size") {
+			d.moduleLimit = fileLimit{n, "the module size limit", " (set by " + t.path.key("max_module_size").String() + ")"}
+		}
+	}
 	t.finish()
 }
 
@@ -286,6 +297,11 @@ func (d *decoder) modules(root *table, m *Manifest) []modMeta {
 			d.errorf(t.path.key("memory_limit"), "must be a whole number of 64KiB WebAssembly pages, not %s", FormatSize(mod.MemoryLimit))
 			limitOK = false
 		}
+		limit := d.moduleLimit
+		if n, ok := t.size("max_size", m.Runtime.MaxModuleSize, 1, maxModuleSize); ok && t.has("max_size") {
+			limit = fileLimit{n, "the module size limit", " (set by " + t.path.key("max_size").String() + ")"}
+		}
+		mod.MaxSize = limit.size
 		var wasiOK bool
 		mod.WASI, wasiOK = t.strings("wasi", nil)
 		for j, g := range mod.WASI {
@@ -309,8 +325,8 @@ func (d *decoder) modules(root *table, m *Manifest) []modMeta {
 			mod.Path = path
 			mod.File = resolve(d.dir, path)
 			var err error
-			if bin, err = d.read(mod.File); err != nil {
-				d.errs = append(d.errs, readError(d.file, d.idx.line(t.path.key("path")), t.path.key("path").String(), mod.File, err))
+			if bin, err = d.read(mod.File, limit); err != nil {
+				d.fileError(t.path.key("path"), mod.File, limit, err)
 				pathOK = false
 			}
 		}
@@ -379,6 +395,7 @@ func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
 		s.OutputLimit, _ = t.size("output_limit", defaultOutputLimit, 0, math.MaxInt64)
 		s.Deadline, _ = t.duration("deadline", defaultDeadline, true)
 		s.FenceTimeout, _ = t.duration("fence_timeout", defaultFenceTimeout, true)
+		s.InitTimeout, _ = t.duration("init_timeout", defaultInitTimeout, true)
 		var entryOK bool
 		if s.Entry, entryOK = t.str("entry", defaultEntry, false); entryOK && s.Entry == "" {
 			d.errorf(t.path.key("entry"), "must not be empty")
@@ -392,9 +409,10 @@ func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
 				d.errorf(t.path.key("input"), "must not be empty: leave input out for no default input")
 			} else {
 				s.Input = resolve(d.dir, in)
-				// Only existence matters here; the bytes are read again at run time.
-				if _, err := d.read(s.Input); err != nil {
-					d.errs = append(d.errs, readError(d.file, d.idx.line(t.path.key("input")), t.path.key("input").String(), s.Input, err))
+				// The bytes are read again at run time; here the file must be
+				// there, regular and within the limit.
+				if _, err := d.read(s.Input, inputLimit); err != nil {
+					d.fileError(t.path.key("input"), s.Input, inputLimit, err)
 				}
 			}
 		}

@@ -33,7 +33,7 @@ size = "4KiB"
 `)
 	// The name places the manifest in testdata/, so the module is read
 	// from testdata/modules/good_stage.wasm.
-	m, err := manifest.Decode("testdata/example.toml", src, os.ReadFile)
+	m, err := manifest.Decode("testdata/example.toml", src, manifest.ReadFile)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -67,7 +67,7 @@ device = "gpu1"
 budget = "64mb"
 dedline = "5s"
 `)
-	noFiles := func(string) ([]byte, error) { return nil, os.ErrNotExist }
+	noFiles := func(string, int64) ([]byte, error) { return nil, os.ErrNotExist }
 	_, err := manifest.Decode("host.toml", src, noFiles)
 	fmt.Println(err)
 	// Output:

@@ -11,7 +11,7 @@ import (
 
 // fuzzFiles serves the test modules and inputs by base name, from memory,
 // so that fuzzing never touches the file system.
-func fuzzFiles(f *testing.F) func(string) ([]byte, error) {
+func fuzzFiles(f *testing.F) ReadFunc {
 	files := map[string][]byte{}
 	paths, _ := filepath.Glob("testdata/modules/*.wasm")
 	paths = append(paths, "testdata/inputs/sample.bin")
@@ -22,7 +22,7 @@ func fuzzFiles(f *testing.F) func(string) ([]byte, error) {
 		}
 		files[filepath.Base(p)] = b
 	}
-	return func(p string) ([]byte, error) {
+	return func(p string, _ int64) ([]byte, error) {
 		if b, ok := files[filepath.Base(p)]; ok {
 			return b, nil
 		}
@@ -78,7 +78,7 @@ func checkManifest(t *testing.T, m *Manifest) {
 		}
 	}
 	for _, mod := range m.Modules {
-		if len(mod.Bytes) == 0 || len(mod.SHA256) != 64 {
+		if len(mod.Bytes) == 0 || len(mod.SHA256) != 64 || int64(len(mod.Bytes)) > mod.MaxSize {
 			t.Fatalf("module %s: %d bytes, sha256 %q", mod.Name, len(mod.Bytes), mod.SHA256)
 		}
 	}
@@ -91,7 +91,7 @@ func checkManifest(t *testing.T, m *Manifest) {
 				t.Fatalf("session %s: fence %q", s.Name, s.Fence)
 			}
 		}
-		if m.Device(s.Device) == nil || s.Deadline <= 0 || s.FenceTimeout <= 0 {
+		if m.Device(s.Device) == nil || s.Deadline <= 0 || s.FenceTimeout <= 0 || s.InitTimeout <= 0 {
 			t.Fatalf("session %s: %+v", s.Name, s)
 		}
 		var sum int64

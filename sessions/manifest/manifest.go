@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -61,6 +60,11 @@ type Runtime struct {
 	// user cache directory, "off" for no file cache, otherwise a directory
 	// (relative ones resolved against the manifest's directory).
 	CacheDir string
+	// MaxModuleSize is the largest module file, in bytes, of a module
+	// without its own max_size; default [stages.DefaultMaxModuleSize]
+	// (64 MiB). It is the engine's limit too
+	// ([stages.EngineConfig.WithMaxModuleSize]).
+	MaxModuleSize int64
 }
 
 // CacheOff is the cache_dir value that disables the file cache.
@@ -128,15 +132,16 @@ type Module struct {
 	SHA256      string // lower-case hex sha256 of Bytes (equal to the declared one)
 	Kind        stages.ModuleKind
 	MemoryLimit int64    // bytes, default 64MiB
+	MaxSize     int64    // the largest the file may be, in bytes; default Runtime.MaxModuleSize
 	WASI        []string // grants, default none
 	Bytes       []byte   // the file's contents, read once (shared by modules naming the same file; do not modify)
 }
 
 // LoadConfig returns the configuration to load the module with: its name,
-// kind, memory limit and WASI grants.
+// kind, memory limit, size limit and WASI grants.
 func (m *Module) LoadConfig() stages.LoadConfig {
 	return stages.NewLoadConfig().WithName(m.Name).WithKind(m.Kind).
-		WithMemoryLimit(m.MemoryLimit).WithWASI(m.WASI...)
+		WithMemoryLimit(m.MemoryLimit).WithMaxSize(m.MaxSize).WithWASI(m.WASI...)
 }
 
 // The fence values that name no module.
@@ -154,15 +159,16 @@ type Session struct {
 	Stage        string // a stage module
 	Fence        string // FenceBuiltin (default), FenceDrain, or a fence module
 	Device       string
-	Streams      []string // default ["s0"]
-	Programs     []string // default none
-	Budget       int64    // default 64MiB
-	OutputLimit  int64    // default 16MiB
-	Deadline     time.Duration
-	FenceTimeout time.Duration
-	Entry        string // default "main"
-	OutputFormat string // how the CLI prints the output: one of OutputFormats, default OutputHex
-	Input        string // resolved path of the default input file; "" for none
+	Streams      []string      // default ["s0"]
+	Programs     []string      // default none
+	Budget       int64         // default 64MiB
+	OutputLimit  int64         // default 16MiB
+	Deadline     time.Duration // default 5s
+	FenceTimeout time.Duration // default 10s
+	InitTimeout  time.Duration // default 5s: bounds making each instance (start function, _initialize, stagehost_init)
+	Entry        string        // default "main"
+	OutputFormat string        // how the CLI prints the output: one of OutputFormats, default OutputHex
+	Input        string        // resolved path of the default input file; "" for none
 	Buffers      []Buffer
 }
 
@@ -240,8 +246,9 @@ func (m *Manifest) Resident(name string) *Resident {
 }
 
 // Load reads the manifest at path and the files it names, and validates
-// all of it. It is [Decode] with the file's contents and [os.ReadFile];
-// errors name the file as path was given.
+// all of it. It is [Decode] with the file's contents and [ReadFile];
+// errors name the file as path was given. The manifest must be a regular
+// file of at most [MaxManifestSize] bytes.
 //
 //	m, err := manifest.Load("host.toml")
 //	if err != nil {
@@ -252,22 +259,25 @@ func (m *Manifest) Resident(name string) *Resident {
 // # Errors
 //
 // An [*Errors] listing every problem, or, only when the manifest itself
-// cannot be read, an [*Errors] holding that one (class [hw.ErrNotFound]).
+// cannot be read, an [*Errors] holding that one (class [hw.ErrNotFound]
+// when it does not exist).
 func Load(path string) (*Manifest, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path, MaxManifestSize)
 	if err != nil {
-		return nil, &Errors{List: []*Error{readError(path, 0, "", path, err)}}
+		limit := fileLimit{MaxManifestSize, "the manifest size limit", ""}
+		return nil, &Errors{List: []*Error{readError(path, 0, "", path, limit, err)}}
 	}
-	return Decode(path, data, os.ReadFile)
+	return Decode(path, data, ReadFile)
 }
 
 // Decode decodes and validates a manifest held in memory. name is the
 // manifest's path: errors are reported against it and the paths in the
 // manifest are resolved against its directory, then read with readFile
-// (nil means [os.ReadFile]). Tests and fuzzers pass a readFile that serves
-// files from memory.
+// (nil means [ReadFile]), each with its limit: a module's max_size, or
+// [MaxInputSize] for an input file. Tests and fuzzers pass a readFile
+// that serves files from memory.
 //
-//	m, err := manifest.Decode("deploy/host.toml", data, os.ReadFile)
+//	m, err := manifest.Decode("deploy/host.toml", data, manifest.ReadFile)
 //	// module paths like "stage/mlp.wasm" are read as "deploy/stage/mlp.wasm"
 //
 // Decode never panics, whatever data holds.
@@ -286,14 +296,15 @@ func Load(path string) (*Manifest, error) {
 //     kind of thing (a fence module as a stage, an npu device as gpu);
 //   - budgets that do not fit: a session's buffers, a resident's startup
 //     line and payload, the budgets on a device with a memory limit;
-//   - files that cannot be read, a module whose sha256 differs from the
+//   - files that cannot be read, that are not regular files, or that are
+//     larger than their limit; a module whose sha256 differs from the
 //     declared one (both are shown), and a module that fails
 //     [stages.Validate] (reported at its path key).
 //
 // The manifest is returned only when there are no errors.
-func Decode(name string, data []byte, readFile func(path string) ([]byte, error)) (*Manifest, error) {
+func Decode(name string, data []byte, readFile ReadFunc) (*Manifest, error) {
 	if readFile == nil {
-		readFile = os.ReadFile
+		readFile = ReadFile
 	}
 	d := &decoder{
 		file:     name,
@@ -316,12 +327,20 @@ func resolve(dir, p string) string {
 	return filepath.Join(dir, p)
 }
 
-func readError(file string, line int, key, path string, err error) *Error {
+// readError is the error for a file that could not be read within its
+// limit.
+func readError(file string, line int, key, path string, limit fileLimit, err error) *Error {
 	class := hw.ErrInvalidArgument
 	msg := fmt.Sprintf("cannot read %s: %v", path, unwrapPathError(err))
-	if errors.Is(err, fs.ErrNotExist) {
+	var nr *notRegularError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		class = hw.ErrNotFound
 		msg = fmt.Sprintf("file %s does not exist", path)
+	case errors.As(err, &nr):
+		msg = fmt.Sprintf("%s is not a regular file: it is %s", path, nr.kind)
+	case errors.Is(err, ErrTooLarge):
+		msg = fmt.Sprintf("file %s is larger than %s of %s%s", path, limit.what, FormatSize(limit.size), limit.note)
 	}
 	return &Error{File: file, Line: line, Key: key, Msg: msg, class: class}
 }

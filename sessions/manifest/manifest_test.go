@@ -103,7 +103,7 @@ func TestGood(t *testing.T) {
 		Path:    "testdata/good.toml",
 		Dir:     "testdata",
 		Version: 1,
-		Runtime: Runtime{Capacity: 32, TraceBuffer: 1024, CacheDir: filepath.Join("testdata", "cache")},
+		Runtime: Runtime{Capacity: 32, TraceBuffer: 1024, CacheDir: filepath.Join("testdata", "cache"), MaxModuleSize: 1 << 20},
 		Devices: []Device{
 			{Name: "gpu0", Backend: BackendSim, Engine: hw.EngineGPU,
 				Sim: &Sim{QueueDepth: 1024, Faults: []Fault{}}},
@@ -119,29 +119,29 @@ func TestGood(t *testing.T) {
 		Modules: []Module{
 			{Name: "stage", Path: "modules/good_stage.wasm", File: "testdata/modules/good_stage.wasm",
 				SHA256: "376dd78101d7619e264b9b86af6604dd324cf0357b7bcc497f5d888c52a22f2b",
-				Kind:   stages.StageModule, MemoryLimit: 64 << 20, WASI: []string{},
+				Kind:   stages.StageModule, MemoryLimit: 64 << 20, MaxSize: 1 << 20, WASI: []string{},
 				Bytes: read("testdata/modules/good_stage.wasm")},
 			{Name: "go_stage", Path: "modules/wasi_stage.wasm", File: "testdata/modules/wasi_stage.wasm",
 				SHA256: "375136f6df2ed617e7b938cc6e1de77f8690c38b14f8748731bee9a565feb75f",
-				Kind:   stages.StageModule, MemoryLimit: 4 << 30, WASI: []string{"go-runtime"},
+				Kind:   stages.StageModule, MemoryLimit: 4 << 30, MaxSize: 2 << 20, WASI: []string{"go-runtime"},
 				Bytes: read("testdata/modules/wasi_stage.wasm")},
 			{Name: "fence", Path: "modules/drain_fence.wasm", File: "testdata/modules/drain_fence.wasm",
 				SHA256: "58f5b5536499f956528a0c66ff5437be7b7c29334fd4e773d91540f66373b932",
-				Kind:   stages.FenceModule, MemoryLimit: 1 << 20, WASI: []string{},
+				Kind:   stages.FenceModule, MemoryLimit: 1 << 20, MaxSize: 1 << 20, WASI: []string{},
 				Bytes: read("testdata/modules/drain_fence.wasm")},
 		},
 		Sessions: []Session{
 			{Name: "minimal", Stage: "stage", Fence: FenceBuiltin, Device: "gpu0",
 				Streams: []string{"s0"}, Programs: []string{}, Budget: 64 << 20, OutputLimit: 16 << 20,
-				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, Entry: "main", OutputFormat: "hex", Buffers: []Buffer{}},
+				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Entry: "main", OutputFormat: "hex", Buffers: []Buffer{}},
 			{Name: "full", Stage: "go_stage", Fence: "fence", Device: "npu0",
 				Streams: []string{"s0", "s1"}, Programs: []string{"matmul", "relu"}, Budget: 4 << 20, OutputLimit: 1_000_000,
-				Deadline: 250 * time.Millisecond, FenceTimeout: 2 * time.Second, Entry: "classify", OutputFormat: "class",
+				Deadline: 250 * time.Millisecond, FenceTimeout: 2 * time.Second, InitTimeout: 750 * time.Millisecond, Entry: "classify", OutputFormat: "class",
 				Input:   filepath.Join("testdata", "inputs", "sample.bin"),
 				Buffers: []Buffer{{Name: "weights", Size: 4096}, {Name: "bias", Size: 512}}},
 			{Name: "drained", Stage: "stage", Fence: FenceDrain, Device: "cuda1",
 				Streams: []string{}, Programs: []string{}, Budget: 64 << 20, OutputLimit: 16 << 20,
-				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, Entry: "main", OutputFormat: "hex", Buffers: []Buffer{}},
+				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Entry: "main", OutputFormat: "hex", Buffers: []Buffer{}},
 		},
 		Residents: []Resident{
 			{Name: "pingpong", GPU: "gpu0", NPU: "npu0", Rounds: 16, Payload: 192,
@@ -186,7 +186,7 @@ func TestMinimal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Runtime != (Runtime{Capacity: 64, TraceBuffer: 4096}) {
+	if m.Runtime != (Runtime{Capacity: 64, TraceBuffer: 4096, MaxModuleSize: 64 << 20}) {
 		t.Errorf("runtime defaults: %+v", m.Runtime)
 	}
 	if m.Dir != "." || m.Path != "host.toml" {
@@ -197,7 +197,7 @@ func TestMinimal(t *testing.T) {
 	}
 }
 
-func noFiles(string) ([]byte, error) { return nil, os.ErrNotExist }
+func noFiles(string, int64) ([]byte, error) { return nil, os.ErrNotExist }
 
 // TestDecodeReadsRelativeToManifest checks which paths Decode passes to
 // readFile, and that each file is read once, even when two modules name it.
@@ -226,7 +226,7 @@ device = "d"
 input = "in/x.bin"
 `
 	reads := map[string]int{}
-	m, err := Decode(filepath.Join("deploy", "host.toml"), []byte(src), func(p string) ([]byte, error) {
+	m, err := Decode(filepath.Join("deploy", "host.toml"), []byte(src), func(p string, _ int64) ([]byte, error) {
 		reads[p]++
 		switch p {
 		case filepath.Join("deploy", "stage", "m.wasm"):

@@ -3,6 +3,7 @@ package manifest
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"sort"
 	"strconv"
@@ -17,13 +18,30 @@ import (
 // decoder walks the generic TOML tree against the schema, collecting
 // every problem instead of stopping at the first.
 type decoder struct {
-	file     string
-	dir      string
-	readFile func(string) ([]byte, error)
-	idx      *lineIndex
-	errs     []*Error
-	badNames map[string]bool // kinds of entry with a name that did not decode
-	files    map[string]readResult
+	file        string
+	dir         string
+	readFile    ReadFunc
+	idx         *lineIndex
+	errs        []*Error
+	badNames    map[string]bool // kinds of entry with a name that did not decode
+	files       map[fileRead]readResult
+	moduleLimit fileLimit // the limit of modules without their own max_size
+}
+
+// fileLimit is the most a file named by the manifest may hold, with what
+// it is and where it comes from, for messages.
+type fileLimit struct {
+	size int64
+	what string // "the module size limit"
+	note string // " (set by runtime.max_module_size)", or ""
+}
+
+// inputLimit is the limit of session input files.
+var inputLimit = fileLimit{MaxInputSize, "the input size limit", ""}
+
+type fileRead struct {
+	path  string
+	limit int64
 }
 
 type readResult struct {
@@ -31,17 +49,27 @@ type readResult struct {
 	err  error
 }
 
-// read reads a file through readFile, once per path.
-func (d *decoder) read(path string) ([]byte, error) {
-	if r, ok := d.files[path]; ok {
+// read reads a file through readFile, once per path and limit, and
+// refuses more than the limit whatever readFile returned.
+func (d *decoder) read(path string, limit fileLimit) ([]byte, error) {
+	k := fileRead{path, limit.size}
+	if r, ok := d.files[k]; ok {
 		return r.data, r.err
 	}
-	data, err := d.readFile(path)
-	if d.files == nil {
-		d.files = map[string]readResult{}
+	data, err := d.readFile(path, limit.size)
+	if err == nil && int64(len(data)) > limit.size {
+		data, err = nil, &fs.PathError{Op: "read", Path: path, Err: ErrTooLarge}
 	}
-	d.files[path] = readResult{data, err}
+	if d.files == nil {
+		d.files = map[fileRead]readResult{}
+	}
+	d.files[k] = readResult{data, err}
 	return data, err
+}
+
+// fileError reports a file named at p that could not be read.
+func (d *decoder) fileError(p keyPath, path string, limit fileLimit, err error) {
+	d.errs = append(d.errs, readError(d.file, d.idx.line(p), p.String(), path, limit, err))
 }
 
 func (d *decoder) add(p keyPath, class error, msg string) {

@@ -1,0 +1,107 @@
+package manifest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+)
+
+// Limits on the files a manifest names, and on the manifest itself.
+const (
+	// MaxManifestSize is the largest manifest [Load] reads.
+	MaxManifestSize = 4 << 20
+	// MaxInputSize is the largest input file a session may name, the
+	// same bound the HTTP service puts on a request's input.
+	MaxInputSize = 64 << 20
+)
+
+// ErrNotRegular is wrapped by the error [ReadFile] returns for a path that
+// is not a regular file: a directory, a device such as /dev/zero, a named
+// pipe or a socket.
+var ErrNotRegular = errors.New("not a regular file")
+
+// ErrTooLarge is wrapped by the error [ReadFile] returns for a file larger
+// than its limit.
+var ErrTooLarge = errors.New("file too large")
+
+// ReadFunc reads the file at path, which must hold at most limit bytes.
+// [ReadFile] is the one that reads the file system; [Decode] takes
+// others, such as one serving files from memory. A ReadFunc should fail
+// with an error wrapping [fs.ErrNotExist], [ErrNotRegular] or
+// [ErrTooLarge] where those apply; [Decode] refuses data longer than
+// limit whatever the error.
+type ReadFunc func(path string, limit int64) ([]byte, error)
+
+// ReadFile reads the regular file at path, refusing it if it holds more
+// than limit bytes. It never blocks on a named pipe and never reads more
+// than limit+1 bytes, whatever the file claims to hold: it opens the file
+// without waiting for a writer, checks the open file's type, and then
+// reads at most one byte past the limit.
+//
+//	bin, err := manifest.ReadFile("stage.wasm", 64<<20)
+//
+// # Errors
+//
+// An [*fs.PathError] wrapping [fs.ErrNotExist] when there is no such file,
+// [ErrNotRegular] when it is not a regular file, [ErrTooLarge] when it
+// holds more than limit bytes, or the error of the file system.
+func ReadFile(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|openNonBlock, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: &notRegularError{fileKind(fi.Mode())}}
+	}
+	if limit < 0 {
+		limit = 0
+	}
+	tooLarge := &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w: more than %s", ErrTooLarge, FormatSize(limit))}
+	if fi.Size() > limit {
+		return nil, tooLarge
+	}
+	// The size stat reports is a hint (a file may grow, or report 0): read
+	// at most one byte past the limit to tell.
+	data, err := io.ReadAll(io.LimitReader(f, min(limit, math.MaxInt64-1)+1))
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+	}
+	if int64(len(data)) > limit {
+		return nil, tooLarge
+	}
+	return data, nil
+}
+
+// notRegularError says what a file that is not regular is.
+type notRegularError struct{ kind string }
+
+func (e *notRegularError) Error() string { return ErrNotRegular.Error() + ": it is " + e.kind }
+
+func (e *notRegularError) Is(target error) bool { return target == ErrNotRegular }
+
+// fileKind names what a file that is not regular is, for messages.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return fmt.Sprintf("of type %v", m.Type())
+}

@@ -1,0 +1,64 @@
+package wasmbin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tetratelabs/wazero"
+)
+
+// maxFuzzSeed leaves the large Go guests out of the seeds: each run would
+// compile megabytes, and the small modules exercise the same code.
+const maxFuzzSeed = 64 << 10
+
+// FuzzInstrument checks that whatever the decoder and the engine accept
+// is still accepted by both once instrumented.
+func FuzzInstrument(f *testing.F) {
+	seeds, _ := filepath.Glob("testdata/instrument/*.wasm")
+	seeds = append(seeds, repoModules(f)...)
+	for _, path := range seeds {
+		if bin, err := os.ReadFile(path); err == nil && len(bin) <= maxFuzzSeed {
+			f.Add(bin)
+		}
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	f.Cleanup(func() { rt.Close(ctx) })
+	f.Fuzz(func(t *testing.T, bin []byte) {
+		m, err := Parse(bin)
+		if err != nil {
+			return // never hand the engine what Parse refused
+		}
+		if m.ValidateCode() != nil {
+			return
+		}
+		c, err := rt.CompileModule(ctx, bin)
+		if err != nil {
+			return
+		}
+		c.Close(ctx)
+		for _, im := range m.Imports {
+			if im.Module == testOpts.Module {
+				return
+			}
+		}
+		out, _, err := Instrument(m, InterruptOptions{Module: testOpts.Module, Name: testOpts.Name, Fuel: 100})
+		if err != nil {
+			t.Fatalf("instrument: %v", err)
+		}
+		m2, err := Parse(out)
+		if err != nil {
+			t.Fatalf("parse instrumented: %v", err)
+		}
+		if err := m2.ValidateCode(); err != nil {
+			t.Fatalf("validate instrumented: %v", err)
+		}
+		c, err = rt.CompileModule(ctx, out)
+		if err != nil {
+			t.Fatalf("compile instrumented: %v", err)
+		}
+		c.Close(ctx)
+	})
+}

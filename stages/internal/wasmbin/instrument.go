@@ -1,0 +1,498 @@
+package wasmbin
+
+import (
+	"strings"
+)
+
+// InterruptOptions name the host function the countdown calls when it runs out.
+type InterruptOptions struct {
+	Module, Name string // the import added to the module; its type is () -> i32
+	Fuel         int32  // the countdown's starting value (must be > 0)
+}
+
+// InstrumentStats count the checks Instrument injected.
+type InstrumentStats struct {
+	Loops, Functions int // checks injected
+}
+
+// maxWeight bounds the fuel one check charges.
+const maxWeight = 10000
+
+// Instrument returns a copy of the module in which guest code counts down
+// a fuel global and calls a host function when it runs out, so that the
+// host can interrupt loops without the engine polling a context.
+//
+// It adds a function import opt.Module.opt.Name of type () -> i32 after
+// the existing imports (so every defined function's index grows by one,
+// and every reference to one is rewritten: calls, ref.func, element
+// segments, global initialisers, exports, the start function and the name
+// section), and a mutable i32 global holding the countdown, initialised to
+// opt.Fuel, after the existing globals (no global index moves).
+//
+// At every function entry and right after every loop opcode it injects
+//
+//	global.get G; i32.const W; i32.sub; global.set G
+//	global.get G; i32.const 0; i32.lt_s
+//	if; call IMPORT; global.set G; end
+//
+// where W, the weight, is the number of instructions the check pays for:
+// for a loop, those directly inside it (not inside nested loops), for the
+// entry, those of the function outside any loop; W is at least 1 and at
+// most 10,000. So the host is called about every opt.Fuel instructions
+// executed, and the value it returns is the new countdown. The injected
+// code leaves the operand stack as it found it, so it is valid inside
+// loops with parameters.
+//
+// The module must pass ValidateCode and must not import from opt.Module,
+// which is reserved. DWARF sections (.debug_*) are dropped, since the code
+// offsets they hold move; in the name section, function and local names
+// are kept (renumbered) and other subsections dropped.
+func Instrument(m *Module, opt InterruptOptions) ([]byte, InstrumentStats, error) {
+	var st InstrumentStats
+	if opt.Fuel <= 0 {
+		return nil, st, malformed("instrument: fuel %d (want > 0)", opt.Fuel)
+	}
+	if opt.Module == "" {
+		return nil, st, malformed("instrument: no import module name")
+	}
+	for _, im := range m.Imports {
+		if im.Module == opt.Module {
+			return nil, st, malformed("import %s.%s uses the reserved module name %q", im.Module, im.Name, opt.Module)
+		}
+	}
+	if err := m.ValidateCode(); err != nil {
+		return nil, st, err
+	}
+	ins := &instrumenter{
+		m:      m,
+		nImp:   uint32(m.nImpFunc),
+		global: uint32(len(m.Globals)),
+		dec:    newCodeDecoder(m),
+	}
+	ins.typ = uint32(len(m.Types))
+	for i, t := range m.Types {
+		if len(t.Params) == 0 && len(t.Results) == 1 && t.Results[0] == valI32 {
+			ins.typ = uint32(i)
+			break
+		}
+	}
+	newType := ins.typ == uint32(len(m.Types))
+	ins.prepareCheck()
+
+	bin := m.bin
+	out := append(make([]byte, 0, len(bin)+len(bin)/8+64), bin[:8]...)
+	// Sections to add when the module has none of the kind.
+	type pending struct {
+		id   byte
+		done bool
+	}
+	pend := []pending{{id: secType}, {id: secImport}, {id: secGlobal}}
+	emit := func(id byte, payload []byte) {
+		out = append(out, id)
+		out = appendU32(out, uint32(len(payload)))
+		out = append(out, payload...)
+	}
+	flush := func(rank int) {
+		for i := range pend {
+			p := &pend[i]
+			if p.done || sectionRank(p.id) >= rank {
+				continue
+			}
+			p.done = true
+			switch p.id {
+			case secType:
+				emit(secType, ins.appendType(appendU32(nil, 1)))
+			case secImport:
+				emit(secImport, ins.appendImport(appendU32(nil, 1), opt))
+			case secGlobal:
+				emit(secGlobal, ins.appendGlobal(appendU32(nil, 1), opt.Fuel))
+			}
+		}
+	}
+	markDone := func(id byte) {
+		for i := range pend {
+			if pend[i].id == id {
+				pend[i].done = true
+			}
+		}
+	}
+	for _, s := range m.sections {
+		payload := bin[s.start:s.end]
+		if s.id == secCustom {
+			p, keep := ins.custom(s)
+			if keep {
+				emit(secCustom, p)
+			}
+			continue
+		}
+		rank := sectionRank(s.id)
+		if rank == 0 {
+			return nil, st, malformed("unknown section id %d", s.id)
+		}
+		flush(rank)
+		r := reader{b: bin[:s.end], i: s.start}
+		var p []byte
+		var err error
+		switch s.id {
+		case secType:
+			markDone(secType)
+			n := r.u32()
+			if !newType {
+				p = payload
+				break
+			}
+			p = ins.appendType(append(appendU32(nil, n+1), bin[r.i:s.end]...))
+		case secImport:
+			markDone(secImport)
+			n := r.u32()
+			p = ins.appendImport(append(appendU32(nil, n+1), bin[r.i:s.end]...), opt)
+		case secGlobal:
+			markDone(secGlobal)
+			p, err = ins.globals(&r, opt.Fuel)
+		case secExport:
+			p, err = ins.exports(&r)
+		case secStart:
+			p = appendU32(nil, ins.shift(r.u32()))
+			err = r.err
+		case secElement:
+			p, err = ins.elements(&r)
+		case secCode:
+			p, err = ins.code(&st)
+		default:
+			p = payload
+		}
+		if err == nil {
+			err = r.err
+		}
+		if err != nil {
+			return nil, st, err
+		}
+		emit(s.id, p)
+	}
+	flush(1 << 30)
+	return out, st, nil
+}
+
+// instrumenter holds what Instrument needs while rewriting one module.
+type instrumenter struct {
+	m      *Module
+	nImp   uint32 // function imports before instrumenting: the new import's index
+	global uint32 // the countdown global's index
+	typ    uint32 // the index of the type () -> i32
+	dec    *codeDecoder
+
+	check1, check2 []byte // the injected sequence, around the weight
+
+	// Per body: instructions outside loops, per-loop weights (by loop
+	// ordinal), the open loops, and the places to patch.
+	entry   int
+	weights []int
+	open    []int
+	events  []event
+	body    []byte
+}
+
+// event is a place in a body where the output differs from the input.
+type event struct {
+	at, end int    // bytes of the input replaced (at == end: insertion)
+	loop    int    // loop ordinal, for a check; -1 for a function index
+	index   uint32 // the new function index
+}
+
+// shift maps a function index of the input to the output's.
+func (ins *instrumenter) shift(x uint32) uint32 {
+	if x >= ins.nImp {
+		return x + 1
+	}
+	return x
+}
+
+// prepareCheck encodes the parts of the injected sequence that do not
+// depend on the weight.
+func (ins *instrumenter) prepareCheck() {
+	g := appendU32(nil, ins.global)
+	c := append([]byte{opGlobalGet}, g...)
+	ins.check1 = append(c, opI32Const)
+	c = []byte{opI32Sub, opGlobalSet}
+	c = append(c, g...)
+	c = append(c, opGlobalGet)
+	c = append(c, g...)
+	c = append(c, opI32Const, 0, opI32LtS, opIf, 0x40, opCall)
+	c = appendU32(c, ins.nImp)
+	c = append(c, opGlobalSet)
+	c = append(c, g...)
+	ins.check2 = append(c, opEnd)
+}
+
+func (ins *instrumenter) appendCheck(b []byte, weight int) []byte {
+	weight = min(max(weight, 1), maxWeight)
+	b = append(b, ins.check1...)
+	b = appendS32(b, int32(weight))
+	return append(b, ins.check2...)
+}
+
+func (ins *instrumenter) appendType(b []byte) []byte {
+	return append(b, 0x60, 0x00, 0x01, valI32)
+}
+
+func (ins *instrumenter) appendImport(b []byte, opt InterruptOptions) []byte {
+	b = appendName(b, opt.Module)
+	b = appendName(b, opt.Name)
+	b = append(b, KindFunc)
+	return appendU32(b, ins.typ)
+}
+
+func (ins *instrumenter) appendGlobal(b []byte, fuel int32) []byte {
+	b = append(b, valI32, 0x01, opI32Const)
+	b = appendS32(b, fuel)
+	return append(b, opEnd)
+}
+
+func appendName(b []byte, s string) []byte {
+	b = appendU32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// globals rewrites the global section: ref.func in initialisers, and the
+// countdown appended.
+func (ins *instrumenter) globals(r *reader, fuel int32) ([]byte, error) {
+	n := r.u32()
+	out := appendU32(nil, n+1)
+	for k := uint32(0); k < n && r.err == nil; k++ {
+		out = append(out, r.byte(), r.byte()) // type, mutability
+		var err error
+		if out, err = ins.constExpr(r, out); err != nil {
+			return nil, err
+		}
+	}
+	return ins.appendGlobal(out, fuel), r.err
+}
+
+// constExpr copies a constant expression, renumbering ref.func.
+func (ins *instrumenter) constExpr(r *reader, out []byte) ([]byte, error) {
+	for r.err == nil {
+		at := r.i
+		switch op := r.byte(); op {
+		case opEnd:
+			return append(out, opEnd), r.err
+		case opI32Const:
+			r.s32()
+		case opI64Const:
+			r.s64()
+		case opF32Const:
+			r.skip(4, "f32 constant")
+		case opF64Const:
+			r.skip(8, "f64 constant")
+		case opGlobalGet:
+			r.u32()
+		case opRefNull:
+			r.byte()
+		case opRefFunc:
+			x := r.u32()
+			out = append(out, opRefFunc)
+			out = appendU32(out, ins.shift(x))
+			continue
+		case opSIMDPrefix:
+			if r.byte() != simdV128Const {
+				return nil, malformed("constant expression at byte %d: unsupported SIMD instruction", at)
+			}
+			r.skip(16, "v128 constant")
+		default:
+			if r.err == nil {
+				return nil, malformed("constant expression at byte %d: unsupported opcode 0x%02x", at, op)
+			}
+		}
+		if r.err == nil {
+			out = append(out, r.b[at:r.i]...)
+		}
+	}
+	return nil, r.err
+}
+
+func (ins *instrumenter) exports(r *reader) ([]byte, error) {
+	n := r.u32()
+	out := appendU32(nil, n)
+	for k := uint32(0); k < n && r.err == nil; k++ {
+		out = appendName(out, r.name())
+		kind := r.byte()
+		x := r.u32()
+		if kind == KindFunc {
+			x = ins.shift(x)
+		}
+		out = appendU32(append(out, kind), x)
+	}
+	return out, r.err
+}
+
+// elements rewrites the function indices of the element section: the
+// index vectors of flags 0 to 3 and ref.func in the expressions of flags 4
+// to 7.
+func (ins *instrumenter) elements(r *reader) ([]byte, error) {
+	n := r.u32()
+	out := appendU32(nil, n)
+	var err error
+	for k := uint32(0); k < n && r.err == nil; k++ {
+		flag := r.u32()
+		if flag > 7 {
+			return nil, malformed("element segment %d: flags %d", k, flag)
+		}
+		out = appendU32(out, flag)
+		if flag&1 == 0 { // active
+			if flag&2 != 0 {
+				out = appendU32(out, r.u32()) // table
+			}
+			if out, err = ins.constExpr(r, out); err != nil {
+				return nil, err
+			}
+		}
+		if flag&3 != 0 {
+			out = append(out, r.byte()) // element kind or reference type
+		}
+		c := r.u32()
+		out = appendU32(out, c)
+		for j := uint32(0); j < c && r.err == nil; j++ {
+			if flag&4 != 0 {
+				if out, err = ins.constExpr(r, out); err != nil {
+					return nil, err
+				}
+			} else {
+				out = appendU32(out, ins.shift(r.u32()))
+			}
+		}
+	}
+	return out, r.err
+}
+
+// custom returns a custom section's new payload, or false to drop it.
+func (ins *instrumenter) custom(s section) ([]byte, bool) {
+	bin := ins.m.bin
+	payload := bin[s.start:s.end]
+	r := reader{b: bin[:s.end], i: s.start}
+	name := r.name()
+	switch {
+	case r.err != nil:
+		return payload, true
+	case strings.HasPrefix(name, ".debug_"):
+		return nil, false
+	case name == "name":
+		p, err := ins.names(&r)
+		if err != nil {
+			return nil, false // names are only for debugging
+		}
+		return append(appendName(nil, "name"), p...), true
+	}
+	return payload, true
+}
+
+// names rewrites the name section's subsections: module names are kept,
+// function and local names renumbered, others dropped.
+func (ins *instrumenter) names(r *reader) ([]byte, error) {
+	var out []byte
+	for r.err == nil && r.i < len(r.b) {
+		id := r.byte()
+		size := int(r.u32())
+		if r.err != nil || size < 0 || r.i+size > len(r.b) {
+			r.fail("name subsection")
+			break
+		}
+		end := r.i + size
+		sub := reader{b: r.b[:end], i: r.i}
+		var p []byte
+		switch id {
+		case 0:
+			p = r.b[r.i:end]
+		case 1: // function names
+			n := sub.u32()
+			p = appendU32(nil, n)
+			for k := uint32(0); k < n && sub.err == nil; k++ {
+				p = appendU32(p, ins.shift(sub.u32()))
+				p = appendName(p, sub.name())
+			}
+		case 2: // local names
+			n := sub.u32()
+			p = appendU32(nil, n)
+			for k := uint32(0); k < n && sub.err == nil; k++ {
+				p = appendU32(p, ins.shift(sub.u32()))
+				c := sub.u32()
+				p = appendU32(p, c)
+				for j := uint32(0); j < c && sub.err == nil; j++ {
+					p = appendU32(p, sub.u32())
+					p = appendName(p, sub.name())
+				}
+			}
+		}
+		if sub.err != nil {
+			return nil, sub.err
+		}
+		if (id == 1 || id == 2) && sub.i != end {
+			return nil, malformed("name subsection %d has trailing bytes", id)
+		}
+		r.i = end
+		if id <= 2 {
+			out = append(out, id)
+			out = appendU32(out, uint32(len(p)))
+			out = append(out, p...)
+		}
+	}
+	return out, r.err
+}
+
+// code rewrites the code section: every body gets its checks and its
+// function indices renumbered.
+func (ins *instrumenter) code(st *InstrumentStats) ([]byte, error) {
+	m := ins.m
+	out := appendU32(make([]byte, 0, len(m.bin)), uint32(len(m.Code)))
+	visit := ins.visit
+	for i, fb := range m.Code {
+		ins.entry, ins.weights, ins.open, ins.events = 0, ins.weights[:0], ins.open[:0], ins.events[:0]
+		if err := ins.dec.decodeBody(i, visit); err != nil {
+			return nil, err
+		}
+		b := append(ins.body[:0], m.bin[fb.LocalsStart:fb.Start]...)
+		b = ins.appendCheck(b, ins.entry)
+		st.Functions++
+		pos := fb.Start
+		for _, e := range ins.events {
+			b = append(b, m.bin[pos:e.at]...)
+			if e.loop >= 0 {
+				b = ins.appendCheck(b, ins.weights[e.loop])
+				st.Loops++
+			} else {
+				b = appendU32(b, e.index)
+			}
+			pos = e.end
+		}
+		b = append(b, m.bin[pos:fb.End]...)
+		ins.body = b
+		out = appendU32(out, uint32(len(b)))
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+// visit records, for one instruction, its weight and whether the output
+// differs there.
+func (ins *instrumenter) visit(in *instr) {
+	// Charge the instruction to the innermost open loop (a loop's end to
+	// the loop itself, its opening to the enclosing one).
+	if n := len(ins.open); n > 0 {
+		ins.weights[ins.open[n-1]]++
+	} else {
+		ins.entry++
+	}
+	switch in.op {
+	case opLoop:
+		ord := len(ins.weights)
+		ins.weights = append(ins.weights, 0)
+		ins.open = append(ins.open, ord)
+		ins.events = append(ins.events, event{at: in.end, end: in.end, loop: ord})
+	case opEnd:
+		if in.closes == opLoop {
+			ins.open = ins.open[:len(ins.open)-1]
+		}
+	case opCall, opRefFunc:
+		if in.index >= ins.nImp {
+			ins.events = append(ins.events, event{at: in.start + 1, end: in.end, loop: -1, index: in.index + 1})
+		}
+	}
+}

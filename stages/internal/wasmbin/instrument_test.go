@@ -1,0 +1,509 @@
+package wasmbin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// testNamespace is the import module the tests instrument with.
+const testNamespace = "stagehost_interrupt"
+
+var testOpts = InterruptOptions{Module: testNamespace, Name: "interrupt", Fuel: 1 << 30}
+
+// errSentinel is what the panicking host function panics with.
+var errSentinel = errors.New("interrupted by the host")
+
+// fuelHost is the host side of the countdown: it counts calls, and once
+// armed panics with errSentinel.
+type fuelHost struct {
+	fuel  int32
+	calls int
+	armed bool
+}
+
+func (h *fuelHost) interrupt(context.Context) int32 {
+	h.calls++
+	if h.armed {
+		panic(errSentinel)
+	}
+	return h.fuel
+}
+
+// instantiate compiles bin with the compiler and instantiates it with an
+// env.add import and, when h is not nil, the interrupt import.
+func instantiate(t testing.TB, ctx context.Context, bin []byte, h *fuelHost) (wazero.Runtime, api.Module) {
+	t.Helper()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+	t.Cleanup(func() { rt.Close(ctx) })
+	if _, err := rt.NewHostModuleBuilder("env").
+		NewFunctionBuilder().WithFunc(func(_ context.Context, a, b int32) int32 { return a + b }).Export("add").
+		Instantiate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h != nil {
+		if _, err := rt.NewHostModuleBuilder(testNamespace).
+			NewFunctionBuilder().WithFunc(h.interrupt).Export("interrupt").
+			Instantiate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mod, err := rt.Instantiate(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt, mod
+}
+
+// callAll calls every exported function (all take no parameters) and
+// returns their results by name.
+func callAll(t testing.TB, ctx context.Context, mod api.Module) map[string][]uint64 {
+	t.Helper()
+	res := map[string][]uint64{}
+	for name := range mod.ExportedFunctionDefinitions() {
+		r, err := mod.ExportedFunction(name).Call(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		res[name] = r
+	}
+	return res
+}
+
+func instrumentFile(t testing.TB, path string, opt InterruptOptions) ([]byte, []byte, InstrumentStats) {
+	t.Helper()
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Parse(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, st, err := Instrument(m, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin, out, st
+}
+
+func testModules(t testing.TB) []string {
+	files, err := filepath.Glob("testdata/instrument/*.wasm")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no test modules: %v", err)
+	}
+	return files
+}
+
+func TestInstrumentedModulesComputeTheSameResults(t *testing.T) {
+	ctx := context.Background()
+	for _, path := range testModules(t) {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			src, err := os.ReadFile(strings.TrimSuffix(path, ".wasm") + ".wat")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, plainMod := instantiate(t, ctx, mustRead(t, path), nil)
+			want := callAll(t, ctx, plainMod)
+			for _, fuel := range []int32{1 << 30, 7, 1} {
+				opt := testOpts
+				opt.Fuel = fuel
+				_, out, st := instrumentFile(t, path, opt)
+				if loops := strings.Count(string(src), "(loop"); st.Loops != loops {
+					t.Errorf("fuel %d: %d loop checks, the source has %d loops", fuel, st.Loops, loops)
+				}
+				h := &fuelHost{fuel: fuel}
+				_, mod := instantiate(t, ctx, out, h)
+				got := callAll(t, ctx, mod)
+				for name, w := range want {
+					if !slices.Equal(got[name], w) {
+						t.Errorf("fuel %d: %s returned %v, want %v", fuel, name, got[name], w)
+					}
+				}
+				if fuel == 1<<30 && h.calls != 0 {
+					t.Errorf("fuel %d: the host was called %d times", fuel, h.calls)
+				}
+				if fuel < 10 && h.calls == 0 {
+					t.Errorf("fuel %d: the host was never called", fuel)
+				}
+			}
+		})
+	}
+}
+
+func mustRead(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestHostPanicUnwindsTheGuest(t *testing.T) {
+	ctx := context.Background()
+	for _, path := range testModules(t) {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			// The host returns 0 while instantiating (the start function
+			// may run out), so every later check calls it.
+			opt := testOpts
+			opt.Fuel = 1
+			_, out, _ := instrumentFile(t, path, opt)
+			h := &fuelHost{fuel: 0}
+			_, mod := instantiate(t, ctx, out, h)
+			h.armed = true
+			for name := range mod.ExportedFunctionDefinitions() {
+				_, err := mod.ExportedFunction(name).Call(ctx)
+				if !errors.Is(err, errSentinel) {
+					t.Errorf("%s: got %v, want the host's error", name, err)
+				}
+			}
+		})
+	}
+}
+
+func TestInstrumentKeepsFunctionNames(t *testing.T) {
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer rt.Close(ctx)
+	for _, path := range testModules(t) {
+		bin, out, _ := instrumentFile(t, path, testOpts)
+		plain, err := rt.CompileModule(ctx, bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, err := rt.CompileModule(ctx, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, d := range plain.ExportedFunctions() {
+			if d.Name() == "" {
+				t.Errorf("%s: export %s has no debug name", path, name)
+			}
+			if got := inst.ExportedFunctions()[name].Name(); got != d.Name() {
+				t.Errorf("%s: export %s is named %q, want %q", path, name, got, d.Name())
+			}
+		}
+		m, err := Parse(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Imports) == 0 {
+			t.Fatalf("%s: no imports", path)
+		}
+		im := m.Imports[len(m.Imports)-1]
+		if im.Module != testOpts.Module || im.Name != testOpts.Name || len(im.Type.Params) != 0 || !bytes.Equal(im.Type.Results, []byte{valI32}) {
+			t.Errorf("%s: last import %+v", path, im)
+		}
+	}
+}
+
+// checkBytes is the injected sequence for global 2, import 0, weight w.
+func checkBytes(w byte) []byte {
+	return []byte{
+		opGlobalGet, 2, opI32Const, w, opI32Sub, opGlobalSet, 2,
+		opGlobalGet, 2, opI32Const, 0, opI32LtS, opIf, 0x40, opCall, 0, opGlobalSet, 2, opEnd,
+	}
+}
+
+func TestInstrumentInjectsWeightedChecks(t *testing.T) {
+	// One function: local.get 0; loop; nop; nop; loop; br 0; end; br_if 0; end; drop; call 0
+	body := []byte{
+		0x00, // no locals
+		opLocalGet, 0, opLoop, 0x40, 0x01, 0x01, opLoop, 0x40, opBr, 0, opEnd,
+		opLocalGet, 0, opBrIf, 0, opEnd, opCall, 0, opEnd,
+	}
+	bin := cmBuild(cmSpec{params: []byte{valI32}, body: body, noImport: true})
+	m, err := Parse(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, st, err := Instrument(m, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != (InstrumentStats{Loops: 2, Functions: 1}) {
+		t.Fatalf("stats %+v", st)
+	}
+	m2, err := Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m2.Code) != 1 {
+		t.Fatalf("%d bodies", len(m2.Code))
+	}
+	fb := m2.Code[0]
+	got := out[fb.LocalsStart:fb.End]
+	// Entry: local.get, loop, call, end (4); outer loop: nop nop loop
+	// local.get br_if end (6); inner loop: br end (2). The call now names
+	// function 1 (the import is function 0).
+	var want []byte
+	want = append(want, 0x00)
+	want = append(want, checkBytes(4)...)
+	want = append(want, opLocalGet, 0, opLoop, 0x40)
+	want = append(want, checkBytes(6)...)
+	want = append(want, 0x01, 0x01, opLoop, 0x40)
+	want = append(want, checkBytes(2)...)
+	want = append(want, opBr, 0, opEnd, opLocalGet, 0, opBrIf, 0, opEnd, opCall, 1, opEnd)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("body\n got % x\nwant % x", got, want)
+	}
+	compile(t, out)
+}
+
+func TestInstrumentRenumbersFunctions(t *testing.T) {
+	// One function import, so the new import is function 1 and defined
+	// functions move from 1.. to 2..
+	path := "testdata/instrument/indirect.wasm"
+	bin, out, _ := instrumentFile(t, path, testOpts)
+	m, _ := Parse(bin)
+	m2, err := Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m2.NumFuncs() != m.NumFuncs()+1 || len(m2.Globals) != len(m.Globals)+1 {
+		t.Fatalf("functions %d -> %d, globals %d -> %d", m.NumFuncs(), m2.NumFuncs(), len(m.Globals), len(m2.Globals))
+	}
+	if len(m2.Globals) == 0 {
+		t.Fatal("no globals")
+	}
+	g := m2.Globals[len(m2.Globals)-1]
+	if g.Type != valI32 || !g.Mutable {
+		t.Fatalf("countdown global %+v", g)
+	}
+	for i, e := range m.Exports {
+		if i >= len(m2.Exports) {
+			t.Fatalf("%d exports, want %d", len(m2.Exports), len(m.Exports))
+		}
+		e2 := m2.Exports[i]
+		if e.Kind == KindFunc && e2.Index != e.Index+1 {
+			t.Errorf("export %s: index %d -> %d", e.Name, e.Index, e2.Index)
+		}
+	}
+	if err := m2.ValidateCode(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInstrumentAddsMissingSections(t *testing.T) {
+	// No import or global section: both are created in their places.
+	bin := cmBuild(cmSpec{body: []byte{0x00, opLoop, 0x40, opEnd, opEnd}, noImport: true})
+	m, err := Parse(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := Instrument(m, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compile(t, out)
+	m2, err := Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []byte
+	for _, s := range m2.sections {
+		ids = append(ids, s.id)
+	}
+	if !bytes.Contains(ids, []byte{secType, secImport, secFunction}) || !bytes.Contains(ids, []byte{secGlobal}) {
+		t.Fatalf("sections %v", ids)
+	}
+}
+
+func TestInstrumentRefusesTheReservedNamespace(t *testing.T) {
+	bin := cmBuild(cmSpec{body: []byte{0x00, opEnd}, importModule: testNamespace})
+	m, err := Parse(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Instrument(m, testOpts); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("got %v", err)
+	}
+	opt := testOpts
+	opt.Fuel = 0
+	if _, _, err := Instrument(m, opt); err == nil {
+		t.Fatal("fuel 0 accepted")
+	}
+}
+
+func TestInstrumentDropsDebugSections(t *testing.T) {
+	b := cmBuild(cmSpec{body: []byte{0x00, opEnd}})
+	b = cmSection(b, secCustom, append(appendName(nil, ".debug_info"), 1, 2, 3))
+	b = cmSection(b, secCustom, append(appendName(nil, "producers"), 0))
+	m, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := Instrument(m, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(out, []byte(".debug_info")) || !bytes.Contains(out, []byte("producers")) {
+		t.Fatal("want .debug_info dropped and producers kept")
+	}
+}
+
+func compile(t testing.TB, bin []byte) {
+	t.Helper()
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+	defer rt.Close(ctx)
+	if _, err := rt.CompileModule(ctx, bin); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// repoModules lists the checked-in .wasm files of the repository.
+func repoModules(t testing.TB) []string {
+	t.Helper()
+	dir, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "stages")); err == nil {
+				break
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("repository root not found")
+		}
+		dir = parent
+	}
+	var files []string
+	cmd := exec.Command("git", "ls-files", "*.wasm")
+	cmd.Dir = dir
+	if outb, err := cmd.Output(); err == nil {
+		for _, f := range strings.Fields(string(outb)) {
+			files = append(files, filepath.Join(dir, f))
+		}
+		return files
+	}
+	err = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".wasm") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func TestInstrumentRepositoryModules(t *testing.T) {
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+	defer rt.Close(ctx)
+	files := repoModules(t)
+	if len(files) == 0 {
+		t.Skip("no modules")
+	}
+	for _, path := range files {
+		bin := mustRead(t, path)
+		m, err := Parse(bin)
+		if err != nil {
+			continue // modules kept as malformed examples
+		}
+		_, plainErr := rt.CompileModule(ctx, bin)
+		if err := m.ValidateCode(); err != nil {
+			if plainErr == nil {
+				t.Errorf("%s: refused, but the engine compiles it: %v", path, err)
+			}
+			continue
+		}
+		if plainErr != nil {
+			continue
+		}
+		out, st, err := Instrument(m, testOpts)
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		if _, err := rt.CompileModule(ctx, out); err != nil {
+			t.Errorf("%s: instrumented module does not compile: %v", path, err)
+		}
+		t.Logf("%s: %d functions, %d loops, %d -> %d bytes", filepath.Base(path), st.Functions, st.Loops, len(bin), len(out))
+	}
+}
+
+// largestRepoModule returns the largest checked-in module.
+func largestRepoModule(b testing.TB) []byte {
+	var best []byte
+	for _, path := range repoModules(b) {
+		if bin := mustRead(b, path); len(bin) > len(best) {
+			best = bin
+		}
+	}
+	return best
+}
+
+func BenchmarkInstrument(b *testing.B) {
+	bin := largestRepoModule(b)
+	b.SetBytes(int64(len(bin)))
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := Parse(bin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := Instrument(m, testOpts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkValidateCode(b *testing.B) {
+	bin := largestRepoModule(b)
+	m, err := Parse(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(bin)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.ValidateCode(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkInstrumentedLoop runs the triple loop of loops.wasm plain and
+// instrumented, to measure what the checks cost.
+func BenchmarkInstrumentedLoop(b *testing.B) {
+	ctx := context.Background()
+	path := "testdata/instrument/loops.wasm"
+	bin, out, _ := instrumentFile(b, path, testOpts)
+	for _, c := range []struct {
+		name string
+		bin  []byte
+		h    *fuelHost
+	}{{"plain", bin, nil}, {"instrumented", out, &fuelHost{fuel: testOpts.Fuel}}} {
+		b.Run(c.name, func(b *testing.B) {
+			_, mod := instantiate(b, ctx, c.bin, c.h)
+			f := mod.ExportedFunction("nested")
+			for b.Loop() {
+				if _, err := f.Call(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
