@@ -1,7 +1,8 @@
 #!/bin/sh
-# Rebuilds the test modules from their text form (wabt's wat2wasm).
+# Rebuilds the test modules from their text form (wabt's wat2wasm), with
+# the flags in wat2wasm.flags (which .ci/run uses too).
 set -e
 cd "$(dirname "$0")"
 for f in *.wat; do
-	wat2wasm --debug-names "$f" -o "${f%.wat}.wasm"
+	wat2wasm $(cat wat2wasm.flags) "$f" -o "${f%.wat}.wasm"
 done
