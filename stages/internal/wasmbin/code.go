@@ -11,6 +11,7 @@ const (
 	opIf           = 0x04
 	opElse         = 0x05
 	opEnd          = 0x0b
+	opReturn       = 0x0f
 	opBr           = 0x0c
 	opBrIf         = 0x0d
 	opBrTable      = 0x0e
@@ -33,6 +34,7 @@ const (
 	opF32Const     = 0x43
 	opF64Const     = 0x44
 	opI32LtS       = 0x48
+	opI32Add       = 0x6a
 	opI32Sub       = 0x6b
 	opI64Extend32S = 0xc4
 	opRefNull      = 0xd0
@@ -139,6 +141,9 @@ type instr struct {
 	// closes is, for end, the construct it closes: opBlock, opLoop, opIf
 	// (also for an if with an else), or 0 for the function body.
 	closes byte
+	// exits is, for br, br_if and br_table, whether a target is the
+	// function body's own label: the branch may leave the function.
+	exits bool
 }
 
 // codeDecoder decodes function bodies. It is reused across bodies so that
@@ -257,15 +262,19 @@ func (d *codeDecoder) decodeBody(i int, visit func(*instr)) error {
 			}
 			d.ctl = d.ctl[:n-1]
 		case op == opBr || op == opBrIf:
-			if err := d.label(r.u32()); err != nil {
+			x := r.u32()
+			if err := d.label(x); err != nil {
 				return err
 			}
+			in.exits = x == uint32(len(d.ctl))
 		case op == opBrTable:
 			n := r.u32()
 			for k := uint64(0); k <= uint64(n) && r.err == nil; k++ {
-				if err := d.label(r.u32()); err != nil {
+				x := r.u32()
+				if err := d.label(x); err != nil {
 					return err
 				}
+				in.exits = in.exits || x == uint32(len(d.ctl))
 			}
 		case op == opCall:
 			in.index = r.u32()

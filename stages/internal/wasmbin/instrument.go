@@ -29,11 +29,17 @@ const maxWeight = 10000
 // section), and a mutable i32 global holding the countdown, initialised to
 // opt.Fuel, after the existing globals (no global index moves).
 //
-// At every function entry and right after every loop opcode it injects
+// Each function keeps the countdown in a local of its own, L, added to
+// its locals, so that a loop's check touches no memory: at entry it loads
+// the global into L (global.get G; local.set L); before every call of a
+// defined function, every call_indirect, every return and every branch
+// that may leave the function, and at its final end, it stores L back
+// (local.get L; global.set G), and after every call it loads it again.
+// At the function entry (after the load) and right after every loop
+// opcode it injects the check
 //
-//	global.get G; i32.const W; i32.sub; global.set G
-//	global.get G; i32.const 0; i32.lt_s
-//	if; call IMPORT; global.set G; end
+//	local.get L; i32.const W; i32.sub; local.tee L; i32.const 0; i32.lt_s
+//	if; call IMPORT; local.tee L; global.set G; end
 //
 // where W, the weight, is the number of instructions the check pays for:
 // for a loop, those directly inside it (not inside nested loops), for the
@@ -77,7 +83,6 @@ func Instrument(m *Module, opt InterruptOptions) ([]byte, InstrumentStats, error
 		}
 	}
 	newType := ins.typ == uint32(len(m.Types))
-	ins.prepareCheck()
 
 	bin := m.bin
 	out := append(make([]byte, 0, len(bin)+len(bin)/8+64), bin[:8]...)
@@ -181,23 +186,44 @@ type instrumenter struct {
 	typ    uint32 // the index of the type () -> i32
 	dec    *codeDecoder
 
-	check1, check2 []byte // the injected sequence, around the weight
+	local uint32 // the body's countdown local
 
 	// Per body: instructions outside loops, per-loop weights (by loop
-	// ordinal), the open loops, and the places to patch.
+	// ordinal), the open loops, the open constructs (with the wrapper
+	// blocks added around each), the places to patch and their new
+	// bytes.
 	entry   int
 	weights []int
 	open    []int
+	ctl     []int // per open block, loop or if: the constructs added around it
+	closed  int   // the ordinal of the loop an end just closed
 	events  []event
+	payload []byte // new bytes of evLabels events
 	body    []byte
 }
+
+// wrappers is the number of constructs a rewritten loop gets around it:
+// the blocks $done and $slow and the loop $retry (see loopOpen).
+const wrappers = 3
 
 // event is a place in a body where the output differs from the input.
 type event struct {
 	at, end int    // bytes of the input replaced (at == end: insertion)
-	loop    int    // loop ordinal, for a check; -1 for a function index
-	index   uint32 // the new function index
+	kind    byte   // evCheck, evIndex, evStore or evLoad
+	loop    int    // loop ordinal, for a check
+	index   uint32 // the new function index, for evIndex
+	p, q    int    // the new bytes, payload[p:q], for evLabels and evLoopOpen
 }
+
+const (
+	evCheck     = iota // a loop's check
+	evIndex            // a renumbered function index
+	evStore            // store the local countdown to the global
+	evLoad             // load the global countdown into the local
+	evLabels           // a branch's labels, renumbered
+	evLoopOpen         // a loop opened inside its wrappers, with its check
+	evLoopClose        // the wrappers closed after a loop, with the slow path
+)
 
 // shift maps a function index of the input to the output's.
 func (ins *instrumenter) shift(x uint32) uint32 {
@@ -207,28 +233,139 @@ func (ins *instrumenter) shift(x uint32) uint32 {
 	return x
 }
 
-// prepareCheck encodes the parts of the injected sequence that do not
-// depend on the weight.
-func (ins *instrumenter) prepareCheck() {
-	g := appendU32(nil, ins.global)
-	c := append([]byte{opGlobalGet}, g...)
-	ins.check1 = append(c, opI32Const)
-	c = []byte{opI32Sub, opGlobalSet}
-	c = append(c, g...)
-	c = append(c, opGlobalGet)
-	c = append(c, g...)
-	c = append(c, opI32Const, 0, opI32LtS, opIf, 0x40, opCall)
-	c = appendU32(c, ins.nImp)
-	c = append(c, opGlobalSet)
-	c = append(c, g...)
-	ins.check2 = append(c, opEnd)
+func (ins *instrumenter) appendStore(b []byte) []byte {
+	b = append(b, opLocalGet)
+	b = appendU32(b, ins.local)
+	b = append(b, opGlobalSet)
+	return appendU32(b, ins.global)
+}
+
+func (ins *instrumenter) appendLoad(b []byte) []byte {
+	b = append(b, opGlobalGet)
+	b = appendU32(b, ins.global)
+	b = append(b, opLocalSet)
+	return appendU32(b, ins.local)
 }
 
 func (ins *instrumenter) appendCheck(b []byte, weight int) []byte {
 	weight = min(max(weight, 1), maxWeight)
-	b = append(b, ins.check1...)
+	b = append(b, opLocalGet)
+	b = appendU32(b, ins.local)
+	b = append(b, opI32Const)
 	b = appendS32(b, int32(weight))
-	return append(b, ins.check2...)
+	b = append(b, opI32Sub, opLocalTee)
+	b = appendU32(b, ins.local)
+	b = append(b, opI32Const, 0, opI32LtS, opIf, 0x40, opCall)
+	b = appendU32(b, ins.nImp)
+	b = append(b, opLocalTee)
+	b = appendU32(b, ins.local)
+	b = append(b, opGlobalSet)
+	b = appendU32(b, ins.global)
+	return append(b, opEnd)
+}
+
+// appendLoopOpen opens a loop without parameters, of block type bt, so
+// that its check's slow path lies outside it:
+//
+//	block $done bt; loop $retry bt; block $slow; loop $L bt
+//	  local.get C; i32.const W; i32.sub; local.tee C; i32.const 0; i32.lt_s
+//	  br_if $slow
+//	  ... the loop's body ...
+//
+// A call inside the loop itself, even one never taken, makes the engine
+// keep the loop's values out of registers; a branch out of it does not.
+func (ins *instrumenter) appendLoopOpen(b, bt []byte, weight int) []byte {
+	weight = min(max(weight, 1), maxWeight)
+	b = append(b, opBlock)
+	b = append(b, bt...)
+	b = append(b, opLoop)
+	b = append(b, bt...)
+	b = append(b, opBlock, 0x40, opLoop)
+	b = append(b, bt...)
+	b = append(b, opLocalGet)
+	b = appendU32(b, ins.local)
+	b = append(b, opI32Const)
+	b = appendS32(b, int32(weight))
+	b = append(b, opI32Sub, opLocalTee)
+	b = appendU32(b, ins.local)
+	return append(b, opI32Const, 0, opI32LtS, opBrIf, 1)
+}
+
+// appendLoopClose follows the end of a loop opened by appendLoopOpen:
+//
+//	br $done                     ;; the loop ended: leave with its results
+//	end                          ;; $slow: the countdown ran out
+//	call IMPORT; i32.const W; i32.add; local.tee C; global.set G
+//	br $retry                    ;; and into the loop again
+//	end end
+//
+// The slow path adds the loop's weight to the new countdown, because the
+// check at the loop's head, which runs again, subtracts it again.
+func (ins *instrumenter) appendLoopClose(b []byte, weight int) []byte {
+	weight = min(max(weight, 1), maxWeight)
+	b = append(b, opBr, 2, opEnd, opCall)
+	b = appendU32(b, ins.nImp)
+	b = append(b, opI32Const)
+	b = appendS32(b, int32(weight))
+	b = append(b, opI32Add, opLocalTee)
+	b = appendU32(b, ins.local)
+	b = append(b, opGlobalSet)
+	b = appendU32(b, ins.global)
+	return append(b, opBr, 0, opEnd, opEnd)
+}
+
+// loopHasParams reports whether the block type of the loop opcode at
+// in.start takes parameters (only a type index can).
+func (ins *instrumenter) loopHasParams(in *instr) bool {
+	r := reader{b: ins.m.bin[:in.end], i: in.start + 1}
+	bt := r.s33()
+	return bt >= 0 && int(bt) < len(ins.m.Types) && len(ins.m.Types[bt].Params) > 0
+}
+
+// relabel renumbers a branch's labels past the constructs added around
+// rewritten loops, and records the new immediate if it changed.
+func (ins *instrumenter) relabel(in *instr) {
+	r := reader{b: ins.m.bin[:in.end], i: in.start + 1}
+	n := uint32(1)
+	if in.op == opBrTable {
+		n = r.u32() + 1
+	}
+	p := len(ins.payload)
+	if in.op == opBrTable {
+		ins.payload = appendU32(ins.payload, n-1)
+	}
+	changed := false
+	for range n {
+		x := r.u32()
+		nx := x
+		// The target is construct len(ctl)-1-x (the body when x ==
+		// len(ctl)); the branch crosses the wrappers of every construct
+		// from the innermost down to the one just inside the target.
+		for k := len(ins.ctl) - 1; k >= 0 && k > len(ins.ctl)-1-int(x); k-- {
+			nx += uint32(ins.ctl[k])
+		}
+		changed = changed || nx != x
+		ins.payload = appendU32(ins.payload, nx)
+	}
+	if !changed {
+		ins.payload = ins.payload[:p]
+		return
+	}
+	ins.events = append(ins.events, event{at: in.start + 1, end: in.end, kind: evLabels, p: p, q: len(ins.payload)})
+}
+
+// appendLocals copies a body's local declarations with one i32 local
+// more, the countdown, and sets ins.local to its index.
+func (ins *instrumenter) appendLocals(b []byte, fb FuncBody) ([]byte, error) {
+	r := reader{b: ins.m.bin[:fb.Start], i: fb.LocalsStart}
+	n := r.u32()
+	if r.err != nil {
+		return nil, r.err
+	}
+	ins.local = uint32(len(ins.m.Types[fb.TypeIndex].Params)) + fb.NumLocals
+	b = appendU32(b, n+1)
+	b = append(b, ins.m.bin[r.i:fb.Start]...)
+	return append(b, 1, valI32), nil
 }
 
 func (ins *instrumenter) appendType(b []byte) []byte {
@@ -445,20 +582,37 @@ func (ins *instrumenter) code(st *InstrumentStats) ([]byte, error) {
 	visit := ins.visit
 	for i, fb := range m.Code {
 		ins.entry, ins.weights, ins.open, ins.events = 0, ins.weights[:0], ins.open[:0], ins.events[:0]
+		ins.ctl, ins.payload = ins.ctl[:0], ins.payload[:0]
 		if err := ins.dec.decodeBody(i, visit); err != nil {
 			return nil, err
 		}
-		b := append(ins.body[:0], m.bin[fb.LocalsStart:fb.Start]...)
+		b, err := ins.appendLocals(ins.body[:0], fb)
+		if err != nil {
+			return nil, err
+		}
+		b = ins.appendLoad(b)
 		b = ins.appendCheck(b, ins.entry)
 		st.Functions++
 		pos := fb.Start
 		for _, e := range ins.events {
 			b = append(b, m.bin[pos:e.at]...)
-			if e.loop >= 0 {
+			switch e.kind {
+			case evCheck:
 				b = ins.appendCheck(b, ins.weights[e.loop])
 				st.Loops++
-			} else {
+			case evIndex:
 				b = appendU32(b, e.index)
+			case evStore:
+				b = ins.appendStore(b)
+			case evLoad:
+				b = ins.appendLoad(b)
+			case evLabels:
+				b = append(b, ins.payload[e.p:e.q]...)
+			case evLoopOpen:
+				b = ins.appendLoopOpen(b, ins.payload[e.p:e.q], ins.weights[e.loop])
+				st.Loops++
+			case evLoopClose:
+				b = ins.appendLoopClose(b, ins.weights[e.loop])
 			}
 			pos = e.end
 		}
@@ -468,6 +622,11 @@ func (ins *instrumenter) code(st *InstrumentStats) ([]byte, error) {
 		out = append(out, b...)
 	}
 	return out, nil
+}
+
+// insert records an insertion at the input offset at.
+func (ins *instrumenter) insert(at int, kind byte) {
+	ins.events = append(ins.events, event{at: at, end: at, kind: kind})
 }
 
 // visit records, for one instruction, its weight and whether the output
@@ -480,19 +639,60 @@ func (ins *instrumenter) visit(in *instr) {
 	} else {
 		ins.entry++
 	}
+	insert := ins.insert
 	switch in.op {
+	case opBlock, opIf:
+		ins.ctl = append(ins.ctl, 0)
 	case opLoop:
 		ord := len(ins.weights)
 		ins.weights = append(ins.weights, 0)
 		ins.open = append(ins.open, ord)
-		ins.events = append(ins.events, event{at: in.end, end: in.end, loop: ord})
-	case opEnd:
-		if in.closes == opLoop {
-			ins.open = ins.open[:len(ins.open)-1]
+		if ins.loopHasParams(in) {
+			// The wrappers cannot hand a loop its parameters again: the
+			// check and its call stay inside the loop.
+			ins.ctl = append(ins.ctl, 0)
+			ins.events = append(ins.events, event{at: in.end, end: in.end, kind: evCheck, loop: ord})
+			break
 		}
-	case opCall, opRefFunc:
+		ins.ctl = append(ins.ctl, wrappers)
+		p := len(ins.payload)
+		ins.payload = append(ins.payload, ins.m.bin[in.start+1:in.end]...)
+		ins.events = append(ins.events, event{at: in.start, end: in.end, kind: evLoopOpen, loop: ord, p: p, q: len(ins.payload)})
+	case opEnd:
+		switch in.closes {
+		case 0: // the function's final end
+			insert(in.start, evStore)
+		default:
+			if in.closes == opLoop {
+				ins.closed = ins.open[len(ins.open)-1]
+				ins.open = ins.open[:len(ins.open)-1]
+			}
+			top := ins.ctl[len(ins.ctl)-1]
+			ins.ctl = ins.ctl[:len(ins.ctl)-1]
+			if top == wrappers {
+				ins.events = append(ins.events, event{at: in.end, end: in.end, kind: evLoopClose, loop: ins.closed})
+			}
+		}
+	case opReturn:
+		insert(in.start, evStore)
+	case opBr, opBrIf, opBrTable:
+		if in.exits {
+			insert(in.start, evStore)
+		}
+		ins.relabel(in)
+	case opCall:
+		if in.index < ins.nImp { // a host function: it spends no fuel
+			break
+		}
+		insert(in.start, evStore)
+		ins.events = append(ins.events, event{at: in.start + 1, end: in.end, kind: evIndex, index: in.index + 1})
+		insert(in.end, evLoad)
+	case opCallIndirect:
+		insert(in.start, evStore)
+		insert(in.end, evLoad)
+	case opRefFunc:
 		if in.index >= ins.nImp {
-			ins.events = append(ins.events, event{at: in.start + 1, end: in.end, loop: -1, index: in.index + 1})
+			ins.events = append(ins.events, event{at: in.start + 1, end: in.end, kind: evIndex, index: in.index + 1})
 		}
 	}
 }

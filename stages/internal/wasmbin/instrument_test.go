@@ -208,12 +208,36 @@ func TestInstrumentKeepsFunctionNames(t *testing.T) {
 }
 
 // checkBytes is the injected sequence for global 2, import 0, weight w.
+// checkBytes is the check of weight w on countdown local 1 and global 2.
 func checkBytes(w byte) []byte {
 	return []byte{
-		opGlobalGet, 2, opI32Const, w, opI32Sub, opGlobalSet, 2,
-		opGlobalGet, 2, opI32Const, 0, opI32LtS, opIf, 0x40, opCall, 0, opGlobalSet, 2, opEnd,
+		opLocalGet, 1, opI32Const, w, opI32Sub, opLocalTee, 1,
+		opI32Const, 0, opI32LtS, opIf, 0x40, opCall, 0, opLocalTee, 1, opGlobalSet, 2, opEnd,
 	}
 }
+
+// loopOpenBytes opens a loop of empty block type inside its wrappers
+// ($done, $retry, $slow) with a check of weight w that leaves for $slow.
+func loopOpenBytes(w byte) []byte {
+	return []byte{
+		opBlock, 0x40, opLoop, 0x40, opBlock, 0x40, opLoop, 0x40,
+		opLocalGet, 1, opI32Const, w, opI32Sub, opLocalTee, 1, opI32Const, 0, opI32LtS, opBrIf, 1,
+	}
+}
+
+// loopCloseBytes follows the loop's end: leave $done, or (from $slow)
+// call the host, add w back and enter $retry.
+func loopCloseBytes(w byte) []byte {
+	return []byte{
+		opBr, 2, opEnd,
+		opCall, 0, opI32Const, w, opI32Add, opLocalTee, 1, opGlobalSet, 2, opBr, 0, opEnd, opEnd,
+	}
+}
+
+var (
+	storeBytes = []byte{opLocalGet, 1, opGlobalSet, 2} // local countdown to the global
+	loadBytes  = []byte{opGlobalGet, 2, opLocalSet, 1} // and back
+)
 
 func TestInstrumentInjectsWeightedChecks(t *testing.T) {
 	// One function: local.get 0; loop; nop; nop; loop; br 0; end; br_if 0; end; drop; call 0
@@ -245,15 +269,27 @@ func TestInstrumentInjectsWeightedChecks(t *testing.T) {
 	got := out[fb.LocalsStart:fb.End]
 	// Entry: local.get, loop, call, end (4); outer loop: nop nop loop
 	// local.get br_if end (6); inner loop: br end (2). The call now names
-	// function 1 (the import is function 0).
+	// function 1 (the import is function 0). The countdown lives in a new
+	// local, 1 (after the parameter): loaded at entry and after the call,
+	// stored before the call and at the final end. Neither br leaves the
+	// function, so neither stores.
 	var want []byte
-	want = append(want, 0x00)
+	want = append(want, 0x01, 0x01, valI32)
+	want = append(want, loadBytes...)
 	want = append(want, checkBytes(4)...)
-	want = append(want, opLocalGet, 0, opLoop, 0x40)
-	want = append(want, checkBytes(6)...)
-	want = append(want, 0x01, 0x01, opLoop, 0x40)
-	want = append(want, checkBytes(2)...)
-	want = append(want, opBr, 0, opEnd, opLocalGet, 0, opBrIf, 0, opEnd, opCall, 1, opEnd)
+	want = append(want, opLocalGet, 0)
+	want = append(want, loopOpenBytes(6)...)
+	want = append(want, 0x01, 0x01)
+	want = append(want, loopOpenBytes(2)...)
+	want = append(want, opBr, 0, opEnd) // the inner loop's own label: unchanged
+	want = append(want, loopCloseBytes(2)...)
+	want = append(want, opLocalGet, 0, opBrIf, 0, opEnd)
+	want = append(want, loopCloseBytes(6)...)
+	want = append(want, storeBytes...)
+	want = append(want, opCall, 1)
+	want = append(want, loadBytes...)
+	want = append(want, storeBytes...)
+	want = append(want, opEnd)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("body\n got % x\nwant % x", got, want)
 	}
@@ -505,5 +541,34 @@ func BenchmarkInstrumentedLoop(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestCalleesWorkIsCounted runs 100 calls of a leaf that loops 60 times
+// (about 780 instructions, less than the fuel of 1000, so a leaf alone
+// never runs out), leaving by each way out of a function. Every leaf
+// iteration must be paid for: the leaves run 66,000 instructions or more
+// and the driver about 3,000, so the host is called 66 to 100 times. A
+// countdown local not stored back on some way out would lose the leaves'
+// work, and only the driver's would count (about 3 calls).
+func TestCalleesWorkIsCounted(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join("testdata", "instrument", "calls.wasm")
+	opt := testOpts
+	opt.Fuel = 1000
+	_, out, _ := instrumentFile(t, path, opt)
+	for _, exit := range []string{"fallthrough", "return", "br", "br_table"} {
+		h := &fuelHost{fuel: opt.Fuel}
+		_, mod := instantiate(t, ctx, out, h)
+		res, err := mod.ExportedFunction(exit).Call(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0] != 100*60 {
+			t.Errorf("%s: result %d, want 6000", exit, res[0])
+		}
+		if h.calls < 66 || h.calls > 100 {
+			t.Errorf("%s: the host was called %d times for 69,000 to 100,000 instructions at a fuel of 1000", exit, h.calls)
+		}
 	}
 }
