@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
+	"runtime"
+	"time"
 
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/internal/deadline"
+	"github.com/stagehost/stagehost/internal/monotime"
 )
 
 // hostFunc is one host function of module stagehost_v1, given the calling
@@ -60,8 +63,13 @@ var hostFunctions = map[string]hostFunc{
 // nothing), plus the session state host functions act on.
 type callContext struct {
 	deadline.Context
-	st *callState
+	st    *callState
+	slice time.Duration // when the guest's current time slice began (a monotime offset; 0: not yet)
 }
+
+// guestSlice is how long a guest runs before [hostYield] lets other
+// goroutines run.
+const guestSlice = 500 * time.Microsecond
 
 // state returns the calling session, or nil for a call the host did not
 // make (which cannot happen through the public API). It asserts the
@@ -83,8 +91,8 @@ func (e *interruption) Error() string { return "guest interrupted: " + e.cause.E
 
 // yieldFuel is the countdown an instrumented module gets back from
 // [hostYield]: about this many Wasm instructions run between two checks
-// of the deadline (well under a millisecond of guest code).
-const yieldFuel = 1 << 20
+// of the deadline (a tenth of a millisecond of guest code or so).
+const yieldFuel = 1 << 18
 
 // hostYield is stagehost_internal.yield, which every instrumented module
 // calls when its countdown runs out. It unwinds the guest if its entry's
@@ -95,6 +103,17 @@ func hostYield(ctx context.Context, _ api.Module, stack []uint64) {
 	if c, ok := ctx.(*callContext); ok {
 		if err := c.Err(); err != nil {
 			panic(&interruption{cause: err})
+		}
+		// Every guestSlice of guest time, let other goroutines run:
+		// guests that spin then share the CPUs at that granularity
+		// rather than the scheduler's 10 ms, so a guest past its
+		// deadline soon gets a CPU to notice it.
+		now := monotime.Since()
+		if c.slice == 0 {
+			c.slice = now
+		} else if now-c.slice >= guestSlice {
+			c.slice = now
+			runtime.Gosched()
 		}
 	}
 	stack[0] = yieldFuel

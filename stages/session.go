@@ -420,6 +420,7 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 func (s *Session) enter(parent context.Context, deadline, timeout time.Duration, what string, in **instance, fn func(context.Context) error) error {
 	c := &s.callCtx
 	c.ArmWithCancelAt(parent, deadline)
+	c.slice = 0
 	err := fn(c)
 	ended := c.Err()
 	c.Disarm()
