@@ -5,6 +5,7 @@ package deadline
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stagehost/stagehost/internal/monotime"
@@ -15,9 +16,15 @@ import (
 // the parent's values.
 // Re-arming it costs no allocation: its Done channel, its timer and its
 // watch on the parent are made only when someone actually waits on Done.
-// Arm and Disarm must not race with each other; the context methods may be
-// called from any goroutine at any time.
+//
+// Until someone calls Done, a Context is used by one goroutine at a time,
+// the one that arms it, and takes no lock (an uncontended lock pair costs
+// tens of nanoseconds on some hosts, and a stage call arms two contexts).
+// The first Done makes it shared for good: from then on every method
+// locks, and the context methods may be called from any goroutine at any
+// time. Arm and Disarm must not race with each other.
 type Context struct {
+	shared   atomic.Bool // Done was called once: every access locks
 	parent   context.Context
 	cancel   bool // the parent's cancellation ends this context too
 	mu       sync.Mutex
@@ -57,14 +64,23 @@ func (c *Context) ArmWithCancelAt(parent context.Context, deadline time.Duration
 	}
 	cancel := true
 	if p, ok := parent.(*Context); ok {
-		p.mu.Lock()
-		cancel = p.cancel
-		p.mu.Unlock()
+		if p.shared.Load() {
+			p.mu.Lock()
+			cancel = p.cancel
+			p.mu.Unlock()
+		} else {
+			cancel = p.cancel
+		}
 	}
 	c.arm(parent, deadline, cancel && parent.Done() != nil)
 }
 
 func (c *Context) arm(parent context.Context, deadline time.Duration, cancel bool) {
+	if !c.shared.Load() {
+		c.gen++
+		c.parent, c.cancel, c.deadline, c.err = parent, cancel, deadline, nil
+		return
+	}
 	c.mu.Lock()
 	c.gen++
 	c.parent, c.cancel = parent, cancel
@@ -78,6 +94,10 @@ func (c *Context) arm(parent context.Context, deadline time.Duration, cancel boo
 
 // Disarm ends a use: it stops the timer and the watch on the parent.
 func (c *Context) Disarm() {
+	if !c.shared.Load() {
+		c.gen++
+		return
+	}
 	c.mu.Lock()
 	c.gen++
 	if c.timer != nil {
@@ -131,6 +151,9 @@ func (c *Context) onTimer() {
 
 // Deadline returns the armed deadline.
 func (c *Context) Deadline() (time.Time, bool) {
+	if !c.shared.Load() {
+		return monotime.At(c.deadline), true
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return monotime.At(c.deadline), true
@@ -140,6 +163,7 @@ func (c *Context) Deadline() (time.Time, bool) {
 func (c *Context) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.shared.Store(true)
 	if c.done != nil {
 		return c.done
 	}
@@ -170,6 +194,10 @@ func (c *Context) Done() <-chan struct{} {
 // Err returns nil while the context runs, context.DeadlineExceeded once its
 // deadline passed, or the parent's error once the parent ended.
 func (c *Context) Err() error {
+	if !c.shared.Load() {
+		c.checkLocked()
+		return c.err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.checkLocked()
@@ -178,6 +206,12 @@ func (c *Context) Err() error {
 
 // Value returns the parent's value for key.
 func (c *Context) Value(key any) any {
+	if !c.shared.Load() {
+		if c.parent == nil {
+			return nil
+		}
+		return c.parent.Value(key)
+	}
 	c.mu.Lock()
 	p := c.parent
 	c.mu.Unlock()
