@@ -146,6 +146,14 @@ func (o *Owner) FreeBuffer(b hw.Buffer) error {
 	return hw.Errorf(hw.ErrNotFound, "owner %q does not own that buffer", o.name)
 }
 
+// Buffers returns how many buffers o owns: allocated and not yet freed
+// through it.
+func (o *Owner) Buffers() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.buffers)
+}
+
 // Streams returns the owned streams, in creation order.
 func (o *Owner) Streams() []hw.Stream {
 	o.mu.Lock()

@@ -125,3 +125,36 @@ func TestReplacementsIsSafeToReadDuringCalls(t *testing.T) {
 		t.Fatalf("Replacements = %d after 5 traps, want 5", got)
 	}
 }
+
+// TestFreedBufferStaysUntilTheFenceProvesItIdle frees a buffer whose
+// command is still queued (the stream hangs it): until the fence has
+// proven the command retired, the session's owner keeps the buffer
+// allocated and charged; after the call it is released. (The sim backend
+// also keeps a buffer's memory while a command uses it; real devices do
+// not, which is why the host must.)
+func TestFreedBufferStaysUntilTheFenceProvesItIdle(t *testing.T) {
+	f := newWasmFixture(t)
+	s := f.session(t, abiModule(t, f, "free_in_flight"), f.defaultConfig("free").WithDeadline(time.Hour).WithFenceTimeout(time.Hour))
+	budget := s.Owner().Budget()
+	before, owned := budget.Used(), s.Owner().Buffers()
+	stream := s.Owner().Streams()[0].(*sim.Stream)
+	release := stream.Inject(sim.Fault{Kind: sim.Hang})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(context.Background(), nil, nil)
+		done <- err
+	}()
+	for stream.Submitted() < 2 { // the second submission follows the free
+		runtime.Gosched()
+	}
+	if got, n := budget.Used(), s.Owner().Buffers(); got != before+4096 || n != owned+1 {
+		t.Errorf("while the command is queued: %d bytes charged, %d buffers owned; want %d and %d (the freed buffer still held)", got, n, before+4096, owned+1)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, n := budget.Used(), s.Owner().Buffers(); got != before || n != owned {
+		t.Errorf("after the fence: %d bytes charged, %d buffers owned; want %d and %d (the buffer released)", got, n, before, owned)
+	}
+}
