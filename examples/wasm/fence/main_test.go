@@ -46,10 +46,13 @@ func TestFenceDrains(t *testing.T) {
 }
 
 func TestFenceToleratesFailedLaunch(t *testing.T) {
-	// fill with no arguments fails on the device; the stream still drains.
+	// fill with no arguments fails on the device; the stream still
+	// drains, so the session is not quarantined, but the call fails with
+	// Fault (ABI.md §4.4): failed device work never reaches the caller as
+	// success.
 	e := emu.New().Stream("s0").Programs("fill").Stage("main", leave(1, "fill"))
-	if _, err := e.Run("main", nil); err != nil {
-		t.Fatal(err)
+	if _, err := e.Run("main", nil); !errors.Is(err, stagehost.ErrFault) {
+		t.Fatalf("Run = %v, want an error matching ErrFault", err)
 	}
 	if e.Quarantined() != nil {
 		t.Fatal("quarantined")
