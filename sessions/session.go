@@ -111,7 +111,9 @@ type sessionCore struct {
 	closeErr    error // what Close returned, for a second Close
 }
 
-// ResidentSession is one resident GPU–NPU exchange, including rollback of
+// ResidentSession is one resident GPU–NPU exchange (not a stage session:
+// stage sessions are stages.Session for Wasm and stages.NativeSession for
+// Go), including rollback of
 // a partial admission. Submit both participants, in either order; publish
 // [ResidentSession.Start]; then join both completions with
 // [ResidentSession.Wait]. The host performs no action between device

@@ -51,8 +51,10 @@ func WithAdmissionCost(units int) NativeOption {
 	return func(c *nativeConfig) { c.cost = units }
 }
 
-// NativeSession owns a stage's private device state and runs stages on it,
-// each one wrapped by the host:
+// NativeSession owns a stage's private device state and runs Go stages on
+// it (a [Session] runs Wasm stages, each call inside a NativeSession; a
+// resident GPU–NPU session is sessions.ResidentSession), each one wrapped
+// by the host:
 //
 //  1. admission and a native lease on the runtime's compute lane (earlier
 //     compute drains first; later compute waits; other lanes keep flowing);

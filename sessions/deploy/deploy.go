@@ -47,8 +47,11 @@ type Deployment struct {
 	residents map[string]*Resident
 }
 
-// Session is one manifest session, serialising its calls: a Wasm session
-// runs one call at a time, so concurrent callers wait their turn here
+// Session is the service's handle on one named manifest session: it
+// wraps one [stages.Session] (the Wasm stage session that runs calls) and
+// serialises its calls. [manifest.Session] is the declaration it was made
+// from; resident GPU–NPU sessions are [sessions.ResidentSession]. A
+// [stages.Session] runs one call at a time, so concurrent callers wait their turn here
 // (honouring their contexts) instead of getting ErrBusy.
 //
 // A session that could not be created at start-up has failed: it has no

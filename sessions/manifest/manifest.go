@@ -153,7 +153,10 @@ const (
 	FenceDrain = "drain"
 )
 
-// Session is one [[session]]: a native session running a stage module.
+// Session is one [[session]] table: the declaration of a Wasm stage
+// session (its module, device, resources and limits). It runs nothing;
+// package deploy makes a [stages.Session] from it and serves it as a
+// deploy.Session.
 type Session struct {
 	Name         string
 	Stage        string // a stage module
