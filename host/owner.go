@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/stagehost/stagehost/hw"
 )
@@ -27,6 +28,13 @@ type Owner struct {
 	closed      bool
 	faults      []error // the first maxFaults device failures recorded
 	nfaults     int     // every device failure recorded, kept or not
+
+	// Lock-free copies for the checks made on every stage call (each
+	// uncontended lock pair costs tens of nanoseconds on some hosts):
+	// written under mu, read without it.
+	unusable    atomic.Bool                 // quarantined or closed
+	faultsSeen  atomic.Bool                 // nfaults > 0
+	streamsSnap atomic.Pointer[[]hw.Stream] // streams, copied on write
 }
 
 // maxFaults bounds the device failures an owner keeps between two
@@ -50,6 +58,9 @@ func (o *Owner) Budget() *hw.Budget { return o.budget }
 // [hw.ErrDeviceLost] error once it is quarantined, or an [hw.ErrClosed]
 // error once it is closed.
 func (o *Owner) Err() error {
+	if !o.unusable.Load() {
+		return nil
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.usable()
@@ -77,6 +88,8 @@ func (o *Owner) NewStream(dev hw.Device) (hw.Stream, error) {
 		return nil, err
 	}
 	o.streams = append(o.streams, s)
+	snap := append([]hw.Stream(nil), o.streams...)
+	o.streamsSnap.Store(&snap)
 	return s, nil
 }
 
@@ -175,9 +188,7 @@ func (o *Owner) Streams() []hw.Stream {
 // stream) means the drain cannot be proven; those are returned joined,
 // one per stream that failed.
 func (o *Owner) Drain(ctx context.Context) error {
-	o.mu.Lock()
-	streams := o.streams
-	o.mu.Unlock()
+	streams := o.snapshot()
 	var errs []error
 	for _, s := range streams {
 		for {
@@ -214,6 +225,7 @@ func (o *Owner) NoteFault(err error) {
 		o.faults = append(o.faults, err)
 	}
 	o.nfaults++
+	o.faultsSeen.Store(true)
 }
 
 // TakeFaults returns the failures recorded since the last call (see
@@ -225,9 +237,13 @@ func (o *Owner) NoteFault(err error) {
 // joins the recorded failures (so [errors.Is] matches each of them) and
 // says how many more were only counted.
 func (o *Owner) TakeFaults() error {
+	if !o.faultsSeen.Load() {
+		return nil
+	}
 	o.mu.Lock()
 	faults, n := o.faults, o.nfaults
 	o.faults, o.nfaults = nil, 0
+	o.faultsSeen.Store(false)
 	o.mu.Unlock()
 	if n == 0 {
 		return nil
@@ -249,12 +265,18 @@ func (o *Owner) TakeFaults() error {
 //
 // [hw.ErrDeviceLost] naming the first busy stream.
 func (o *Owner) VerifyIdle() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for i, s := range o.streams {
+	for i, s := range o.snapshot() {
 		if !s.Idle() {
 			return hw.Errorf(hw.ErrDeviceLost, "owner %q: stream %d on %s still has work after the fence", o.name, i, s.Device().Name())
 		}
+	}
+	return nil
+}
+
+// snapshot returns the owned streams without locking.
+func (o *Owner) snapshot() []hw.Stream {
+	if p := o.streamsSnap.Load(); p != nil {
+		return *p
 	}
 	return nil
 }
@@ -275,6 +297,7 @@ func (o *Owner) Quarantine() int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.quarantined = true
+	o.unusable.Store(true)
 	var bytes int64
 	for _, b := range o.buffers {
 		bytes += int64(b.Size())
@@ -303,6 +326,7 @@ func (o *Owner) Close(ctx context.Context) error {
 		return nil
 	}
 	o.closed = true
+	o.unusable.Store(true)
 	var errs []error
 	for _, s := range o.streams {
 		if err := s.Close(ctx); err != nil {
@@ -312,6 +336,7 @@ func (o *Owner) Close(ctx context.Context) error {
 	if len(errs) > 0 {
 		// A stream that would not drain may still write into our memory.
 		o.quarantined = true
+		o.unusable.Store(true)
 		return hw.Errorf(hw.ErrDeviceLost, "owner %q: streams did not drain on close, resources kept: %w", o.name, errors.Join(errs...))
 	}
 	for _, b := range o.buffers {
