@@ -24,6 +24,7 @@ type Lease struct {
 	// fenceDeadline and end are monotime offsets: the fence's deadline,
 	// and when FenceOverran read the clock (0: not yet).
 	fenceDeadline, end time.Duration
+	now                time.Duration // the stage's last clock reading (NoteTime), or 0
 }
 
 // Started returns when the lease was granted.
@@ -44,9 +45,24 @@ func (l *Lease) Context() context.Context { return &l.stage }
 // cancellation (the fence must run even after the stage's deadline), and
 // it has its own deadline timeout from now. It is valid until Release.
 func (l *Lease) FenceContext(timeout time.Duration) context.Context {
-	l.fenceDeadline = monotime.Since() + timeout
+	now := l.now
+	if now == 0 {
+		now = monotime.Since()
+	}
+	l.now = 0
+	l.fenceDeadline = now + timeout
 	l.fence.ArmAt(&l.stage, l.fenceDeadline)
 	return &l.fence
+}
+
+// NoteTime records a clock reading (a [monotime] offset) that the stage
+// took as it ended, so that FenceContext need not read the clock again.
+// Only the goroutine that holds the lease may call it; on a lease not held
+// it does nothing.
+func (l *Lease) NoteTime(now time.Duration) {
+	if l.rt != nil {
+		l.now = now
+	}
 }
 
 // FenceOverran reports, after the fence returned, whether it ran past the
@@ -72,7 +88,7 @@ func (l *Lease) Release(failed bool) {
 	if end == 0 {
 		end = monotime.Since()
 	}
-	l.end = 0
+	l.end, l.now = 0, 0
 	l.fence.Disarm()
 	rt.sched.release(l.lane, true, l.cost)
 	rt.tracer.Record(Record{Start: l.start, Dur: end - monotime.Offset(l.start), Wait: l.wait,

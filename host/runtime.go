@@ -164,6 +164,7 @@ func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
 	// goroutine of an earlier use (it synchronises itself), so the Lease
 	// is never overwritten whole.
 	l.rt, l.op, l.lane, l.cost, l.start, l.wait = r, op, lane, cost, start, start.Sub(asked)
+	l.now, l.end = 0, 0
 	l.stage.init(ctx, r)
 	return nil
 }

@@ -422,7 +422,16 @@ func (s *Session) enter(parent context.Context, deadline, timeout time.Duration,
 	c.ArmWithCancelAt(parent, deadline)
 	c.slice = 0
 	err := fn(c)
-	ended := c.Err()
+	// One clock reading decides the deadline, and the lease reuses it to
+	// start the fence's deadline (entries run under the lease).
+	now := monotime.Since()
+	var ended error
+	if now >= deadline {
+		ended = context.DeadlineExceeded
+	} else if c.WatchesParent() {
+		ended = parent.Err()
+	}
+	s.native.lease.NoteTime(now)
 	c.Disarm()
 	if err == nil && ended == nil {
 		return nil
@@ -516,7 +525,7 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		return nil
 	})
 	dst = append(dst, out...)
-	if ran && s.native.Quarantined() == nil {
+	if ran && len(s.native.state.pendingFree) > 0 && s.native.Quarantined() == nil {
 		s.releaseFreed()
 	}
 	return dst, err

@@ -149,6 +149,11 @@ func (c *Context) onTimer() {
 	c.mu.Unlock()
 }
 
+// WatchesParent reports whether the parent's cancellation ends this use
+// (see [Context.ArmWithCancel]). Only the goroutine that armed it may call
+// it.
+func (c *Context) WatchesParent() bool { return c.cancel }
+
 // Deadline returns the armed deadline.
 func (c *Context) Deadline() (time.Time, bool) {
 	if !c.shared.Load() {
