@@ -377,32 +377,7 @@ func isValType(t byte) bool {
 }
 
 // s33 reads a signed 33-bit LEB128 (block types).
-func (r *reader) s33() int64 {
-	var v int64
-	var shift uint
-	for {
-		c := r.byte()
-		if r.err != nil {
-			return 0
-		}
-		v |= int64(c&0x7f) << shift
-		shift += 7
-		if c < 0x80 {
-			if c&0x40 != 0 {
-				v |= -1 << shift
-			}
-			if v < -(1<<32) || v >= 1<<32 {
-				r.err = malformed("s33 overflow at byte %d", r.i)
-				return 0
-			}
-			return v
-		}
-		if shift >= 35 {
-			r.err = malformed("s33 too long at byte %d", r.i)
-			return 0
-		}
-	}
-}
+func (r *reader) s33() int64 { return r.sleb(33, "s33") }
 
 // blockType reads the block type of block, loop and if: empty (0x40), one
 // value type, or an index into the type section (multi-value).
