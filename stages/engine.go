@@ -195,7 +195,7 @@ func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 
 // compile compiles bin through the file cache. When that fails and a
 // cache is in use, the cause may be a corrupt or unreadable cache entry
-// rather than the module: compile returns deletes the module's entry (if
+// rather than the module: compile deletes the module's entry (if
 // the module compiles without it), logs a warning, and compiles again.
 func (e *Engine) compile(ctx context.Context, name string, bin []byte) (wazero.CompiledModule, error) {
 	c, err := e.runtime.CompileModule(ctx, bin)

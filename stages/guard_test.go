@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,5 +157,25 @@ func TestFreedBufferStaysUntilTheFenceProvesItIdle(t *testing.T) {
 	}
 	if got, n := budget.Used(), s.Owner().Buffers(); got != before || n != owned {
 		t.Errorf("after the fence: %d bytes charged, %d buffers owned; want %d and %d (the buffer released)", got, n, before, owned)
+	}
+}
+
+// TestFenceFallsBackToTheDrainWhenItsInstanceCannotBeMade: after a trap,
+// the module's own fence needs a new instance, whose init spins; the host
+// drains with the built-in fence instead, so the trapped call is a Fault
+// without quarantine, and the next call finds the session failed.
+func TestFenceFallsBackToTheDrainWhenItsInstanceCannotBeMade(t *testing.T) {
+	f := newWasmFixture(t)
+	cfg := f.defaultConfig("fallback").WithInitTimeout(100 * time.Millisecond).WithDeadline(time.Hour).WithFenceTimeout(time.Hour)
+	s := f.session(t, f.mustLoad(t, "loop_init_on_replace_fence"), cfg)
+	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, hw.ErrFault) || errors.Is(err, hw.ErrDeviceLost) {
+		t.Fatalf("call 1 = %v, want the trap (Fault), not a quarantine", err)
+	}
+	if err := s.Quarantined(); err != nil {
+		t.Fatalf("quarantined although the built-in drain proved the fence: %v", err)
+	}
+	_, err := s.Run(context.Background(), nil, nil)
+	if !errors.Is(err, hw.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "stagehost_init") {
+		t.Fatalf("call 2 = %v, want DeadlineExceeded naming stagehost_init (the session failed)", err)
 	}
 }

@@ -98,7 +98,7 @@ type NativeSession[T any] struct {
 // NewNative creates a session over owner's resources and state. The owner
 // must have no pending work; from now on its work goes through Run.
 //
-//	owner := host.host.NewOwner("mlp", hw.NewBudget("mlp", 64<<20))
+//	owner := host.NewOwner("mlp", hw.NewBudget("mlp", 64<<20))
 //	stream, _ := owner.NewStream(gpu)
 //	sess := stages.NewNative(rt, owner, myState{stream: stream}, nil)
 //	err := sess.Run(ctx, func(ctx context.Context, s *myState) error { ... })

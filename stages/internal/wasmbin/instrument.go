@@ -49,7 +49,8 @@ const maxWeight = 10000
 // code leaves the operand stack as it found it, so it is valid inside
 // loops with parameters.
 //
-// The module must pass ValidateCode and must not import from opt.Module,
+// Every body is decoded as ValidateCode does, with the same errors. The
+// module must not import from opt.Module,
 // which is reserved. DWARF sections (.debug_*) are dropped, since the code
 // offsets they hold move; in the name section, function and local names
 // are kept (renumbered) and other subsections dropped.
@@ -66,8 +67,10 @@ func Instrument(m *Module, opt InterruptOptions) ([]byte, InstrumentStats, error
 			return nil, st, malformed("import %s.%s uses the reserved module name %q", im.Module, im.Name, opt.Module)
 		}
 	}
-	if err := m.ValidateCode(); err != nil {
-		return nil, st, err
+	// The code pass below decodes every body with ValidateCode's decoder,
+	// so it refuses what ValidateCode would; only the count is left.
+	if len(m.Code) != len(m.funcs) {
+		return nil, st, malformed("%d function bodies for %d declared functions", len(m.Code), len(m.funcs))
 	}
 	ins := &instrumenter{
 		m:      m,
@@ -247,7 +250,11 @@ func (ins *instrumenter) appendLoad(b []byte) []byte {
 	return appendU32(b, ins.local)
 }
 
-func (ins *instrumenter) appendCheck(b []byte, weight int) []byte {
+// appendDecrement charges weight to the countdown local and leaves
+// whether it ran out on the stack:
+//
+//	local.get C; i32.const W; i32.sub; local.tee C; i32.const 0; i32.lt_s
+func (ins *instrumenter) appendDecrement(b []byte, weight int) []byte {
 	weight = min(max(weight, 1), maxWeight)
 	b = append(b, opLocalGet)
 	b = appendU32(b, ins.local)
@@ -255,7 +262,12 @@ func (ins *instrumenter) appendCheck(b []byte, weight int) []byte {
 	b = appendS32(b, int32(weight))
 	b = append(b, opI32Sub, opLocalTee)
 	b = appendU32(b, ins.local)
-	b = append(b, opI32Const, 0, opI32LtS, opIf, 0x40, opCall)
+	return append(b, opI32Const, 0, opI32LtS)
+}
+
+func (ins *instrumenter) appendCheck(b []byte, weight int) []byte {
+	b = ins.appendDecrement(b, weight)
+	b = append(b, opIf, 0x40, opCall)
 	b = appendU32(b, ins.nImp)
 	b = append(b, opLocalTee)
 	b = appendU32(b, ins.local)
@@ -275,20 +287,14 @@ func (ins *instrumenter) appendCheck(b []byte, weight int) []byte {
 // A call inside the loop itself, even one never taken, makes the engine
 // keep the loop's values out of registers; a branch out of it does not.
 func (ins *instrumenter) appendLoopOpen(b, bt []byte, weight int) []byte {
-	weight = min(max(weight, 1), maxWeight)
 	b = append(b, opBlock)
 	b = append(b, bt...)
 	b = append(b, opLoop)
 	b = append(b, bt...)
 	b = append(b, opBlock, 0x40, opLoop)
 	b = append(b, bt...)
-	b = append(b, opLocalGet)
-	b = appendU32(b, ins.local)
-	b = append(b, opI32Const)
-	b = appendS32(b, int32(weight))
-	b = append(b, opI32Sub, opLocalTee)
-	b = appendU32(b, ins.local)
-	return append(b, opI32Const, 0, opI32LtS, opBrIf, 1)
+	b = ins.appendDecrement(b, weight)
+	return append(b, opBrIf, 1)
 }
 
 // appendLoopClose follows the end of a loop opened by appendLoopOpen:
