@@ -179,3 +179,43 @@ func TestFenceFallsBackToTheDrainWhenItsInstanceCannotBeMade(t *testing.T) {
 		t.Fatalf("call 2 = %v, want DeadlineExceeded naming stagehost_init (the session failed)", err)
 	}
 }
+
+// TestYieldUnwindsOnDeadlineOrCancellationOnly calls the instrumentation's
+// host function directly: it returns a new countdown while the entry's
+// deadline and its caller's context hold, and unwinds (panics with an
+// interruption naming the cause) once either has ended.
+func TestYieldUnwindsOnDeadlineOrCancellationOnly(t *testing.T) {
+	yield := func(c *callContext) (fuel uint64, cause error) {
+		defer func() {
+			if v := recover(); v != nil {
+				intr, ok := v.(*interruption)
+				if !ok {
+					t.Fatalf("yield panicked with %v, want an interruption", v)
+				}
+				cause = intr.cause
+			}
+		}()
+		stack := []uint64{0}
+		hostYield(c, nil, stack)
+		return stack[0], nil
+	}
+	var c callContext
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	c.ArmWithCancel(parent, time.Now().Add(time.Hour))
+	if fuel, cause := yield(&c); cause != nil || fuel != yieldFuel {
+		t.Fatalf("live entry: fuel %d, cause %v; want %d and no unwinding", fuel, cause, yieldFuel)
+	}
+	cancel()
+	if _, cause := yield(&c); !errors.Is(cause, context.Canceled) {
+		t.Fatalf("after the caller cancelled: cause %v, want context.Canceled", cause)
+	}
+	c.Disarm()
+
+	c.ArmWithCancel(context.Background(), time.Now().Add(-time.Millisecond))
+	if _, cause := yield(&c); !errors.Is(cause, context.DeadlineExceeded) {
+		t.Fatalf("past the deadline: cause %v, want context.DeadlineExceeded", cause)
+	}
+	c.Disarm()
+}
