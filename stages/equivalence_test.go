@@ -80,7 +80,8 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 // instrument (as raw wazero would run them), and requires the same
 // outcome: load and creation errors, every call's output, error class and
 // client code, and quarantine. Modules that only end by interruption are
-// left out: without instrumentation they would never return.
+// left out (without instrumentation they would never return), and so is
+// lying_fence, whose outcome depends on the device's timing.
 func TestInstrumentedAndPlainModulesBehaveAlike(t *testing.T) {
 	ctx := context.Background()
 	plainCfg := NewEngineConfig().WithCacheDir("")
@@ -112,6 +113,13 @@ func TestInstrumentedAndPlainModulesBehaveAlike(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(path), ".wasm")
 		if strings.HasPrefix(name, "loop_") {
 			continue // ends only by interruption
+		}
+		if name == "lying_fence" {
+			// Its outcome depends on whether the device finished the work
+			// before the idle check, not on the module's code;
+			// TestFencesThatCannotBeProvenQuarantine holds the work to
+			// make it certain.
+			continue
 		}
 		t.Run(name, func(t *testing.T) {
 			bin, err := os.ReadFile(path)
