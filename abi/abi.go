@@ -28,6 +28,10 @@ const (
 	ExportFence      = "stagehost_fence" // () -> i32, optional fence
 	ExportInit       = "stagehost_init"  // () -> i32, optional init
 	ExportInitialize = "_initialize"     // () -> (), WASI reactor init
+	// ExportNoSnapshot, of type () -> (), is never called: a module that
+	// exports it is initialised per instance rather than from a snapshot
+	// taken at load (ABI.md §4.3).
+	ExportNoSnapshot = "stagehost_no_snapshot"
 )
 
 // Host function names, in module [ImportModule].
@@ -96,6 +100,7 @@ var ExportSignatures = map[string]Signature{
 	ExportFence:      {nil, []api.ValueType{i32}},
 	ExportInit:       {nil, []api.ValueType{i32}},
 	ExportInitialize: {},
+	ExportNoSnapshot: {},
 }
 
 // Limits of v1.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -31,6 +32,9 @@ type EngineConfig struct {
 	onCompile  func(name string, cached bool)
 	maxMemPage uint32
 	maxModule  int64
+	snapshots  bool
+	snapTime   time.Duration
+	spares     int
 	// uninterruptible, for in-package benchmarks only: modules are not
 	// instrumented, so a guest cannot be interrupted. It is what raw
 	// wazero does, the baseline interruption is measured against.
@@ -43,10 +47,35 @@ type EngineConfig struct {
 //     $XDG_CACHE_HOME/stagehost/wazero or ~/.cache/stagehost/wazero
 //     (see [EngineConfig.WithCacheDir]);
 //   - the default slog logger for guest logs;
-//   - data segments merged when they are at most 4 KiB apart.
+//   - data segments merged when they are at most 4 KiB apart;
+//   - snapshots on, each initialisation at load bounded by
+//     [DefaultSnapshotTimeout].
 func NewEngineConfig() EngineConfig {
-	return EngineConfig{logger: slog.Default(), mergeGap: 4096, maxMemPage: 65536, maxModule: DefaultMaxModuleSize}
+	return EngineConfig{logger: slog.Default(), mergeGap: 4096, maxMemPage: 65536, maxModule: DefaultMaxModuleSize,
+		snapshots: true, snapTime: DefaultSnapshotTimeout, spares: 2}
 }
+
+// WithSnapshots says whether [Engine.Load] takes a snapshot of each
+// module's state after initialisation (data segments, start function,
+// _initialize), so that its instances start from it in microseconds
+// instead of initialising themselves (ABI.md §4.3). A module can opt out
+// with [LoadConfig.WithSnapshot] or by exporting stagehost_no_snapshot.
+// Default true.
+func (c EngineConfig) WithSnapshots(on bool) EngineConfig { c.snapshots = on; return c }
+
+// WithSpareInstances keeps n instances of each snapshotted module made
+// ahead of time, from its snapshot, so that a new session or the
+// replacement of a trapped instance takes one rather than instantiating;
+// a background goroutine per module refills them, starting when the
+// module's first session is made. n = 0 makes every instance when it is
+// needed. Default 2.
+func (c EngineConfig) WithSpareInstances(n int) EngineConfig { c.spares = max(n, 0); return c }
+
+// WithSnapshotTimeout bounds the initialisation that [Engine.Load] runs
+// to take a module's snapshot. A module that does not initialise in time
+// is not snapshotted: each of its instances initialises itself, under
+// its session's init timeout. Default [DefaultSnapshotTimeout].
+func (c EngineConfig) WithSnapshotTimeout(d time.Duration) EngineConfig { c.snapTime = d; return c }
 
 // WithCacheDir puts wazero's file-backed compilation cache in dir, so each
 // module compiles once per machine rather than once per process. An empty
@@ -157,6 +186,11 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 // Close releases the engine and every module instance it made.
 func (e *Engine) Close(ctx context.Context) error {
 	err := e.runtime.Close(ctx)
+	e.mu.Lock()
+	for _, m := range e.modules {
+		m.closeSnapshot()
+	}
+	e.mu.Unlock()
 	if e.cache != nil {
 		_ = e.cache.Close(ctx)
 	}
@@ -175,7 +209,7 @@ func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 	for name, fn := range hostFunctions {
 		sig := abi.Functions[name]
 		b.NewFunctionBuilder().
-			WithGoModuleFunction(stackBased(fn), sig.Params, sig.Results).
+			WithGoModuleFunction(stackBased(name, fn), sig.Params, sig.Results).
 			WithName(name).
 			Export(name)
 	}

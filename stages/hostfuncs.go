@@ -20,13 +20,18 @@ import (
 // stack[0].
 type hostFunc func(ctx context.Context, st *callState, mod api.Module, stack []uint64)
 
-// stackBased adapts a hostFunc to wazero's stack-based api.GoModuleFunc,
-// finding the session through the call's context. A call the host did not
-// make (impossible through the public API) gets BUSY.
-func stackBased(f hostFunc) api.GoModuleFunc {
+// stackBased adapts the hostFunc named name to wazero's stack-based
+// api.GoModuleFunc, finding the session through the call's context. A
+// call during the initialisation a snapshot is taken of (there is no
+// session) unwinds it, so the module is not snapshotted. A call the host
+// did not make (impossible through the public API) gets BUSY.
+func stackBased(name string, f hostFunc) api.GoModuleFunc {
 	return func(ctx context.Context, mod api.Module, stack []uint64) {
 		st := state(ctx)
 		if st == nil {
+			if c, ok := ctx.(*callContext); ok && c.template {
+				panic(&errTemplateHostCall{fn: name})
+			}
 			ret(stack, abi.StatusBusy)
 			return
 		}
@@ -65,6 +70,9 @@ type callContext struct {
 	deadline.Context
 	st    *callState
 	slice time.Duration // when the guest's current time slice began (a monotime offset; 0: not yet)
+	// template: the initialisation at load that a snapshot is taken of,
+	// with no session (st is nil).
+	template bool
 }
 
 // guestSlice is how long a guest runs before [hostYield] lets other

@@ -45,6 +45,7 @@ type LoadConfig struct {
 	memoryPages uint32
 	wasi        []string
 	maxSize     int64 // 0: the engine's limit ([Validate]: DefaultMaxModuleSize)
+	noSnapshot  bool
 }
 
 // NewLoadConfig returns the defaults: kind [StageModule], a memory limit
@@ -72,6 +73,12 @@ func (c LoadConfig) WithMemoryLimit(bytes int64) LoadConfig {
 // [DefaultMaxModuleSize].
 func (c LoadConfig) WithMaxSize(bytes int64) LoadConfig { c.maxSize = bytes; return c }
 
+// WithSnapshot says whether instances of the module start from a
+// snapshot of its state after initialisation, taken once at load (ABI.md
+// §4.3), or initialise themselves. Default true; the engine's
+// [EngineConfig.WithSnapshots] can turn snapshots off for every module.
+func (c LoadConfig) WithSnapshot(on bool) LoadConfig { c.noSnapshot = !on; return c }
+
 // WithWASI grants WASI preview 1 functions: [GrantGoRuntime], or names
 // from [abi.GoRuntimeWASI]. Nothing else can be granted. Default none.
 func (c LoadConfig) WithWASI(grants ...string) LoadConfig {
@@ -91,7 +98,10 @@ type Module struct {
 	hasInitialize bool
 	wasi          bool
 	memoryPages   uint32
-	segments      [2]int // data segments before and after merging
+	segments      [2]int    // data segments before and after merging
+	snap          *snapshot // nil: every instance initialises itself
+	spares        *spares   // instances made ahead from snap
+	noSnapshot    string    // why snap is nil
 }
 
 // Name is the module's name.
@@ -105,6 +115,10 @@ func (m *Module) SHA256() string { return m.sha256 }
 
 // HasFence reports whether the module exports stagehost_fence.
 func (m *Module) HasFence() bool { return m.hasFence }
+
+// Snapshot reports whether the module's instances start from a snapshot
+// taken at load and, when they do not, why.
+func (m *Module) Snapshot() (bool, string) { return m.snap != nil, m.noSnapshot }
 
 // Load validates a module and compiles it. Validation happens before
 // anything is instantiated, in this order: sha256, structure, ABI marker,
@@ -141,7 +155,7 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	if !strings.EqualFold(sha256hex, sum) {
 		return fail(hw.ErrInvalidArgument, "sha256 mismatch: expected %s, the bytes hash to %s", strings.ToLower(sha256hex), sum)
 	}
-	key := fmt.Sprintf("%s/%d/%d/%q/%s", sum, cfg.kind, cfg.memoryPages, cfg.wasi, cfg.name)
+	key := fmt.Sprintf("%s/%d/%d/%q/%s/%t", sum, cfg.kind, cfg.memoryPages, cfg.wasi, cfg.name, cfg.noSnapshot)
 	e.mu.Lock()
 	if m, ok := e.modules[key]; ok {
 		e.mu.Unlock()
@@ -167,15 +181,35 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	if e.cfg.onCompile != nil {
 		e.cfg.onCompile(cfg.name, false)
 	}
-	compiled, err := e.compile(ctx, cfg.name, rewritten)
-	if err != nil {
-		return fail(hw.ErrInvalidArgument, "does not compile: %v", err)
+	var compiled wazero.CompiledModule
+	switch {
+	case cfg.noSnapshot:
+		m.noSnapshot = "snapshots are turned off for the module"
+	case !e.cfg.snapshots:
+		m.noSnapshot = "snapshots are turned off for the engine"
+	default:
+		c, snap, why, err := e.takeSnapshot(ctx, m, rewritten)
+		if err != nil {
+			return fail(hw.ErrInvalidArgument, "does not compile: %v", err)
+		}
+		compiled, m.snap, m.noSnapshot = c, snap, why
+		if snap != nil {
+			m.spares = newSpares(m, e.cfg.spares)
+		} else {
+			e.cfg.logger.Debug("module not snapshotted", "module", cfg.name, "why", why)
+		}
+	}
+	if compiled == nil {
+		if compiled, err = e.compile(ctx, cfg.name, rewritten); err != nil {
+			return fail(hw.ErrInvalidArgument, "does not compile: %v", err)
+		}
 	}
 	m.compiled = compiled
 	e.mu.Lock()
 	if prev, ok := e.modules[key]; ok { // a concurrent Load won
 		e.mu.Unlock()
 		_ = compiled.Close(ctx)
+		m.closeSnapshot()
 		return prev, nil
 	}
 	e.modules[key] = m
@@ -344,7 +378,7 @@ func (m *Module) checkExports(p *wasmbin.Module) error {
 	if _, ok := p.Export(need); !ok {
 		errs = append(errs, fmt.Errorf("a %s module must export %s", m.kind, need))
 	}
-	for _, name := range []string{abi.ExportRun, abi.ExportFence, abi.ExportInit, abi.ExportInitialize} {
+	for _, name := range []string{abi.ExportRun, abi.ExportFence, abi.ExportInit, abi.ExportInitialize, abi.ExportNoSnapshot} {
 		e, ok := p.Export(name)
 		if !ok {
 			continue

@@ -34,6 +34,7 @@ type SessionConfig struct {
 	fence        *Module
 	drain        bool
 	stagingLimit int
+	resetPerCall bool
 }
 
 type bufferDecl struct {
@@ -101,6 +102,17 @@ func (c SessionConfig) WithDeadline(d time.Duration) SessionConfig { c.deadline 
 // instance that is not ready in time is discarded and the session fails
 // with [hw.ErrDeadlineExceeded]. Default 5 s.
 func (c SessionConfig) WithInitTimeout(d time.Duration) SessionConfig { c.initTimeout = d; return c }
+
+// WithResetPerCall starts every call from the module's pristine state:
+// after each call whose fence proved the session's work drained, the
+// stage instance's memory and globals return to the module's snapshot
+// (ABI.md §4.3) and stagehost_init runs again, so nothing one call
+// leaves in guest memory reaches the next, which may come from another
+// tenant. An instance whose memory grew is replaced instead, and so is
+// every instance of a module without a snapshot (at the cost of a full
+// initialisation). A fence module's instance is reset the same way.
+// Default false: an instance keeps its memory from call to call.
+func (c SessionConfig) WithResetPerCall(on bool) SessionConfig { c.resetPerCall = on; return c }
 
 // WithFenceTimeout bounds each fence. A fence that runs longer has failed:
 // the session is quarantined. Default 10 s.
@@ -184,10 +196,13 @@ func (st *callState) stage(ctx context.Context, n int) ([]byte, error) {
 // instance is one instantiation of a module, with its exports looked up
 // once.
 type instance struct {
-	mod   api.Module
-	entry api.Function // stagehost_run or stagehost_fence
-	fence api.Function // the stage module's own fence, if any
-	stack [1]uint64
+	mod    api.Module
+	module *Module
+	entry  api.Function // stagehost_run or stagehost_fence
+	fence  api.Function // the stage module's own fence, if any
+	init   api.Function // stagehost_init, if any
+	mem    *snapMemory  // the memory, for an instance made from a snapshot
+	stack  [1]uint64
 }
 
 // Session is one Wasm stage session: a stage module instantiated with
@@ -220,6 +235,7 @@ type Session struct {
 	logger  *slog.Logger
 	native  *NativeSession[callState]
 	callCtx callContext // the context of every entry into guest code; entries never nest
+	who     string      // `session "name"`, for errors
 
 	// mu is held across a whole call (stage, fence, release of freed
 	// buffers), across Close, and whenever instances change.
@@ -229,6 +245,12 @@ type Session struct {
 	failed  error     // why no instance can be made any more; nil while one can
 	closed  bool
 	replace atomic.Int64 // instances discarded after a trap or interruption
+	// retired holds the memories of discarded instances made from a
+	// snapshot until a fence proves that no device command of the
+	// session still writes into them (a stream_read whose wait was cut
+	// short by a deadline may).
+	retired []*snapMemory
+	resets  atomic.Int64 // instances returned to their snapshot (WithResetPerCall)
 }
 
 // NewSession creates the session's resources (streams, declared buffers,
@@ -260,7 +282,7 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 	if cfg.device == nil {
 		return nil, hw.Errorf(hw.ErrInvalidArgument, "session %q: no device", cfg.name)
 	}
-	s := &Session{name: cfg.name, engine: e, module: m, cfg: cfg, logger: e.cfg.logger}
+	s := &Session{name: cfg.name, engine: e, module: m, cfg: cfg, logger: e.cfg.logger, who: fmt.Sprintf("session %q", cfg.name)}
 	s.owner = host.NewOwner(cfg.name, hw.NewBudget(cfg.name, cfg.budget))
 	st := callState{sess: s, table: newHandleTable(nextTag()), outputLimit: cfg.outputLimit}
 	if err := s.declare(st.table); err != nil {
@@ -270,7 +292,9 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 	s.native = NewNative(rt, s.owner, st, s.fence, WithFenceTimeout(cfg.fenceTimeout), WithDevice(cfg.device.Name()))
 	s.callCtx.st = &s.native.state
 	if err := s.ensureInstances(ctx); err != nil {
-		_ = s.owner.Close(ctx)
+		if s.owner.Close(ctx) == nil {
+			s.releaseRetired()
+		}
 		return nil, err
 	}
 	return s, nil
@@ -350,56 +374,102 @@ func (s *Session) makeInstances(ctx context.Context) error {
 	return nil
 }
 
-// instantiate makes an instance of m and initialises it: the start
-// function (inside instantiation), then _initialize and stagehost_init,
-// all under one deadline of the init timeout.
+// instantiate makes an instance of m and initialises it, all under one
+// deadline of the init timeout: from m's snapshot, when it has one, and
+// then stagehost_init; otherwise the start function (inside
+// instantiation), then _initialize and stagehost_init.
 func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*instance, error) {
-	mc := wazero.NewModuleConfig().WithName("").WithStartFunctions()
-	if m.wasi {
-		w := guestLogWriter{logger: s.logger, session: s.name}
-		mc = mc.WithStdout(w).WithStderr(w)
-	}
 	deadline := monotime.Since() + s.cfg.initTimeout
 	fail := func(err error) (*instance, error) {
 		return nil, fmt.Errorf("session %q: module %q: %w", s.name, m.name, err)
 	}
 	var mod api.Module
-	err := s.enter(ctx, deadline, s.cfg.initTimeout, "start function", nil, func(c context.Context) error {
-		var err error
-		mod, err = s.engine.runtime.InstantiateModule(c, m.compiled, mc)
-		return err
-	})
+	var mem *snapMemory
+	var err error
+	if m.snap != nil {
+		var si *snapInstance
+		if si, err = m.spares.take(ctx); err == nil {
+			mod, mem = si.mod, si.mem
+			if si.out != nil {
+				si.out.session = s.name
+			}
+		}
+	} else {
+		mc := wazero.NewModuleConfig().WithName("").WithStartFunctions()
+		if m.wasi {
+			w := &guestLogWriter{logger: s.logger, session: s.name}
+			mc = mc.WithStdout(w).WithStderr(w)
+		}
+		err = s.enter(ctx, deadline, s.cfg.initTimeout, "start function", nil, func(c context.Context) error {
+			var err error
+			mod, err = s.engine.runtime.InstantiateModule(c, m.compiled, mc)
+			return err
+		})
+	}
 	if err != nil {
 		if mod != nil {
 			_ = mod.Close(context.Background())
 		}
 		return fail(err)
 	}
-	in := &instance{mod: mod, entry: mod.ExportedFunction(entry)}
+	in := &instance{mod: mod, module: m, entry: mod.ExportedFunction(entry), mem: mem}
 	if m.hasFence && entry == abi.ExportRun {
 		in.fence = mod.ExportedFunction(abi.ExportFence)
 	}
-	for _, init := range []struct {
-		name string
-		has  bool
-	}{{abi.ExportInitialize, m.hasInitialize}, {abi.ExportInit, m.hasInit}} {
-		if !init.has {
-			continue
-		}
-		f := mod.ExportedFunction(init.name)
-		in.stack[0] = 0
-		err := s.enter(ctx, deadline, s.cfg.initTimeout, init.name, nil, func(c context.Context) error {
+	if m.hasInit {
+		in.init = mod.ExportedFunction(abi.ExportInit)
+	}
+	if m.hasInitialize && m.snap == nil {
+		f := mod.ExportedFunction(abi.ExportInitialize)
+		err := s.enter(ctx, deadline, s.cfg.initTimeout, abi.ExportInitialize, nil, func(c context.Context) error {
 			return f.CallWithStack(c, in.stack[:])
 		})
-		if err == nil && init.name == abi.ExportInit && int32(in.stack[0]) != 0 {
-			err = hw.Errorf(hw.ErrFault, "%s returned %d", init.name, int32(in.stack[0]))
-		}
 		if err != nil {
-			_ = mod.Close(context.Background())
+			s.dropInstance(in)
 			return fail(err)
 		}
 	}
+	if err := s.runInit(ctx, in, deadline); err != nil {
+		s.dropInstance(in)
+		return fail(err)
+	}
 	return in, nil
+}
+
+// runInit runs the instance's stagehost_init, if it has one, under the
+// given deadline.
+func (s *Session) runInit(ctx context.Context, in *instance, deadline time.Duration) error {
+	if in.init == nil {
+		return nil
+	}
+	in.stack[0] = 0
+	err := s.enter(ctx, deadline, s.cfg.initTimeout, abi.ExportInit, nil, func(c context.Context) error {
+		return in.init.CallWithStack(c, in.stack[:])
+	})
+	if err == nil && int32(in.stack[0]) != 0 {
+		err = hw.Errorf(hw.ErrFault, "%s returned %d", abi.ExportInit, int32(in.stack[0]))
+	}
+	return err
+}
+
+// dropInstance closes an instance that guest code ran in; its memory, if
+// it is a snapshot's mapping, is retired (see Session.retired).
+func (s *Session) dropInstance(in *instance) {
+	_ = in.mod.Close(context.Background())
+	if in.mem != nil {
+		s.retired = append(s.retired, in.mem)
+		in.mem = nil
+	}
+}
+
+// releaseRetired releases the memories of discarded instances. It runs
+// once the session's streams are proven idle.
+func (s *Session) releaseRetired() {
+	for _, m := range s.retired {
+		m.release()
+	}
+	clear(s.retired)
+	s.retired = s.retired[:0]
 }
 
 // enter is the one path into guest code. It arms the session's call
@@ -418,12 +488,25 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 // After a trap or an interruption, *in (if in is not nil) is discarded,
 // to be replaced before the next entry.
 func (s *Session) enter(parent context.Context, deadline, timeout time.Duration, what string, in **instance, fn func(context.Context) error) error {
-	c := &s.callCtx
+	now, trapped, err := s.callCtx.enter(parent, deadline, timeout, what, s.who, fn)
+	// One clock reading decides the deadline, and the lease reuses it to
+	// start the fence's deadline (entries run under the lease).
+	s.native.lease.NoteTime(now)
+	if trapped && in != nil {
+		s.discard(in)
+	}
+	return err
+}
+
+// enter arms c with the caller's values and cancellation and the given
+// deadline, runs fn, and classifies how it ended (see [Session.enter]);
+// who names the guest in errors. It returns the clock reading that
+// decided the deadline, and whether fn itself failed (the guest trapped
+// or was interrupted).
+func (c *callContext) enter(parent context.Context, deadline, timeout time.Duration, what, who string, fn func(context.Context) error) (time.Duration, bool, error) {
 	c.ArmWithCancelAt(parent, deadline)
 	c.slice = 0
 	err := fn(c)
-	// One clock reading decides the deadline, and the lease reuses it to
-	// start the fence's deadline (entries run under the lease).
 	now := monotime.Since()
 	var ended error
 	if now >= deadline {
@@ -431,27 +514,23 @@ func (s *Session) enter(parent context.Context, deadline, timeout time.Duration,
 	} else if c.WatchesParent() {
 		ended = parent.Err()
 	}
-	s.native.lease.NoteTime(now)
 	c.Disarm()
 	if err == nil && ended == nil {
-		return nil
-	}
-	if err != nil && in != nil {
-		s.discard(in)
+		return now, false, nil
 	}
 	var intr *interruption
 	if ended != nil || errors.As(err, &intr) {
 		if parent.Err() != nil { // the caller's own deadline or cancellation
-			return hw.ContextError(parent, fmt.Sprintf("%s of session %q interrupted", what, s.name))
+			return now, err != nil, hw.ContextError(parent, fmt.Sprintf("%s of %s interrupted", what, who))
 		}
-		return hw.Errorf(hw.ErrDeadlineExceeded, "%s of session %q exceeded its deadline of %v: %w", what, s.name, timeout, context.DeadlineExceeded)
+		return now, err != nil, hw.Errorf(hw.ErrDeadlineExceeded, "%s of %s exceeded its deadline of %v: %w", what, who, timeout, context.DeadlineExceeded)
 	}
-	return hw.Errorf(hw.ErrFault, "%s of session %q trapped: %v", what, s.name, err)
+	return now, true, hw.Errorf(hw.ErrFault, "%s of %s trapped: %w", what, who, err)
 }
 
 func (s *Session) discard(in **instance) {
 	if *in != nil {
-		_ = (*in).mod.Close(context.Background())
+		s.dropInstance(*in)
 		*in = nil
 		s.replace.Add(1)
 	}
@@ -525,11 +604,65 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		return nil
 	})
 	dst = append(dst, out...)
-	if ran && len(s.native.state.pendingFree) > 0 && s.native.Quarantined() == nil {
-		s.releaseFreed()
+	if ran && s.native.Quarantined() == nil {
+		// The fence proved every stream of the session idle.
+		if len(s.native.state.pendingFree) > 0 {
+			s.releaseFreed()
+		}
+		if len(s.retired) > 0 {
+			s.releaseRetired()
+		}
+		s.afterCall(ctx)
 	}
 	return dst, err
 }
+
+// afterCall readies the instances for the next call, once a call's fence
+// proved the session's work drained: with [SessionConfig.WithResetPerCall]
+// it returns them to the snapshot, and it replaces an instance discarded
+// during the call, so that the next call pays no instantiation. A
+// replacement that fails fails the session, as at the next call.
+func (s *Session) afterCall(ctx context.Context) {
+	if s.cfg.resetPerCall {
+		for _, in := range []**instance{&s.inst, &s.fenceIn} {
+			if *in != nil {
+				s.reset(ctx, in)
+			}
+		}
+	}
+	if s.inst == nil || (s.cfg.fence != nil && s.fenceIn == nil) {
+		_ = s.ensureInstances(ctx)
+		if len(s.retired) > 0 { // an instantiation failed after guest code ran in it
+			s.releaseRetired()
+		}
+	}
+}
+
+// reset returns *in to its module's snapshot and runs its stagehost_init
+// again; an instance that cannot be reset is discarded, to be replaced.
+func (s *Session) reset(ctx context.Context, in **instance) {
+	i := *in
+	if i.module.snap != nil {
+		ok, err := resetInstance(i, i.module.snap)
+		if ok && err == nil {
+			err = s.runInit(ctx, i, monotime.Since()+s.cfg.initTimeout)
+		}
+		if ok && err == nil {
+			s.resets.Add(1)
+			return
+		}
+		if err != nil {
+			s.logger.Warn("an instance could not be reset; replacing it", "session", s.name, "error", err)
+		}
+	}
+	s.dropInstance(i)
+	*in = nil
+	s.releaseRetired()
+}
+
+// Resets counts the times an instance was returned to its module's
+// snapshot after a call ([SessionConfig.WithResetPerCall]).
+func (s *Session) Resets() int { return int(s.resets.Load()) }
 
 // fence is the session's fence: the fence module, the stage module's own
 // stagehost_fence, or the built-in drain. A guest fence returns 0 when it
@@ -608,11 +741,17 @@ func (s *Session) Close(ctx context.Context) error {
 	s.closed = true
 	for _, in := range []*instance{s.inst, s.fenceIn} {
 		if in != nil {
-			_ = in.mod.Close(context.Background())
+			s.dropInstance(in)
 		}
 	}
 	s.inst, s.fenceIn = nil, nil
-	return s.native.Close(ctx)
+	err := s.native.Close(ctx)
+	if err == nil {
+		// The streams drained and closed: no device command writes into
+		// guest memory any more. A quarantined session keeps it.
+		s.releaseRetired()
+	}
+	return err
 }
 
 // guestLogWriter sends guest stdout/stderr to the log, one record per
@@ -622,7 +761,7 @@ type guestLogWriter struct {
 	session string
 }
 
-func (w guestLogWriter) Write(p []byte) (int, error) {
+func (w *guestLogWriter) Write(p []byte) (int, error) {
 	w.logger.Info(string(p), "session", w.session, "stream", "guest")
 	return len(p), nil
 }

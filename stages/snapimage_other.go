@@ -1,0 +1,32 @@
+//go:build !linux
+
+package stages
+
+// memImage holds a snapshot's linear memory. Off Linux it is a copy in Go
+// memory, and every instance gets its own copy.
+type memImage struct {
+	data []byte
+	size int
+}
+
+func newMemImage(_ string, data []byte) (*memImage, error) {
+	return &memImage{data: append([]byte(nil), data...), size: len(data)}, nil
+}
+
+func (img *memImage) close() {}
+
+func (img *memImage) mapInstance(max uint64) ([]byte, bool) {
+	n := max
+	if n < uint64(img.size) {
+		n = uint64(img.size)
+	}
+	buf := make([]byte, n)
+	copy(buf, img.data)
+	return buf, false
+}
+
+func (img *memImage) copyInto(dst []byte) error { copy(dst, img.data); return nil }
+
+func (img *memImage) resetMapping([]byte) error { return nil }
+
+func (img *memImage) unmap([]byte, bool) {}
