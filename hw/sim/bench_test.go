@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -48,5 +49,43 @@ func BenchmarkSubmitAsync(b *testing.B) {
 	}
 	if err := r.st.Sync(ctx); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkNewStream measures creating (and closing) one stream with the
+// default queue depth: its bytes per op are what a session's stream costs.
+func BenchmarkNewStream(b *testing.B) {
+	r := newRig(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := r.dev.NewStream()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLatency measures one round trip of a noop on a device with a
+// configured latency; ns/op should be close to the latency.
+func BenchmarkLatency(b *testing.B) {
+	for _, lat := range []time.Duration{20 * time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond} {
+		b.Run(lat.String(), func(b *testing.B) {
+			r := newRig(b, sim.WithLatency(lat))
+			cmd := &hw.Command{Program: r.prog(r.dev, "noop")}
+			ctx := context.Background()
+			for b.Loop() {
+				c, err := r.st.Submit(cmd)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -13,11 +13,12 @@ import (
 // [*Stream]s and its buffers [*Buffer]s. Its methods are safe for
 // concurrent use.
 type Device struct {
-	platform *Platform
-	name     string
-	engine   hw.Engine
-	latency  time.Duration
-	depth    int
+	platform  *Platform
+	name      string
+	engine    hw.Engine
+	latency   time.Duration
+	depth     int // the most commands a stream holds: its ring's largest size
+	initDepth int // a new stream's ring size, at most depth
 
 	// lost is nil while the device is healthy. It is set once, under mu,
 	// and lostCh is closed right after every stream has been marked dead.
@@ -40,13 +41,14 @@ var _ hw.Device = (*Device)(nil)
 
 func newDevice(p *Platform, name string, engine hw.Engine, cfg deviceConfig) *Device {
 	return &Device{
-		platform: p,
-		name:     name,
-		engine:   engine,
-		latency:  cfg.latency,
-		depth:    cfg.queueDepth,
-		lostCh:   make(chan struct{}),
-		streams:  make(map[*Stream]struct{}),
+		platform:  p,
+		name:      name,
+		engine:    engine,
+		latency:   cfg.latency,
+		depth:     cfg.queueDepth,
+		initDepth: min(cfg.initDepth, cfg.queueDepth),
+		lostCh:    make(chan struct{}),
+		streams:   make(map[*Stream]struct{}),
 	}
 }
 
@@ -61,6 +63,10 @@ func (d *Device) Latency() time.Duration { return d.latency }
 
 // QueueDepth is the per-stream queue depth (see [WithQueueDepth]).
 func (d *Device) QueueDepth() int { return d.depth }
+
+// InitialQueueDepth is the number of slots a new stream's ring starts with
+// (see [WithInitialQueueDepth]), at most [Device.QueueDepth].
+func (d *Device) InitialQueueDepth() int { return d.initDepth }
 
 // String returns the device's name, for messages.
 func (d *Device) String() string { return "sim:" + d.name }

@@ -4,8 +4,11 @@
 //
 // A [Platform] holds named [Device]s. Every device offers ordered
 // [Stream]s, each with one worker goroutine that executes commands strictly
-// in submission order from a bounded, preallocated ring; Submit, Write and
-// Read do not allocate. Buffers and [Shared] allocations are real memory
+// in submission order from a bounded ring. The ring starts small
+// ([DefaultInitialQueueDepth] slots, about 5.6 KiB) and doubles when a
+// submission finds it full, up to the queue depth ([WithQueueDepth]), the
+// limit beyond which submissions fail with [hw.ErrBusy]; it never shrinks.
+// Submit, Write and Read allocate only when they double the ring. Buffers and [Shared] allocations are real memory
 // (anonymous shared mappings) and are always host-visible.
 //
 // Programs are looked up by name in a process-wide kernel registry (see

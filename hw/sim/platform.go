@@ -29,14 +29,22 @@ type DeviceOption func(*deviceConfig)
 type deviceConfig struct {
 	latency    time.Duration
 	queueDepth int
+	initDepth  int
 }
 
 // DefaultQueueDepth is the queue depth of a device made without
 // [WithQueueDepth].
 const DefaultQueueDepth = 1024
 
-// MaxQueueDepth bounds [WithQueueDepth]: every stream preallocates its ring.
+// MaxQueueDepth bounds [WithQueueDepth] and [WithInitialQueueDepth]: the
+// most slots a stream's ring may grow to.
 const MaxQueueDepth = 1 << 16
+
+// DefaultInitialQueueDepth is the number of slots a stream's ring starts
+// with on a device made without [WithInitialQueueDepth]. A slot holds a
+// whole command (about 720 bytes), so a new stream's ring costs about
+// 5.6 KiB; it doubles when a submission finds it full.
+const DefaultInitialQueueDepth = 8
 
 // WithLatency sets the simulated time every command (launch, write or read)
 // takes on the device's streams, spent on the stream's worker before the
@@ -49,9 +57,21 @@ func WithLatency(d time.Duration) DeviceOption {
 // WithQueueDepth sets how many commands (queued plus executing) one stream
 // of the device may hold; a submission beyond that fails with an
 // [hw.ErrBusy] error. Default [DefaultQueueDepth]. It must lie in
-// [1, MaxQueueDepth] or AddDevice fails.
+// [1, MaxQueueDepth] or AddDevice fails. The depth is a limit, not an
+// allocation: a stream's ring starts at [WithInitialQueueDepth] slots and
+// doubles on demand up to it (it never shrinks).
 func WithQueueDepth(n int) DeviceOption {
 	return func(c *deviceConfig) { c.queueDepth = n }
+}
+
+// WithInitialQueueDepth sets how many command slots a stream's ring starts
+// with; it grows (doubling) as submissions need, up to the queue depth.
+// Default [DefaultInitialQueueDepth]. It must lie in [1, MaxQueueDepth] or
+// AddDevice fails; a value above the queue depth means the queue depth.
+// Setting it to the queue depth preallocates the whole ring, as streams
+// did before rings grew.
+func WithInitialQueueDepth(n int) DeviceOption {
+	return func(c *deviceConfig) { c.initDepth = n }
 }
 
 // AddDevice adds a device named name offering engine.
@@ -61,7 +81,7 @@ func WithQueueDepth(n int) DeviceOption {
 // [hw.ErrInvalidArgument] for an empty or duplicate name or an invalid
 // option value; [hw.ErrClosed] once the platform is closed.
 func (p *Platform) AddDevice(name string, engine hw.Engine, opts ...DeviceOption) (*Device, error) {
-	cfg := deviceConfig{queueDepth: DefaultQueueDepth}
+	cfg := deviceConfig{queueDepth: DefaultQueueDepth, initDepth: DefaultInitialQueueDepth}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -74,6 +94,8 @@ func (p *Platform) AddDevice(name string, engine hw.Engine, opts ...DeviceOption
 		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: negative latency %v", name, cfg.latency)
 	case cfg.queueDepth < 1 || cfg.queueDepth > MaxQueueDepth:
 		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: queue depth %d outside [1, %d]", name, cfg.queueDepth, MaxQueueDepth)
+	case cfg.initDepth < 1 || cfg.initDepth > MaxQueueDepth:
+		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: initial queue depth %d outside [1, %d]", name, cfg.initDepth, MaxQueueDepth)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -21,7 +21,7 @@ const (
 	opRead                 // buffer → host
 )
 
-// slot is one preallocated ring entry. A command is copied in whole,
+// slot is one ring entry. A command is copied in whole,
 // arguments included, so submitting allocates nothing and the caller may
 // reuse its Command at once.
 type slot struct {
@@ -49,12 +49,20 @@ type failure struct {
 // Commands are numbered 1, 2, 3... in submission order. Because they
 // retire in order, the stream's state is two watermarks: submitted (the
 // last sequence number handed out) and retired (every command up to it has
-// retired). A command's slot is ring[seq % depth]; it is owned by Submit
-// until submitted moves past it, then by the worker until retired does.
+// retired). A command's slot is ring[seq % len(ring)]; it is owned by
+// Submit until submitted moves past it, then by the worker until retired
+// does.
+//
+// The ring starts small and doubles, under mu, when a submission finds it
+// full, up to the device's queue depth (see [WithInitialQueueDepth]). A
+// grown ring takes over the queued commands' slots, but not the one the
+// worker holds (held): the worker reads that slot, outside mu, in the old
+// ring, which stays alive through the worker's pointer until the command
+// retires.
 type Stream struct {
 	dev    *Device
 	id     uint64
-	ring   []slot
+	ring   []slot // replaced only under mu, when it grows
 	faults faultState
 	wake   chan struct{} // capacity 1: "there may be work" for the worker
 	done   chan struct{} // closed when the worker exits
@@ -77,6 +85,8 @@ type Stream struct {
 	// waiter, who then re-check. With nobody waiting, retiring costs
 	// nothing.
 	waitCh   chan struct{}
+	held     uint64    // the last command the worker took (its slot is cur)
+	cur      *slot     // the slot of held, in the ring it was taken from
 	failures []failure // in seq order; grown only on failure
 	syncNext int       // failures[:syncNext] have been reported by Sync
 	closing  bool      // Close was called: no more submissions
@@ -92,7 +102,7 @@ func newStream(d *Device, id uint64) *Stream {
 	s := &Stream{
 		dev:  d,
 		id:   id,
-		ring: make([]slot, d.depth),
+		ring: make([]slot, d.initDepth),
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 	}
@@ -259,9 +269,33 @@ func (s *Stream) admitLocked() (uint64, error) {
 	}
 	sub := s.submitted.Load()
 	if sub-s.retired.Load() >= uint64(len(s.ring)) {
-		return 0, s.errorf(hw.ErrBusy, "queue full (%d commands)", len(s.ring))
+		if len(s.ring) >= s.dev.depth {
+			return 0, s.errorf(hw.ErrBusy, "queue full (%d commands)", s.dev.depth)
+		}
+		s.growLocked(len(s.ring) + 1)
 	}
 	return sub + 1, nil
+}
+
+// growLocked replaces the ring, under mu, by one of at least n slots
+// (doubling, at most the queue depth; n must not exceed it). The queued
+// commands' slots move to their places in the new ring, except the one the
+// worker holds, which stays where the worker reads it; the new ring's slot
+// for it stays empty, and abandonLocked releases it through cur.
+func (s *Stream) growLocked(n int) {
+	size := len(s.ring)
+	for size < n {
+		size *= 2
+	}
+	size = min(size, s.dev.depth)
+	ring := make([]slot, size)
+	old, oldLen, newLen := s.ring, uint64(len(s.ring)), uint64(size)
+	for seq := max(s.retired.Load(), s.held) + 1; seq <= s.submitted.Load(); seq++ {
+		sl := &old[seq%oldLen]
+		ring[seq%newLen] = *sl
+		*sl = slot{} // the old ring keeps nothing alive
+	}
+	s.ring = ring
 }
 
 // commitLocked publishes the filled slot seq, releases mu and wakes the
@@ -280,11 +314,10 @@ func (s *Stream) commitLocked(seq uint64) {
 func (s *Stream) run() {
 	defer close(s.done)
 	for {
-		seq, ok := s.next()
+		seq, sl, ok := s.next()
 		if !ok {
 			return
 		}
-		sl := &s.ring[seq%uint64(len(s.ring))]
 		if !s.awaitHangs() || !s.awaitLatency() {
 			continue // lost: next abandons the queue and stops
 		}
@@ -295,23 +328,27 @@ func (s *Stream) run() {
 }
 
 // next blocks until there is a command to run and returns its sequence
-// number, or returns false when the worker must stop: the stream is closed
-// and drained, or the device is lost (the queue is then abandoned).
-func (s *Stream) next() (uint64, bool) {
+// number and slot, which the worker holds until it retires the command
+// (the ring may grow meanwhile: see growLocked), or returns false when the
+// worker must stop: the stream is closed and drained, or the device is
+// lost (the queue is then abandoned).
+func (s *Stream) next() (uint64, *slot, bool) {
 	for {
 		s.mu.Lock()
 		if s.dead.Load() {
 			s.abandonLocked()
 			s.mu.Unlock()
-			return 0, false
+			return 0, nil, false
 		}
 		if r := s.retired.Load(); r < s.submitted.Load() {
+			seq := r + 1
+			s.held, s.cur = seq, &s.ring[seq%uint64(len(s.ring))]
 			s.mu.Unlock()
-			return r + 1, true
+			return seq, s.cur, true
 		}
 		if s.closing {
 			s.mu.Unlock()
-			return 0, false
+			return 0, nil, false
 		}
 		s.mu.Unlock()
 		select {
@@ -456,9 +493,13 @@ func (s *Stream) markDead() {
 // The worker calls it once it has stopped running kernels, so nothing
 // touches their memory any more.
 func (s *Stream) abandonLocked() {
-	depth := uint64(len(s.ring))
+	if s.cur != nil {
+		s.release(s.cur) // a no-op if the worker released it already
+		s.cur = nil
+	}
+	size := uint64(len(s.ring))
 	for seq := s.retired.Load() + 1; seq <= s.submitted.Load(); seq++ {
-		s.release(&s.ring[seq%depth])
+		s.release(&s.ring[seq%size])
 	}
 }
 
@@ -651,8 +692,8 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 	if len(cmds) == 0 {
 		return hw.Completion{}, nil
 	}
-	if len(cmds) > len(s.ring) {
-		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "batch of %d commands exceeds the queue depth %d", len(cmds), len(s.ring))
+	if len(cmds) > s.dev.depth {
+		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "batch of %d commands exceeds the queue depth %d", len(cmds), s.dev.depth)
 	}
 	unpinUpTo := func(n int) {
 		for i := range n {
@@ -683,8 +724,13 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 	}
 	s.mu.Lock()
 	first, err := s.admitLocked()
-	if err == nil && s.submitted.Load()+uint64(len(cmds))-s.retired.Load() > uint64(len(s.ring)) {
-		err = s.errorf(hw.ErrBusy, "queue cannot take a batch of %d commands now", len(cmds))
+	if err == nil {
+		switch need := s.submitted.Load() + uint64(len(cmds)) - s.retired.Load(); {
+		case need > uint64(s.dev.depth):
+			err = s.errorf(hw.ErrBusy, "queue cannot take a batch of %d commands now", len(cmds))
+		case need > uint64(len(s.ring)):
+			s.growLocked(int(need))
+		}
 	}
 	if err != nil {
 		s.mu.Unlock()

@@ -414,7 +414,9 @@ func TestDeviceCloseNeedsEverythingReleased(t *testing.T) {
 }
 
 func TestZeroAllocSubmission(t *testing.T) {
-	r := newRig(t, sim.WithQueueDepth(4096))
+	// The whole ring up front: growing it allocates (see
+	// TestRingGrowthAllocations); submitting into it does not.
+	r := newRig(t, sim.WithQueueDepth(4096), sim.WithInitialQueueDepth(4096))
 	noop := r.prog(r.dev, "noop")
 	fill := r.prog(r.dev, "fill")
 	buf := r.alloc(r.dev, 256)
