@@ -76,15 +76,16 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 
 // TestInstrumentedAndPlainModulesBehaveAlike runs every example, corpus,
 // ABI and benchmark module of the repository that finishes by itself on
-// the host as it runs them (instrumented) and on an engine that does not
-// instrument (as raw wazero would run them), and requires the same
+// the host as it runs them (instrumented, from snapshots) and on an
+// engine that neither instruments nor snapshots (as raw wazero would run
+// them), and requires the same
 // outcome: load and creation errors, every call's output, error class and
 // client code, and quarantine. Modules that only end by interruption are
 // left out (without instrumentation they would never return), and so is
 // lying_fence, whose outcome depends on the device's timing.
 func TestInstrumentedAndPlainModulesBehaveAlike(t *testing.T) {
 	ctx := context.Background()
-	plainCfg := NewEngineConfig().WithCacheDir("")
+	plainCfg := NewEngineConfig().WithCacheDir("").WithSnapshots(false)
 	plainCfg.uninterruptible = true
 	plain, err := NewEngine(ctx, plainCfg)
 	if err != nil {
@@ -96,7 +97,7 @@ func TestInstrumentedAndPlainModulesBehaveAlike(t *testing.T) {
 	var files []string
 	for _, pattern := range []string{
 		"testdata/hostile/*.wasm", "testdata/abi/*.wasm", "testdata/bench/*.wasm", "testdata/fuzz/*.wasm",
-		"../examples/wasm/*/*.wasm", "../examples/wasm/*/*/*.wasm",
+		"testdata/snapshot/*.wasm", "../examples/wasm/*/*.wasm", "../examples/wasm/*/*/*.wasm",
 	} {
 		m, err := filepath.Glob(pattern)
 		if err != nil {

@@ -1,0 +1,338 @@
+package stages
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+func snapModule(t testing.TB, eng *Engine, name string, snapshot bool) *Module {
+	t.Helper()
+	bin, err := os.ReadFile(filepath.Join("testdata", "snapshot", name+".wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := eng.Load(context.Background(), bin, SHA256(bin), NewLoadConfig().WithName(name).WithWASI(GrantGoRuntime).WithSnapshot(snapshot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// stateOut decodes snap_state's output.
+type stateOut struct {
+	prev, start     string
+	calls, pages, g uint32
+	page1           uint32
+}
+
+func runState(t *testing.T, s *Session, input string) (stateOut, error) {
+	t.Helper()
+	out, err := s.Run(context.Background(), []byte(input), nil)
+	if len(out) != 24 {
+		if err == nil {
+			t.Fatalf("output %q: want 24 bytes", out)
+		}
+		return stateOut{}, err
+	}
+	u := func(i int) uint32 { return binary.LittleEndian.Uint32(out[i:]) }
+	return stateOut{prev: string(out[0:4]), start: string(out[4:8]), calls: u(8), pages: u(12), g: u(16), page1: u(20)}, err
+}
+
+func TestSnapshotIsTakenOfInitialisedState(t *testing.T) {
+	f := newWasmFixture(t)
+	m := snapModule(t, f.eng, "snap_state", true)
+	if ok, why := m.Snapshot(); !ok {
+		t.Fatalf("snap_state is not snapshotted: %s", why)
+	}
+	s := f.session(t, m, f.defaultConfig("state"))
+	defer s.Close(context.Background())
+	got, err := runState(t, s, "AAAA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The data segment, the start function and the globals as they were
+	// after initialisation.
+	want := stateOut{prev: "init", start: "strt", calls: 1, pages: 1, g: 7, page1: 0xffffffff}
+	if got != want {
+		t.Fatalf("first call = %+v, want %+v", got, want)
+	}
+}
+
+// TestSnapshotWritesStayInTheirSession: what a call writes into its
+// instance's memory and globals shows up in that session's next call,
+// never in another session, a new session or the snapshot.
+func TestSnapshotWritesStayInTheirSession(t *testing.T) {
+	ctx := context.Background()
+	f := newWasmFixture(t)
+	m := snapModule(t, f.eng, "snap_state", true)
+	image := make([]byte, m.snap.img.size)
+	if err := m.snap.img.copyInto(image); err != nil {
+		t.Fatal(err)
+	}
+	a := f.session(t, m, f.defaultConfig("a"))
+	defer a.Close(ctx)
+	b := f.session(t, m, f.defaultConfig("b"))
+	defer b.Close(ctx)
+	if got, _ := runState(t, a, "AAAA"); got.prev != "init" || got.calls != 1 {
+		t.Fatalf("a, call 1: %+v", got)
+	}
+	if got, _ := runState(t, b, "BBBB"); got.prev != "init" || got.calls != 1 {
+		t.Fatalf("b, call 1 sees a's write: %+v", got)
+	}
+	if got, _ := runState(t, a, "aaaa"); got.prev != "AAAA" || got.calls != 2 {
+		t.Fatalf("a, call 2 lost its own write or sees b's: %+v", got)
+	}
+	c := f.session(t, m, f.defaultConfig("c"))
+	defer c.Close(ctx)
+	if got, _ := runState(t, c, "CCCC"); got.prev != "init" || got.calls != 1 {
+		t.Fatalf("a new session sees earlier writes: %+v", got)
+	}
+	after := make([]byte, m.snap.img.size)
+	if err := m.snap.img.copyInto(after); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(image, after) {
+		t.Fatal("the snapshot's memory changed")
+	}
+}
+
+// TestSnapshotMemoryGrowsAndIsReplaced: an instance that grows its memory
+// keeps working; after a trap its replacement starts from the snapshot's
+// size and contents, and the grown pages do not come back.
+func TestSnapshotMemoryGrowsAndIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	f := newWasmFixture(t)
+	m := snapModule(t, f.eng, "snap_state", true)
+	s := f.session(t, m, f.defaultConfig("grow"))
+	defer s.Close(ctx)
+	if got, _ := runState(t, s, "GGGG"); got.pages != 2 || got.page1 != 0 || got.prev != "init" {
+		t.Fatalf("grow 1: %+v", got)
+	}
+	if got, _ := runState(t, s, "GGGG"); got.pages != 3 || got.page1 != 0x65676170 || got.prev != "GGGG" {
+		t.Fatalf("grow 2: %+v (the grown page lost its write)", got)
+	}
+	if _, err := runState(t, s, "TTTT"); !errors.Is(err, hw.ErrFault) {
+		t.Fatalf("trap: %v, want Fault", err)
+	}
+	if s.inst == nil {
+		t.Fatal("no instance is ready after the trap: the next call would instantiate")
+	}
+	if got, _ := runState(t, s, "xxxx"); got != (stateOut{prev: "init", start: "strt", calls: 1, pages: 1, g: 7, page1: 0xffffffff}) {
+		t.Fatalf("after the trap: %+v, want the snapshot's state", got)
+	}
+	if got, _ := runState(t, s, "GGGG"); got.pages != 2 || got.page1 != 0 {
+		t.Fatalf("grown again: %+v, want a zero page (the old instance's pages must not come back)", got)
+	}
+	if n := len(s.retired); n != 0 {
+		t.Fatalf("%d retired memories kept after proven fences", n)
+	}
+}
+
+// TestSnapshotResetPerCall: every call starts from the snapshot, also
+// after a call that grew the memory.
+func TestSnapshotResetPerCall(t *testing.T) {
+	ctx := context.Background()
+	f := newWasmFixture(t)
+	m := snapModule(t, f.eng, "snap_state", true)
+	s := f.session(t, m, f.defaultConfig("reset").WithResetPerCall(true))
+	defer s.Close(ctx)
+	pristine := stateOut{prev: "init", start: "strt", calls: 1, pages: 1, g: 7, page1: 0xffffffff}
+	for i, in := range []string{"AAAA", "BBBB", "CCCC"} {
+		if got, err := runState(t, s, in); err != nil || got != pristine {
+			t.Fatalf("call %d: %+v, %v; want %+v", i, got, err, pristine)
+		}
+	}
+	if s.Resets() != 3 || s.Replacements() != 0 {
+		t.Fatalf("resets %d, replacements %d; want 3 and 0", s.Resets(), s.Replacements())
+	}
+	if got, _ := runState(t, s, "GGGG"); got.pages != 2 || got.prev != "init" {
+		t.Fatalf("grow: %+v", got)
+	}
+	if got, _ := runState(t, s, "AAAA"); got != pristine {
+		t.Fatalf("after a grown call: %+v, want %+v", got, pristine)
+	}
+	// Without the mode, state carries over.
+	s2 := f.session(t, m, f.defaultConfig("keep"))
+	defer s2.Close(ctx)
+	runState(t, s2, "AAAA")
+	if got, _ := runState(t, s2, "BBBB"); got.prev != "AAAA" || got.calls != 2 {
+		t.Fatalf("without reset: %+v", got)
+	}
+}
+
+// TestSnapshotContinuesClocksAndRandom: a session made from a snapshot
+// reads the same clocks and random bytes as a freshly initialised one,
+// in _initialize and in every call.
+func TestSnapshotContinuesClocksAndRandom(t *testing.T) {
+	ctx := context.Background()
+	f := newWasmFixture(t)
+	snap := snapModule(t, f.eng, "snap_clock", true)
+	fresh := snapModule(t, f.eng, "snap_clock", false)
+	if ok, why := snap.Snapshot(); !ok {
+		t.Fatalf("not snapshotted: %s", why)
+	}
+	a := f.session(t, snap, f.defaultConfig("snap"))
+	defer a.Close(ctx)
+	b := f.session(t, fresh, f.defaultConfig("fresh"))
+	defer b.Close(ctx)
+	for i := range 3 {
+		x, err := a.Run(ctx, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := b.Run(ctx, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(x, y) {
+			t.Fatalf("call %d: snapshot read %x, a fresh instance %x", i, x, y)
+		}
+		if i == 0 && bytes.Equal(x[0:24], x[24:48]) {
+			t.Fatalf("the call read the same clocks and random bytes as _initialize: %x", x)
+		}
+	}
+}
+
+// TestSnapshotRefusals: what cannot be snapshotted loads and runs as
+// without snapshots, and Snapshot says why.
+func TestSnapshotRefusals(t *testing.T) {
+	ctx := context.Background()
+	f := newWasmFixture(t)
+	for name, why := range map[string]string{
+		"snap_hostcall": "stagehost_v1.log",
+		"snap_optout":   "stagehost_no_snapshot",
+		"snap_table":    "table.set",
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := snapModule(t, f.eng, name, true)
+			ok, reason := m.Snapshot()
+			if ok || !strings.Contains(reason, why) {
+				t.Fatalf("Snapshot() = %v, %q; want false naming %q", ok, reason, why)
+			}
+			s := f.session(t, m, f.defaultConfig(name))
+			defer s.Close(ctx)
+			if out, err := s.Run(ctx, nil, nil); err != nil || string(out) != "ok" {
+				t.Fatalf("Run = %q, %v", out, err)
+			}
+		})
+	}
+	m := snapModule(t, f.eng, "snap_state", false)
+	if ok, reason := m.Snapshot(); ok || !strings.Contains(reason, "turned off") {
+		t.Fatalf("WithSnapshot(false): %v, %q", ok, reason)
+	}
+}
+
+// TestSnapshotOfALoopingInitialisation: an initialisation that does not
+// end is given up at the snapshot timeout; sessions then initialise
+// themselves and fail at their own init timeout, as without snapshots.
+func TestSnapshotOfALoopingInitialisation(t *testing.T) {
+	ctx := context.Background()
+	eng, err := NewEngine(ctx, NewEngineConfig().WithCacheDir("").WithSnapshotTimeout(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	f := newWasmFixture(t)
+	for _, name := range []string{"loop_initialize", "loop_start", "trap_init"} {
+		bin := hostile(t, name)
+		m, err := eng.Load(ctx, bin, SHA256(bin), NewLoadConfig().WithName(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, why := m.Snapshot()
+		if name == "trap_init" {
+			// Its trap is in stagehost_init, which every session runs.
+			if !ok {
+				t.Fatalf("%s: not snapshotted: %s", name, why)
+			}
+		} else if ok || !strings.Contains(why, "deadline") {
+			t.Fatalf("%s: Snapshot() = %v, %q; want false naming the deadline", name, ok, why)
+		}
+		_, err = eng.NewSession(ctx, f.rt, m, f.defaultConfig(name).WithInitTimeout(20*time.Millisecond))
+		want := hw.ErrDeadlineExceeded
+		if name == "trap_init" {
+			want = hw.ErrFault
+		}
+		if !errors.Is(err, want) {
+			t.Fatalf("%s: NewSession = %v, want %v", name, err, want)
+		}
+	}
+}
+
+// TestSnapshotMemoryIsAFreshInstancesMemory: for every example, corpus
+// and benchmark module that is snapshotted, the snapshot's memory is
+// byte for byte the memory of an instance that wazero instantiated
+// (data segments, start function) and that then ran _initialize.
+func TestSnapshotMemoryIsAFreshInstancesMemory(t *testing.T) {
+	ctx := context.Background()
+	eng := engineForTest(t)
+	var files []string
+	for _, pattern := range []string{
+		"testdata/hostile/*.wasm", "testdata/abi/*.wasm", "testdata/bench/*.wasm", "testdata/snapshot/*.wasm",
+		"../examples/wasm/*/*.wasm", "../examples/wasm/*/*/*.wasm",
+	} {
+		m, _ := filepath.Glob(pattern)
+		files = append(files, m...)
+	}
+	snapped := 0
+	for _, path := range files {
+		name := strings.TrimSuffix(filepath.Base(path), ".wasm")
+		if strings.HasPrefix(name, "loop_") {
+			continue // their initialisation never ends
+		}
+		bin, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := NewLoadConfig().WithName(name).WithWASI(GrantGoRuntime)
+		sm, err := eng.Load(ctx, bin, SHA256(bin), cfg)
+		if err != nil {
+			continue // refused at load: nothing to compare
+		}
+		if ok, _ := sm.Snapshot(); !ok {
+			continue
+		}
+		pm, err := eng.Load(ctx, bin, SHA256(bin), cfg.WithSnapshot(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mod, err := eng.runtime.InstantiateModule(ctx, pm.compiled, wazero.NewModuleConfig().WithName(""))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if pm.hasInitialize {
+			if _, err := mod.ExportedFunction("_initialize").Call(ctx); err != nil {
+				t.Fatalf("%s: _initialize: %v", name, err)
+			}
+		}
+		fresh, _ := mod.Memory().Read(0, mod.Memory().Size())
+		image := make([]byte, sm.snap.img.size)
+		if err := sm.snap.img.copyInto(image); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(fresh, image) {
+			at := 0
+			for at < min(len(fresh), len(image)) && fresh[at] == image[at] {
+				at++
+			}
+			t.Errorf("%s: the snapshot's memory (%d bytes) differs from a fresh instance's (%d bytes) at byte %d", name, len(image), len(fresh), at)
+		}
+		_ = mod.Close(ctx)
+		snapped++
+	}
+	if snapped < 30 {
+		t.Fatalf("only %d modules were snapshotted", snapped)
+	}
+	t.Logf("%d snapshotted modules compared", snapped)
+}
