@@ -42,6 +42,12 @@ type fakeDriver struct {
 	kernelsRun  map[string]int
 
 	wrongThread atomic.Int64
+	htod        atomic.Int64 // MemcpyHtoDAsync calls
+	htodPinned  atomic.Int64 // of which from pinned memory
+	dtohSync    atomic.Int64 // MemcpyDtoHAsync calls into pageable memory (synchronous)
+	records     atomic.Int64 // EventRecord calls
+	queries     atomic.Int64 // EventQuery calls
+	syncs       atomic.Int64 // StreamSynchronize calls
 	gate        sync.RWMutex // Lock() holds every stream's execution
 	launchGate  sync.Mutex   // Lock() holds LaunchKernel callers
 }
@@ -255,8 +261,15 @@ func (f *fakeDriver) MemcpyHtoDAsync(dst cuDevicePtr, src unsafe.Pointer, n uint
 	if r != cudaSuccess {
 		return r
 	}
-	// Like pageable memory in CUDA: src is staged before the call returns.
-	staged := append([]byte(nil), unsafe.Slice((*byte)(src), n)...)
+	f.htod.Add(1)
+	// As in CUDA: from pageable memory, src is staged before the call
+	// returns; from pinned memory, the copy reads it when it runs.
+	staged := unsafe.Slice((*byte)(src), n)
+	if !f.pinnedHost(src, n) {
+		staged = append([]byte(nil), staged...)
+	} else {
+		f.htodPinned.Add(1)
+	}
 	st.q <- func() {
 		if mem := f.bytes(uint64(dst), uint64(n)); mem != nil {
 			copy(mem, staged)
@@ -267,20 +280,67 @@ func (f *fakeDriver) MemcpyHtoDAsync(dst cuDevicePtr, src unsafe.Pointer, n uint
 	return cudaSuccess
 }
 
+// pinnedHost reports whether [p, p+n) overlaps memory from MemHostAlloc.
+func (f *fakeDriver) pinnedHost(p unsafe.Pointer, n uintptr) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lo, hi := uintptr(p), uintptr(p)+n
+	for h, a := range f.hostRegions {
+		size := uintptr(len(f.regions[a>>32]))
+		if uintptr(h) < hi && lo < uintptr(h)+size {
+			return true
+		}
+	}
+	return false
+}
+
 func (f *fakeDriver) MemcpyDtoHAsync(dst unsafe.Pointer, src cuDevicePtr, n uintptr, s cuStream) cuResult {
 	st, r := f.streamFor(s)
 	if r != cudaSuccess {
 		return r
 	}
 	host := unsafe.Slice((*byte)(dst), n)
+	// As in CUDA: into pinned memory the copy is asynchronous; into
+	// pageable memory the call returns only once the copy has completed
+	// (and with the context's sticky error if the stream failed first).
+	pinned := f.pinnedHost(dst, n)
+	var done chan struct{}
+	if !pinned {
+		done = make(chan struct{})
+	}
 	st.q <- func() {
 		if mem := f.bytes(uint64(src), uint64(n)); mem != nil {
 			copy(host, mem)
 		} else {
 			f.poison(st.ctx, cudaErrorIllegalAddress)
 		}
+		if done != nil {
+			close(done)
+		}
 	}
-	return cudaSuccess
+	if pinned {
+		return cudaSuccess
+	}
+	f.dtohSync.Add(1)
+	tick := time.NewTicker(100 * time.Microsecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+		case <-tick.C:
+			// The stream's worker skips work once the context is
+			// poisoned, so the copy may never run.
+			f.mu.Lock()
+			r := f.sticky[st.ctx]
+			f.mu.Unlock()
+			if r == cudaSuccess {
+				continue
+			}
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.sticky[st.ctx]
+	}
 }
 
 func (f *fakeDriver) poison(ctx cuContext, r cuResult) {
@@ -331,6 +391,7 @@ func (f *fakeDriver) StreamDestroy(s cuStream) cuResult {
 func (f *fakeDriver) StreamQuery(s cuStream) cuResult { return cudaErrorNotSupported }
 
 func (f *fakeDriver) StreamSynchronize(s cuStream) cuResult {
+	f.syncs.Add(1)
 	if s == 0 {
 		// The legacy NULL stream: the fake's memsets are synchronous.
 		f.mu.Lock()
@@ -370,12 +431,14 @@ func (f *fakeDriver) EventRecord(e cuEvent, s cuStream) cuResult {
 	if ev == nil {
 		return cudaErrorInvalidHandle
 	}
+	f.records.Add(1)
 	ev.done.Store(false)
 	st.q <- func() { ev.done.Store(true) }
 	return cudaSuccess
 }
 
 func (f *fakeDriver) EventQuery(e cuEvent) cuResult {
+	f.queries.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ev := f.events[e]

@@ -107,6 +107,7 @@ func (b *buffer) release() {
 	if d.Err() == nil && d.drv.CtxSetCurrent(d.ctx) == cudaSuccess {
 		if b.host != nil {
 			d.drv.MemFreeHost(b.host)
+			d.plat.pinned.remove(b.host)
 		} else {
 			d.drv.MemFree(b.ptr)
 		}
@@ -186,6 +187,7 @@ func (d *Device) alloc(size int, flags hw.AllocFlags) (*buffer, error) {
 		return nil, err
 	}
 	clear(unsafe.Slice((*byte)(host), size))
+	d.plat.pinned.add(host, size)
 	b.host, b.ptr = host, p
 	return b, nil
 }
@@ -330,6 +332,7 @@ func (s *sharedMem) alloc(ds []*Device) error {
 	}
 	// Fresh memory starts zeroed, like every other backend's.
 	clear(unsafe.Slice((*byte)(host), s.size))
+	s.plat.pinned.add(host, s.size)
 	return nil
 }
 
@@ -424,6 +427,7 @@ func (s *sharedMem) Free() error {
 		for _, d := range devs {
 			if d.Err() == nil && d.drv.CtxSetCurrent(d.ctx) == cudaSuccess {
 				d.drv.MemFreeHost(s.host)
+				s.plat.pinned.remove(s.host)
 				break
 			}
 		}

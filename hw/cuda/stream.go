@@ -59,6 +59,9 @@ type op struct {
 	graph   *Graph
 	capture *captureReq
 	batch   *batchReq
+	// pageable: a read into memory this platform did not pin, which the
+	// driver copies synchronously (see retireSynchronous).
+	pageable bool
 }
 
 type mark struct {
@@ -110,11 +113,13 @@ type Stream struct {
 	pins       ring[pinRec]
 	freeEvents []cuEvent
 	graphs     graphCache
+	staging    *uploadStaging // nil: uploads take the pageable path
 
 	// Batch counters, written by the driver thread (tests, docs).
 	batchDirect  atomic.Uint64 // batches issued launch by launch
 	batchReplays atomic.Uint64 // batches issued as one cached-graph launch
 	batchCapture atomic.Uint64 // graphs captured for batches
+	syncRetires  atomic.Uint64 // retirements by a synchronous download, no event polled
 }
 
 var (
@@ -292,12 +297,17 @@ func (s *Stream) Read(src hw.Buffer, off int, dst []byte) (hw.Completion, error)
 	return s.enqueueCopy(opRead, b, off, dst, gen)
 }
 
+// enqueueCopy queues an upload or download. A download into memory that
+// this platform did not pin is marked pageable: the driver returns from it
+// only once it has completed, which retires the stream up to it without
+// an event.
 func (s *Stream) enqueueCopy(kind opKind, b *buffer, off int, host []byte, gen uint64) (hw.Completion, error) {
 	o := op{kind: opMarker}
 	if len(host) > 0 {
 		pin := pinners.Get().(*runtime.Pinner)
 		pin.Pin(&host[0])
 		o = op{kind: kind, dptr: b.ptr + cuDevicePtr(off), host: unsafe.Pointer(&host[0]), n: uintptr(len(host)), pin: pin}
+		o.pageable = kind == opRead && !s.dev.plat.pinned.overlaps(o.host, len(host))
 	}
 	bs := [1]*buffer{b}
 	c, err := s.enqueue(&o, gen, nil, bs[:], nil)
@@ -457,6 +467,7 @@ func (s *Stream) run(ready chan<- error) {
 	s.pb = new(paramBlock)
 	s.pbPin.Pin(s.pb)
 	s.pb.init()
+	s.openStaging()
 	ready <- nil
 	s.loop()
 	s.teardown()
@@ -559,7 +570,11 @@ func (s *Stream) exec(o *op) {
 		runtime.KeepAlive(s.pb)
 		call = "cuLaunchKernel"
 	case opWrite:
-		r = d.drv.MemcpyHtoDAsync(o.dptr, o.host, o.n, s.cs)
+		src := o.host
+		if staged := s.stage(o); staged != nil {
+			src = staged // pinned: the copy is asynchronous
+		}
+		r = d.drv.MemcpyHtoDAsync(o.dptr, src, o.n, s.cs)
 		runtime.KeepAlive(o.host)
 		call = "cuMemcpyHtoDAsync_v2"
 	case opRead:
@@ -585,6 +600,10 @@ func (s *Stream) exec(o *op) {
 		if err := d.check(call, r, hw.ErrRejected); d.Err() == nil {
 			s.recordFailure(o.seq, err)
 		}
+	} else if o.pageable && d.Err() == nil {
+		// The download has completed, and everything before it.
+		s.retireSynchronous(o.seq)
+		return
 	}
 	s.sinceEvent++
 	if s.sinceEvent >= eventEvery {
@@ -699,6 +718,9 @@ func (s *Stream) advance(seq uint64) {
 		p.pin.Unpin()
 		pinners.Put(p.pin)
 	}
+	if s.staging != nil {
+		s.staging.releaseStaged(seq)
+	}
 	s.retirement.advance(seq)
 }
 
@@ -730,6 +752,7 @@ func (s *Stream) teardown() {
 	if healthy {
 		d.drv.StreamDestroy(s.cs)
 	}
+	s.closeStaging(healthy)
 	// Pageable Go memory is staged by the driver during the copy call, so
 	// nothing touches it once the call returned; unpinning is safe even
 	// for copies that never retired.

@@ -1,0 +1,446 @@
+package cuda
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+func TestUploadStagingAlloc(t *testing.T) {
+	u := &uploadStaging{size: 128}
+	take := func(n int, seq uint64) int {
+		t.Helper()
+		off, ok := u.alloc(n)
+		if !ok {
+			t.Fatalf("alloc(%d) refused with %d live", n, u.recs.len())
+		}
+		u.newest = stageRec{seq: seq, start: off, end: off + (n+stageAlign-1)&^(stageAlign-1)}
+		u.recs.push(u.newest)
+		return off
+	}
+	if off := take(20, 1); off != 0 { // 32 bytes
+		t.Fatalf("first at %d", off)
+	}
+	if off := take(64, 2); off != 32 {
+		t.Fatalf("second at %d", off)
+	}
+	if _, ok := u.alloc(48); ok { // [96, 144) does not fit, [0, 0) neither
+		t.Fatal("alloc past the end while the start is live")
+	}
+	u.releaseStaged(1) // [0, 32) free again
+	if off := take(32, 3); off != 96 {
+		t.Fatalf("third at %d, want 96 (the tail)", off)
+	}
+	if off := take(16, 4); off != 0 { // wraps
+		t.Fatalf("fourth at %d, want 0", off)
+	}
+	if _, ok := u.alloc(32); ok { // only [16, 32) is free
+		t.Fatal("alloc overlapping the oldest live upload")
+	}
+	if off := take(16, 5); off != 16 {
+		t.Fatalf("fifth at %d, want 16", off)
+	}
+	if _, ok := u.alloc(1); ok { // full: [32, 128) and [0, 32) live
+		t.Fatal("alloc in a full ring")
+	}
+	u.releaseStaged(5)
+	if u.recs.len() != 0 {
+		t.Fatalf("%d live after releasing everything", u.recs.len())
+	}
+	if off := take(128, 6); off != 0 {
+		t.Fatalf("whole ring at %d", off)
+	}
+	if _, ok := u.alloc(129); ok {
+		t.Fatal("alloc larger than the ring")
+	}
+}
+
+func TestPinnedRanges(t *testing.T) {
+	var p pinnedRanges
+	mem := make([]byte, 1024)
+	at := func(off int) unsafe.Pointer { return unsafe.Pointer(&mem[off]) }
+	if p.overlaps(at(0), 1024) {
+		t.Fatal("empty set overlaps")
+	}
+	p.add(at(512), 256) // [512, 768)
+	p.add(at(100), 10)  // [100, 110)
+	for _, c := range []struct {
+		off, n int
+		want   bool
+	}{
+		{0, 100, false}, {0, 101, true}, {109, 1, true}, {110, 402, false},
+		{110, 403, true}, {767, 1, true}, {768, 256, false}, {600, 0, false},
+	} {
+		if got := p.overlaps(at(c.off), c.n); got != c.want {
+			t.Errorf("overlaps(%d, %d) = %v, want %v", c.off, c.n, got, c.want)
+		}
+	}
+	p.remove(at(512))
+	if p.overlaps(at(600), 10) || !p.overlaps(at(105), 1) {
+		t.Fatal("remove took the wrong range")
+	}
+}
+
+// TestFakeStagedUploads: small uploads go through the pinned staging, are
+// uploaded from there after the copies they follow, fall back to the
+// pageable path when the staging is full, and free their space once
+// retired.
+func TestFakeStagedUploads(t *testing.T) {
+	p, f := newFakePlatform(t, 1, WithUploadStaging(256))
+	r := newRig(t, p)
+	st := r.s.(*Stream)
+	const n, size = 40, 32
+	b := r.alloc(n*size, 0)
+	srcs := make([][]byte, n)
+	f.gate.Lock() // nothing runs: the staging fills up (256/32 = 8 uploads)
+	for i := range srcs {
+		srcs[i] = bytes.Repeat([]byte{byte(i + 1)}, size)
+		r.write(b, i*size, srcs[i])
+	}
+	// The driver thread issues the copies while the device is held.
+	deadline := time.Now().Add(5 * time.Second)
+	for f.htod.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d uploads issued", f.htod.Load(), n)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if got := f.htodPinned.Load(); got != 8 {
+		t.Fatalf("%d uploads from pinned memory, want 8 (the staging's capacity)", got)
+	}
+	f.gate.Unlock()
+	r.sync()
+	got := r.read(b, 0, n*size)
+	for i := range srcs {
+		if !bytes.Equal(got[i*size:(i+1)*size], srcs[i]) {
+			t.Fatalf("upload %d landed as %x", i, got[i*size:(i+1)*size])
+		}
+	}
+	// Retired: the space is free again.
+	before := f.htodPinned.Load()
+	for i := range 16 {
+		r.write(b, 0, srcs[i])
+		r.sync()
+	}
+	if got := f.htodPinned.Load() - before; got != 16 {
+		t.Fatalf("%d of 16 uploads after retirement went through the staging", got)
+	}
+	if st.staging.used.Load() != uint64(f.htodPinned.Load()) {
+		t.Fatalf("staging counted %d, driver saw %d pinned uploads", st.staging.used.Load(), f.htodPinned.Load())
+	}
+	// Larger than 4 KiB: pageable path.
+	big := r.alloc(8<<10, 0)
+	before = f.htodPinned.Load()
+	r.write(big, 0, make([]byte, 8<<10))
+	r.sync()
+	if f.htodPinned.Load() != before {
+		t.Fatal("an 8 KiB upload went through the staging")
+	}
+}
+
+// TestFakeStagingOff: WithUploadStaging(0) uploads from the caller's memory.
+func TestFakeStagingOff(t *testing.T) {
+	p, f := newFakePlatform(t, 1, WithUploadStaging(0))
+	r := newRig(t, p)
+	b := r.alloc(64, 0)
+	r.write(b, 0, []byte("abc"))
+	if got := r.read(b, 0, 3); string(got) != "abc" {
+		t.Fatalf("%q", got)
+	}
+	if f.htodPinned.Load() != 0 || r.s.(*Stream).staging != nil {
+		t.Fatal("staging used although off")
+	}
+}
+
+// TestFakePageableReadRetiresWithoutEvent: a download into pageable
+// memory retires the stream up to it when the driver call returns: no
+// event is recorded or queried for it, and the earlier commands retire
+// with it.
+func TestFakePageableReadRetiresWithoutEvent(t *testing.T) {
+	p, f := newFakePlatform(t, 1)
+	r := newRig(t, p)
+	st := r.s.(*Stream)
+	b := r.alloc(64, 0)
+	r.write(b, 0, []byte("warm"))
+	r.sync()
+	time.Sleep(time.Millisecond) // the driver thread has nothing left to record
+	rec, q := f.records.Load(), f.queries.Load()
+	got := r.read(b, 0, 4)
+	if string(got) != "warm" {
+		t.Fatalf("%q", got)
+	}
+	if f.records.Load() != rec || f.queries.Load() != q {
+		t.Fatalf("a pageable read recorded %d and queried %d events", f.records.Load()-rec, f.queries.Load()-q)
+	}
+	if st.syncRetires.Load() == 0 || f.dtohSync.Load() == 0 {
+		t.Fatal("the read did not retire synchronously")
+	}
+
+	// Behind held work: the earlier launch and upload retire with it.
+	f.gate.Lock()
+	c1 := r.submit("fill", 0, hw.BufferArg(b, 0, 16), hw.Float32(2))
+	c2, err := r.s.Write(b, 16, []byte("tail"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 20)
+	c3, err := r.s.Read(b, 0, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if c3.Done() || r.s.Idle() {
+		t.Fatal("read retired while the device was held")
+	}
+	f.gate.Unlock()
+	if err := c3.Wait(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !c1.Done() || !c2.Done() || !r.s.Idle() || st.pending.len() != 0 {
+		t.Fatalf("after the read: fill %v, write %v, idle %v, %d events pending", c1.Done(), c2.Done(), r.s.Idle(), st.pending.len())
+	}
+	if v := math.Float32frombits(binary.LittleEndian.Uint32(dst)); v != 2 || string(dst[16:]) != "tail" {
+		t.Fatalf("read %x", dst)
+	}
+	if st.pins.len() != 0 {
+		t.Fatalf("%d pins held", st.pins.len())
+	}
+	if err := r.s.Sync(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFakeReadIntoPinnedMemoryWaitsForItsEvent: a download into memory
+// the platform pinned is asynchronous in CUDA, so it must not retire when
+// the call returns.
+func TestFakeReadIntoPinnedMemoryWaitsForItsEvent(t *testing.T) {
+	p, f := newFakePlatform(t, 1)
+	r := newRig(t, p)
+	b := r.alloc(64, 0)
+	hv := r.alloc(64, hw.AllocHostVisible)
+	host, err := hv.HostBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.write(b, 0, []byte("pinned!"))
+	r.sync()
+	sync0 := f.dtohSync.Load()
+	f.gate.Lock()
+	c, err := r.s.Read(b, 0, host[:7])
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if c.Done() {
+		f.gate.Unlock()
+		t.Fatal("a read into pinned memory retired before it ran")
+	}
+	f.gate.Unlock()
+	if err := c.Wait(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if string(host[:7]) != "pinned!" || f.dtohSync.Load() != sync0 {
+		t.Fatalf("%q, %d synchronous reads", host[:7], f.dtohSync.Load()-sync0)
+	}
+}
+
+// TestFakeIdleStreamSyncMakesNoDriverCall: the fence's drain and the
+// host's idle check on a stream whose work retired read cached state only.
+func TestFakeIdleStreamSyncMakesNoDriverCall(t *testing.T) {
+	p, f := newFakePlatform(t, 1)
+	r := newRig(t, p)
+	b := r.alloc(64, 0)
+	r.write(b, 0, []byte("x"))
+	r.submit("fill", 0, hw.BufferArg(b, 0, -1), hw.Float32(1))
+	r.sync()
+	time.Sleep(time.Millisecond)
+	rec, q, s := f.records.Load(), f.queries.Load(), f.syncs.Load()
+	for range 100 {
+		if err := r.s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !r.s.Idle() {
+			t.Fatal("not idle")
+		}
+	}
+	if f.records.Load() != rec || f.queries.Load() != q || f.syncs.Load() != s {
+		t.Fatalf("Sync/Idle on an idle stream: %d records, %d queries, %d stream syncs",
+			f.records.Load()-rec, f.queries.Load()-q, f.syncs.Load()-s)
+	}
+}
+
+// TestFakeMLPCallShape: the MLP stage's call (upload, batch, download,
+// sync) gives the same bytes with the staging on and off and retires at
+// the download.
+func TestFakeMLPCallShape(t *testing.T) {
+	var outs [][]byte
+	for _, staging := range []int{DefaultUploadStaging, 0} {
+		p, f := newFakePlatform(t, 1, WithUploadStaging(staging))
+		m := newMLPCall(t, p)
+		for i := range 3 {
+			out := m.call(t, float32(i))
+			outs = append(outs, out)
+		}
+		if staging > 0 && f.htodPinned.Load() == 0 {
+			t.Fatal("no staged upload")
+		}
+	}
+	for i := 1; i < len(outs); i++ {
+		if !bytes.Equal(outs[i], outs[i%3]) {
+			t.Fatalf("call %d: %x, want %x", i, outs[i], outs[i%3])
+		}
+	}
+}
+
+// mlpCall is the MLP stage's device work on a stream, without Wasm: the
+// 8→16→4 model of examples/wasm/mlp with deterministic weights.
+type mlpCall struct {
+	ctx           context.Context
+	s             *Stream
+	work, weights hw.Buffer
+	batch         []hw.Command
+	in            []byte
+	out           []byte
+}
+
+const (
+	mlpIn, mlpHidden, mlpOut = 8, 16, 4
+	mlpWorkSize              = 4*(mlpIn+mlpHidden+mlpOut) + 8
+	mlpScores                = 4 * (mlpIn + mlpHidden)
+)
+
+func newMLPCall(t testing.TB, p *Platform) *mlpCall {
+	r := newRig(t, p)
+	nw := mlpIn*mlpHidden + mlpHidden + mlpHidden*mlpOut + mlpOut
+	w := make([]float32, nw)
+	for i := range w {
+		w[i] = float32(i%7-3) / 8
+	}
+	weights, work := r.alloc(4*nw, 0), r.alloc(mlpWorkSize, 0)
+	r.write(weights, 0, f32bytes(w))
+	r.sync()
+	wa := func(off, n int) hw.Arg { return hw.BufferArg(weights, 4*off, 4*n) }
+	x := hw.BufferArg(work, 0, 4*mlpIn)
+	h := hw.BufferArg(work, 4*mlpIn, 4*mlpHidden)
+	sc := hw.BufferArg(work, mlpScores, 4*mlpOut)
+	u := func(v int) hw.Arg { return hw.Uint(uint64(v)) }
+	ob1, ow2 := mlpIn*mlpHidden, mlpIn*mlpHidden+mlpHidden
+	ob2 := ow2 + mlpHidden*mlpOut
+	cmd := func(name string, args ...hw.Arg) hw.Command { return hw.Command{Program: r.prog(name), Args: args} }
+	return &mlpCall{
+		ctx: r.ctx, s: r.s.(*Stream), work: work, weights: weights,
+		batch: []hw.Command{
+			cmd("matmul", x, wa(0, mlpIn*mlpHidden), h, u(1), u(mlpHidden), u(mlpIn)),
+			cmd("bias", h, wa(ob1, mlpHidden), u(1), u(mlpHidden)),
+			cmd("relu", h),
+			cmd("matmul", h, wa(ow2, mlpHidden*mlpOut), sc, u(1), u(mlpOut), u(mlpHidden)),
+			cmd("bias", sc, wa(ob2, mlpOut), u(1), u(mlpOut)),
+			cmd("argmax", sc, hw.BufferArg(work, mlpScores+4*mlpOut, 8)),
+		},
+		in:  make([]byte, 4*mlpIn),
+		out: make([]byte, 4*mlpOut+8),
+	}
+}
+
+// call runs one classification: upload, the batch, the download (which
+// waits), then Sync for failures. syncFirst is the old shape (a Sync
+// before the download: two waits).
+func (m *mlpCall) callShape(syncFirst bool, x float32) error {
+	for i := range mlpIn {
+		binary.LittleEndian.PutUint32(m.in[4*i:], math.Float32bits(x+float32(i)/4))
+	}
+	if _, err := m.s.Write(m.work, 0, m.in); err != nil {
+		return err
+	}
+	if _, err := m.s.SubmitBatch(m.batch); err != nil {
+		return err
+	}
+	if syncFirst {
+		if err := m.s.Sync(m.ctx); err != nil {
+			return err
+		}
+	}
+	c, err := m.s.Read(m.work, mlpScores, m.out)
+	if err != nil {
+		return err
+	}
+	if err := c.Wait(m.ctx); err != nil {
+		return err
+	}
+	return m.s.Sync(m.ctx)
+}
+
+func (m *mlpCall) call(t testing.TB, x float32) []byte {
+	t.Helper()
+	if err := m.callShape(false, x); err != nil {
+		t.Fatal(err)
+	}
+	if !m.s.Idle() {
+		t.Fatal("stream not idle after the call")
+	}
+	return slices.Clone(m.out)
+}
+
+// BenchmarkMLPCall: the MLP stage's device work per call on cuda0,
+// without Wasm or the host: sync-read is the old shape (Sync, then the
+// download: two waits), read the new one (the download is the only wait);
+// staging-off uploads from pageable memory. p50/p99 per call.
+func BenchmarkMLPCall(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		syncFirst bool
+		staging   int
+	}{
+		{"sync-read", true, DefaultUploadStaging},
+		{"read", false, DefaultUploadStaging},
+		{"sync-read/staging-off", true, 0},
+		{"read/staging-off", false, 0},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			p := requireGPU(b)
+			if c.staging != DefaultUploadStaging {
+				p.Close()
+				var err error
+				if p, err = Open(WithUploadStaging(c.staging)); err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { p.Close() })
+			}
+			m := newMLPCall(b, p)
+			for i := range 100 {
+				if err := m.callShape(c.syncFirst, float32(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				t0 := time.Now()
+				if err := m.callShape(c.syncFirst, float32(i%64)); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			reportPercentiles(b, lat)
+		})
+	}
+}
+
+// reportPercentiles reports p50 and p99 of per-call latencies.
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Nanoseconds()), "p99-ns")
+}
