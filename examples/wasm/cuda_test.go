@@ -9,7 +9,9 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
 	"github.com/stagehost/stagehost/hw"
@@ -145,13 +147,20 @@ func TestMLPStageOnCUDA(t *testing.T) {
 }
 
 // BenchmarkMLPStageBackends: one classification through the whole host path
-// (stage call, upload, the six-kernel batch, sync, download, the built-in
-// fence and the idle check), on sim and on cuda0.
+// (stage call, upload, the six-kernel batch, download, sync, the built-in
+// fence and the idle check), on sim and on cuda0, with p50 and p99 per
+// call. STAGEHOST_MLP_WASM_BEFORE names another build of the stage (the
+// one before issue 9's restructuring) to run side by side, as sim-before
+// and cuda-before.
 func BenchmarkMLPStageBackends(b *testing.B) {
 	stage := load(b, "mlp/stage/mlp.wasm", "mlp", goGuest())
+	var before *stages.Module
+	if path := os.Getenv("STAGEHOST_MLP_WASM_BEFORE"); path != "" {
+		before = load(b, path, "mlp-before", goGuest())
+	}
 	ctx := context.Background()
 	in := model.EncodeInput(model.TestInputs(1)[0])
-	run := func(b *testing.B, dev hw.Device) {
+	run := func(b *testing.B, stage *stages.Module, dev hw.Device) {
 		f := newFixture(b)
 		s, err := engine(b).NewSession(ctx, f.rt, stage, mlpConfig("bench-"+dev.Name(), dev))
 		if err != nil {
@@ -164,24 +173,35 @@ func BenchmarkMLPStageBackends(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		lat := make([]time.Duration, 0, b.N)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
+			t0 := time.Now()
 			if out, err = s.Run(ctx, in, out[:0]); err != nil {
 				b.Fatal(err)
 			}
+			lat = append(lat, time.Since(t0))
 		}
 		b.StopTimer()
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/classification")
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+		b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Nanoseconds()), "p99-ns")
 	}
-	b.Run("sim", func(b *testing.B) { run(b, newFixture(b).gpu) })
-	b.Run("cuda", func(b *testing.B) {
+	cuda0 := func(b *testing.B) hw.Device {
 		gpu, err := requireCUDA(b).Device("cuda0")
 		if err != nil {
 			b.Fatal(err)
 		}
-		run(b, gpu)
-	})
+		return gpu
+	}
+	b.Run("sim", func(b *testing.B) { run(b, stage, newFixture(b).gpu) })
+	b.Run("cuda", func(b *testing.B) { run(b, stage, cuda0(b)) })
+	if before != nil {
+		b.Run("sim-before", func(b *testing.B) { run(b, before, newFixture(b).gpu) })
+		b.Run("cuda-before", func(b *testing.B) { run(b, before, cuda0(b)) })
+	}
 }
 
 // TestCUDAManifestDecodes checks examples/cuda.toml everywhere: a cuda

@@ -4,9 +4,11 @@
 // then the 4 float32 scores, little-endian (20 bytes).
 //
 // Each run uploads the input, submits matmul → bias → relu → matmul → bias
-// → argmax on stream "s0" as one batch, syncs, and reads the scores and the
-// argmax back with one download. The weights are uploaded once per
-// instance.
+// → argmax on stream "s0" as one batch, and reads the scores and the
+// argmax back with one download, which is the call's only wait: the stream
+// runs in order, so the download waits for the batch too. A Sync after it
+// finds the stream idle (no wait) and reports a failed launch, as a Sync
+// before the download did. The weights are uploaded once per instance.
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o mlp.wasm .
 package main
@@ -115,16 +117,19 @@ func run(c *stagehost.Call) error {
 		return err
 	}
 	s := st.s0
+	// One wait per call: upload, batch and download are queued in order,
+	// and the download returns once everything before it has retired.
+	var res [readLen]byte
 	err = s.Write(st.work, offX, in)
 	if err == nil {
 		err = s.SubmitBatch(st.batch...)
 	}
 	if err == nil {
-		err = s.Sync()
-	}
-	var res [readLen]byte
-	if err == nil {
 		err = s.Read(st.work, offScores, res[:])
+	}
+	if err == nil {
+		// Idle by now: reports a launch that failed, without waiting.
+		err = s.Sync()
 	}
 	if err != nil {
 		if errors.Is(err, stagehost.ErrInvalidArgument) {
