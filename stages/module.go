@@ -196,7 +196,7 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 		if snap != nil {
 			m.spares = newSpares(m, e.cfg.spares)
 		} else {
-			e.cfg.logger.Debug("module not snapshotted", "module", cfg.name, "why", why)
+			e.cfg.logger.Info("module not snapshotted", "module", cfg.name, "why", why)
 		}
 	}
 	if compiled == nil {

@@ -212,7 +212,8 @@ func (d *Deployment) openSession(ctx context.Context, ms *manifest.Session) erro
 	cfg := stages.NewSessionConfig(ms.Name, d.devices[ms.Device]).
 		WithStreams(ms.Streams...).WithPrograms(ms.Programs...).
 		WithBudget(ms.Budget).WithOutputLimit(int(ms.OutputLimit)).
-		WithDeadline(ms.Deadline).WithFenceTimeout(ms.FenceTimeout).WithInitTimeout(ms.InitTimeout)
+		WithDeadline(ms.Deadline).WithFenceTimeout(ms.FenceTimeout).WithInitTimeout(ms.InitTimeout).
+		WithResetPerCall(ms.Reset == manifest.ResetCall)
 	for _, b := range ms.Buffers {
 		cfg = cfg.WithBuffer(b.Name, int(b.Size))
 	}

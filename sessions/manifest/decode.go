@@ -302,6 +302,7 @@ func (d *decoder) modules(root *table, m *Manifest) []modMeta {
 			limit = fileLimit{n, "the module size limit", " (set by " + t.path.key("max_size").String() + ")"}
 		}
 		mod.MaxSize = limit.size
+		mod.Snapshot, _ = t.boolean("snapshot", true)
 		var wasiOK bool
 		mod.WASI, wasiOK = t.strings("wasi", nil)
 		for j, g := range mod.WASI {
@@ -396,6 +397,10 @@ func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
 		s.Deadline, _ = t.duration("deadline", defaultDeadline, true)
 		s.FenceTimeout, _ = t.duration("fence_timeout", defaultFenceTimeout, true)
 		s.InitTimeout, _ = t.duration("init_timeout", defaultInitTimeout, true)
+		var resetOK bool
+		if s.Reset, resetOK = t.str("reset", ResetNone, false); resetOK && !slices.Contains(ResetModes, s.Reset) {
+			d.errorf(t.path.key("reset"), "unknown reset mode %q (want %s)", s.Reset, strings.Join(ResetModes, " or "))
+		}
 		var entryOK bool
 		if s.Entry, entryOK = t.str("entry", defaultEntry, false); entryOK && s.Entry == "" {
 			d.errorf(t.path.key("entry"), "must not be empty")

@@ -134,14 +134,15 @@ type Module struct {
 	MemoryLimit int64    // bytes, default 64MiB
 	MaxSize     int64    // the largest the file may be, in bytes; default Runtime.MaxModuleSize
 	WASI        []string // grants, default none
+	Snapshot    bool     // instances start from a snapshot taken at load (default true)
 	Bytes       []byte   // the file's contents, read once (shared by modules naming the same file; do not modify)
 }
 
 // LoadConfig returns the configuration to load the module with: its name,
-// kind, memory limit, size limit and WASI grants.
+// kind, memory limit, size limit, WASI grants and snapshot.
 func (m *Module) LoadConfig() stages.LoadConfig {
 	return stages.NewLoadConfig().WithName(m.Name).WithKind(m.Kind).
-		WithMemoryLimit(m.MemoryLimit).WithMaxSize(m.MaxSize).WithWASI(m.WASI...)
+		WithMemoryLimit(m.MemoryLimit).WithMaxSize(m.MaxSize).WithWASI(m.WASI...).WithSnapshot(m.Snapshot)
 }
 
 // The fence values that name no module.
@@ -169,11 +170,21 @@ type Session struct {
 	Deadline     time.Duration // default 5s
 	FenceTimeout time.Duration // default 10s
 	InitTimeout  time.Duration // default 5s: bounds making each instance (start function, _initialize, stagehost_init)
+	Reset        string        // ResetNone (default) or ResetCall
 	Entry        string        // default "main"
 	OutputFormat string        // how the CLI prints the output: one of OutputFormats, default OutputHex
 	Input        string        // resolved path of the default input file; "" for none
 	Buffers      []Buffer
 }
+
+// Reset modes: what a session's instances keep between calls.
+const (
+	ResetNone = "none" // an instance keeps its memory from call to call (default)
+	ResetCall = "call" // every call starts from the module's snapshot (stages.SessionConfig.WithResetPerCall)
+)
+
+// ResetModes lists the reset modes.
+var ResetModes = []string{ResetNone, ResetCall}
 
 // Output formats: how `stagehost run` prints a session's output.
 const (

@@ -269,6 +269,20 @@ func (t *table) str(key, def string, required bool) (string, bool) {
 	return s, true
 }
 
+// boolean decodes an optional boolean (def when absent).
+func (t *table) boolean(key string, def bool) (bool, bool) {
+	v, p, present := t.get(key, false)
+	if !present {
+		return def, true
+	}
+	b, ok := v.(bool)
+	if !ok {
+		t.d.wrongType(p, "a boolean", v)
+		return def, false
+	}
+	return b, true
+}
+
 // name decodes a required, non-empty name.
 func (t *table) name(key string) (string, bool) {
 	s, ok := t.str(key, "", true)
