@@ -150,8 +150,8 @@ func TestMLPStageOnCUDA(t *testing.T) {
 // (stage call, upload, the six-kernel batch, download, sync, the built-in
 // fence and the idle check), on sim and on cuda0, with p50 and p99 per
 // call. STAGEHOST_MLP_WASM_BEFORE names another build of the stage (the
-// one before issue 9's restructuring) to run side by side, as sim-before
-// and cuda-before.
+// one before issue 9's restructuring) to run side by side, as before/sim
+// and before/cuda.
 func BenchmarkMLPStageBackends(b *testing.B) {
 	stage := load(b, "mlp/stage/mlp.wasm", "mlp", goGuest())
 	var before *stages.Module
@@ -199,8 +199,8 @@ func BenchmarkMLPStageBackends(b *testing.B) {
 	b.Run("sim", func(b *testing.B) { run(b, stage, newFixture(b).gpu) })
 	b.Run("cuda", func(b *testing.B) { run(b, stage, cuda0(b)) })
 	if before != nil {
-		b.Run("sim-before", func(b *testing.B) { run(b, before, newFixture(b).gpu) })
-		b.Run("cuda-before", func(b *testing.B) { run(b, before, cuda0(b)) })
+		b.Run("before/sim", func(b *testing.B) { run(b, before, newFixture(b).gpu) })
+		b.Run("before/cuda", func(b *testing.B) { run(b, before, cuda0(b)) })
 	}
 }
 
