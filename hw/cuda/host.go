@@ -259,9 +259,9 @@ func (d *HostDevice) snapshot(out []pendingWork) []pendingWork {
 	defer d.streamsMu.Unlock()
 	for s := range d.streams {
 		s.submitMu.Lock()
-		seq := s.submitted.Load()
+		seq := s.rec.Submitted()
 		s.submitMu.Unlock()
-		if seq > s.retired.Load() {
+		if seq > s.rec.Retired() {
 			out = append(out, pendingWork{quiescer{s}, seq})
 		}
 	}
@@ -275,21 +275,10 @@ func (d *HostDevice) snapshot(out []pendingWork) []pendingWork {
 type quiescer struct{ s *HostStream }
 
 func (q quiescer) wait(ctx context.Context, seq uint64) error {
-	s := q.s
-	s.sleepers.Add(1)
-	defer s.sleepers.Add(-1)
-	for {
-		ch := s.current()
-		if seq <= s.retired.Load() {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-time.After(time.Millisecond):
-		case <-ctx.Done():
-			return hw.ContextError(ctx, "cuda: host0: waiting for a stream to go quiet")
-		}
+	if !q.s.rec.Quiesce(ctx, seq, time.Millisecond) {
+		return hw.ContextError(ctx, "cuda: host0: waiting for a stream to go quiet")
 	}
+	return nil
 }
 
 type hostProgram struct {
@@ -527,14 +516,14 @@ func (s *HostStream) enqueue(o *hostOp, gen uint64) (hw.Completion, error) {
 			}
 		}
 	}
-	seq := s.submitted.Load() + 1
+	seq := s.rec.Submitted() + 1
 	o.seq = seq
 	select {
 	case s.ops <- *o:
 	default:
 		return hw.Completion{}, s.errBusy
 	}
-	s.submitted.Store(seq)
+	s.rec.SetSubmitted(seq)
 	return hw.NewCompletion(s, seq), nil
 }
 

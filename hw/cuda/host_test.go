@@ -369,11 +369,11 @@ func TestFakeSubmitBatch(t *testing.T) {
 		}
 		bad := append(append([]hw.Command(nil), batch...), hw.Command{Program: saxpy, Args: []hw.Arg{hw.Float32(1)}})
 		r.sync()
-		before := st.submitted.Load()
+		before := st.rec.Submitted()
 		if _, err := st.SubmitBatch(bad); !errors.Is(err, hw.ErrInvalidArgument) {
 			t.Fatalf("bad batch = %v", err)
 		}
-		if st.submitted.Load() != before {
+		if st.rec.Submitted() != before {
 			t.Fatal("an invalid batch enqueued something")
 		}
 		if c, err := st.SubmitBatch(nil); err != nil || !c.Done() {
@@ -384,7 +384,7 @@ func TestFakeSubmitBatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.submitted.Load() != before+uint64(i)+1 {
+			if st.rec.Submitted() != before+uint64(i)+1 {
 				t.Fatal("a batch is not one queued command")
 			}
 			if err := c.Wait(r.ctx); err != nil {

@@ -74,11 +74,6 @@ type pinRec struct {
 	pin *runtime.Pinner
 }
 
-type seqErr struct {
-	seq uint64
-	err error
-}
-
 // Stream is an ordered command queue on one device, served by one
 // goroutine locked to its OS thread with the device's context current:
 // every driver call for the stream runs there. Submit, Write and Read
@@ -176,9 +171,9 @@ func (d *Device) snapshot(out []pendingWork) []pendingWork {
 	defer d.streamsMu.Unlock()
 	for s := range d.streams {
 		s.submitMu.Lock()
-		seq := s.submitted.Load()
+		seq := s.rec.Submitted()
 		s.submitMu.Unlock()
-		if seq > s.retired.Load() {
+		if seq > s.rec.Retired() {
 			out = append(out, pendingWork{s, seq})
 		}
 	}
@@ -346,7 +341,7 @@ func (s *Stream) enqueue(o *op, gen uint64, args []hw.Arg, bufs []*buffer, batch
 			}
 		}
 	}
-	seq := s.submitted.Load() + 1
+	seq := s.rec.Submitted() + 1
 	o.seq = seq
 	select {
 	case s.ops <- *o:
@@ -354,7 +349,7 @@ func (s *Stream) enqueue(o *op, gen uint64, args []hw.Arg, bufs []*buffer, batch
 		s.submitMu.Unlock()
 		return hw.Completion{}, s.errBusy
 	}
-	s.submitted.Store(seq)
+	s.rec.SetSubmitted(seq)
 	s.submitMu.Unlock()
 	return hw.NewCompletion(s, seq), nil
 }
@@ -393,7 +388,7 @@ func (s *Stream) WaitRetired(ctx context.Context, seq uint64) error {
 // wait returns nil once seq retired, or the loss or context error. It
 // wakes the driver thread first if it sleeps (it polls hot for waitHot).
 func (s *Stream) wait(ctx context.Context, seq uint64) error {
-	if seq <= s.retired.Load() {
+	if seq <= s.rec.Retired() {
 		return nil
 	}
 	select {

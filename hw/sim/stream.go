@@ -3,12 +3,12 @@ package sim
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/internal/retire"
 )
 
 // opKind is what a ring slot holds.
@@ -35,21 +35,17 @@ type slot struct {
 	host  []byte  // write source / read destination
 }
 
-// failure is the error of a command that retired unsuccessfully.
-type failure struct {
-	seq uint64
-	err error
-}
-
 // Stream is an ordered command queue on a simulated device, with one
 // worker goroutine that runs the commands in submission order. It
 // implements [hw.Stream] and [hw.Retirer]; its methods are safe for
 // concurrent use.
 //
 // Commands are numbered 1, 2, 3... in submission order. Because they
-// retire in order, the stream's state is two watermarks: submitted (the
-// last sequence number handed out) and retired (every command up to it has
-// retired). A command's slot is ring[seq % len(ring)]; it is owned by
+// retire in order, the stream's state is two watermarks, kept with the
+// failures and the waiters in a [retire.Record] (the one hw/cuda's streams
+// keep too): submitted (the last sequence number handed out, stored under
+// mu) and retired (every command up to it has retired, moved by the worker
+// under mu). A command's slot is ring[seq % len(ring)]; it is owned by
 // Submit until submitted moves past it, then by the worker until retired
 // does.
 //
@@ -62,6 +58,7 @@ type failure struct {
 type Stream struct {
 	dev    *Device
 	id     uint64
+	name   string // String's result, made once: waits pass it along
 	ring   []slot // replaced only under mu, when it grows
 	faults faultState
 	wake   chan struct{} // capacity 1: "there may be work" for the worker
@@ -71,26 +68,20 @@ type Stream struct {
 	launch Launch
 	timer  *time.Timer
 
-	submitted atomic.Uint64 // written under mu
-	retired   atomic.Uint64 // written under mu, by the worker
-	nfail     atomic.Int64  // len(failures), so lookups skip mu when 0
+	// rec holds the watermarks, failures and waiters. Waiters spin
+	// briefly on the retired watermark, then sleep until the worker's
+	// Advance (or markDead's Wake) wakes them; with nobody asleep,
+	// retiring costs two atomic operations.
+	rec retire.Record
 	// dead is set under mu when the device is lost; retired never moves
 	// after that. Lock-free readers load dead before retired (see Retired).
 	dead atomic.Bool
 
-	mu sync.Mutex
-	// waitCh is the broadcast channel: a waiter that finds its command
-	// unfinished creates it (if nil) and blocks on it; the worker closes
-	// it and sets it back to nil when it retires a command, waking every
-	// waiter, who then re-check. With nobody waiting, retiring costs
-	// nothing.
-	waitCh   chan struct{}
-	held     uint64    // the last command the worker took (its slot is cur)
-	cur      *slot     // the slot of held, in the ring it was taken from
-	failures []failure // in seq order; grown only on failure
-	syncNext int       // failures[:syncNext] have been reported by Sync
-	closing  bool      // Close was called: no more submissions
-	closed   bool      // Close finished
+	mu      sync.Mutex
+	held    uint64 // the last command the worker took (its slot is cur)
+	cur     *slot  // the slot of held, in the ring it was taken from
+	closing bool   // Close was called: no more submissions
+	closed  bool   // Close finished
 }
 
 var (
@@ -102,6 +93,7 @@ func newStream(d *Device, id uint64) *Stream {
 	s := &Stream{
 		dev:  d,
 		id:   id,
+		name: fmt.Sprintf("sim:%s/stream%d", d.name, id),
 		ring: make([]slot, d.initDepth),
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
@@ -114,14 +106,14 @@ func newStream(d *Device, id uint64) *Stream {
 func (s *Stream) Device() hw.Device { return s.dev }
 
 // String names the stream, for messages.
-func (s *Stream) String() string { return fmt.Sprintf("sim:%s/stream%d", s.dev.name, s.id) }
+func (s *Stream) String() string { return s.name }
 
 // Submitted reports how many commands have been accepted.
-func (s *Stream) Submitted() uint64 { return s.submitted.Load() }
+func (s *Stream) Submitted() uint64 { return s.rec.Submitted() }
 
 // RetiredCount reports how many commands the worker has retired,
 // successfully or not. Commands failed by a device loss are not counted.
-func (s *Stream) RetiredCount() uint64 { return s.retired.Load() }
+func (s *Stream) RetiredCount() uint64 { return s.rec.Retired() }
 
 // Inject injects a fault into this stream only (FailVisibility and Lose
 // concern the whole device). See [Device.Inject] for release.
@@ -267,8 +259,8 @@ func (s *Stream) admitLocked() (uint64, error) {
 	case take(&s.faults.reject) || take(&s.dev.faults.reject):
 		return 0, s.errorf(hw.ErrRejected, "submission rejected (injected fault)")
 	}
-	sub := s.submitted.Load()
-	if sub-s.retired.Load() >= uint64(len(s.ring)) {
+	sub := s.rec.Submitted()
+	if sub-s.rec.Retired() >= uint64(len(s.ring)) {
 		if len(s.ring) >= s.dev.depth {
 			return 0, s.errorf(hw.ErrBusy, "queue full (%d commands)", s.dev.depth)
 		}
@@ -290,7 +282,7 @@ func (s *Stream) growLocked(n int) {
 	size = min(size, s.dev.depth)
 	ring := make([]slot, size)
 	old, oldLen, newLen := s.ring, uint64(len(s.ring)), uint64(size)
-	for seq := max(s.retired.Load(), s.held) + 1; seq <= s.submitted.Load(); seq++ {
+	for seq := max(s.rec.Retired(), s.held) + 1; seq <= s.rec.Submitted(); seq++ {
 		sl := &old[seq%oldLen]
 		ring[seq%newLen] = *sl
 		*sl = slot{} // the old ring keeps nothing alive
@@ -301,7 +293,7 @@ func (s *Stream) growLocked(n int) {
 // commitLocked publishes the filled slot seq, releases mu and wakes the
 // worker.
 func (s *Stream) commitLocked(seq uint64) {
-	s.submitted.Store(seq)
+	s.rec.SetSubmitted(seq)
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -340,7 +332,7 @@ func (s *Stream) next() (uint64, *slot, bool) {
 			s.mu.Unlock()
 			return 0, nil, false
 		}
-		if r := s.retired.Load(); r < s.submitted.Load() {
+		if r := s.rec.Retired(); r < s.rec.Submitted() {
 			seq := r + 1
 			s.held, s.cur = seq, &s.ring[seq%uint64(len(s.ring))]
 			s.mu.Unlock()
@@ -462,18 +454,9 @@ func (s *Stream) retire(seq uint64, err error) {
 		return
 	}
 	if err != nil {
-		s.failures = append(s.failures, failure{seq, err})
-		s.nfail.Add(1)
+		s.rec.Fail(seq, err)
 	}
-	s.retired.Store(seq)
-	s.broadcastLocked()
-}
-
-func (s *Stream) broadcastLocked() {
-	if s.waitCh != nil {
-		close(s.waitCh)
-		s.waitCh = nil
-	}
+	s.rec.Advance(seq)
 }
 
 // markDead is called by Device.Lose with d.mu held: from now on retired
@@ -481,7 +464,7 @@ func (s *Stream) broadcastLocked() {
 func (s *Stream) markDead() {
 	s.mu.Lock()
 	s.dead.Store(true)
-	s.broadcastLocked()
+	s.rec.Wake()
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -498,7 +481,7 @@ func (s *Stream) abandonLocked() {
 		s.cur = nil
 	}
 	size := uint64(len(s.ring))
-	for seq := s.retired.Load() + 1; seq <= s.submitted.Load(); seq++ {
+	for seq := s.rec.Retired() + 1; seq <= s.rec.Submitted(); seq++ {
 		s.release(&s.ring[seq%size])
 	}
 }
@@ -507,39 +490,18 @@ func (s *Stream) abandonLocked() {
 // with what error. A command that had not retired when the device was
 // lost reports the loss.
 func (s *Stream) Retired(seq uint64) (bool, error) {
-	// dead is loaded before retired: once dead is set retired is frozen,
-	// so a reader that saw dead also sees the final watermark and the
-	// answer never changes from "lost" to "succeeded".
-	dead := s.dead.Load()
-	if seq <= s.retired.Load() {
-		return true, s.failureOf(seq)
-	}
-	if dead {
-		return true, s.dev.Err()
-	}
-	return false, nil
+	// lostErr loads dead before State loads retired: once dead is set
+	// retired is frozen, so a reader that saw dead also sees the final
+	// watermark and the answer never changes from "lost" to "succeeded".
+	return s.rec.State(seq, s.lostErr())
 }
 
-// failureOf returns the recorded error of retired command seq.
-func (s *Stream) failureOf(seq uint64) error {
-	if s.nfail.Load() == 0 {
-		return nil
+// lostErr is the device's loss once this stream is marked dead, else nil.
+func (s *Stream) lostErr() error {
+	if s.dead.Load() {
+		return s.dev.Err()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i, found := slices.BinarySearchFunc(s.failures, seq, func(f failure, seq uint64) int {
-		switch {
-		case f.seq < seq:
-			return -1
-		case f.seq > seq:
-			return 1
-		}
-		return 0
-	})
-	if !found {
-		return nil
-	}
-	return s.failures[i].err
+	return nil
 }
 
 // WaitRetired blocks until command seq retires and returns its error, or
@@ -550,51 +512,24 @@ func (s *Stream) WaitRetired(ctx context.Context, seq uint64) error {
 	if done, err := s.Retired(seq); done {
 		return err
 	}
-	if seq > s.submitted.Load() {
+	if seq > s.rec.Submitted() {
 		return s.errorf(hw.ErrInvalidArgument, "command %d was never submitted", seq)
 	}
 	if err := s.waitFor(ctx, seq); err != nil {
 		return err
 	}
-	return s.failureOf(seq)
+	return s.rec.FailureOf(seq)
 }
 
 // waitFor blocks until every command up to seq has retired (nil), the
 // device is lost, or ctx ends.
 func (s *Stream) waitFor(ctx context.Context, seq uint64) error {
-	for {
-		s.mu.Lock()
-		if s.retired.Load() >= seq {
-			s.mu.Unlock()
-			return nil
-		}
-		if s.dead.Load() {
-			s.mu.Unlock()
-			return s.dev.Err()
-		}
-		ch := s.waitCh
-		if ch == nil {
-			ch = make(chan struct{})
-			s.waitCh = ch
-		}
-		s.mu.Unlock()
-		select {
-		case <-ch: // something retired, or the device was lost: re-check
-		case <-s.dev.lostCh:
-		case <-ctx.Done():
-			return hw.ContextError(ctx, fmt.Sprintf("sim: %s: waiting for command %d", s, seq))
-		}
-	}
+	return s.rec.Wait(ctx, seq, s.lostErr, s.dev.lostCh, "sim", s.name)
 }
 
 // Idle reports whether every command submitted so far has retired (a lost
 // device's stream is idle: its commands all failed).
-func (s *Stream) Idle() bool {
-	if s.dead.Load() {
-		return true
-	}
-	return s.retired.Load() >= s.submitted.Load()
-}
+func (s *Stream) Idle() bool { return s.rec.Idle(s.lostErr()) }
 
 // Sync waits until every command submitted so far has retired and returns
 // the first failure among them that no earlier Sync returned (each failure
@@ -615,21 +550,7 @@ func (s *Stream) Sync(ctx context.Context) error {
 }
 
 func (s *Stream) drain(ctx context.Context) error {
-	target := s.submitted.Load()
-	if err := s.waitFor(ctx, target); err != nil {
-		return err
-	}
-	if s.nfail.Load() == 0 {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.syncNext < len(s.failures) && s.failures[s.syncNext].seq <= target {
-		f := s.failures[s.syncNext]
-		s.syncNext++
-		return f.err
-	}
-	return nil
+	return s.rec.Sync(ctx, s.waitFor, s.lostErr)
 }
 
 // Close stops accepting commands (later submissions fail with
@@ -725,7 +646,7 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 	s.mu.Lock()
 	first, err := s.admitLocked()
 	if err == nil {
-		switch need := s.submitted.Load() + uint64(len(cmds)) - s.retired.Load(); {
+		switch need := s.rec.Submitted() + uint64(len(cmds)) - s.rec.Retired(); {
 		case need > uint64(s.dev.depth):
 			err = s.errorf(hw.ErrBusy, "queue cannot take a batch of %d commands now", len(cmds))
 		case need > uint64(len(s.ring)):

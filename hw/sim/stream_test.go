@@ -424,12 +424,14 @@ func TestZeroAllocSubmission(t *testing.T) {
 	dst := make([]byte, 64)
 	cmd := &hw.Command{Program: noop}
 	full := &hw.Command{Program: fill, Args: []hw.Arg{hw.BufferArg(buf, 0, 256), hw.Float32(2)}}
+	ctx := ctxT(t)
 	for name, f := range map[string]func(){
 		"Submit(noop)": func() { r.st.Submit(cmd) },
 		"Submit(fill)": func() { r.st.Submit(full) },
 		"Write":        func() { r.st.Write(buf, 64, src) },
 		"Read":         func() { r.st.Read(buf, 128, dst) },
 		"Done":         func() { c, _ := r.st.Submit(cmd); c.Done() },
+		"Sync(idle)":   func() { r.st.Sync(ctx) },
 	} {
 		if n := testing.AllocsPerRun(500, f); n != 0 {
 			t.Errorf("%s allocates %v times per call", name, n)
