@@ -4,8 +4,10 @@ package stages
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +19,12 @@ import (
 type memImage struct {
 	fd   int
 	size int // bytes, a multiple of 64 KiB
+	// view maps the image read-only and shared: the page cache's copy,
+	// which resetMapping copies pages back from. nil if it could not be
+	// mapped.
+	view []byte
+	// nonzero[i] says whether page i of the image holds anything.
+	nonzero []bool
 }
 
 func newMemImage(name string, data []byte) (*memImage, error) {
@@ -30,14 +38,21 @@ func newMemImage(name string, data []byte) (*memImage, error) {
 		return nil, fmt.Errorf("ftruncate: %w", err)
 	}
 	page := os.Getpagesize()
+	img.nonzero = make([]bool, (len(data)+page-1)/page)
 	for off := 0; off < len(data); off += page {
 		p := data[off:min(off+page, len(data))]
 		if allZero(p) {
 			continue
 		}
+		img.nonzero[off/page] = true
 		if _, err := unix.Pwrite(fd, p, int64(off)); err != nil {
 			img.close()
 			return nil, fmt.Errorf("writing the snapshot: %w", err)
+		}
+	}
+	if len(data) > 0 {
+		if v, err := unix.Mmap(fd, 0, len(data), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+			img.view = v
 		}
 	}
 	return img, nil
@@ -57,6 +72,10 @@ func allZero(p []byte) bool {
 }
 
 func (img *memImage) close() {
+	if img.view != nil {
+		_ = unix.Munmap(img.view)
+		img.view = nil
+	}
 	if img.fd >= 0 {
 		_ = unix.Close(img.fd)
 		img.fd = -1
@@ -109,14 +128,72 @@ func (img *memImage) copyInto(dst []byte) error {
 	return nil
 }
 
-// resetMapping drops every page an instance wrote in the image's range,
-// which then reads as the image again.
-func (img *memImage) resetMapping(m []byte) error {
+// resetMapping returns an instance's mapping of the image to the image's
+// contents. The pages the instance wrote are the private (anonymous)
+// pages in the image's range, which /proc/self/pagemap tells apart from
+// the page cache's: those are copied back from the image (or zeroed) in
+// place, so the next call does not fault them in again. Without pagemap
+// it drops every page written (madvise), which then read as the image
+// again, at the cost of a fault each.
+func (img *memImage) resetMapping(m []byte, scratch *[]byte) error {
 	if img.size == 0 {
 		return nil
 	}
+	if img.view != nil && pagemap() != nil {
+		if err := img.restoreWritten(m[:img.size], scratch); err == nil {
+			return nil
+		}
+	}
 	return unix.Madvise(m[:img.size], unix.MADV_DONTNEED)
 }
+
+const (
+	pmPresent   = 1 << 63
+	pmFileShare = 1 << 61 // file page or shared anonymous
+)
+
+// restoreWritten copies back every private page of m. *scratch is a
+// buffer for pagemap entries, kept from call to call.
+func (img *memImage) restoreWritten(m []byte, scratch *[]byte) error {
+	page := os.Getpagesize()
+	n := len(m) / page
+	if len(*scratch) < 8*min(n, 512) {
+		*scratch = make([]byte, 8*min(n, 512))
+	}
+	buf := (*scratch)[:8*min(n, 512)]
+	base := uintptr(unsafe.Pointer(&m[0])) / uintptr(page)
+	for first := 0; first < n; first += len(buf) / 8 {
+		k := min(n-first, len(buf)/8)
+		if _, err := unix.Pread(int(pagemap().Fd()), buf[:8*k], int64(8*(base+uintptr(first)))); err != nil {
+			return err
+		}
+		for i := range k {
+			e := binary.LittleEndian.Uint64(buf[8*i:])
+			if e&pmPresent == 0 || e&pmFileShare != 0 {
+				continue // never written: the page cache's page, or none
+			}
+			p := first + i
+			dst := m[p*page : (p+1)*page]
+			if img.nonzero[p] {
+				copy(dst, img.view[p*page:(p+1)*page])
+			} else {
+				clear(dst)
+			}
+		}
+	}
+	return nil
+}
+
+var pagemapFile = sync.OnceValue(func() *os.File {
+	f, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		return nil
+	}
+	return f
+})
+
+// pagemap is /proc/self/pagemap, or nil where it cannot be read.
+func pagemap() *os.File { return pagemapFile() }
 
 func (img *memImage) unmap(m []byte, mapped bool) {
 	if mapped {

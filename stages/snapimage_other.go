@@ -27,6 +27,6 @@ func (img *memImage) mapInstance(max uint64) ([]byte, bool) {
 
 func (img *memImage) copyInto(dst []byte) error { copy(dst, img.data); return nil }
 
-func (img *memImage) resetMapping([]byte) error { return nil }
+func (img *memImage) resetMapping([]byte, *[]byte) error { return nil }
 
 func (img *memImage) unmap([]byte, bool) {}

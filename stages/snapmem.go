@@ -21,6 +21,7 @@ type snapMemory struct {
 	mapping []byte // the whole reservation, up to the memory's maximum
 	mapped  bool   // mapping is an mmap (else Go memory)
 	size    uint64 // the length wazero sees
+	scratch []byte // for reset
 }
 
 var _ experimental.MemoryAllocator = (*snapMemory)(nil)
@@ -55,7 +56,7 @@ func (m *snapMemory) grown() bool { return m.size > uint64(m.img.size) }
 // not have grown.
 func (m *snapMemory) reset() error {
 	if m.mapped {
-		return m.img.resetMapping(m.mapping)
+		return m.img.resetMapping(m.mapping, &m.scratch)
 	}
 	return m.img.copyInto(m.mapping[:m.img.size])
 }

@@ -2,13 +2,21 @@ package stages
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tetratelabs/wazero"
+
+	"github.com/stagehost/stagehost/host"
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
 )
 
 // sessionGuests are the guests the session benchmarks make sessions of: a
@@ -113,6 +121,188 @@ func BenchmarkNewSession(b *testing.B) {
 				}
 				reportP50(b, ds)
 			})
+		}
+	}
+}
+
+// BenchmarkResetPerCall calls a session of the minimal Go guest with and
+// without [SessionConfig.WithResetPerCall], side by side; the difference
+// in ns/op is what strict isolation between calls costs. Target (issue
+// 9): ≤ 50 µs a call.
+func BenchmarkResetPerCall(b *testing.B) {
+	ctx := context.Background()
+	eng, err := NewEngine(ctx, NewEngineConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	f := newWasmFixture(b)
+	m, _ := loadGuest(b, eng, "../examples/wasm/minimal/minimal.wasm", true, true)
+	for _, reset := range []bool{false, true} {
+		name := "keep"
+		if reset {
+			name = "reset"
+		}
+		b.Run(name, func(b *testing.B) {
+			s, err := eng.NewSession(ctx, f.rt, m, NewSessionConfig("bench", f.gpu).WithStreams("s0").WithResetPerCall(reset))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(ctx)
+			in := []byte("hello, world")
+			var out []byte
+			b.ReportAllocs()
+			for b.Loop() {
+				if out, err = s.Run(ctx, in, out[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if reset && s.Resets() < b.N {
+				b.Fatalf("%d resets in %d calls", s.Resets(), b.N)
+			}
+		})
+	}
+}
+
+// rssBytes is this process's resident set size.
+func rssBytes(b *testing.B) int64 {
+	statm, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		b.Skip("no /proc/self/statm")
+	}
+	var size, rss int64
+	if _, err := fmt.Sscan(string(statm), &size, &rss); err != nil {
+		b.Fatal(err)
+	}
+	return rss * int64(os.Getpagesize())
+}
+
+func heapBytes() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
+
+// BenchmarkIdleSessions makes 1000 sessions of the minimal Go guest, calls
+// each once, and reports what an idle session then holds: RSS and Go
+// heap per session, from snapshots and with every instance initialising
+// itself, side by side. Run it with -benchtime=1x. Target (issue 9): ≤ 1
+// MiB of RSS per idle Go-guest session.
+func BenchmarkIdleSessions(b *testing.B) {
+	ctx := context.Background()
+	const n = 1000
+	for _, mode := range []string{"snapshot", "init"} {
+		b.Run(mode, func(b *testing.B) {
+			eng, err := NewEngine(ctx, NewEngineConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer eng.Close(ctx)
+			f := newWasmFixture(b)
+			m, _ := loadGuest(b, eng, "../examples/wasm/minimal/minimal.wasm", true, mode == "snapshot")
+			cfg := NewSessionConfig("idle", f.gpu).WithStreams("s0")
+			for b.Loop() {
+				// Warm up once, so the spares and the first session's
+				// one-time costs are not counted.
+				warm, err := eng.NewSession(ctx, f.rt, m, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = warm.Close(ctx)
+				heap0, rss0 := heapBytes(), rssBytes(b)
+				ss := make([]*Session, n)
+				for i := range ss {
+					if ss[i], err = eng.NewSession(ctx, f.rt, m, cfg); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := ss[i].Run(ctx, []byte("idle"), nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				heap1, rss1 := heapBytes(), rssBytes(b)
+				b.ReportMetric(float64(rss1-rss0)/n/1024, "RSS-KiB/session")
+				b.ReportMetric(float64(heap1-heap0)/n/1024, "heap-KiB/session")
+				for _, s := range ss {
+					_ = s.Close(ctx)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkTenThousandSessions makes 10,000 sessions of the minimal Go
+// guest on one runtime and reports their creation time (p50, p99), the Go
+// heap and RSS they hold, and then the latency of 20,000 calls from 64
+// goroutines, each calling its own sessions (p50, p99). Run it with
+// -benchtime=1x. Target (issue 9): fits a 24 GiB machine with ≤ 1 GiB of
+// Go heap.
+func BenchmarkTenThousandSessions(b *testing.B) {
+	ctx := context.Background()
+	const n, workers, calls = 10_000, 64, 20_000
+	eng, err := NewEngine(ctx, NewEngineConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	rt, err := host.NewRuntime(host.NewConfig().WithCapacity(64))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := sim.New()
+	defer p.Close()
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, _ := loadGuest(b, eng, "../examples/wasm/minimal/minimal.wasm", true, true)
+	cfg := NewSessionConfig("s", gpu).WithStreams("s0")
+	for b.Loop() {
+		heap0, rss0 := heapBytes(), rssBytes(b)
+		ss := make([]*Session, n)
+		create := make([]time.Duration, n)
+		for i := range ss {
+			t0 := time.Now()
+			if ss[i], err = eng.NewSession(ctx, rt, m, cfg); err != nil {
+				b.Fatal(err)
+			}
+			create[i] = time.Since(t0)
+		}
+		heap1, rss1 := heapBytes(), rssBytes(b)
+		slices.Sort(create)
+		b.ReportMetric(float64(create[n/2].Microseconds()), "create-p50-µs")
+		b.ReportMetric(float64(create[n*99/100].Microseconds()), "create-p99-µs")
+		b.ReportMetric(float64(heap1-heap0)/(1<<20), "heap-MiB")
+		b.ReportMetric(float64(rss1-rss0)/(1<<20), "RSS-MiB")
+		lat := make([][]time.Duration, workers)
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var out []byte
+				for i := range calls / workers {
+					s := ss[(w+i*workers)%n]
+					t0 := time.Now()
+					var err error
+					if out, err = s.Run(ctx, []byte("hammer"), out[:0]); err != nil {
+						failed.Add(1)
+					}
+					lat[w] = append(lat[w], time.Since(t0))
+				}
+			}()
+		}
+		wg.Wait()
+		if failed.Load() > 0 {
+			b.Fatalf("%d of %d calls failed", failed.Load(), calls)
+		}
+		all := slices.Concat(lat...)
+		slices.Sort(all)
+		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "call-p50-µs")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "call-p99-µs")
+		for _, s := range ss {
+			_ = s.Close(ctx)
 		}
 	}
 }
