@@ -433,6 +433,9 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 		s.dropInstance(in)
 		return fail(err)
 	}
+	if !s.cfg.resetPerCall {
+		in.init = nil // only a reset calls it again; its call engine holds a few KiB
+	}
 	return in, nil
 }
 
