@@ -18,12 +18,12 @@ const defaultLibrary = "libcuda.so.1"
 const DefaultQueueDepth = 1024
 
 type config struct {
-	library       string
-	queueDepth    int
-	batchGraphs   int
-	uploadStaging int
-	ptx           []byte // module source; nil: the embedded kernels
-	drv           driver // tests: a fake driver instead of libcuda
+	library     string
+	queueDepth  int
+	batchGraphs int
+	copyStaging int
+	ptx         []byte // module source; nil: the embedded kernels
+	drv         driver // tests: a fake driver instead of libcuda
 }
 
 // Option configures [Open].
@@ -79,7 +79,7 @@ var _ hw.Platform = (*Platform)(nil)
 // carries dlopen's reason), lacks required symbols (all of them are named),
 // cuInit fails, there is no device, or the driver rejects the kernels.
 func Open(opts ...Option) (*Platform, error) {
-	cfg := config{library: defaultLibrary, queueDepth: DefaultQueueDepth, batchGraphs: DefaultBatchGraphs, uploadStaging: DefaultUploadStaging}
+	cfg := config{library: defaultLibrary, queueDepth: DefaultQueueDepth, batchGraphs: DefaultBatchGraphs, copyStaging: DefaultCopyStaging}
 	for _, o := range opts {
 		o(&cfg)
 	}

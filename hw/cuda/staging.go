@@ -7,45 +7,52 @@ import (
 	"unsafe"
 )
 
-// Small uploads and downloads on the MLP stage's path (issue 9): an
-// upload is staged through pinned memory so that its copy is truly
-// asynchronous, and a download into pageable memory retires the stream up
-// to it as soon as the driver call returns, with no event recorded or
-// polled. See RATIONALE.md, "One wait per MLP call".
+// Small uploads and downloads on the MLP stage's path (issue 9) go
+// through a stream's pinned staging rings, so that both copies are truly
+// asynchronous: from or into pageable memory the driver synchronizes with
+// the stream and stages the bytes itself, and a download into pageable
+// memory behind pending work then blocks the driver thread in a wait that
+// measured 30-90 µs on the H200 (docs/gpu.md, run 9). A staged download
+// retires through the stream's events like a launch; its bytes are copied
+// out of the ring when it retires, before anyone is told. A download into
+// pageable memory that is not staged retires the stream up to it as soon
+// as the driver call returns, with no event recorded or polled. See
+// RATIONALE.md, "One wait per MLP call".
 
-// DefaultUploadStaging is the size of each stream's pinned upload staging
-// unless [WithUploadStaging] says otherwise.
-const DefaultUploadStaging = 64 << 10
+// DefaultCopyStaging is the size of each of a stream's two staging rings
+// unless [WithCopyStaging] says otherwise.
+const DefaultCopyStaging = 16 << 10
 
-// maxStagedWrite is the largest upload that goes through the staging: a
-// larger one is copied by the driver from the caller's memory as before
-// (its own staging then costs about what ours would).
-const maxStagedWrite = 4 << 10
+// maxStagedCopy is the largest copy that goes through a staging ring: a
+// larger one is made by the driver from or into the caller's memory as
+// before (its own staging then costs about what ours would).
+const maxStagedCopy = 4 << 10
 
-// stageAlign keeps staged uploads 16-byte aligned.
+// stageAlign keeps staged copies 16-byte aligned.
 const stageAlign = 16
 
-// WithUploadStaging sets the size of each GPU stream's pinned upload
-// staging (default [DefaultUploadStaging]); 0 turns it off. An upload of
-// at most 4 KiB is copied into the staging on the stream's driver thread
-// and uploaded from there (cuMemcpyHtoDAsync from pinned memory is
-// asynchronous; from pageable memory the driver first synchronizes the
-// stream and stages the bytes itself). Staging space is reused once the
-// upload has retired; when it is full, uploads take the pageable path.
-func WithUploadStaging(bytes int) Option {
-	return func(c *config) { c.uploadStaging = max(bytes, 0) }
+// WithCopyStaging sets the size of each GPU stream's two pinned staging
+// rings, one for uploads and one for downloads (default
+// [DefaultCopyStaging]; allocated on a stream's first small copy); 0
+// turns staging off. A copy of at most 4 KiB goes through a ring: an
+// upload's bytes are copied into it on the stream's driver thread and
+// uploaded from there, a download lands in it and is copied to the
+// caller's memory when it retires. Ring space is reused once its copy has
+// retired; when a ring is full, copies take the pageable path.
+func WithCopyStaging(bytes int) Option {
+	return func(c *config) { c.copyStaging = max(bytes, 0) }
 }
 
-// uploadStaging is a stream's pinned upload ring (driver thread only).
-// Uploads retire in order, so space is handed out in order and given back
-// in order: recs holds the live allocations, oldest first, and newest is
-// the last one handed out.
-type uploadStaging struct {
+// stagingRing is pinned memory handed out in order and given back in
+// order, as the stream's copies retire (driver thread only): recs holds
+// the live allocations, oldest first, and newest is the last one handed
+// out.
+type stagingRing struct {
 	host   unsafe.Pointer
 	size   int
 	recs   ring[stageRec]
 	newest stageRec
-	used   atomic.Uint64 // uploads that went through the staging (tests, docs)
+	used   atomic.Uint64 // copies that went through the ring (tests, docs)
 }
 
 type stageRec struct {
@@ -53,9 +60,16 @@ type stageRec struct {
 	start, end int // [start, end), end aligned
 }
 
+// copyOut is a staged download to copy to its destination at retirement.
+type copyOut struct {
+	seq      uint64
+	src, dst unsafe.Pointer
+	n        uintptr
+}
+
 // alloc returns the offset of n free bytes, or false when there is no
-// room (the upload then takes the pageable path).
-func (u *uploadStaging) alloc(n int) (int, bool) {
+// room (the copy then takes the pageable path).
+func (u *stagingRing) alloc(n int) (int, bool) {
 	n = (n + stageAlign - 1) &^ (stageAlign - 1)
 	if n <= 0 || n > u.size {
 		return 0, false
@@ -85,56 +99,97 @@ func (u *uploadStaging) alloc(n int) (int, bool) {
 	return start, true
 }
 
-// stage copies the upload's bytes into the staging and returns the pinned
-// source to upload from, or nil.
-func (s *Stream) stage(o *op) unsafe.Pointer {
-	u := s.staging
-	if u == nil || o.n > maxStagedWrite {
-		return nil
-	}
-	off, ok := u.alloc(int(o.n))
+// take hands out n bytes for command seq and returns where they are, or
+// nil when the ring is full.
+func (u *stagingRing) take(seq uint64, n uintptr) unsafe.Pointer {
+	off, ok := u.alloc(int(n))
 	if !ok {
 		return nil
 	}
-	dst := unsafe.Add(u.host, off)
-	copy(unsafe.Slice((*byte)(dst), o.n), unsafe.Slice((*byte)(o.host), o.n))
-	u.newest = stageRec{seq: o.seq, start: off, end: off + (int(o.n)+stageAlign-1)&^(stageAlign-1)}
+	u.newest = stageRec{seq: seq, start: off, end: off + (int(n)+stageAlign-1)&^(stageAlign-1)}
 	u.recs.push(u.newest)
 	u.used.Add(1)
-	return dst
+	return unsafe.Add(u.host, off)
 }
 
-// releaseStaged gives back the staging of uploads retired up to seq.
-func (u *uploadStaging) releaseStaged(seq uint64) {
+// release gives back the space of copies retired up to seq.
+func (u *stagingRing) release(seq uint64) {
 	for u.recs.len() > 0 && u.recs.front().seq <= seq {
 		u.recs.pop()
 	}
 }
 
-// openStaging allocates the stream's upload staging (driver thread, with
-// the context current). Without it uploads take the pageable path.
-func (s *Stream) openStaging() {
-	size := s.dev.plat.cfg.uploadStaging
-	if size <= 0 {
-		return
+// stagingFor returns the stream's upload or download ring, allocating both on
+// first use (driver thread, context current); nil when staging is off,
+// the copy is too large, or the pinned memory could not be allocated.
+func (s *Stream) stagingFor(kind opKind, n uintptr) *stagingRing {
+	size := s.dev.plat.cfg.copyStaging
+	if size <= 0 || n > maxStagedCopy || s.stagingFailed {
+		return nil
 	}
-	d := s.dev
-	host, r := d.drv.MemHostAlloc(uintptr(size), hostAllocFlags)
-	if r != cudaSuccess {
-		return
+	if s.up == nil {
+		d := s.dev
+		host, r := d.drv.MemHostAlloc(uintptr(2*size), hostAllocFlags)
+		if r != cudaSuccess {
+			s.stagingFailed = true
+			return nil
+		}
+		d.plat.pinned.add(host, 2*size)
+		s.stagingMem = host
+		s.up = &stagingRing{host: host, size: size}
+		s.down = &stagingRing{host: unsafe.Add(host, size), size: size}
 	}
-	d.plat.pinned.add(host, size)
-	s.staging = &uploadStaging{host: host, size: size}
+	if kind == opRead {
+		return s.down
+	}
+	return s.up
 }
 
-// closeStaging frees the staging at teardown. On a lost device the memory
+// stageWrite copies an upload's bytes into the upload ring and returns the
+// pinned source to upload from, or nil.
+func (s *Stream) stageWrite(o *op) unsafe.Pointer {
+	u := s.stagingFor(opWrite, o.n)
+	if u == nil {
+		return nil
+	}
+	p := u.take(o.seq, o.n)
+	if p != nil {
+		copy(unsafe.Slice((*byte)(p), o.n), unsafe.Slice((*byte)(o.host), o.n))
+	}
+	return p
+}
+
+// stageRead returns where in the download ring a download lands, or nil.
+func (s *Stream) stageRead(o *op) unsafe.Pointer {
+	u := s.stagingFor(opRead, o.n)
+	if u == nil {
+		return nil
+	}
+	return u.take(o.seq, o.n)
+}
+
+// retireStaged runs before seq is published as retired: staged downloads
+// up to seq are copied to their destinations, and the rings' space up to
+// seq is given back.
+func (s *Stream) retireStaged(seq uint64) {
+	for s.copyOuts.len() > 0 && s.copyOuts.front().seq <= seq {
+		c := s.copyOuts.pop()
+		copy(unsafe.Slice((*byte)(c.dst), c.n), unsafe.Slice((*byte)(c.src), c.n))
+	}
+	if s.up != nil {
+		s.up.release(seq)
+		s.down.release(seq)
+	}
+}
+
+// closeStaging frees the rings at teardown. On a lost device the memory
 // stays allocated (and registered as pinned).
 func (s *Stream) closeStaging(healthy bool) {
-	if s.staging == nil || !healthy {
+	if s.stagingMem == nil || !healthy {
 		return
 	}
-	s.dev.drv.MemFreeHost(s.staging.host)
-	s.dev.plat.pinned.remove(s.staging.host)
+	s.dev.drv.MemFreeHost(s.stagingMem)
+	s.dev.plat.pinned.remove(s.stagingMem)
 }
 
 // pinnedRanges is the platform's record of the page-locked host memory it

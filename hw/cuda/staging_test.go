@@ -14,17 +14,16 @@ import (
 	"github.com/stagehost/stagehost/hw"
 )
 
-func TestUploadStagingAlloc(t *testing.T) {
-	u := &uploadStaging{size: 128}
+func TestStagingRingAlloc(t *testing.T) {
+	mem := make([]byte, 128)
+	u := &stagingRing{host: unsafe.Pointer(&mem[0]), size: 128}
 	take := func(n int, seq uint64) int {
 		t.Helper()
-		off, ok := u.alloc(n)
-		if !ok {
-			t.Fatalf("alloc(%d) refused with %d live", n, u.recs.len())
+		p := u.take(seq, uintptr(n))
+		if p == nil {
+			t.Fatalf("take(%d) refused with %d live", n, u.recs.len())
 		}
-		u.newest = stageRec{seq: seq, start: off, end: off + (n+stageAlign-1)&^(stageAlign-1)}
-		u.recs.push(u.newest)
-		return off
+		return int(uintptr(p) - uintptr(u.host))
 	}
 	if off := take(20, 1); off != 0 { // 32 bytes
 		t.Fatalf("first at %d", off)
@@ -35,7 +34,7 @@ func TestUploadStagingAlloc(t *testing.T) {
 	if _, ok := u.alloc(48); ok { // [96, 144) does not fit, [0, 0) neither
 		t.Fatal("alloc past the end while the start is live")
 	}
-	u.releaseStaged(1) // [0, 32) free again
+	u.release(1) // [0, 32) free again
 	if off := take(32, 3); off != 96 {
 		t.Fatalf("third at %d, want 96 (the tail)", off)
 	}
@@ -51,7 +50,7 @@ func TestUploadStagingAlloc(t *testing.T) {
 	if _, ok := u.alloc(1); ok { // full: [32, 128) and [0, 32) live
 		t.Fatal("alloc in a full ring")
 	}
-	u.releaseStaged(5)
+	u.release(5)
 	if u.recs.len() != 0 {
 		t.Fatalf("%d live after releasing everything", u.recs.len())
 	}
@@ -63,9 +62,14 @@ func TestUploadStagingAlloc(t *testing.T) {
 	}
 }
 
+var heapSink []byte
+
 func TestPinnedRanges(t *testing.T) {
 	var p pinnedRanges
-	mem := make([]byte, 1024)
+	// On the heap (which does not move): the ranges hold addresses, as
+	// they do for the driver's pinned memory.
+	heapSink = make([]byte, 1024)
+	mem := heapSink
 	at := func(off int) unsafe.Pointer { return unsafe.Pointer(&mem[off]) }
 	if p.overlaps(at(0), 1024) {
 		t.Fatal("empty set overlaps")
@@ -94,7 +98,7 @@ func TestPinnedRanges(t *testing.T) {
 // pageable path when the staging is full, and free their space once
 // retired.
 func TestFakeStagedUploads(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithUploadStaging(256))
+	p, f := newFakePlatform(t, 1, WithCopyStaging(256))
 	r := newRig(t, p)
 	st := r.s.(*Stream)
 	const n, size = 40, 32
@@ -133,8 +137,8 @@ func TestFakeStagedUploads(t *testing.T) {
 	if got := f.htodPinned.Load() - before; got != 16 {
 		t.Fatalf("%d of 16 uploads after retirement went through the staging", got)
 	}
-	if st.staging.used.Load() != uint64(f.htodPinned.Load()) {
-		t.Fatalf("staging counted %d, driver saw %d pinned uploads", st.staging.used.Load(), f.htodPinned.Load())
+	if st.up.used.Load() != uint64(f.htodPinned.Load()) {
+		t.Fatalf("staging counted %d, driver saw %d pinned uploads", st.up.used.Load(), f.htodPinned.Load())
 	}
 	// Larger than 4 KiB: pageable path.
 	big := r.alloc(8<<10, 0)
@@ -146,26 +150,27 @@ func TestFakeStagedUploads(t *testing.T) {
 	}
 }
 
-// TestFakeStagingOff: WithUploadStaging(0) uploads from the caller's memory.
+// TestFakeStagingOff: WithCopyStaging(0) copies from and into the
+// caller's memory.
 func TestFakeStagingOff(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithUploadStaging(0))
+	p, f := newFakePlatform(t, 1, WithCopyStaging(0))
 	r := newRig(t, p)
 	b := r.alloc(64, 0)
 	r.write(b, 0, []byte("abc"))
 	if got := r.read(b, 0, 3); string(got) != "abc" {
 		t.Fatalf("%q", got)
 	}
-	if f.htodPinned.Load() != 0 || r.s.(*Stream).staging != nil {
+	if f.htodPinned.Load() != 0 || r.s.(*Stream).up != nil || f.dtohSync.Load() == 0 {
 		t.Fatal("staging used although off")
 	}
 }
 
 // TestFakePageableReadRetiresWithoutEvent: a download into pageable
-// memory retires the stream up to it when the driver call returns: no
-// event is recorded or queried for it, and the earlier commands retire
-// with it.
+// memory that is not staged retires the stream up to it when the driver
+// call returns: no event is recorded or queried for it, and the earlier
+// commands retire with it.
 func TestFakePageableReadRetiresWithoutEvent(t *testing.T) {
-	p, f := newFakePlatform(t, 1)
+	p, f := newFakePlatform(t, 1, WithCopyStaging(0))
 	r := newRig(t, p)
 	st := r.s.(*Stream)
 	b := r.alloc(64, 0)
@@ -215,6 +220,67 @@ func TestFakePageableReadRetiresWithoutEvent(t *testing.T) {
 	}
 	if err := r.s.Sync(r.ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFakeStagedDownloads: small downloads land in the download ring and
+// reach the caller's memory only when they retire; with the ring full, a
+// download takes the pageable path, and retiring it retires (and copies
+// out) the staged ones before it.
+func TestFakeStagedDownloads(t *testing.T) {
+	p, f := newFakePlatform(t, 1, WithCopyStaging(64))
+	r := newRig(t, p)
+	st := r.s.(*Stream)
+	b := r.alloc(96, 0)
+	want := make([]byte, 96)
+	for i := range want {
+		want[i] = byte(i + 1)
+	}
+	r.write(b, 0, want)
+	r.sync()
+	f.gate.Lock()
+	dsts := make([][]byte, 3)
+	cs := make([]hw.Completion, 3)
+	for i := range dsts[:2] {
+		dsts[i] = make([]byte, 32)
+		c, err := r.s.Read(b, 32*i, dsts[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs[i] = c
+	}
+	time.Sleep(2 * time.Millisecond)
+	if cs[0].Done() || dsts[0][0] != 0 || dsts[1][0] != 0 {
+		f.gate.Unlock()
+		t.Fatal("a staged download retired or landed while the device was held")
+	}
+	if st.down.used.Load() != 2 {
+		f.gate.Unlock()
+		t.Fatalf("%d staged downloads, want 2", st.down.used.Load())
+	}
+	// The ring (64 bytes) is full: the third takes the pageable path.
+	dsts[2] = make([]byte, 32)
+	c, err := r.s.Read(b, 64, dsts[2])
+	if err != nil {
+		f.gate.Unlock()
+		t.Fatal(err)
+	}
+	cs[2] = c
+	f.gate.Unlock()
+	if err := cs[2].Wait(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range dsts {
+		if !cs[i].Done() || !bytes.Equal(d, want[32*i:32*(i+1)]) {
+			t.Fatalf("download %d: done %v, %x", i, cs[i].Done(), d)
+		}
+	}
+	if f.dtohSync.Load() != 1 || st.copyOuts.len() != 0 || st.down.recs.len() != 0 {
+		t.Fatalf("%d pageable downloads, %d copy-outs and %d ring records left", f.dtohSync.Load(), st.copyOuts.len(), st.down.recs.len())
+	}
+	// Retired: the ring is free again.
+	if got := r.read(b, 0, 32); !bytes.Equal(got, want[:32]) || st.down.used.Load() != 3 {
+		t.Fatalf("%x, %d staged", got, st.down.used.Load())
 	}
 }
 
@@ -282,15 +348,15 @@ func TestFakeIdleStreamSyncMakesNoDriverCall(t *testing.T) {
 // the download.
 func TestFakeMLPCallShape(t *testing.T) {
 	var outs [][]byte
-	for _, staging := range []int{DefaultUploadStaging, 0} {
-		p, f := newFakePlatform(t, 1, WithUploadStaging(staging))
+	for _, staging := range []int{DefaultCopyStaging, 0} {
+		p, f := newFakePlatform(t, 1, WithCopyStaging(staging))
 		m := newMLPCall(t, p)
 		for i := range 3 {
 			out := m.call(t, float32(i))
 			outs = append(outs, out)
 		}
-		if staging > 0 && f.htodPinned.Load() == 0 {
-			t.Fatal("no staged upload")
+		if staged := f.htodPinned.Load() > 0 && f.dtohSync.Load() == 0; staged != (staging > 0) {
+			t.Fatalf("staging %d: %d pinned uploads, %d pageable downloads", staging, f.htodPinned.Load(), f.dtohSync.Load())
 		}
 	}
 	for i := 1; i < len(outs); i++ {
@@ -399,17 +465,17 @@ func BenchmarkMLPCall(b *testing.B) {
 		syncFirst bool
 		staging   int
 	}{
-		{"sync-read", true, DefaultUploadStaging},
-		{"read", false, DefaultUploadStaging},
+		{"sync-read", true, DefaultCopyStaging},
+		{"read", false, DefaultCopyStaging},
 		{"sync-read/staging-off", true, 0},
 		{"read/staging-off", false, 0},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			p := requireGPU(b)
-			if c.staging != DefaultUploadStaging {
+			if c.staging != DefaultCopyStaging {
 				p.Close()
 				var err error
-				if p, err = Open(WithUploadStaging(c.staging)); err != nil {
+				if p, err = Open(WithCopyStaging(c.staging)); err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { p.Close() })

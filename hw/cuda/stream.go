@@ -108,7 +108,11 @@ type Stream struct {
 	pins       ring[pinRec]
 	freeEvents []cuEvent
 	graphs     graphCache
-	staging    *uploadStaging // nil: uploads take the pageable path
+	// Staging rings for small copies (staging.go), allocated on first use.
+	up, down      *stagingRing
+	stagingMem    unsafe.Pointer // both rings' pinned allocation
+	stagingFailed bool
+	copyOuts      ring[copyOut] // staged downloads not yet retired
 
 	// Batch counters, written by the driver thread (tests, docs).
 	batchDirect  atomic.Uint64 // batches issued launch by launch
@@ -462,7 +466,6 @@ func (s *Stream) run(ready chan<- error) {
 	s.pb = new(paramBlock)
 	s.pbPin.Pin(s.pb)
 	s.pb.init()
-	s.openStaging()
 	ready <- nil
 	s.loop()
 	s.teardown()
@@ -566,14 +569,23 @@ func (s *Stream) exec(o *op) {
 		call = "cuLaunchKernel"
 	case opWrite:
 		src := o.host
-		if staged := s.stage(o); staged != nil {
+		if staged := s.stageWrite(o); staged != nil {
 			src = staged // pinned: the copy is asynchronous
 		}
 		r = d.drv.MemcpyHtoDAsync(o.dptr, src, o.n, s.cs)
 		runtime.KeepAlive(o.host)
 		call = "cuMemcpyHtoDAsync_v2"
 	case opRead:
-		r = d.drv.MemcpyDtoHAsync(o.host, o.dptr, o.n, s.cs)
+		if staged := s.stageRead(o); staged != nil {
+			// Into pinned memory: asynchronous; copied out at retirement.
+			r = d.drv.MemcpyDtoHAsync(staged, o.dptr, o.n, s.cs)
+			if r == cudaSuccess {
+				s.copyOuts.push(copyOut{seq: o.seq, src: staged, dst: o.host, n: o.n})
+			}
+			o.pageable = false
+		} else {
+			r = d.drv.MemcpyDtoHAsync(o.host, o.dptr, o.n, s.cs)
+		}
 		runtime.KeepAlive(o.host)
 		call = "cuMemcpyDtoHAsync_v2"
 	case opGraph:
@@ -708,13 +720,11 @@ func (s *Stream) poll() bool {
 // advance publishes seq as retired, releases pinned host memory of the
 // retired copies, and wakes waiters.
 func (s *Stream) advance(seq uint64) {
+	s.retireStaged(seq) // before the pins go: copies staged downloads out
 	for s.pins.len() > 0 && s.pins.front().seq <= seq {
 		p := s.pins.pop()
 		p.pin.Unpin()
 		pinners.Put(p.pin)
-	}
-	if s.staging != nil {
-		s.staging.releaseStaged(seq)
 	}
 	s.retirement.advance(seq)
 }
