@@ -79,7 +79,7 @@ med() {
 {
 	echo "== summary: medians of $COUNT runs of $N calls (ns per call)"
 	printf '%-52s %9s %9s %9s\n' measurement mean p50 p99
-	for b in sync-read read sync-read/staging-off read/staging-off; do
+	for b in before sync-read read read/eager-events read/staging-off; do
 		printf '%-52s %9s %9s %9s\n' "device work from Go, $b" "$(med bench-call.log BenchmarkMLPCall/$b ns/op)" \
 			"$(med bench-call.log BenchmarkMLPCall/$b p50-ns)" "$(med bench-call.log BenchmarkMLPCall/$b p99-ns)"
 	done

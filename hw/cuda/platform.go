@@ -22,6 +22,7 @@ type config struct {
 	queueDepth  int
 	batchGraphs int
 	copyStaging int
+	eagerEvents bool   // record an event after every burst (as before flushDelay; benchmarks)
 	ptx         []byte // module source; nil: the embedded kernels
 	drv         driver // tests: a fake driver instead of libcuda
 }
@@ -47,6 +48,10 @@ func WithQueueDepth(n int) Option {
 func WithBatchGraphs(n int) Option {
 	return func(c *config) { c.batchGraphs = max(n, 0) }
 }
+
+// withEagerEvents records each burst's event as soon as the queue runs
+// empty, as before flushDelay existed (benchmarks compare the two).
+func withEagerEvents() Option { return func(c *config) { c.eagerEvents = true } }
 
 // withPTX replaces the embedded module (tests: STAGEHOST_CUDA_PTX).
 func withPTX(src []byte) Option { return func(c *config) { c.ptx = src } }

@@ -458,24 +458,27 @@ func (m *mlpCall) call(t testing.TB, x float32) []byte {
 // BenchmarkMLPCall: the MLP stage's device work per call on cuda0,
 // without Wasm or the host: sync-read is the old shape (Sync, then the
 // download: two waits), read the new one (the download is the only wait);
-// staging-off uploads from pageable memory. p50/p99 per call.
+// staging-off copies from and into pageable memory; eager-events records
+// an event after every burst, as before flushDelay. before is the old
+// shape on the old copy and event behaviour. p50/p99 per call.
 func BenchmarkMLPCall(b *testing.B) {
 	for _, c := range []struct {
 		name      string
 		syncFirst bool
-		staging   int
+		opts      []Option
 	}{
-		{"sync-read", true, DefaultCopyStaging},
-		{"read", false, DefaultCopyStaging},
-		{"sync-read/staging-off", true, 0},
-		{"read/staging-off", false, 0},
+		{"before", true, []Option{WithCopyStaging(0), withEagerEvents()}},
+		{"sync-read", true, nil},
+		{"read", false, nil},
+		{"read/eager-events", false, []Option{withEagerEvents()}},
+		{"read/staging-off", false, []Option{WithCopyStaging(0)}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			p := requireGPU(b)
-			if c.staging != DefaultCopyStaging {
+			if len(c.opts) > 0 {
 				p.Close()
 				var err error
-				if p, err = Open(WithCopyStaging(c.staging)); err != nil {
+				if p, err = Open(c.opts...); err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { p.Close() })

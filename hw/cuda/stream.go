@@ -31,6 +31,12 @@ const (
 	// waiter arrives; a longer wait falls back to the backoff (so a wait on
 	// a long kernel does not burn a core).
 	waitHot = 2 * time.Millisecond
+	// flushDelay is how long after its last command the driver thread
+	// records the event that retires it when nobody waits: a burst that
+	// goes on within it (the MLP stage queues an upload, a batch and a
+	// download a microsecond or two apart) gets one event, not one per
+	// command. A waiter has it recorded at once.
+	flushDelay = 10 * time.Microsecond
 	// waitSpin is how long WaitRetired spins before it blocks.
 	waitSpin = 20 * time.Microsecond
 )
@@ -93,7 +99,8 @@ type Stream struct {
 	final      bool // released
 	retirement      // submitted/retired watermarks, failures, waiters
 
-	kick chan struct{}
+	kick    chan struct{}
+	waiters atomic.Int32 // goroutines in wait: the driver thread records its event at once
 
 	errBusy error // made once: retrying on a full queue allocates nothing
 
@@ -395,6 +402,8 @@ func (s *Stream) wait(ctx context.Context, seq uint64) error {
 	if seq <= s.rec.Retired() {
 		return nil
 	}
+	s.waiters.Add(1)
+	defer s.waiters.Add(-1)
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -478,7 +487,9 @@ func (s *Stream) loop() {
 	// The clock is read only after activity and every 16 idle rounds
 	// (cheap as time.Now is, a hot loop need not pay it every round).
 	hotUntil := time.Now().Add(spinWindow)
+	execAt := hotUntil // when the last command was issued (plus spinWindow)
 	rounds := 0
+	eager := s.dev.plat.cfg.eagerEvents
 	for {
 		select {
 		case o := <-s.ops:
@@ -487,12 +498,20 @@ func (s *Stream) loop() {
 			for i := 0; i < eventEvery && s.execNext(); i++ {
 			}
 			hotUntil = time.Now().Add(spinWindow)
+			execAt = hotUntil
 			backoff = minBackoff
 			rounds = 0
 			continue
 		default:
 		}
-		s.flushEvent()
+		// Record the event covering what was issued when someone waits,
+		// or once no command followed for flushDelay (the clock is read
+		// every 16 rounds anyway; the loop stays hot for spinWindow, far
+		// longer, so it never parks with commands unrecorded).
+		if s.last > s.marked && (eager || s.waiters.Load() > 0 ||
+			rounds%16 == 15 && time.Until(execAt) <= spinWindow-flushDelay) {
+			s.flushEvent()
+		}
 		if s.poll() {
 			hotUntil = time.Now().Add(spinWindow)
 			backoff = minBackoff
@@ -515,6 +534,7 @@ func (s *Stream) loop() {
 			case o := <-s.ops:
 				s.exec(&o)
 				hotUntil = time.Now().Add(spinWindow)
+				execAt = hotUntil
 			case <-s.kick:
 				hotUntil = time.Now().Add(waitHot)
 			case <-s.quit:
@@ -527,6 +547,7 @@ func (s *Stream) loop() {
 		case o := <-s.ops:
 			s.exec(&o)
 			hotUntil = time.Now().Add(spinWindow)
+			execAt = hotUntil
 			backoff = minBackoff
 		case <-s.kick:
 			hotUntil = time.Now().Add(waitHot)
