@@ -8,8 +8,16 @@
 // ([DefaultInitialQueueDepth] slots, about 5.6 KiB) and doubles when a
 // submission finds it full, up to the queue depth ([WithQueueDepth]), the
 // limit beyond which submissions fail with [hw.ErrBusy]; it never shrinks.
-// Submit, Write and Read allocate only when they double the ring. Buffers and [Shared] allocations are real memory
-// (anonymous shared mappings) and are always host-visible.
+// Submit, Write and Read allocate only when they double the ring. Buffers
+// and [Shared] allocations are real memory (anonymous shared mappings) and
+// are always host-visible.
+//
+// A device may have a latency ([WithLatency]): every command then takes
+// that long, held to within microseconds by the stream's worker spinning
+// on the monotonic clock (a timer would fire about a millisecond late).
+// The spin burns a CPU per busy stream while a command waits out its
+// latency; only latencies of 2 ms or more sleep, for all but their last
+// millisecond.
 //
 // Programs are looked up by name in a process-wide kernel registry (see
 // [Register] and [Kernel]). The package registers a small library in its

@@ -48,8 +48,18 @@ const DefaultInitialQueueDepth = 8
 
 // WithLatency sets the simulated time every command (launch, write or read)
 // takes on the device's streams, spent on the stream's worker before the
-// command runs. Default 0: commands run as soon as the worker reaches them,
-// with no timer at all. A negative latency makes AddDevice fail.
+// command runs. A command's latency starts when it is submitted or when the
+// worker finished the command before it (or was released from a hang),
+// whichever is later: commands submitted back to back run one latency
+// apart, and one submitted to an idle stream retires about one latency
+// after its submission, however long the worker took to wake up.
+//
+// The worker holds the latency precisely, on the monotonic clock, by
+// spinning (yielding the processor at every round), because timers fire
+// about a millisecond late: it burns a CPU while a command waits out its
+// latency, except that with 2 ms or more to go it sleeps until 1 ms before
+// the end. Default 0: commands run as soon as the worker reaches them, with
+// no clock read at all. A negative latency makes AddDevice fail.
 func WithLatency(d time.Duration) DeviceOption {
 	return func(c *deviceConfig) { c.latency = d }
 }

@@ -3,6 +3,8 @@ package sim
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +35,14 @@ type slot struct {
 	buf   *Buffer // write/read target
 	off   int     // write/read offset in buf
 	host  []byte  // write source / read destination
+	at    int64   // submission time (see mono), on a device with latency
 }
+
+// epoch anchors mono.
+var epoch = time.Now()
+
+// mono is the monotonic clock, in nanoseconds since epoch.
+func mono() int64 { return int64(time.Since(epoch)) }
 
 // Stream is an ordered command queue on a simulated device, with one
 // worker goroutine that runs the commands in submission order. It
@@ -67,6 +76,7 @@ type Stream struct {
 	// Owned by the worker goroutine.
 	launch Launch
 	timer  *time.Timer
+	free   int64 // on a device with latency: when the worker last finished a command or a hang (mono)
 
 	// rec holds the watermarks, failures and waiters. Waiters spin
 	// briefly on the retired watermark, then sleep until the worker's
@@ -93,7 +103,7 @@ func newStream(d *Device, id uint64) *Stream {
 	s := &Stream{
 		dev:  d,
 		id:   id,
-		name: fmt.Sprintf("sim:%s/stream%d", d.name, id),
+		name: "sim:" + d.name + "/stream" + strconv.FormatUint(id, 10),
 		ring: make([]slot, d.initDepth),
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
@@ -173,6 +183,9 @@ func (s *Stream) Submit(cmd *hw.Command) (hw.Completion, error) {
 	sl.nargs = n
 	copy(sl.args[:n], cmd.Args)
 	sl.grid = cmd.Grid
+	if s.dev.latency > 0 {
+		sl.at = mono()
+	}
 	s.commitLocked(seq)
 	return hw.NewCompletion(s, seq), nil
 }
@@ -244,6 +257,9 @@ func (s *Stream) transfer(kind opKind, buf hw.Buffer, off int, host []byte) (hw.
 	sl.buf = b
 	sl.off = off
 	sl.host = host
+	if s.dev.latency > 0 {
+		sl.at = mono()
+	}
 	s.commitLocked(seq)
 	return hw.NewCompletion(s, seq), nil
 }
@@ -310,10 +326,13 @@ func (s *Stream) run() {
 		if !ok {
 			return
 		}
-		if !s.awaitHangs() || !s.awaitLatency() {
+		if !s.awaitHangs() || !s.awaitLatency(sl) {
 			continue // lost: next abandons the queue and stops
 		}
 		err := s.execute(sl, seq)
+		if s.dev.latency > 0 {
+			s.free = mono() // the next command's latency starts no earlier
+		}
 		s.release(sl)
 		s.retire(seq, err)
 	}
@@ -363,23 +382,59 @@ func (s *Stream) awaitHangs() bool {
 		}
 		select {
 		case <-h.ch:
+			if s.dev.latency > 0 {
+				s.free = mono() // a hang is not latency
+			}
 		case <-s.dev.lostCh:
 			return false
 		}
 	}
 }
 
-// awaitLatency spends the device's simulated latency on a reusable timer
-// that device loss interrupts. It returns false if the device is lost.
-func (s *Stream) awaitLatency() bool {
+// Latencies are spun out on the monotonic clock: a Go timer or time.Sleep
+// fires about 1.1 ms late at best on Linux when the runtime has nothing
+// else to wake for (measured on a 2-vCPU VM: a 10 µs sleep takes 1.07 ms,
+// longer ones overshoot by 0.1 to 1 ms), which made every sub-millisecond
+// latency cost about 1.1 ms. A command with spinBelow or more left to wait
+// sleeps until spinTail before its end and spins the rest, so it burns at
+// most spinTail of CPU. See "Precise sim latency" in RATIONALE.md.
+const (
+	spinBelow = 2 * time.Millisecond
+	spinTail  = time.Millisecond
+)
+
+// awaitLatency spends the device's simulated latency for the command in
+// sl. Its latency started when it was submitted, or when the worker
+// finished the command before it (or a hang), whichever was later: the
+// worker's own wake-up does not add to it. It spins on the monotonic
+// clock, yielding the processor at each round, after sleeping on a
+// reusable timer through the bulk of a long wait. A device loss interrupts
+// it: it returns false then.
+func (s *Stream) awaitLatency(sl *slot) bool {
 	lat := s.dev.latency
 	if lat <= 0 {
 		return true
 	}
+	end := max(sl.at, s.free) + int64(lat)
+	if left := time.Duration(end - mono()); left >= spinBelow && !s.sleep(left-spinTail) {
+		return false
+	}
+	for mono() < end {
+		if s.dev.lost.Load() != nil {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return true
+}
+
+// sleep waits d on the worker's reusable timer; it returns false if the
+// device is lost meanwhile.
+func (s *Stream) sleep(d time.Duration) bool {
 	if s.timer == nil {
-		s.timer = time.NewTimer(lat)
+		s.timer = time.NewTimer(d)
 	} else {
-		s.timer.Reset(lat) // Go ≥ 1.23 timers: no stale tick can be pending
+		s.timer.Reset(d) // Go ≥ 1.23 timers: no stale tick can be pending
 	}
 	select {
 	case <-s.timer.C:
@@ -658,6 +713,10 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 		unpinUpTo(len(cmds))
 		return hw.Completion{}, err
 	}
+	var at int64
+	if s.dev.latency > 0 {
+		at = mono()
+	}
 	for i := range cmds {
 		sl := &s.ring[(first+uint64(i))%uint64(len(s.ring))]
 		sl.kind = opLaunch
@@ -665,6 +724,7 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 		sl.nargs = len(cmds[i].Args)
 		copy(sl.args[:sl.nargs], cmds[i].Args)
 		sl.grid = cmds[i].Grid
+		sl.at = at
 	}
 	last := first + uint64(len(cmds)) - 1
 	s.commitLocked(last)
