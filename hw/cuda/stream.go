@@ -37,8 +37,12 @@ const (
 	// download a microsecond or two apart) gets one event, not one per
 	// command. A waiter has it recorded at once.
 	flushDelay = 10 * time.Microsecond
-	// waitSpin is how long WaitRetired spins before it blocks.
-	waitSpin = 20 * time.Microsecond
+	// waitSpin is how long WaitRetired spins before it blocks. A waiter
+	// that sleeps is woken by a channel close, which on the H200 host
+	// added about 60 µs (docs/gpu.md, run 9: the MLP call's one wait of
+	// ~25 µs, past a 20 µs spin, took 90 µs). The spin yields every 64
+	// rounds, so it does not starve the driver thread.
+	waitSpin = 100 * time.Microsecond
 )
 
 type opKind uint8
