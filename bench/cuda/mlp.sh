@@ -48,13 +48,15 @@ if [ "${TESTS:-0}" = 1 ]; then
 	gotest cuda hw/cuda test-cuda.log 120 -test.v -test.count 1 -test.timeout 110s
 	gotest sessions sessions test-sessions.log 90 -test.v -test.count 1 -test.run CUDA -test.timeout 85s
 	gotest wasm examples/wasm test-wasm.log 90 -test.v -test.count 1 -test.run 'CUDA|Cuda|GPU' -test.timeout 85s
-	timeout 60 "$C/stagehost" run examples/cuda.toml >"$OUT/stagehost-run.log" 2>&1 || status=1
+	if [ -x "$C/stagehost" ]; then # optional: the carry limit may leave it out
+		timeout 60 "$C/stagehost" run examples/cuda.toml >"$OUT/stagehost-run.log" 2>&1 || status=1
+	fi
 	for f in test-cuda test-sessions test-wasm; do
 		grep -E '^(--- |    --- |ok|PASS|FAIL)' "$OUT/$f.log" | grep -v -- '--- PASS' | grep -v '^=== '
 		echo "$f: $(grep -c -- '--- PASS' "$OUT/$f.log") passed, $(grep -c -- '--- FAIL' "$OUT/$f.log") failed, $(grep -c -- '--- SKIP' "$OUT/$f.log") skipped"
 	done
 	grep -E 'cuda_test.go:|gpu_test.go:' "$OUT/test-wasm.log" "$OUT/test-cuda.log" | head -20
-	head -12 "$OUT/stagehost-run.log"
+	[ -f "$OUT/stagehost-run.log" ] && head -12 "$OUT/stagehost-run.log"
 fi
 
 before=""
