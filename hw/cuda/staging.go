@@ -7,17 +7,17 @@ import (
 	"unsafe"
 )
 
-// Small uploads and downloads on the MLP stage's path (issue 9) go
-// through a stream's pinned staging rings, so that both copies are truly
-// asynchronous: from or into pageable memory the driver synchronizes with
-// the stream and stages the bytes itself, and a download into pageable
-// memory behind pending work then blocks the driver thread in a wait that
-// measured 30-90 µs on the H200 (docs/gpu.md, run 9). A staged download
-// retires through the stream's events like a launch; its bytes are copied
-// out of the ring when it retires, before anyone is told. A download into
-// pageable memory that is not staged retires the stream up to it as soon
-// as the driver call returns, with no event recorded or polled. See
-// RATIONALE.md, "One wait per MLP call".
+// Small uploads and downloads (issue 9) can go through a stream's pinned
+// staging rings, so that both copies are truly asynchronous: from or into
+// pageable memory the driver synchronizes with the stream and stages the
+// bytes itself, and a download into pageable memory returns only once it
+// has completed. A staged download retires through the stream's events
+// like a launch; its bytes are copied out of the ring when it retires,
+// before anyone is told. A download into pageable memory that is not
+// staged retires the stream up to it as soon as the driver call returns,
+// with no event recorded or polled. On the H200 the staging measured
+// slightly slower than none for the MLP stage's call (docs/gpu.md, run 9;
+// RATIONALE.md, "One wait per MLP call").
 
 // DefaultCopyStaging is the size of each of a stream's two staging rings
 // unless [WithCopyStaging] says otherwise.
