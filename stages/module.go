@@ -102,6 +102,7 @@ type Module struct {
 	snap          *snapshot // nil: every instance initialises itself
 	spares        *spares   // instances made ahead from snap
 	noSnapshot    string    // why snap is nil
+	tableShift    uint32    // leading table entries dropped (wasmbin.Module.CompactTable)
 }
 
 // Name is the module's name.

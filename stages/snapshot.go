@@ -136,6 +136,13 @@ func (e *Engine) takeSnapshot(ctx context.Context, m *Module, bin []byte) (wazer
 	if why := p.SnapshotBlocker(); why != "" {
 		return nil, nil, why, nil
 	}
+	// A table's leading entries that no element fills are dropped, so
+	// that no instance allocates them (4096 of them for a Go guest).
+	if compacted, shift, err := p.CompactTable(); err == nil && compacted != nil {
+		if q, err := wasmbin.Parse(compacted); err == nil {
+			p, m.tableShift = q, shift
+		}
+	}
 	data, err := p.ActiveData()
 	if err != nil {
 		return nil, nil, err.Error(), nil

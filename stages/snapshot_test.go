@@ -336,3 +336,44 @@ func TestSnapshotMemoryIsAFreshInstancesMemory(t *testing.T) {
 	}
 	t.Logf("%d snapshotted modules compared", snapped)
 }
+
+// TestSnapshotDropsEmptyLeadingTableEntries: a snapshot's module drops
+// the table entries before the first element (4096 of a Go guest's), and
+// computes what the module as given does: the same table.size, the same
+// indirect calls, a trap through an empty entry.
+func TestSnapshotDropsEmptyLeadingTableEntries(t *testing.T) {
+	ctx := context.Background()
+	f := newWasmFixture(t)
+	snap := snapModule(t, f.eng, "snap_table_gap", true)
+	plain := snapModule(t, f.eng, "snap_table_gap", false)
+	if snap.tableShift != 128 || plain.tableShift != 0 {
+		t.Fatalf("table shift %d (snapshot) and %d (plain); want 128 and 0", snap.tableShift, plain.tableShift)
+	}
+	bin, err := os.ReadFile("../examples/wasm/minimal/minimal.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goGuest, err := f.eng.Load(ctx, bin, SHA256(bin), NewLoadConfig().WithName("minimal").WithWASI(GrantGoRuntime))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if goGuest.tableShift != 4096 {
+		t.Fatalf("the Go guest's table shift is %d, want 4096", goGuest.tableShift)
+	}
+	for _, m := range []*Module{snap, plain} {
+		s := f.session(t, m, f.defaultConfig("gap"))
+		for _, c := range []struct {
+			in   string
+			want []byte
+		}{{"\x00", []byte{200, 0, 0, 0, 11, 0, 0, 0}}, {"\x01", []byte{200, 0, 0, 0, 22, 0, 0, 0}}} {
+			out, err := s.Run(ctx, []byte(c.in), nil)
+			if err != nil || !bytes.Equal(out, c.want) {
+				t.Fatalf("shift %d, input %q: %v, %v; want %v", m.tableShift, c.in, out, err, c.want)
+			}
+		}
+		if _, err := s.Run(ctx, []byte("x"), nil); !errors.Is(err, hw.ErrFault) {
+			t.Fatalf("shift %d: a call through an empty entry = %v, want Fault", m.tableShift, err)
+		}
+		_ = s.Close(ctx)
+	}
+}
