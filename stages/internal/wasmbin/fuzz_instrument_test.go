@@ -14,7 +14,9 @@ import (
 const maxFuzzSeed = 64 << 10
 
 // FuzzInstrument checks that whatever the decoder and the engine accept
-// is still accepted by both once instrumented.
+// is still accepted by both once instrumented, and once derived for a
+// snapshot (table compacted, globals and start exported, start and data
+// stripped).
 func FuzzInstrument(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/instrument/*.wasm")
 	seeds = append(seeds, repoModules(f)...)
@@ -58,6 +60,32 @@ func FuzzInstrument(f *testing.F) {
 		c, err = rt.CompileModule(ctx, out)
 		if err != nil {
 			t.Fatalf("compile instrumented: %v", err)
+		}
+		c.Close(ctx)
+		// What a snapshot derives from the instrumented module must be
+		// accepted too: the compacted table and the frozen module.
+		if m2.SnapshotBlocker() != "" {
+			return
+		}
+		if compacted, _, err := m2.CompactTable(); err != nil {
+			t.Fatalf("compact table: %v", err)
+		} else if compacted != nil {
+			if m2, err = Parse(compacted); err != nil {
+				t.Fatalf("parse compacted: %v", err)
+			}
+			if err := m2.ValidateCode(); err != nil {
+				t.Fatalf("validate compacted: %v", err)
+			}
+		}
+		if _, err := m2.ActiveData(); err != nil {
+			return
+		}
+		frozen, _, err := m2.Freeze(FreezeOptions{ExportPrefix: "g.", StartExport: "start.", Strip: true})
+		if err != nil {
+			return // an export name is taken
+		}
+		if c, err = rt.CompileModule(ctx, frozen); err != nil {
+			t.Fatalf("compile frozen: %v", err)
 		}
 		c.Close(ctx)
 	})
