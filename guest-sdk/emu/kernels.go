@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"unsafe"
 )
 
 // Kernel is a program the emulator runs on the CPU when a launch retires.
@@ -50,6 +51,8 @@ var builtins = map[string]Kernel{
 	"bias":   kernelBias,
 	"relu":   kernelRelu,
 	"argmax": kernelArgmax,
+
+	"mlp_forward": kernelMLPForward,
 }
 
 // Builtins lists the names of the built-in kernels, sorted.
@@ -333,4 +336,100 @@ func kernelArgmax(args []Arg) error {
 	binary.LittleEndian.PutUint32(out[0:4], uint32(best))
 	binary.LittleEndian.PutUint32(out[4:8], math.Float32bits(bestV))
 	return nil
+}
+
+// mlpMaxWidth is the most hidden units and classes mlp_forward takes, as
+// on the simulator and the CUDA backend.
+const mlpMaxWidth = 1024
+
+// mlp_forward(x, W1, b1, W2, b2, scores, out, I, H, C): a two-layer
+// perceptron on one input row in one launch: x has I values, W1 is I×H,
+// b1 has H values, W2 is H×C, b2 and scores have C values, out at least 8
+// bytes; I ≥ 1 and 1 ≤ H, C ≤ 1024; scores and out overlap neither each
+// other nor any input. scores = relu(x·W1 + b1)·W2 + b2 and out =
+// argmax(scores), bit for bit what matmul, bias, relu, matmul, bias and
+// argmax write into them (the hidden layer is not stored).
+func kernelMLPForward(args []Arg) error {
+	const name = "mlp_forward"
+	if err := want(name, args, 10); err != nil {
+		return err
+	}
+	var dims [3]uint64
+	for i := range dims {
+		v, err := scalarArg(name, args, 7+i)
+		if err != nil {
+			return err
+		}
+		dims[i] = v
+	}
+	in, hid, cls := dims[0], dims[1], dims[2]
+	if in == 0 || in > math.MaxInt32 || hid == 0 || hid > mlpMaxWidth || cls == 0 || cls > mlpMaxWidth {
+		return argErr("mlp_forward: I=%d H=%d C=%d: want I ≥ 1 and 1 ≤ H, C ≤ %d", in, hid, cls, mlpMaxWidth)
+	}
+	wantLen := [6]uint64{in, in * hid, hid, hid * cls, cls, cls}
+	var v [6]floats
+	for i := range v {
+		f, err := floatArg(name, args, i)
+		if err != nil {
+			return err
+		}
+		if uint64(len(f.v)) != wantLen[i] {
+			return argErr("mlp_forward: I=%d H=%d C=%d: argument %d has %d values, want %d", in, hid, cls, i, len(f.v), wantLen[i])
+		}
+		v[i] = f
+	}
+	out, err := bufArg(name, args, 6)
+	if err != nil {
+		return err
+	}
+	if len(out) < 8 {
+		return argErr("mlp_forward: argument 6 has %d bytes, want at least 8 (index, max)", len(out))
+	}
+	for _, o := range [...]int{5, 6} {
+		for i := range 7 {
+			if i != o && overlaps(args[o].Bytes, args[i].Bytes) {
+				return argErr("mlp_forward: argument %d (an output) overlaps argument %d", o, i)
+			}
+		}
+	}
+	x, w1, b1, w2, b2, scores := v[0].v, v[1].v, v[2].v, v[3].v, v[4].v, v[5]
+	nh, nc := int(hid), int(cls)
+	h := make([]float32, nh)
+	for j := range h {
+		var sum float32
+		for k, xv := range x {
+			sum += float32(xv * w1[k*nh+j])
+		}
+		sum += b1[j]
+		if sum < 0 {
+			sum = 0
+		}
+		h[j] = sum
+	}
+	for j := range nc {
+		var sum float32
+		for k, hv := range h {
+			sum += float32(hv * w2[k*nc+j])
+		}
+		scores.v[j] = sum + b2[j]
+	}
+	scores.store()
+	best, bestV := 0, scores.v[0]
+	for i, s := range scores.v[1:] {
+		if s > bestV {
+			best, bestV = i+1, s
+		}
+	}
+	binary.LittleEndian.PutUint32(out[0:4], uint32(best))
+	binary.LittleEndian.PutUint32(out[4:8], math.Float32bits(bestV))
+	return nil
+}
+
+// overlaps reports whether two byte ranges share memory.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }

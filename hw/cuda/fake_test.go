@@ -636,7 +636,7 @@ func (f *fakeDriver) run(ctx cuContext, l fakeLaunch) {
 	case "saxpy":
 		x, y := f32view(mem(p[1], p[3]*4)), f32view(mem(p[2], p[3]*4))
 		for i := range y {
-			y[i] = f32(p[0])*x[i] + y[i]
+			y[i] = float32(f32(p[0])*x[i]) + y[i] // rounded, then added, as the kernel does
 		}
 	case "matmul":
 		m, n, k := p[3], p[4], p[5]
@@ -658,6 +658,18 @@ func (f *fakeDriver) run(ctx cuContext, l fakeLaunch) {
 			binary.LittleEndian.PutUint32(out, idx)
 			binary.LittleEndian.PutUint32(out[4:], math.Float32bits(v))
 		}
+	case "mlp_forward":
+		in, hid, cls := p[7], p[8], p[9]
+		x, w1, b1 := f32view(mem(p[0], in*4)), f32view(mem(p[1], in*hid*4)), f32view(mem(p[2], hid*4))
+		w2, b2, sc := f32view(mem(p[3], hid*cls*4)), f32view(mem(p[4], cls*4)), f32view(mem(p[5], cls*4))
+		out := mem(p[6], 8)
+		if x == nil || w1 == nil || b1 == nil || w2 == nil || b2 == nil || sc == nil || out == nil {
+			return
+		}
+		scores, idx, v := refMLPForward(x, w1, b1, w2, b2)
+		copy(sc, scores)
+		binary.LittleEndian.PutUint32(out, idx)
+		binary.LittleEndian.PutUint32(out[4:], math.Float32bits(v))
 	case "resident_gpu_exchange":
 		fakeResident(f, ctx, mem(p[0], 4), mem(p[1], residentPayloadBytes), uint32(p[2]))
 	case "spin":

@@ -123,6 +123,8 @@ func TestGPUKernels(t *testing.T) { scenarioKernels(t, requireGPU(t)) }
 
 func TestGPUMLP(t *testing.T) { scenarioMLP(t, requireGPU(t)) }
 
+func TestGPUMLPForward(t *testing.T) { scenarioMLPForward(t, requireGPU(t)) }
+
 func TestGPUGraph(t *testing.T) { scenarioGraph(t, requireGPU(t)) }
 
 func TestGPUSharedSpin(t *testing.T) {

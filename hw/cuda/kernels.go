@@ -75,6 +75,7 @@ const (
 	kBias
 	kRelu
 	kArgmax
+	kMLPForward
 	kFault
 	kSpin
 	kResident
@@ -85,6 +86,11 @@ const (
 // the GPU's control line (observed word at 0, credit at 4), the NPU's
 // (observed at 64, credit at 68), then 16 float32 values at 128.
 const residentPayloadBytes = 128 + 4*16
+
+// mlpMaxWidth bounds mlp_forward's hidden and output widths: the kernel
+// keeps both layers in shared memory (MLP_MAX_WIDTH in kernels.cu); the
+// simulator takes the same bound.
+const mlpMaxWidth = 1024
 
 // kernel describes one program of the module: the arguments callers pass
 // (validated by resolveArgs), and how pack turns them into the PTX
@@ -113,6 +119,7 @@ var kernels = []*kernel{
 	{id: kBias, name: "bias", args: []argKind{argF32s, argF32s, argU32, argU32}, block: defaultBlock},
 	{id: kRelu, name: "relu", args: []argKind{argF32s}, block: defaultBlock},
 	{id: kArgmax, name: "argmax", args: []argKind{argF32s, argBytes}, block: 256},
+	{id: kMLPForward, name: "mlp_forward", args: []argKind{argF32s, argF32s, argF32s, argF32s, argF32s, argF32s, argBytes, argU32, argU32, argU32}, block: 256},
 	{id: kFault, name: "fault", block: 1},
 	{id: kSpin, name: "spin", args: []argKind{argBytes, argU64, argU32}, block: 1},
 	{id: kResident, name: "resident_gpu_exchange", args: []argKind{argBytes, argBytes, argU32}, block: 1},
@@ -191,6 +198,8 @@ func pack(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape, erro
 		}
 		p[0], p[1], p[2] = a[0].ptr, a[1].ptr, n
 		return 3, launchShape{elems: n, single: true}, nil
+	case kMLPForward:
+		return packMLPForward(a, p)
 	case kSpin:
 		off := a[1].val
 		if a[0].len < 4 || off > a[0].len-4 {
@@ -223,6 +232,48 @@ func pack(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape, erro
 		return 3, launchShape{elems: 1, single: true}, nil
 	}
 	return 0, launchShape{}, hw.Errorf(hw.ErrNotFound, "cuda: kernel %q has no parameter table", k.name)
+}
+
+// packMLPForward checks mlp_forward(x, W1, b1, W2, b2, scores, out, I, H,
+// C) as the simulator does: 1 ≤ I, 1 ≤ H, C ≤ mlpMaxWidth; x 1×I, W1 I×H,
+// b1 1×H, W2 H×C, b2 and scores 1×C float32 values exactly; out at least 8
+// bytes; scores and out overlapping neither each other nor an input (the
+// kernel reads the inputs while other threads write the outputs).
+func packMLPForward(a []resolved, p *[maxParams]uint64) (int, launchShape, error) {
+	const name = "mlp_forward"
+	in, hid, cls := a[7].val, a[8].val, a[9].val
+	if in == 0 || in > math.MaxInt32 || hid == 0 || hid > mlpMaxWidth || cls == 0 || cls > mlpMaxWidth {
+		return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			"cuda: mlp_forward: I=%d H=%d C=%d: want I ≥ 1 and 1 ≤ H, C ≤ %d", in, hid, cls, mlpMaxWidth)
+	}
+	shapes := [6][2]uint64{{1, in}, {in, hid}, {1, hid}, {hid, cls}, {1, cls}, {1, cls}}
+	for i, sh := range shapes {
+		if err := exactF32s(name, i, a[i], sh[0], sh[1]); err != nil {
+			return 0, launchShape{}, err
+		}
+	}
+	if a[6].len < 8 {
+		return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			"cuda: mlp_forward: argument 6 has %d bytes, want at least 8 (index, max)", a[6].len)
+	}
+	for _, o := range [...]int{5, 6} {
+		for i := range 7 {
+			if i != o && rangesOverlap(a[o], a[i]) {
+				return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+					"cuda: mlp_forward: argument %d (an output) overlaps argument %d", o, i)
+			}
+		}
+	}
+	for i := range 7 {
+		p[i] = a[i].ptr
+	}
+	p[7], p[8], p[9] = in, hid, cls
+	return 10, launchShape{elems: hid, single: true}, nil
+}
+
+// rangesOverlap reports whether two non-empty device ranges share bytes.
+func rangesOverlap(x, y resolved) bool {
+	return x.len > 0 && y.len > 0 && x.ptr < y.ptr+y.len && y.ptr < x.ptr+x.len
 }
 
 // kernelByName indexes kernels.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -15,13 +16,15 @@ import (
 
 // Pure-Go references of the kernels.
 
+// refMatmul rounds each product before adding it (the explicit
+// conversion forbids a fused multiply-add), as the kernel does.
 func refMatmul(a, b []float32, m, n, k int) []float32 {
 	c := make([]float32, m*n)
 	for i := range m {
 		for j := range n {
 			var acc float32
 			for x := range k {
-				acc += a[i*k+x] * b[x*n+j]
+				acc += float32(a[i*k+x] * b[x*n+j])
 			}
 			c[i*n+j] = acc
 		}
@@ -55,6 +58,20 @@ func refArgmax(x []float32) (uint32, float32) {
 		}
 	}
 	return uint32(best), bv
+}
+
+// refMLPForward is mlp_forward on one row: matmul, bias, relu, matmul,
+// bias, argmax, as six separate reference steps. It returns the scores
+// and argmax's index and value.
+func refMLPForward(x, w1, b1, w2, b2 []float32) ([]float32, uint32, float32) {
+	in, hid, cls := len(x), len(b1), len(b2)
+	h := refMatmul(x, w1, 1, hid, in)
+	refBias(h, b1, 1, hid)
+	refRelu(h)
+	s := refMatmul(h, w2, 1, cls, hid)
+	refBias(s, b2, 1, cls)
+	i, v := refArgmax(s)
+	return s, i, v
 }
 
 // Helpers.
@@ -193,6 +210,24 @@ func assertNear(t testing.TB, what string, got, want []float32) {
 	}
 }
 
+// assertBits fails unless got and want hold the same float32 values bit
+// for bit (any NaN matches any NaN: the GPU's are canonical).
+func assertBits(t testing.TB, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if !sameBits(got[i], want[i]) {
+			t.Fatalf("%s[%d] = %v (%#x), want %v (%#x)", what, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
+func sameBits(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
+}
+
 // scenarioKernels checks every kernel against its CPU reference.
 func scenarioKernels(t *testing.T, p *Platform) {
 	r := newRig(t, p)
@@ -263,9 +298,9 @@ func scenarioKernels(t *testing.T, p *Platform) {
 		r.submit("saxpy", 0, hw.Float32(0.75), hw.BufferArg(bx, 0, -1), hw.BufferArg(by, 0, -1))
 		want := make([]float32, len(y))
 		for i := range y {
-			want[i] = 0.75*x[i] + y[i]
+			want[i] = float32(0.75*x[i]) + y[i]
 		}
-		assertNear(t, "saxpy", r.download(by), want)
+		assertBits(t, "saxpy", r.download(by), want)
 	})
 	t.Run("matmul", func(t *testing.T) {
 		for _, sz := range [][3]int{{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 64, 64}} {
@@ -274,7 +309,7 @@ func scenarioKernels(t *testing.T, p *Platform) {
 			ba, bb, bc := r.upload(a), r.upload(b), r.alloc(4*m*n, 0)
 			r.submit("matmul", uint32(n), hw.BufferArg(ba, 0, -1), hw.BufferArg(bb, 0, -1), hw.BufferArg(bc, 0, -1),
 				hw.Uint(uint64(m)), hw.Uint(uint64(n)), hw.Uint(uint64(k)))
-			assertNear(t, "matmul", r.download(bc), refMatmul(a, b, m, n, k))
+			assertBits(t, "matmul", r.download(bc), refMatmul(a, b, m, n, k))
 		}
 	})
 	t.Run("bias", func(t *testing.T) {
@@ -398,7 +433,7 @@ func scenarioMLP(t *testing.T, p *Platform) {
 	gotLogits := r.download(logits)
 	gotOut := r.read(out, 0, 8*m.batch)
 	wantLogits, wantClasses := m.reference()
-	assertNear(t, "logits", gotLogits, wantLogits)
+	assertBits(t, "logits", gotLogits, wantLogits)
 	for i := range m.batch {
 		got := binary.LittleEndian.Uint32(gotOut[8*i:])
 		// The device's own logits decide near-ties; they match the
@@ -406,6 +441,89 @@ func scenarioMLP(t *testing.T, p *Platform) {
 		own, _ := refArgmax(gotLogits[i*m.out : (i+1)*m.out])
 		if got != own || got != wantClasses[i] && !near(wantLogits[i*m.out+int(got)], wantLogits[i*m.out+int(wantClasses[i])]) {
 			t.Fatalf("row %d: class %d, want %d (device logits say %d)", i, got, wantClasses[i], own)
+		}
+	}
+	r.sync()
+}
+
+// scenarioMLPForward runs mlp_forward and the six-kernel path it replaces
+// (matmul → bias → relu → matmul → bias → argmax) on random networks of
+// several shapes (the MLP example's 8→16→4 first; hidden layers wider
+// than the 256-thread block; the largest widths, 1024), with a tie and a
+// NaN among the scores, parameters laid out as the MLP stage holds them
+// (one buffer W1, b1, W2, b2; x, h, scores and argmax's bytes in another).
+// Scores and argmax bytes must be bit-identical between the two paths and
+// to the pure-Go reference; the fused launch runs directly, and as a
+// one-command batch twice (recorded, then replayed from the graph cache).
+func scenarioMLPForward(t *testing.T, p *Platform) {
+	r := newRig(t, p)
+	rnd := rand.New(rand.NewPCG(11, 12))
+	for si, sh := range [][3]int{{8, 16, 4}, {1, 1, 1}, {24, 32, 10}, {5, 300, 7}, {3, 1024, 1024}, {700, 2, 3}} {
+		in, hid, cls := sh[0], sh[1], sh[2]
+		x, w1, b1 := randF32(rnd, in), randF32(rnd, in*hid), randF32(rnd, hid)
+		w2, b2 := randF32(rnd, hid*cls), randF32(rnd, cls)
+		wantIdx := -1
+		switch si {
+		case 2: // a tie for the largest score: the first wins
+			for k := range hid {
+				w2[k*cls+3] = w2[k*cls+1]
+			}
+			b2[1], b2[3] = 1000, 1000
+			wantIdx = 1
+		case 3: // a NaN first score wins
+			b2[0] = float32(math.NaN())
+			wantIdx = 0
+		}
+		oB1, oW2 := in*hid, in*hid+hid
+		oB2 := oW2 + hid*cls
+		params := append(append(append(append([]float32(nil), w1...), b1...), w2...), b2...)
+		weights := r.upload(params)
+		oH, oS := 4*in, 4*(in+hid)
+		oOut := oS + 4*cls
+		work := r.alloc(oOut+8, 0)
+		r.write(work, 0, f32bytes(x))
+		wa := func(off, n int) hw.Arg { return hw.BufferArg(weights, 4*off, 4*n) }
+		xa, ha, sa := hw.BufferArg(work, 0, 4*in), hw.BufferArg(work, oH, 4*hid), hw.BufferArg(work, oS, 4*cls)
+		outa := hw.BufferArg(work, oOut, 8)
+		u := func(v int) hw.Arg { return hw.Uint(uint64(v)) }
+		clearOut := func() { r.write(work, oH, make([]byte, oOut+8-oH)) }
+		result := func() ([]float32, []byte) {
+			b := r.read(work, oS, 4*cls+8)
+			return bytesF32(b[:4*cls]), b[4*cls:]
+		}
+
+		clearOut()
+		r.submit("matmul", 0, xa, wa(0, in*hid), ha, u(1), u(hid), u(in))
+		r.submit("bias", 0, ha, wa(oB1, hid), u(1), u(hid))
+		r.submit("relu", 0, ha)
+		r.submit("matmul", 0, ha, wa(oW2, hid*cls), sa, u(1), u(cls), u(hid))
+		r.submit("bias", 0, sa, wa(oB2, cls), u(1), u(cls))
+		r.submit("argmax", 0, sa, outa)
+		six, sixOut := result()
+
+		ref, refIdx, refV := refMLPForward(x, w1, b1, w2, b2)
+		assertBits(t, fmt.Sprintf("%v six-kernel scores", sh), six, ref)
+		if idx := binary.LittleEndian.Uint32(sixOut); idx != refIdx || wantIdx >= 0 && idx != uint32(wantIdx) ||
+			!sameBits(math.Float32frombits(binary.LittleEndian.Uint32(sixOut[4:])), refV) {
+			t.Fatalf("%v: six-kernel argmax %x, reference %d (%v)", sh, sixOut, refIdx, refV)
+		}
+
+		fused := []hw.Arg{xa, wa(0, in*hid), wa(oB1, hid), wa(oW2, hid*cls), wa(oB2, cls), sa, outa, u(in), u(hid), u(cls)}
+		for run := range 3 {
+			clearOut()
+			if run == 0 {
+				r.submit("mlp_forward", 0, fused...)
+			} else if _, err := r.s.(*Stream).SubmitBatch([]hw.Command{{Program: r.prog("mlp_forward"), Args: fused}}); err != nil {
+				t.Fatal(err)
+			}
+			got, gotOut := result()
+			what := fmt.Sprintf("%v fused (run %d) scores", sh, run)
+			assertBits(t, what, got, six)
+			gotV := math.Float32frombits(binary.LittleEndian.Uint32(gotOut[4:]))
+			sixV := math.Float32frombits(binary.LittleEndian.Uint32(sixOut[4:]))
+			if string(gotOut[:4]) != string(sixOut[:4]) || !sameBits(gotV, sixV) {
+				t.Fatalf("%v fused (run %d): argmax bytes %x, six kernels %x", sh, run, gotOut, sixOut)
+			}
 		}
 	}
 	r.sync()

@@ -343,14 +343,19 @@ func TestFakeIdleStreamSyncMakesNoDriverCall(t *testing.T) {
 	}
 }
 
-// TestFakeMLPCallShape: the MLP stage's call (upload, batch, download,
-// sync) gives the same bytes with the staging on and off and retires at
-// the download.
+// TestFakeMLPCallShape: the MLP stage's call (upload, batch or fused
+// launch, download, sync) gives the same bytes with the staging on and off
+// and either launch shape, and retires at the download.
 func TestFakeMLPCallShape(t *testing.T) {
 	var outs [][]byte
-	for _, staging := range []int{DefaultCopyStaging, 0} {
+	for _, c := range []struct {
+		staging int
+		fused   bool
+	}{{DefaultCopyStaging, false}, {0, false}, {DefaultCopyStaging, true}, {0, true}} {
+		staging := c.staging
 		p, f := newFakePlatform(t, 1, WithCopyStaging(staging))
 		m := newMLPCall(t, p)
+		m.useFused = c.fused
 		for i := range 3 {
 			out := m.call(t, float32(i))
 			outs = append(outs, out)
@@ -373,6 +378,8 @@ type mlpCall struct {
 	s             *Stream
 	work, weights hw.Buffer
 	batch         []hw.Command
+	fused         hw.Command // mlp_forward: the batch in one launch
+	useFused      bool       // submit fused instead of batch
 	in            []byte
 	out           []byte
 }
@@ -411,6 +418,8 @@ func newMLPCall(t testing.TB, p *Platform) *mlpCall {
 			cmd("bias", sc, wa(ob2, mlpOut), u(1), u(mlpOut)),
 			cmd("argmax", sc, hw.BufferArg(work, mlpScores+4*mlpOut, 8)),
 		},
+		fused: cmd("mlp_forward", x, wa(0, mlpIn*mlpHidden), wa(ob1, mlpHidden), wa(ow2, mlpHidden*mlpOut), wa(ob2, mlpOut),
+			sc, hw.BufferArg(work, mlpScores+4*mlpOut, 8), u(mlpIn), u(mlpHidden), u(mlpOut)),
 		in:  make([]byte, 4*mlpIn),
 		out: make([]byte, 4*mlpOut+8),
 	}
@@ -426,7 +435,11 @@ func (m *mlpCall) callShape(syncFirst bool, x float32) error {
 	if _, err := m.s.Write(m.work, 0, m.in); err != nil {
 		return err
 	}
-	if _, err := m.s.SubmitBatch(m.batch); err != nil {
+	if m.useFused {
+		if _, err := m.s.Submit(&m.fused); err != nil {
+			return err
+		}
+	} else if _, err := m.s.SubmitBatch(m.batch); err != nil {
 		return err
 	}
 	if syncFirst {
@@ -460,18 +473,22 @@ func (m *mlpCall) call(t testing.TB, x float32) []byte {
 // download: two waits), read the new one (the download is the only wait);
 // staging-off copies from and into pageable memory; eager-events records
 // an event after every burst, as before flushDelay. before is the old
-// shape on the old copy and event behaviour. p50/p99 per call.
+// shape on the old copy and event behaviour. fused is read with one
+// mlp_forward launch instead of the six-kernel batch. p50/p99 per call.
 func BenchmarkMLPCall(b *testing.B) {
 	for _, c := range []struct {
 		name      string
 		syncFirst bool
 		opts      []Option
+		fused     bool
 	}{
-		{"before", true, []Option{WithCopyStaging(0), withEagerEvents()}},
-		{"sync-read", true, nil},
-		{"read", false, nil},
-		{"read/eager-events", false, []Option{withEagerEvents()}},
-		{"read/staging-off", false, []Option{WithCopyStaging(0)}},
+		{"before", true, []Option{WithCopyStaging(0), withEagerEvents()}, false},
+		{"sync-read", true, nil, false},
+		{"read", false, nil, false},
+		{"read/eager-events", false, []Option{withEagerEvents()}, false},
+		{"read/staging-off", false, []Option{WithCopyStaging(0)}, false},
+		{"fused", false, nil, true},
+		{"fused/staging-off", false, []Option{WithCopyStaging(0)}, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			p := requireGPU(b)
@@ -484,6 +501,7 @@ func BenchmarkMLPCall(b *testing.B) {
 				b.Cleanup(func() { p.Close() })
 			}
 			m := newMLPCall(b, p)
+			m.useFused = c.fused
 			for i := range 100 {
 				if err := m.callShape(c.syncFirst, float32(i)); err != nil {
 					b.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -120,6 +121,7 @@ func TestPTXMatchesParameterTable(t *testing.T) {
 		"bias":                  {"u64", "u64", "u32", "u32"},
 		"relu":                  {"u64", "u64"},
 		"argmax":                {"u64", "u64", "u64"},
+		"mlp_forward":           {"u64", "u64", "u64", "u64", "u64", "u64", "u64", "u32", "u32", "u32"},
 		"spin":                  {"u64", "u64", "u32"},
 		"resident_gpu_exchange": {"u64", "u64", "u32"},
 	}
@@ -136,10 +138,10 @@ func TestPTXMatchesParameterTable(t *testing.T) {
 		var a [hw.MaxArgs]resolved
 		for i, kind := range k.args {
 			switch kind {
-			case argF32s:
-				a[i] = resolved{isBuf: true, ptr: 0x10000, len: 4} // one value; 1×1 matrices
+			case argF32s: // one value (1×1 matrices), apart from the other ranges
+				a[i] = resolved{isBuf: true, ptr: 0x10000 + 0x100*uint64(i), len: 4}
 			case argBytes:
-				a[i] = resolved{isBuf: true, ptr: 0x20000, len: 8}
+				a[i] = resolved{isBuf: true, ptr: 0x20000 + 0x100*uint64(i), len: 8}
 			case argU64:
 				a[i] = resolved{val: 0}
 			default:
@@ -198,6 +200,20 @@ func TestValidateArguments(t *testing.T) {
 	freed.Free()
 	prog := func(d *Device, name string) hw.Program { pr, _ := d.Prepare(name); return pr }
 	all := func(b hw.Buffer) hw.Arg { return hw.BufferArg(b, 0, -1) }
+	// mlp_forward with I=2, H=3, C=2, all in a: x [0,8), W1 [8,32), b1
+	// [32,44), W2 [44,68), b2 [68,76), scores [76,84), out [84,92); mlp(i,
+	// v) replaces argument i with v (i < 0: drops the last one).
+	mlpArgs := []hw.Arg{hw.BufferArg(a, 0, 8), hw.BufferArg(a, 8, 24), hw.BufferArg(a, 32, 12), hw.BufferArg(a, 44, 24),
+		hw.BufferArg(a, 68, 8), hw.BufferArg(a, 76, 8), hw.BufferArg(a, 84, 8), hw.Uint(2), hw.Uint(3), hw.Uint(2)}
+	mlp := func(i int, v hw.Arg) hw.Command {
+		args := slices.Clone(mlpArgs)
+		if i < 0 {
+			args = args[:len(args)-1]
+		} else {
+			args[i] = v
+		}
+		return hw.Command{Program: prog(d0, "mlp_forward"), Args: args}
+	}
 	cases := []struct {
 		name  string
 		cmd   hw.Command
@@ -232,6 +248,26 @@ func TestValidateArguments(t *testing.T) {
 		{"argmax out small", hw.Command{Program: prog(d0, "argmax"), Args: []hw.Arg{all(a), hw.BufferArg(a, 0, 4)}}, hw.ErrInvalidArgument, "argument 1 has 4 bytes"},
 		{"spin word small", hw.Command{Program: prog(d0, "spin"), Args: []hw.Arg{hw.BufferArg(a, 0, 0), hw.Uint(0), hw.Uint(1)}}, hw.ErrInvalidArgument, "outside a 0-byte range"},
 		{"too many args", hw.Command{Program: prog(d0, "noop"), Args: make([]hw.Arg, hw.MaxArgs+1)}, hw.ErrInvalidArgument, "at most"},
+		{"mlp_forward count", mlp(-1, hw.Arg{}), hw.ErrInvalidArgument, "mlp_forward takes 10 argument(s), got 9"},
+		{"mlp_forward I=0", mlp(7, hw.Uint(0)), hw.ErrInvalidArgument, "I=0 H=3 C=2: want I ≥ 1"},
+		{"mlp_forward H=0", mlp(8, hw.Uint(0)), hw.ErrInvalidArgument, "I=2 H=0 C=2"},
+		{"mlp_forward H wide", mlp(8, hw.Uint(1025)), hw.ErrInvalidArgument, "H=1025"},
+		{"mlp_forward C wide", mlp(9, hw.Uint(1025)), hw.ErrInvalidArgument, "C=1025"},
+		{"mlp_forward C u32", mlp(9, hw.Uint(1<<32)), hw.ErrInvalidArgument, "argument 9 must be a uint32"},
+		{"mlp_forward W1 size", mlp(1, hw.BufferArg(a, 8, 20)), hw.ErrInvalidArgument, "argument 1 has 20 bytes, want 2×3"},
+		{"mlp_forward b2 size", mlp(4, hw.BufferArg(a, 68, 4)), hw.ErrInvalidArgument, "argument 4 has 4 bytes, want 1×2"},
+		{"mlp_forward scores size", mlp(5, hw.BufferArg(a, 76, 12)), hw.ErrInvalidArgument, "argument 5 has 12 bytes, want 1×2"},
+		{"mlp_forward out small", mlp(6, hw.BufferArg(a, 84, 4)), hw.ErrInvalidArgument, "argument 6 has 4 bytes, want at least 8"},
+		{"mlp_forward scores over x", mlp(5, hw.BufferArg(a, 0, 8)), hw.ErrInvalidArgument, "argument 5 (an output) overlaps argument 0"},
+		{"mlp_forward out over scores", mlp(6, hw.BufferArg(a, 80, 8)), hw.ErrInvalidArgument, "argument 5 (an output) overlaps argument 6"},
+		{"mlp_forward out over W2", mlp(6, hw.BufferArg(a, 44, 8)), hw.ErrInvalidArgument, "argument 6 (an output) overlaps argument 3"},
+		{"mlp_forward scalar for x", mlp(0, hw.Uint(0)), hw.ErrInvalidArgument, "argument 0 must be a float32 buffer range"},
+		{"mlp_forward buffer for H", mlp(8, all(a)), hw.ErrInvalidArgument, "argument 8 must be a uint32 scalar"},
+		{"mlp_forward unaligned W2", mlp(3, hw.BufferArg(a, 46, 24)), hw.ErrInvalidArgument, "argument 3: range [46,+24) is not 4-byte aligned"},
+		{"mlp_forward other device", mlp(2, hw.BufferArg(other, 32, 12)), hw.ErrInvalidArgument, "argument 2: buffer belongs to cuda1"},
+	}
+	if err := d0.prepareLaunch(&hw.Command{Program: prog(d0, "mlp_forward"), Args: mlpArgs}, &launch{}); err != nil {
+		t.Errorf("valid mlp_forward: %v", err)
 	}
 	var l launch
 	for _, c := range cases {
@@ -359,6 +395,16 @@ func TestLaunchDims(t *testing.T) {
 func TestFakeKernels(t *testing.T) {
 	p, _ := newFakePlatform(t, 1)
 	scenarioKernels(t, p)
+}
+
+func TestFakeMLPForward(t *testing.T) {
+	p, f := newFakePlatform(t, 1)
+	scenarioMLPForward(t, p)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.kernelsRun["mlp_forward"] != 3*6 || f.kernelsRun["matmul"] != 2*6 {
+		t.Errorf("kernels run: %v", f.kernelsRun)
+	}
 }
 
 func TestFakeMLP(t *testing.T) {

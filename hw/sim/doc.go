@@ -21,8 +21,9 @@
 //
 // Programs are looked up by name in a process-wide kernel registry (see
 // [Register] and [Kernel]). The package registers a small library in its
-// init: noop, fill, copy, saxpy, matmul, bias, relu, argmax and spin; see
-// [Kernels] for the list and the kernels' documentation in kernels.go.
+// init: noop, fill, copy, saxpy, matmul, bias, relu, argmax, mlp_forward
+// and spin; see [Kernels] for the list and the kernels' documentation in
+// kernels.go.
 //
 // Faults can be injected per device or per stream (see [Fault]): rejected
 // submissions, failed completions, hung workers, failed visibility actions

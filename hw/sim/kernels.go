@@ -25,6 +25,7 @@ func init() {
 	Register("bias", kernelBias)
 	Register("relu", kernelRelu)
 	Register("argmax", kernelArgmax)
+	Register("mlp_forward", kernelMLPForward)
 	Register("spin", kernelSpin)
 }
 
@@ -183,6 +184,92 @@ func kernelArgmax(l *Launch) error {
 	binary.LittleEndian.PutUint32(out[0:4], uint32(best))
 	binary.LittleEndian.PutUint32(out[4:8], math.Float32bits(bestV))
 	return nil
+}
+
+// mlpMaxWidth is the most hidden units and classes mlp_forward takes (the
+// CUDA kernel keeps both layers in shared memory).
+const mlpMaxWidth = 1024
+
+// mlp_forward(x, W1, b1, W2, b2, scores, out, I, H, C): a two-layer
+// perceptron on one input row in one launch. x has I values, W1 is I×H,
+// b1 has H values, W2 is H×C, b2 and scores have C values, out at least 8
+// bytes; I ≥ 1 and 1 ≤ H, C ≤ 1024 (mlpMaxWidth). scores and out must not
+// overlap each other or any input. It writes scores = relu(x·W1 + b1)·W2 +
+// b2 and out = argmax(scores), bit for bit what the six launches
+//
+//	matmul(x, W1, h, 1, H, I); bias(h, b1, 1, H); relu(h)
+//	matmul(h, W2, scores, 1, C, H); bias(scores, b2, 1, C); argmax(scores, out)
+//
+// write into scores and out: per element the same float32 operations in
+// the same order (each sum from 0 over k in order, products rounded before
+// adding, then the bias; first-largest argmax). The hidden layer h is not
+// stored anywhere.
+func kernelMLPForward(l *Launch) error {
+	if err := wantArgs(l, 10); err != nil {
+		return err
+	}
+	in, hid, cls := l.Uint(7), l.Uint(8), l.Uint(9)
+	if in == 0 || in > math.MaxInt32 || hid == 0 || hid > mlpMaxWidth || cls == 0 || cls > mlpMaxWidth {
+		return badArgs("mlp_forward: I=%d H=%d C=%d: want I ≥ 1 and 1 ≤ H, C ≤ %d", in, hid, cls, mlpMaxWidth)
+	}
+	want := [6]uint64{in, in * hid, hid, hid * cls, cls, cls}
+	var v [6][]float32
+	for i := range v {
+		v[i] = l.Float32s(i)
+		if uint64(len(v[i])) != want[i] {
+			return badArgs("mlp_forward: I=%d H=%d C=%d: argument %d has %d values, want %d", in, hid, cls, i, len(v[i]), want[i])
+		}
+	}
+	out := l.Bytes(6)
+	if len(out) < 8 {
+		return badArgs("mlp_forward: argument 6 has %d bytes, want at least 8 (index, max)", len(out))
+	}
+	for _, o := range [...]int{5, 6} {
+		for i := range 7 {
+			if i != o && overlaps(l.Bytes(o), l.Bytes(i)) {
+				return badArgs("mlp_forward: argument %d (an output) overlaps argument %d", o, i)
+			}
+		}
+	}
+	x, w1, b1, w2, b2, scores := v[0], v[1], v[2], v[3], v[4], v[5]
+	nh, nc := int(hid), int(cls)
+	var h [mlpMaxWidth]float32
+	for j := range nh {
+		var sum float32
+		for k, xv := range x {
+			sum += float32(xv * w1[k*nh+j])
+		}
+		sum += b1[j]
+		if sum < 0 {
+			sum = 0
+		}
+		h[j] = sum
+	}
+	for j := range nc {
+		var sum float32
+		for k, hv := range h[:nh] {
+			sum += float32(hv * w2[k*nc+j])
+		}
+		scores[j] = sum + b2[j]
+	}
+	best, bestV := 0, scores[0]
+	for i, s := range scores[1:] {
+		if s > bestV {
+			best, bestV = i+1, s
+		}
+	}
+	binary.LittleEndian.PutUint32(out[0:4], uint32(best))
+	binary.LittleEndian.PutUint32(out[4:8], math.Float32bits(bestV))
+	return nil
+}
+
+// overlaps reports whether two byte ranges share memory.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // spin(buf, off, want): polls the uint32 at byte offset off of buf's range

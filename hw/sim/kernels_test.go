@@ -13,7 +13,7 @@ import (
 
 func TestKernelsRegistered(t *testing.T) {
 	got := sim.Kernels()
-	for _, k := range []string{"argmax", "bias", "copy", "fill", "matmul", "noop", "relu", "saxpy", "spin"} {
+	for _, k := range []string{"argmax", "bias", "copy", "fill", "matmul", "mlp_forward", "noop", "relu", "saxpy", "spin"} {
 		if !slices.Contains(got, k) {
 			t.Errorf("kernel %q not registered (have %v)", k, got)
 		}

@@ -12,7 +12,8 @@
 // per-kernel table in hw/cuda/kernels.go:
 //   - every name is extern "C", so the PTX entry is the plain name;
 //   - element loops are grid-stride loops, so any grid is correct and the
-//     host may size the grid freely (argmax alone needs one block of 256);
+//     host may size the grid freely (argmax and mlp_forward need one block
+//     of 256);
 //   - trailing element counts (n) are added by the host from the buffer
 //     ranges; the program's caller never passes them.
 
@@ -45,12 +46,16 @@ extern "C" __global__ void copy(unsigned char *dst, const unsigned char *src, u6
 	GRID_STRIDE(i, n) dst[i] = src[i];
 }
 
-// saxpy(a, x, y): y = a*x + y (equal lengths, checked by the host).
+// saxpy(a, x, y): y = a*x + y (equal lengths, checked by the host); the
+// product is rounded before the add, never fused, as on the simulator.
 extern "C" __global__ void saxpy(float a, const float *x, float *y, u64 n) {
-	GRID_STRIDE(i, n) y[i] = fmaf(a, x[i], y[i]);
+	GRID_STRIDE(i, n) y[i] = __fadd_rn(__fmul_rn(a, x[i]), y[i]);
 }
 
-// matmul(A, B, C, M, N, K): C (MxN) = A (MxK) . B (KxN), row-major.
+// matmul(A, B, C, M, N, K): C (MxN) = A (MxK) . B (KxN), row-major. Each
+// C[i][j] is summed from 0 over k in order, every product rounded before it
+// is added (__fmul_rn, __fadd_rn: never contracted into an FMA), so the
+// result is bit-identical to the simulator's.
 extern "C" __global__ void matmul(const float *A, const float *B, float *C, u32 M, u32 N, u32 K) {
 	u64 total = (u64)M * N;
 	GRID_STRIDE(idx, total) {
@@ -59,7 +64,7 @@ extern "C" __global__ void matmul(const float *A, const float *B, float *C, u32 
 		const float *b = B + col;
 		float acc = 0.0f;
 		for (u64 k = 0; k < K; k++) {
-			acc = fmaf(a[k], b[k * N], acc);
+			acc = __fadd_rn(acc, __fmul_rn(a[k], b[k * N]));
 		}
 		C[idx] = acc;
 	}
@@ -117,6 +122,61 @@ extern "C" __global__ void argmax(const float *x, unsigned char *out, u64 n) {
 			bi = 0;
 		}
 		if (bi == 0xffffffffu) bi = 0;
+		u32 bits = __float_as_uint(best);
+		for (int k = 0; k < 4; k++) {
+			out[k] = (unsigned char)(bi >> (8 * k));
+			out[4 + k] = (unsigned char)(bits >> (8 * k));
+		}
+	}
+}
+
+// mlp_forward(x, W1, b1, W2, b2, scores, out, I, H, C): a two-layer
+// perceptron on one input row in one launch of one block of 256 threads.
+// x has I values, W1 is IxH, b1 has H values, W2 is HxC, b2 and scores have
+// C values (row-major), out at least 8 bytes (any alignment); 1 <= I,
+// 1 <= H, C <= MLP_MAX_WIDTH; scores and out overlap neither each other
+// nor an input (all checked by the host). It writes
+// scores = relu(x.W1 + b1).W2 + b2 and out = argmax(scores) bit for bit as
+// matmul, bias, relu, matmul, bias and argmax do: per element the same
+// rounded operations in the same order (the sum from 0 over k in order,
+// products rounded before adding, then the bias), and argmax's result
+// (the first largest score; NaN never larger, a NaN scores[0] wins) from a
+// sequential scan. The hidden layer lives in shared memory only.
+#define MLP_MAX_WIDTH 1024
+
+extern "C" __global__ void mlp_forward(const float *x, const float *W1, const float *b1, const float *W2,
+				       const float *b2, float *scores, unsigned char *out, u32 I, u32 H, u32 C) {
+	__shared__ float h[MLP_MAX_WIDTH];
+	__shared__ float s[MLP_MAX_WIDTH];
+	for (u32 j = threadIdx.x; j < H; j += blockDim.x) {
+		float acc = 0.0f;
+		for (u32 k = 0; k < I; k++) {
+			acc = __fadd_rn(acc, __fmul_rn(x[k], W1[(u64)k * H + j]));
+		}
+		acc = __fadd_rn(acc, b1[j]);
+		if (acc < 0.0f) acc = 0.0f;
+		h[j] = acc;
+	}
+	__syncthreads();
+	for (u32 j = threadIdx.x; j < C; j += blockDim.x) {
+		float acc = 0.0f;
+		for (u32 k = 0; k < H; k++) {
+			acc = __fadd_rn(acc, __fmul_rn(h[k], W2[(u64)k * C + j]));
+		}
+		acc = __fadd_rn(acc, b2[j]);
+		s[j] = acc;
+		scores[j] = acc;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		float best = s[0];
+		u32 bi = 0;
+		for (u32 j = 1; j < C; j++) {
+			if (s[j] > best) {
+				best = s[j];
+				bi = j;
+			}
+		}
 		u32 bits = __float_as_uint(best);
 		for (int k = 0; k < 4; k++) {
 			out[k] = (unsigned char)(bi >> (8 * k));
