@@ -88,16 +88,30 @@ func TestMinimalGoStage(t *testing.T) {
 	}
 }
 
-func mlpConfig(name string, dev hw.Device) stages.SessionConfig {
-	return stages.NewSessionConfig(name, dev).WithStreams("s0").WithPrograms("matmul", "bias", "relu", "argmax")
+// mlpConfig is the MLP stage's session: stream s0 and the six-launch
+// path's programs, plus mlp_forward when fused (the stage then runs the
+// network as that one launch).
+func mlpConfig(name string, dev hw.Device, fused bool) stages.SessionConfig {
+	progs := []string{"matmul", "bias", "relu", "argmax"}
+	if fused {
+		progs = append(progs, "mlp_forward")
+	}
+	return stages.NewSessionConfig(name, dev).WithStreams("s0").WithPrograms(progs...)
+}
+
+// mlpInputs are the inputs the MLP tests classify: TestInputs (exact
+// products) and RoundingInputs (rounded products), n of each.
+func mlpInputs(n int) [][model.Inputs]float32 {
+	return append(model.TestInputs(n), model.RoundingInputs(n)...)
 }
 
 func TestMLPStageMatchesTheGoReference(t *testing.T) {
 	f := newFixture(t)
 	stage := load(t, "mlp/stage/mlp.wasm", "mlp", goGuest())
 	fence := load(t, "fence/fence.wasm", "fence", goGuest().WithKind(stages.FenceModule))
-	for _, withFence := range []bool{false, true} {
-		cfg := mlpConfig("mlp", f.gpu)
+	for _, c := range []struct{ fence, fused bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		withFence := c.fence
+		cfg := mlpConfig("mlp", f.gpu, c.fused)
 		if withFence {
 			cfg = cfg.WithFenceModule(fence)
 		}
@@ -105,7 +119,7 @@ func TestMLPStageMatchesTheGoReference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, x := range model.TestInputs(16) {
+		for i, x := range mlpInputs(16) {
 			in := model.EncodeInput(x)
 			got, err := s.Run(context.Background(), in, nil)
 			if err != nil {
@@ -118,7 +132,7 @@ func TestMLPStageMatchesTheGoReference(t *testing.T) {
 			if string(got) != string(want) {
 				gc, gs, _ := model.DecodeOutput(got)
 				wc, ws, _ := model.DecodeOutput(want)
-				t.Fatalf("input %d (fence module %v): class %d scores %v, want %d %v", i, withFence, gc, gs, wc, ws)
+				t.Fatalf("input %d (fence module %v, mlp_forward %v): class %d scores %v, want %d %v", i, withFence, c.fused, gc, gs, wc, ws)
 			}
 		}
 		if s.Quarantined() != nil {
@@ -167,20 +181,29 @@ func BenchmarkSessionInstantiateGo(b *testing.B) {
 }
 
 // BenchmarkMLPStage is one classification through the MLP Go guest on
-// the sim backend.
+// the sim backend: six-launch batch, and mlp_forward.
 func BenchmarkMLPStage(b *testing.B) {
-	f := newFixture(b)
-	stage := load(b, "mlp/stage/mlp.wasm", "mlp", goGuest())
-	s, err := engine(b).NewSession(context.Background(), f.rt, stage, mlpConfig("mlp", f.gpu))
-	if err != nil {
-		b.Fatal(err)
-	}
-	in := model.EncodeInput(model.TestInputs(1)[0])
-	var out []byte
-	b.ReportAllocs()
-	for b.Loop() {
-		if out, err = s.Run(context.Background(), in, out[:0]); err != nil {
-			b.Fatal(err)
+	for _, fused := range []bool{false, true} {
+		name := "six-kernels"
+		if fused {
+			name = "fused"
 		}
+		b.Run(name, func(b *testing.B) {
+			f := newFixture(b)
+			stage := load(b, "mlp/stage/mlp.wasm", "mlp", goGuest())
+			s, err := engine(b).NewSession(context.Background(), f.rt, stage, mlpConfig("mlp", f.gpu, fused))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			in := model.EncodeInput(model.TestInputs(1)[0])
+			var out []byte
+			b.ReportAllocs()
+			for b.Loop() {
+				if out, err = s.Run(context.Background(), in, out[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

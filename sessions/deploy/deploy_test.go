@@ -247,7 +247,7 @@ wasi = ["go-runtime"]
 name = "classify"
 stage = "mlp"
 device = "gpu0"
-programs = ["matmul", "bias", "relu", "argmax"]
+programs = ["matmul", "bias", "relu", "argmax", "mlp_forward"]
 budget = "1MiB"
 `
 

@@ -154,3 +154,20 @@ func TestInputs(n int) [][Inputs]float32 {
 	}
 	return xs
 }
+
+// RoundingInputs returns n deterministic inputs in [-4, 4) with 24
+// significant bits each. Unlike TestInputs (multiples of 1/16, whose
+// products with the weights are exact in float32), their products round,
+// so a fused multiply-add or another summation order changes the scores:
+// they check bit-identity for real.
+func RoundingInputs(n int) [][Inputs]float32 {
+	xs := make([][Inputs]float32, n)
+	seed := uint32(12345)
+	for i := range xs {
+		for k := range Inputs {
+			seed = seed*1664525 + 1013904223
+			xs[i][k] = float32(int32(seed)) / (1 << 29)
+		}
+	}
+	return xs
+}

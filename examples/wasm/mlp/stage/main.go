@@ -3,12 +3,18 @@
 // little-endian (32 bytes). Output: the class as a little-endian uint32,
 // then the 4 float32 scores, little-endian (20 bytes).
 //
-// Each run uploads the input, submits matmul → bias → relu → matmul → bias
-// → argmax on stream "s0" as one batch, and reads the scores and the
-// argmax back with one download, which is the call's only wait: the stream
-// runs in order, so the download waits for the batch too. A Sync after it
-// finds the stream idle (no wait) and reports a failed launch, as a Sync
-// before the download did. The weights are uploaded once per instance.
+// Each run uploads the input, runs the network on stream "s0", and reads
+// the scores and the argmax back with one download, which is the call's
+// only wait: the stream runs in order, so the download waits for the
+// launches too. A Sync after it finds the stream idle (no wait) and
+// reports a failed launch, as a Sync before the download did. The weights
+// are uploaded once per instance.
+//
+// The network runs as one launch of the program mlp_forward when the
+// session lists it (program_get finds it), else as the six-launch batch
+// matmul → bias → relu → matmul → bias → argmax; both write the same bytes
+// (mlp_forward does the same float32 operations in the same order), so
+// manifests that list only the four older programs keep working.
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o mlp.wasm .
 package main
@@ -27,8 +33,9 @@ func init() { stagehost.Main(run) }
 func main() {}
 
 // Byte offsets in the work buffer: the input x (1×Inputs), the hidden layer
-// h (1×Hidden), the scores (1×Classes), then argmax's 8-byte result right
-// after the scores, so that one read fetches both.
+// h (1×Hidden; the six-launch path only), the scores (1×Classes), then
+// argmax's 8-byte result right after the scores, so that one read fetches
+// both.
 const (
 	offX      = 0
 	offH      = offX + 4*model.Inputs
@@ -48,7 +55,9 @@ type instance struct {
 	s0      stagehost.Stream
 	weights stagehost.Buffer
 	work    stagehost.Buffer
-	batch   []stagehost.Command
+	batch   []stagehost.Command // the six-launch path, when fused is nil
+	forward stagehost.Program   // mlp_forward, when fused is not nil
+	fused   []stagehost.Arg
 }
 
 var inst *instance
@@ -61,10 +70,17 @@ func setup(c *stagehost.Call) (*instance, error) {
 	if inst != nil && inst.s0 == s0 {
 		return inst, nil
 	}
+	forward, err := c.Program("mlp_forward")
+	fused := err == nil
+	if err != nil && !errors.Is(err, stagehost.ErrNotFound) {
+		return nil, &contextError{"mlp: program mlp_forward", err}
+	}
 	var progs [4]stagehost.Program
-	for i, name := range [...]string{"matmul", "bias", "relu", "argmax"} {
-		if progs[i], err = c.Program(name); err != nil {
-			return nil, &contextError{"mlp: program " + name, err}
+	if !fused {
+		for i, name := range [...]string{"matmul", "bias", "relu", "argmax"} {
+			if progs[i], err = c.Program(name); err != nil {
+				return nil, &contextError{"mlp: program " + name, err}
+			}
 		}
 	}
 	matmul, bias, relu, argmax := progs[0], progs[1], progs[2], progs[3]
@@ -88,21 +104,26 @@ func setup(c *stagehost.Call) (*instance, error) {
 	x := stagehost.Buf(work, offX, 4*model.Inputs)
 	h := stagehost.Buf(work, offH, 4*model.Hidden)
 	scores := stagehost.Buf(work, offScores, 4*model.Classes)
+	out := stagehost.Buf(work, offArgmax, 8)
 	u := stagehost.U32
 	in, hid, cls := uint32(model.Inputs), uint32(model.Hidden), uint32(model.Classes)
-	inst = &instance{
-		s0:      s0,
-		weights: weights,
-		work:    work,
-		batch: []stagehost.Command{
+	w1, b1 := w(model.OffW1, model.Inputs*model.Hidden), w(model.OffB1, model.Hidden)
+	w2, b2 := w(model.OffW2, model.Hidden*model.Classes), w(model.OffB2, model.Classes)
+	inst = &instance{s0: s0, weights: weights, work: work}
+	if fused {
+		// mlp_forward(x, W1, b1, W2, b2, scores, out, I, H, C)
+		inst.forward = forward
+		inst.fused = []stagehost.Arg{x, w1, b1, w2, b2, scores, out, u(in), u(hid), u(cls)}
+	} else {
+		inst.batch = []stagehost.Command{
 			// matmul(A, B, C, M, N, K)
-			stagehost.Cmd(matmul, x, w(model.OffW1, model.Inputs*model.Hidden), h, u(1), u(hid), u(in)),
-			stagehost.Cmd(bias, h, w(model.OffB1, model.Hidden), u(1), u(hid)),
+			stagehost.Cmd(matmul, x, w1, h, u(1), u(hid), u(in)),
+			stagehost.Cmd(bias, h, b1, u(1), u(hid)),
 			stagehost.Cmd(relu, h),
-			stagehost.Cmd(matmul, h, w(model.OffW2, model.Hidden*model.Classes), scores, u(1), u(cls), u(hid)),
-			stagehost.Cmd(bias, scores, w(model.OffB2, model.Classes), u(1), u(cls)),
-			stagehost.Cmd(argmax, scores, stagehost.Buf(work, offArgmax, 8)),
-		},
+			stagehost.Cmd(matmul, h, w2, scores, u(1), u(cls), u(hid)),
+			stagehost.Cmd(bias, scores, b2, u(1), u(cls)),
+			stagehost.Cmd(argmax, scores, out),
+		}
 	}
 	return inst, nil
 }
@@ -122,7 +143,11 @@ func run(c *stagehost.Call) error {
 	var res [readLen]byte
 	err = s.Write(st.work, offX, in)
 	if err == nil {
-		err = s.SubmitBatch(st.batch...)
+		if st.fused != nil {
+			err = s.Submit(st.forward, st.fused...)
+		} else {
+			err = s.SubmitBatch(st.batch...)
+		}
 	}
 	if err == nil {
 		err = s.Read(st.work, offScores, res[:])
