@@ -185,12 +185,13 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 
 // Close releases the engine and every module instance it made.
 func (e *Engine) Close(ctx context.Context) error {
-	err := e.runtime.Close(ctx)
+	// The spares' goroutines stop first: they instantiate in the runtime.
 	e.mu.Lock()
 	for _, m := range e.modules {
 		m.closeSnapshot()
 	}
 	e.mu.Unlock()
+	err := e.runtime.Close(ctx)
 	if e.cache != nil {
 		_ = e.cache.Close(ctx)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +18,7 @@ import (
 // written once, at load, with only the pages that are not all zero (the
 // others stay holes); every instance maps it privately, copy on write.
 type memImage struct {
+	refs atomic.Int64 // holds: see drop
 	fd   int
 	size int // bytes, a multiple of 64 KiB
 	// view maps the image read-only and shared: the page cache's copy,
@@ -33,6 +35,7 @@ func newMemImage(name string, data []byte) (*memImage, error) {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
 	img := &memImage{fd: fd, size: len(data)}
+	img.refs.Store(1)
 	if err := unix.Ftruncate(fd, int64(len(data))); err != nil {
 		img.close()
 		return nil, fmt.Errorf("ftruncate: %w", err)

@@ -2,15 +2,20 @@
 
 package stages
 
+import "sync/atomic"
+
 // memImage holds a snapshot's linear memory. Off Linux it is a copy in Go
 // memory, and every instance gets its own copy.
 type memImage struct {
+	refs atomic.Int64 // holds: see drop
 	data []byte
 	size int
 }
 
 func newMemImage(_ string, data []byte) (*memImage, error) {
-	return &memImage{data: append([]byte(nil), data...), size: len(data)}, nil
+	img := &memImage{data: append([]byte(nil), data...), size: len(data)}
+	img.refs.Store(1)
+	return img, nil
 }
 
 func (img *memImage) close() {}

@@ -26,6 +26,21 @@ type snapMemory struct {
 
 var _ experimental.MemoryAllocator = (*snapMemory)(nil)
 
+// newSnapMemory returns a memory of img, which it holds until release.
+func newSnapMemory(img *memImage) *snapMemory {
+	img.refs.Add(1)
+	return &snapMemory{img: img}
+}
+
+// drop lets go of one hold on img: the module's, or a memory's. The last
+// one closes it, so an image stays readable (a reset copies from it) as
+// long as an instance's memory maps it, even past the engine's Close.
+func (img *memImage) drop() {
+	if img.refs.Add(-1) == 0 {
+		img.close()
+	}
+}
+
 // Allocate implements [experimental.MemoryAllocator].
 func (m *snapMemory) Allocate(_, max uint64) experimental.LinearMemory {
 	if m.mapping == nil {
@@ -64,8 +79,13 @@ func (m *snapMemory) reset() error {
 // release gives the memory back to the system. The instance must be
 // closed and no device command may still write into it.
 func (m *snapMemory) release() {
+	if m.img == nil {
+		return
+	}
 	if m.mapping != nil {
 		m.img.unmap(m.mapping, m.mapped)
 		m.mapping = nil
 	}
+	m.img.drop()
+	m.img = nil
 }

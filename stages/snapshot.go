@@ -182,8 +182,8 @@ func (e *Engine) initTemplate(ctx context.Context, m *Module, compiled wazero.Co
 	if err != nil {
 		return nil, "no memory for the initialisation: " + err.Error()
 	}
-	defer blank.close()
-	tmem := &snapMemory{img: blank}
+	defer blank.drop()
+	tmem := newSnapMemory(blank)
 	defer tmem.release() // no device work runs at load
 	var mod api.Module
 	_, _, err = c.enter(withMemory(ctx, tmem), deadline, timeout, "instantiation", who, func(cc context.Context) error {
@@ -262,7 +262,7 @@ type snapInstance struct {
 func (m *Module) newSnapInstance(ctx context.Context) (*snapInstance, error) {
 	snap := m.snap
 	mc := wazero.NewModuleConfig().WithName("").WithStartFunctions()
-	si := &snapInstance{mem: &snapMemory{img: snap.img}}
+	si := &snapInstance{mem: newSnapMemory(snap.img)}
 	if m.wasi {
 		si.out = &guestLogWriter{logger: m.engine.cfg.logger}
 		mc = mc.WithStdout(si.out).WithStderr(si.out)
@@ -289,12 +289,13 @@ func (m *Module) newSnapInstance(ctx context.Context) (*snapInstance, error) {
 // up to its size; it starts with the first take, so a module that no
 // session uses holds none.
 type spares struct {
-	m     *Module
-	ready chan *snapInstance
-	wake  chan struct{}
-	stop  chan struct{}
-	once  sync.Once
-	done  sync.WaitGroup
+	m      *Module
+	ready  chan *snapInstance
+	wake   chan struct{}
+	stop   chan struct{}
+	once   sync.Once
+	closed sync.Once
+	done   sync.WaitGroup
 }
 
 func newSpares(m *Module, n int) *spares {
@@ -345,9 +346,10 @@ func (p *spares) refill() {
 	}
 }
 
-// close stops the refill and releases the spare instances.
+// close stops the refill and releases the spare instances. Later calls
+// do nothing.
 func (p *spares) close() {
-	close(p.stop)
+	p.closed.Do(func() { close(p.stop) })
 	p.done.Wait()
 	for {
 		select {
@@ -403,7 +405,7 @@ func (m *Module) closeSnapshot() {
 		if m.spares != nil {
 			m.spares.close()
 		}
-		m.snap.img.close()
+		m.snap.img.drop()
 	}
 }
 
