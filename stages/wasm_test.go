@@ -26,7 +26,10 @@ var (
 func engineForTest(t testing.TB) *Engine {
 	t.Helper()
 	testEngineOnce.Do(func() {
-		e, err := NewEngine(context.Background(), NewEngineConfig().WithCacheDir(""))
+		// The corpus's never-ending initialisations (loop_start,
+		// loop_initialize) each hold Load for the snapshot timeout; a
+		// second is plenty for the rest, even under the race detector.
+		e, err := NewEngine(context.Background(), NewEngineConfig().WithCacheDir("").WithSnapshotTimeout(time.Second))
 		if err != nil {
 			panic(err)
 		}
