@@ -152,6 +152,13 @@ STAGEHOST_IMPORT("stream_idle") stagehost_status stagehost_stream_idle(stagehost
 	STAGEHOST_EXPORT("stagehost_abi_v1") void stagehost_abi_v1(void) {} \
 	_Static_assert(1, "")
 
+/* Opts the module out of snapshots (ABI.md 4.3.1): every instance then
+ * runs its own initialisation instead of starting from the state the host
+ * captured once at load. Use at most once per module, at file scope. */
+#define STAGEHOST_NO_SNAPSHOT() \
+	STAGEHOST_EXPORT("stagehost_no_snapshot") void stagehost_no_snapshot(void) {} \
+	_Static_assert(1, "")
+
 /* Length of a NUL-terminated string, for names and messages. */
 static inline uint32_t stagehost_strlen(const char *s) {
 	uint32_t n = 0;
