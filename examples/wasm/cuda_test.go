@@ -106,11 +106,14 @@ func TestMLPStageOnCUDA(t *testing.T) {
 // same mlp.wasm; the session lists mlp_forward or not), and
 // ".../fence-module" fence with examples/wasm/fence (as host.toml does: a
 // second Go guest called after each stage call) instead of the host's
-// built-in drain. STAGEHOST_MLP_WASM_BEFORE names another build of the
-// stage to run side by side, as before/sim and before/cuda.
+// built-in drain. ".../minimal" is the floor of a Go guest's call on the
+// same host path: examples/wasm/minimal (no device work) in a session with
+// stream s0 and the built-in fence. STAGEHOST_MLP_WASM_BEFORE names another
+// build of the stage to run side by side, as before/sim and before/cuda.
 func BenchmarkMLPStageBackends(b *testing.B) {
 	stage := load(b, "mlp/stage/mlp.wasm", "mlp", goGuest())
 	fence := load(b, "fence/fence.wasm", "fence", goGuest().WithKind(stages.FenceModule))
+	minimal := load(b, "minimal/minimal.wasm", "minimal", goGuest())
 	var before *stages.Module
 	if path := os.Getenv("STAGEHOST_MLP_WASM_BEFORE"); path != "" {
 		before = load(b, path, "mlp-before", goGuest())
@@ -122,6 +125,9 @@ func BenchmarkMLPStageBackends(b *testing.B) {
 		cfg := mlpConfig("bench-"+dev.Name(), dev, fused)
 		if fenced {
 			cfg = cfg.WithFenceModule(fence)
+		}
+		if stage == minimal {
+			cfg = stages.NewSessionConfig("bench-"+dev.Name(), dev).WithStreams("s0")
 		}
 		s, err := engine(b).NewSession(ctx, f.rt, stage, cfg)
 		if err != nil {
@@ -166,6 +172,7 @@ func BenchmarkMLPStageBackends(b *testing.B) {
 		b.Run(dev.name+"/fused", func(b *testing.B) { run(b, stage, dev.open(b), true, false) })
 		b.Run(dev.name+"/fence-module", func(b *testing.B) { run(b, stage, dev.open(b), false, true) })
 		b.Run(dev.name+"/fused/fence-module", func(b *testing.B) { run(b, stage, dev.open(b), true, true) })
+		b.Run(dev.name+"/minimal", func(b *testing.B) { run(b, minimal, dev.open(b), false, false) })
 	}
 	if before != nil {
 		b.Run("before/sim", func(b *testing.B) { run(b, before, sim(b), false, false) })
