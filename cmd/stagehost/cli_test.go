@@ -45,6 +45,11 @@ func TestRunOneSessionWithAnInputFile(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "session classify: ok") || strings.Contains(out, "fill") || strings.Contains(out, "pingpong") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
+	// --session loads only what the session needs: its stage and its
+	// fence module.
+	if !strings.Contains(errs, "loading module mlp ") || !strings.Contains(errs, "loading module mlp-fence") || strings.Contains(errs, "cstage") {
+		t.Fatalf("--session classify loaded other modules, or not its own:\n%s", errs)
+	}
 }
 
 func TestExitCodes(t *testing.T) {
@@ -67,13 +72,13 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"check", "a.toml", "b.toml"}, exitUsage, "exactly one FILE"},
 		{[]string{"run", "--turbo", "../../host.toml"}, exitUsage, "flag provided but not defined: -turbo"},
 		{[]string{"serve", "--grace", "soon", "../../host.toml"}, exitUsage, `invalid value "soon"`},
-		{[]string{"check", "-h"}, exitOK, "Usage of check"},
+		{[]string{"check", "-h"}, exitOK, "Usage: stagehost check FILE"},
 		{[]string{"check", bad}, exitInvalid, "bad.toml:3: runtime.capacity"},
 		{[]string{"check", bad}, exitInvalid, "bad.toml:4: runtime.turbo: unknown key"},
 		{[]string{"check", filepath.Join(t.TempDir(), "nope.toml")}, exitInvalid, "nope.toml does not exist"},
 		{[]string{"check", "../../sessions/manifest/testdata/bad/file_kinds.toml"}, exitInvalid, "/dev/zero is not a regular file: it is a character device"},
 		{[]string{"check", "../../sessions/manifest/testdata/bad/file_sizes.toml"}, exitInvalid, "larger than the module size limit of 16B (set by module[3].max_size)"},
-		{[]string{"check", "../../host.toml"}, exitOK, "ok: 2 devices, 3 modules, 2 sessions, 1 resident sessions"},
+		{[]string{"check", "../../host.toml"}, exitOK, "ok: 2 devices, 3 modules, 2 sessions, 1 resident session"},
 		{[]string{"run", "../../host.toml", "--session", "nope"}, exitUsage, `no session or resident session "nope"`},
 		{[]string{"run", "../../host.toml", "--input", "x"}, exitUsage, "--input needs --session"},
 		{[]string{"run", "../../host.toml", "--session", "classify", "--input", "/dev/zero"}, exitInvalid, "not a regular file"},

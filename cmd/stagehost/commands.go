@@ -13,28 +13,68 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
+	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/manifest"
 )
 
-// parse parses flags that may come before or after the one positional
+// command is one subcommand's flags and usage.
+type command struct {
+	fs       *flag.FlagSet
+	synopsis string // after "stagehost NAME"
+	about    string
+	nargs    int // positional arguments: 1 (FILE) or 0
+}
+
+func newCommand(name, synopsis, about string) *command {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {} // parse prints the usage itself, to stdout for --help
+	return &command{fs: fs, synopsis: synopsis, about: about, nargs: 1}
+}
+
+// printUsage writes the command's usage, its flags spelt --flag.
+func (c *command) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n", strings.TrimSpace("stagehost "+c.fs.Name()+" "+c.synopsis), c.about)
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	c.fs.VisitAll(func(f *flag.Flag) {
+		name, help := flag.UnquoteUsage(f)
+		arg := "--" + f.Name
+		if name != "" {
+			arg += " " + name
+		}
+		if f.DefValue != "" && f.DefValue != "false" {
+			help += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", arg, help)
+	})
+	fmt.Fprintf(tw, "  --help, -h\tprint this and exit\n")
+	tw.Flush()
+}
+
+// parse parses flags that may come before or after the positional
 // argument (the manifest or trace file). On failure it returns the exit
-// code: exitOK for -h, exitUsage otherwise.
-func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) {
+// code: exitOK for --help (the usage goes to stdout), exitUsage otherwise
+// (the problem and the usage go to stderr).
+func (c *command) parse(args []string, stdout, stderr io.Writer) (string, int) {
+	fs := c.fs
 	fs.SetOutput(stderr)
 	var pos []string
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				c.printUsage(stdout)
 				return "", exitOK
 			}
+			fmt.Fprintln(stderr)
+			c.printUsage(stderr)
 			return "", exitUsage
 		}
 		args = fs.Args()
@@ -43,18 +83,40 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) {
 			args = args[1:]
 		}
 	}
-	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "stagehost %s: want exactly one FILE argument, got %d\n", fs.Name(), len(pos))
+	if len(pos) != c.nargs {
+		if c.nargs == 0 {
+			fmt.Fprintf(stderr, "stagehost %s: takes no arguments, got %d\n\n", fs.Name(), len(pos))
+		} else {
+			fmt.Fprintf(stderr, "stagehost %s: want exactly one FILE argument, got %d\n\n", fs.Name(), len(pos))
+		}
+		c.printUsage(stderr)
 		return "", exitUsage
 	}
+	if c.nargs == 0 {
+		return "", -1
+	}
 	return pos[0], -1
+}
+
+// plural returns "1 device" or "n devices": n and noun, with s added
+// unless n is 1. A noun whose plural is not noun+"s" gives it after a
+// "|": plural(n, "lane occupancy|lane occupancies").
+func plural(n int, noun string) string {
+	one, many, ok := strings.Cut(noun, "|")
+	if !ok {
+		many = one + "s"
+	}
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // parseManifest parses the flags and the one FILE argument, and loads that
 // manifest; it reports every problem on stderr. On failure it returns the
 // exit code (-1 on success).
-func parseManifest(fs *flag.FlagSet, args []string, stderr io.Writer) (*manifest.Manifest, string, int) {
-	path, code := parse(fs, args, stderr)
+func parseManifest(c *command, args []string, stdout, stderr io.Writer) (*manifest.Manifest, string, int) {
+	path, code := c.parse(args, stdout, stderr)
 	if code >= 0 {
 		return nil, "", code
 	}
@@ -67,15 +129,15 @@ func parseManifest(fs *flag.FlagSet, args []string, stderr io.Writer) (*manifest
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	m, path, code := parseManifest(fs, args, stderr)
+	c := newCommand("check", "FILE", "Validate a manifest and every module it names; nothing is compiled or run.")
+	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
-	fmt.Fprintf(stdout, "%s: ok: %d devices, %d modules, %d sessions, %d resident sessions\n",
-		path, len(m.Devices), len(m.Modules), len(m.Sessions), len(m.Residents))
+	fmt.Fprintf(stdout, "%s: ok: %s, %s, %s, %s\n", path, plural(len(m.Devices), "device"),
+		plural(len(m.Modules), "module"), plural(len(m.Sessions), "session"), plural(len(m.Residents), "resident session"))
 	for _, mod := range m.Modules {
-		fmt.Fprintf(stdout, "  module %-12s %-5s %8d bytes  sha256 %s…  ABI v1 ok\n", mod.Name, mod.Kind, len(mod.Bytes), mod.SHA256[:12])
+		fmt.Fprintf(stdout, "  module %-12s %-5s %8d bytes  sha256 %s…  ABI v%d ok\n", mod.Name, mod.Kind, len(mod.Bytes), mod.SHA256[:12], abi.Version)
 	}
 	return exitOK
 }
@@ -84,11 +146,15 @@ func newLogger(stderr io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-func open(ctx context.Context, m *manifest.Manifest, stderr io.Writer) (*deploy.Deployment, int) {
-	d, err := deploy.Open(ctx, m, deploy.Options{
-		Logger:   newLogger(stderr),
-		Progress: func(msg string) { fmt.Fprintln(stderr, msg) },
-	})
+// open opens the deployment: only the session or resident session only
+// (and what it needs) when only is set. Progress (module loading) goes to
+// stderr unless quiet; warnings and errors always do.
+func open(ctx context.Context, m *manifest.Manifest, only string, quiet bool, stderr io.Writer) (*deploy.Deployment, int) {
+	opt := deploy.Options{Logger: newLogger(stderr), Only: only}
+	if !quiet {
+		opt.Progress = func(msg string) { fmt.Fprintln(stderr, msg) }
+	}
+	d, err := deploy.Open(ctx, m, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "stagehost: cannot start: %v\n", err)
 		return nil, exitStartup
@@ -97,11 +163,13 @@ func open(ctx context.Context, m *manifest.Manifest, stderr io.Writer) (*deploy.
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	only := fs.String("session", "", "run only this session or resident session")
-	inputFile := fs.String("input", "", "input file for the session")
-	traceFile := fs.String("trace", "", "write a Chrome/Perfetto trace here")
-	m, path, code := parseManifest(fs, args, stderr)
+	c := newCommand("run", "FILE [flags]", "Run every session (with its manifest input) and every resident session once, print\ntheir results and a lane summary.")
+	fs := c.fs
+	only := fs.String("session", "", "run only the session or resident session `NAME`, loading only the modules it needs")
+	inputFile := fs.String("input", "", "the session's input `FILE` (needs --session naming a session; default: its manifest input)")
+	traceFile := fs.String("trace", "", "write a Chrome/Perfetto trace to `out.json`")
+	quiet := fs.Bool("quiet", false, "print no progress (module loading) on stderr; results and errors still show")
+	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
@@ -115,7 +183,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, code := open(ctx, m, stderr)
+	d, code := open(ctx, m, *only, *quiet, stderr)
 	if d == nil {
 		return code
 	}
@@ -148,7 +216,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "session %s: FAILED after %v: %v\n", name, took.Round(time.Microsecond), err)
 			continue
 		}
-		fmt.Fprintf(stdout, "session %s: ok in %v, %d bytes in, %d bytes out\n", name, took.Round(time.Microsecond), len(input), len(out))
+		fmt.Fprintf(stdout, "session %s: ok in %v, %s in, %s out\n", name, took.Round(time.Microsecond), plural(len(input), "byte"), plural(len(out), "byte"))
 		fmt.Fprintf(stdout, "  output: %s\n", formatOutput(s.Spec.OutputFormat, out))
 	}
 	for _, name := range d.ResidentNames() {
@@ -161,7 +229,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "resident %s: FAILED: %v\n", name, err)
 			continue
 		}
-		fmt.Fprintf(stdout, "resident %s: %d rounds exchanged and verified in %v\n", name, run.Rounds, run.Duration.Round(time.Microsecond))
+		fmt.Fprintf(stdout, "resident %s: %s exchanged and verified in %v\n", name, plural(run.Rounds, "round"), run.Duration.Round(time.Microsecond))
 	}
 	printSummary(stdout, d.Runtime.Tracer().Summary())
 	if *traceFile != "" {
@@ -172,7 +240,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "trace written to %s (open it in https://ui.perfetto.dev)\n", *traceFile)
 	}
 	if notCreated {
-		fmt.Fprintf(stderr, "stagehost run: %d of %d sessions could not be created\n", len(d.FailedSessions()), len(d.SessionNames()))
+		fmt.Fprintf(stderr, "stagehost run: %d of %s could not be created\n", len(d.FailedSessions()), plural(len(d.SessionNames()), "session"))
 		return exitStartup
 	}
 	if failed {
@@ -243,16 +311,18 @@ func printSummary(w io.Writer, sum []host.LaneSummary) {
 }
 
 func cmdServe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	c := newCommand("serve", "FILE [flags]", "Serve the manifest's sessions and resident sessions over HTTP (see README.md).")
+	fs := c.fs
+	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`")
 	grace := fs.Duration("grace", 30*time.Second, "how long SIGTERM waits for accepted requests")
-	m, path, code := parseManifest(fs, args, stderr)
+	quiet := fs.Bool("quiet", false, "print no progress (module loading) on stderr; results and errors still show")
+	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, code := open(ctx, m, stderr)
+	d, code := open(ctx, m, "", *quiet, stderr)
 	if d == nil {
 		return code
 	}
@@ -269,8 +339,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if n := len(d.FailedSessions()); n > 0 {
 		failedNote = fmt.Sprintf(", %d of them failed", n)
 	}
-	fmt.Fprintf(stdout, "serving %s on http://%s (%d sessions%s, %d resident sessions)\n",
-		path, ln.Addr(), len(m.Sessions), failedNote, len(m.Residents))
+	fmt.Fprintf(stdout, "serving %s on http://%s (%s%s, %s)\n",
+		path, ln.Addr(), plural(len(m.Sessions), "session"), failedNote, plural(len(m.Residents), "resident session"))
 	srv := deploy.NewServer(d, newLogger(stderr))
 	err = srv.Serve(ctx, ln, *grace)
 	cerr := d.Close(context.Background())
@@ -282,13 +352,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stagehost serve: closing: %v\n", cerr)
 	}
 	accepted, answered := srv.Counts()
-	fmt.Fprintf(stdout, "stopped: %d requests accepted, %d answered\n", accepted, answered)
+	fmt.Fprintf(stdout, "stopped: %s accepted, %d answered\n", plural(int(accepted), "request"), answered)
 	return exitOK
 }
 
 func cmdTrace(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
-	path, code := parse(fs, args, stderr)
+	c := newCommand("trace", "FILE", "Summarise a trace saved by run --trace or GET /debug/trace: lanes, and occupancies\nby device, lane and owner.")
+	path, code := c.parse(args, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
@@ -311,7 +381,7 @@ func cmdTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: not a stagehost trace: %v\n", path, err)
 		return exitInvalid
 	}
-	fmt.Fprintf(stdout, "%s: %d lane occupancies\n", path, len(recs))
+	fmt.Fprintf(stdout, "%s: %s\n", path, plural(len(recs), "lane occupancy|lane occupancies"))
 	owners := map[string]int{}
 	var order []string
 	for _, r := range recs {
@@ -327,4 +397,37 @@ func cmdTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  %-40s %d\n", strings.TrimPrefix(k, "/"), owners[k])
 	}
 	return exitOK
+}
+
+func cmdVersion(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("version", "", "Print the versions of stagehost, of the guest ABI it implements, and of wazero.")
+	c.nargs = 0
+	if _, code := c.parse(args, stdout, stderr); code >= 0 {
+		return code
+	}
+	bi, ok := debug.ReadBuildInfo()
+	fmt.Fprintf(stdout, "stagehost %s\nABI v%d\nwazero %s\n", version, abi.Version, wazeroVersion(bi, ok))
+	return exitOK
+}
+
+// wazeroVersion returns the version of wazero in the build info, or
+// "unknown" when there is none (some test binaries, or a build without
+// module support).
+func wazeroVersion(bi *debug.BuildInfo, ok bool) string {
+	const path = "github.com/tetratelabs/wazero"
+	if !ok || bi == nil {
+		return "unknown"
+	}
+	for _, m := range bi.Deps {
+		if m.Path != path {
+			continue
+		}
+		if m.Replace != nil && m.Replace.Version != "" {
+			return m.Replace.Version
+		}
+		if m.Version != "" {
+			return m.Version
+		}
+	}
+	return "unknown"
 }

@@ -1,9 +1,14 @@
 // Command stagehost checks, runs and serves stagehost manifests.
 //
 //	stagehost check FILE
-//	stagehost run FILE [--session NAME] [--input FILE] [--trace out.json]
-//	stagehost serve FILE [--addr 127.0.0.1:8080] [--grace 30s]
+//	stagehost run FILE [--session NAME] [--input FILE] [--trace out.json] [--quiet]
+//	stagehost serve FILE [--addr 127.0.0.1:8080] [--grace 30s] [--quiet]
 //	stagehost trace FILE
+//	stagehost version
+//
+// Every command takes --help (or -h), which prints its usage and flags and
+// exits 0. Progress goes to stderr, and run --quiet and serve --quiet drop
+// it; results go to stdout.
 //
 // Exit codes:
 //
@@ -40,18 +45,28 @@ const (
 	exitInvalid = 65 // EX_DATAERR
 )
 
+// version is stagehost's version. It is a var so that release builds can
+// set it:
+//
+//	go build -ldflags "-X main.version=1.2.0" ./cmd/stagehost
+var version = "0.1.0-dev"
+
 const usage = `stagehost: a host for sandboxed accelerator stages
 
 Usage:
   stagehost check FILE                 validate a manifest and every module it names
   stagehost run FILE [flags]           run the sessions (and resident sessions) once
-      --session NAME                   only this session or resident session
+      --session NAME                   only this session or resident session (loads only what it needs)
       --input FILE                     input for the session (default: its manifest input)
       --trace out.json                 write a Perfetto/Chrome trace
+      --quiet                          no progress on stderr (results and errors still show)
   stagehost serve FILE [flags]         serve the manifest over HTTP
       --addr 127.0.0.1:8080            listen address
       --grace 30s                      how long SIGTERM waits for accepted requests
+      --quiet                          no progress on stderr (results and errors still show)
   stagehost trace FILE                 summarise a saved trace
+  stagehost version                    print the stagehost, ABI and wazero versions
+  stagehost COMMAND --help             a command's usage and flags
 
 Exit codes:
   0   ok
@@ -61,6 +76,9 @@ Exit codes:
   64  bad command-line usage
   65  the manifest, a file it names, or an input or trace file is invalid
 `
+
+// commands are the subcommands, for "stagehost help COMMAND".
+var commands = map[string]bool{"check": true, "run": true, "serve": true, "trace": true, "version": true}
 
 func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -79,7 +97,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdServe(args[1:], stdout, stderr)
 	case "trace":
 		return cmdTrace(args[1:], stdout, stderr)
-	case "help", "-h", "--help":
+	case "version":
+		return cmdVersion(args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		if len(args) == 2 && args[0] == "help" && commands[args[1]] {
+			return Main([]string{args[1], "--help"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}

@@ -256,7 +256,7 @@ func TestServeEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("serve exited with %v\nstdout: %s\nstderr: %s", err, rest.String(), stderr.String())
 	}
-	m := regexp.MustCompile(`stopped: (\d+) requests accepted, (\d+) answered`).FindStringSubmatch(rest.String())
+	m := regexp.MustCompile(`stopped: (\d+) requests? accepted, (\d+) answered`).FindStringSubmatch(rest.String())
 	if m == nil {
 		t.Fatalf("no shutdown report: %s", rest.String())
 	}

@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +31,10 @@ type Options struct {
 	// Progress, when set, is told about slow start-up steps (module
 	// compilation), one line each.
 	Progress func(msg string)
+	// Only, when set, names the one session or resident session to open:
+	// only the modules it needs are loaded, and the deployment has no
+	// other session or resident session. Devices are all opened.
+	Only string
 }
 
 // Deployment is a running manifest.
@@ -126,10 +132,16 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 		}
 		ecfg = ecfg.WithCacheDir(dir)
 	}
-	if opt.Progress != nil {
-		ecfg = ecfg.WithCompileProgress(func(name string, _ bool) {
-			opt.Progress(fmt.Sprintf("loading module %s (compiled on first use, then read from the cache)", name))
-		})
+	cacheDir := "" // the file cache's directory, "" when it is off
+	switch dir := m.Runtime.CacheDir; dir {
+	case manifest.CacheOff:
+	case "":
+		cacheDir = stages.DefaultCacheDir()
+	default:
+		cacheDir = dir
+		if !filepath.IsAbs(dir) {
+			cacheDir = filepath.Join(m.Dir, dir)
+		}
 	}
 	if d.Engine, err = stages.NewEngine(ctx, ecfg); err != nil {
 		if m.Runtime.CacheDir != "" || !errors.Is(err, hw.ErrUnsupported) {
@@ -141,21 +153,49 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 		if d.Engine, err = stages.NewEngine(ctx, ecfg.WithCacheDir("")); err != nil {
 			return nil, err
 		}
+		cacheDir = ""
 	}
+	needed := neededModules(m, opt.Only)
 	for i := range m.Modules {
 		mm := &m.Modules[i]
+		if needed != nil && !needed[mm.Name] {
+			continue
+		}
+		if opt.Progress != nil {
+			opt.Progress(fmt.Sprintf("loading module %s (%d KiB)", mm.Name, len(mm.Bytes)>>10))
+		}
+		// stages' compile-progress callback cannot tell a file-cache hit
+		// (its cached argument is always false: wazero consults the file
+		// cache inside CompileModule), and timing would guess. wazero's
+		// file cache writes one file per compiled module and never
+		// rewrites one it read, so the load compiled if the cache
+		// directory gained an entry, and was a hit if it did not. (Another
+		// process filling the same directory at the same moment can make
+		// a hit read as a compilation; never the other way round.)
+		before := cacheEntries(cacheDir)
 		start := time.Now()
 		mod, err := d.Engine.Load(ctx, mm.Bytes, mm.SHA256, mm.LoadConfig())
 		if err != nil {
 			return nil, err
 		}
 		if opt.Progress != nil {
-			opt.Progress(fmt.Sprintf("module %s ready (%d KiB) in %v", mm.Name, len(mm.Bytes)>>10, time.Since(start).Round(time.Millisecond)))
+			took := time.Since(start).Round(time.Millisecond)
+			switch {
+			case cacheDir == "":
+				opt.Progress(fmt.Sprintf("module %s compiled in %v (the compilation cache is off)", mm.Name, took))
+			case cacheEntries(cacheDir) > before:
+				opt.Progress(fmt.Sprintf("module %s compiled in %v (cached for the next start)", mm.Name, took))
+			default:
+				opt.Progress(fmt.Sprintf("module %s read from the compilation cache in %v", mm.Name, took))
+			}
 		}
 		d.modules[mm.Name] = mod
 	}
 	for i := range m.Sessions {
 		ms := &m.Sessions[i]
+		if opt.Only != "" && ms.Name != opt.Only {
+			continue
+		}
 		if err := d.openSession(ctx, ms); err != nil {
 			if ctx.Err() != nil {
 				return nil, err // start-up was cancelled: no session is to blame
@@ -166,6 +206,9 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	}
 	for i := range m.Residents {
 		r := &m.Residents[i]
+		if opt.Only != "" && r.Name != opt.Only {
+			continue
+		}
 		d.residents[r.Name] = &Resident{Spec: r, d: d}
 	}
 	if err := d.injectFaults(); err != nil {
@@ -173,6 +216,40 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	}
 	ok = true
 	return d, nil
+}
+
+// neededModules returns the modules that session or resident only needs
+// (its stage and fence module; a resident needs none), or nil, meaning
+// all, when only is "".
+func neededModules(m *manifest.Manifest, only string) map[string]bool {
+	if only == "" {
+		return nil
+	}
+	needed := map[string]bool{}
+	if ms := m.Session(only); ms != nil {
+		needed[ms.Stage] = true
+		if ms.Fence != manifest.FenceBuiltin && ms.Fence != manifest.FenceDrain {
+			needed[ms.Fence] = true
+		}
+	}
+	return needed
+}
+
+// cacheEntries counts the files in a wazero file cache directory (it
+// keeps them one level down, in a directory per wazero version), or
+// returns 0 for "".
+func cacheEntries(dir string) int {
+	if dir == "" {
+		return 0
+	}
+	n := 0
+	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() && !strings.HasSuffix(e.Name(), ".tmp") {
+			n++
+		}
+		return nil
+	})
+	return n
 }
 
 func (d *Deployment) openDevices() error {
@@ -255,6 +332,9 @@ func (d *Deployment) injectFaults() error {
 				continue
 			}
 			s := d.sessions[f.Session]
+			if s == nil && d.Manifest.Session(f.Session) != nil {
+				continue // not opened (Options.Only)
+			}
 			if s == nil {
 				return hw.Errorf(hw.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
 			}
@@ -287,20 +367,26 @@ func (d *Deployment) FailedSessions() []string {
 	return names
 }
 
-// SessionNames lists the sessions in manifest order.
+// SessionNames lists the sessions in manifest order (with
+// [Options.Only], at most that one).
 func (d *Deployment) SessionNames() []string {
-	names := make([]string, len(d.Manifest.Sessions))
-	for i, s := range d.Manifest.Sessions {
-		names[i] = s.Name
+	var names []string
+	for _, s := range d.Manifest.Sessions {
+		if d.sessions[s.Name] != nil {
+			names = append(names, s.Name)
+		}
 	}
 	return names
 }
 
-// ResidentNames lists the resident sessions in manifest order.
+// ResidentNames lists the resident sessions in manifest order (with
+// [Options.Only], at most that one).
 func (d *Deployment) ResidentNames() []string {
-	names := make([]string, len(d.Manifest.Residents))
-	for i, r := range d.Manifest.Residents {
-		names[i] = r.Name
+	var names []string
+	for _, r := range d.Manifest.Residents {
+		if d.residents[r.Name] != nil {
+			names = append(names, r.Name)
+		}
 	}
 	return names
 }
