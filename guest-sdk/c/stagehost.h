@@ -168,6 +168,63 @@ static inline uint32_t stagehost_strlen(const char *s) {
 	return n;
 }
 
+/* memset, memcpy and memmove for freestanding wasm32 builds. clang calls
+ * them for `float a[32] = {0};`, struct copies and loops it recognises,
+ * even with -nostdlib, and without them wasm-ld fails with "undefined
+ * symbol: memset". They are weak, so they may be in every file of a
+ * module, and a libc's (wasi-libc's) strong ones win when one is linked.
+ * With -mbulk-memory they are memory.fill and memory.copy; without it,
+ * byte loops that clang may not turn back into calls (no_builtin). No flag
+ * is needed: this header is enough. Define STAGEHOST_NO_MEM_FUNCTIONS
+ * before including it to provide your own. */
+#if defined(__wasm__) && !defined(STAGEHOST_NO_MEM_FUNCTIONS)
+#define STAGEHOST_MEMFN_ __attribute__((weak, no_builtin))
+STAGEHOST_MEMFN_ void *memset(void *dst, int c, __SIZE_TYPE__ n) {
+#if defined(__wasm_bulk_memory__)
+	__builtin_memset(dst, c, n);
+#else
+	unsigned char *d = (unsigned char *)dst;
+	while (n--) {
+		*d++ = (unsigned char)c;
+	}
+#endif
+	return dst;
+}
+STAGEHOST_MEMFN_ void *memcpy(void *restrict dst, const void *restrict src, __SIZE_TYPE__ n) {
+#if defined(__wasm_bulk_memory__)
+	__builtin_memcpy(dst, src, n);
+#else
+	unsigned char *d = (unsigned char *)dst;
+	const unsigned char *s = (const unsigned char *)src;
+	while (n--) {
+		*d++ = *s++;
+	}
+#endif
+	return dst;
+}
+STAGEHOST_MEMFN_ void *memmove(void *dst, const void *src, __SIZE_TYPE__ n) {
+#if defined(__wasm_bulk_memory__)
+	__builtin_memmove(dst, src, n);
+#else
+	unsigned char *d = (unsigned char *)dst;
+	const unsigned char *s = (const unsigned char *)src;
+	if (d < s) {
+		while (n--) {
+			*d++ = *s++;
+		}
+	} else {
+		d += n;
+		s += n;
+		while (n--) {
+			*--d = *--s;
+		}
+	}
+#endif
+	return dst;
+}
+#undef STAGEHOST_MEMFN_
+#endif
+
 #ifdef __cplusplus
 }
 #endif
