@@ -105,12 +105,12 @@ med() {
 {
 	echo "== summary: medians of $COUNT runs of $N calls (ns per call)"
 	printf '%-52s %9s %9s %9s\n' measurement mean p50 p99
-	for b in before sync-read read read/eager-events read/staging-off fused fused/staging-off; do
+	for b in before sync-read read read/eager-events read/staging-off fused fused/staging-off fused/graph; do
 		printf '%-52s %9s %9s %9s\n' "device work from Go, $b" "$(med bench-call.log BenchmarkMLPCall/$b ns/op)" \
 			"$(med bench-call.log BenchmarkMLPCall/$b p50-ns)" "$(med bench-call.log BenchmarkMLPCall/$b p99-ns)"
 	done
-	for b in sim sim/fused sim/fence-module sim/fused/fence-module sim/minimal \
-		cuda cuda/fused cuda/fence-module cuda/fused/fence-module cuda/minimal before/sim before/cuda; do
+	for b in sim sim/fused sim/fence-module sim/fused+fence-module sim/minimal \
+		cuda cuda/fused cuda/fence-module cuda/fused+fence-module cuda/minimal before/sim before/cuda; do
 		printf '%-52s %9s %9s %9s\n' "MLP stage end to end, $b" "$(med bench-stage.log BenchmarkMLPStageBackends/$b ns/classification)" \
 			"$(med bench-stage.log BenchmarkMLPStageBackends/$b p50-ns)" "$(med bench-stage.log BenchmarkMLPStageBackends/$b p99-ns)"
 	done

@@ -104,9 +104,9 @@ func TestMLPStageOnCUDA(t *testing.T) {
 // check), on sim and on cuda0, with p50 and p99 per call: "sim" and "cuda"
 // run the six-launch batch, ".../fused" the one mlp_forward launch (the
 // same mlp.wasm; the session lists mlp_forward or not), and
-// ".../fence-module" fence with examples/wasm/fence (as host.toml does: a
-// second Go guest called after each stage call) instead of the host's
-// built-in drain. ".../minimal" is the floor of a Go guest's call on the
+// ".../fence-module" and ".../fused+fence-module" fence with
+// examples/wasm/fence (as host.toml does: a second Go guest called after
+// each stage call) instead of the host's built-in drain. ".../minimal" is the floor of a Go guest's call on the
 // same host path: examples/wasm/minimal (no device work) in a session with
 // stream s0 and the built-in fence. STAGEHOST_MLP_WASM_BEFORE names another
 // build of the stage to run side by side, as before/sim and before/cuda.
@@ -171,7 +171,7 @@ func BenchmarkMLPStageBackends(b *testing.B) {
 		b.Run(dev.name, func(b *testing.B) { run(b, stage, dev.open(b), false, false) })
 		b.Run(dev.name+"/fused", func(b *testing.B) { run(b, stage, dev.open(b), true, false) })
 		b.Run(dev.name+"/fence-module", func(b *testing.B) { run(b, stage, dev.open(b), false, true) })
-		b.Run(dev.name+"/fused/fence-module", func(b *testing.B) { run(b, stage, dev.open(b), true, true) })
+		b.Run(dev.name+"/fused+fence-module", func(b *testing.B) { run(b, stage, dev.open(b), true, true) })
 		b.Run(dev.name+"/minimal", func(b *testing.B) { run(b, minimal, dev.open(b), false, false) })
 	}
 	if before != nil {

@@ -355,7 +355,7 @@ func TestFakeMLPCallShape(t *testing.T) {
 		staging := c.staging
 		p, f := newFakePlatform(t, 1, WithCopyStaging(staging))
 		m := newMLPCall(t, p)
-		m.useFused = c.fused
+		m.useFused, m.fusedAsBatch = c.fused, c.fused && staging == 0
 		for i := range 3 {
 			out := m.call(t, float32(i))
 			outs = append(outs, out)
@@ -378,8 +378,10 @@ type mlpCall struct {
 	s             *Stream
 	work, weights hw.Buffer
 	batch         []hw.Command
-	fused         hw.Command // mlp_forward: the batch in one launch
-	useFused      bool       // submit fused instead of batch
+	fused         hw.Command   // mlp_forward: the batch in one launch
+	fusedBatch    []hw.Command // fused alone, as a batch (a graph replay)
+	useFused      bool         // submit fused instead of batch
+	fusedAsBatch  bool         // ... as fusedBatch
 	in            []byte
 	out           []byte
 }
@@ -408,7 +410,7 @@ func newMLPCall(t testing.TB, p *Platform) *mlpCall {
 	ob1, ow2 := mlpIn*mlpHidden, mlpIn*mlpHidden+mlpHidden
 	ob2 := ow2 + mlpHidden*mlpOut
 	cmd := func(name string, args ...hw.Arg) hw.Command { return hw.Command{Program: r.prog(name), Args: args} }
-	return &mlpCall{
+	m := &mlpCall{
 		ctx: r.ctx, s: r.s.(*Stream), work: work, weights: weights,
 		batch: []hw.Command{
 			cmd("matmul", x, wa(0, mlpIn*mlpHidden), h, u(1), u(mlpHidden), u(mlpIn)),
@@ -423,6 +425,8 @@ func newMLPCall(t testing.TB, p *Platform) *mlpCall {
 		in:  make([]byte, 4*mlpIn),
 		out: make([]byte, 4*mlpOut+8),
 	}
+	m.fusedBatch = []hw.Command{m.fused}
+	return m
 }
 
 // call runs one classification: upload, the batch, the download (which
@@ -435,7 +439,11 @@ func (m *mlpCall) callShape(syncFirst bool, x float32) error {
 	if _, err := m.s.Write(m.work, 0, m.in); err != nil {
 		return err
 	}
-	if m.useFused {
+	if m.useFused && m.fusedAsBatch {
+		if _, err := m.s.SubmitBatch(m.fusedBatch); err != nil {
+			return err
+		}
+	} else if m.useFused {
 		if _, err := m.s.Submit(&m.fused); err != nil {
 			return err
 		}
@@ -474,21 +482,24 @@ func (m *mlpCall) call(t testing.TB, x float32) []byte {
 // staging-off copies from and into pageable memory; eager-events records
 // an event after every burst, as before flushDelay. before is the old
 // shape on the old copy and event behaviour. fused is read with one
-// mlp_forward launch instead of the six-kernel batch. p50/p99 per call.
+// mlp_forward launch instead of the six-kernel batch (fused/graph: as a
+// one-command batch, replayed from the graph cache). p50/p99 per call.
 func BenchmarkMLPCall(b *testing.B) {
 	for _, c := range []struct {
 		name      string
 		syncFirst bool
 		opts      []Option
 		fused     bool
+		asBatch   bool
 	}{
-		{"before", true, []Option{WithCopyStaging(0), withEagerEvents()}, false},
-		{"sync-read", true, nil, false},
-		{"read", false, nil, false},
-		{"read/eager-events", false, []Option{withEagerEvents()}, false},
-		{"read/staging-off", false, []Option{WithCopyStaging(0)}, false},
-		{"fused", false, nil, true},
-		{"fused/staging-off", false, []Option{WithCopyStaging(0)}, true},
+		{"before", true, []Option{WithCopyStaging(0), withEagerEvents()}, false, false},
+		{"sync-read", true, nil, false, false},
+		{"read", false, nil, false, false},
+		{"read/eager-events", false, []Option{withEagerEvents()}, false, false},
+		{"read/staging-off", false, []Option{WithCopyStaging(0)}, false, false},
+		{"fused", false, nil, true, false},
+		{"fused/staging-off", false, []Option{WithCopyStaging(0)}, true, false},
+		{"fused/graph", false, nil, true, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			p := requireGPU(b)
@@ -501,7 +512,7 @@ func BenchmarkMLPCall(b *testing.B) {
 				b.Cleanup(func() { p.Close() })
 			}
 			m := newMLPCall(b, p)
-			m.useFused = c.fused
+			m.useFused, m.fusedAsBatch = c.fused, c.asBatch
 			for i := range 100 {
 				if err := m.callShape(c.syncFirst, float32(i)); err != nil {
 					b.Fatal(err)
