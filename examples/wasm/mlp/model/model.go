@@ -7,8 +7,8 @@
 // for bit.
 //
 // The stage (../stage) uploads Params and runs matmul → bias → relu →
-// matmul → bias → argmax on stream "s0". This package has no dependencies,
-// so host-side tests import it too.
+// matmul → bias → argmax on stream "s0", or all six as one mlp_forward
+// launch. No dependencies, so host-side tests import this package too.
 package model
 
 import (
