@@ -14,6 +14,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
 )
 
 func snapModule(t testing.TB, eng *Engine, name string, snapshot bool) *Module {
@@ -375,5 +376,39 @@ func TestSnapshotDropsEmptyLeadingTableEntries(t *testing.T) {
 			t.Fatalf("shift %d: a call through an empty entry = %v, want Fault", m.tableShift, err)
 		}
 		_ = s.Close(ctx)
+	}
+}
+
+// TestSnapshotMemoryOutlivesAReadInFlight: a stream_read cut short by the
+// deadline lands after its instance was discarded, while the fence
+// drains. The discarded instance's mapped memory must stay mapped until
+// then (were it unmapped at the discard, the device's write would crash
+// the process), and is released once the fence proved the stream idle.
+func TestSnapshotMemoryOutlivesAReadInFlight(t *testing.T) {
+	ctx := context.Background()
+	f := newWasmFixture(t)
+	slow, err := f.p.AddDevice("slow0", hw.EngineGPU, sim.WithLatency(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := snapModule(t, f.eng, "snap_read_late", true)
+	if ok, why := m.Snapshot(); !ok {
+		t.Fatalf("not snapshotted: %s", why)
+	}
+	s := f.session(t, m, NewSessionConfig("late", slow).WithStreams("s0").WithBuffer("b0", 64).
+		WithDeadline(10*time.Millisecond).WithFenceTimeout(5*time.Second))
+	defer s.Close(ctx)
+	start := time.Now()
+	if _, err := s.Run(ctx, nil, nil); !errors.Is(err, hw.ErrDeadlineExceeded) {
+		t.Fatalf("Run = %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("the call returned after %v, before the read could land: the fence did not drain it", d)
+	}
+	if err := s.Quarantined(); err != nil {
+		t.Fatalf("quarantined: %v", err)
+	}
+	if s.Replacements() != 1 || len(s.retired) != 0 {
+		t.Fatalf("replacements %d, retired memories kept %d; want 1 and 0", s.Replacements(), len(s.retired))
 	}
 }
