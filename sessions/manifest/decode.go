@@ -11,6 +11,8 @@ import (
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/cuda"
+	"github.com/stagehost/stagehost/hw/sim"
 	"github.com/stagehost/stagehost/sessions"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -112,7 +114,7 @@ func (d *decoder) decode(data []byte) *Manifest {
 	}
 	d.checkDevices(m, devs)
 	d.checkModules(m, mods)
-	d.checkSessions(m, mods, sess, res)
+	d.checkSessions(m, devs, mods, sess, res)
 	d.checkFaults(m, devs, sess)
 	d.checkResidents(m, devs, res)
 	d.checkDeviceMemory(m, devs, sess, res)
@@ -591,7 +593,7 @@ func namesOf[T any](list []T, nameOf func(*T) string) []string {
 	return out
 }
 
-func (d *decoder) checkSessions(m *Manifest, mods []modMeta, sess []sessMeta, res []resMeta) {
+func (d *decoder) checkSessions(m *Manifest, devs []devMeta, mods []modMeta, sess []sessMeta, res []resMeta) {
 	// Sessions and residents share one namespace.
 	first := map[string]keyPath{}
 	for i, s := range m.Sessions {
@@ -628,10 +630,58 @@ func (d *decoder) checkSessions(m *Manifest, mods []modMeta, sess []sessMeta, re
 				d.errorf(meta.p.key("fence"), "module %q is a stage module: fence must be %q, %q or a fence module", s.Fence, FenceBuiltin, FenceDrain)
 			}
 		}
-		if meta.device && m.Device(s.Device) == nil {
+		if !meta.device {
+			continue
+		}
+		j, dev := lookup(m.Devices, s.Device, deviceName)
+		if dev == nil {
 			d.notFound(meta.p.key("device"), "device", s.Device, namesOf(m.Devices, deviceName))
+			continue
+		}
+		if !devs[j].backend || !devs[j].engine {
+			continue
+		}
+		if known, ok := programNames(dev); ok {
+			for k, prog := range s.Programs {
+				if prog != "" && !slices.Contains(known, prog) {
+					d.noProgram(meta.p.key("programs").at(k), prog, dev, known)
+				}
+			}
 		}
 	}
+}
+
+// programNames lists the programs a session on dev can prepare, from the
+// registry its device's backend looks them up in at run time: the
+// simulator's kernels (every engine of a sim device), or the CUDA host
+// device's programs (a cuda device with engine cpu). ok is false where
+// the names cannot be known without opening the device: a cuda GPU
+// loads its kernels from its module at Open, and package cuda does not
+// list them.
+func programNames(dev *Device) (names []string, ok bool) {
+	switch {
+	case dev.Backend == BackendSim:
+		return sim.Kernels(), true
+	case dev.Backend == BackendCUDA && dev.Engine == hw.EngineCPU:
+		return cuda.HostPrograms(), true
+	}
+	return nil, false
+}
+
+// noProgram reports a program name that dev's backend does not have,
+// suggesting a close one, or else listing them.
+func (d *decoder) noProgram(p keyPath, name string, dev *Device, known []string) {
+	on := "backend " + string(dev.Backend)
+	if dev.Backend == BackendCUDA {
+		on = "the cuda host device (engine cpu)"
+	}
+	msg := fmt.Sprintf("no program %q on %s", name, on)
+	if s := suggest(name, known); s != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", s)
+	} else {
+		msg += fmt.Sprintf(" (it has %s)", strings.Join(known, ", "))
+	}
+	d.errorf(p, "%s", msg)
 }
 
 func (d *decoder) checkFaults(m *Manifest, devs []devMeta, sess []sessMeta) {
