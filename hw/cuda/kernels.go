@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"math"
 	"math/bits"
+	"slices"
+	"strings"
 
 	"github.com/stagehost/stagehost/hw"
 )
@@ -100,9 +102,62 @@ const mlpMaxWidth = 1024
 type kernel struct {
 	id       kernelID
 	name     string
-	args     []argKind
+	args     []arg
 	variadic bool   // any number of argAny arguments (noop)
 	block    uint32 // threads per block
+
+	// For the reference (KernelInfos): a one-line description and the
+	// further rules pack checks.
+	doc         string
+	constraints []string
+}
+
+// arg is one argument slot of a kernel: what resolveArgs accepts, and its
+// name, direction ("in", "out", "inout") and length rule for KernelInfos.
+type arg struct {
+	kind      argKind
+	name, dir string
+	len       string
+}
+
+// in, out and inout are argument slots; scalars are "in".
+func in(k argKind, name, length string) arg    { return arg{k, name, "in", length} }
+func out(k argKind, name, length string) arg   { return arg{k, name, "out", length} }
+func inout(k argKind, name, length string) arg { return arg{k, name, "inout", length} }
+func sc(k argKind, name string) arg            { return arg{k, name, "in", ""} }
+
+// info is k's description.
+func (k *kernel) info() hw.KernelInfo {
+	ki := hw.KernelInfo{Name: k.name, Doc: k.doc, Variadic: k.variadic, Constraints: slices.Clone(k.constraints)}
+	for _, a := range k.args {
+		ka := hw.KernelArg{Name: a.name, Kind: hw.KindScalar, Dir: a.dir, Len: a.len}
+		if a.kind.isBuffer() {
+			ka.Kind = hw.KindBuffer
+		}
+		switch a.kind {
+		case argF32s, argF32:
+			ka.Type = "f32"
+		case argBytes:
+			ka.Type = "bytes"
+		case argU32:
+			ka.Type = "u32"
+		case argU64:
+			ka.Type = "u64"
+		}
+		ki.Args = append(ki.Args, ka)
+	}
+	return ki
+}
+
+// KernelInfos describes the kernels of the module, sorted by name. It
+// needs no GPU or driver.
+func KernelInfos() []hw.KernelInfo {
+	infos := make([]hw.KernelInfo, 0, len(kernels))
+	for _, k := range kernels {
+		infos = append(infos, k.info())
+	}
+	slices.SortFunc(infos, func(a, b hw.KernelInfo) int { return strings.Compare(a.Name, b.Name) })
+	return infos
 }
 
 const defaultBlock = 256
@@ -111,18 +166,54 @@ const defaultBlock = 256
 const maxGridBlocks = 1 << 16
 
 var kernels = []*kernel{
-	{id: kNoop, name: "noop", variadic: true, block: 1},
-	{id: kFill, name: "fill", args: []argKind{argF32s, argF32}, block: defaultBlock},
-	{id: kCopy, name: "copy", args: []argKind{argBytes, argBytes}, block: defaultBlock},
-	{id: kSaxpy, name: "saxpy", args: []argKind{argF32, argF32s, argF32s}, block: defaultBlock},
-	{id: kMatmul, name: "matmul", args: []argKind{argF32s, argF32s, argF32s, argU32, argU32, argU32}, block: defaultBlock},
-	{id: kBias, name: "bias", args: []argKind{argF32s, argF32s, argU32, argU32}, block: defaultBlock},
-	{id: kRelu, name: "relu", args: []argKind{argF32s}, block: defaultBlock},
-	{id: kArgmax, name: "argmax", args: []argKind{argF32s, argBytes}, block: 256},
-	{id: kMLPForward, name: "mlp_forward", args: []argKind{argF32s, argF32s, argF32s, argF32s, argF32s, argF32s, argBytes, argU32, argU32, argU32}, block: 256},
-	{id: kFault, name: "fault", block: 1},
-	{id: kSpin, name: "spin", args: []argKind{argBytes, argU64, argU32}, block: 1},
-	{id: kResident, name: "resident_gpu_exchange", args: []argKind{argBytes, argBytes, argU32}, block: 1},
+	{id: kNoop, name: "noop", variadic: true, block: 1,
+		doc: "Does nothing; accepts and ignores any arguments."},
+	{id: kFill, name: "fill", block: defaultBlock,
+		args: []arg{out(argF32s, "buf", ""), sc(argF32, "value")},
+		doc:  "Sets every float32 of buf to value."},
+	{id: kCopy, name: "copy", block: defaultBlock,
+		args:        []arg{out(argBytes, "dst", "len(src) bytes"), in(argBytes, "src", "")},
+		doc:         "Copies src's bytes into dst.",
+		constraints: []string{"dst and src may overlap."}},
+	{id: kSaxpy, name: "saxpy", block: defaultBlock,
+		args: []arg{sc(argF32, "a"), in(argF32s, "x", "len(y) values"), inout(argF32s, "y", "")},
+		doc:  "y[i] = a*x[i] + y[i], the product rounded before the add."},
+	{id: kMatmul, name: "matmul", block: defaultBlock,
+		args: []arg{in(argF32s, "A", "M*K values"), in(argF32s, "B", "K*N values"), out(argF32s, "C", "M*N values"),
+			sc(argU32, "M"), sc(argU32, "N"), sc(argU32, "K")},
+		doc:         "C = A·B, row-major; each C[i][j] summed from 0 over k in order.",
+		constraints: []string{"C must not overlap A or B."}},
+	{id: kBias, name: "bias", block: defaultBlock,
+		args: []arg{inout(argF32s, "x", "M*N values"), in(argF32s, "b", "N values"), sc(argU32, "M"), sc(argU32, "N")},
+		doc:  "x[i][j] += b[j] for an M×N row-major x."},
+	{id: kRelu, name: "relu", block: defaultBlock,
+		args: []arg{inout(argF32s, "x", "")},
+		doc:  "x[i] = max(x[i], 0): negative values (not -0 or NaN) become 0."},
+	{id: kArgmax, name: "argmax", block: 256,
+		args:        []arg{in(argF32s, "x", "1 to 2^32-1 values"), out(argBytes, "out", "at least 8 bytes")},
+		doc:         "Writes the index (u32 LE) and float32 bits (LE) of x's first largest value into out.",
+		constraints: []string{"NaN never compares larger."}},
+	{id: kMLPForward, name: "mlp_forward", block: 256,
+		args: []arg{in(argF32s, "x", "I values"), in(argF32s, "W1", "I*H values"), in(argF32s, "b1", "H values"),
+			in(argF32s, "W2", "H*C values"), in(argF32s, "b2", "C values"), out(argF32s, "scores", "C values"),
+			out(argBytes, "out", "at least 8 bytes"), sc(argU32, "I"), sc(argU32, "H"), sc(argU32, "C")},
+		doc: "A two-layer perceptron on one row in one launch: scores = relu(x·W1 + b1)·W2 + b2, out = argmax(scores).",
+		constraints: []string{
+			"I ≥ 1 and 1 ≤ H, C ≤ 1024.",
+			"scores and out overlap neither each other nor any input.",
+			"Bit for bit the six launches matmul, bias, relu, matmul, bias, argmax.",
+		}},
+	{id: kFault, name: "fault", block: 1,
+		doc: "A test kernel: stores through an unmapped address, provoking CUDA_ERROR_ILLEGAL_ADDRESS (sticky, context-wide)."},
+	{id: kSpin, name: "spin", block: 1,
+		args:        []arg{in(argBytes, "buf", "at least off+4 bytes"), sc(argU64, "off"), sc(argU32, "want")},
+		doc:         "A test kernel: polls the uint32 at byte offset off of buf until it equals want, or the device is lost.",
+		constraints: []string{"The word at off is 4-byte aligned."}},
+	{id: kResident, name: "resident_gpu_exchange", block: 1,
+		args: []arg{in(argBytes, "line", "at least 4 bytes, 4-byte aligned"), inout(argBytes, "payload", "at least 192 bytes, 4-byte aligned"),
+			sc(argU32, "rounds")},
+		doc:         "The GPU side of a resident GPU–NPU session: waits for the startup word, then exchanges the payload with the NPU.",
+		constraints: []string{"payload does not overlap line."}},
 }
 
 func f32words(r resolved) uint64 { return r.len / 4 }
@@ -330,7 +421,7 @@ func (d *Device) resolveArgs(k *kernel, args []hw.Arg, out *[hw.MaxArgs]resolved
 	for i, a := range args {
 		want := argAny
 		if !k.variadic {
-			want = k.args[i]
+			want = k.args[i].kind
 		}
 		r := &out[i]
 		*r = resolved{}

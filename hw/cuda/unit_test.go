@@ -136,8 +136,8 @@ func TestPTXMatchesParameterTable(t *testing.T) {
 		}
 		// pack with plausible arguments yields as many parameters.
 		var a [hw.MaxArgs]resolved
-		for i, kind := range k.args {
-			switch kind {
+		for i, ka := range k.args {
+			switch ka.kind {
 			case argF32s: // one value (1×1 matrices), apart from the other ranges
 				a[i] = resolved{isBuf: true, ptr: 0x10000 + 0x100*uint64(i), len: 4}
 			case argBytes:

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -23,25 +24,53 @@ type Kernel func(l *Launch) error
 
 var registry struct {
 	sync.RWMutex
-	m map[string]Kernel
+	m map[string]entry
+}
+
+// entry is a registered kernel and its description (nil for a kernel
+// registered with [Register]).
+type entry struct {
+	k    Kernel
+	info *hw.KernelInfo
 }
 
 // Register adds a kernel under name to the process-wide registry used by
 // [Device.Prepare]. It is meant for init functions and panics on an empty
 // name, a nil kernel or a name registered before.
-func Register(name string, k Kernel) {
+func Register(name string, k Kernel) { register(name, nil, k) }
+
+// registerInfo registers a kernel of the library with its description.
+func registerInfo(info hw.KernelInfo, k Kernel) { register(info.Name, &info, k) }
+
+func register(name string, info *hw.KernelInfo, k Kernel) {
 	if name == "" || k == nil {
 		panic("sim: Register: empty name or nil kernel")
 	}
 	registry.Lock()
 	defer registry.Unlock()
 	if registry.m == nil {
-		registry.m = make(map[string]Kernel)
+		registry.m = make(map[string]entry)
 	}
 	if _, dup := registry.m[name]; dup {
 		panic(fmt.Sprintf("sim: Register: kernel %q registered twice", name))
 	}
-	registry.m[name] = k
+	registry.m[name] = entry{k, info}
+}
+
+// KernelInfos describes the kernels of the simulator's library, sorted by
+// name. Kernels added with [Register] have no description and are left
+// out.
+func KernelInfos() []hw.KernelInfo {
+	registry.RLock()
+	defer registry.RUnlock()
+	var infos []hw.KernelInfo
+	for _, e := range registry.m {
+		if e.info != nil {
+			infos = append(infos, *e.info)
+		}
+	}
+	slices.SortFunc(infos, func(a, b hw.KernelInfo) int { return strings.Compare(a.Name, b.Name) })
+	return infos
 }
 
 // Kernels lists the registered kernel names, sorted.
@@ -59,8 +88,8 @@ func Kernels() []string {
 func lookupKernel(name string) (Kernel, bool) {
 	registry.RLock()
 	defer registry.RUnlock()
-	k, ok := registry.m[name]
-	return k, ok
+	e, ok := registry.m[name]
+	return e.k, ok
 }
 
 // Program is a kernel prepared for one device. It implements [hw.Program].

@@ -17,17 +17,23 @@ import (
 // with an error wrapping [hw.ErrInvalidArgument] when they do not fit.
 // Arithmetic is float32, in a fixed order, never fused.
 func init() {
-	Register("noop", kernelNoop)
-	Register("fill", kernelFill)
-	Register("copy", kernelCopy)
-	Register("saxpy", kernelSaxpy)
-	Register("matmul", kernelMatmul)
-	Register("bias", kernelBias)
-	Register("relu", kernelRelu)
-	Register("argmax", kernelArgmax)
-	Register("mlp_forward", kernelMLPForward)
-	Register("spin", kernelSpin)
+	registerInfo(infoNoop, kernelNoop)
+	registerInfo(infoFill, kernelFill)
+	registerInfo(infoCopy, kernelCopy)
+	registerInfo(infoSaxpy, kernelSaxpy)
+	registerInfo(infoMatmul, kernelMatmul)
+	registerInfo(infoBias, kernelBias)
+	registerInfo(infoRelu, kernelRelu)
+	registerInfo(infoArgmax, kernelArgmax)
+	registerInfo(infoMLPForward, kernelMLPForward)
+	registerInfo(infoSpin, kernelSpin)
 }
+
+// Shorthands for the descriptions next to each kernel.
+var (
+	buf    = hw.KernelBuffer
+	scalar = hw.KernelScalar
+)
 
 func badArgs(format string, args ...any) error {
 	return hw.Errorf(hw.ErrInvalidArgument, format, args...)
@@ -49,8 +55,15 @@ func elems(rows, cols uint64) (int, bool) {
 	return int(lo), true
 }
 
+var infoNoop = hw.KernelInfo{Name: "noop", Doc: "Does nothing; accepts and ignores any arguments.", Variadic: true}
+
 // noop does nothing; it accepts and ignores any arguments.
 func kernelNoop(*Launch) error { return nil }
+
+var infoFill = hw.KernelInfo{
+	Name: "fill", Doc: "Sets every float32 of buf to value.",
+	Args: []hw.KernelArg{buf("buf", "f32", "out", ""), scalar("value", "f32")},
+}
 
 // fill(buf, value f32): every float32 of buf becomes value.
 func kernelFill(l *Launch) error {
@@ -62,6 +75,12 @@ func kernelFill(l *Launch) error {
 		x[i] = v
 	}
 	return nil
+}
+
+var infoCopy = hw.KernelInfo{
+	Name: "copy", Doc: "Copies src's bytes into dst.",
+	Args:        []hw.KernelArg{buf("dst", "bytes", "out", "len(src) bytes"), buf("src", "bytes", "in", "")},
+	Constraints: []string{"dst and src may overlap."},
 }
 
 // copy(dst, src): copies src's bytes into dst; the ranges must have the
@@ -78,6 +97,11 @@ func kernelCopy(l *Launch) error {
 	return nil
 }
 
+var infoSaxpy = hw.KernelInfo{
+	Name: "saxpy", Doc: "y[i] = a*x[i] + y[i], the product rounded before the add.",
+	Args: []hw.KernelArg{scalar("a", "f32"), buf("x", "f32", "in", "len(y) values"), buf("y", "f32", "inout", "")},
+}
+
 // saxpy(a f32, x, y): y[i] = a*x[i] + y[i]; x and y have the same length.
 func kernelSaxpy(l *Launch) error {
 	if err := wantArgs(l, 3); err != nil {
@@ -91,6 +115,15 @@ func kernelSaxpy(l *Launch) error {
 		y[i] = float32(a*x[i]) + y[i] // the conversion forbids fusing
 	}
 	return nil
+}
+
+var infoMatmul = hw.KernelInfo{
+	Name: "matmul", Doc: "C = A·B, row-major; each C[i][j] summed from 0 over k in order.",
+	Args: []hw.KernelArg{
+		buf("A", "f32", "in", "M*K values"), buf("B", "f32", "in", "K*N values"), buf("C", "f32", "out", "M*N values"),
+		scalar("M", "u32"), scalar("N", "u32"), scalar("K", "u32"),
+	},
+	Constraints: []string{"C must not overlap A or B."},
 }
 
 // matmul(A, B, C, M, N, K): C = A·B with A M×K, B K×N and C M×N; each
@@ -126,6 +159,11 @@ func kernelMatmul(l *Launch) error {
 	return nil
 }
 
+var infoBias = hw.KernelInfo{
+	Name: "bias", Doc: "x[i][j] += b[j] for an M×N row-major x.",
+	Args: []hw.KernelArg{buf("x", "f32", "inout", "M*N values"), buf("b", "f32", "in", "N values"), scalar("M", "u32"), scalar("N", "u32")},
+}
+
 // bias(x, b, M, N): x[i][j] += b[j] with x M×N and b of N values.
 func kernelBias(l *Launch) error {
 	if err := wantArgs(l, 4); err != nil {
@@ -147,6 +185,11 @@ func kernelBias(l *Launch) error {
 	return nil
 }
 
+var infoRelu = hw.KernelInfo{
+	Name: "relu", Doc: "x[i] = max(x[i], 0): negative values (not -0 or NaN) become 0.",
+	Args: []hw.KernelArg{buf("x", "f32", "inout", "")},
+}
+
 // relu(x): x[i] = max(x[i], 0). Negative values (not -0 or NaN) become 0.
 func kernelRelu(l *Launch) error {
 	if err := wantArgs(l, 1); err != nil {
@@ -159,6 +202,12 @@ func kernelRelu(l *Launch) error {
 		}
 	}
 	return nil
+}
+
+var infoArgmax = hw.KernelInfo{
+	Name: "argmax", Doc: "Writes the index (u32 LE) and float32 bits (LE) of x's first largest value into out.",
+	Args:        []hw.KernelArg{buf("x", "f32", "in", "1 to 2^32-1 values"), buf("out", "bytes", "out", "at least 8 bytes")},
+	Constraints: []string{"NaN never compares larger."},
 }
 
 // argmax(x, out): finds the first largest value of x (non-empty; NaN
@@ -184,6 +233,21 @@ func kernelArgmax(l *Launch) error {
 	binary.LittleEndian.PutUint32(out[0:4], uint32(best))
 	binary.LittleEndian.PutUint32(out[4:8], math.Float32bits(bestV))
 	return nil
+}
+
+var infoMLPForward = hw.KernelInfo{
+	Name: "mlp_forward", Doc: "A two-layer perceptron on one row in one launch: scores = relu(x·W1 + b1)·W2 + b2, out = argmax(scores).",
+	Args: []hw.KernelArg{
+		buf("x", "f32", "in", "I values"), buf("W1", "f32", "in", "I*H values"), buf("b1", "f32", "in", "H values"),
+		buf("W2", "f32", "in", "H*C values"), buf("b2", "f32", "in", "C values"), buf("scores", "f32", "out", "C values"),
+		buf("out", "bytes", "out", "at least 8 bytes"),
+		scalar("I", "u32"), scalar("H", "u32"), scalar("C", "u32"),
+	},
+	Constraints: []string{
+		"I ≥ 1 and 1 ≤ H, C ≤ 1024.",
+		"scores and out overlap neither each other nor any input.",
+		"Bit for bit the six launches matmul, bias, relu, matmul, bias, argmax.",
+	},
 }
 
 // mlpMaxWidth is the most hidden units and classes mlp_forward takes (the
@@ -270,6 +334,12 @@ func overlaps(a, b []byte) bool {
 	}
 	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
+var infoSpin = hw.KernelInfo{
+	Name: "spin", Doc: "A test kernel: polls the uint32 at byte offset off of buf until it equals want, or the device is lost.",
+	Args:        []hw.KernelArg{buf("buf", "bytes", "in", "at least off+4 bytes"), scalar("off", "u64"), scalar("want", "u32")},
+	Constraints: []string{"The word at off is 4-byte aligned."},
 }
 
 // spin(buf, off, want): polls the uint32 at byte offset off of buf's range

@@ -1,0 +1,82 @@
+package hw
+
+import (
+	"fmt"
+	"strings"
+)
+
+// KernelInfo describes one program a backend can prepare by name: its
+// arguments in order, as [Command.Args] must give them. Backends export
+// their registry's descriptions (sim.KernelInfos, cuda.KernelInfos); the
+// kernel reference docs/kernels.md is generated from them.
+type KernelInfo struct {
+	Name string
+	// Doc is a one-line description.
+	Doc string
+	// Args are the arguments in order.
+	Args []KernelArg
+	// Variadic: any number of arguments of either kind, all ignored; Args
+	// is empty.
+	Variadic bool
+	// Constraints are the further rules a launch is checked against
+	// (overlaps, bounds), one short sentence each.
+	Constraints []string
+}
+
+// KernelArg describes one argument of a kernel.
+type KernelArg struct {
+	Name string
+	// Kind is "buffer" (a buffer range) or "scalar".
+	Kind string
+	// Type is the element type: "f32" (native-order float32 values, 4-byte
+	// aligned), "bytes", "u32" (a scalar below 2^32) or "u64".
+	Type string
+	// Dir is "in", "out" or "inout" (scalars are "in").
+	Dir string
+	// Len is the length rule for a buffer, as short text ("M*K values",
+	// "at least 8 bytes"); empty when any length will do.
+	Len string
+}
+
+// Argument kinds of [KernelArg].
+const (
+	KindBuffer = "buffer"
+	KindScalar = "scalar"
+)
+
+// KernelBuffer is a [KernelArg] of kind buffer.
+func KernelBuffer(name, typ, dir, length string) KernelArg {
+	return KernelArg{Name: name, Kind: KindBuffer, Type: typ, Dir: dir, Len: length}
+}
+
+// KernelScalar is a [KernelArg] of kind scalar.
+func KernelScalar(name, typ string) KernelArg {
+	return KernelArg{Name: name, Kind: KindScalar, Type: typ, Dir: "in"}
+}
+
+// Check reports the first thing missing or inconsistent in k's
+// description: a name, a one-line Doc, and for each argument a name, a
+// kind, a type fitting the kind, and a direction ("in" for a scalar).
+func (k KernelInfo) Check() error {
+	if k.Name == "" || k.Doc == "" || strings.Contains(k.Doc, "\n") {
+		return fmt.Errorf("kernel %q: want a name and a one-line description", k.Name)
+	}
+	if k.Variadic && len(k.Args) > 0 {
+		return fmt.Errorf("kernel %q: variadic with arguments", k.Name)
+	}
+	for i, a := range k.Args {
+		ok := a.Name != ""
+		switch a.Kind {
+		case KindBuffer:
+			ok = ok && (a.Type == "f32" || a.Type == "bytes") && (a.Dir == "in" || a.Dir == "out" || a.Dir == "inout")
+		case KindScalar:
+			ok = ok && (a.Type == "f32" || a.Type == "u32" || a.Type == "u64") && a.Dir == "in" && a.Len == ""
+		default:
+			ok = false
+		}
+		if !ok {
+			return fmt.Errorf("kernel %q: argument %d (%q): bad description %+v", k.Name, i, a.Name, a)
+		}
+	}
+	return nil
+}
