@@ -67,8 +67,8 @@ type (
 		name, stage, fence, device, bytes bool
 	}
 	resMeta struct {
-		p                        keyPath
-		name, gpu, npu, budgeted bool
+		p                                 keyPath
+		name, gpu, npu, budgeted, payload bool
 	}
 )
 
@@ -513,6 +513,7 @@ func (d *decoder) residents(root *table, m *Manifest) []resMeta {
 		r.JoinDeadline, _ = t.duration("join_deadline", defaultJoinDeadline, true)
 		r.Budget, budgetOK = t.size("budget", defaultResidentBudget, 1, math.MaxInt64)
 		meta.budgeted = budgetOK
+		meta.payload = payloadOK
 		if payloadOK && budgetOK {
 			if need := addSat(StartupLineSize, r.Payload); need > r.Budget {
 				d.errorf(t.path.key("budget"), "the %s startup line and the %s payload need %s, above the budget of %s",
@@ -725,6 +726,7 @@ func (d *decoder) checkResidents(m *Manifest, devs []devMeta, res []resMeta) {
 		if meta.p == nil {
 			continue
 		}
+		var gpu, npu *Device // set where the backend decoded
 		if meta.gpu {
 			j, dev := lookup(m.Devices, r.GPU, deviceName)
 			switch {
@@ -732,6 +734,8 @@ func (d *decoder) checkResidents(m *Manifest, devs []devMeta, res []resMeta) {
 				d.notFound(meta.p.key("gpu"), "device", r.GPU, devices)
 			case devs[j].engine && dev.Engine != hw.EngineGPU:
 				d.errorf(meta.p.key("gpu"), "device %q has engine %s: gpu must name a device with engine gpu", r.GPU, dev.Engine)
+			case devs[j].backend:
+				gpu = dev
 			}
 		}
 		if meta.npu {
@@ -741,9 +745,35 @@ func (d *decoder) checkResidents(m *Manifest, devs []devMeta, res []resMeta) {
 				d.notFound(meta.p.key("npu"), "device", r.NPU, devices)
 			case devs[j].engine && dev.Engine != hw.EngineNPU && dev.Engine != hw.EngineCPU:
 				d.errorf(meta.p.key("npu"), "device %q has engine %s: npu must name a device with engine npu (or cpu, as a stand-in)", r.NPU, dev.Engine)
+			case devs[j].backend:
+				npu = dev
 			}
 		}
+		if gpu != nil && npu != nil && gpu.Backend != npu.Backend {
+			d.errorf(meta.p.key("npu"), "device %q is a %s device and gpu %q a %s one: a resident's gpu and npu must both be sim or both cuda devices",
+				r.NPU, npu.Backend, r.GPU, gpu.Backend)
+			continue
+		}
+		// The participants of both backends (sessions.NewSimExchange,
+		// sessions.NewCUDAExchange) exchange exactly sessions.PayloadSize
+		// bytes; the host refuses any other payload when the run starts.
+		if backend := residentBackend(gpu, npu); backend != "" && meta.payload && r.Payload != sessions.PayloadSize {
+			d.errorf(meta.p.key("payload"), "the %s resident participants exchange exactly %s (16 float32 values and both sides' credit words), not %s",
+				backend, FormatSize(sessions.PayloadSize), FormatSize(r.Payload))
+		}
 	}
+}
+
+// residentBackend is the backend of a resident's devices, or "" when
+// neither is known.
+func residentBackend(gpu, npu *Device) Backend {
+	switch {
+	case gpu != nil:
+		return gpu.Backend
+	case npu != nil:
+		return npu.Backend
+	}
+	return ""
 }
 
 func (d *decoder) checkDeviceMemory(m *Manifest, devs []devMeta, sess []sessMeta, res []resMeta) {

@@ -113,8 +113,7 @@ func TestGood(t *testing.T) {
 					{Kind: FaultReject, Count: 3},
 				}}},
 			{Name: "cuda1", Backend: BackendCUDA, Engine: hw.EngineGPU, Index: 1, Memory: 1 << 30},
-			{Name: "host-cpu", Backend: BackendSim, Engine: hw.EngineCPU,
-				Sim: &Sim{QueueDepth: 1024, Faults: []Fault{}}},
+			{Name: "host-cpu", Backend: BackendCUDA, Engine: hw.EngineCPU},
 		},
 		Modules: []Module{
 			{Name: "stage", Path: "modules/good_stage.wasm", File: "testdata/modules/good_stage.wasm",
@@ -146,7 +145,7 @@ func TestGood(t *testing.T) {
 		Residents: []Resident{
 			{Name: "pingpong", GPU: "gpu0", NPU: "npu0", Rounds: 16, Payload: 192,
 				StartupDeadline: time.Second, JoinDeadline: 5 * time.Second, Budget: 1 << 20},
-			{Name: "on-cpu", GPU: "cuda1", NPU: "host-cpu", Rounds: 1_000_000, Payload: 4096,
+			{Name: "on-cpu", GPU: "cuda1", NPU: "host-cpu", Rounds: 1_000_000, Payload: 192,
 				StartupDeadline: 100 * time.Millisecond, JoinDeadline: 30 * time.Second, Budget: 8192},
 		},
 	}
