@@ -66,6 +66,7 @@ Usage:
       --quiet                          no progress on stderr (results and errors still show)
   stagehost trace FILE                 summarise a saved trace
   stagehost version                    print the stagehost, ABI and wazero versions
+  stagehost kernels [--markdown]       the kernels and their arguments (docs/kernels.md)
   stagehost COMMAND --help             a command's usage and flags
 
 Exit codes:
@@ -99,6 +100,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdTrace(args[1:], stdout, stderr)
 	case "version":
 		return cmdVersion(args[1:], stdout, stderr)
+	case "kernels":
+		return cmdKernels(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) == 2 && args[0] == "help" && commands[args[1]] {
 			return Main([]string{args[1], "--help"}, stdout, stderr)

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/cuda"
+	"github.com/stagehost/stagehost/hw/sim"
+)
+
+func init() { commands["kernels"] = true }
+
+// emuKernels are the built-in kernels of the guest SDK's emulator
+// (guest-sdk/emu, a module the host does not import). A test in that
+// module checks this column of docs/kernels.md against emu.Builtins.
+var emuKernels = []string{"argmax", "bias", "copy", "fill", "matmul", "mlp_forward", "noop", "relu", "saxpy"}
+
+// cmdKernels prints the kernel reference.
+func cmdKernels(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("kernels", "[flags]", "Print the kernels a stage may prepare by name: their arguments in order and\nwhich backends have them (a compact table; --markdown for docs/kernels.md).")
+	c.nargs = 0
+	markdown := c.fs.Bool("markdown", false, "print the full reference, docs/kernels.md")
+	if _, code := c.parse(args, stdout, stderr); code >= 0 {
+		return code
+	}
+	if *markdown {
+		fmt.Fprint(stdout, kernelsDoc())
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KERNEL\tBACKENDS\tARGUMENTS")
+	for _, r := range kernelRows() {
+		sig := "..."
+		if r.info != nil && !r.info.Variadic && len(r.info.Args) == 0 {
+			sig = "(none)"
+		} else if r.info != nil && !r.info.Variadic {
+			parts := make([]string, len(r.info.Args))
+			for i, a := range r.info.Args {
+				parts[i] = a.Name + " " + argType(a)
+			}
+			sig = strings.Join(parts, ", ")
+		} else if r.info == nil {
+			sig = "(not described)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.name, strings.Join(r.backends(), ","), sig)
+	}
+	tw.Flush()
+	return exitOK
+}
+
+// argType is a compact type: "f32[] in" for a buffer, "u32" for a scalar.
+func argType(a hw.KernelArg) string {
+	if a.Kind == hw.KindBuffer {
+		return a.Type + "[] " + a.Dir
+	}
+	return a.Type
+}
+
+// kernelRow is one kernel across the backends.
+type kernelRow struct {
+	name         string
+	info         *hw.KernelInfo // the sim's description, else cuda's; nil if neither
+	sim, simBare bool           // in the sim registry; registered without a description
+	cuda, emu    bool
+}
+
+func (r kernelRow) backends() []string {
+	var b []string
+	if r.sim {
+		b = append(b, "sim")
+	}
+	if r.cuda {
+		b = append(b, "cuda")
+	}
+	if r.emu {
+		b = append(b, "emu")
+	}
+	return b
+}
+
+// kernelRows joins the registries, sorted by name.
+func kernelRows() []kernelRow {
+	rows := map[string]*kernelRow{}
+	row := func(n string) *kernelRow {
+		if rows[n] == nil {
+			rows[n] = &kernelRow{name: n}
+		}
+		return rows[n]
+	}
+	for _, n := range sim.Kernels() {
+		r := row(n)
+		r.sim, r.simBare = true, true
+	}
+	for _, k := range sim.KernelInfos() {
+		r := row(k.Name)
+		r.info, r.simBare = &k, false
+	}
+	for _, k := range cuda.KernelInfos() {
+		r := row(k.Name)
+		r.cuda = true
+		if r.info == nil {
+			r.info = &k
+		}
+	}
+	for _, n := range emuKernels {
+		row(n).emu = true
+	}
+	var out []kernelRow
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b kernelRow) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// kernelsDoc renders docs/kernels.md from the registries.
+func kernelsDoc() string {
+	var b strings.Builder
+	b.WriteString(`# Kernel reference
+
+<!-- Generated from the registries of hw/sim and hw/cuda by
+     go test ./cmd/stagehost -run TestKernelsDocIsCurrent -update
+     (or stagehost kernels --markdown). Do not edit. -->
+
+The programs a stage prepares by name (a session's ` + "`programs`" + `) and
+launches with arguments in order. A buffer argument is a range of a
+buffer (offset and length); ` + "`f32`" + ` ranges hold native-order float32
+values, 4-byte aligned and a whole number of them; ` + "`bytes`" + ` ranges any
+bytes. Matrices are row-major. A scalar ` + "`u32`" + ` must be below 2^32; an ` + "`f32`" + `
+scalar is the float32 bits in the low 32 bits. A launch whose arguments
+do not fit fails with InvalidArgument (at submit on cuda, when the kernel
+runs on sim). Arithmetic is float32 in a fixed order, never fused, so sim
+and cuda results are bit-identical.
+
+Backends: **sim** is hw/sim, **cuda** hw/cuda, **emu** the guest SDK's
+emulator (guest-sdk/emu), for testing guests without a host.
+
+| kernel | sim | cuda | emu |
+|---|---|---|---|
+`)
+	rows := kernelRows()
+	for _, r := range rows {
+		s := yes(r.sim)
+		if r.simBare {
+			s = "yes¹"
+		}
+		fmt.Fprintf(&b, "| [%s](#%s) | %s | %s | %s |\n", r.name, r.name, s, yes(r.cuda), yes(r.emu))
+	}
+	b.WriteString("\n¹ On sim, registered by package sessions without a description; the arguments shown are cuda's where cuda has the kernel.\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "\n## %s\n\n", r.name)
+		if r.info == nil {
+			fmt.Fprintf(&b, "Not described: registered on sim by package sessions. Backends: %s.\n", strings.Join(r.backends(), ", "))
+			continue
+		}
+		fmt.Fprintf(&b, "%s\n\n", r.info.Doc)
+		if r.info.Variadic {
+			b.WriteString("Arguments: any number, of either kind; all ignored.\n\n")
+		} else if len(r.info.Args) == 0 {
+			b.WriteString("Arguments: none.\n\n")
+		} else {
+			b.WriteString("| # | argument | kind | type | dir | length |\n|---|---|---|---|---|---|\n")
+			for i, a := range r.info.Args {
+				l := a.Len
+				if l == "" {
+					l = "any"
+					if a.Kind == hw.KindScalar {
+						l = "–"
+					}
+				}
+				fmt.Fprintf(&b, "| %d | `%s` | %s | %s | %s | %s |\n", i, a.Name, a.Kind, a.Type, a.Dir, l)
+			}
+			b.WriteString("\n")
+		}
+		for _, c := range r.info.Constraints {
+			fmt.Fprintf(&b, "- %s\n", c)
+		}
+		if len(r.info.Constraints) > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "Backends: %s.\n", strings.Join(r.backends(), ", "))
+	}
+	return b.String()
+}
