@@ -450,13 +450,29 @@ func TestEmulatorConstants(t *testing.T) {
 }
 
 // simKernels lists the kernels hw/sim registers (Register("name", ...)
-// calls in its source; read, not imported, so that hw/sim may import this
-// package).
+// calls, and the names of the hw.KernelInfo{Name: "name", ...}
+// descriptions its library registers, in its source; read, not imported,
+// so that hw/sim may import this package).
 func simKernels(t *testing.T) []string {
 	t.Helper()
 	var names []string
 	for _, gf := range parseGoDir(t, "../hw/sim") {
 		ast.Inspect(gf.f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.CompositeLit); ok {
+				if sel, ok := lit.Type.(*ast.SelectorExpr); ok && sel.Sel.Name == "KernelInfo" {
+					for _, e := range lit.Elts {
+						kv, ok := e.(*ast.KeyValueExpr)
+						if !ok || identName(kv.Key) != "Name" {
+							continue
+						}
+						if v, ok := kv.Value.(*ast.BasicLit); ok && v.Kind == token.STRING {
+							name, _ := strconv.Unquote(v.Value)
+							names = append(names, name)
+						}
+					}
+				}
+				return true
+			}
 			call, ok := n.(*ast.CallExpr)
 			if !ok || identName(call.Fun) != "Register" || len(call.Args) != 2 {
 				return true
