@@ -280,6 +280,9 @@ func validate(bin []byte, cfg LoadConfig) (*Module, *wasmbin.Module, error) {
 	for _, im := range parsed.Imports {
 		m.wasi = m.wasi || im.Module == abi.WASIModule
 	}
+	if err := checkCommand(parsed, m.wasi); err != nil {
+		return fail(hw.ErrInvalidArgument, err)
+	}
 	if err := m.checkExports(parsed); err != nil {
 		return fail(hw.ErrInvalidArgument, err)
 	}
@@ -365,6 +368,21 @@ func checkImports(m *wasmbin.Module, grants map[string]bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// exportStart is the entry point of a WASI command (ABI.md §1.3).
+const exportStart = "_start"
+
+// checkCommand refuses a WASI command: a module that imports WASI
+// functions and exports _start, as a Go guest built without
+// -buildmode=c-shared does. The host never calls _start (it calls the
+// reactor's _initialize), so such a guest's runtime is never initialised
+// and its first export call traps in runtime.notInitialized.
+func checkCommand(p *wasmbin.Module, wasi bool) error {
+	if _, ok := p.Export(exportStart); !ok || !wasi {
+		return nil
+	}
+	return fmt.Errorf("exports %s and imports WASI: it is a WASI command, which the host never starts (a Go guest traps in runtime.notInitialized); a module must be a WASI reactor: build it with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared", exportStart)
 }
 
 func (m *Module) checkExports(p *wasmbin.Module) error {

@@ -80,6 +80,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"check", "../../sessions/manifest/testdata/bad/file_sizes.toml"}, exitInvalid, "larger than the module size limit of 16B (set by module[3].max_size)"},
 		{[]string{"check", "../../sessions/manifest/testdata/bad/unknown_programs.toml"}, exitInvalid, `session[0].programs[1]: no program "saxpi" on backend sim (did you mean "saxpy"?)`},
 		{[]string{"check", "../../sessions/manifest/testdata/bad/resident_payload.toml"}, exitInvalid, "resident[0].payload: the sim resident participants exchange exactly 192B"},
+		{[]string{"check", "../../sessions/manifest/testdata/bad/wasi_command.toml"}, exitInvalid, "build it with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared"},
 		{[]string{"check", "../../host.toml"}, exitOK, "ok: 2 devices, 3 modules, 2 sessions, 1 resident session"},
 		{[]string{"run", "../../host.toml", "--session", "nope"}, exitUsage, `no session or resident session "nope"`},
 		{[]string{"run", "../../host.toml", "--input", "x"}, exitUsage, "--input needs --session"},
