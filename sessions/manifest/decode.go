@@ -654,17 +654,23 @@ func (d *decoder) checkSessions(m *Manifest, devs []devMeta, mods []modMeta, ses
 
 // programNames lists the programs a session on dev can prepare, from the
 // registry its device's backend looks them up in at run time: the
-// simulator's kernels (every engine of a sim device), or the CUDA host
-// device's programs (a cuda device with engine cpu). ok is false where
-// the names cannot be known without opening the device: a cuda GPU
-// loads its kernels from its module at Open, and package cuda does not
-// list them.
+// simulator's kernels (every engine of a sim device), the kernels of the
+// CUDA module a cuda GPU loads at Open (cuda.KernelInfos, no GPU
+// needed), or the CUDA host device's programs (a cuda device with engine
+// cpu). ok is false for a backend with no list.
 func programNames(dev *Device) (names []string, ok bool) {
 	switch {
 	case dev.Backend == BackendSim:
 		return sim.Kernels(), true
 	case dev.Backend == BackendCUDA && dev.Engine == hw.EngineCPU:
 		return cuda.HostPrograms(), true
+	case dev.Backend == BackendCUDA && dev.Engine == hw.EngineGPU:
+		infos := cuda.KernelInfos()
+		names = make([]string, len(infos))
+		for i, k := range infos {
+			names[i] = k.Name
+		}
+		return names, true
 	}
 	return nil, false
 }
@@ -673,7 +679,7 @@ func programNames(dev *Device) (names []string, ok bool) {
 // suggesting a close one, or else listing them.
 func (d *decoder) noProgram(p keyPath, name string, dev *Device, known []string) {
 	on := "backend " + string(dev.Backend)
-	if dev.Backend == BackendCUDA {
+	if dev.Backend == BackendCUDA && dev.Engine == hw.EngineCPU {
 		on = "the cuda host device (engine cpu)"
 	}
 	msg := fmt.Sprintf("no program %q on %s", name, on)
