@@ -32,6 +32,9 @@ const (
 	// exports it is initialised per instance rather than from a snapshot
 	// taken at load (ABI.md §4.3).
 	ExportNoSnapshot = "stagehost_no_snapshot"
+	// ExportStart is a WASI command's entry point. A module that imports
+	// WASI and exports it is refused (ABI.md §1.3).
+	ExportStart = "_start"
 )
 
 // Host function names, in module [ImportModule].

@@ -370,19 +370,16 @@ func checkImports(m *wasmbin.Module, grants map[string]bool) error {
 	return errors.Join(errs...)
 }
 
-// exportStart is the entry point of a WASI command (ABI.md §1.3).
-const exportStart = "_start"
-
 // checkCommand refuses a WASI command: a module that imports WASI
 // functions and exports _start, as a Go guest built without
 // -buildmode=c-shared does. The host never calls _start (it calls the
 // reactor's _initialize), so such a guest's runtime is never initialised
 // and its first export call traps in runtime.notInitialized.
 func checkCommand(p *wasmbin.Module, wasi bool) error {
-	if _, ok := p.Export(exportStart); !ok || !wasi {
+	if _, ok := p.Export(abi.ExportStart); !ok || !wasi {
 		return nil
 	}
-	return fmt.Errorf("exports %s and imports WASI: it is a WASI command, which the host never starts (a Go guest traps in runtime.notInitialized); a module must be a WASI reactor: build it with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared", exportStart)
+	return fmt.Errorf("exports %s and imports WASI: it is a WASI command, which the host never starts (a Go guest traps in runtime.notInitialized); a module must be a WASI reactor: build it with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared", abi.ExportStart)
 }
 
 func (m *Module) checkExports(p *wasmbin.Module) error {

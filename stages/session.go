@@ -607,7 +607,9 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		return nil
 	})
 	dst = append(dst, out...)
-	if ran && s.native.Quarantined() == nil {
+	// The quarantine check takes a lock: only a call that left something
+	// to do after a proven fence pays for it.
+	if ran && s.afterCallWork() && s.native.Quarantined() == nil {
 		// The fence proved every stream of the session idle.
 		if len(s.native.state.pendingFree) > 0 {
 			s.releaseFreed()
@@ -618,6 +620,14 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		s.afterCall(ctx)
 	}
 	return dst, err
+}
+
+// afterCallWork reports whether a call left work for after its fence:
+// freed buffers or discarded memories to release, an instance to reset
+// or to replace.
+func (s *Session) afterCallWork() bool {
+	return len(s.native.state.pendingFree) > 0 || len(s.retired) > 0 || s.cfg.resetPerCall ||
+		s.inst == nil || (s.cfg.fence != nil && s.fenceIn == nil)
 }
 
 // afterCall readies the instances for the next call, once a call's fence
@@ -641,22 +651,26 @@ func (s *Session) afterCall(ctx context.Context) {
 	}
 }
 
-// reset returns *in to its module's snapshot and runs its stagehost_init
-// again; an instance that cannot be reset is discarded, to be replaced.
+// reset returns *in to its module's snapshot (its written pages copied
+// back, its globals set) and runs its stagehost_init again. An instance
+// that cannot be reset is discarded, to be replaced: one of a module
+// without a snapshot, one whose memory grew (wazero cannot shrink a
+// memory), or one whose reset failed.
 func (s *Session) reset(ctx context.Context, in **instance) {
 	i := *in
-	if i.module.snap != nil {
-		ok, err := resetInstance(i, i.module.snap)
-		if ok && err == nil {
+	if i.mem != nil && !i.mem.grown() {
+		err := i.mem.reset()
+		if err == nil {
+			err = applySnapshot(i.mod, i.module.snap)
+		}
+		if err == nil {
 			err = s.runInit(ctx, i, monotime.Since()+s.cfg.initTimeout)
 		}
-		if ok && err == nil {
+		if err == nil {
 			s.resets.Add(1)
 			return
 		}
-		if err != nil {
-			s.logger.Warn("an instance could not be reset; replacing it", "session", s.name, "error", err)
-		}
+		s.logger.Warn("an instance could not be reset; replacing it", "session", s.name, "error", err)
 	}
 	s.dropInstance(i)
 	*in = nil

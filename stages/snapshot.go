@@ -386,20 +386,6 @@ func applySnapshot(mod api.Module, snap *snapshot) error {
 	return nil
 }
 
-// resetInstance returns an instance made from a snapshot to the
-// snapshot's state: its memory's pages are dropped (they read as the
-// snapshot's again) and its globals set. An instance whose memory grew
-// cannot be reset (wazero cannot shrink a memory), so it reports false.
-func resetInstance(in *instance, snap *snapshot) (bool, error) {
-	if in.mem == nil || in.mem.grown() {
-		return false, nil
-	}
-	if err := in.mem.reset(); err != nil {
-		return false, err
-	}
-	return true, applySnapshot(in.mod, snap)
-}
-
 func (m *Module) closeSnapshot() {
 	if m.snap != nil {
 		if m.spares != nil {

@@ -412,3 +412,23 @@ func TestSnapshotMemoryOutlivesAReadInFlight(t *testing.T) {
 		t.Fatalf("replacements %d, retired memories kept %d; want 1 and 0", s.Replacements(), len(s.retired))
 	}
 }
+
+// TestTrappedInstanceIsReplacedBeforeTheCallReturns: after a call whose
+// stage trapped, the replacement instance is already made when the call
+// returns, from a snapshot or not, so the next call pays no
+// instantiation.
+func TestTrappedInstanceIsReplacedBeforeTheCallReturns(t *testing.T) {
+	ctx := context.Background()
+	f := newWasmFixture(t)
+	for _, snapshot := range []bool{true, false} {
+		m := snapModule(t, f.eng, "snap_state", snapshot)
+		s := f.session(t, m, f.defaultConfig("trap"))
+		if _, err := runState(t, s, "TTTT"); !errors.Is(err, hw.ErrFault) {
+			t.Fatalf("snapshot %v: trap: %v, want Fault", snapshot, err)
+		}
+		if s.inst == nil || s.Replacements() != 1 {
+			t.Fatalf("snapshot %v: instance ready %v, replacements %d; want a replacement made before the call returned", snapshot, s.inst != nil, s.Replacements())
+		}
+		_ = s.Close(ctx)
+	}
+}
