@@ -214,6 +214,7 @@ func TestSnapshotRefusals(t *testing.T) {
 		"snap_hostcall": "stagehost_v1.log",
 		"snap_optout":   "stagehost_no_snapshot",
 		"snap_table":    "table.set",
+		"snap_vglobal":  "mutable v128",
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := snapModule(t, f.eng, name, true)
