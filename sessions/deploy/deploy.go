@@ -121,28 +121,17 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	if err := d.openDevices(); err != nil {
 		return nil, err
 	}
-	ecfg := stages.NewEngineConfig().WithLogger(opt.Logger).WithMaxModuleSize(m.Runtime.MaxModuleSize)
-	switch dir := m.Runtime.CacheDir; dir {
-	case manifest.CacheOff:
-		ecfg = ecfg.WithCacheDir("")
-	case "":
-	default:
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join(m.Dir, dir)
-		}
-		ecfg = ecfg.WithCacheDir(dir)
-	}
 	cacheDir := "" // the file cache's directory, "" when it is off
-	switch dir := m.Runtime.CacheDir; dir {
-	case manifest.CacheOff:
-	case "":
+	switch dir := m.Runtime.CacheDir; {
+	case dir == manifest.CacheOff:
+	case dir == "":
 		cacheDir = stages.DefaultCacheDir()
-	default:
+	case filepath.IsAbs(dir):
 		cacheDir = dir
-		if !filepath.IsAbs(dir) {
-			cacheDir = filepath.Join(m.Dir, dir)
-		}
+	default:
+		cacheDir = filepath.Join(m.Dir, dir)
 	}
+	ecfg := stages.NewEngineConfig().WithLogger(opt.Logger).WithMaxModuleSize(m.Runtime.MaxModuleSize).WithCacheDir(cacheDir)
 	if d.Engine, err = stages.NewEngine(ctx, ecfg); err != nil {
 		if m.Runtime.CacheDir != "" || !errors.Is(err, hw.ErrUnsupported) {
 			return nil, err
