@@ -65,17 +65,7 @@ func TestBinaryExitCodes(t *testing.T) {
 
 	// The Go runtime exits with 2 when the process crashes; SIGQUIT makes
 	// it dump its goroutines and exit the same way.
-	cmd := exec.Command(stagehostBinary(t), "serve", "testdata/failing.toml", "--addr", "127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stdout, stderr := startBinary(t, "serve", "testdata/failing.toml", "--addr", "127.0.0.1:0")
 	if base, _ := serving(stdout); base == "" {
 		_ = cmd.Wait()
 		t.Fatalf("no serving line; stderr:\n%s", stderr.String())
@@ -112,17 +102,7 @@ func TestServeWithSessionsThatCannotBeCreated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	cmd := exec.Command(stagehostBinary(t), "serve", "testdata/failing.toml", "--addr", "127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stdout, stderr := startBinary(t, "serve", "testdata/failing.toml", "--addr", "127.0.0.1:0")
 	base, lines := serving(stdout)
 	if base == "" {
 		_ = cmd.Wait()

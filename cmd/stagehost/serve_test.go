@@ -29,6 +29,24 @@ var (
 	buildErr  error
 )
 
+// startBinary starts the built binary with args and returns it, its
+// stdout pipe and what it writes on stderr; the test's end kills it.
+func startBinary(t *testing.T, args ...string) (*exec.Cmd, io.Reader, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(stagehostBinary(t), args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := new(bytes.Buffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, stdout, stderr
+}
+
 func stagehostBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -83,18 +101,7 @@ func TestServeEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := stagehostBinary(t)
-	cmd := exec.Command(bin, "serve", "testdata/serve.toml", "--addr", "127.0.0.1:0", "--grace", "30s")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stdout, stderr := startBinary(t, "serve", "testdata/serve.toml", "--addr", "127.0.0.1:0", "--grace", "30s")
 	lines := bufio.NewScanner(stdout)
 	var base string
 	for lines.Scan() {

@@ -2,10 +2,8 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
@@ -153,17 +151,7 @@ func TestServeQuiet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	cmd := exec.Command(stagehostBinary(t), "serve", cstageManifest(t, ""), "--addr", "127.0.0.1:0", "--quiet")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stdout, stderr := startBinary(t, "serve", cstageManifest(t, ""), "--addr", "127.0.0.1:0", "--quiet")
 	lines := bufio.NewScanner(stdout)
 	if !lines.Scan() || !strings.Contains(lines.Text(), "(1 session, 1 resident session)") {
 		t.Fatalf("serving line %q; stderr:\n%s", lines.Text(), stderr.String())
