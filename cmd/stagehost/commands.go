@@ -146,9 +146,10 @@ func newLogger(stderr io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// open opens the deployment: only the session or resident session only
-// (and what it needs) when only is set. Progress (module loading) goes to
-// stderr unless quiet; warnings and errors always do.
+// open opens the deployment; with only set, just that session or
+// resident session and the modules it needs (deploy.Options.Only).
+// Progress (module loading) goes to stderr unless quiet; warnings and
+// errors always do.
 func open(ctx context.Context, m *manifest.Manifest, only string, quiet bool, stderr io.Writer) (*deploy.Deployment, int) {
 	opt := deploy.Options{Logger: newLogger(stderr), Only: only}
 	if !quiet {
@@ -191,9 +192,6 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 
 	failed, notCreated := false, false
 	for _, name := range d.SessionNames() {
-		if *only != "" && name != *only {
-			continue
-		}
 		s := d.Session(name)
 		if err := s.Failed(); err != nil {
 			notCreated = true
@@ -220,9 +218,6 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  output: %s\n", formatOutput(s.Spec.OutputFormat, out))
 	}
 	for _, name := range d.ResidentNames() {
-		if *only != "" && name != *only {
-			continue
-		}
 		run, err := d.Resident(name).Run(ctx)
 		if err != nil {
 			failed = true
