@@ -224,6 +224,14 @@ func kernelArgmax(l *Launch) error {
 	if len(out) < 8 {
 		return badArgs("argmax: out has %d bytes, want at least 8", len(out))
 	}
+	putArgmax(out, x)
+	return nil
+}
+
+// putArgmax writes into out[:8] the index of x's first largest value (x is
+// not empty; NaN never compares larger) as a little-endian uint32, then
+// the value's float32 bits, little-endian.
+func putArgmax(out []byte, x []float32) {
 	best, bestV := 0, x[0]
 	for i, v := range x[1:] {
 		if v > bestV {
@@ -232,7 +240,6 @@ func kernelArgmax(l *Launch) error {
 	}
 	binary.LittleEndian.PutUint32(out[0:4], uint32(best))
 	binary.LittleEndian.PutUint32(out[4:8], math.Float32bits(bestV))
-	return nil
 }
 
 var infoMLPForward = hw.KernelInfo{
@@ -316,14 +323,7 @@ func kernelMLPForward(l *Launch) error {
 		}
 		scores[j] = sum + b2[j]
 	}
-	best, bestV := 0, scores[0]
-	for i, s := range scores[1:] {
-		if s > bestV {
-			best, bestV = i+1, s
-		}
-	}
-	binary.LittleEndian.PutUint32(out[0:4], uint32(best))
-	binary.LittleEndian.PutUint32(out[4:8], math.Float32bits(bestV))
+	putArgmax(out, scores)
 	return nil
 }
 
