@@ -14,13 +14,13 @@ import (
 // its spin).
 func (s *Stream) waiting() bool { return s.rec.Sleepers() > 0 }
 
-// untilWaiting yields until a waiter has registered on s. It is not a
-// sleep: it only lets the waiter goroutine run, and gives up after a
+// untilWaiting yields until n waiters are asleep on s. It is not a
+// sleep: it only lets the waiter goroutines run, and gives up after a
 // generous deadline.
-func untilWaiting(t *testing.T, s *Stream) {
+func untilWaiting(t *testing.T, s *Stream, n int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for !s.waiting() {
+	for s.rec.Sleepers() < n {
 		if time.Now().After(deadline) {
 			t.Fatal("waiter never registered")
 		}
@@ -44,7 +44,7 @@ func TestLoseWakesRegisteredWaiter(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- c.Wait(context.Background()) }()
-	untilWaiting(t, s)
+	untilWaiting(t, s, 1)
 	d.Lose("while waiting")
 	select {
 	case err := <-got:
@@ -63,7 +63,8 @@ func TestLoseWakesRegisteredWaiter(t *testing.T) {
 }
 
 // TestRetireWakesAllWaiters checks the broadcast: several waiters on
-// different commands all wake, and none is left asleep afterwards.
+// each of several commands, all asleep (past their spin), all wake, and
+// none is left asleep afterwards.
 func TestRetireWakesAllWaiters(t *testing.T) {
 	p := New()
 	d, _ := p.AddDevice("d", hw.EngineGPU)
@@ -76,13 +77,18 @@ func TestRetireWakesAllWaiters(t *testing.T) {
 		c, _ := s.Submit(&hw.Command{Program: noop})
 		cs = append(cs, c)
 	}
-	got := make(chan error, len(cs))
+	// Two waiters per command: more sleepers than retirements, so that
+	// only a broadcast wakes them all.
+	const per = 2
+	got := make(chan error, per*len(cs))
 	for _, c := range cs {
-		go func() { got <- c.Wait(context.Background()) }()
+		for range per {
+			go func() { got <- c.Wait(context.Background()) }()
+		}
 	}
-	untilWaiting(t, s)
+	untilWaiting(t, s, per*len(cs))
 	release()
-	for range cs {
+	for range per * len(cs) {
 		select {
 		case err := <-got:
 			if err != nil {
