@@ -194,7 +194,7 @@ func (s *Stream) closeStaging(healthy bool) {
 
 // pinnedRanges is the platform's record of the page-locked host memory it
 // allocated (cuMemHostAlloc): host-visible buffers, shared allocations and
-// upload staging. This package never registers other memory with the
+// the streams' staging rings (uploads and downloads). This package never registers other memory with the
 // driver (no cuMemHostRegister), so memory outside these ranges is
 // pageable to CUDA. Reads consult it on every call, so it is a
 // copy-on-write snapshot: lookups take no lock.
