@@ -3,6 +3,7 @@ package manifest
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -162,7 +163,7 @@ func checkIndexAgainstParser(src []byte) string {
 		}
 		last := e.path[len(e.path)-1]
 		if !last.isIndex && last.name != "" && formatKey(last.name) == last.name &&
-			!strings.Contains(lines[e.line-1], last.name) {
+			!mentions(lines[e.line-1], last.name) {
 			return "line of " + e.path.String() + " does not mention it: " + lines[e.line-1]
 		}
 	}
@@ -172,4 +173,23 @@ func checkIndexAgainstParser(src []byte) string {
 		}
 	}
 	return ""
+}
+
+// basicStrings matches the one-line basic strings of a TOML line.
+var basicStrings = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// mentions reports whether line names key: literally, or inside one of
+// its basic strings once the TOML parser has decoded that string's
+// escapes (a key written "\x41" is the key A).
+func mentions(line, key string) bool {
+	if strings.Contains(line, key) {
+		return true
+	}
+	for _, q := range basicStrings.FindAllString(line, -1) {
+		var v struct{ S string }
+		if _, err := toml.Decode("S = "+q, &v); err == nil && strings.Contains(v.S, key) {
+			return true
+		}
+	}
+	return false
 }
