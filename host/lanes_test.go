@@ -430,3 +430,48 @@ func TestEachDeviceHasItsOwnLanesUnderOneCapacity(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+func TestLaneBusyReportsHoldersAndWaitersPerDevice(t *testing.T) {
+	rt := newTestRuntime(t, 4)
+	q := queued(rt)
+	ctx := context.Background()
+	if rt.LaneBusy("gpu0", LaneCompute) || rt.LaneBusy("never-seen", LaneUpload) || rt.LaneBusy("gpu0", Lane(NumLanes)) {
+		t.Fatal("busy before any occupant")
+	}
+	var lease Lease
+	if err := rt.AcquireCompute(ctx, Op{Owner: "a", Device: "gpu0"}, &lease); err != nil {
+		t.Fatal(err)
+	}
+	if !rt.LaneBusy("gpu0", LaneCompute) {
+		t.Fatal("a held lease is not busy")
+	}
+	if rt.LaneBusy("gpu1", LaneCompute) || rt.LaneBusy("gpu0", LaneUpload) {
+		t.Fatal("another device's lane, or another lane, reads busy")
+	}
+	up := hold(rt, ctx, Op{Lane: LaneUpload, Owner: "b", Device: "gpu1"})
+	mustRecv(t, up.started, "upload started")
+	if !rt.LaneBusy("gpu1", LaneUpload) {
+		t.Fatal("a coordinated occupant is not busy")
+	}
+	close(up.release)
+	mustRecv(t, up.done, "upload done")
+	if rt.LaneBusy("gpu1", LaneUpload) {
+		t.Fatal("busy after its occupant left")
+	}
+	// The lane passes from a released lease to the one waiting for it.
+	var again Lease
+	done := make(chan error, 1)
+	go func() { done <- rt.AcquireCompute(ctx, Op{Owner: "c", Device: "gpu0"}, &again) }()
+	recvQueued(t, q, LaneCompute, false)
+	lease.Release(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !rt.LaneBusy("gpu0", LaneCompute) {
+		t.Fatal("the promoted waiter's lease is not busy")
+	}
+	again.Release(false)
+	if rt.LaneBusy("gpu0", LaneCompute) {
+		t.Fatal("busy after every lease was released")
+	}
+}

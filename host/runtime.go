@@ -169,6 +169,25 @@ func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
 	return nil
 }
 
+// LaneBusy reports whether device's lane has an occupant or a waiter
+// right now. It is a placement hint (a pool prefers an instance whose
+// device's compute lane is free): the answer may change as soon as it is
+// returned. A device the runtime has not seen is not busy.
+func (r *Runtime) LaneBusy(device string, lane Lane) bool {
+	if int(lane) >= NumLanes {
+		return false
+	}
+	s := r.sched
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set := s.devices[device]
+	if set == nil {
+		return false
+	}
+	l := &set[lane]
+	return l.leased || l.active > 0 || !l.queue.empty()
+}
+
 type stageKey struct{ rt *Runtime }
 
 func (r *Runtime) inStage(ctx context.Context) bool {
