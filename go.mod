@@ -6,6 +6,7 @@ require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/ebitengine/purego v0.11.3
 	github.com/prometheus/client_golang v1.25.0
+	github.com/stagehost/stagehost/guest-sdk v0.0.0
 	github.com/tetratelabs/wazero v1.12.0
 	golang.org/x/sys v0.50.0
 )
@@ -20,3 +21,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+// The guest SDK is a module of its own in ./guest-sdk, not published:
+// cmd/stagehost embeds its sources (stagehost new).
+replace github.com/stagehost/stagehost/guest-sdk => ./guest-sdk
