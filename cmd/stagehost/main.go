@@ -5,6 +5,7 @@
 //	stagehost serve FILE [--addr 127.0.0.1:8080] [--grace 30s] [--quiet]
 //	stagehost trace FILE
 //	stagehost version
+//	stagehost new go|c NAME
 //
 // Every command takes --help (or -h), which prints its usage and flags and
 // exits 0. Progress goes to stderr, and run --quiet and serve --quiet drop
@@ -22,6 +23,8 @@
 //	64  bad command-line usage (EX_USAGE)
 //	65  the manifest, one of the files it names, or an input or trace file
 //	    is invalid (EX_DATAERR)
+//	73  new could not write its project: NAME exists and is not an empty
+//	    directory, or a file could not be written (EX_CANTCREAT)
 //
 // The Go runtime exits with 2 after an unrecovered panic or a fatal error,
 // and that cannot be changed, so no code of stagehost's own is 2: a crash
@@ -67,6 +70,7 @@ Usage:
   stagehost trace FILE                 summarise a saved trace
   stagehost version                    print the stagehost, ABI and wazero versions
   stagehost kernels [--markdown]       the kernels and their arguments (docs/kernels.md)
+  stagehost new go|c NAME              write a new guest project in NAME (docs/guest.md)
   stagehost COMMAND --help             a command's usage and flags
 
 Exit codes:
@@ -76,6 +80,7 @@ Exit codes:
   3   the host could not start, or (run) a session could not be created
   64  bad command-line usage
   65  the manifest, a file it names, or an input or trace file is invalid
+  73  new could not write its project
 `
 
 // commands are the subcommands, for "stagehost help COMMAND".
@@ -102,6 +107,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdVersion(args[1:], stdout, stderr)
 	case "kernels":
 		return cmdKernels(args[1:], stdout, stderr)
+	case "new":
+		return cmdNew(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) == 2 && args[0] == "help" && commands[args[1]] {
 			return Main([]string{args[1], "--help"}, stdout, stderr)
