@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -142,16 +143,36 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func newLogger(stderr io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+// logLevel is the --log-level flag: debug, info, warn (the default) or
+// error.
+type logLevel struct{ slog.Level }
+
+func (l *logLevel) String() string { return strings.ToLower(l.Level.String()) }
+func (l *logLevel) Set(s string) error {
+	switch s {
+	case "debug", "info", "warn", "error":
+		return l.Level.UnmarshalText([]byte(s))
+	}
+	return fmt.Errorf("want debug, info, warn or error")
+}
+
+// logLevelFlag adds --log-level to fs.
+func logLevelFlag(fs *flag.FlagSet) *logLevel {
+	l := &logLevel{slog.LevelWarn}
+	fs.Var(l, "log-level", "log `level` on stderr: debug, info (guest logs, serve's access log), warn or error")
+	return l
+}
+
+func newLogger(stderr io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 }
 
 // open opens the deployment; with only set, just that session or
 // resident session and the modules it needs (deploy.Options.Only).
 // Progress (module loading) goes to stderr unless quiet; warnings and
 // errors always do.
-func open(ctx context.Context, m *manifest.Manifest, only string, quiet bool, stderr io.Writer) (*deploy.Deployment, int) {
-	opt := deploy.Options{Logger: newLogger(stderr), Only: only}
+func open(ctx context.Context, m *manifest.Manifest, only string, quiet bool, logger *slog.Logger, stderr io.Writer) (*deploy.Deployment, int) {
+	opt := deploy.Options{Logger: logger, Only: only}
 	if !quiet {
 		opt.Progress = func(msg string) { fmt.Fprintln(stderr, msg) }
 	}
@@ -170,6 +191,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	inputFile := fs.String("input", "", "the session's input `FILE` (needs --session naming a session; default: its manifest input)")
 	traceFile := fs.String("trace", "", "write a Chrome/Perfetto trace to `out.json`")
 	quiet := fs.Bool("quiet", false, "print no progress (module loading) on stderr; results and errors still show")
+	level := logLevelFlag(fs)
 	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
@@ -184,7 +206,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, code := open(ctx, m, *only, *quiet, stderr)
+	d, code := open(ctx, m, *only, *quiet, newLogger(stderr, level.Level), stderr)
 	if d == nil {
 		return code
 	}
@@ -306,18 +328,36 @@ func printSummary(w io.Writer, sum []host.LaneSummary) {
 }
 
 func cmdServe(args []string, stdout, stderr io.Writer) int {
-	c := newCommand("serve", "FILE [flags]", "Serve the manifest's sessions and resident sessions over HTTP (see README.md).")
+	c := newCommand("serve", "FILE [flags]", "Serve the manifest's sessions and resident sessions over HTTP (see docs/service.md).")
 	fs := c.fs
 	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`")
 	grace := fs.Duration("grace", 30*time.Second, "how long SIGTERM waits for accepted requests")
 	quiet := fs.Bool("quiet", false, "print no progress (module loading) on stderr; results and errors still show")
+	level := logLevelFlag(fs)
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate `file` (with --tls-key; overrides service.tls_cert)")
+	tlsKey := fs.String("tls-key", "", "the PEM private key `file` of --tls-cert (overrides service.tls_key)")
+	adminFile := fs.String("admin-token-file", "", "bearer tokens of scope admin, one a line, in `file` (overrides service.admin_token_file)")
+	invokeFile := fs.String("invoke-token-file", "", "bearer tokens of scope invoke, one a line, in `file` (overrides service.invoke_token_file)")
+	insecure := fs.Bool("insecure-no-auth", false, "serve a non-loopback --addr without any token (every route open to anyone who can connect)")
 	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
+	logger := newLogger(stderr, level.Level)
+	cfg, code := serviceConfig(m, *tlsCert, *tlsKey, *adminFile, *invokeFile, stderr)
+	if code >= 0 {
+		return code
+	}
+	if len(cfg.AdminTokens)+len(cfg.InvokeTokens) == 0 && !loopback(*addr) {
+		if !*insecure {
+			fmt.Fprintf(stderr, "stagehost serve: refusing to serve %s without authentication: it is not a loopback address. Configure tokens (--admin-token-file, --invoke-token-file, or service.*_token_file/_env in the manifest), or pass --insecure-no-auth\n", *addr)
+			return exitUsage
+		}
+		fmt.Fprintf(stderr, "stagehost serve: WARNING: --insecure-no-auth: every route on %s, /metrics, /debug/trace and resident starts included, is open to anyone who can connect\n", *addr)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, code := open(ctx, m, "", *quiet, stderr)
+	d, code := open(ctx, m, "", *quiet, logger, stderr)
 	if d == nil {
 		return code
 	}
@@ -334,9 +374,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if n := len(d.FailedSessions()); n > 0 {
 		failedNote = fmt.Sprintf(", %d of them failed", n)
 	}
-	fmt.Fprintf(stdout, "serving %s on http://%s (%s%s, %s)\n",
-		path, ln.Addr(), plural(len(m.Sessions), "session"), failedNote, plural(len(m.Residents), "resident session"))
-	srv := deploy.NewServer(d, newLogger(stderr))
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout, "serving %s on %s://%s (%s%s, %s)\n",
+		path, scheme, ln.Addr(), plural(len(m.Sessions), "session"), failedNote, plural(len(m.Residents), "resident session"))
+	srv := deploy.NewServerConfig(d, logger, cfg)
 	err = srv.Serve(ctx, ln, *grace)
 	cerr := d.Close(context.Background())
 	if err != nil {
@@ -349,6 +393,63 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	accepted, answered := srv.Counts()
 	fmt.Fprintf(stdout, "stopped: %s accepted, %d answered\n", plural(int(accepted), "request"), answered)
 	return exitOK
+}
+
+// serviceConfig is the manifest's [service] with the flags over it, its
+// tokens read and its TLS pair checked. On failure it returns the exit
+// code (-1 on success): 64 for a flag without its partner, 65 for a file
+// or variable that cannot be used.
+func serviceConfig(m *manifest.Manifest, tlsCert, tlsKey, adminFile, invokeFile string, stderr io.Writer) (deploy.Config, int) {
+	cfg := deploy.ConfigFromManifest(m)
+	sv := m.Service
+	if (tlsCert == "") != (tlsKey == "") {
+		fmt.Fprintln(stderr, "stagehost serve: --tls-cert and --tls-key go together")
+		return cfg, exitUsage
+	}
+	if tlsCert != "" {
+		cfg.TLSCert, cfg.TLSKey = tlsCert, tlsKey
+	}
+	if cfg.TLSCert != "" {
+		if _, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey); err != nil {
+			fmt.Fprintf(stderr, "stagehost serve: TLS certificate %s and key %s: %v\n", cfg.TLSCert, cfg.TLSKey, err)
+			return cfg, exitInvalid
+		}
+	}
+	if adminFile != "" {
+		sv.AdminTokenFile = adminFile
+	}
+	if invokeFile != "" {
+		sv.InvokeTokenFile = invokeFile
+	}
+	var err error
+	if sv.AdminTokenFile != "" || sv.AdminTokenEnv != "" {
+		if cfg.AdminTokens, err = deploy.ReadTokens(sv.AdminTokenFile, sv.AdminTokenEnv); err != nil {
+			fmt.Fprintf(stderr, "stagehost serve: admin tokens: %v\n", err)
+			return cfg, exitInvalid
+		}
+	}
+	if sv.InvokeTokenFile != "" || sv.InvokeTokenEnv != "" {
+		if cfg.InvokeTokens, err = deploy.ReadTokens(sv.InvokeTokenFile, sv.InvokeTokenEnv); err != nil {
+			fmt.Fprintf(stderr, "stagehost serve: invoke tokens: %v\n", err)
+			return cfg, exitInvalid
+		}
+	}
+	return cfg, -1
+}
+
+// loopback reports whether addr (host:port) listens on a loopback address
+// only: 127.0.0.0/8, ::1 or localhost. An empty host (every interface) is
+// not.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func cmdTrace(args []string, stdout, stderr io.Writer) int {

@@ -63,10 +63,15 @@ Usage:
       --input FILE                     input for the session (default: its manifest input)
       --trace out.json                 write a Perfetto/Chrome trace
       --quiet                          no progress on stderr (results and errors still show)
-  stagehost serve FILE [flags]         serve the manifest over HTTP
-      --addr 127.0.0.1:8080            listen address
+      --log-level warn                 debug, info (guest logs), warn or error
+  stagehost serve FILE [flags]         serve the manifest over HTTP (docs/service.md)
+      --addr 127.0.0.1:8080            listen address (not loopback: needs tokens or --insecure-no-auth)
       --grace 30s                      how long SIGTERM waits for accepted requests
       --quiet                          no progress on stderr (results and errors still show)
+      --log-level warn                 debug, info (guest logs, access log), warn or error
+      --tls-cert FILE --tls-key FILE   serve HTTPS
+      --admin-token-file FILE          bearer tokens of scope admin (also --invoke-token-file)
+      --insecure-no-auth               allow a non-loopback --addr without tokens
   stagehost trace FILE                 summarise a saved trace
   stagehost version                    print the stagehost, ABI and wazero versions
   stagehost kernels [--markdown]       the kernels and their arguments (docs/kernels.md)

@@ -152,7 +152,7 @@ func TestServeEndToEnd(t *testing.T) {
 
 	// The liar's fence cannot be proven: only it is quarantined.
 	code, body, err := client.post(base, "/v1/sessions/liar/run", nil)
-	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(string(body), "device lost") {
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(string(body), `"class": "device_lost"`) {
 		t.Fatalf("liar: %d %s %v", code, body, err)
 	}
 	code, body, err = client.get(base, "/v1/sessions")
@@ -202,7 +202,7 @@ func TestServeEndToEnd(t *testing.T) {
 		`stagehost_session_runs_total{outcome="ok",session="fill"} 20`,
 		`stagehost_session_runs_total{outcome="ok",session="mlp1"} 31`,
 		`stagehost_session_runs_total{outcome="ok",session="mlp2"} 30`,
-		`stagehost_session_runs_total{outcome="device lost",session="liar"} 1`,
+		`stagehost_session_runs_total{outcome="device_lost",session="liar"} 1`,
 		`stagehost_quarantined_owners 1`,
 		`stagehost_lane_occupancies_total{lane="npu"} 1`,
 	} {

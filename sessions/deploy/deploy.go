@@ -71,6 +71,9 @@ type Session struct {
 	mu     sync.Mutex
 	calls  uint64
 	fails  uint64
+	// outcomes counts calls by outcome (Outcome's class names): the
+	// counts of /v1/sessions and stagehost_session_runs_total alike.
+	outcomes map[string]uint64
 }
 
 // ErrUnavailable is wrapped by the error of every call to a session that
@@ -338,6 +341,26 @@ func (d *Deployment) injectFaults() error {
 	return nil
 }
 
+// DeviceNames lists the devices in manifest order.
+func (d *Deployment) DeviceNames() []string {
+	names := make([]string, 0, len(d.Manifest.Devices))
+	for _, md := range d.Manifest.Devices {
+		names = append(names, md.Name)
+	}
+	return names
+}
+
+// DeviceErr returns nil while the named device is healthy, and an
+// [hw.ErrDeviceLost] error naming the cause once it is lost (or an
+// [hw.ErrNotFound] error for an unknown name).
+func (d *Deployment) DeviceErr(name string) error {
+	dev := d.devices[name]
+	if dev == nil {
+		return hw.Errorf(hw.ErrNotFound, "no device %q", name)
+	}
+	return dev.Err()
+}
+
 // Session returns a session by name, or nil.
 func (d *Deployment) Session(name string) *Session { return d.sessions[name] }
 
@@ -402,7 +425,11 @@ func (s *Session) Failed() error { return s.failed }
 // As for [stages.Session.RunEntry], plus [hw.ErrDeadlineExceeded] if ctx
 // ends while waiting for the session, and an error wrapping
 // [ErrUnavailable] and the reason if the session could not be created.
-func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
+//
+// Every call is counted by its [Outcome]: ok, an error class, or
+// client_closed when ctx was cancelled (the caller went away).
+func (s *Session) Run(ctx context.Context, input []byte) (out []byte, err error) {
+	defer func() { s.count(Outcome(ctx, err)) }()
 	if s.failed != nil {
 		return nil, &unavailableError{s.Spec.Name, s.failed}
 	}
@@ -412,40 +439,53 @@ func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
 		return nil, hw.ContextError(ctx, fmt.Sprintf("waiting for session %q", s.Spec.Name))
 	}
 	defer func() { <-s.turn }()
-	out, err := s.wasm.RunEntry(ctx, s.Spec.Entry, input, nil)
+	return s.wasm.RunEntry(ctx, s.Spec.Entry, input, nil)
+}
+
+func (s *Session) count(outcome string) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.calls++
-	if err != nil {
+	if outcome != ClassOK {
 		s.fails++
 	}
-	s.mu.Unlock()
-	return out, err
+	if s.outcomes == nil {
+		s.outcomes = map[string]uint64{}
+	}
+	s.outcomes[outcome]++
 }
 
 // SessionStatus describes a session for listings.
 type SessionStatus struct {
-	Name        string `json:"name"`
-	Stage       string `json:"stage"`
-	Device      string `json:"device"`
-	State       string `json:"state"` // "ready", "quarantined", or "failed" (could not be created)
-	Reason      string `json:"reason,omitempty"`
-	Calls       uint64 `json:"calls"`
-	Failures    uint64 `json:"failures"`
-	Replaced    int    `json:"instances_replaced"`
-	BudgetBytes int64  `json:"budget_used_bytes"`
+	Name     string `json:"name"`
+	Stage    string `json:"stage"`
+	Device   string `json:"device"`
+	State    string `json:"state"` // "ready", "quarantined", or "failed" (could not be created)
+	Reason   string `json:"reason,omitempty"`
+	Calls    uint64 `json:"calls"`
+	Failures uint64 `json:"failures"`
+	// Outcomes counts the calls by outcome: "ok", or an error class of
+	// the service (docs/service.md), "client_closed" included.
+	Outcomes    map[string]uint64 `json:"outcomes"`
+	Replaced    int               `json:"instances_replaced"`
+	BudgetBytes int64             `json:"budget_used_bytes"`
 }
 
 // Status reports the session's state.
 func (s *Session) Status() SessionStatus {
 	s.mu.Lock()
 	calls, fails := s.calls, s.fails
+	outcomes := make(map[string]uint64, len(s.outcomes))
+	for k, v := range s.outcomes {
+		outcomes[k] = v
+	}
 	s.mu.Unlock()
 	if s.failed != nil {
 		return SessionStatus{Name: s.Spec.Name, Stage: s.Spec.Stage, Device: s.Spec.Device, State: "failed",
-			Reason: s.failed.Error(), Calls: calls, Failures: fails}
+			Reason: s.failed.Error(), Calls: calls, Failures: fails, Outcomes: outcomes}
 	}
 	st := SessionStatus{Name: s.Spec.Name, Stage: s.Spec.Stage, Device: s.Spec.Device, State: "ready",
-		Calls: calls, Failures: fails, Replaced: s.wasm.Replacements(), BudgetBytes: s.wasm.Owner().Budget().Used()}
+		Calls: calls, Failures: fails, Outcomes: outcomes, Replaced: s.wasm.Replacements(), BudgetBytes: s.wasm.Owner().Budget().Used()}
 	if q := s.wasm.Quarantined(); q != nil {
 		st.State, st.Reason = "quarantined", q.Error()
 	}

@@ -207,7 +207,7 @@ func TestServerRoutes(t *testing.T) {
 		want         string
 	}{
 		{"POST", "/v1/sessions/steady/run", 200, "ok"},
-		{"POST", "/v1/sessions/nope/run", 404, `"class": "not found"`},
+		{"POST", "/v1/sessions/nope/run", 404, `"class": "not_found"`},
 		{"GET", "/v1/sessions/steady", 200, `"state": "ready"`},
 		{"GET", "/v1/sessions", 200, `"name": "flaky"`},
 		{"GET", "/v1/residents/nope", 404, "no resident"},
@@ -215,7 +215,11 @@ func TestServerRoutes(t *testing.T) {
 		{"GET", "/healthz", 200, "ok"},
 		{"GET", "/debug/trace", 200, "traceEvents"},
 		{"GET", "/metrics", 200, "stagehost_lane_occupancies_total"},
-		{"DELETE", "/v1/sessions/steady/run", 405, ""},
+		{"DELETE", "/v1/sessions/steady/run", 405, `"class": "method_not_allowed"`},
+		{"GET", "/nowhere", 404, `"class": "not_found"`},
+		{"GET", "/livez", 200, `"live": true`},
+		{"GET", "/readyz", 200, `"status": "ready"`},
+		{"GET", "/v1/sessions/steady/ready", 200, `"ready": true`},
 	} {
 		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
 		resp, err := http.DefaultClient.Do(req)

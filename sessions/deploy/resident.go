@@ -20,9 +20,11 @@ type Resident struct {
 	Spec *manifest.Resident
 	d    *Deployment
 
-	mu   sync.Mutex
-	runs []*ResidentRun
-	wg   sync.WaitGroup
+	mu      sync.Mutex
+	runs    []*ResidentRun // the last Spec.History runs, oldest first
+	nextID  int
+	running int // runs started and not yet finished
+	wg      sync.WaitGroup
 }
 
 // ResidentRun is one run of a resident session.
@@ -37,7 +39,15 @@ type ResidentRun struct {
 	done     chan struct{}
 }
 
-// Runs returns a snapshot of the resident's runs, oldest first.
+// Running returns how many runs are started and not yet finished.
+func (r *Resident) Running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running
+}
+
+// Runs returns a snapshot of the resident's runs, oldest first: the last
+// Spec.History of them.
 func (r *Resident) Runs() []ResidentRun {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -61,17 +71,28 @@ func (r *Resident) set(run *ResidentRun, f func(*ResidentRun)) {
 //
 // # Errors
 //
-// [hw.ErrUnsupported] for a resident whose two devices are not both sim
+// [hw.ErrBusy] when Spec.MaxRuns runs are already running (no run is
+// started); [hw.ErrUnsupported] for a resident whose two devices are not both sim
 // devices or both cuda devices (a cuda GPU and the cuda host device, engine
 // "cpu"), or whose payload is not the exchange's; errors of the devices.
 func (r *Resident) Start(ctx context.Context) (*ResidentRun, error) {
 	r.mu.Lock()
-	run := &ResidentRun{ID: len(r.runs) + 1, State: "starting", Rounds: r.Spec.Rounds, Started: time.Now(), done: make(chan struct{})}
+	if r.Spec.MaxRuns > 0 && r.running >= r.Spec.MaxRuns {
+		r.mu.Unlock()
+		return &ResidentRun{State: "refused", Rounds: r.Spec.Rounds},
+			hw.Errorf(hw.ErrBusy, "resident %q already has its max_runs of %d runs running; retry when one finishes", r.Spec.Name, r.Spec.MaxRuns)
+	}
+	r.nextID++
+	r.running++
+	run := &ResidentRun{ID: r.nextID, State: "starting", Rounds: r.Spec.Rounds, Started: time.Now(), done: make(chan struct{})}
 	r.runs = append(r.runs, run)
+	if h := r.Spec.History; h > 0 && len(r.runs) > h {
+		r.runs = append(r.runs[:0:0], r.runs[len(r.runs)-h:]...)
+	}
 	r.mu.Unlock()
 	rs, payload, err := r.launch(ctx, run)
 	if err != nil {
-		r.set(run, func(run *ResidentRun) { run.State, run.Error = "failed", err.Error() })
+		r.set(run, func(run *ResidentRun) { run.State, run.Error = "failed", err.Error(); r.running-- })
 		close(run.done)
 		if rs != nil {
 			_ = rs.Close()
@@ -191,6 +212,7 @@ func (r *Resident) finish(run *ResidentRun, rs *sessions.ResidentSession, payloa
 	}
 	cerr := rs.Close()
 	r.set(run, func(run *ResidentRun) {
+		r.running--
 		run.Duration = time.Since(run.Started)
 		run.Verified = verified
 		switch {

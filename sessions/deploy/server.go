@@ -2,13 +2,18 @@ package deploy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,71 +27,148 @@ import (
 	"github.com/stagehost/stagehost/stages"
 )
 
-// MaxRequestBody bounds a run request's input: the bound of a manifest's
-// input files.
+// MaxRequestBody is the default bound of a run request's input: a
+// session's max_input when the manifest does not set it.
 const MaxRequestBody = manifest.MaxInputSize
 
-// Server is the HTTP service over a deployment:
+// Config is the service's configuration: its limits, tokens and TLS. A
+// manifest's [service] table gives it ([ConfigFromManifest]); the CLI's
+// flags override it. Every route, limit and status is in docs/service.md.
+type Config struct {
+	// Timeouts of http.Server; 0 means none.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxConnections bounds the open connections (0: no bound); past it
+	// new connections wait to be accepted.
+	MaxConnections int
+	// MaxInFlight bounds the /v1/ requests being handled at once (0: no
+	// bound); past it a request is answered 429 busy with Retry-After.
+	MaxInFlight int
+	// DrainDelay is how long, after SIGTERM, the service keeps accepting
+	// while /readyz says draining, before it stops accepting.
+	DrainDelay time.Duration
+	// ReadyQuarantinedShare is the largest share (0..1) of a session's
+	// instances that may be quarantined or failed while /readyz says ready.
+	ReadyQuarantinedShare float64
+	// AdminTokens and InvokeTokens are the bearer tokens of each scope;
+	// with none at all, no route needs a token.
+	AdminTokens, InvokeTokens []string
+	// TLSCert and TLSKey are PEM files; with both set the service speaks
+	// HTTPS only.
+	TLSCert, TLSKey string
+}
+
+// DefaultConfig returns the defaults of docs/manifest.md's [service].
+func DefaultConfig() Config {
+	return ConfigFromService(manifest.DefaultService())
+}
+
+// ConfigFromManifest returns the configuration m's [service] table gives,
+// without the tokens (read them with [ReadTokens]).
+func ConfigFromManifest(m *manifest.Manifest) Config { return ConfigFromService(m.Service) }
+
+// ConfigFromService converts a [service] table, without the tokens.
+func ConfigFromService(s manifest.Service) Config {
+	return Config{
+		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
+		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout,
+		MaxConnections: s.MaxConnections, MaxInFlight: s.MaxInFlight,
+		DrainDelay: s.DrainDelay, ReadyQuarantinedShare: s.ReadyQuarantinedShare,
+		TLSCert: s.TLSCert, TLSKey: s.TLSKey,
+	}
+}
+
+// Server is the HTTP service over a deployment. Its routes, with the
+// scope of token each needs when tokens are configured:
 //
-//	POST /v1/sessions/{name}/run      body = input; 200 with the output bytes
-//	GET  /v1/sessions                 every session with its state
-//	GET  /v1/sessions/{name}          one session
-//	POST /v1/residents/{name}/start   202 with the run's id and state
-//	GET  /v1/residents/{name}         the resident's runs
-//	GET  /metrics                     Prometheus metrics
-//	GET  /debug/trace                 the trace as Chrome trace-event JSON
-//	GET  /healthz                     200 "ok"
+//	POST /v1/sessions/{name}/run      invoke  body = input; 200 with the output bytes
+//	GET  /v1/sessions                 invoke  every session with its state
+//	GET  /v1/sessions/{name}          invoke  one session
+//	GET  /v1/sessions/{name}/ready    invoke  200 when the session can run, else 503 and why
+//	POST /v1/residents/{name}/start   admin   202 with the run's id and state
+//	GET  /v1/residents/{name}         admin   the resident's runs
+//	GET  /metrics                     admin   Prometheus metrics
+//	GET  /debug/trace                 admin   the trace as Chrome trace-event JSON
+//	GET  /livez, /healthz, /v2/health/live    liveness: 200 while the process serves
+//	GET  /readyz, /v2/health/ready            readiness: 200, or 503 with the reasons
 //
-// Errors are JSON {"error", "class", "code"} with a status by error class:
-// client error 422, InvalidArgument 400, NotFound 404, OutOfBudget 413,
-// Busy 429, DeadlineExceeded 504, DeviceLost 503, a session that could not
-// be created ([ErrUnavailable], class "unavailable") 503, others 500.
+// Every error is JSON {"error", "class", "request_id"} (and "code" for a
+// stage's own failure), with the status of its class (errors.go); unknown
+// routes and methods included. Every response carries X-Request-Id.
 //
 // Besides the runtime's metrics, it exports stagehost_session_runs_total
-// and stagehost_session_run_seconds by session, and
+// by session and outcome (the class names of errors.go, the same counts
+// /v1/sessions shows), stagehost_session_run_seconds by session, and
 // stagehost_session_up{session}: 1 while the session is ready, 0 when it
 // is quarantined or could not be created.
 type Server struct {
 	d        *Deployment
+	cfg      Config
 	logger   *slog.Logger
 	registry *prometheus.Registry
-	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	mux      *http.ServeMux
+	scopes   map[string]Scope // route pattern → the scope it needs
+	limited  map[string]bool  // route patterns under max_in_flight
+	auth     *authenticator
+	inFlight chan struct{}
 	handler  http.Handler
 
+	state              atomic.Int32 // stateServing, then stateDraining
 	accepted, answered atomic.Uint64
 }
 
-// NewServer builds the service's handler over d.
+const (
+	stateServing = iota
+	stateDraining
+)
+
+// NewServer builds the service's handler over d with d's manifest's
+// [service] configuration and no tokens.
 func NewServer(d *Deployment, logger *slog.Logger) *Server {
+	return NewServerConfig(d, logger, ConfigFromManifest(d.Manifest))
+}
+
+// NewServerConfig builds the service's handler over d with cfg.
+func NewServerConfig(d *Deployment, logger *slog.Logger, cfg Config) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{d: d, logger: logger, registry: prometheus.NewRegistry(), mux: http.NewServeMux()}
-	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "stagehost_session_runs_total", Help: "Session runs by outcome (ok, client_error, or an error class).",
-	}, []string{"session", "outcome"})
+	s := &Server{d: d, cfg: cfg, logger: logger, registry: prometheus.NewRegistry(), mux: http.NewServeMux(),
+		scopes: map[string]Scope{}, limited: map[string]bool{}, auth: newAuthenticator(cfg.AdminTokens, cfg.InvokeTokens)}
+	if cfg.MaxInFlight > 0 {
+		s.inFlight = make(chan struct{}, cfg.MaxInFlight)
+	}
 	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "stagehost_session_run_seconds", Help: "Session run latency, including the wait for the session.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
 	}, []string{"session"})
-	s.registry.MustRegister(s.requests, s.latency, sessionCollector{d}, metrics.NewCollector(d.Runtime),
+	s.registry.MustRegister(s.latency, sessionCollector{d}, metrics.NewCollector(d.Runtime),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.mux.HandleFunc("POST /v1/sessions/{name}/run", s.run)
-	s.mux.HandleFunc("GET /v1/sessions", s.listSessions)
-	s.mux.HandleFunc("GET /v1/sessions/{name}", s.getSession)
-	s.mux.HandleFunc("POST /v1/residents/{name}/start", s.startResident)
-	s.mux.HandleFunc("GET /v1/residents/{name}", s.getResident)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
-	s.mux.HandleFunc("GET /debug/trace", s.trace)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.accepted.Add(1)
-		defer s.answered.Add(1)
-		s.mux.ServeHTTP(w, r)
-	})
+	s.route("POST /v1/sessions/{name}/run", ScopeInvoke, s.run)
+	s.route("GET /v1/sessions", ScopeInvoke, s.listSessions)
+	s.route("GET /v1/sessions/{name}", ScopeInvoke, s.getSession)
+	s.route("GET /v1/sessions/{name}/ready", ScopeInvoke, s.sessionReady)
+	s.route("POST /v1/residents/{name}/start", ScopeAdmin, s.startResident)
+	s.route("GET /v1/residents/{name}", ScopeAdmin, s.getResident)
+	s.route("GET /metrics", ScopeAdmin, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP)
+	s.route("GET /debug/trace", ScopeAdmin, s.trace)
+	live := func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"live": true})
+	}
+	s.route("GET /livez", ScopePublic, live)
+	s.route("GET /v2/health/live", ScopePublic, live)
+	s.route("GET /healthz", ScopePublic, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	s.route("GET /readyz", ScopePublic, s.ready)
+	s.route("GET /v2/health/ready", ScopePublic, s.ready)
+	s.handler = http.HandlerFunc(s.serveHTTP)
 	return s
+}
+
+func (s *Server) route(pattern string, scope Scope, h http.HandlerFunc) {
+	s.mux.HandleFunc(pattern, h)
+	s.scopes[pattern] = scope
+	_, path, _ := strings.Cut(pattern, " ")
+	s.limited[pattern] = strings.HasPrefix(path, "/v1/")
 }
 
 // Handler returns the HTTP handler.
@@ -98,18 +180,41 @@ func (s *Server) Counts() (accepted, answered uint64) {
 	return s.accepted.Load(), s.answered.Load()
 }
 
-// Serve serves on ln until ctx ends, then shuts down gracefully: it stops
+// Serve serves on ln until ctx ends, then shuts down gracefully: /readyz
+// says draining for the configured drain delay, then the service stops
 // accepting connections and waits (up to grace) for every accepted
 // request, whose stages run to completion and fence as usual, to be
-// answered.
+// answered. ln is bounded by MaxConnections; with TLSCert and TLSKey set
+// it serves HTTPS.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout,
+		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout,
+		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelInfo)}
+	ln = LimitListener(ln, s.cfg.MaxConnections)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if s.cfg.TLSCert != "" {
+			errc <- srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	}
+	s.state.Store(stateDraining)
+	if s.cfg.DrainDelay > 0 {
+		s.logger.Info("draining: /readyz answers 503 before the service stops accepting", "drain_delay", s.cfg.DrainDelay)
+		t := time.NewTimer(s.cfg.DrainDelay)
+		select {
+		case <-t.C:
+		case err := <-errc:
+			t.Stop()
+			return err
+		}
 	}
 	s.logger.Info("shutting down: no new connections; finishing accepted requests", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
@@ -121,45 +226,189 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	return err
 }
 
+// --- the request pipeline ---
+
+type ctxKey struct{}
+
+// RequestID returns the request id the service gave r ("" outside it).
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(ctxKey{}).(string)
+	return id
+}
+
+// validRequestID accepts an incoming X-Request-Id: 1 to 128 of
+// A-Z a-z 0-9 - _ . :
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// recorder records the status and the bytes written, for the access log.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	s.accepted.Add(1)
+	defer s.answered.Add(1)
+	start := time.Now()
+	id := r.Header.Get("X-Request-Id")
+	if !validRequestID(id) {
+		id = newRequestID()
+	}
+	w.Header().Set("X-Request-Id", id)
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, id))
+	rec := &recorder{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.logger.Error("handler panicked", "request_id", id, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if rec.status == 0 {
+				s.writeError(rec, r, &serviceError{ClassInternal, "internal error (request " + id + ")"})
+			}
+		}
+		status := rec.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		if r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled) && status >= 400 {
+			status = StatusClientClosed
+		}
+		s.logger.Info("http request", "method", r.Method, "path", r.URL.Path, "status", status,
+			"duration", time.Since(start), "bytes", rec.bytes, "request_id", id, "remote", r.RemoteAddr)
+	}()
+	s.dispatch(rec, r)
+}
+
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		// No route: the mux answers 404, or 405 with Allow; answer the
+		// same in JSON.
+		probe := &probeWriter{header: http.Header{}}
+		h.ServeHTTP(probe, r)
+		if probe.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", probe.header.Get("Allow"))
+			s.writeError(w, r, &serviceError{ClassMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, probe.header.Get("Allow"))})
+			return
+		}
+		if probe.status >= 300 && probe.status < 400 { // the mux's redirect of a path to its clean form
+			for k, v := range probe.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(probe.status)
+			return
+		}
+		s.writeError(w, r, &serviceError{ClassNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+		return
+	}
+	if err := s.auth.check(r, s.scopes[pattern]); err != nil {
+		if Class(err) == ClassUnauthenticated {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="stagehost"`)
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	if s.inFlight != nil && s.limited[pattern] {
+		select {
+		case s.inFlight <- struct{}{}:
+			defer func() { <-s.inFlight }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			s.writeError(w, r, &serviceError{ClassBusy, fmt.Sprintf("the service is handling its max_in_flight of %d requests; retry later", s.cfg.MaxInFlight)})
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// probeWriter captures the mux's answer for a request without a route.
+type probeWriter struct {
+	header http.Header
+	status int
+}
+
+func (p *probeWriter) Header() http.Header { return p.header }
+func (p *probeWriter) Write(b []byte) (int, error) {
+	if p.status == 0 {
+		p.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (p *probeWriter) WriteHeader(code int) { p.status = code }
+
+// --- handlers ---
+
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	sess := s.d.Session(name)
 	if sess == nil {
-		writeError(w, hw.Errorf(hw.ErrNotFound, "no session %q", name))
+		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q", name))
 		return
 	}
-	input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBody))
+	limit := sess.Spec.MaxInput
+	if r.ContentLength > limit {
+		// Refused before a byte of the body is read; the connection closes.
+		w.Header().Set("Connection", "close")
+		s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
+		return
+	}
+	input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
-		writeError(w, hw.Errorf(hw.ErrOutOfBudget, "request body: %v", err))
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the request body is larger than session %q's max_input of %d bytes", name, limit))
+			return
+		}
+		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "reading the request body: %v", err))
 		return
 	}
 	start := time.Now()
 	out, err := sess.Run(r.Context(), input)
 	s.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
-	s.requests.WithLabelValues(name, outcome(err)).Inc()
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	_, _ = w.Write(out)
-}
-
-func outcome(err error) string {
-	var ce *stages.ClientError
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.As(err, &ce):
-		return "client_error"
-	case errors.Is(err, ErrUnavailable):
-		return classUnavailable
-	}
-	if c := hw.ClassOf(err); c != nil {
-		return c.Error()
-	}
-	return "error"
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, _ *http.Request) {
@@ -169,7 +418,7 @@ func (s *Server) listSessions(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	sess := s.d.Session(r.PathValue("name"))
 	if sess == nil {
-		writeError(w, hw.Errorf(hw.ErrNotFound, "no session %q", r.PathValue("name")))
+		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q", r.PathValue("name")))
 		return
 	}
 	writeJSON(w, http.StatusOK, sess.Status())
@@ -178,13 +427,13 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 func (s *Server) startResident(w http.ResponseWriter, r *http.Request) {
 	res := s.d.Resident(r.PathValue("name"))
 	if res == nil {
-		writeError(w, hw.Errorf(hw.ErrNotFound, "no resident session %q", r.PathValue("name")))
+		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no resident session %q", r.PathValue("name")))
 		return
 	}
 	// The run outlives the request: its joins continue in the background.
 	run, err := res.Start(context.WithoutCancel(r.Context()))
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"resident": res.Spec.Name, "id": run.ID, "state": "running"})
@@ -193,10 +442,11 @@ func (s *Server) startResident(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getResident(w http.ResponseWriter, r *http.Request) {
 	res := s.d.Resident(r.PathValue("name"))
 	if res == nil {
-		writeError(w, hw.Errorf(hw.ErrNotFound, "no resident session %q", r.PathValue("name")))
+		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no resident session %q", r.PathValue("name")))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"resident": res.Spec.Name, "rounds": res.Spec.Rounds, "runs": res.Runs()})
+	writeJSON(w, http.StatusOK, map[string]any{"resident": res.Spec.Name, "rounds": res.Spec.Rounds,
+		"max_runs": res.Spec.MaxRuns, "history": res.Spec.History, "running": res.Running(), "runs": res.Runs()})
 }
 
 func (s *Server) trace(w http.ResponseWriter, _ *http.Request) {
@@ -206,43 +456,37 @@ func (s *Server) trace(w http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-// HTTPStatus maps an error to the HTTP status the service answers with.
-func HTTPStatus(err error) int {
-	var ce *stages.ClientError
-	if errors.As(err, &ce) {
-		return http.StatusUnprocessableEntity
-	}
-	if errors.Is(err, ErrUnavailable) {
-		return http.StatusServiceUnavailable
-	}
-	switch hw.ClassOf(err) {
-	case hw.ErrInvalidArgument:
-		return http.StatusBadRequest
-	case hw.ErrNotFound:
-		return http.StatusNotFound
-	case hw.ErrOutOfBudget:
-		return http.StatusRequestEntityTooLarge
-	case hw.ErrBusy:
-		return http.StatusTooManyRequests
-	case hw.ErrDeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case hw.ErrDeviceLost:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
+// ErrorBody is the JSON body of every error answer.
+type ErrorBody struct {
+	Error     string `json:"error"`          // a short message: never a guest or Wasm stack trace
+	Class     string `json:"class"`          // the error class (errors.go)
+	Code      *int32 `json:"code,omitempty"` // the stage's code, for class client_error
+	RequestID string `json:"request_id"`     // the X-Request-Id of the request
 }
 
-func writeError(w http.ResponseWriter, err error) {
-	body := map[string]any{"error": err.Error()}
+// writeError answers err as JSON with its class's status. The client gets
+// a short message; the full error (with any guest stack trace) goes to
+// the log with the request id.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	class := Outcome(r.Context(), err)
+	status := ClassStatus(class)
+	body := ErrorBody{Error: PublicMessage(err), Class: class, RequestID: RequestID(r.Context())}
 	var ce *stages.ClientError
 	if errors.As(err, &ce) {
-		body["class"], body["code"] = "client_error", ce.Code
-	} else if errors.Is(err, ErrUnavailable) {
-		body["class"] = classUnavailable
-	} else if c := hw.ClassOf(err); c != nil {
-		body["class"] = c.Error()
+		body.Code = &ce.Code
 	}
-	writeJSON(w, HTTPStatus(err), body)
+	if status == http.StatusTooManyRequests || class == ClassRejected || class == ClassClosed {
+		if w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", "1")
+		}
+	}
+	level := slog.LevelInfo
+	if status >= 500 || body.Error != err.Error() {
+		level = slog.LevelWarn
+	}
+	s.logger.Log(r.Context(), level, "request failed", "request_id", body.RequestID, "method", r.Method, "path", r.URL.Path,
+		"class", class, "status", status, "err", err.Error())
+	writeJSON(w, status, body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -253,18 +497,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// classUnavailable is the error class, in answers and metrics, of a call
-// to a session that could not be created.
-const classUnavailable = "unavailable"
-
 // sessionUp describes stagehost_session_up.
 var sessionUp = prometheus.NewDesc("stagehost_session_up",
 	"1 while the session is ready; 0 when it is quarantined or could not be created.", []string{"session"}, nil)
 
-// sessionCollector exports every session's state at scrape time.
+// sessionRuns describes stagehost_session_runs_total.
+var sessionRuns = prometheus.NewDesc("stagehost_session_runs_total",
+	"Session runs by outcome: ok, or an error class (docs/service.md); the outcomes of /v1/sessions.", []string{"session", "outcome"}, nil)
+
+// sessionCollector exports every session's state and outcome counts at
+// scrape time.
 type sessionCollector struct{ d *Deployment }
 
-func (c sessionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionUp }
+func (c sessionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionUp; ch <- sessionRuns }
 
 func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range c.d.Statuses() {
@@ -273,5 +518,8 @@ func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(sessionUp, prometheus.GaugeValue, up, st.Name)
+		for outcome, n := range st.Outcomes {
+			ch <- prometheus.MustNewConstMetric(sessionRuns, prometheus.CounterValue, float64(n), st.Name, outcome)
+		}
 	}
 }

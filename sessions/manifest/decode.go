@@ -39,6 +39,12 @@ const (
 	defaultStartupDeadline = time.Second
 	defaultJoinDeadline    = 5 * time.Second
 	defaultResidentBudget  = 1 << 20
+	defaultMaxRuns         = 4
+	maxMaxRuns             = 1 << 16
+	defaultHistory         = 100
+	maxHistory             = 1_000_000
+	maxTokenFileSize       = 64 << 10
+	maxTLSFileSize         = 1 << 20
 )
 
 // wasmPage is the WebAssembly page size: module memory limits are whole
@@ -94,6 +100,7 @@ func (d *decoder) decode(data []byte) *Manifest {
 	m.Runtime = Runtime{Capacity: defaultCapacity, TraceBuffer: defaultTraceBuffer, MaxModuleSize: defaultMaxModuleSize}
 	d.moduleLimit = fileLimit{defaultMaxModuleSize, "the module size limit", " (the default: raise it with runtime.max_module_size or the module's max_size)"}
 	d.runtime(root, m)
+	d.service(root, m)
 	devs := d.devices(root, m)
 	mods := d.modules(root, m)
 	sess := d.sessions(root, m)
@@ -142,6 +149,81 @@ func (d *decoder) runtime(root *table, m *Manifest) {
 		}
 	}
 	t.finish()
+}
+
+func (d *decoder) service(root *table, m *Manifest) {
+	m.Service = DefaultService()
+	t := root.sub("service")
+	if t == nil {
+		return
+	}
+	sv := &m.Service
+	sv.ReadHeaderTimeout, _ = t.duration("read_header_timeout", sv.ReadHeaderTimeout, false)
+	sv.ReadTimeout, _ = t.duration("read_timeout", sv.ReadTimeout, false)
+	sv.WriteTimeout, _ = t.duration("write_timeout", sv.WriteTimeout, false)
+	sv.IdleTimeout, _ = t.duration("idle_timeout", sv.IdleTimeout, false)
+	sv.DrainDelay, _ = t.duration("drain_delay", 0, false)
+	n, _ := t.integer("max_connections", int64(sv.MaxConnections), 0, math.MaxInt32)
+	sv.MaxConnections = int(n)
+	n, _ = t.integer("max_in_flight", int64(sv.MaxInFlight), 0, math.MaxInt32)
+	sv.MaxInFlight = int(n)
+	sv.ReadyQuarantinedShare, _ = t.fraction("ready_quarantined_share", 0)
+	sv.AdminTokenFile = d.serviceFile(t, "admin_token_file", fileLimit{maxTokenFileSize, "the token file size limit", ""})
+	sv.InvokeTokenFile = d.serviceFile(t, "invoke_token_file", fileLimit{maxTokenFileSize, "the token file size limit", ""})
+	sv.AdminTokenEnv = d.envName(t, "admin_token_env")
+	sv.InvokeTokenEnv = d.envName(t, "invoke_token_env")
+	sv.TLSCert = d.serviceFile(t, "tls_cert", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
+	sv.TLSKey = d.serviceFile(t, "tls_key", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
+	switch {
+	case t.has("tls_cert") && !t.has("tls_key"):
+		d.errorf(t.path.key("tls_cert"), "tls_cert needs tls_key too")
+	case t.has("tls_key") && !t.has("tls_cert"):
+		d.errorf(t.path.key("tls_key"), "tls_key needs tls_cert too")
+	}
+	t.finish()
+}
+
+// serviceFile decodes an optional path to a file that must exist, be
+// regular and fit limit; it returns the resolved path ("" when absent or
+// bad). Its contents are read again when the service starts.
+func (d *decoder) serviceFile(t *table, key string, limit fileLimit) string {
+	p, ok := t.str(key, "", false)
+	if !ok || !t.has(key) {
+		return ""
+	}
+	if p == "" {
+		d.errorf(t.path.key(key), "must not be empty: leave %s out for none", key)
+		return ""
+	}
+	file := resolve(d.dir, p)
+	if _, err := d.read(file, limit); err != nil {
+		d.fileError(t.path.key(key), file, limit, err)
+		return ""
+	}
+	return file
+}
+
+// envName decodes an optional environment variable name: A-Z, a-z, 0-9
+// and _, not starting with a digit. The variable is read when the
+// service starts.
+func (d *decoder) envName(t *table, key string) string {
+	name, ok := t.str(key, "", false)
+	if !ok || !t.has(key) {
+		return ""
+	}
+	valid := name != "" && !(name[0] >= '0' && name[0] <= '9')
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			valid = false
+		}
+	}
+	if !valid {
+		// The value is not echoed: it may be a token written by mistake.
+		d.errorf(t.path.key(key), "must be the name of an environment variable (A-Z, a-z, 0-9 and _, not starting with a digit): the manifest names where tokens are, it never holds one")
+		return ""
+	}
+	return name
 }
 
 func validDeviceName(s string) bool {
@@ -423,6 +505,7 @@ func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
 				}
 			}
 		}
+		s.MaxInput, _ = t.size("max_input", MaxInputSize, 0, maxModuleSize)
 		bufs, _ := t.tables("buffer")
 		s.Buffers = make([]Buffer, 0, len(bufs))
 		var sum int64
@@ -512,6 +595,10 @@ func (d *decoder) residents(root *table, m *Manifest) []resMeta {
 		r.StartupDeadline, _ = t.duration("startup_deadline", defaultStartupDeadline, true)
 		r.JoinDeadline, _ = t.duration("join_deadline", defaultJoinDeadline, true)
 		r.Budget, budgetOK = t.size("budget", defaultResidentBudget, 1, math.MaxInt64)
+		n, _ = t.integer("max_runs", defaultMaxRuns, 1, maxMaxRuns)
+		r.MaxRuns = int(n)
+		n, _ = t.integer("history", defaultHistory, 1, maxHistory)
+		r.History = int(n)
 		meta.budgeted = budgetOK
 		meta.payload = payloadOK
 		if payloadOK && budgetOK {

@@ -46,6 +46,7 @@ type Manifest struct {
 
 	Version   int
 	Runtime   Runtime
+	Service   Service
 	Devices   []Device
 	Modules   []Module
 	Sessions  []Session
@@ -65,6 +66,35 @@ type Runtime struct {
 	// (64 MiB). It is the engine's limit too
 	// ([stages.EngineConfig.WithMaxModuleSize]).
 	MaxModuleSize int64
+}
+
+// Service is the [service] table: how `stagehost serve` serves. Durations
+// of 0 mean no timeout; limits of 0 mean no limit. File paths are
+// resolved against the manifest's directory; the tokens themselves are
+// never in the manifest, only where to read them.
+type Service struct {
+	ReadHeaderTimeout time.Duration // default 10s
+	ReadTimeout       time.Duration // default 30s: the whole request, body included
+	WriteTimeout      time.Duration // default 60s
+	IdleTimeout       time.Duration // default 120s
+	MaxConnections    int           // default 1024
+	MaxInFlight       int           // default 256
+	DrainDelay        time.Duration // default 0
+	// ReadyQuarantinedShare is the largest share (0..1) of a session's
+	// instances that may be quarantined or failed while the service is
+	// ready; default 0.
+	ReadyQuarantinedShare float64
+	AdminTokenFile        string // file of admin-scope bearer tokens, one a line; "" for none
+	AdminTokenEnv         string // environment variable holding admin-scope tokens; "" for none
+	InvokeTokenFile       string
+	InvokeTokenEnv        string
+	TLSCert, TLSKey       string // PEM certificate (chain) and key; both or neither
+}
+
+// DefaultService returns the [service] table's defaults.
+func DefaultService() Service {
+	return Service{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second,
+		IdleTimeout: 120 * time.Second, MaxConnections: 1024, MaxInFlight: 256}
 }
 
 // CacheOff is the cache_dir value that disables the file cache.
@@ -174,6 +204,7 @@ type Session struct {
 	Entry        string        // default "main"
 	OutputFormat string        // how the CLI prints the output: one of OutputFormats, default OutputHex
 	Input        string        // resolved path of the default input file; "" for none
+	MaxInput     int64         // the largest request body stagehost serve accepts for it; default MaxInputSize (64MiB)
 	Buffers      []Buffer
 }
 
@@ -217,6 +248,8 @@ type Resident struct {
 	StartupDeadline time.Duration
 	JoinDeadline    time.Duration
 	Budget          int64 // default 1MiB
+	MaxRuns         int   // runs that may run at once; default 4
+	History         int   // finished and running runs kept for listings; default 100
 }
 
 // Session returns the session named name, or nil.

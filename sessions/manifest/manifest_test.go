@@ -104,6 +104,11 @@ func TestGood(t *testing.T) {
 		Dir:     "testdata",
 		Version: 1,
 		Runtime: Runtime{Capacity: 32, TraceBuffer: 1024, CacheDir: filepath.Join("testdata", "cache"), MaxModuleSize: 1 << 20},
+		Service: Service{ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 20 * time.Second, WriteTimeout: 0, IdleTimeout: 90 * time.Second,
+			MaxConnections: 100, MaxInFlight: 0, DrainDelay: 3 * time.Second, ReadyQuarantinedShare: 0.5,
+			AdminTokenFile: filepath.Join("testdata", "service", "admin.tokens"), AdminTokenEnv: "STAGEHOST_ADMIN_TOKENS",
+			InvokeTokenFile: filepath.Join("testdata", "service", "invoke.tokens"), InvokeTokenEnv: "STAGEHOST_INVOKE_TOKENS",
+			TLSCert: filepath.Join("testdata", "service", "cert.pem"), TLSKey: filepath.Join("testdata", "service", "key.pem")},
 		Devices: []Device{
 			{Name: "gpu0", Backend: BackendSim, Engine: hw.EngineGPU,
 				Sim: &Sim{QueueDepth: 1024, Faults: []Fault{}}},
@@ -132,21 +137,21 @@ func TestGood(t *testing.T) {
 		Sessions: []Session{
 			{Name: "minimal", Stage: "stage", Fence: FenceBuiltin, Device: "gpu0",
 				Streams: []string{"s0"}, Programs: []string{}, Budget: 64 << 20, OutputLimit: 16 << 20,
-				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Reset: "none", Entry: "main", OutputFormat: "hex", Buffers: []Buffer{}},
+				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Reset: "none", Entry: "main", OutputFormat: "hex", MaxInput: 64 << 20, Buffers: []Buffer{}},
 			{Name: "full", Stage: "go_stage", Fence: "fence", Device: "npu0",
 				Streams: []string{"s0", "s1"}, Programs: []string{"matmul", "relu"}, Budget: 4 << 20, OutputLimit: 1_000_000,
 				Deadline: 250 * time.Millisecond, FenceTimeout: 2 * time.Second, InitTimeout: 750 * time.Millisecond, Reset: "call", Entry: "classify", OutputFormat: "class",
-				Input:   filepath.Join("testdata", "inputs", "sample.bin"),
+				Input: filepath.Join("testdata", "inputs", "sample.bin"), MaxInput: 1 << 20,
 				Buffers: []Buffer{{Name: "weights", Size: 4096}, {Name: "bias", Size: 512}}},
 			{Name: "drained", Stage: "stage", Fence: FenceDrain, Device: "cuda1",
 				Streams: []string{}, Programs: []string{}, Budget: 64 << 20, OutputLimit: 16 << 20,
-				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Reset: "none", Entry: "main", OutputFormat: "hex", Buffers: []Buffer{}},
+				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Reset: "none", Entry: "main", OutputFormat: "hex", MaxInput: 64 << 20, Buffers: []Buffer{}},
 		},
 		Residents: []Resident{
 			{Name: "pingpong", GPU: "gpu0", NPU: "npu0", Rounds: 16, Payload: 192,
-				StartupDeadline: time.Second, JoinDeadline: 5 * time.Second, Budget: 1 << 20},
+				StartupDeadline: time.Second, JoinDeadline: 5 * time.Second, Budget: 1 << 20, MaxRuns: 4, History: 100},
 			{Name: "on-cpu", GPU: "cuda1", NPU: "host-cpu", Rounds: 1_000_000, Payload: 192,
-				StartupDeadline: 100 * time.Millisecond, JoinDeadline: 30 * time.Second, Budget: 8192},
+				StartupDeadline: 100 * time.Millisecond, JoinDeadline: 30 * time.Second, Budget: 8192, MaxRuns: 2, History: 10},
 		},
 	}
 	if !reflect.DeepEqual(m, want) {
@@ -187,6 +192,10 @@ func TestMinimal(t *testing.T) {
 	}
 	if m.Runtime != (Runtime{Capacity: 64, TraceBuffer: 4096, MaxModuleSize: 64 << 20}) {
 		t.Errorf("runtime defaults: %+v", m.Runtime)
+	}
+	if m.Service != (Service{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute,
+		IdleTimeout: 2 * time.Minute, MaxConnections: 1024, MaxInFlight: 256}) {
+		t.Errorf("service defaults: %+v", m.Service)
 	}
 	if m.Dir != "." || m.Path != "host.toml" {
 		t.Errorf("Path %q Dir %q", m.Path, m.Dir)

@@ -309,6 +309,30 @@ func (t *table) integer(key string, def, lo, hi int64) (int64, bool) {
 
 func formatInt(n int64) string { return strconv.FormatInt(n, 10) }
 
+// fraction decodes an optional number in [0, 1]: a float, or the integer
+// 0 or 1.
+func (t *table) fraction(key string, def float64) (float64, bool) {
+	v, p, present := t.get(key, false)
+	if !present {
+		return def, true
+	}
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case int64:
+		f = float64(x)
+	default:
+		t.d.wrongType(p, "a number between 0 and 1", v)
+		return def, false
+	}
+	if !(f >= 0 && f <= 1) {
+		t.d.errorf(p, "must be between 0 and 1, not %v", v)
+		return def, false
+	}
+	return f, true
+}
+
 // inRange reports n outside [lo, hi], formatting numbers with f.
 func (d *decoder) inRange(p keyPath, n, lo, hi int64, f func(int64) string) bool {
 	switch {

@@ -1,0 +1,137 @@
+package deploy
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// Scope is what a bearer token may do.
+type Scope int
+
+// The scopes. An admin token may do everything an invoke token may.
+const (
+	// ScopePublic: no token is needed (liveness and readiness).
+	ScopePublic Scope = iota
+	// ScopeInvoke: run sessions and read their state.
+	ScopeInvoke
+	// ScopeAdmin: metrics, the trace, resident starts and reads.
+	ScopeAdmin
+)
+
+func (s Scope) String() string {
+	switch s {
+	case ScopeInvoke:
+		return "invoke"
+	case ScopeAdmin:
+		return "admin"
+	}
+	return "public"
+}
+
+// maxTokenFile bounds a token file.
+const maxTokenFile = 64 << 10
+
+// ReadTokens reads bearer tokens from a file (one per line; blank lines
+// and lines starting with # are skipped) and from an environment variable
+// (tokens separated by commas or white space). Either may be "".
+//
+// # Errors
+//
+// The file cannot be read or is larger than 64KiB; the variable is named
+// but unset or empty; a token is shorter than 16 bytes.
+func ReadTokens(file, env string) ([]string, error) {
+	var toks []string
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("token file: %w", err)
+		}
+		if len(b) > maxTokenFile {
+			return nil, fmt.Errorf("token file %s: larger than %d bytes", file, maxTokenFile)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			toks = append(toks, line)
+		}
+		if len(toks) == 0 {
+			return nil, fmt.Errorf("token file %s holds no token", file)
+		}
+	}
+	if env != "" {
+		v := os.Getenv(env)
+		f := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
+		if len(f) == 0 {
+			return nil, fmt.Errorf("token variable %s is unset or empty", env)
+		}
+		toks = append(toks, f...)
+	}
+	for _, t := range toks {
+		if len(t) < 16 {
+			return nil, fmt.Errorf("a token of %d bytes is too short: tokens must have at least 16", len(t))
+		}
+	}
+	return toks, nil
+}
+
+// authenticator checks bearer tokens. With no token at all, it lets
+// every request through.
+type authenticator struct {
+	admin, invoke [][sha256.Size]byte
+}
+
+func newAuthenticator(admin, invoke []string) *authenticator {
+	a := &authenticator{}
+	for _, t := range admin {
+		a.admin = append(a.admin, sha256.Sum256([]byte(t)))
+	}
+	for _, t := range invoke {
+		a.invoke = append(a.invoke, sha256.Sum256([]byte(t)))
+	}
+	return a
+}
+
+func (a *authenticator) enabled() bool { return len(a.admin)+len(a.invoke) > 0 }
+
+// matches compares h with every token of list in constant time (the
+// hashes have one length, and every token is compared).
+func matches(list [][sha256.Size]byte, h [sha256.Size]byte) bool {
+	ok := 0
+	for i := range list {
+		ok |= subtle.ConstantTimeCompare(list[i][:], h[:])
+	}
+	return ok == 1
+}
+
+// check returns nil when r may use a route of scope need, else the error
+// to answer with (class unauthenticated or permission_denied).
+func (a *authenticator) check(r *http.Request, need Scope) error {
+	if need == ScopePublic || !a.enabled() {
+		return nil
+	}
+	auth := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(auth, " ")
+	if auth == "" {
+		return &serviceError{ClassUnauthenticated, "this route needs a bearer token (Authorization: Bearer TOKEN)"}
+	}
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return &serviceError{ClassUnauthenticated, "the Authorization header must be \"Bearer TOKEN\""}
+	}
+	h := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	isAdmin, isInvoke := matches(a.admin, h), matches(a.invoke, h)
+	switch {
+	case isAdmin:
+		return nil
+	case isInvoke && need == ScopeInvoke:
+		return nil
+	case isInvoke:
+		return &serviceError{ClassPermissionDenied, "this route needs a token of scope admin; the token has scope invoke"}
+	}
+	return &serviceError{ClassUnauthenticated, "the bearer token is not valid"}
+}

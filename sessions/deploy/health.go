@@ -1,0 +1,88 @@
+package deploy
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// Readiness is the body of /readyz and /v2/health/ready.
+type Readiness struct {
+	Ready   bool     `json:"ready"`
+	Status  string   `json:"status"`            // "ready", "draining" or "not_ready"
+	Reasons []string `json:"reasons,omitempty"` // why not, one line each
+}
+
+// Readiness reports whether the service should be sent traffic (while it
+// starts, its port is not open yet): not while it drains after SIGTERM, nor while a device is lost, nor while
+// a session's quarantined or failed share of instances is above
+// Config.ReadyQuarantinedShare (each session has one instance today, so
+// that share is 0 or 1).
+func (s *Server) Readiness() Readiness {
+	if s.state.Load() == stateDraining {
+		return Readiness{Status: "draining", Reasons: []string{"the service is shutting down (SIGTERM)"}}
+	}
+	var reasons []string
+	for _, name := range s.d.DeviceNames() {
+		if err := s.d.DeviceErr(name); err != nil {
+			reasons = append(reasons, fmt.Sprintf("device %s is lost: %s", name, PublicMessage(err)))
+		}
+	}
+	for _, st := range s.d.Statuses() {
+		if st.State == "ready" {
+			continue
+		}
+		const instances, bad = 1, 1 // one instance per session, and it is not ready
+		if share := float64(bad) / instances; share > s.cfg.ReadyQuarantinedShare {
+			reasons = append(reasons, fmt.Sprintf("session %s is %s: %s", st.Name, st.State, firstLine(st.Reason)))
+		}
+	}
+	if len(reasons) > 0 {
+		return Readiness{Status: "not_ready", Reasons: reasons}
+	}
+	return Readiness{Ready: true, Status: "ready"}
+}
+
+func firstLine(s string) string {
+	return PublicMessage(&serviceError{msg: s})
+}
+
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	rd := s.Readiness()
+	status := http.StatusOK
+	if !rd.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, rd)
+}
+
+// SessionReadiness is the body of /v1/sessions/{name}/ready.
+type SessionReadiness struct {
+	Name   string `json:"name"`
+	Ready  bool   `json:"ready"`
+	State  string `json:"state"` // the session's state, as in /v1/sessions
+	Reason string `json:"reason,omitempty"`
+}
+
+func (s *Server) sessionReady(w http.ResponseWriter, r *http.Request) {
+	sess := s.d.Session(r.PathValue("name"))
+	if sess == nil {
+		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q", r.PathValue("name")))
+		return
+	}
+	st := sess.Status()
+	rd := SessionReadiness{Name: st.Name, State: st.State, Ready: st.State == "ready"}
+	if !rd.Ready {
+		rd.Reason = firstLine(st.Reason)
+	} else if err := s.d.DeviceErr(sess.Spec.Device); err != nil {
+		rd.Ready, rd.Reason = false, fmt.Sprintf("device %s is lost: %s", sess.Spec.Device, PublicMessage(err))
+	} else if s.state.Load() == stateDraining {
+		rd.Ready, rd.Reason = false, "the service is shutting down (SIGTERM)"
+	}
+	status := http.StatusOK
+	if !rd.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, rd)
+}
