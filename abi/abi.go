@@ -10,6 +10,19 @@ import "github.com/tetratelabs/wazero/api"
 // Version is the ABI version this package describes.
 const Version = 1
 
+// Revision is the revision of v1 this package describes (ABI.md §1.4).
+// Revision 1 is the first release of v1; each later revision only adds
+// host functions, listed in [AddedIn].
+const Revision = 2
+
+// AddedIn gives the revision of v1 that added each host function added
+// after the first release. A module that imports one is refused at load
+// by a host of an earlier revision (which does not know the import);
+// every other function is of revision 1.
+var AddedIn = map[string]int{
+	FnLastError: 2,
+}
+
 const (
 	// ImportModule is the module name guests import host functions from.
 	ImportModule = "stagehost_v1"
@@ -44,6 +57,7 @@ const (
 	FnOutputWrite       = "output_write"
 	FnEntryName         = "entry_name"
 	FnErrorSet          = "error_set"
+	FnLastError         = "last_error" // revision 2
 	FnLog               = "log"
 	FnStreamGet         = "stream_get"
 	FnBufferGet         = "buffer_get"
@@ -79,6 +93,7 @@ var Functions = map[string]Signature{
 	FnOutputWrite:       {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
 	FnEntryName:         {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
 	FnErrorSet:          {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	FnLastError:         {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
 	FnLog:               {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
 	FnStreamGet:         {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
 	FnBufferGet:         {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},

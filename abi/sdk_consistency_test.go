@@ -387,6 +387,7 @@ func TestGoSDKImportsAndExports(t *testing.T) {
 	consts := goConsts(t, root)
 	for name, want := range map[string]int64{
 		"Version":         Version,
+		"Revision":        Revision,
 		"MaxArgs":         MaxArgs,
 		"MaxBatch":        MaxBatch,
 		"MaxErrorMessage": MaxErrorMessage,
@@ -540,7 +541,7 @@ func TestCHeaderStatusCodes(t *testing.T) {
 		}
 	}
 	// Every other integer define is one of the known non-status families.
-	nonStatus := regexp.MustCompile(`^STAGEHOST_(LOG_|KIND_|MAX_|ARG_|BATCH_|TO_END$|ABI_VERSION$|IMPORT_MODULE$)`)
+	nonStatus := regexp.MustCompile(`^STAGEHOST_(LOG_|KIND_|MAX_|ARG_|BATCH_|TO_END$|ABI_VERSION$|ABI_REVISION$|IMPORT_MODULE$)`)
 	for name, value := range h.defines {
 		if f := strings.Fields(value); len(f) == 0 {
 			continue
@@ -607,6 +608,9 @@ func TestCHeaderFunctions(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("C header does not declare host function %s", name)
 		}
+	}
+	if got := h.int(t, "STAGEHOST_ABI_REVISION"); got != Revision {
+		t.Errorf("C header: STAGEHOST_ABI_REVISION = %d, ABI %d", got, Revision)
 	}
 	if !strings.Contains(h.text, `STAGEHOST_EXPORT("`+Marker+`") void `+Marker+`(void) {}`) {
 		t.Errorf("C header: STAGEHOST_ABI_V1 does not define the %s export", Marker)
@@ -701,4 +705,54 @@ func mapsEqual(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// TestRevisions checks the revisions of v1 (ABI.md §1.4): every function
+// of [AddedIn] is a v1 function of a revision after the first and at most
+// [Revision], the highest of them is [Revision], and ABI.md's §3 row of
+// each function says "revision N" exactly when AddedIn lists it.
+func TestRevisions(t *testing.T) {
+	highest := 1
+	for name, rev := range AddedIn {
+		if _, ok := Functions[name]; !ok {
+			t.Errorf("AddedIn lists %s, which is not a host function", name)
+		}
+		if rev < 2 || rev > Revision {
+			t.Errorf("AddedIn[%s] = %d, want 2 to %d", name, rev, Revision)
+		}
+		highest = max(highest, rev)
+	}
+	if highest != Revision {
+		t.Errorf("Revision = %d, but the latest function added is of revision %d", Revision, highest)
+	}
+	doc, err := os.ReadFile("ABI.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `(\\w+)` \\| `\\([^`]*\\) -> i32` \\|(.*)$")
+	mark := regexp.MustCompile(`\*\*revision (\d+)\*\*`)
+	seen := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
+		name := m[1]
+		if _, ok := Functions[name]; !ok {
+			continue
+		}
+		seen[name] = true
+		got := 1
+		if mm := mark.FindStringSubmatch(m[2]); mm != nil {
+			got, _ = strconv.Atoi(mm[1])
+		}
+		want := AddedIn[name]
+		if want == 0 {
+			want = 1
+		}
+		if got != want {
+			t.Errorf("ABI.md §3: %s is marked of revision %d, AddedIn says %d", name, got, want)
+		}
+	}
+	for name := range Functions {
+		if !seen[name] {
+			t.Errorf("ABI.md §3 has no row for %s", name)
+		}
+	}
 }

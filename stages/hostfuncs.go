@@ -3,9 +3,11 @@ package stages
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -25,7 +27,13 @@ type hostFunc func(ctx context.Context, st *callState, mod api.Module, stack []u
 // call during the initialisation a snapshot is taken of (there is no
 // session) unwinds it, so the module is not snapshotted. A call the host
 // did not make (impossible through the public API) gets BUSY.
+//
+// A non-OK status becomes the session's last error (ABI.md §3,
+// last_error), except last_error's own: the error the function gave with
+// it ([retErr]), or the status's own text. An OK status costs one
+// comparison here and changes nothing.
 func stackBased(name string, f hostFunc) api.GoModuleFunc {
+	notes := name != abi.FnLastError
 	return func(ctx context.Context, mod api.Module, stack []uint64) {
 		st := state(ctx)
 		if st == nil {
@@ -36,7 +44,36 @@ func stackBased(name string, f hostFunc) api.GoModuleFunc {
 			return
 		}
 		f(ctx, st, mod, stack)
+		if s := abi.Status(uint32(stack[0])); s != abi.StatusOK && notes {
+			st.noteError(s)
+		}
 	}
+}
+
+// noteError makes the failure behind status s the call's last error: the
+// error the host function recorded with [retErr], else the
+// status's own text (for the statuses a function returns without
+// detail, such as OUT_OF_BOUNDS).
+func (st *callState) noteError(s abi.Status) {
+	err := st.failure
+	st.failure = nil
+	if err == nil {
+		err = s.Err()
+	}
+	st.lastErr = appendMessage(st.lastErr[:0], err.Error())
+}
+
+// appendMessage appends msg to dst, cut to abi.MaxErrorMessage bytes at
+// a UTF-8 character boundary.
+func appendMessage(dst []byte, msg string) []byte {
+	if len(msg) > abi.MaxErrorMessage {
+		cut := abi.MaxErrorMessage
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut]
+	}
+	return append(dst, msg...)
 }
 
 // hostFunctions implements module stagehost_v1 (ABI.md §3).
@@ -46,6 +83,7 @@ var hostFunctions = map[string]hostFunc{
 	abi.FnOutputWrite:       hostOutputWrite,
 	abi.FnEntryName:         hostEntryName,
 	abi.FnErrorSet:          hostErrorSet,
+	abi.FnLastError:         hostLastError,
 	abi.FnLog:               hostLog,
 	abi.FnStreamGet:         hostLookup(abi.KindStream),
 	abi.FnBufferGet:         hostLookup(abi.KindBuffer),
@@ -129,7 +167,15 @@ func hostYield(ctx context.Context, _ api.Module, stack []uint64) {
 
 func ret(stack []uint64, s abi.Status) { stack[0] = uint64(uint32(s)) }
 
-func retErr(stack []uint64, err error) { ret(stack, abi.StatusOf(err)) }
+// retErr returns err's status, and records err as the failure behind it
+// for the call's last error (see [callState.noteError]).
+func retErr(st *callState, stack []uint64, err error) {
+	if err != nil {
+		st.failure = err
+	}
+	ret(stack, abi.StatusOf(err))
+}
+
 
 // guest returns the guest memory range [ptr, ptr+n), or false.
 func guest(mod api.Module, ptr, n uint32) ([]byte, bool) {
@@ -176,7 +222,7 @@ func hostInputRead(ctx context.Context, st *callState, mod api.Module, stack []u
 		return
 	}
 	if uint64(off) > uint64(len(st.input)) {
-		ret(stack, abi.StatusInvalidArgument)
+		retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "offset %d is beyond the input's %d bytes", off, len(st.input)))
 		return
 	}
 	n := copy(dst, st.input[off:])
@@ -191,7 +237,7 @@ func hostOutputWrite(ctx context.Context, st *callState, mod api.Module, stack [
 		return
 	}
 	if len(st.output)+len(src) > st.outputLimit {
-		ret(stack, abi.StatusOutputTooLarge)
+		retErr(st, stack, fmt.Errorf("%d more bytes would take the output past its limit of %d bytes: %w", len(src), st.outputLimit, abi.ErrOutputTooLarge))
 		return
 	}
 	st.output = append(st.output, src...)
@@ -224,6 +270,24 @@ func hostErrorSet(ctx context.Context, st *callState, mod api.Module, stack []ui
 	ret(stack, abi.StatusOK)
 }
 
+// hostLastError is last_error: entry_name's out-parameter rule applied to
+// the call's last error message (empty when there is none).
+func hostLastError(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
+	dstPtr, dstCap, outPtr := uint32(stack[0]), uint32(stack[1]), uint32(stack[2])
+	dst, okDst := guest(mod, dstPtr, dstCap)
+	if _, ok := guest(mod, outPtr, 4); !ok || !okDst {
+		ret(stack, abi.StatusOutOfBounds) // nothing written
+		return
+	}
+	putU32(mod, outPtr, uint32(len(st.lastErr)))
+	if len(dst) < len(st.lastErr) {
+		ret(stack, abi.StatusOutOfBounds) // the length only, so the guest can size its buffer
+		return
+	}
+	copy(dst, st.lastErr)
+	ret(stack, abi.StatusOK)
+}
+
 // maxLogsPerCall bounds guest log lines per call; the rest are counted and
 // dropped.
 const maxLogsPerCall = 64
@@ -236,7 +300,7 @@ func hostLog(ctx context.Context, st *callState, mod api.Module, stack []uint64)
 		return
 	}
 	if level < abi.LogDebug || level > abi.LogError {
-		ret(stack, abi.StatusInvalidArgument)
+		retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "log level %d is not one of 0 to 3", level))
 		return
 	}
 	st.logs++
@@ -245,6 +309,13 @@ func hostLog(ctx context.Context, st *callState, mod api.Module, stack []uint64)
 		st.sess.logger.Log(ctx, lv, string(src[:min(len(src), 4096)]), "session", st.sess.name)
 	}
 	ret(stack, abi.StatusOK)
+}
+
+// notDeclared says why a lookup by name found nothing.
+var notDeclared = map[abi.HandleKind]string{
+	abi.KindStream:  "declares no stream of that name",
+	abi.KindBuffer:  "declares no buffer of that name",
+	abi.KindProgram: "may use no program of that name",
 }
 
 func hostLookup(kind abi.HandleKind) hostFunc {
@@ -261,7 +332,7 @@ func hostLookup(kind abi.HandleKind) hostFunc {
 		}
 		h, found := st.table.lookup(kind, name)
 		if !found {
-			ret(stack, abi.StatusNotFound)
+			retErr(st, stack, hw.Errorf(hw.ErrNotFound, "%s %q not found: the session %s", kind, name, notDeclared[kind]))
 			return
 		}
 		putU64(mod, outPtr, uint64(h))
@@ -281,7 +352,7 @@ func hostBufferAlloc(ctx context.Context, st *callState, mod api.Module, stack [
 	}
 	h, err := allocBuffer(st, size, "")
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	putU64(mod, outPtr, uint64(h))
@@ -326,13 +397,17 @@ func hostBufferAllocNamed(ctx context.Context, st *callState, mod api.Module, st
 		return
 	}
 	if len(name) == 0 || len(name) > abi.MaxBufferName {
-		ret(stack, abi.StatusInvalidArgument)
+		retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "a buffer name of %d bytes: 1 to %d", len(name), abi.MaxBufferName))
 		return
 	}
 	if h, found := st.table.named[string(name)]; found {
 		e, err := st.table.get(uint64(h), abi.KindBuffer)
-		if err != nil || uint64(e.buffer.Size()) != uint64(size) {
-			ret(stack, abi.StatusInvalidArgument)
+		if err != nil {
+			retErr(st, stack, err)
+			return
+		}
+		if uint64(e.buffer.Size()) != uint64(size) {
+			retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "buffer %q has %d bytes, not %d", name, e.buffer.Size(), size))
 			return
 		}
 		putU64(mod, outPtr, uint64(h))
@@ -341,7 +416,7 @@ func hostBufferAllocNamed(ctx context.Context, st *callState, mod api.Module, st
 	}
 	h, err := allocBuffer(st, size, string(name))
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	putU64(mod, outPtr, uint64(h))
@@ -351,11 +426,11 @@ func hostBufferAllocNamed(ctx context.Context, st *callState, mod api.Module, st
 func hostBufferFree(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	e, err := st.table.get(stack[0], abi.KindBuffer)
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	if e.declared {
-		ret(stack, abi.StatusInvalidArgument)
+		retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "a declared buffer cannot be freed"))
 		return
 	}
 	// The handle dies now; the memory is freed only after a fence has
@@ -368,7 +443,7 @@ func hostBufferFree(ctx context.Context, st *callState, mod api.Module, stack []
 func hostBufferSize(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	e, err := st.table.get(stack[0], abi.KindBuffer)
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	if !putU32(mod, uint32(stack[1]), uint32(e.buffer.Size())) {
@@ -401,7 +476,7 @@ func checkRange(b hw.Buffer, off, n uint32) error {
 func hostStreamWrite(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	stream, buf, err := streamAndBuffer(st, stack[0], stack[1])
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	off := uint32(stack[2])
@@ -411,25 +486,25 @@ func hostStreamWrite(ctx context.Context, st *callState, mod api.Module, stack [
 		return
 	}
 	if err := checkRange(buf, off, uint32(len(src))); err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	// Capture the bytes now: the guest may reuse its memory as soon as the
 	// call returns, while the upload runs later on the stream.
 	staged, err := st.stage(ctx, len(src))
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	copy(staged, src)
 	_, err = stream.Write(buf, int(off), staged)
-	retErr(stack, err)
+	retErr(st, stack, err)
 }
 
 func hostStreamRead(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	stream, buf, err := streamAndBuffer(st, stack[0], stack[1])
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	off := uint32(stack[2])
@@ -439,7 +514,7 @@ func hostStreamRead(ctx context.Context, st *callState, mod api.Module, stack []
 		return
 	}
 	if err := checkRange(buf, off, uint32(len(dst))); err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	// The guest is blocked in this call, so its memory cannot move or
@@ -448,7 +523,7 @@ func hostStreamRead(ctx context.Context, st *callState, mod api.Module, stack []
 	if err == nil {
 		err = c.Wait(ctx)
 	}
-	retErr(stack, err)
+	retErr(st, stack, err)
 }
 
 // decodeArgs fills st.args from n argument records at ptr.
@@ -500,35 +575,35 @@ func decodeArgs(st *callState, mod api.Module, ptr, n uint32) ([]hw.Arg, error) 
 func hostStreamSubmit(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	s, err := st.table.get(stack[0], abi.KindStream)
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	p, err := st.table.get(stack[1], abi.KindProgram)
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	args, err := decodeArgs(st, mod, uint32(stack[2]), uint32(stack[3]))
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	st.cmd.Program, st.cmd.Args = p.program, args
 	_, err = s.stream.Submit(&st.cmd)
 	clear(args)
 	st.cmd.Program, st.cmd.Args = nil, nil
-	retErr(stack, err)
+	retErr(st, stack, err)
 }
 
 func hostStreamSubmitBatch(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	s, err := st.table.get(stack[0], abi.KindStream)
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	ptr, n := uint32(stack[1]), uint32(stack[2])
 	if n > abi.MaxBatch {
-		ret(stack, abi.StatusInvalidArgument)
+		retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "a batch of %d commands, at most %d", n, abi.MaxBatch))
 		return
 	}
 	recs, ok := guest(mod, ptr, n*abi.BatchRecordSize)
@@ -541,7 +616,7 @@ func hostStreamSubmitBatch(ctx context.Context, st *callState, mod api.Module, s
 		err = submitAll(s.stream, cmds)
 	}
 	st.batch.reset()
-	retErr(stack, err)
+	retErr(st, stack, err)
 }
 
 // batchArena holds a decoded batch. It lives in the session's call state
@@ -603,20 +678,20 @@ func submitAll(s hw.Stream, cmds []hw.Command) error {
 func hostStreamSync(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	s, err := st.table.get(stack[0], abi.KindStream)
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	err = s.stream.Sync(ctx)
 	if hw.ClassOf(err) == hw.ErrFault {
 		st.sess.owner.NoteFault(err) // the call fails with Fault even if the guest ignores it
 	}
-	retErr(stack, err)
+	retErr(st, stack, err)
 }
 
 func hostStreamIdle(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	s, err := st.table.get(stack[0], abi.KindStream)
 	if err != nil {
-		retErr(stack, err)
+		retErr(st, stack, err)
 		return
 	}
 	idle := uint32(0)

@@ -155,6 +155,12 @@ type callState struct {
 	entry       string
 	errMsg      string
 	logs        int
+	// lastErr is the call's last error (ABI.md §3, last_error): the
+	// message of the last non-OK status a host function returned to the
+	// session's guest code since the call began. failure is the error
+	// behind the status the running host function is about to return.
+	lastErr     []byte
+	failure     error
 	cmd         hw.Command
 	args        [abi.MaxArgs]hw.Arg
 	batch       batchArena  // the decoded batch of stream_submit_batch
@@ -584,6 +590,7 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		ran = true
 		st.calls++
 		st.input, st.entry, st.errMsg, st.logs = input, entry, "", 0
+		st.lastErr, st.failure = st.lastErr[:0], nil // a call starts with no last error
 		st.output, st.arena = st.output[:0], st.arena[:0]
 		defer func() {
 			out = st.output
@@ -607,6 +614,12 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		return nil
 	})
 	dst = append(dst, out...)
+	if ran && errors.Is(err, hw.ErrFault) {
+		// A trap, or device work that failed: the host log gets the
+		// reason (a kernel's own, for a command that failed on the
+		// device) as the caller does.
+		s.logger.Warn("stage call failed", "session", s.name, "error", err)
+	}
 	// The quarantine check takes a lock: only a call that left something
 	// to do after a proven fence pays for it.
 	if ran && s.afterCallWork() && s.native.Quarantined() == nil {
