@@ -7,6 +7,10 @@ import "strconv"
 const (
 	// Version is the ABI version this SDK implements.
 	Version = 1
+	// Revision is the revision of v1 this SDK needs (ABI.md §1.4): it
+	// imports last_error, of revision 2, so its modules are refused at
+	// load by a host of revision 1.
+	Revision = 2
 
 	importModule = "stagehost_v1"     // the module every host import comes from
 	abiMarker    = "stagehost_abi_v1" // the version-marker export

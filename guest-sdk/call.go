@@ -179,6 +179,29 @@ func setError(msg string) {
 	hErrorSet(msg)
 }
 
+// LastError returns the call's last error (last_error): the host's message
+// for the last failure a host function returned during this call, such as
+// a failed kernel's own reason for a stream_sync FAULT, or "" when there
+// is none (or no host to ask). The SDK's errors of failed host calls
+// already carry it as Error.Reason.
+func LastError() string {
+	var small [256]byte
+	buf := small[:]
+	for {
+		n := uint32(0)
+		st := hLastError(buf, &n)
+		switch {
+		case st == StatusOK && int(n) <= len(buf):
+			return string(buf[:n])
+		case st == StatusOutOfBounds && int(n) > len(buf) && n <= 1<<20:
+			// The host wrote the length it needs (ABI.md §3 last_error).
+			buf = make([]byte, n)
+		default:
+			return ""
+		}
+	}
+}
+
 // entryName reads the requested entry name (entry_name), growing its buffer
 // if the host reports OUT_OF_BOUNDS.
 func entryName() (string, error) {

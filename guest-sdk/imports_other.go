@@ -78,6 +78,18 @@ func hErrorSet(msg string) Status {
 	return Status(h.ErrorSet(strBytesView(msg)))
 }
 
+func hLastError(dst []byte, n *uint32) Status {
+	h := cur()
+	if h == nil {
+		return noHost
+	}
+	got, st := h.LastError(dst)
+	if st == 0 || Status(st) == StatusOutOfBounds {
+		*n = got
+	}
+	return Status(st)
+}
+
 func hLog(level int32, msg string) Status {
 	h := cur()
 	if h == nil {

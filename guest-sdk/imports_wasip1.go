@@ -35,6 +35,13 @@ func abiEntryName(dstPtr unsafe.Pointer, dstCap uint32, outLenPtr unsafe.Pointer
 //go:noescape
 func abiErrorSet(srcPtr unsafe.Pointer, srcLen uint32) int32
 
+// last_error is of ABI v1 revision 2: a module that imports it (every Go
+// guest built with this SDK) needs a host of that revision.
+//
+//go:wasmimport stagehost_v1 last_error
+//go:noescape
+func abiLastError(dstPtr unsafe.Pointer, dstCap uint32, outLenPtr unsafe.Pointer) int32
+
 //go:wasmimport stagehost_v1 log
 //go:noescape
 func abiLog(level int32, srcPtr unsafe.Pointer, srcLen uint32) int32
@@ -130,6 +137,12 @@ func hEntryName(dst []byte, n *uint32) Status {
 func hErrorSet(msg string) Status {
 	st := abiErrorSet(stringPtr(msg), sizeOf(msg))
 	runtime.KeepAlive(msg)
+	return Status(st)
+}
+
+func hLastError(dst []byte, n *uint32) Status {
+	st := abiLastError(bytesPtr(dst), sizeOf(dst), unsafe.Pointer(n))
+	runtime.KeepAlive(dst)
 	return Status(st)
 }
 

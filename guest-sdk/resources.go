@@ -31,7 +31,7 @@ func (p Program) Handle() uint64 { return p.h }
 // NOT_FOUND if the operator declared none.
 func LookupStream(name string) (Stream, error) {
 	var h uint64
-	if err := check("stream_get", hStreamGet(name, &h)); err != nil {
+	if err := checkName("stream_get", name, hStreamGet(name, &h)); err != nil {
 		return Stream{}, err
 	}
 	return Stream{h}, nil
@@ -40,7 +40,7 @@ func LookupStream(name string) (Stream, error) {
 // LookupBuffer returns the declared buffer called name (buffer_get).
 func LookupBuffer(name string) (Buffer, error) {
 	var h uint64
-	if err := check("buffer_get", hBufferGet(name, &h)); err != nil {
+	if err := checkName("buffer_get", name, hBufferGet(name, &h)); err != nil {
 		return Buffer{}, err
 	}
 	return Buffer{h}, nil
@@ -50,7 +50,7 @@ func LookupBuffer(name string) (Buffer, error) {
 // device (program_get). NOT_FOUND if the session may not use it.
 func LookupProgram(name string) (Program, error) {
 	var h uint64
-	if err := check("program_get", hProgramGet(name, &h)); err != nil {
+	if err := checkName("program_get", name, hProgramGet(name, &h)); err != nil {
 		return Program{}, err
 	}
 	return Program{h}, nil

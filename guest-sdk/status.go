@@ -107,9 +107,12 @@ func (s Status) Err() error {
 }
 
 // Error is the error of a failed host call: the ABI function (Op, e.g.
-// "stream_submit") and the status it returned. SDK functions that reject
-// an argument before calling the host use the status the host would have
-// returned.
+// "stream_submit"), the status it returned, the name a lookup did not find
+// and the host's reason. SDK functions that reject an argument before
+// calling the host use the status the host would have returned.
+//
+//	stagehost: stream_sync: FAULT: sim: ...: command 3: kernel "saxpy": saxpy: x has 4 values, y 2
+//	stagehost: program_get "saxpi": NOT_FOUND
 //
 // errors.Is(err, ErrX) matches an *Error whose Status is X's, and also one
 // whose Status belongs to X's class: errors.Is(err, ErrInvalidArgument)
@@ -118,25 +121,41 @@ func (s Status) Err() error {
 type Error struct {
 	Op     string
 	Status Status
+	// Name is the name stream_get, buffer_get or program_get did not
+	// find, or "".
+	Name string
+	// Reason is the host's message for the failure (last_error, read
+	// right after the failed call), or "" when it gave none.
+	Reason string
 }
 
 func (e *Error) Error() string {
-	if e.Op == "" {
-		return "stagehost: " + e.Status.String()
+	s := "stagehost: "
+	if e.Op != "" {
+		s += e.Op
+		if e.Name != "" {
+			s += " " + quote(e.Name)
+		}
+		s += ": "
 	}
-	return "stagehost: " + e.Op + ": " + e.Status.String()
+	s += e.Status.String()
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
 }
 
 // Is reports whether target is an *Error without an Op (a sentinel such as
 // ErrBadHandle) whose Status is e's status or e's status class, or an
-// *Error with an Op equal to e's in both fields.
+// *Error with e's Op and Status (and e's Name, if target names one; the
+// Reason is not compared).
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	if !ok || t == nil {
 		return false
 	}
 	if t.Op != "" {
-		return *t == *e
+		return t.Op == e.Op && t.Status == e.Status && (t.Name == "" || t.Name == e.Name)
 	}
 	return t.Status == e.Status || (t.Status != StatusOK && t.Status == e.Status.Class())
 }
@@ -178,12 +197,26 @@ var sentinels = [...]*Error{
 	StatusOutputTooLarge:   ErrOutputTooLarge,
 }
 
-// check turns a host call's status into nil or an *Error naming op.
+// check turns a host call's status into nil or an *Error naming op, with
+// the host's reason (last_error) for a failure.
 func check(op string, s Status) error {
 	if s == StatusOK {
 		return nil
 	}
-	return &Error{Op: op, Status: s}
+	return &Error{Op: op, Status: s, Reason: LastError()}
+}
+
+// checkName is check for a lookup of name. A NOT_FOUND needs no reason:
+// the error names what was not found.
+func checkName(op, name string, s Status) error {
+	if s == StatusOK {
+		return nil
+	}
+	e := &Error{Op: op, Status: s, Name: name}
+	if s != StatusNotFound {
+		e.Reason = LastError()
+	}
+	return e
 }
 
 // StatusOf returns the status a stage returning err reports to its caller

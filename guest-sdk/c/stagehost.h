@@ -28,6 +28,10 @@ extern "C" {
 #endif
 
 #define STAGEHOST_ABI_VERSION 1
+/* The revision of v1 this header declares (ABI.md §1.4). A module that
+ * calls a function of a later revision than the host's is refused at load,
+ * naming the import; one that does not call it runs on every v1 host. */
+#define STAGEHOST_ABI_REVISION 2
 #define STAGEHOST_IMPORT_MODULE "stagehost_v1"
 
 /* Status codes (ABI.md §5). Treat unknown non-zero codes as failures. */
@@ -130,6 +134,13 @@ STAGEHOST_IMPORT("input_read") stagehost_status stagehost_input_read(uint32_t of
 STAGEHOST_IMPORT("output_write") stagehost_status stagehost_output_write(const void *src, uint32_t src_len);
 STAGEHOST_IMPORT("entry_name") stagehost_status stagehost_entry_name(char *dst, uint32_t dst_cap, uint32_t *out_len);
 STAGEHOST_IMPORT("error_set") stagehost_status stagehost_error_set(const char *msg, uint32_t msg_len);
+/* Revision 2. The call's last error: the message of the last non-OK status
+ * a host function returned during this call (a failed kernel's own reason
+ * for stream_sync's FAULT), empty when there is none; at most
+ * STAGEHOST_MAX_ERROR_MESSAGE bytes, not NUL-terminated. dst_cap too small:
+ * OUT_OF_BOUNDS and only *out_len written, as entry_name. See also
+ * stagehost_last_error_str. */
+STAGEHOST_IMPORT("last_error") stagehost_status stagehost_last_error(char *dst, uint32_t dst_cap, uint32_t *out_len);
 STAGEHOST_IMPORT("log") stagehost_status stagehost_log(int32_t level, const char *msg, uint32_t msg_len);
 STAGEHOST_IMPORT("stream_get") stagehost_status stagehost_stream_get(const char *name, uint32_t name_len, stagehost_handle *out_handle);
 STAGEHOST_IMPORT("buffer_get") stagehost_status stagehost_buffer_get(const char *name, uint32_t name_len, stagehost_handle *out_handle);
@@ -146,6 +157,23 @@ STAGEHOST_IMPORT("stream_submit") stagehost_status stagehost_stream_submit(stage
 STAGEHOST_IMPORT("stream_submit_batch") stagehost_status stagehost_stream_submit_batch(stagehost_handle stream, const stagehost_command *cmds, uint32_t cmds_count);
 STAGEHOST_IMPORT("stream_sync") stagehost_status stagehost_stream_sync(stagehost_handle stream);
 STAGEHOST_IMPORT("stream_idle") stagehost_status stagehost_stream_idle(stagehost_handle stream, uint32_t *out_idle);
+
+/* Copies the call's last error into buf as a NUL-terminated string and
+ * returns its length (0: there is none). A message that does not fit
+ * buf_size (counting the NUL) leaves buf empty and returns the length it
+ * needs; a buffer of STAGEHOST_MAX_ERROR_MESSAGE + 1 bytes always fits.
+ * Call it right after the failed call it explains. Revision 2. */
+static inline uint32_t stagehost_last_error_str(char *buf, uint32_t buf_size) {
+	uint32_t n = 0;
+	if (buf_size == 0) {
+		return 0;
+	}
+	buf[0] = 0;
+	if (stagehost_last_error(buf, buf_size - 1, &n) == STAGEHOST_OK) {
+		buf[n] = 0;
+	}
+	return n;
+}
 
 /* The version marker export, () -> (). Use once per module, at file scope. */
 #define STAGEHOST_ABI_V1() \

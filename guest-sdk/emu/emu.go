@@ -119,6 +119,11 @@ type Emulator struct {
 	input  []byte
 	output []byte
 	errMsg string
+	// lastErr is the run's last error (ABI.md §3 last_error): the message
+	// of the last non-OK status a host function returned since the run
+	// began. why is the detail the host function about to fail gives it.
+	lastErr string
+	why     string
 }
 
 // object is a session resource: a declared stream, buffer or program, or an
@@ -533,6 +538,7 @@ func (e *Emulator) Run(entry string, input []byte) ([]byte, error) {
 
 	e.mu.Lock()
 	e.entry, e.input, e.output, e.errMsg = entry, slices.Clone(input), nil, ""
+	e.lastErr, e.why = "", "" // a run starts with no last error
 	e.failures = nil
 	e.mu.Unlock()
 
@@ -588,6 +594,7 @@ func (e *Emulator) RunFence() error {
 	}
 	e.running = true
 	e.failures = nil
+	e.lastErr, e.why = "", ""
 	e.mu.Unlock()
 	detach := host.Attach((*abiHost)(e))
 	defer func() {

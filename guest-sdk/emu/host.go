@@ -30,35 +30,35 @@ const (
 	outputTooLarge  = int32(stagehost.StatusOutputTooLarge)
 )
 
-func (h *abiHost) InputSize() (uint32, int32) {
+func (h *abiHost) inputSize() (uint32, int32) {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return uint32(len(e.input)), ok
 }
 
-func (h *abiHost) InputRead(offset uint32, dst []byte) (uint32, int32) {
+func (h *abiHost) inputRead(offset uint32, dst []byte) (uint32, int32) {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if uint64(offset) > uint64(len(e.input)) {
-		return 0, invalidArgument
+		return 0, e.failLocked(invalidArgument, "offset %d is beyond the input's %d bytes", offset, len(e.input))
 	}
 	return uint32(copy(dst, e.input[offset:])), ok
 }
 
-func (h *abiHost) OutputWrite(src []byte) int32 {
+func (h *abiHost) outputWrite(src []byte) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.output)+len(src) > e.outLimit {
-		return outputTooLarge
+		return e.failLocked(outputTooLarge, "%d more bytes would take the output past its limit of %d bytes: output larger than its limit", len(src), e.outLimit)
 	}
 	e.output = append(e.output, src...)
 	return ok
 }
 
-func (h *abiHost) EntryName(dst []byte) (uint32, int32) {
+func (h *abiHost) entryName(dst []byte) (uint32, int32) {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -70,7 +70,7 @@ func (h *abiHost) EntryName(dst []byte) (uint32, int32) {
 	return n, ok
 }
 
-func (h *abiHost) ErrorSet(msg []byte) int32 {
+func (h *abiHost) errorSet(msg []byte) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -81,10 +81,12 @@ func (h *abiHost) ErrorSet(msg []byte) int32 {
 	return ok
 }
 
-func (h *abiHost) Log(level int32, msg []byte) int32 {
+func (h *abiHost) log(level int32, msg []byte) int32 {
 	e := (*Emulator)(h)
 	if level < int32(stagehost.LevelDebug) || level > int32(stagehost.LevelError) {
-		return invalidArgument
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.failLocked(invalidArgument, "log level %d is not one of 0 to 3", level)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -99,12 +101,19 @@ func (e *Emulator) lookup(kind uint8, name []byte) (uint64, int32) {
 	defer e.mu.Unlock()
 	o := e.byName[nameKey(kind, string(name))]
 	if o == nil {
-		return 0, notFound
+		return 0, e.failLocked(notFound, "%s %q not found: the session %s", kindName(kind), name, notDeclared[kind])
 	}
 	if o.handle == 0 {
 		e.issueLocked(o)
 	}
 	return o.handle, ok
+}
+
+// notDeclared says why a lookup by name found nothing, as the host does.
+var notDeclared = map[uint8]string{
+	kindStream:  "declares no stream of that name",
+	kindBuffer:  "declares no buffer of that name",
+	kindProgram: "may use no program of that name",
 }
 
 // issueLocked gives o the next serial.
@@ -136,17 +145,17 @@ func (e *Emulator) resolveLocked(h uint64, kind uint8) (*object, int32) {
 	return o, ok
 }
 
-func (h *abiHost) StreamGet(name []byte) (uint64, int32) {
+func (h *abiHost) streamGet(name []byte) (uint64, int32) {
 	return (*Emulator)(h).lookup(kindStream, name)
 }
-func (h *abiHost) BufferGet(name []byte) (uint64, int32) {
+func (h *abiHost) bufferGet(name []byte) (uint64, int32) {
 	return (*Emulator)(h).lookup(kindBuffer, name)
 }
-func (h *abiHost) ProgramGet(name []byte) (uint64, int32) {
+func (h *abiHost) programGet(name []byte) (uint64, int32) {
 	return (*Emulator)(h).lookup(kindProgram, name)
 }
 
-func (h *abiHost) BufferAlloc(size uint32) (uint64, int32) {
+func (h *abiHost) bufferAlloc(size uint32) (uint64, int32) {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -162,21 +171,22 @@ func (h *abiHost) BufferAlloc(size uint32) (uint64, int32) {
 	return o.handle, ok
 }
 
-func (h *abiHost) BufferAllocNamed(name []byte, size uint32) (uint64, int32) {
+func (h *abiHost) bufferAllocNamed(name []byte, size uint32) (uint64, int32) {
 	e := (*Emulator)(h)
-	if len(name) == 0 || len(name) > 256 {
-		return 0, invalidArgument
-	}
 	e.mu.Lock()
+	if len(name) == 0 || len(name) > 256 {
+		defer e.mu.Unlock()
+		return 0, e.failLocked(invalidArgument, "a buffer name of %d bytes: 1 to 256", len(name))
+	}
 	if o := e.named[string(name)]; o != nil && !o.buffer.freed {
 		defer e.mu.Unlock()
 		if len(o.buffer.mem) != int(size) {
-			return 0, invalidArgument
+			return 0, e.failLocked(invalidArgument, "buffer %q has %d bytes, not %d", name, len(o.buffer.mem), size)
 		}
 		return o.handle, ok
 	}
 	e.mu.Unlock()
-	hd, st := h.BufferAlloc(size)
+	hd, st := h.bufferAlloc(size)
 	if st != ok {
 		return 0, st
 	}
@@ -186,7 +196,7 @@ func (h *abiHost) BufferAllocNamed(name []byte, size uint32) (uint64, int32) {
 	return hd, ok
 }
 
-func (h *abiHost) BufferFree(bh uint64) int32 {
+func (h *abiHost) bufferFree(bh uint64) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -195,7 +205,7 @@ func (h *abiHost) BufferFree(bh uint64) int32 {
 		return st
 	}
 	if !o.buffer.allocated {
-		return invalidArgument
+		return e.failLocked(invalidArgument, "a declared buffer cannot be freed")
 	}
 	// Queued commands keep the memory; the handle is stale from now on.
 	o.buffer.freed = true
@@ -203,7 +213,7 @@ func (h *abiHost) BufferFree(bh uint64) int32 {
 	return ok
 }
 
-func (h *abiHost) BufferSize(bh uint64) (uint32, int32) {
+func (h *abiHost) bufferSize(bh uint64) (uint32, int32) {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -230,7 +240,7 @@ func (e *Emulator) transferLocked(sh, bh uint64, offset uint32, n int) (*stream,
 	return so.stream, bo.buffer, ok
 }
 
-func (h *abiHost) StreamWrite(sh, bh uint64, offset uint32, src []byte) int32 {
+func (h *abiHost) streamWrite(sh, bh uint64, offset uint32, src []byte) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -242,7 +252,7 @@ func (h *abiHost) StreamWrite(sh, bh uint64, offset uint32, src []byte) int32 {
 	return ok
 }
 
-func (h *abiHost) StreamRead(sh, bh uint64, offset uint32, dst []byte) int32 {
+func (h *abiHost) streamRead(sh, bh uint64, offset uint32, dst []byte) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -303,7 +313,7 @@ func (e *Emulator) parseArgsLocked(rec []byte, count uint32) ([]Arg, int32) {
 	return args, ok
 }
 
-func (h *abiHost) StreamSubmit(sh, ph uint64, rec []byte, count uint32) int32 {
+func (h *abiHost) streamSubmit(sh, ph uint64, rec []byte, count uint32) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -323,7 +333,7 @@ func (h *abiHost) StreamSubmit(sh, ph uint64, rec []byte, count uint32) int32 {
 	return ok
 }
 
-func (h *abiHost) StreamSubmitBatch(sh uint64, cmds, args []byte, count uint32) int32 {
+func (h *abiHost) streamSubmitBatch(sh uint64, cmds, args []byte, count uint32) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -332,7 +342,7 @@ func (h *abiHost) StreamSubmitBatch(sh uint64, cmds, args []byte, count uint32) 
 		return st
 	}
 	if count > maxBatch {
-		return invalidArgument
+		return e.failLocked(invalidArgument, "a batch of %d commands, at most %d", count, maxBatch)
 	}
 	if uint64(len(cmds)) < uint64(count)*batchRecordSize {
 		return outOfBounds
@@ -366,7 +376,7 @@ func (h *abiHost) StreamSubmitBatch(sh uint64, cmds, args []byte, count uint32) 
 	return ok
 }
 
-func (h *abiHost) StreamSync(sh uint64) int32 {
+func (h *abiHost) streamSync(sh uint64) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -380,13 +390,14 @@ func (h *abiHost) StreamSync(sh uint64) int32 {
 		// The host records every FAULT it reports (ABI.md §4.4): the run
 		// fails even if the guest ignores it.
 		e.failures = append(e.failures, s.failures[0])
+		why := s.failures[0].Error()
 		s.failures = s.failures[1:]
-		return fault
+		return e.failLocked(fault, "%s", why)
 	}
 	return ok
 }
 
-func (h *abiHost) StreamIdle(sh uint64) (uint32, int32) {
+func (h *abiHost) streamIdle(sh uint64) (uint32, int32) {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -2,7 +2,6 @@ package emu
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -65,10 +64,11 @@ func Builtins() []string {
 	return names
 }
 
-var errArgs = errors.New("bad arguments")
-
+// argErr is a kernel's refusal of its arguments, in the words of the
+// simulator's kernel (hw/sim), so a guest reads the same reason from the
+// emulator and from the host.
 func argErr(format string, a ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{errArgs}, a...)...)
+	return fmt.Errorf(format, a...)
 }
 
 func want(name string, args []Arg, n int) error {

@@ -27,6 +27,10 @@ type Host interface {
 	// dst is too small it returns the length and OUT_OF_BOUNDS.
 	EntryName(dst []byte) (n uint32, status int32)
 	ErrorSet(msg []byte) int32
+	// LastError copies the call's last error message (ABI.md §3
+	// last_error) into dst and returns its length; when dst is too small
+	// it returns the length and OUT_OF_BOUNDS.
+	LastError(dst []byte) (n uint32, status int32)
 	Log(level int32, msg []byte) int32
 	StreamGet(name []byte) (handle uint64, status int32)
 	BufferGet(name []byte) (handle uint64, status int32)
