@@ -176,7 +176,6 @@ func retErr(st *callState, stack []uint64, err error) {
 	ret(stack, abi.StatusOf(err))
 }
 
-
 // guest returns the guest memory range [ptr, ptr+n), or false.
 func guest(mod api.Module, ptr, n uint32) ([]byte, bool) {
 	mem := mod.Memory()
