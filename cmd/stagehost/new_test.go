@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"go/format"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -99,6 +100,26 @@ func TestNewWritesTheWholeSDK(t *testing.T) {
 	}
 	if len(got) != want {
 		t.Errorf("new Go projects get %d SDK files, guest-sdk has %d", len(got), want)
+	}
+}
+
+// TestNewGoFilesAreFormatted: the Go files of a new project are as gofmt
+// writes them.
+func TestNewGoFilesAreFormatted(t *testing.T) {
+	files, err := newProject("go", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if !strings.HasSuffix(f.path, ".go") || strings.HasPrefix(f.path, sdkDir+"/") {
+			continue
+		}
+		got, err := format.Source(f.data)
+		if err != nil {
+			t.Errorf("%s: %v", f.path, err)
+		} else if !bytes.Equal(got, f.data) {
+			t.Errorf("%s is not gofmt'ed: fix its template in scaffold/go", f.path)
+		}
 	}
 }
 
