@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stagehost/stagehost/abi"
@@ -28,6 +29,7 @@ var replayFunctions = []string{
 	abi.FnLog, abi.FnStreamGet, abi.FnBufferGet, abi.FnProgramGet, abi.FnBufferAlloc,
 	abi.FnBufferAllocNamed, abi.FnBufferFree, abi.FnBufferSize, abi.FnStreamWrite, abi.FnStreamRead,
 	abi.FnStreamSubmit, abi.FnStreamSubmitBatch, abi.FnStreamSync, abi.FnStreamIdle,
+	abi.FnLastError,
 }
 
 const (
@@ -427,6 +429,18 @@ var replaySeeds = []struct {
 	}, hw.ErrFault, []abi.Status{
 		abi.StatusOK, abi.StatusFault, abi.StatusOK, abi.StatusOK,
 	}},
+	{"last_error", []replayCall{
+		rec(abi.FnLastError, 2048, 1024, 2112), // none yet: OK, length 0
+		rec(abi.FnProgramGet, replayNameWeights, 7, 1048),
+		rec(abi.FnLastError, 2048, 4, 2112),   // too small: the length only
+		rec(abi.FnLastError, 65530, 64, 2112), // destination outside memory
+		rec(abi.FnLastError, 2048, 64, 65534), // length pointer outside memory
+		rec(abi.FnLastError, 2048, 1024, 2112),
+		rec(abi.FnOutputWrite, 2048, 17), // `program "weights"`
+	}, nil, []abi.Status{
+		abi.StatusOK, abi.StatusNotFound, abi.StatusOutOfBounds, abi.StatusOutOfBounds,
+		abi.StatusOutOfBounds, abi.StatusOK, abi.StatusOK,
+	}},
 }
 
 // TestFuzzHostCallsSeeds replays the hand-made inputs and checks each
@@ -447,8 +461,13 @@ func TestFuzzHostCallsSeeds(t *testing.T) {
 			}
 		})
 	}
+	// last_error gave the NOT_FOUND's message, naming the program.
+	r := env.replay(t, encodeCalls(replaySeeds[len(replaySeeds)-1].calls...))
+	if want := `program "weights"`; !strings.Contains(string(r.out), want) {
+		t.Fatalf("output %q does not hold the last error's first bytes, %q", r.out, want)
+	}
 	// The round trip wrote "noop" into the buffer and read it back.
-	r := env.replay(t, encodeCalls(replaySeeds[4].calls...))
+	r = env.replay(t, encodeCalls(replaySeeds[4].calls...))
 	if want := "noop"; len(r.out) < 11*4+4 || string(r.out[10*4:10*4+4]) != want {
 		t.Fatalf("output %q does not hold the bytes read back, %q, after the tenth status", r.out, want)
 	}
