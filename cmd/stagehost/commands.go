@@ -163,8 +163,10 @@ func logLevelFlag(fs *flag.FlagSet) *logLevel {
 	return l
 }
 
+// newLogger logs on stderr from level up; a record logged while serving
+// a request (a guest's log included) carries the request's request_id.
 func newLogger(stderr io.Writer, level slog.Level) *slog.Logger {
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return slog.New(deploy.RequestIDHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 }
 
 // open opens the deployment; with only set, just that session or

@@ -603,3 +603,26 @@ func selfSigned(t *testing.T, dir string) (string, string, *x509.CertPool) {
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
 }
+
+// TestLogLevel: --log-level info shows guest logs (run and serve), and
+// under serve they carry the request id; the default (warn) hides them.
+func TestLogLevel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	const guest = `msg="cstage: filled and summed 16 floats" session=fill`
+	if code, out, errs := runBinary(t, "run", "../../host.toml", "--session", "fill", "--quiet", "--log-level", "info"); code != exitOK || !strings.Contains(errs, guest) {
+		t.Errorf("run --log-level info: %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := runBinary(t, "run", "../../host.toml", "--session", "fill", "--quiet"); code != exitOK || strings.Contains(errs, "cstage: filled") {
+		t.Errorf("run: %d\n%s%s", code, out, errs)
+	}
+	s := startServe(t, cstageManifest(t, ""), "--quiet", "--log-level", "info")
+	if a := s.request(nil, "POST", "/v1/sessions/fill/run", nil, "X-Request-Id", "guest-log-1"); a.code != 200 {
+		t.Fatalf("fill: %d %s", a.code, a.body)
+	}
+	_, stderr := s.stop()
+	if !strings.Contains(stderr, guest+" request_id=guest-log-1") {
+		t.Errorf("serve's stderr lacks the guest log with its request id:\n%s", stderr)
+	}
+}

@@ -523,3 +523,32 @@ func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// RequestIDHandler wraps h so that every record logged with the context
+// of a request the service serves carries its request_id: guest logs
+// (stagehost_log) of the request's stage call included.
+func RequestIDHandler(h slog.Handler) slog.Handler { return requestIDHandler{h} }
+
+type requestIDHandler struct{ slog.Handler }
+
+func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id := RequestID(ctx); id != "" {
+		has := false
+		r.Attrs(func(a slog.Attr) bool {
+			has = has || a.Key == "request_id"
+			return !has
+		})
+		if !has {
+			r.AddAttrs(slog.String("request_id", id))
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return requestIDHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h requestIDHandler) WithGroup(name string) slog.Handler {
+	return requestIDHandler{h.Handler.WithGroup(name)}
+}
