@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,6 +43,10 @@ const (
 	defaultMaxRuns         = 4
 	maxMaxRuns             = 1 << 16
 	defaultHistory         = 100
+	defaultQueueLimit      = 256
+	maxQueueLimit          = 1 << 20
+	defaultQueueTimeout    = 10 * time.Second
+	maxInstances           = 1024
 	maxHistory             = 1_000_000
 	maxTokenFileSize       = 64 << 10
 	maxTLSFileSize         = 1 << 20
@@ -71,6 +76,7 @@ type (
 	sessMeta struct {
 		p                                 keyPath
 		name, stage, fence, device, bytes bool
+		devices                           []keyPath // where each of Devices is named
 	}
 	resMeta struct {
 		p                                 keyPath
@@ -472,7 +478,7 @@ func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
 			d.errorf(t.path.key("fence"), "must not be empty: write %q, %q or the name of a fence module", FenceBuiltin, FenceDrain)
 			meta.fence = false
 		}
-		s.Device, meta.device = t.name("device")
+		d.sessionDevices(t, s, meta)
 		s.Streams = d.names(t, "streams", "stream", []string{"s0"})
 		s.Programs = d.names(t, "programs", "program", []string{})
 		var budgetOK bool
@@ -506,6 +512,12 @@ func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
 			}
 		}
 		s.MaxInput, _ = t.size("max_input", MaxInputSize, 0, maxModuleSize)
+		var n int64
+		n, _ = t.integer("instances", int64(max(len(s.Devices), 1)), 1, maxInstances)
+		s.Instances = int(n)
+		n, _ = t.integer("queue_limit", defaultQueueLimit, 0, maxQueueLimit)
+		s.QueueLimit = int(n)
+		s.QueueTimeout, _ = t.duration("queue_timeout", defaultQueueTimeout, true)
 		bufs, _ := t.tables("buffer")
 		s.Buffers = make([]Buffer, 0, len(bufs))
 		var sum int64
@@ -537,6 +549,36 @@ func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
 		t.finish()
 	}
 	return metas
+}
+
+// sessionDevices decodes a session's device (one) or devices (a list of
+// one or more, unique): exactly one of the two keys.
+func (d *decoder) sessionDevices(t *table, s *Session, meta *sessMeta) {
+	switch one, many := t.has("device"), t.has("devices"); {
+	case one && many:
+		d.errorf(t.path.key("devices"), "give device or devices, not both")
+	case many:
+		s.Devices = d.names(t, "devices", "device", nil)
+		if len(s.Devices) == 0 {
+			if _, _, present := t.get("devices", false); present {
+				d.errorf(t.path.key("devices"), "must name at least one device")
+			}
+			return
+		}
+		for j := range s.Devices {
+			meta.devices = append(meta.devices, t.path.key("devices").at(j))
+		}
+		s.Device, meta.device = s.Devices[0], true
+		return
+	case !one:
+		d.errorf(t.path.key("device"), "required key is missing: give device, or devices for several")
+		return
+	}
+	s.Device, meta.device = t.name("device")
+	if meta.device {
+		s.Devices = []string{s.Device}
+		meta.devices = []keyPath{t.path.key("device")}
+	}
 }
 
 // names decodes a list of unique, non-empty names.
@@ -721,19 +763,33 @@ func (d *decoder) checkSessions(m *Manifest, devs []devMeta, mods []modMeta, ses
 		if !meta.device {
 			continue
 		}
-		j, dev := lookup(m.Devices, s.Device, deviceName)
-		if dev == nil {
-			d.notFound(meta.p.key("device"), "device", s.Device, namesOf(m.Devices, deviceName))
-			continue
-		}
-		if !devs[j].backend || !devs[j].engine {
-			continue
-		}
-		if known, ok := programNames(dev); ok {
-			for k, prog := range s.Programs {
-				if prog != "" && !slices.Contains(known, prog) {
-					d.noProgram(meta.p.key("programs").at(k), prog, dev, known)
+		var first *Device // the first device, when its backend and engine decoded
+		for k, name := range s.Devices {
+			if name == "" {
+				continue // reported
+			}
+			j, dev := lookup(m.Devices, name, deviceName)
+			if dev == nil {
+				d.notFound(meta.devices[k], "device", name, namesOf(m.Devices, deviceName))
+				continue
+			}
+			if !devs[j].backend || !devs[j].engine {
+				continue
+			}
+			if first == nil {
+				first = dev
+				if known, ok := programNames(dev); ok {
+					for k, prog := range s.Programs {
+						if prog != "" && !slices.Contains(known, prog) {
+							d.noProgram(meta.p.key("programs").at(k), prog, dev, known)
+						}
+					}
 				}
+				continue
+			}
+			if dev.Backend != first.Backend || dev.Engine != first.Engine {
+				d.errorf(meta.devices[k], "device %q is %s with engine %s, and %q is %s with engine %s: a session's devices must all have one backend and one engine",
+					name, dev.Backend, dev.Engine, first.Name, first.Backend, first.Engine)
 			}
 		}
 	}
@@ -805,8 +861,8 @@ func (d *decoder) checkFaults(m *Manifest, devs []devMeta, sess []sessMeta) {
 				d.errorf(p, "%q is a resident session: a fault can only target a [[session]]", f.Session)
 			case s == nil:
 				d.notFound(p, "session", f.Session, namesOf(m.Sessions, sessionName))
-			case sess[k].device && devs[i].name && s.Device != dev.Name:
-				d.errorf(p, "session %q runs on device %q, not on %q", f.Session, s.Device, dev.Name)
+			case sess[k].device && devs[i].name && !slices.Contains(s.Devices, dev.Name):
+				d.errorf(p, "session %q runs on %s, not on %q", f.Session, quotedList(s.Devices), dev.Name)
 			}
 		}
 	}
@@ -903,4 +959,16 @@ func (d *decoder) checkDeviceMemory(m *Manifest, devs []devMeta, sess []sessMeta
 		d.errorf(devs[i].p.key("memory"), "the budgets on device %q sum to %s, above its memory of %s (%s)",
 			dev.Name, FormatSize(sum), FormatSize(dev.Memory), strings.Join(parts, ", "))
 	}
+}
+
+// quotedList writes names as `device "a"` or `devices "a", "b"`.
+func quotedList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	if len(q) == 1 {
+		return "device " + q[0]
+	}
+	return "devices " + strings.Join(q, ", ")
 }

@@ -93,6 +93,7 @@ func ExampleLoad() {
 	// session minimal: stage stage, fence builtin, device gpu0
 	// session full: stage go_stage, fence fence, device npu0
 	// session drained: stage stage, fence drain, device cuda1
+	// session pooled: stage stage, fence builtin, device gpu0
 	// resident pingpong: gpu gpu0, npu npu0, 16 rounds
 	// resident on-cpu: gpu cuda1, npu host-cpu, 1000000 rounds
 }

@@ -190,9 +190,13 @@ const (
 // deploy.Session.
 type Session struct {
 	Name         string
-	Stage        string // a stage module
-	Fence        string // FenceBuiltin (default), FenceDrain, or a fence module
-	Device       string
+	Stage        string        // a stage module
+	Fence        string        // FenceBuiltin (default), FenceDrain, or a fence module
+	Device       string        // the first of Devices
+	Devices      []string      // the devices its instances run on: manifest device (one) or devices (a list)
+	Instances    int           // instances, spread over Devices in turn; default one per device
+	QueueLimit   int           // calls that may wait for a free instance; past it, a call is refused (429); default 256
+	QueueTimeout time.Duration // how long a call may wait for a free instance; default 10s
 	Streams      []string      // default ["s0"]
 	Programs     []string      // default none
 	Budget       int64         // default 64MiB
