@@ -13,8 +13,9 @@ import (
 const (
 	// MaxManifestSize is the largest manifest [Load] reads.
 	MaxManifestSize = 4 << 20
-	// MaxInputSize is the largest input file a session may name, the
-	// same bound the HTTP service puts on a request's input.
+	// MaxInputSize is the largest input file a session may name, and the
+	// default of a session's max_input: the bound the HTTP service puts on
+	// a request's input.
 	MaxInputSize = 64 << 20
 )
 
