@@ -626,3 +626,138 @@ func TestLogLevel(t *testing.T) {
 		t.Errorf("serve's stderr lacks the guest log with its request id:\n%s", stderr)
 	}
 }
+
+// TestServeWriteTimeout: an answer not written within write_timeout is
+// cut off (the stuck session's call takes its 3s deadline).
+func TestServeWriteTimeout(t *testing.T) {
+	s := startServe(t, prodManifest(t, "[service]\nwrite_timeout = \"1s\""))
+	c := &http.Client{Timeout: 20 * time.Second}
+	resp, err := c.Post(s.base+"/v1/sessions/stuck/run", "application/octet-stream", nil)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("an answer after the write timeout: %d", resp.StatusCode)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the client's own timeout, not the server's: %v", err)
+	}
+	if a := s.request(nil, "POST", "/v1/sessions/steady/run", nil); a.code != 200 {
+		t.Fatalf("steady: %d %s", a.code, a.body)
+	}
+	s.stop()
+}
+
+// TestServeMaxInFlight: with max_in_flight = 1 and one request holding
+// its slot (its body half sent), /v1/ requests are answered 429 busy with
+// Retry-After; health still answers; closing the first frees the slot.
+func TestServeMaxInFlight(t *testing.T) {
+	s := startServe(t, prodManifest(t, "[service]\nmax_in_flight = 1"))
+	holder, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := io.WriteString(holder, "POST /v1/sessions/steady/run HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab"); err != nil {
+		t.Fatal(err)
+	}
+	var a answer
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if a = s.request(nil, "GET", "/v1/sessions", nil); a.code == 429 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never 429: %d %s", a.code, a.body)
+		}
+		time.Sleep(10 * time.Millisecond) // polling an HTTP status until the holder's request is in flight
+	}
+	if e := a.errBody(t); e.Class != "busy" || a.header.Get("Retry-After") != "1" || !strings.Contains(e.Error, "max_in_flight of 1") {
+		t.Errorf("429: %v %s", a.header, a.body)
+	}
+	if a := s.request(nil, "GET", "/readyz", nil); a.code != 200 {
+		t.Errorf("readyz: %d", a.code)
+	}
+	holder.Close()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if a = s.request(nil, "GET", "/v1/sessions", nil); a.code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot was never freed: %d %s", a.code, a.body)
+		}
+		time.Sleep(10 * time.Millisecond) // polling until the server notices the closed connection
+	}
+	s.stop()
+}
+
+// TestServeResidentLimits: a resident whose run cannot finish holds its
+// one max_runs slot, so a second start is 429; another keeps only its
+// last history runs.
+func TestServeResidentLimits(t *testing.T) {
+	m := prodManifest(t, "")
+	b, err := os.ReadFile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := `
+[[device]]
+name = "npu0"
+backend = "sim"
+engine = "npu"
+[[device]]
+name = "npu1"
+backend = "sim"
+engine = "npu"
+[[device.sim.fault]]
+kind = "hang"
+[[resident]]
+name = "stalled"
+gpu = "gpu0"
+npu = "npu1"
+max_runs = 1
+join_deadline = "2s"
+[[resident]]
+name = "brief"
+gpu = "gpu0"
+npu = "npu0"
+history = 2
+`
+	if err := os.WriteFile(m, append(b, extra...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, m)
+	if a := s.request(nil, "POST", "/v1/residents/stalled/start", nil); a.code != 202 {
+		t.Fatalf("first start: %d %s", a.code, a.body)
+	}
+	a := s.request(nil, "POST", "/v1/residents/stalled/start", nil)
+	if e := a.errBody(t); a.code != 429 || e.Class != "busy" || !strings.Contains(e.Error, "max_runs of 1") {
+		t.Errorf("second start: %d %s", a.code, a.body)
+	}
+	for range 3 {
+		if a := s.request(nil, "POST", "/v1/residents/brief/start", nil); a.code != 202 {
+			t.Fatalf("brief start: %d %s", a.code, a.body)
+		}
+	}
+	var list struct {
+		Running int
+		Runs    []struct {
+			ID    int
+			State string
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if err := json.Unmarshal(s.request(nil, "GET", "/v1/residents/brief", nil).body, &list); err != nil {
+			t.Fatal(err)
+		}
+		if list.Running == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("brief runs never finished: %+v", list)
+		}
+		time.Sleep(10 * time.Millisecond) // polling an HTTP status
+	}
+	if len(list.Runs) != 2 || list.Runs[0].ID != 2 || list.Runs[1].ID != 3 || list.Runs[1].State != "verified" {
+		t.Errorf("history: %+v", list)
+	}
+	s.stop()
+}
