@@ -359,14 +359,33 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, code := open(ctx, m, "", *quiet, logger, stderr)
-	if d == nil {
-		return code
-	}
+	// Listen first: while modules load and sessions are made, /livez
+	// answers 200 and /readyz 503 "starting".
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "stagehost serve: %v\n", err)
+		return exitStartup
+	}
+	srv := deploy.NewStartingServer(logger, cfg)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln, *grace) }()
+	d, code := open(ctx, m, "", *quiet, logger, stderr)
+	if d == nil {
+		stop()
+		<-served
+		return code
+	}
+	srv.Attach(d)
+	var early error
+	ended := false
+	select {
+	case early = <-served: // it could not serve at all, or a signal came during start-up
+		ended = true
+	default:
+	}
+	if early != nil {
 		d.Close(context.Background())
+		fmt.Fprintf(stderr, "stagehost serve: %v\n", early)
 		return exitStartup
 	}
 	for _, name := range d.FailedSessions() {
@@ -382,8 +401,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "serving %s on %s://%s (%s%s, %s)\n",
 		path, scheme, ln.Addr(), plural(len(m.Sessions), "session"), failedNote, plural(len(m.Residents), "resident session"))
-	srv := deploy.NewServerConfig(d, logger, cfg)
-	err = srv.Serve(ctx, ln, *grace)
+	if !ended {
+		err = <-served
+	}
 	cerr := d.Close(context.Background())
 	if err != nil {
 		fmt.Fprintf(stderr, "stagehost serve: %v\n", err)

@@ -761,3 +761,72 @@ history = 2
 	}
 	s.stop()
 }
+
+// TestServeStarting: serve listens before it makes its sessions; while a
+// session's stagehost_init runs (here until its 3s init_timeout) /livez
+// is 200 and /readyz 503 starting.
+func TestServeStarting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	loop, err := filepath.Abs("../../sessions/deploy/testdata/init_loop.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(loop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := prodManifest(t, "")
+	src, err := os.ReadFile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src = append(src, fmt.Sprintf("[[module]]\nname = \"init_loop\"\npath = %q\nsha256 = %q\n[[session]]\nname = \"boot_loop\"\nstage = \"init_loop\"\ndevice = \"gpu0\"\ninit_timeout = \"3s\"\n", loop, stages.SHA256(b))...)
+	if err := os.WriteFile(m, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A free port, taken again by serve at once.
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	cmd, stdout, stderr := startBinary(t, "serve", m, "--addr", addr)
+	c := &http.Client{Timeout: 5 * time.Second}
+	var resp *http.Response
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if resp, err = c.Get("http://" + addr + "/readyz"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never listened: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling until the port opens
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(body), `"status": "starting"`) {
+		t.Fatalf("readyz while starting: %d %s", resp.StatusCode, body)
+	}
+	if resp, err := c.Get("http://" + addr + "/livez"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("livez while starting: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	base, lines := serving(stdout)
+	if base == "" {
+		_ = cmd.Wait()
+		t.Fatalf("no serving line:\n%s", stderr.String())
+	}
+	s := &server{t: t, cmd: cmd, base: base, addr: addr, lines: lines, stderr: stderr}
+	code, r := s.ready("/readyz")
+	if code != 503 || r.Status != "not_ready" || len(r.Reasons) != 1 || !strings.Contains(r.Reasons[0], "session boot_loop is failed") {
+		t.Errorf("readyz after start-up: %d %+v", code, r)
+	}
+	if a := s.request(nil, "POST", "/v1/sessions/steady/run", nil); a.code != 200 {
+		t.Errorf("steady: %d %s", a.code, a.body)
+	}
+	s.stop()
+}

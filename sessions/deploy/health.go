@@ -10,18 +10,21 @@ import (
 // Readiness is the body of /readyz and /v2/health/ready.
 type Readiness struct {
 	Ready   bool     `json:"ready"`
-	Status  string   `json:"status"`            // "ready", "draining" or "not_ready"
+	Status  string   `json:"status"`            // "ready", "starting", "draining" or "not_ready"
 	Reasons []string `json:"reasons,omitempty"` // why not, one line each
 }
 
-// Readiness reports whether the service should be sent traffic (while it
-// starts, its port is not open yet): not while it drains after SIGTERM, nor while a device is lost, nor while
+// Readiness reports whether the service should be sent traffic: not while
+// it starts (before [Server.Attach]) or drains after SIGTERM, nor while a device is lost, nor while
 // a session's quarantined or failed share of instances is above
 // Config.ReadyQuarantinedShare (each session has one instance today, so
 // that share is 0 or 1).
 func (s *Server) Readiness() Readiness {
 	if s.state.Load() == stateDraining {
 		return Readiness{Status: "draining", Reasons: []string{"the service is shutting down (SIGTERM)"}}
+	}
+	if !s.attached.Load() {
+		return Readiness{Status: "starting", Reasons: []string{"the service is starting: loading modules and creating sessions"}}
 	}
 	var reasons []string
 	for _, name := range s.d.DeviceNames() {

@@ -113,6 +113,7 @@ type Server struct {
 	inFlight chan struct{}
 	handler  http.Handler
 
+	attached           atomic.Bool  // Attach has run: d, mux, registry and latency are set
 	state              atomic.Int32 // stateServing, then stateDraining
 	accepted, answered atomic.Uint64
 }
@@ -130,14 +131,33 @@ func NewServer(d *Deployment, logger *slog.Logger) *Server {
 
 // NewServerConfig builds the service's handler over d with cfg.
 func NewServerConfig(d *Deployment, logger *slog.Logger, cfg Config) *Server {
+	s := NewStartingServer(logger, cfg)
+	s.Attach(d)
+	return s
+}
+
+// NewStartingServer builds the service before its deployment exists, so
+// that it can listen while modules load and sessions are made. Until
+// [Server.Attach], /livez, /v2/health/live and /healthz answer 200,
+// /readyz and /v2/health/ready 503 with status "starting", and every
+// other route 503 class unavailable, with Retry-After.
+func NewStartingServer(logger *slog.Logger, cfg Config) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{d: d, cfg: cfg, logger: logger, registry: prometheus.NewRegistry(), mux: http.NewServeMux(),
-		scopes: map[string]Scope{}, limited: map[string]bool{}, auth: newAuthenticator(cfg.AdminTokens, cfg.InvokeTokens)}
+	s := &Server{cfg: cfg, logger: logger, scopes: map[string]Scope{}, limited: map[string]bool{},
+		auth: newAuthenticator(cfg.AdminTokens, cfg.InvokeTokens)}
 	if cfg.MaxInFlight > 0 {
 		s.inFlight = make(chan struct{}, cfg.MaxInFlight)
 	}
+	s.handler = http.HandlerFunc(s.serveHTTP)
+	return s
+}
+
+// Attach gives a server made by [NewStartingServer] its deployment: from
+// then on it serves every route. Call it once.
+func (s *Server) Attach(d *Deployment) {
+	s.d, s.registry, s.mux = d, prometheus.NewRegistry(), http.NewServeMux()
 	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "stagehost_session_run_seconds", Help: "Session run latency, including the wait for the session.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
@@ -152,16 +172,33 @@ func NewServerConfig(d *Deployment, logger *slog.Logger, cfg Config) *Server {
 	s.route("GET /v1/residents/{name}", ScopeAdmin, s.getResident)
 	s.route("GET /metrics", ScopeAdmin, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP)
 	s.route("GET /debug/trace", ScopeAdmin, s.trace)
-	live := func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"live": true})
-	}
 	s.route("GET /livez", ScopePublic, live)
 	s.route("GET /v2/health/live", ScopePublic, live)
-	s.route("GET /healthz", ScopePublic, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	s.route("GET /healthz", ScopePublic, healthz)
 	s.route("GET /readyz", ScopePublic, s.ready)
 	s.route("GET /v2/health/ready", ScopePublic, s.ready)
-	s.handler = http.HandlerFunc(s.serveHTTP)
-	return s
+	s.attached.Store(true)
+}
+
+func live(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"live": true})
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") }
+
+// starting answers while the server has no deployment yet.
+func (s *Server) starting(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/livez", "/v2/health/live":
+		live(w, r)
+	case "/healthz":
+		healthz(w, r)
+	case "/readyz", "/v2/health/ready":
+		writeJSON(w, http.StatusServiceUnavailable, s.Readiness())
+	default:
+		w.Header().Set("Retry-After", "1")
+		s.writeError(w, r, &serviceError{ClassUnavailable, "the service is starting: loading modules and creating sessions"})
+	}
 }
 
 func (s *Server) route(pattern string, scope Scope, h http.HandlerFunc) {
@@ -317,6 +354,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	if !s.attached.Load() {
+		s.starting(w, r)
+		return
+	}
 	h, pattern := s.mux.Handler(r)
 	if pattern == "" {
 		// No route: the mux answers 404, or 405 with Allow; answer the

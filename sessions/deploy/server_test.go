@@ -589,3 +589,28 @@ func TestLimitListener(t *testing.T) {
 	for range accepted {
 	}
 }
+
+// TestStartingServer: before Attach, liveness is 200, readiness 503
+// starting, and other routes 503 unavailable; after it, all serve.
+func TestStartingServer(t *testing.T) {
+	srv := deploy.NewStartingServer(slog.New(slog.DiscardHandler), deploy.DefaultConfig())
+	s := &served{t: t, srv: srv}
+	if rec := s.do("GET", "/livez", nil); rec.Code != 200 {
+		t.Errorf("livez: %d", rec.Code)
+	}
+	code, r := readyz(t, s, "/readyz")
+	if code != 503 || r.Status != "starting" || len(r.Reasons) != 1 {
+		t.Errorf("readyz: %d %+v", code, r)
+	}
+	rec := s.do("POST", "/v1/sessions/steady/run", nil)
+	if e := errorBody(t, rec); rec.Code != 503 || e.Class != "unavailable" || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("run while starting: %d %+v", rec.Code, e)
+	}
+	srv.Attach(open(t, hostileManifest(t, "", "")))
+	if code, r := readyz(t, s, "/readyz"); code != 200 || !r.Ready {
+		t.Errorf("readyz after Attach: %d %+v", code, r)
+	}
+	if rec := s.do("POST", "/v1/sessions/steady/run", nil); rec.Code != 200 {
+		t.Errorf("run after Attach: %d %s", rec.Code, rec.Body)
+	}
+}
