@@ -347,11 +347,20 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled) && status >= 400 {
 			status = StatusClientClosed
 		}
-		s.logger.Info("http request", "method", r.Method, "path", r.URL.Path, "status", status,
+		// Probes come every few seconds: a successful one is logged at
+		// debug only.
+		level := slog.LevelInfo
+		if probePaths[r.URL.Path] && status < 400 {
+			level = slog.LevelDebug
+		}
+		s.logger.Log(r.Context(), level, "http request", "method", r.Method, "path", r.URL.Path, "status", status,
 			"duration", time.Since(start), "bytes", rec.bytes, "request_id", id, "remote", r.RemoteAddr)
 	}()
 	s.dispatch(rec, r)
 }
+
+// probePaths are the liveness and readiness routes.
+var probePaths = map[string]bool{"/livez": true, "/healthz": true, "/readyz": true, "/v2/health/live": true, "/v2/health/ready": true}
 
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	if !s.attached.Load() {

@@ -232,8 +232,14 @@ func TestRequestIDs(t *testing.T) {
 	if a == b {
 		t.Errorf("two requests share id %q", a)
 	}
-	// The access log names every request.
-	for _, want := range []string{`msg="http request" method=GET path=/livez status=200`, "request_id=caller-42.a:b_c", "bytes="} {
+	// The access log names every request; a successful probe at debug
+	// only.
+	s.do("GET", "/v1/sessions", nil, "X-Request-Id", "caller-43")
+	s.do("GET", "/readyz", nil, "X-Request-Id", "probe-1")
+	if strings.Contains(s.log.String(), "request_id=caller-42.a:b_c") || strings.Contains(s.log.String(), "probe-1") {
+		t.Errorf("a successful probe is logged at info:\n%s", s.log)
+	}
+	for _, want := range []string{`msg="http request" method=GET path=/v1/sessions status=200`, "request_id=caller-43", "bytes="} {
 		if !strings.Contains(s.log.String(), want) {
 			t.Errorf("access log lacks %q:\n%s", want, s.log)
 		}
