@@ -13,6 +13,7 @@ import (
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
 )
 
 // The kernel's own reason for refusing saxpy's arguments (hw/sim).
@@ -182,5 +183,50 @@ func TestLastErrorMessageIsCutAtTheLimit(t *testing.T) {
 	}
 	if got := appendMessage(nil, "short"); string(got) != "short" {
 		t.Errorf("a short message became %q", got)
+	}
+}
+
+// TestFaultBeforeAReadFailsTheCall: a kernel that failed before a
+// stream_read fails the call with Fault and its reason, even when the
+// guest ignores what the read returned and returns OK (ABI.md §4.4).
+func TestFaultBeforeAReadFailsTheCall(t *testing.T) {
+	f := newWasmFixture(t)
+	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "read"))
+	out, err := s.Run(context.Background(), []byte{3}, nil)
+	if len(out) < 4 {
+		t.Fatalf("output % x, err %v", out, err)
+	}
+	o := &lastErrorOutput{t, out}
+	if st := abi.Status(o.word()); st != abi.StatusOK && st != abi.StatusFault {
+		t.Fatalf("stream_read = %v, want OK or FAULT", st)
+	}
+	if !errors.Is(err, hw.ErrFault) || !strings.Contains(err.Error(), saxpyReason) {
+		t.Fatalf("the call's error = %v, want a Fault with the kernel's reason %q", err, saxpyReason)
+	}
+	if q := s.Quarantined(); q != nil {
+		t.Fatalf("quarantined: %v (the stream drained: a failure is no reason)", q)
+	}
+}
+
+// TestFailedReadFailsTheCall: a download that fails on the device is
+// FAULT to the guest and fails the call with Fault, even when the guest
+// ignores it and returns OK: the stream reports a failure once, so the
+// fence would not see it again (ABI.md §4.4).
+func TestFailedReadFailsTheCall(t *testing.T) {
+	f := newWasmFixture(t)
+	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "read-fails"))
+	s.Owner().Streams()[0].(*sim.Stream).Inject(sim.Fault{Kind: sim.FailCompletion, Count: 1})
+	out, err := s.Run(context.Background(), []byte{4}, nil)
+	if len(out) < 4 {
+		t.Fatalf("output % x, err %v", out, err)
+	}
+	if st := abi.Status((&lastErrorOutput{t, out}).word()); st != abi.StatusFault {
+		t.Fatalf("stream_read = %v, want FAULT", st)
+	}
+	if !errors.Is(err, hw.ErrFault) || errors.Is(err, hw.ErrDeviceLost) {
+		t.Fatalf("the call's error = %v, want Fault (and no quarantine)", err)
+	}
+	if _, err := s.Run(context.Background(), []byte{4}, nil); err != nil {
+		t.Fatalf("the next call, whose read succeeds: %v", err)
 	}
 }

@@ -17,6 +17,11 @@
 ;;    last_error(1024, 4096): status, length word, message (still the
 ;;    NOT_FOUND's: neither an OK status nor last_error's own failures
 ;;    change it).
+;; 3: launches the same saxpy, then stream_read of 4 bytes of y into 1024
+;;    instead of a stream_sync: the read's status; then returns 0 (OK),
+;;    ignoring it.
+;; 4: stream_read of 4 bytes of a new 16-byte buffer into 1024: the
+;;    read's status; then returns 0 (OK), ignoring it.
 (module
   (import "stagehost_v1" "input_read" (func $input_read (param i32 i32 i32 i32) (result i32)))
   (import "stagehost_v1" "input_size" (func $input_size (param i32) (result i32)))
@@ -27,6 +32,7 @@
   (import "stagehost_v1" "buffer_alloc" (func $buffer_alloc (param i32 i32) (result i32)))
   (import "stagehost_v1" "stream_submit" (func $stream_submit (param i64 i64 i32 i32) (result i32)))
   (import "stagehost_v1" "stream_sync" (func $stream_sync (param i64) (result i32)))
+  (import "stagehost_v1" "stream_read" (func $stream_read (param i64 i64 i32 i32 i32) (result i32)))
   (memory (export "memory") 1 1)
   ;; 0: input byte, 4: input count, 16: "s0", 32: "saxpy", 48: "nope",
   ;; 64: stream, 72: program, 80: x, 88: y (handles), 96: status word,
@@ -58,6 +64,26 @@
     (i32.store offset=12 (local.get $at) (i32.const 0))
     (i64.store offset=16 (local.get $at) (local.get $handle)))
   (func $bad_saxpy (result i32)
+    (local $r i32)
+    (if (local.tee $r (call $submit_bad_saxpy)) (then (return (local.get $r))))
+    (call $emit (call $stream_sync (i64.load (i32.const 64))))
+    (call $reset)
+    (call $emit (call $last_error (i32.const 1024) (i32.const 8) (i32.const 128)))
+    (call $emit_len)
+    (drop (call $output_write (i32.const 1024) (i32.const 8)))
+    (call $emit_message)
+    (i32.const 0))
+  (func $bad_saxpy_read (result i32)
+    (local $r i32)
+    (if (local.tee $r (call $submit_bad_saxpy)) (then (return (local.get $r))))
+    (call $emit (call $stream_read (i64.load (i32.const 64)) (i64.load (i32.const 88)) (i32.const 0) (i32.const 1024) (i32.const 4)))
+    (i32.const 0))
+  (func $read_only (result i32)
+    (if (call $stream_get (i32.const 16) (i32.const 2) (i32.const 64)) (then (return (i32.const 101))))
+    (if (call $buffer_alloc (i32.const 16) (i32.const 88)) (then (return (i32.const 104))))
+    (call $emit (call $stream_read (i64.load (i32.const 64)) (i64.load (i32.const 88)) (i32.const 0) (i32.const 1024) (i32.const 4)))
+    (i32.const 0))
+  (func $submit_bad_saxpy (result i32)
     (if (call $stream_get (i32.const 16) (i32.const 2) (i32.const 64)) (then (return (i32.const 101))))
     (if (call $program_get (i32.const 32) (i32.const 5) (i32.const 72)) (then (return (i32.const 102))))
     (if (call $buffer_alloc (i32.const 16) (i32.const 80)) (then (return (i32.const 103))))
@@ -72,12 +98,6 @@
     (call $buffer_record (i32.const 304) (i64.load (i32.const 88)))
     (if (call $stream_submit (i64.load (i32.const 64)) (i64.load (i32.const 72)) (i32.const 256) (i32.const 3))
       (then (return (i32.const 105))))
-    (call $emit (call $stream_sync (i64.load (i32.const 64))))
-    (call $reset)
-    (call $emit (call $last_error (i32.const 1024) (i32.const 8) (i32.const 128)))
-    (call $emit_len)
-    (drop (call $output_write (i32.const 1024) (i32.const 8)))
-    (call $emit_message)
     (i32.const 0))
   (func $not_found (result i32)
     (call $emit (call $program_get (i32.const 48) (i32.const 4) (i32.const 72)))
@@ -96,5 +116,9 @@
       (then (return (call $bad_saxpy))))
     (if (i32.eq (i32.load8_u (i32.const 0)) (i32.const 2))
       (then (return (call $not_found))))
+    (if (i32.eq (i32.load8_u (i32.const 0)) (i32.const 3))
+      (then (return (call $bad_saxpy_read))))
+    (if (i32.eq (i32.load8_u (i32.const 0)) (i32.const 4))
+      (then (return (call $read_only))))
     (call $emit_message)
     (i32.const 0)))
