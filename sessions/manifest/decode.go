@@ -43,6 +43,10 @@ const (
 	defaultMaxRuns         = 4
 	maxMaxRuns             = 1 << 16
 	defaultHistory         = 100
+	defaultMaxQuarantined  = 4
+	maxMaxQuarantined      = 1 << 16
+	defaultMaxParked       = 32
+	maxMaxParked           = 1 << 16
 	defaultQueueLimit      = 256
 	maxQueueLimit          = 1 << 20
 	defaultQueueTimeout    = 10 * time.Second
@@ -292,6 +296,11 @@ func (d *decoder) devices(root *table, m *Manifest) []devMeta {
 			dev.Index = int(n)
 		}
 		dev.Memory, meta.sz = t.size("memory", 0, 1, math.MaxInt64)
+		if meta.engine && dev.Engine != hw.EngineGPU && t.has("max_parked") {
+			d.errorf(t.path.key("max_parked"), "max_parked applies only to gpu devices (resident GPU participants park there); %q has engine %q", dev.Name, dev.Engine.String())
+		} else if n, _ := t.integer("max_parked", defaultMaxParked, 1, maxMaxParked); !meta.engine || dev.Engine == hw.EngineGPU {
+			dev.MaxParked = int(n)
+		}
 		if isCUDA && t.has("sim") {
 			d.errorf(t.path.key("sim"), "only sim devices have a [device.sim] table; %q is a cuda device", dev.Name)
 		} else if !isCUDA {
@@ -641,6 +650,8 @@ func (d *decoder) residents(root *table, m *Manifest) []resMeta {
 		r.MaxRuns = int(n)
 		n, _ = t.integer("history", defaultHistory, 1, maxHistory)
 		r.History = int(n)
+		n, _ = t.integer("max_quarantined", defaultMaxQuarantined, 1, maxMaxQuarantined)
+		r.MaxQuarantined = int(n)
 		meta.budgeted = budgetOK
 		meta.payload = payloadOK
 		if payloadOK && budgetOK {

@@ -116,7 +116,11 @@ type Device struct {
 	Engine  hw.Engine
 	Index   int   // CUDA ordinal; 0 on sim devices
 	Memory  int64 // bytes the sessions on the device may budget in total; 0 means unlimited
-	Sim     *Sim  // non-nil exactly on sim devices
+	// MaxParked bounds the resident GPU participants parked on a gpu
+	// device at once, quarantined ones included; default 32; 0 on
+	// devices of other engines.
+	MaxParked int
+	Sim       *Sim // non-nil exactly on sim devices
 }
 
 // Sim is a sim device's [device.sim] table.
@@ -254,6 +258,7 @@ type Resident struct {
 	Budget          int64 // default 1MiB
 	MaxRuns         int   // runs that may run at once; default 4
 	History         int   // finished and running runs kept for listings; default 100
+	MaxQuarantined  int   // quarantined runs kept before starts are refused; default 4
 }
 
 // Session returns the session named name, or nil.

@@ -110,14 +110,14 @@ func TestGood(t *testing.T) {
 			InvokeTokenFile: filepath.Join("testdata", "service", "invoke.tokens"), InvokeTokenEnv: "STAGEHOST_INVOKE_TOKENS",
 			TLSCert: filepath.Join("testdata", "service", "cert.pem"), TLSKey: filepath.Join("testdata", "service", "key.pem")},
 		Devices: []Device{
-			{Name: "gpu0", Backend: BackendSim, Engine: hw.EngineGPU,
+			{Name: "gpu0", Backend: BackendSim, Engine: hw.EngineGPU, MaxParked: 32,
 				Sim: &Sim{QueueDepth: 1024, Faults: []Fault{}}},
 			{Name: "npu0", Backend: BackendSim, Engine: hw.EngineNPU, Memory: 8 << 20,
 				Sim: &Sim{Latency: 50 * time.Microsecond, QueueDepth: 64, Faults: []Fault{
 					{Kind: FaultHang, Count: 1, Session: "full"},
 					{Kind: FaultReject, Count: 3},
 				}}},
-			{Name: "cuda1", Backend: BackendCUDA, Engine: hw.EngineGPU, Index: 1, Memory: 1 << 30},
+			{Name: "cuda1", Backend: BackendCUDA, Engine: hw.EngineGPU, Index: 1, Memory: 1 << 30, MaxParked: 8},
 			{Name: "host-cpu", Backend: BackendCUDA, Engine: hw.EngineCPU},
 		},
 		Modules: []Module{
@@ -156,9 +156,9 @@ func TestGood(t *testing.T) {
 		},
 		Residents: []Resident{
 			{Name: "pingpong", GPU: "gpu0", NPU: "npu0", Rounds: 16, Payload: 192,
-				StartupDeadline: time.Second, JoinDeadline: 5 * time.Second, Budget: 1 << 20, MaxRuns: 4, History: 100},
+				StartupDeadline: time.Second, JoinDeadline: 5 * time.Second, Budget: 1 << 20, MaxRuns: 4, History: 100, MaxQuarantined: 4},
 			{Name: "on-cpu", GPU: "cuda1", NPU: "host-cpu", Rounds: 1_000_000, Payload: 192,
-				StartupDeadline: 100 * time.Millisecond, JoinDeadline: 30 * time.Second, Budget: 8192, MaxRuns: 2, History: 10},
+				StartupDeadline: 100 * time.Millisecond, JoinDeadline: 30 * time.Second, Budget: 8192, MaxRuns: 2, History: 10, MaxQuarantined: 1},
 		},
 	}
 	if !reflect.DeepEqual(m, want) {
