@@ -149,7 +149,7 @@ type scheduler struct {
 	lastDev  string                          // the device laneFor found last,
 	lastSet  *[NumLanes]laneState            // and its lanes: most requests repeat it
 	pool     sync.Pool
-	onQueue  func(lane Lane, capacity bool) // test hook: a request started waiting (under mu)
+	onQueue  func(lane Lane, capacity bool) // test hook: a request started waiting (under mu); lane NumLanes: a reservation
 }
 
 func newScheduler(capacity int) *scheduler {
@@ -232,6 +232,44 @@ func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclu
 	return l, true, nil
 }
 
+// acquireCapacity blocks until the request holds cost units, in the same
+// FIFO as every lane's requests, or ctx ends. It takes no lane.
+func (s *scheduler) acquireCapacity(ctx context.Context, cost int) (waited bool, err error) {
+	if cost < 1 {
+		return false, hw.Errorf(hw.ErrInvalidArgument, "admission cost %d must be at least 1", cost)
+	}
+	if cost > s.capacity {
+		return false, hw.Errorf(hw.ErrOutOfBudget, "admission cost %d can never fit the runtime capacity %d", cost, s.capacity)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, hw.ContextError(ctx, "admission")
+	}
+	s.mu.Lock()
+	if s.capQueue.empty() && s.used+cost <= s.capacity {
+		s.used += cost
+		s.mu.Unlock()
+		return false, nil
+	}
+	w := s.getWaiter(nil, false, cost)
+	s.capQueue.push(w)
+	if s.onQueue != nil {
+		s.onQueue(NumLanes, true) // no lane
+	}
+	s.mu.Unlock()
+	return true, s.wait(ctx, w, &s.capQueue, func() {
+		s.used -= cost
+		s.promoteCapacity()
+	})
+}
+
+// releaseCapacity gives back cost units taken by acquireCapacity.
+func (s *scheduler) releaseCapacity(cost int) {
+	s.mu.Lock()
+	s.used -= cost
+	s.promoteCapacity()
+	s.mu.Unlock()
+}
+
 // wait blocks on w until granted or ctx ends. On cancellation it unqueues
 // w, or, if a grant raced with the cancellation, undoes the grant with
 // undo (called under s.mu).
@@ -250,7 +288,9 @@ func (s *scheduler) wait(ctx context.Context, w *waiter, q *fifo, undo func()) e
 		q.remove(w)
 		// Leaving may unblock whoever was behind us.
 		s.promoteCapacity()
-		s.promoteLane(w.lane)
+		if w.lane != nil { // nil: a capacity-only request (acquireCapacity)
+			s.promoteLane(w.lane)
+		}
 	}
 	s.mu.Unlock()
 	s.putWaiter(w)

@@ -169,6 +169,44 @@ func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
 	return nil
 }
 
+// Reservation is capacity held by [Runtime.Reserve] until
+// [Reservation.Release].
+type Reservation struct {
+	rt   *Runtime
+	cost int
+	once sync.Once
+}
+
+// Reserve holds op.Cost capacity units (0 means 1) until the returned
+// reservation is released, taking no lane. It waits in the same FIFO as
+// every lane occupant's capacity. It is for device work that lives longer
+// than any call, whose occupancy its owner traces itself on the lanes it
+// uses: a resident run (package sessions) holds a reservation from its
+// submission until it ends, and records its participants on the compute
+// and npu lanes. op.Lane and op.Device are not used.
+//
+// # Errors
+//
+//   - [hw.ErrDeadlineExceeded] if ctx ends while waiting for capacity.
+//   - [hw.ErrOutOfBudget] if op.Cost exceeds the capacity.
+//   - [hw.ErrInvalidArgument] for a negative cost.
+func (r *Runtime) Reserve(ctx context.Context, op Op) (*Reservation, error) {
+	cost := op.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	if _, err := r.sched.acquireCapacity(ctx, cost); err != nil {
+		return nil, err
+	}
+	return &Reservation{rt: r, cost: cost}, nil
+}
+
+// Release gives the reservation's capacity back. Only the first call
+// does anything.
+func (v *Reservation) Release() {
+	v.once.Do(func() { v.rt.sched.releaseCapacity(v.cost) })
+}
+
 // LaneBusy reports whether device's lane has an occupant or a waiter
 // right now. It is a placement hint (a pool prefers an instance whose
 // device's compute lane is free): the answer may change as soon as it is
