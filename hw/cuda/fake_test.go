@@ -42,14 +42,16 @@ type fakeDriver struct {
 	kernelsRun  map[string]int
 
 	wrongThread atomic.Int64
-	htod        atomic.Int64 // MemcpyHtoDAsync calls
-	htodPinned  atomic.Int64 // of which from pinned memory
-	dtohSync    atomic.Int64 // MemcpyDtoHAsync calls into pageable memory (synchronous)
-	records     atomic.Int64 // EventRecord calls
-	queries     atomic.Int64 // EventQuery calls
-	syncs       atomic.Int64 // StreamSynchronize calls
-	gate        sync.RWMutex // Lock() holds every stream's execution
-	launchGate  sync.Mutex   // Lock() holds LaunchKernel callers
+	htod        atomic.Int64  // MemcpyHtoDAsync calls
+	htodPinned  atomic.Int64  // of which from pinned memory
+	dtohSync    atomic.Int64  // MemcpyDtoHAsync calls into pageable memory (synchronous)
+	records     atomic.Int64  // EventRecord calls
+	queries     atomic.Int64  // EventQuery calls
+	syncs       atomic.Int64  // StreamSynchronize calls
+	gate        sync.RWMutex  // Lock() holds every stream's execution
+	launchGate  sync.Mutex    // Lock() holds LaunchKernel callers
+	createGate  chan struct{} // non-nil: StreamCreate waits until it is closed (set before the call)
+	destroyed   chan struct{} // non-nil: StreamDestroy sends on it (set before the call)
 }
 
 type fakeStream struct {
@@ -352,6 +354,9 @@ func (f *fakeDriver) poison(ctx cuContext, r cuResult) {
 }
 
 func (f *fakeDriver) StreamCreate(flags uint32) (cuStream, cuResult) {
+	if g := f.createGate; g != nil {
+		<-g // a hung cuStreamCreate (docs/gpu.md: with resident kernels parked)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ctx := f.cur()
@@ -385,6 +390,9 @@ func (f *fakeDriver) StreamDestroy(s cuStream) cuResult {
 	delete(f.streams, s)
 	f.mu.Unlock()
 	close(st.q)
+	if f.destroyed != nil {
+		f.destroyed <- struct{}{}
+	}
 	return cudaSuccess
 }
 

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/stagehost/stagehost/hw"
 )
@@ -22,9 +23,11 @@ type config struct {
 	queueDepth  int
 	batchGraphs int
 	copyStaging int
-	eagerEvents bool   // record an event after every burst (as before flushDelay; benchmarks)
-	ptx         []byte // module source; nil: the embedded kernels
-	drv         driver // tests: a fake driver instead of libcuda
+	eagerEvents bool // record an event after every burst (as before flushDelay; benchmarks)
+	// createTimeout bounds how long NewStream waits for cuStreamCreate.
+	createTimeout time.Duration
+	ptx           []byte // module source; nil: the embedded kernels
+	drv           driver // tests: a fake driver instead of libcuda
 }
 
 // Option configures [Open].
@@ -40,6 +43,22 @@ func WithLibrary(path string) Option {
 // below 1 mean 1).
 func WithQueueDepth(n int) Option {
 	return func(c *config) { c.queueDepth = max(n, 1) }
+}
+
+// DefaultStreamCreateTimeout is how long [Device.NewStream] waits for
+// cuStreamCreate unless [WithStreamCreateTimeout] says otherwise.
+const DefaultStreamCreateTimeout = 5 * time.Second
+
+// WithStreamCreateTimeout bounds how long [Device.NewStream] waits for
+// the driver to create the stream (default [DefaultStreamCreateTimeout];
+// values below 1ms mean 1ms). On the H200, cuStreamCreate never returned
+// while 35 resident kernels, each launched right after its own stream was
+// created, were parked on the device (docs/gpu.md): past the bound
+// NewStream fails, while the OS thread that called the driver stays
+// blocked in it (nothing can interrupt a driver call). If the call ever
+// returns, that thread destroys the stream it got and exits.
+func WithStreamCreateTimeout(d time.Duration) Option {
+	return func(c *config) { c.createTimeout = max(d, time.Millisecond) }
 }
 
 // WithBatchGraphs sets how many CUDA graphs each stream caches for
@@ -84,7 +103,7 @@ var _ hw.Platform = (*Platform)(nil)
 // carries dlopen's reason), lacks required symbols (all of them are named),
 // cuInit fails, there is no device, or the driver rejects the kernels.
 func Open(opts ...Option) (*Platform, error) {
-	cfg := config{library: defaultLibrary, queueDepth: DefaultQueueDepth, batchGraphs: DefaultBatchGraphs, copyStaging: DefaultCopyStaging}
+	cfg := config{library: defaultLibrary, queueDepth: DefaultQueueDepth, createTimeout: DefaultStreamCreateTimeout, batchGraphs: DefaultBatchGraphs, copyStaging: DefaultCopyStaging}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -108,6 +108,11 @@ type Stream struct {
 
 	errBusy error // made once: retrying on a full queue allocates nothing
 
+	// startState settles who won the race between a cuStreamCreate that
+	// returns and NewStream giving up on it: createPending, then
+	// createDone (the driver thread got there first) or createAbandoned.
+	startState atomic.Int32
+
 	// Owned by the driver thread.
 	cs         cuStream
 	pb         *paramBlock
@@ -140,7 +145,20 @@ var (
 
 var pinners = sync.Pool{New: func() any { return new(runtime.Pinner) }}
 
+const (
+	createPending int32 = iota
+	createDone
+	createAbandoned
+)
+
 // NewStream creates a non-blocking CUDA stream and its driver thread.
+//
+// It waits at most the platform's stream creation timeout (see
+// [WithStreamCreateTimeout]) for cuStreamCreate. Past it, it returns an
+// [hw.ErrDeadlineExceeded] error and leaves behind the driver thread that
+// is still inside the driver: one goroutine and its locked OS thread,
+// blocked until the driver returns, if ever (then the thread destroys the
+// stream and exits). Nothing else waits on it.
 func (d *Device) NewStream() (hw.Stream, error) {
 	if err := d.usable(); err != nil {
 		return nil, err
@@ -161,7 +179,22 @@ func (d *Device) NewStream() (hw.Stream, error) {
 	s.errBusy = hw.Errorf(hw.ErrBusy, "cuda: %s: stream queue full (%d commands)", d.name, depth)
 	ready := make(chan error, 1)
 	go s.run(ready)
-	if err := <-ready; err != nil {
+	timeout := d.plat.cfg.createTimeout
+	if timeout <= 0 {
+		timeout = DefaultStreamCreateTimeout
+	}
+	timer := time.NewTimer(timeout)
+	var err error
+	select {
+	case err = <-ready:
+	case <-timer.C:
+		if s.startState.CompareAndSwap(createPending, createAbandoned) {
+			return nil, hw.Errorf(hw.ErrDeadlineExceeded, "cuda: %s: cuStreamCreate did not return within %v (its OS thread stays blocked in the driver); while resident kernels are parked the driver may never return it", d.name, timeout)
+		}
+		err = <-ready // the driver thread settled first: its answer is on the way
+	}
+	timer.Stop()
+	if err != nil {
 		<-s.done
 		return nil, err
 	}
@@ -471,6 +504,13 @@ func (s *Stream) run(ready chan<- error) {
 		return
 	}
 	cs, r := d.drv.StreamCreate(cuStreamNonBlocking)
+	if !s.startState.CompareAndSwap(createPending, createDone) {
+		// NewStream gave up on us: nobody will use or close this stream.
+		if r == cudaSuccess {
+			d.drv.StreamDestroy(cs)
+		}
+		return
+	}
 	if err := d.check("cuStreamCreate", r, hw.ErrFault); err != nil {
 		ready <- err
 		return
