@@ -90,6 +90,9 @@ func TestContainmentFailedReplacementFailsTheSession(t *testing.T) {
 	// init timeout can end the replacement.
 	cfg := f.defaultConfig("replace").WithInitTimeout(100 * time.Millisecond).WithDeadline(time.Minute)
 	s := f.session(t, f.mustLoad(t, "loop_init_on_replace"), cfg)
+	if err := s.Failed(); err != nil {
+		t.Fatalf("Failed before any call = %v", err)
+	}
 	if _, err := s.Run(ctx, nil, nil); !errors.Is(err, hw.ErrFault) || !strings.Contains(err.Error(), "unreachable") {
 		t.Fatalf("first call = %v, want the trap (Fault, unreachable)", err)
 	}
@@ -102,6 +105,9 @@ func TestContainmentFailedReplacementFailsTheSession(t *testing.T) {
 	}
 	if !strings.Contains(failed.Error(), abi.ExportInit) {
 		t.Errorf("%q does not name %s", failed, abi.ExportInit)
+	}
+	if err := s.Failed(); err == nil || err.Error() != failed.Error() {
+		t.Errorf("Failed() = %v, want the error that failed the session, %q", err, failed)
 	}
 	if s.Quarantined() != nil {
 		t.Fatalf("a failed replacement quarantined the session: %v", s.Quarantined())

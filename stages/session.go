@@ -246,9 +246,10 @@ type Session struct {
 	// mu is held across a whole call (stage, fence, release of freed
 	// buffers), across Close, and whenever instances change.
 	mu      sync.Mutex
-	inst    *instance // nil when discarded
-	fenceIn *instance // the fence module's instance
-	failed  error     // why no instance can be made any more; nil while one can
+	inst    *instance             // nil when discarded
+	fenceIn *instance             // the fence module's instance
+	failed  error                 // why no instance can be made any more; nil while one can
+	failedA atomic.Pointer[error] // failed, for Failed to read without waiting for a call
 	closed  bool
 	replace atomic.Int64 // instances discarded after a trap or interruption
 	// retired holds the memories of discarded instances made from a
@@ -342,6 +343,16 @@ func (s *Session) Owner() *host.Owner { return s.owner }
 // [hw.ErrDeviceLost] error that says why it was quarantined.
 func (s *Session) Quarantined() error { return s.native.Quarantined() }
 
+// Failed returns why the session has failed (an instance could not be
+// replaced: every call returns this error), or nil. It never waits for a
+// call in progress.
+func (s *Session) Failed() error {
+	if p := s.failedA.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Replacements counts instances discarded after a trap or an
 // interruption.
 func (s *Session) Replacements() int { return int(s.replace.Load()) }
@@ -357,6 +368,7 @@ func (s *Session) ensureInstances(ctx context.Context) error {
 	err := s.makeInstances(ctx)
 	if err != nil && s.native.state.calls > 0 && ctx.Err() == nil {
 		s.failed = fmt.Errorf("session %q failed: an instance could not be replaced: %w", s.name, err)
+		s.failedA.Store(&s.failed)
 		return s.failed
 	}
 	return err

@@ -53,24 +53,27 @@ type Deployment struct {
 	residents map[string]*Resident
 }
 
-// Session is the service's handle on one named manifest session: it
-// wraps one [stages.Session] (the Wasm stage session that runs calls) and
-// serialises its calls. [manifest.Session] is the declaration it was made
-// from; resident GPU–NPU sessions are [sessions.ResidentSession]. A
-// [stages.Session] runs one call at a time, so concurrent callers wait their turn here
-// (honouring their contexts) instead of getting ErrBusy.
+// Session is the service's handle on one named manifest session: a pool
+// of one or more instances ([manifest.Session.Instances]), each a
+// [stages.Session] (the Wasm stage session that runs calls, with its own
+// owner, streams and budget) on one of the session's devices.
+// [manifest.Session] is the declaration it was made from; resident
+// GPU–NPU sessions are [sessions.ResidentSession]. A [stages.Session]
+// runs one call at a time, so a call takes a free instance, preferring
+// one whose device's compute lane is free, or waits for one in arrival
+// order, within the session's queue_limit and queue_timeout.
 //
 // A session that could not be created at start-up has failed: it has no
-// Wasm session, [Session.Failed] says why, and every call returns an
-// error that wraps [ErrUnavailable].
+// instances, [Session.Failed] says why, and every call returns an error
+// that wraps [ErrUnavailable].
 type Session struct {
-	Spec   *manifest.Session
-	wasm   *stages.Session // nil when failed
-	failed error           // why the session could not be created
-	turn   chan struct{}
-	mu     sync.Mutex
-	calls  uint64
-	fails  uint64
+	Spec      *manifest.Session
+	instances []*stages.Session      // empty when failed
+	pool      *pool[*stages.Session] // nil when failed
+	failed    error                  // why the session could not be created
+	mu        sync.Mutex
+	calls     uint64
+	fails     uint64
 	// outcomes counts calls by outcome (Outcome's class names): the
 	// counts of /v1/sessions and stagehost_session_runs_total alike.
 	outcomes map[string]uint64
@@ -193,7 +196,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 				return nil, err // start-up was cancelled: no session is to blame
 			}
 			opt.Logger.Error("session could not be created; the others run", "session", ms.Name, "err", err)
-			d.sessions[ms.Name] = &Session{Spec: ms, failed: err, turn: make(chan struct{}, 1)}
+			d.sessions[ms.Name] = &Session{Spec: ms, failed: err}
 		}
 	}
 	for i := range m.Residents {
@@ -278,27 +281,56 @@ func (d *Deployment) openDevices() error {
 }
 
 func (d *Deployment) openSession(ctx context.Context, ms *manifest.Session) error {
-	cfg := stages.NewSessionConfig(ms.Name, d.devices[ms.Device]).
-		WithStreams(ms.Streams...).WithPrograms(ms.Programs...).
-		WithBudget(ms.Budget).WithOutputLimit(int(ms.OutputLimit)).
-		WithDeadline(ms.Deadline).WithFenceTimeout(ms.FenceTimeout).WithInitTimeout(ms.InitTimeout).
-		WithResetPerCall(ms.Reset == manifest.ResetCall)
-	for _, b := range ms.Buffers {
-		cfg = cfg.WithBuffer(b.Name, int(b.Size))
+	n := max(ms.Instances, 1)
+	insts := make([]*stages.Session, 0, n)
+	devs := make([]string, 0, n)
+	for i := range n {
+		dev := ms.Devices[i%len(ms.Devices)]
+		name := ms.Name
+		if n > 1 {
+			name = fmt.Sprintf("%s/%d", ms.Name, i) // owners are named apart: traces, quarantine
+		}
+		cfg := stages.NewSessionConfig(name, d.devices[dev]).
+			WithStreams(ms.Streams...).WithPrograms(ms.Programs...).
+			WithBudget(ms.Budget).WithOutputLimit(int(ms.OutputLimit)).
+			WithDeadline(ms.Deadline).WithFenceTimeout(ms.FenceTimeout).WithInitTimeout(ms.InitTimeout).
+			WithResetPerCall(ms.Reset == manifest.ResetCall)
+		for _, b := range ms.Buffers {
+			cfg = cfg.WithBuffer(b.Name, int(b.Size))
+		}
+		switch ms.Fence {
+		case manifest.FenceBuiltin:
+		case manifest.FenceDrain:
+			cfg = cfg.WithDrainFence()
+		default:
+			cfg = cfg.WithFenceModule(d.modules[ms.Fence])
+		}
+		s, err := d.Engine.NewSession(ctx, d.Runtime, d.modules[ms.Stage], cfg)
+		if err != nil {
+			for _, made := range insts {
+				_ = made.Close(context.WithoutCancel(ctx))
+			}
+			if n > 1 {
+				err = fmt.Errorf("instance %d of %d, on device %q: %w", i, n, dev, err)
+			}
+			return err
+		}
+		insts = append(insts, s)
+		devs = append(devs, dev)
 	}
-	switch ms.Fence {
-	case manifest.FenceBuiltin:
-	case manifest.FenceDrain:
-		cfg = cfg.WithDrainFence()
-	default:
-		cfg = cfg.WithFenceModule(d.modules[ms.Fence])
-	}
-	s, err := d.Engine.NewSession(ctx, d.Runtime, d.modules[ms.Stage], cfg)
-	if err != nil {
-		return err
-	}
-	d.sessions[ms.Name] = &Session{Spec: ms, wasm: s, turn: make(chan struct{}, 1)}
+	busy := func(dev string) bool { return d.Runtime.LaneBusy(dev, host.LaneCompute) }
+	d.sessions[ms.Name] = &Session{Spec: ms, instances: insts,
+		pool: newPool(ms.Name, insts, devs, ms.QueueLimit, ms.QueueTimeout, busy, instanceDown)}
 	return nil
+}
+
+// instanceDown reports why an instance is out of service: quarantined,
+// or failed (a replacement that could not be made); nil while it serves.
+func instanceDown(s *stages.Session) error {
+	if q := s.Quarantined(); q != nil {
+		return q
+	}
+	return s.Failed()
 }
 
 func simFault(k manifest.FaultKind, count int) sim.Fault {
@@ -330,11 +362,13 @@ func (d *Deployment) injectFaults() error {
 			if s == nil {
 				return hw.Errorf(hw.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
 			}
-			if s.wasm == nil {
-				continue // failed: it has no streams
-			}
-			for _, st := range s.wasm.Owner().Streams() {
-				st.(*sim.Stream).Inject(simFault(f.Kind, f.Count))
+			for i, inst := range s.instances { // none when failed
+				if s.pool.all[i].device != md.Name {
+					continue
+				}
+				for _, st := range inst.Owner().Streams() {
+					st.(*sim.Stream).Inject(simFault(f.Kind, f.Count))
+				}
 			}
 		}
 	}
@@ -416,31 +450,75 @@ func (s *Session) DefaultInput() ([]byte, error) {
 // Failed returns why the session could not be created, or nil.
 func (s *Session) Failed() error { return s.failed }
 
-// Run calls the session's stage with input, waiting for the session's
-// previous call to finish first (in arrival order per the Go scheduler,
-// bounded by ctx).
+// Run calls the session's stage with input on a free instance: it
+// takes one ([Session.Acquire]), runs the call and gives it back.
 //
 // # Errors
 //
-// As for [stages.Session.RunEntry], plus [hw.ErrDeadlineExceeded] if ctx
-// ends while waiting for the session, and an error wrapping
-// [ErrUnavailable] and the reason if the session could not be created.
+// As for [Session.Acquire] and [Turn.Run].
 //
 // Every call is counted by its [Outcome]: ok, an error class, or
 // client_closed when ctx was cancelled (the caller went away).
-func (s *Session) Run(ctx context.Context, input []byte) (out []byte, err error) {
-	defer func() { s.count(Outcome(ctx, err)) }()
-	if s.failed != nil {
-		return nil, &unavailableError{s.Spec.Name, s.failed}
+func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
+	t, err := s.Acquire(ctx)
+	if err != nil {
+		return nil, err
 	}
-	select {
-	case s.turn <- struct{}{}:
-	case <-ctx.Done():
-		return nil, hw.ContextError(ctx, fmt.Sprintf("waiting for session %q", s.Spec.Name))
-	}
-	defer func() { <-s.turn }()
-	return s.wasm.RunEntry(ctx, s.Spec.Entry, input, nil)
+	defer t.Release()
+	return t.Run(ctx, input)
 }
+
+// Turn is one call's hold on one instance of a session, from
+// [Session.Acquire] to [Turn.Release]. It runs at most one call.
+type Turn struct {
+	s *Session
+	m *member[*stages.Session]
+}
+
+// Acquire takes a free instance of the session for one call, waiting for
+// one in arrival order if none is free. The service acquires before it
+// reads a request's body, so a call that will be refused costs nothing.
+// A failed acquisition is counted as the call's outcome.
+//
+// # Errors
+//
+//   - an error wrapping [ErrUnavailable] and the reason if the session
+//     could not be created;
+//   - [hw.ErrBusy] when queue_limit calls are already waiting, or no
+//     instance came free within queue_timeout;
+//   - [hw.ErrDeadlineExceeded] if ctx ends while waiting;
+//   - the reason an instance is out of service (quarantined: class
+//     [hw.ErrDeviceLost]), when every instance is.
+func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
+	var err error
+	if s.failed != nil {
+		err = &unavailableError{s.Spec.Name, s.failed}
+	} else {
+		var m *member[*stages.Session]
+		if m, err = s.pool.acquire(ctx); err == nil {
+			return &Turn{s: s, m: m}, nil
+		}
+	}
+	s.count(Outcome(ctx, err))
+	return nil, err
+}
+
+// Instance names the instance the turn holds: its index and device.
+func (t *Turn) Instance() (index int, device string) { return t.m.index, t.m.device }
+
+// Run calls the stage on the turn's instance, and counts the outcome.
+//
+// # Errors
+//
+// As for [stages.Session.RunEntry].
+func (t *Turn) Run(ctx context.Context, input []byte) (out []byte, err error) {
+	defer func() { t.s.count(Outcome(ctx, err)) }()
+	return t.m.val.RunEntry(ctx, t.s.Spec.Entry, input, nil)
+}
+
+// Release gives the instance back: to the next caller waiting, or to the
+// free instances. An instance quarantined by the call leaves service.
+func (t *Turn) Release() { t.s.pool.release(t.m) }
 
 func (s *Session) count(outcome string) {
 	s.mu.Lock()
@@ -457,18 +535,37 @@ func (s *Session) count(outcome string) {
 
 // SessionStatus describes a session for listings.
 type SessionStatus struct {
-	Name     string `json:"name"`
-	Stage    string `json:"stage"`
-	Device   string `json:"device"`
-	State    string `json:"state"` // "ready", "quarantined", or "failed" (could not be created)
+	Name   string `json:"name"`
+	Stage  string `json:"stage"`
+	Device string `json:"device"` // the first of its devices
+	// State is "ready" while at least one instance serves,
+	// "quarantined" when every instance is quarantined or failed, and
+	// "failed" when the session could not be created.
+	State    string `json:"state"`
 	Reason   string `json:"reason,omitempty"`
 	Calls    uint64 `json:"calls"`
 	Failures uint64 `json:"failures"`
 	// Outcomes counts the calls by outcome: "ok", or an error class of
 	// the service (docs/service.md), "client_closed" included.
-	Outcomes    map[string]uint64 `json:"outcomes"`
-	Replaced    int               `json:"instances_replaced"`
-	BudgetBytes int64             `json:"budget_used_bytes"`
+	Outcomes map[string]uint64 `json:"outcomes"`
+	// Replaced and BudgetBytes are summed over the instances.
+	Replaced    int   `json:"instances_replaced"`
+	BudgetBytes int64 `json:"budget_used_bytes"`
+	// InstancesOut counts the instances out of service (quarantined or
+	// failed); Waiting the calls waiting for a free instance.
+	InstancesOut int              `json:"instances_out"`
+	Waiting      int              `json:"waiting"`
+	Instances    []InstanceStatus `json:"instances"`
+}
+
+// InstanceStatus describes one instance of a session.
+type InstanceStatus struct {
+	Index       int    `json:"index"`
+	Device      string `json:"device"`
+	State       string `json:"state"` // "ready", "quarantined" or "failed"
+	Reason      string `json:"reason,omitempty"`
+	Replaced    int    `json:"instances_replaced"`
+	BudgetBytes int64  `json:"budget_used_bytes"`
 }
 
 // Status reports the session's state.
@@ -480,15 +577,37 @@ func (s *Session) Status() SessionStatus {
 		outcomes[k] = v
 	}
 	s.mu.Unlock()
-	if s.failed != nil {
-		return SessionStatus{Name: s.Spec.Name, Stage: s.Spec.Stage, Device: s.Spec.Device, State: "failed",
-			Reason: s.failed.Error(), Calls: calls, Failures: fails, Outcomes: outcomes}
-	}
 	st := SessionStatus{Name: s.Spec.Name, Stage: s.Spec.Stage, Device: s.Spec.Device, State: "ready",
-		Calls: calls, Failures: fails, Outcomes: outcomes, Replaced: s.wasm.Replacements(), BudgetBytes: s.wasm.Owner().Budget().Used()}
-	if q := s.wasm.Quarantined(); q != nil {
-		st.State, st.Reason = "quarantined", q.Error()
+		Calls: calls, Failures: fails, Outcomes: outcomes, Instances: []InstanceStatus{}}
+	if s.failed != nil {
+		st.State, st.Reason = "failed", s.failed.Error()
+		return st
 	}
+	for i, inst := range s.instances {
+		is := InstanceStatus{Index: i, Device: s.pool.all[i].device, State: "ready",
+			Replaced: inst.Replacements(), BudgetBytes: inst.Owner().Budget().Used()}
+		if q := inst.Quarantined(); q != nil {
+			is.State, is.Reason = "quarantined", q.Error()
+		} else if f := inst.Failed(); f != nil {
+			is.State, is.Reason = "failed", f.Error()
+		}
+		if is.State != "ready" {
+			st.InstancesOut++
+			if st.Reason == "" {
+				st.Reason = is.Reason
+				if len(s.instances) > 1 {
+					st.Reason = fmt.Sprintf("instance %d: %s", i, is.Reason)
+				}
+			}
+		}
+		st.Replaced += is.Replaced
+		st.BudgetBytes += is.BudgetBytes
+		st.Instances = append(st.Instances, is)
+	}
+	if st.InstancesOut == len(s.instances) {
+		st.State = "quarantined"
+	}
+	_, _, st.Waiting = s.pool.stats()
 	return st
 }
 
@@ -507,11 +626,10 @@ func (d *Deployment) Statuses() []SessionStatus {
 func (d *Deployment) Close(ctx context.Context) error {
 	var errs []error
 	for _, s := range d.sessions {
-		if s.wasm == nil {
-			continue
-		}
-		if err := s.wasm.Close(ctx); err != nil && !errors.Is(err, hw.ErrDeviceLost) {
-			errs = append(errs, err)
+		for _, inst := range s.instances {
+			if err := inst.Close(ctx); err != nil && !errors.Is(err, hw.ErrDeviceLost) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for _, r := range d.residents {

@@ -17,8 +17,7 @@ type Readiness struct {
 // Readiness reports whether the service should be sent traffic: not while
 // it starts (before [Server.Attach]) or drains after SIGTERM, nor while a device is lost, nor while
 // a session's quarantined or failed share of instances is above
-// Config.ReadyQuarantinedShare (each session has one instance today, so
-// that share is 0 or 1).
+// Config.ReadyQuarantinedShare.
 func (s *Server) Readiness() Readiness {
 	if s.state.Load() == stateDraining {
 		return Readiness{Status: "draining", Reasons: []string{"the service is shutting down (SIGTERM)"}}
@@ -33,12 +32,19 @@ func (s *Server) Readiness() Readiness {
 		}
 	}
 	for _, st := range s.d.Statuses() {
-		if st.State == "ready" {
+		instances, bad := max(len(st.Instances), 1), st.InstancesOut
+		if st.State == "failed" {
+			bad = instances // could not be created: no instance serves
+		}
+		if bad == 0 {
 			continue
 		}
-		const instances, bad = 1, 1 // one instance per session, and it is not ready
-		if share := float64(bad) / instances; share > s.cfg.ReadyQuarantinedShare {
-			reasons = append(reasons, fmt.Sprintf("session %s is %s: %s", st.Name, st.State, firstLine(st.Reason)))
+		if share := float64(bad) / float64(instances); share > s.cfg.ReadyQuarantinedShare {
+			if instances == 1 {
+				reasons = append(reasons, fmt.Sprintf("session %s is %s: %s", st.Name, st.State, firstLine(st.Reason)))
+			} else {
+				reasons = append(reasons, fmt.Sprintf("session %s has %d of %d instances out of service: %s", st.Name, bad, instances, firstLine(st.Reason)))
+			}
 		}
 	}
 	if len(reasons) > 0 {

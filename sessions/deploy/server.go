@@ -88,6 +88,7 @@ func ConfigFromService(s manifest.Service) Config {
 //	GET  /v1/residents/{name}         admin   the resident's runs
 //	GET  /metrics                     admin   Prometheus metrics
 //	GET  /debug/trace                 admin   the trace as Chrome trace-event JSON
+//	GET  /                            admin   the status page (HTML; statuspage.go); POST / signs a browser in
 //	GET  /livez, /healthz, /v2/health/live    liveness: 200 while the process serves
 //	GET  /readyz, /v2/health/ready            readiness: 200, or 503 with the reasons
 //
@@ -172,6 +173,8 @@ func (s *Server) Attach(d *Deployment) {
 	s.route("GET /v1/residents/{name}", ScopeAdmin, s.getResident)
 	s.route("GET /metrics", ScopeAdmin, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP)
 	s.route("GET /debug/trace", ScopeAdmin, s.trace)
+	s.route("GET /{$}", ScopeAdmin, s.statusPage)
+	s.route("POST /{$}", ScopePublic, s.statusSignIn)
 	s.route("GET /livez", ScopePublic, live)
 	s.route("GET /v2/health/live", ScopePublic, live)
 	s.route("GET /healthz", ScopePublic, healthz)
@@ -388,11 +391,13 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &serviceError{ClassNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
 		return
 	}
-	if err := s.auth.check(r, s.scopes[pattern]); err != nil {
+	if err := s.authorize(r, pattern); err != nil {
 		if Class(err) == ClassUnauthenticated {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="stagehost"`)
 		}
-		s.writeError(w, r, err)
+		if !s.signInInstead(w, r, pattern, err) {
+			s.writeError(w, r, err)
+		}
 		return
 	}
 	if s.inFlight != nil && s.limited[pattern] {
@@ -425,6 +430,12 @@ func (p *probeWriter) WriteHeader(code int) { p.status = code }
 
 // --- handlers ---
 
+// DeadlineHeader is the request header that shortens a session call's
+// deadline: a Go duration ("250ms"), counted from the request's arrival
+// over the wait for an instance and the call. One at or above the
+// session's manifest deadline changes nothing.
+const DeadlineHeader = "Stagehost-Deadline"
+
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	sess := s.d.Session(name)
@@ -439,6 +450,28 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
 		return
 	}
+	ctx := r.Context()
+	if v := r.Header.Get(DeadlineHeader); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v))
+			return
+		}
+		if d < sess.Spec.Deadline { // shortens the manifest's deadline, never lengthens it
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
+	}
+	start := time.Now()
+	// Admission first: a call that will be refused (queue full, every
+	// instance out of service) reads no body and runs nothing.
+	turn, err := sess.Acquire(ctx)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer turn.Release()
 	input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -449,8 +482,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "reading the request body: %v", err))
 		return
 	}
-	start := time.Now()
-	out, err := sess.Run(r.Context(), input)
+	out, err := turn.Run(ctx, input)
 	s.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err != nil {
 		s.writeError(w, r, err)

@@ -1,0 +1,211 @@
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/sessions/deploy"
+)
+
+// pooled is a manifest with a session of three instances over two sim
+// devices, a session of two instances whose fence lies (each call
+// quarantines the instance it ran on), and a session that spins until
+// its deadline; @QUEUE@ sets the pooled session's queue keys.
+const pooled = `
+version = 1
+[runtime]
+cache_dir = "off"
+[[device]]
+name = "gpu0"
+backend = "sim"
+engine = "gpu"
+[[device.sim.fault]]
+kind = "hang"
+session = "liars"
+[[device]]
+name = "gpu1"
+backend = "sim"
+engine = "gpu"
+[[device.sim.fault]]
+kind = "hang"
+session = "liars"
+[[module]]
+name = "good"
+path = "@REPO@/stages/testdata/hostile/good_stage.wasm"
+sha256 = "@SHA:stages/testdata/hostile/good_stage.wasm@"
+[[module]]
+name = "lying_fence"
+path = "@REPO@/stages/testdata/hostile/lying_fence.wasm"
+sha256 = "@LIARSHA@"
+[[module]]
+name = "loop"
+path = "@REPO@/stages/testdata/hostile/loop_stage.wasm"
+sha256 = "@LOOPSHA@"
+[[session]]
+name = "pooled"
+stage = "good"
+devices = ["gpu0", "gpu1"]
+instances = 3
+programs = ["noop"]
+@QUEUE@
+[[session]]
+name = "liars"
+stage = "lying_fence"
+devices = ["gpu0", "gpu1"]
+programs = ["noop"]
+[[session]]
+name = "spin"
+stage = "loop"
+device = "gpu0"
+deadline = "30s"
+`
+
+func openPooled(t *testing.T, queue string) *deploy.Deployment {
+	t.Helper()
+	r := strings.NewReplacer("@QUEUE@", queue,
+		"@LIARSHA@", sha(t, "stages/testdata/hostile/lying_fence.wasm"),
+		"@LOOPSHA@", sha(t, "stages/testdata/hostile/loop_stage.wasm"))
+	return open(t, r.Replace(pooled))
+}
+
+func TestPooledSessionSpreadsItsInstancesOverItsDevices(t *testing.T) {
+	d := openPooled(t, "queue_limit = 0")
+	s := d.Session("pooled")
+	ctx := context.Background()
+	var turns []*deploy.Turn
+	seen := map[int]string{}
+	for range 3 {
+		turn, err := s.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i, dev := turn.Instance()
+		seen[i] = dev
+		turns = append(turns, turn)
+	}
+	want := map[int]string{0: "gpu0", 1: "gpu1", 2: "gpu0"}
+	for i, dev := range want {
+		if seen[i] != dev {
+			t.Fatalf("instances %v, want %v (instance i on devices[i mod 2])", seen, want)
+		}
+	}
+	// All three are held and no caller may wait (queue_limit 0): refused
+	// at once. (Waiting in order is pool_test.go's.)
+	if _, err := s.Acquire(ctx); !errors.Is(err, hw.ErrBusy) {
+		t.Fatalf("past queue_limit: %v, want ErrBusy", err)
+	}
+	turns[0].Release()
+	for _, turn := range turns[1:] {
+		out, err := turn.Run(ctx, nil)
+		if err != nil || string(out) != "ok" {
+			t.Fatalf("Run = %q, %v", out, err)
+		}
+		turn.Release()
+	}
+	st := s.Status()
+	if len(st.Instances) != 3 || st.InstancesOut != 0 || st.State != "ready" || st.Outcomes["busy"] != 1 || st.Outcomes["ok"] != 2 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// watchedBody records whether the service read the request body.
+type watchedBody struct{ reads atomic.Int32 }
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	b.reads.Add(1)
+	return 0, io.EOF
+}
+
+func TestAFullQueueIsRefusedBeforeTheBodyIsRead(t *testing.T) {
+	d := openPooled(t, "queue_limit = 0")
+	srv := deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest))
+	s := &served{t: t, srv: srv, d: d, log: &syncBuffer{}, header: http.Header{}}
+	var turns []*deploy.Turn
+	for range 3 {
+		turn, err := d.Session("pooled").Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		turns = append(turns, turn)
+	}
+	body := &watchedBody{}
+	rec := s.do("POST", "/v1/sessions/pooled/run", body)
+	if e := errorBody(t, rec); rec.Code != http.StatusTooManyRequests || e.Class != "busy" || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("%d %s %v", rec.Code, rec.Body, rec.Header())
+	}
+	if n := body.reads.Load(); n != 0 {
+		t.Fatalf("the refused request's body was read %d times", n)
+	}
+	for _, turn := range turns {
+		turn.Release()
+	}
+	if rec := s.do("POST", "/v1/sessions/pooled/run", strings.NewReader("x")); rec.Code != 200 || rec.Body.String() != "ok" {
+		t.Fatalf("once an instance is free: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestAQuarantinedInstanceLeavesTheRotation(t *testing.T) {
+	d := openPooled(t, "")
+	srv := deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest))
+	s := &served{t: t, srv: srv, d: d, log: &syncBuffer{}, header: http.Header{}}
+	// Each call's fence lies about its hung work: the instance it ran on
+	// is quarantined, and the other serves the next call.
+	for i := range 2 {
+		rec := s.do("POST", "/v1/sessions/liars/run", nil)
+		if e := errorBody(t, rec); rec.Code != 503 || e.Class != "device_lost" {
+			t.Fatalf("call %d: %d %s", i, rec.Code, rec.Body)
+		}
+		st := d.Session("liars").Status()
+		if st.InstancesOut != i+1 {
+			t.Fatalf("after call %d: %d instances out, want %d: %+v", i, st.InstancesOut, i+1, st)
+		}
+		want := "ready"
+		if i == 1 {
+			want = "quarantined"
+		}
+		if st.State != want || st.Instances[st.InstancesOut-1].State != "quarantined" {
+			t.Fatalf("after call %d: state %q, want %q: %+v", i, st.State, want, st)
+		}
+	}
+	// Every instance is out of service: the reason, at once.
+	rec := s.do("POST", "/v1/sessions/liars/run", nil)
+	if e := errorBody(t, rec); rec.Code != 503 || e.Class != "device_lost" || !strings.Contains(e.Error, "all 2 instances are out of service") {
+		t.Fatalf("with every instance quarantined: %d %s", rec.Code, rec.Body)
+	}
+	if rec := s.do("GET", "/readyz", nil); rec.Code != 503 || !strings.Contains(rec.Body.String(), "session liars has 2 of 2 instances out of service") {
+		t.Fatalf("readyz: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestTheDeadlineHeaderShortensNeverLengthens(t *testing.T) {
+	d := openPooled(t, "")
+	srv := deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest))
+	s := &served{t: t, srv: srv, d: d, log: &syncBuffer{}, header: http.Header{}}
+	start := time.Now()
+	rec := s.do("POST", "/v1/sessions/spin/run", nil, deploy.DeadlineHeader, "50ms")
+	if e := errorBody(t, rec); rec.Code != http.StatusGatewayTimeout || e.Class != "deadline_exceeded" {
+		t.Fatalf("a spinning stage under a 50ms header: %d %s", rec.Code, rec.Body)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("took %v: the header did not shorten the 30s deadline", took)
+	}
+	if got := d.Session("spin").Status().Outcomes["deadline_exceeded"]; got != 1 {
+		t.Fatalf("outcome counted as %v, want deadline_exceeded", d.Session("spin").Status().Outcomes)
+	}
+	for _, bad := range []string{"soon", "0s", "-1s"} {
+		rec := s.do("POST", "/v1/sessions/pooled/run", nil, deploy.DeadlineHeader, bad)
+		if e := errorBody(t, rec); rec.Code != 400 || e.Class != "invalid_argument" || !strings.Contains(e.Error, deploy.DeadlineHeader) {
+			t.Fatalf("header %q: %d %s", bad, rec.Code, rec.Body)
+		}
+	}
+	if rec := s.do("POST", "/v1/sessions/pooled/run", nil, deploy.DeadlineHeader, "1h"); rec.Code != 200 {
+		t.Fatalf("a header above the manifest's deadline: %d %s", rec.Code, rec.Body)
+	}
+}
