@@ -173,6 +173,22 @@ func TestAQuarantinedInstanceLeavesTheRotation(t *testing.T) {
 		if st.State != want || st.Instances[st.InstancesOut-1].State != "quarantined" {
 			t.Fatalf("after call %d: state %q, want %q: %+v", i, st.State, want, st)
 		}
+		if i == 0 {
+			// One of two out: not ready by default (share 0), ready when
+			// half may be out; the session itself still serves.
+			if rec := s.do("GET", "/readyz", nil); rec.Code != 503 || !strings.Contains(rec.Body.String(), "session liars has 1 of 2 instances out of service: instance 0: ") {
+				t.Fatalf("readyz, share 0: %d %s", rec.Code, rec.Body)
+			}
+			c := deploy.ConfigFromManifest(d.Manifest)
+			c.ReadyQuarantinedShare = 0.5
+			half := &served{t: t, srv: deploy.NewServerConfig(d, nil, c), d: d, log: &syncBuffer{}, header: http.Header{}}
+			if rec := half.do("GET", "/readyz", nil); rec.Code != 200 {
+				t.Fatalf("readyz, share 0.5: %d %s", rec.Code, rec.Body)
+			}
+			if rec := s.do("GET", "/v1/sessions/liars/ready", nil); rec.Code != 200 {
+				t.Fatalf("the session with one instance serving: %d %s", rec.Code, rec.Body)
+			}
+		}
 	}
 	// Every instance is out of service: the reason, at once.
 	rec := s.do("POST", "/v1/sessions/liars/run", nil)
