@@ -226,6 +226,30 @@ func (r *Runtime) LaneBusy(device string, lane Lane) bool {
 	return l.leased || l.active > 0 || !l.queue.empty()
 }
 
+// LaneHolders is what holds one device's lanes at one moment.
+type LaneHolders struct {
+	Active [NumLanes]int  // coordinated occupants per lane
+	Leased [NumLanes]bool // a native lease holds the lane
+}
+
+// DeviceLanes returns the holders of every device's lanes now, by device
+// name ("" for ops that named no device), for every device the runtime
+// has seen; [Stats] sums them over devices.
+func (r *Runtime) DeviceLanes() map[string]LaneHolders {
+	s := r.sched
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]LaneHolders, len(s.devices))
+	for dev, set := range s.devices {
+		var h LaneHolders
+		for i := range set {
+			h.Active[i], h.Leased[i] = set[i].active, set[i].leased
+		}
+		out[dev] = h
+	}
+	return out
+}
+
 type stageKey struct{ rt *Runtime }
 
 func (r *Runtime) inStage(ctx context.Context) bool {

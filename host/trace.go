@@ -30,6 +30,10 @@ type Tracer struct {
 	total   uint64
 	perLane [NumLanes]laneTotals
 	epoch   time.Time
+
+	perDevice map[string]*[NumLanes]laneTotals // the same totals by device
+	lastDev   string                           // the device Record found last,
+	lastTot   *[NumLanes]laneTotals            // and its totals: most records repeat it
 }
 
 type laneTotals struct {
@@ -57,6 +61,24 @@ func (t *Tracer) Record(r Record) {
 		lt.busy += r.Dur
 		if r.Failed {
 			lt.failed++
+		}
+		dt := t.lastTot
+		if dt == nil || r.Device != t.lastDev {
+			dt = t.perDevice[r.Device]
+			if dt == nil { // once per device
+				dt = new([NumLanes]laneTotals)
+				if t.perDevice == nil {
+					t.perDevice = map[string]*[NumLanes]laneTotals{}
+				}
+				t.perDevice[r.Device] = dt
+			}
+			t.lastDev, t.lastTot = r.Device, dt
+		}
+		dl := &dt[r.Lane]
+		dl.count++
+		dl.busy += r.Dur
+		if r.Failed {
+			dl.failed++
 		}
 	}
 	t.mu.Unlock()
@@ -103,6 +125,43 @@ func (t *Tracer) totals() [NumLanes]laneTotals {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.perLane
+}
+
+// DeviceLaneSummary summarises one lane of one device: [LaneSummary]'s
+// counts restricted to the occupancies of Device ("" for occupancies
+// whose [Op] named no device).
+type DeviceLaneSummary struct {
+	Device string
+	LaneSummary
+}
+
+// DeviceSummary returns one summary per lane of every device that has
+// had an occupancy since the runtime started: devices sorted by name,
+// lanes in lane order. Summed over devices they give [Tracer.Summary].
+func (t *Tracer) DeviceSummary() []DeviceLaneSummary {
+	records := t.Records()
+	t.mu.Lock()
+	totals := make(map[string][NumLanes]laneTotals, len(t.perDevice))
+	for dev, tot := range t.perDevice {
+		totals[dev] = *tot
+	}
+	t.mu.Unlock()
+	byDev := map[string][]Record{}
+	for _, r := range records {
+		byDev[r.Device] = append(byDev[r.Device], r)
+	}
+	devs := make([]string, 0, len(totals))
+	for dev := range totals {
+		devs = append(devs, dev)
+	}
+	slices.Sort(devs)
+	out := make([]DeviceLaneSummary, 0, len(devs)*NumLanes)
+	for _, dev := range devs {
+		for _, s := range summarize(byDev[dev], totals[dev]) {
+			out = append(out, DeviceLaneSummary{Device: dev, LaneSummary: s})
+		}
+	}
+	return out
 }
 
 // SummarizeRecords computes per-lane summaries from records, for example
