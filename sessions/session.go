@@ -404,6 +404,20 @@ func (s *ResidentSession) Quarantined() bool {
 	return s.c.quarantined
 }
 
+// Retired reports, from cached retirement only (like
+// [ResidentSession.IsComplete]), whether each participant has retired; a
+// participant never submitted counts as retired. A quarantined session
+// whose GPU participant retired no longer occupies its GPU, though it
+// keeps its memory.
+func (s *ResidentSession) Retired() (gpu, npu bool) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gpu = !c.gpu.submitted || c.gpu.done.Done()
+	npu = !c.npu.submitted || c.npu.done.Done()
+	return gpu, npu
+}
+
 // IsComplete reports whether a decision was made and every submitted
 // participant has retired. It reads cached retirement only
 // ([hw.Completion.Done]): it never waits, makes no progress and changes

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -20,11 +21,12 @@ type Resident struct {
 	Spec *manifest.Resident
 	d    *Deployment
 
-	mu      sync.Mutex
-	runs    []*ResidentRun // the last Spec.History runs, oldest first
-	nextID  int
-	running int // runs started and not yet finished
-	wg      sync.WaitGroup
+	mu          sync.Mutex
+	runs        []*ResidentRun // the last Spec.History runs, oldest first
+	nextID      int
+	running     int   // runs started and not yet finished
+	quarantined []int // ids of the quarantined runs: they keep their resources forever
+	wg          sync.WaitGroup
 }
 
 // ResidentRun is one run of a resident session.
@@ -46,6 +48,16 @@ func (r *Resident) Running() int {
 	return r.running
 }
 
+// Quarantined returns the ids of the resident's quarantined runs, oldest
+// first. Each keeps its startup line, payload, streams and budget charge
+// for the life of the process (see [sessions.ResidentSession.Close]);
+// once Spec.MaxQuarantined of them exist, Start refuses.
+func (r *Resident) Quarantined() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int{}, r.quarantined...)
+}
+
 // Runs returns a snapshot of the resident's runs, oldest first: the last
 // Spec.History of them.
 func (r *Resident) Runs() []ResidentRun {
@@ -64,17 +76,40 @@ func (r *Resident) set(run *ResidentRun, f func(*ResidentRun)) {
 	r.mu.Unlock()
 }
 
-// Start starts a run: it submits both participants and publishes RUN
-// within the startup deadline, then joins them in the background under
-// the join deadline, verifies the payload and closes the session. It
-// returns once RUN (or ABORT) is published.
+// Start starts a run: it is admitted, submits both participants and
+// publishes RUN within the startup deadline, then joins them in the
+// background under the join deadline, verifies the payload and closes the
+// session. It returns once RUN (or ABORT) is published.
+//
+// Admission, in this order, all before anything is allocated:
+//
+//   - at most Spec.MaxRuns runs of this resident at once;
+//   - fewer than Spec.MaxQuarantined quarantined runs of this resident
+//     (each keeps its resources for good);
+//   - a parked slot on the GPU device: at most its max_parked resident GPU
+//     participants at once, over every resident, quarantined runs whose
+//     GPU participant never retired included;
+//   - one unit of the runtime's capacity ([host.Runtime.Reserve]), FIFO
+//     with every stage and submission, held until the run ends (also when
+//     it ends quarantined: the quarantine cap bounds those), waited for
+//     within the startup deadline.
+//
+// On a cuda GPU the run's GPU stream comes from the device's pool of
+// streams made before any resident kernel parked there (see
+// [Resident] and RATIONALE.md), so a start never calls cuStreamCreate
+// while resident kernels are parked.
 //
 // # Errors
 //
-// [hw.ErrBusy] when Spec.MaxRuns runs are already running (no run is
-// started); [hw.ErrUnsupported] for a resident whose two devices are not both sim
-// devices or both cuda devices (a cuda GPU and the cuda host device, engine
-// "cpu"), or whose payload is not the exchange's; errors of the devices.
+//   - [hw.ErrBusy] when Spec.MaxRuns runs are already running, when the
+//     GPU's max_parked participants are parked, or when the runtime's
+//     capacity cannot be had within the startup deadline (no run is
+//     started).
+//   - [hw.ErrDeviceLost] when Spec.MaxQuarantined runs are quarantined.
+//   - [hw.ErrUnsupported] for a resident whose two devices are not both
+//     sim devices or both cuda devices (a cuda GPU and the cuda host
+//     device, engine "cpu"), or whose payload is not the exchange's.
+//   - Errors of the devices.
 func (r *Resident) Start(ctx context.Context) (*ResidentRun, error) {
 	r.mu.Lock()
 	if r.Spec.MaxRuns > 0 && r.running >= r.Spec.MaxRuns {
@@ -82,31 +117,100 @@ func (r *Resident) Start(ctx context.Context) (*ResidentRun, error) {
 		return &ResidentRun{State: "refused", Rounds: r.Spec.Rounds},
 			hw.Errorf(hw.ErrBusy, "resident %q already has its max_runs of %d runs running; retry when one finishes", r.Spec.Name, r.Spec.MaxRuns)
 	}
-	r.nextID++
+	if q := len(r.quarantined); r.Spec.MaxQuarantined > 0 && q >= r.Spec.MaxQuarantined {
+		r.mu.Unlock()
+		return &ResidentRun{State: "refused", Rounds: r.Spec.Rounds},
+			hw.Errorf(hw.ErrDeviceLost, "resident %q: %d quarantined runs keep their resources; the cap is %d (max_quarantined): restart the process to free them", r.Spec.Name, q, r.Spec.MaxQuarantined)
+	}
 	r.running++
+	r.mu.Unlock()
+	slots, err := r.d.gpuSlots(r.Spec.GPU)
+	if err == nil {
+		err = slots.take(r.Spec.Name)
+	}
+	if err != nil {
+		r.set(nil, func(*ResidentRun) { r.running-- })
+		return &ResidentRun{State: "refused", Rounds: r.Spec.Rounds}, err
+	}
+	r.mu.Lock()
+	r.nextID++
 	run := &ResidentRun{ID: r.nextID, State: "starting", Rounds: r.Spec.Rounds, Started: time.Now(), done: make(chan struct{})}
 	r.runs = append(r.runs, run)
 	if h := r.Spec.History; h > 0 && len(r.runs) > h {
 		r.runs = append(r.runs[:0:0], r.runs[len(r.runs)-h:]...)
 	}
 	r.mu.Unlock()
-	rs, payload, err := r.launch(ctx, run)
-	if err != nil {
-		r.set(run, func(run *ResidentRun) { run.State, run.Error = "failed", err.Error(); r.running-- })
-		close(run.done)
-		if rs != nil {
-			_ = rs.Close()
+	sctx, cancel := context.WithTimeout(ctx, r.Spec.StartupDeadline)
+	defer cancel()
+	l := &liveRun{slots: slots}
+	if l.admission, err = r.d.Runtime.Reserve(sctx, host.Op{Owner: residentOwnerName(r.Spec.Name, run.ID), Device: r.Spec.GPU}); err != nil {
+		if errors.Is(err, hw.ErrDeadlineExceeded) {
+			err = hw.Errorf(hw.ErrBusy, "resident %q: not admitted within its startup deadline %v: the runtime's capacity of %d is in use; retry later", r.Spec.Name, r.Spec.StartupDeadline, r.d.Runtime.Capacity())
 		}
+		r.end(run, l, nil, err)
+		return run, err
+	}
+	rs, payload, err := r.launch(sctx, run, l)
+	if err != nil {
+		r.end(run, l, rs, err)
 		return run, err
 	}
 	r.set(run, func(run *ResidentRun) { run.State = "running" })
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		defer close(run.done)
-		r.finish(run, rs, payload)
+		r.finish(run, l, rs, payload)
 	}()
 	return run, nil
+}
+
+// liveRun is what a run holds while it lives: its capacity, its parked
+// slot and its pooled GPU stream.
+type liveRun struct {
+	admission *host.Reservation
+	slots     *gpuSlots
+	gpuStream hw.Stream // from the slots' pool; nil until taken
+}
+
+// end closes a run that failed to start (rs may be nil) and records it.
+func (r *Resident) end(run *ResidentRun, l *liveRun, rs *sessions.ResidentSession, err error) {
+	quarantined := false
+	if rs != nil {
+		cerr := rs.Close()
+		if rs.Quarantined() {
+			quarantined = true
+			err = fmt.Errorf("%w (then %v)", err, cerr)
+		}
+	}
+	r.release(l, rs)
+	r.set(run, func(run *ResidentRun) {
+		r.running--
+		run.Duration = time.Since(run.Started)
+		run.State, run.Error = "failed", err.Error()
+		if quarantined {
+			run.State = "quarantined"
+			r.quarantined = append(r.quarantined, run.ID)
+		}
+	})
+	close(run.done)
+}
+
+// release gives back what a run held once its session is closed: its
+// capacity always; its parked slot and its GPU stream unless the session
+// is quarantined with a GPU participant that never retired (that kernel
+// may still be parked on the GPU, on that stream).
+func (r *Resident) release(l *liveRun, rs *sessions.ResidentSession) {
+	if l.admission != nil {
+		l.admission.Release()
+	}
+	gpuRetired := true
+	if rs != nil {
+		gpuRetired, _ = rs.Retired()
+	}
+	if !gpuRetired {
+		return // the slot and the stream stay with the quarantined run
+	}
+	l.slots.give(l.gpuStream)
 }
 
 // Run starts a run and waits for it to finish.
@@ -128,7 +232,7 @@ func (r *Resident) Run(ctx context.Context) (ResidentRun, error) {
 	return *run, nil
 }
 
-func (r *Resident) launch(ctx context.Context, run *ResidentRun) (*sessions.ResidentSession, hw.Shared, error) {
+func (r *Resident) launch(ctx context.Context, run *ResidentRun, l *liveRun) (*sessions.ResidentSession, hw.Shared, error) {
 	d, spec := r.d, r.Spec
 	gb, nb := d.Manifest.Device(spec.GPU).Backend, d.Manifest.Device(spec.NPU).Backend
 	if gb != nb || (gb != manifest.BackendSim && gb != manifest.BackendCUDA) {
@@ -145,16 +249,22 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun) (*sessions.Resi
 		}
 		p = d.cudaP
 	}
+	// Closing the owner after a failure gets a deadline of its own: ctx's
+	// (the startup deadline) may have passed, and would fail even an idle
+	// stream's close.
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(spec.JoinDeadline, time.Second))
+	defer cancel()
 	owner := host.NewOwner(residentOwnerName(spec.Name, run.ID), hw.NewBudget(spec.Name, spec.Budget))
 	startup, err := sessions.NewResidentStartup(p, gpu, npu, owner.Budget())
 	if err != nil {
 		return nil, nil, err
 	}
-	gs, err := owner.NewStream(gpu)
+	gs, err := l.slots.stream()
 	if err != nil {
 		_ = startup.Close()
 		return nil, nil, err
 	}
+	l.gpuStream = gs // not the owner's: it goes back to the pool (see release)
 	ns, err := owner.NewStream(npu)
 	if err != nil {
 		_ = startup.Close()
@@ -169,7 +279,7 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun) (*sessions.Resi
 	}
 	if err != nil {
 		_ = startup.Close()
-		_ = owner.Close(ctx)
+		_ = owner.Close(closeCtx)
 		return nil, nil, err
 	}
 	rs, err := sessions.NewResidentSession(startup, gp, np,
@@ -177,17 +287,16 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun) (*sessions.Resi
 		sessions.WithName(owner.Name()), sessions.WithCloseTimeout(spec.JoinDeadline))
 	if err != nil {
 		_ = startup.Close()
-		_ = owner.Close(ctx)
+		_ = owner.Close(closeCtx)
 		return nil, nil, err
 	}
-	deadline := time.Now().Add(spec.StartupDeadline)
 	if err := rs.SubmitGPU(); err != nil {
 		return rs, nil, err
 	}
 	if err := rs.SubmitNPU(); err != nil {
 		return rs, nil, err
 	}
-	if time.Now().After(deadline) {
+	if ctx.Err() != nil { // the startup deadline (Start's context)
 		_ = rs.Abort()
 		return rs, nil, hw.Errorf(hw.ErrDeadlineExceeded, "resident %q: participants not accepted within the startup deadline %v", spec.Name, spec.StartupDeadline)
 	}
@@ -197,7 +306,8 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun) (*sessions.Resi
 	return rs, payload, nil
 }
 
-func (r *Resident) finish(run *ResidentRun, rs *sessions.ResidentSession, payload hw.Shared) {
+func (r *Resident) finish(run *ResidentRun, l *liveRun, rs *sessions.ResidentSession, payload hw.Shared) {
+	defer close(run.done)
 	retired, err := rs.WaitTimeout(r.Spec.JoinDeadline)
 	verified := false
 	if err == nil && retired {
@@ -211,6 +321,7 @@ func (r *Resident) finish(run *ResidentRun, rs *sessions.ResidentSession, payloa
 		err = hw.Errorf(hw.ErrDeadlineExceeded, "participants did not retire within the join deadline %v", r.Spec.JoinDeadline)
 	}
 	cerr := rs.Close()
+	r.release(l, rs)
 	r.set(run, func(run *ResidentRun) {
 		r.running--
 		run.Duration = time.Since(run.Started)
@@ -219,6 +330,7 @@ func (r *Resident) finish(run *ResidentRun, rs *sessions.ResidentSession, payloa
 		case rs.Quarantined():
 			run.State = "quarantined"
 			run.Error = fmt.Sprint(cerr)
+			r.quarantined = append(r.quarantined, run.ID)
 		case err != nil:
 			run.State, run.Error = "failed", err.Error()
 		default:
@@ -248,5 +360,11 @@ func cudaDeviceName(md *manifest.Device) string {
 	return fmt.Sprintf("cuda%d", md.Index)
 }
 
-// closeAll waits for background joins to finish.
-func (r *Resident) closeAll() { r.wg.Wait() }
+// closeAll waits for background joins to finish, then closes the idle
+// streams of its GPU's resident pool.
+func (r *Resident) closeAll() {
+	r.wg.Wait()
+	if g, err := r.d.gpuSlots(r.Spec.GPU); err == nil {
+		g.closePool()
+	}
+}

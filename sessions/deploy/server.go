@@ -163,7 +163,7 @@ func (s *Server) Attach(d *Deployment) {
 		Name: "stagehost_session_run_seconds", Help: "Session run latency, including the wait for the session.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
 	}, []string{"session"})
-	s.registry.MustRegister(s.latency, sessionCollector{d}, metrics.NewCollector(d.Runtime),
+	s.registry.MustRegister(s.latency, sessionCollector{d}, residentCollector{d}, metrics.NewCollector(d.Runtime),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.route("POST /v1/sessions/{name}/run", ScopeInvoke, s.run)
 	s.route("GET /v1/sessions", ScopeInvoke, s.listSessions)
@@ -528,7 +528,7 @@ func (s *Server) getResident(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"resident": res.Spec.Name, "rounds": res.Spec.Rounds,
-		"max_runs": res.Spec.MaxRuns, "history": res.Spec.History, "running": res.Running(), "runs": res.Runs()})
+		"max_runs": res.Spec.MaxRuns, "history": res.Spec.History, "running": res.Running(), "runs": res.Runs(), "quarantined": res.Quarantined(), "max_quarantined": res.Spec.MaxQuarantined})
 }
 
 func (s *Server) trace(w http.ResponseWriter, _ *http.Request) {
