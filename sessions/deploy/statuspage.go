@@ -376,6 +376,9 @@ func sessionFromJSON(b []byte) sessionView {
 			sv.Instances = append(sv.Instances, iv)
 		}
 		delete(m, "instances")
+		if len(sv.Instances) == 1 {
+			sv.Instances = nil // one instance: the session's row says it all
+		}
 	}
 	sv.Details = sortedKV(m)
 	return sv
@@ -464,8 +467,18 @@ type LaneOccupancyShare struct {
 	Failed int           // of which failed
 }
 
-// Percent is Share in percent with one decimal.
-func (l LaneOccupancyShare) Percent() string { return strconv.FormatFloat(100*l.Share, 'f', 1, 64) }
+// Percent is Share in percent for reading, with one decimal; "<0.1"
+// for a lane busy, but for less than 0.1% (it is not shown as idle).
+func (l LaneOccupancyShare) Percent() string {
+	p := 100 * l.Share
+	if p > 0 && p < 0.05 {
+		return "<0.1"
+	}
+	return strconv.FormatFloat(p, 'f', 1, 64)
+}
+
+// Width is Share in percent for a CSS width.
+func (l LaneOccupancyShare) Width() string { return strconv.FormatFloat(100*l.Share, 'f', 3, 64) }
 
 // BusyText is Busy, rounded for reading.
 func (l LaneOccupancyShare) BusyText() string { return roundDuration(l.Busy) }

@@ -185,6 +185,8 @@ func TestLaneOccupancy(t *testing.T) {
 		// another device, and none.
 		{Start: at(30 * time.Second), Dur: 30 * time.Second, Lane: host.LaneNPU, Device: "zz"},
 		{Start: at(6 * time.Second), Dur: 6 * time.Second, Lane: host.LaneCompute},
+		// 1ms of 1m: busy, but under 0.1%.
+		{Start: at(time.Second), Dur: time.Millisecond, Lane: host.LaneDownload, Device: "gpu1"},
 	}
 	got := deploy.LaneOccupancy(recs, now, time.Minute, []string{"gpu0", "gpu1"})
 	if len(got) != 4 || got[0].Device != "gpu0" || got[1].Device != "gpu1" || got[2].Device != "runtime" || got[3].Device != "zz" {
@@ -201,6 +203,7 @@ func TestLaneOccupancy(t *testing.T) {
 	check(got[0], host.LaneUpload, "16.7", 1, 0)
 	check(got[0], host.LaneDownload, "0.0", 0, 0)
 	check(got[1], host.LaneCompute, "0.0", 0, 0)
+	check(got[1], host.LaneDownload, "<0.1", 1, 0)
 	check(got[2], host.LaneCompute, "10.0", 1, 0)
 	check(got[3], host.LaneNPU, "50.0", 1, 0)
 }
