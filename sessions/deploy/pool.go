@@ -15,6 +15,11 @@ type member[T any] struct {
 	val    T
 	device string
 	index  int
+
+	// Under the pool's mu:
+	lent    bool // held by a caller (or handed to a waiter), not yet released
+	counted bool // counted in the pool's live
+	retired bool // replaced: never handed out again; disposed once not lent
 }
 
 // pool hands out a session's instances, one call at a time each, to
@@ -26,6 +31,18 @@ type member[T any] struct {
 // pool for its accounting, and the others serve. When every instance is
 // out of service, callers get down's reason at once.
 //
+// The member set can change while calls run ([pool.replaceAll] swaps
+// every instance, [pool.replaceAt] one): a replaced instance is retired.
+// It is never handed out again, and it is given to dispose exactly once,
+// as soon as no caller holds it: at once when it was free, else when its
+// call releases it (the drain). A waiting caller is served by the new
+// instances in its turn.
+//
+// Lock discipline: mu guards the member set, each member's flags, the
+// free list, the waiters and live; dispose, busy's callers' work and
+// channel receives happen outside it (a send to a waiter's channel never
+// blocks: it has room for one, and each waiter gets one send).
+//
 // A pool is safe for concurrent use.
 type pool[T any] struct {
 	name    string
@@ -33,12 +50,14 @@ type pool[T any] struct {
 	timeout time.Duration // how long a caller may wait; 0: as long as its context allows
 	busy    func(device string) bool
 	down    func(T) error // nil when the instance may serve
+	dispose func(*member[T]) // a retired instance no caller holds; nil: nothing to do
 
-	mu      sync.Mutex
-	all     []*member[T]
-	free    []*member[T]
-	waiting []*poolWaiter[T]
-	live    int // instances in service, free or lent
+	mu       sync.Mutex
+	all      []*member[T] // the current instances, by index
+	free     []*member[T]
+	waiting  []*poolWaiter[T]
+	live     int // current instances in service, free or lent
+	draining map[*member[T]]bool // retired instances still lent
 
 	onQueue func() // test hook: a caller started waiting (under mu)
 }
@@ -56,12 +75,133 @@ func newPool[T any](name string, vals []T, devices []string, limit int, timeout 
 	for i, v := range vals {
 		m := &member[T]{val: v, device: devices[i], index: i}
 		p.all = append(p.all, m)
-		if down(v) == nil {
-			p.free = append(p.free, m)
-			p.live++
-		}
+		p.addLocked(m)
 	}
 	return p
+}
+
+// addLocked puts a new member in service, unless it is down: to the first
+// waiting caller, or to the free list. Called under p.mu.
+func (p *pool[T]) addLocked(m *member[T]) {
+	if p.down(m.val) != nil {
+		return
+	}
+	m.counted = true
+	p.live++
+	p.handLocked(m)
+}
+
+// handLocked gives an instance in service to the first waiting caller, or
+// to the free list. Called under p.mu.
+func (p *pool[T]) handLocked(m *member[T]) {
+	if len(p.waiting) > 0 {
+		w := p.waiting[0]
+		p.waiting = p.waiting[1:]
+		m.lent = true
+		w.ch <- m
+		return
+	}
+	m.lent = false
+	p.free = append(p.free, m)
+}
+
+// retireLocked takes m out of the pool for good. It reports whether m is
+// idle (no caller holds it), so that the caller disposes of it once p.mu
+// is released; a lent m is disposed by its release. Called under p.mu.
+func (p *pool[T]) retireLocked(m *member[T]) (idle bool) {
+	m.retired = true
+	if m.counted {
+		m.counted = false
+		p.live--
+	}
+	for i, f := range p.free {
+		if f == m {
+			p.free = append(p.free[:i], p.free[i+1:]...)
+			break
+		}
+	}
+	if m.lent {
+		if p.draining == nil {
+			p.draining = map[*member[T]]bool{}
+		}
+		p.draining[m] = true
+		return false
+	}
+	return true
+}
+
+// settleLocked tells every waiting caller when no instance is left in
+// service. Called under p.mu.
+func (p *pool[T]) settleLocked() {
+	if p.live == 0 {
+		for _, w := range p.waiting {
+			w.ch <- nil
+		}
+		p.waiting = nil
+	}
+}
+
+// replaceAll retires every current instance and puts vals (on devices,
+// one each) in their place, as one step: a caller acquires either an old
+// instance (before) or a new one (after), never a mix. The old ones that
+// are free are disposed of before replaceAll returns; a lent one when its
+// call releases it. vals must not be empty.
+func (p *pool[T]) replaceAll(vals []T, devices []string) {
+	p.mu.Lock()
+	var idle []*member[T]
+	for _, m := range p.all {
+		if p.retireLocked(m) {
+			idle = append(idle, m)
+		}
+	}
+	p.all = make([]*member[T], 0, len(vals))
+	for i, v := range vals {
+		m := &member[T]{val: v, device: devices[i], index: i}
+		p.all = append(p.all, m)
+		p.addLocked(m)
+	}
+	p.settleLocked()
+	p.mu.Unlock()
+	p.disposeAll(idle)
+}
+
+// replaceAt retires the instance at index and puts val (on device) in its
+// place, with the same index. The old one is disposed of at once when no
+// caller holds it, else when its call releases it. It reports false, and
+// changes nothing, when the pool has no instance at index.
+func (p *pool[T]) replaceAt(index int, val T, device string) bool {
+	p.mu.Lock()
+	if index < 0 || index >= len(p.all) {
+		p.mu.Unlock()
+		return false
+	}
+	var idle []*member[T]
+	if old := p.all[index]; p.retireLocked(old) {
+		idle = append(idle, old)
+	}
+	m := &member[T]{val: val, device: device, index: index}
+	p.all[index] = m
+	p.addLocked(m)
+	p.settleLocked()
+	p.mu.Unlock()
+	p.disposeAll(idle)
+	return true
+}
+
+func (p *pool[T]) disposeAll(ms []*member[T]) {
+	if p.dispose == nil {
+		return
+	}
+	for _, m := range ms {
+		p.dispose(m)
+	}
+}
+
+// members returns the current instances, by index.
+func (p *pool[T]) members() []*member[T] {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*member[T](nil), p.all...)
 }
 
 // acquire returns a free instance, waiting for one in arrival order.
@@ -75,8 +215,9 @@ func newPool[T any](name string, vals []T, devices []string, limit int, timeout 
 func (p *pool[T]) acquire(ctx context.Context) (*member[T], error) {
 	p.mu.Lock()
 	if p.live == 0 {
+		err := p.allDownLocked()
 		p.mu.Unlock()
-		return nil, p.allDown()
+		return nil, err
 	}
 	if len(p.waiting) == 0 && len(p.free) > 0 {
 		m := p.pick()
@@ -105,7 +246,9 @@ func (p *pool[T]) acquire(ctx context.Context) (*member[T], error) {
 	select {
 	case m := <-w.ch:
 		if m == nil {
-			return nil, p.allDown()
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return nil, p.allDownLocked()
 		}
 		return m, nil
 	case <-ctx.Done():
@@ -143,37 +286,39 @@ func (p *pool[T]) pick() *member[T] {
 	}
 	m := p.free[at]
 	p.free = append(p.free[:at], p.free[at+1:]...)
+	m.lent = true
 	return m
 }
 
 // release gives an instance back after its call: to the first waiting
 // caller, or to the free list. An instance that went out of service
 // during the call leaves service; if it was the last one, every waiting
-// caller is told.
+// caller is told. A retired instance is disposed of (its drain is over).
 func (p *pool[T]) release(m *member[T]) {
 	p.mu.Lock()
+	if m.retired {
+		m.lent = false
+		delete(p.draining, m)
+		p.mu.Unlock()
+		p.disposeAll([]*member[T]{m})
+		return
+	}
 	defer p.mu.Unlock()
 	if p.down(m.val) != nil {
-		p.live--
-		if p.live == 0 {
-			for _, w := range p.waiting {
-				w.ch <- nil
-			}
-			p.waiting = nil
+		m.lent = false
+		if m.counted {
+			m.counted = false
+			p.live--
 		}
+		p.settleLocked()
 		return
 	}
-	if len(p.waiting) > 0 {
-		w := p.waiting[0]
-		p.waiting = p.waiting[1:]
-		w.ch <- m
-		return
-	}
-	p.free = append(p.free, m)
+	p.handLocked(m)
 }
 
-// allDown returns why the pool cannot serve: the first instance's reason.
-func (p *pool[T]) allDown() error {
+// allDownLocked returns why the pool cannot serve: the first instance's
+// reason. Called under p.mu.
+func (p *pool[T]) allDownLocked() error {
 	for _, m := range p.all {
 		if err := p.down(m.val); err != nil {
 			if len(p.all) == 1 {
@@ -190,4 +335,15 @@ func (p *pool[T]) stats() (live, free, waiting int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.live, len(p.free), len(p.waiting)
+}
+
+// drainingMembers returns the retired instances whose call still runs.
+func (p *pool[T]) drainingMembers() []*member[T] {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*member[T], 0, len(p.draining))
+	for m := range p.draining {
+		out = append(out, m)
+	}
+	return out
 }
