@@ -49,14 +49,14 @@ type pool[T any] struct {
 	limit   int           // callers that may wait; 0: none may
 	timeout time.Duration // how long a caller may wait; 0: as long as its context allows
 	busy    func(device string) bool
-	down    func(T) error // nil when the instance may serve
+	down    func(T) error    // nil when the instance may serve
 	dispose func(*member[T]) // a retired instance no caller holds; nil: nothing to do
 
 	mu       sync.Mutex
 	all      []*member[T] // the current instances, by index
 	free     []*member[T]
 	waiting  []*poolWaiter[T]
-	live     int // current instances in service, free or lent
+	live     int                 // current instances in service, free or lent
 	draining map[*member[T]]bool // retired instances still lent
 
 	onQueue func() // test hook: a caller started waiting (under mu)
