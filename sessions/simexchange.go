@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/stagehost/stagehost/host"
@@ -277,7 +278,18 @@ func spinWhile(w *uint32, v uint32, lost <-chan struct{}) bool {
 	return spin(w, func(got uint32) bool { return got == v }, lost)
 }
 
+// spinHot is how many loads spin polls (yielding every 64) before it
+// backs off with sleeps: a peer that has not moved for that long (some
+// milliseconds) is stalled, for example the peer of a quarantined run,
+// and a participant waiting on it should not hold a core forever.
+const spinHot = 1 << 20
+
+// maxSpinSleep bounds the backoff: a stalled participant polls its word
+// at least this often.
+const maxSpinSleep = time.Millisecond
+
 func spin(w *uint32, keep func(uint32) bool, lost <-chan struct{}) bool {
+	sleep := 50 * time.Microsecond
 	for i := 0; keep(atomic.LoadUint32(w)); i++ {
 		if i%64 == 63 {
 			select {
@@ -285,7 +297,12 @@ func spin(w *uint32, keep func(uint32) bool, lost <-chan struct{}) bool {
 				return false
 			default:
 			}
-			runtime.Gosched()
+			if i < spinHot {
+				runtime.Gosched()
+			} else {
+				time.Sleep(sleep)
+				sleep = min(2*sleep, maxSpinSleep)
+			}
 		}
 	}
 	return true
