@@ -121,6 +121,29 @@ func (m *Module) HasFence() bool { return m.hasFence }
 // taken at load and, when they do not, why.
 func (m *Module) Snapshot() (bool, string) { return m.snap != nil, m.noSnapshot }
 
+// Close releases the compiled module and its snapshot, and the engine
+// forgets it: loading the same bytes again compiles them anew. Close the
+// sessions made from the module first; a quarantined session's instance
+// may outlive it (its resources are kept; wazero lets an instance outlive
+// its compiled module). Closing a closed module does nothing.
+func (m *Module) Close(ctx context.Context) error {
+	e := m.engine
+	e.mu.Lock()
+	found := false
+	for k, v := range e.modules {
+		if v == m {
+			delete(e.modules, k)
+			found = true
+		}
+	}
+	e.mu.Unlock()
+	if !found {
+		return nil
+	}
+	m.closeSnapshot()
+	return m.compiled.Close(ctx)
+}
+
 // Load validates a module and compiles it. Validation happens before
 // anything is instantiated, in this order: sha256, structure, ABI marker,
 // imports (only stagehost_v1 functions with their exact types, and WASI

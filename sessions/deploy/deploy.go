@@ -51,6 +51,8 @@ type Deployment struct {
 
 	sessions  map[string]*Session
 	residents map[string]*Resident
+
+	admin adminState // model control (admin.go)
 }
 
 // Session is the service's handle on one named manifest session: a pool
@@ -66,14 +68,24 @@ type Deployment struct {
 // A session that could not be created at start-up has failed: it has no
 // instances, [Session.Failed] says why, and every call returns an error
 // that wraps [ErrUnavailable].
+//
+// Its instances can be swapped to another version of the stage module,
+// and its out-of-service instances replaced (admin.go): an instance
+// replaced while a call runs on it finishes that call first (the drain);
+// a quarantined one is never closed, and is listed as retired.
 type Session struct {
-	Spec      *manifest.Session
-	instances []*stages.Session      // empty when failed
-	pool      *pool[*stages.Session] // nil when failed
-	failed    error                  // why the session could not be created
-	mu        sync.Mutex
-	calls     uint64
-	fails     uint64
+	Spec *manifest.Session
+	d    *Deployment
+
+	mu      sync.Mutex
+	pool    *pool[*instance] // nil while failed; once set, never replaced (its members are)
+	failed  error            // why the session could not be created
+	stage   *stages.Module   // the stage module of the current instances
+	fence   *stages.Module   // the fence module, or nil
+	retired []*retiredInstance
+	gen     int // instance generations made, for owner names (under the deployment's admin lock)
+	calls   uint64
+	fails   uint64
 	// outcomes counts calls by outcome (Outcome's class names): the
 	// counts of /v1/sessions and stagehost_session_runs_total alike.
 	outcomes map[string]uint64
@@ -185,19 +197,22 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 			}
 		}
 		d.modules[mm.Name] = mod
+		d.registerModule(mm, mod)
 	}
 	for i := range m.Sessions {
 		ms := &m.Sessions[i]
 		if opt.Only != "" && ms.Name != opt.Only {
 			continue
 		}
-		if err := d.openSession(ctx, ms); err != nil {
+		s := d.newSession(ms)
+		if err := s.open(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil, err // start-up was cancelled: no session is to blame
 			}
 			opt.Logger.Error("session could not be created; the others run", "session", ms.Name, "err", err)
-			d.sessions[ms.Name] = &Session{Spec: ms, failed: err}
+			s.failed = err
 		}
+		d.sessions[ms.Name] = s
 	}
 	for i := range m.Residents {
 		r := &m.Residents[i]
@@ -280,57 +295,155 @@ func (d *Deployment) openDevices() error {
 	return nil
 }
 
-func (d *Deployment) openSession(ctx context.Context, ms *manifest.Session) error {
-	n := max(ms.Instances, 1)
-	insts := make([]*stages.Session, 0, n)
-	devs := make([]string, 0, n)
+// newSession makes the session's handle, before its instances: its
+// stage and fence modules are the manifest's.
+func (d *Deployment) newSession(ms *manifest.Session) *Session {
+	s := &Session{Spec: ms, d: d, stage: d.modules[ms.Stage]}
+	if ms.Fence != manifest.FenceBuiltin && ms.Fence != manifest.FenceDrain {
+		s.fence = d.modules[ms.Fence]
+	}
+	return s
+}
+
+// open makes the session's instances, one per slot over its devices in
+// turn, and its pool.
+func (s *Session) open(ctx context.Context) error {
+	n := max(s.Spec.Instances, 1)
+	devs := make([]string, n)
 	for i := range n {
-		dev := ms.Devices[i%len(ms.Devices)]
-		name := ms.Name
-		if n > 1 {
-			name = fmt.Sprintf("%s/%d", ms.Name, i) // owners are named apart: traces, quarantine
-		}
-		cfg := stages.NewSessionConfig(name, d.devices[dev]).
-			WithStreams(ms.Streams...).WithPrograms(ms.Programs...).
-			WithBudget(ms.Budget).WithOutputLimit(int(ms.OutputLimit)).
-			WithDeadline(ms.Deadline).WithFenceTimeout(ms.FenceTimeout).WithInitTimeout(ms.InitTimeout).
-			WithResetPerCall(ms.Reset == manifest.ResetCall)
-		for _, b := range ms.Buffers {
-			cfg = cfg.WithBuffer(b.Name, int(b.Size))
-		}
-		switch ms.Fence {
-		case manifest.FenceBuiltin:
-		case manifest.FenceDrain:
-			cfg = cfg.WithDrainFence()
-		default:
-			cfg = cfg.WithFenceModule(d.modules[ms.Fence])
-		}
-		s, err := d.Engine.NewSession(ctx, d.Runtime, d.modules[ms.Stage], cfg)
+		devs[i] = s.Spec.Devices[i%len(s.Spec.Devices)]
+	}
+	insts, err := s.makeInstances(ctx, s.stage, devs)
+	if err != nil {
+		return err
+	}
+	s.setPool(insts, devs)
+	return nil
+}
+
+// setPool gives a session with no pool yet (at start, or a failed one
+// that is reset) its instances.
+func (s *Session) setPool(insts []*instance, devs []string) {
+	d := s.d
+	busy := func(dev string) bool { return d.Runtime.LaneBusy(dev, host.LaneCompute) }
+	p := newPool(s.Spec.Name, insts, devs, s.Spec.QueueLimit, s.Spec.QueueTimeout, busy, instanceDown)
+	p.dispose = s.dispose
+	s.mu.Lock()
+	s.pool, s.failed = p, nil
+	s.mu.Unlock()
+}
+
+// makeInstances makes one instance of stage per device of devs; if one
+// cannot be made, it closes those it made and returns the error.
+func (s *Session) makeInstances(ctx context.Context, stage *stages.Module, devs []string) ([]*instance, error) {
+	insts := make([]*instance, 0, len(devs))
+	for i, dev := range devs {
+		in, err := s.makeInstance(ctx, stage, i, len(devs), dev)
 		if err != nil {
 			for _, made := range insts {
-				_ = made.Close(context.WithoutCancel(ctx))
+				_ = made.s.Close(context.WithoutCancel(ctx))
 			}
-			if n > 1 {
-				err = fmt.Errorf("instance %d of %d, on device %q: %w", i, n, dev, err)
+			if len(devs) > 1 {
+				err = fmt.Errorf("instance %d of %d, on device %q: %w", i, len(devs), dev, err)
 			}
-			return err
+			return nil, err
 		}
-		insts = append(insts, s)
-		devs = append(devs, dev)
+		insts = append(insts, in)
 	}
-	busy := func(dev string) bool { return d.Runtime.LaneBusy(dev, host.LaneCompute) }
-	d.sessions[ms.Name] = &Session{Spec: ms, instances: insts,
-		pool: newPool(ms.Name, insts, devs, ms.QueueLimit, ms.QueueTimeout, busy, instanceDown)}
-	return nil
+	s.gen++
+	return insts, nil
+}
+
+// makeInstance makes the instance at index i of n, of stage, on dev, with
+// a fresh owner. Owners are named apart: the session's name, /i when it
+// has more than one instance, and .G for the instances made after the
+// first generation (traces, quarantine).
+func (s *Session) makeInstance(ctx context.Context, stage *stages.Module, i, n int, dev string) (*instance, error) {
+	ms, d := s.Spec, s.d
+	name := ms.Name
+	if n > 1 {
+		name = fmt.Sprintf("%s/%d", ms.Name, i)
+	}
+	if s.gen > 0 {
+		name = fmt.Sprintf("%s.%d", name, s.gen)
+	}
+	cfg := stages.NewSessionConfig(name, d.devices[dev]).
+		WithStreams(ms.Streams...).WithPrograms(ms.Programs...).
+		WithBudget(ms.Budget).WithOutputLimit(int(ms.OutputLimit)).
+		WithDeadline(ms.Deadline).WithFenceTimeout(ms.FenceTimeout).WithInitTimeout(ms.InitTimeout).
+		WithResetPerCall(ms.Reset == manifest.ResetCall)
+	for _, b := range ms.Buffers {
+		cfg = cfg.WithBuffer(b.Name, int(b.Size))
+	}
+	switch ms.Fence {
+	case manifest.FenceBuiltin:
+	case manifest.FenceDrain:
+		cfg = cfg.WithDrainFence()
+	default:
+		cfg = cfg.WithFenceModule(s.fence)
+	}
+	ss, err := d.Engine.NewSession(ctx, d.Runtime, stage, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &instance{s: ss, stage: stage}, nil
+}
+
+// instance is one member of a session's pool: a Wasm stage session and
+// the stage module it was made from.
+type instance struct {
+	s     *stages.Session
+	stage *stages.Module
+}
+
+// retiredInstance is an instance taken out of service and out of the
+// pool: a quarantined one keeps its resources (never closed), a failed
+// one was closed.
+type retiredInstance struct {
+	in     *instance
+	index  int
+	device string
+	state  string // "quarantined" or "failed"
+	reason string
+	kept   bool // its owner's resources stay kept and counted
+	at     time.Time
+}
+
+// dispose takes a retired instance that no call holds: a healthy or
+// failed one is closed; a quarantined one keeps its resources. Out of
+// service ones are listed in the session's status.
+func (s *Session) dispose(m *member[*instance]) {
+	in := m.val
+	r := &retiredInstance{in: in, index: m.index, device: m.device, at: time.Now()}
+	if q := in.s.Quarantined(); q != nil {
+		r.state, r.reason, r.kept = "quarantined", q.Error(), true
+	} else {
+		failed := in.s.Failed()
+		err := in.s.Close(context.Background())
+		switch {
+		case errors.Is(err, hw.ErrDeviceLost): // quarantined as it closed: its resources stay
+			r.state, r.reason, r.kept = "quarantined", err.Error(), true
+		case failed != nil:
+			r.state, r.reason = "failed", failed.Error()
+		default:
+			if err != nil {
+				s.d.logger.Warn("closing a retired instance", "session", s.Spec.Name, "instance", m.index, "err", err)
+			}
+			return
+		}
+	}
+	s.mu.Lock()
+	s.retired = append(s.retired, r)
+	s.mu.Unlock()
 }
 
 // instanceDown reports why an instance is out of service: quarantined,
 // or failed (a replacement that could not be made); nil while it serves.
-func instanceDown(s *stages.Session) error {
-	if q := s.Quarantined(); q != nil {
+func instanceDown(in *instance) error {
+	if q := in.s.Quarantined(); q != nil {
 		return q
 	}
-	return s.Failed()
+	return in.s.Failed()
 }
 
 func simFault(k manifest.FaultKind, count int) sim.Fault {
@@ -362,11 +475,11 @@ func (d *Deployment) injectFaults() error {
 			if s == nil {
 				return hw.Errorf(hw.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
 			}
-			for i, inst := range s.instances { // none when failed
-				if s.pool.all[i].device != md.Name {
+			for _, m := range s.members() { // none when failed
+				if m.device != md.Name {
 					continue
 				}
-				for _, st := range inst.Owner().Streams() {
+				for _, st := range m.val.s.Owner().Streams() {
 					st.(*sim.Stream).Inject(simFault(f.Kind, f.Count))
 				}
 			}
@@ -406,7 +519,7 @@ func (d *Deployment) Resident(name string) *Resident { return d.residents[name] 
 func (d *Deployment) FailedSessions() []string {
 	var names []string
 	for _, name := range d.SessionNames() {
-		if d.sessions[name].failed != nil {
+		if d.sessions[name].Failed() != nil {
 			names = append(names, name)
 		}
 	}
@@ -448,7 +561,22 @@ func (s *Session) DefaultInput() ([]byte, error) {
 }
 
 // Failed returns why the session could not be created, or nil.
-func (s *Session) Failed() error { return s.failed }
+func (s *Session) Failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// members returns the session's current instances (none when failed).
+func (s *Session) members() []*member[*instance] {
+	s.mu.Lock()
+	p := s.pool
+	s.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.members()
+}
 
 // Run calls the session's stage with input on a free instance: it
 // takes one ([Session.Acquire]), runs the call and gives it back.
@@ -472,7 +600,8 @@ func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
 // [Session.Acquire] to [Turn.Release]. It runs at most one call.
 type Turn struct {
 	s *Session
-	m *member[*stages.Session]
+	p *pool[*instance]
+	m *member[*instance]
 }
 
 // Acquire takes a free instance of the session for one call, waiting for
@@ -490,13 +619,16 @@ type Turn struct {
 //   - the reason an instance is out of service (quarantined: class
 //     [hw.ErrDeviceLost]), when every instance is.
 func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
+	s.mu.Lock()
+	p, failed := s.pool, s.failed
+	s.mu.Unlock()
 	var err error
-	if s.failed != nil {
-		err = &unavailableError{s.Spec.Name, s.failed}
+	if failed != nil {
+		err = &unavailableError{s.Spec.Name, failed}
 	} else {
-		var m *member[*stages.Session]
-		if m, err = s.pool.acquire(ctx); err == nil {
-			return &Turn{s: s, m: m}, nil
+		var m *member[*instance]
+		if m, err = p.acquire(ctx); err == nil {
+			return &Turn{s: s, p: p, m: m}, nil
 		}
 	}
 	s.count(Outcome(ctx, err))
@@ -513,12 +645,14 @@ func (t *Turn) Instance() (index int, device string) { return t.m.index, t.m.dev
 // As for [stages.Session.RunEntry].
 func (t *Turn) Run(ctx context.Context, input []byte) (out []byte, err error) {
 	defer func() { t.s.count(Outcome(ctx, err)) }()
-	return t.m.val.RunEntry(ctx, t.s.Spec.Entry, input, nil)
+	return t.m.val.s.RunEntry(ctx, t.s.Spec.Entry, input, nil)
 }
 
 // Release gives the instance back: to the next caller waiting, or to the
-// free instances. An instance quarantined by the call leaves service.
-func (t *Turn) Release() { t.s.pool.release(t.m) }
+// free instances. An instance quarantined by the call leaves service; one
+// replaced during the call (a swap, a reset) is closed now, unless it is
+// quarantined.
+func (t *Turn) Release() { t.p.release(t.m) }
 
 func (s *Session) count(outcome string) {
 	s.mu.Lock()
@@ -556,6 +690,28 @@ type SessionStatus struct {
 	InstancesOut int              `json:"instances_out"`
 	Waiting      int              `json:"waiting"`
 	Instances    []InstanceStatus `json:"instances"`
+	// StageSHA256 is the sha256 of the current instances' stage module
+	// (Stage names it); Draining counts the instances replaced by a swap
+	// or a reset whose call still runs.
+	StageSHA256 string `json:"stage_sha256"`
+	Draining    int    `json:"instances_draining"`
+	// Retired lists the instances taken out of the pool while out of
+	// service (by a reset, or a swap): a quarantined one keeps its
+	// resources, counted in its budget and the runtime's quarantine.
+	Retired []RetiredStatus `json:"instances_retired"`
+}
+
+// RetiredStatus describes an instance retired out of service.
+type RetiredStatus struct {
+	Index       int       `json:"index"`
+	Device      string    `json:"device"`
+	Owner       string    `json:"owner"`
+	StageSHA256 string    `json:"stage_sha256"`
+	State       string    `json:"state"` // "quarantined" (resources kept) or "failed" (closed)
+	Reason      string    `json:"reason"`
+	Kept        bool      `json:"resources_kept"`
+	BudgetBytes int64     `json:"budget_used_bytes"`
+	At          time.Time `json:"retired_at"`
 }
 
 // InstanceStatus describes one instance of a session.
@@ -576,15 +732,27 @@ func (s *Session) Status() SessionStatus {
 	for k, v := range s.outcomes {
 		outcomes[k] = v
 	}
+	p, failed, stage := s.pool, s.failed, s.stage
+	retired := append([]*retiredInstance(nil), s.retired...)
 	s.mu.Unlock()
 	st := SessionStatus{Name: s.Spec.Name, Stage: s.Spec.Stage, Device: s.Spec.Device, State: "ready",
-		Calls: calls, Failures: fails, Outcomes: outcomes, Instances: []InstanceStatus{}}
-	if s.failed != nil {
-		st.State, st.Reason = "failed", s.failed.Error()
+		Calls: calls, Failures: fails, Outcomes: outcomes, Instances: []InstanceStatus{}, Retired: []RetiredStatus{}}
+	if stage != nil {
+		st.Stage, st.StageSHA256 = stage.Name(), stage.SHA256()
+	}
+	for _, r := range retired {
+		st.Retired = append(st.Retired, RetiredStatus{Index: r.index, Device: r.device, Owner: r.in.s.Name(),
+			StageSHA256: r.in.stage.SHA256(), State: r.state, Reason: r.reason, Kept: r.kept,
+			BudgetBytes: r.in.s.Owner().Budget().Used(), At: r.at})
+	}
+	if failed != nil {
+		st.State, st.Reason = "failed", failed.Error()
 		return st
 	}
-	for i, inst := range s.instances {
-		is := InstanceStatus{Index: i, Device: s.pool.all[i].device, State: "ready",
+	members := p.members()
+	for _, m := range members {
+		inst := m.val.s
+		is := InstanceStatus{Index: m.index, Device: m.device, State: "ready",
 			Replaced: inst.Replacements(), BudgetBytes: inst.Owner().Budget().Used()}
 		if q := inst.Quarantined(); q != nil {
 			is.State, is.Reason = "quarantined", q.Error()
@@ -595,8 +763,8 @@ func (s *Session) Status() SessionStatus {
 			st.InstancesOut++
 			if st.Reason == "" {
 				st.Reason = is.Reason
-				if len(s.instances) > 1 {
-					st.Reason = fmt.Sprintf("instance %d: %s", i, is.Reason)
+				if len(members) > 1 {
+					st.Reason = fmt.Sprintf("instance %d: %s", m.index, is.Reason)
 				}
 			}
 		}
@@ -604,10 +772,11 @@ func (s *Session) Status() SessionStatus {
 		st.BudgetBytes += is.BudgetBytes
 		st.Instances = append(st.Instances, is)
 	}
-	if st.InstancesOut == len(s.instances) {
+	if st.InstancesOut == len(members) {
 		st.State = "quarantined"
 	}
-	_, _, st.Waiting = s.pool.stats()
+	_, _, st.Waiting = p.stats()
+	st.Draining = len(p.drainingMembers())
 	return st
 }
 
@@ -626,8 +795,8 @@ func (d *Deployment) Statuses() []SessionStatus {
 func (d *Deployment) Close(ctx context.Context) error {
 	var errs []error
 	for _, s := range d.sessions {
-		for _, inst := range s.instances {
-			if err := inst.Close(ctx); err != nil && !errors.Is(err, hw.ErrDeviceLost) {
+		for _, m := range s.members() {
+			if err := m.val.s.Close(ctx); err != nil && !errors.Is(err, hw.ErrDeviceLost) {
 				errs = append(errs, err)
 			}
 		}

@@ -1,0 +1,192 @@
+package deploy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// The model-control routes, all of scope admin (docs/service.md, "Model
+// control"):
+//
+//	GET    /v1/modules                   the loaded module versions
+//	POST   /v1/modules                   load a file on the server's machine: JSON ModuleRequest; 201 (200 if already loaded)
+//	PUT    /v1/modules/{name}?sha256=X   load the body's bytes (at most the module size limit); 201 (200 if already loaded)
+//	DELETE /v1/modules/{ref}             unload name (every version) or name@sha256; 400 while a session uses it
+//	POST   /v1/sessions/{name}/swap      {"stage": "name" or "name@sha256"}: swap with a drain
+//	POST   /v1/sessions/{name}/reset     replace the quarantined or failed instances by fresh ones
+func (s *Server) adminRoutes() {
+	s.route("GET /v1/modules", ScopeAdmin, s.listModules)
+	s.route("POST /v1/modules", ScopeAdmin, s.loadModule)
+	s.route("PUT /v1/modules/{name}", ScopeAdmin, s.uploadModule)
+	s.route("DELETE /v1/modules/{name}", ScopeAdmin, s.unloadModule)
+	s.route("POST /v1/sessions/{name}/swap", ScopeAdmin, s.swapSession)
+	s.route("POST /v1/sessions/{name}/reset", ScopeAdmin, s.resetSession)
+}
+
+// maxAdminJSON bounds the JSON body of an admin request.
+const maxAdminJSON = 64 << 10
+
+// readJSON decodes r's JSON body into v (unknown fields refused).
+func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminJSON))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return hw.Errorf(hw.ErrOutOfBudget, "the request body is larger than %d bytes", maxAdminJSON)
+		}
+		return hw.Errorf(hw.ErrInvalidArgument, "the request body is not the expected JSON: %v", err)
+	}
+	if dec.More() {
+		return hw.Errorf(hw.ErrInvalidArgument, "the request body holds more than one JSON value")
+	}
+	return nil
+}
+
+func (s *Server) listModules(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"modules": s.d.Modules()})
+}
+
+func (s *Server) answerLoad(w http.ResponseWriter, r *http.Request, info ModuleInfo, created bool, err error) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, info)
+}
+
+func (s *Server) loadModule(w http.ResponseWriter, r *http.Request) {
+	var req ModuleRequest
+	if err := readJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !moduleNameRE.MatchString(req.Name) {
+		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "module name %q: want 1 to 64 of A-Z a-z 0-9 _ . -", req.Name))
+		return
+	}
+	bin, err := s.d.ReadModuleFile(req.Name, req.Path)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	info, created, err := s.d.LoadModule(r.Context(), req, bin, "path")
+	s.answerLoad(w, r, info, created, err)
+}
+
+// uploadModule loads the request body. Its query gives the sha256 and,
+// optionally, kind, memory_limit (bytes), snapshot (true or false) and
+// wasi (a grant; repeated for several).
+func (s *Server) uploadModule(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := ModuleRequest{Name: r.PathValue("name"), SHA256: q.Get("sha256"), Kind: q.Get("kind")}
+	if !moduleNameRE.MatchString(req.Name) {
+		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "module name %q: want 1 to 64 of A-Z a-z 0-9 _ . -", req.Name))
+		return
+	}
+	if req.SHA256 == "" {
+		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "the sha256 query parameter is required (the hex sha256 of the body)"))
+		return
+	}
+	if v := q.Get("memory_limit"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "memory_limit %q: want a number of bytes", v))
+			return
+		}
+		req.MemoryLimit = &n
+	}
+	if v := q.Get("snapshot"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "snapshot %q: want true or false", v))
+			return
+		}
+		req.Snapshot = &b
+	}
+	if q.Has("wasi") {
+		req.WASI = q["wasi"]
+	}
+	limit := s.d.MaxModuleSize(req.Name)
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close")
+		s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the module of %d bytes is larger than the module size limit of %d bytes", r.ContentLength, limit))
+		return
+	}
+	bin, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the module is larger than the module size limit of %d bytes", limit))
+			return
+		}
+		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "reading the request body: %v", err))
+		return
+	}
+	info, created, err := s.d.LoadModule(r.Context(), req, bin, "upload")
+	s.answerLoad(w, r, info, created, err)
+}
+
+func (s *Server) unloadModule(w http.ResponseWriter, r *http.Request) {
+	gone, err := s.d.UnloadModule(r.Context(), r.PathValue("name"))
+	if err != nil && gone == nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err != nil { // unloaded, but closing it failed: logged, not the client's problem
+		s.logger.Warn("closing an unloaded module", "module", r.PathValue("name"), "err", err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"unloaded": gone})
+}
+
+// SwapRequest is the body of POST /v1/sessions/{name}/swap.
+type SwapRequest struct {
+	Stage string `json:"stage"` // "name" (its newest version) or "name@sha256"
+}
+
+func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if s.d.Session(name) == nil {
+		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q", name))
+		return
+	}
+	var req SwapRequest
+	if err := readJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if strings.TrimSpace(req.Stage) == "" {
+		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, `the body needs "stage": a module name or name@sha256`))
+		return
+	}
+	res, err := s.d.SwapSession(r.Context(), name, req.Stage)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) resetSession(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	res, err := s.d.ResetSession(r.Context(), name)
+	if err != nil && res.Session != "" {
+		err = fmt.Errorf("%w (replaced %d, skipped %d)", err, len(res.Replaced), len(res.Skipped))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
