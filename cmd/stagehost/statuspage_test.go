@@ -209,4 +209,17 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	t.Logf("status page screenshot: %s (%d KiB)", shot, len(png)>>10)
 	s.stop()
+
+	// With tokens, a browser without credentials sees the sign-in form,
+	// and nothing of the deployment.
+	tokens := filepath.Join(t.TempDir(), "admin.tokens")
+	if err := os.WriteFile(tokens, []byte("admin-token-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = startServe(t, statusManifest(t), "--admin-token-file", tokens)
+	dom = headless(t, chromium, 90*time.Second, "--dump-dom", s.base+"/")
+	if !strings.Contains(dom, `<input type="password" name="token"`) || strings.Contains(dom, "gpu0") || strings.Contains(dom, "steady") {
+		t.Errorf("with tokens, the DOM is not the sign-in form:\n%s", dom)
+	}
+	s.stop()
 }

@@ -234,7 +234,9 @@ type instanceView struct {
 	Details                      []kv
 }
 
-type kv struct{ K, V string }
+// kv is a field shown as K=V; Full is V when V is shortened for reading
+// (a hash), "" otherwise.
+type kv struct{ K, V, Full string }
 
 type residentView struct {
 	Name, GPU, NPU      string
@@ -384,10 +386,20 @@ func sessionFromJSON(b []byte) sessionView {
 	return sv
 }
 
+// sortedKV lists m's fields by name, without empty ones; a long hex
+// value (a hash) is shortened, with the whole in Full.
 func sortedKV(m map[string]any) []kv {
 	out := make([]kv, 0, len(m))
 	for k, v := range m {
-		out = append(out, kv{k, formatValue(v)})
+		f := formatValue(v)
+		switch {
+		case f == "" || f == "[]":
+			continue
+		case len(f) > 16 && strings.Trim(f, "0123456789abcdef") == "":
+			out = append(out, kv{k, f[:12] + "…", f})
+		default:
+			out = append(out, kv{K: k, V: f})
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].K < out[j].K })
 	return out

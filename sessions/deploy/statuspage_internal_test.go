@@ -52,7 +52,8 @@ func TestStatusPageEscapes(t *testing.T) {
 // as details.
 func TestStatusPageShowsInstances(t *testing.T) {
 	sv := sessionFromJSON([]byte(`{"name":"pooled","stage":"good","device":"gpu0","state":"ready","calls":7,"failures":1,
-		"outcomes":{"ok":6,"fault":1},"instances_out":1,"waiting":0,"new_field":"x",
+		"outcomes":{"ok":6,"fault":1},"instances_out":1,"waiting":0,"new_field":"x","empty":"","none":[],
+		"stage_sha256":"b50d6b351eaf4c3171cd6a51a02646a693d91ca05f2892ca17e73d22e6aae757",
 		"instances":[{"index":0,"device":"gpu0","state":"ready","budget_used_bytes":64},
 		             {"index":1,"device":"gpu1","state":"quarantined","reason":"fence <b>lied</b>"}]}`))
 	if sv.Name != "pooled" || sv.Calls != "7" || len(sv.Outcomes) != 2 || len(sv.Instances) != 2 {
@@ -61,10 +62,11 @@ func TestStatusPageShowsInstances(t *testing.T) {
 	if got := sv.Instances[1]; got.Label != "instance 1" || got.State != "quarantined" || got.Device != "gpu1" || got.Reason != "fence <b>lied</b>" {
 		t.Errorf("instance 1: %+v", got)
 	}
-	if len(sv.Instances[0].Details) != 1 || sv.Instances[0].Details[0] != (kv{"budget_used_bytes", "64"}) {
+	if len(sv.Instances[0].Details) != 1 || sv.Instances[0].Details[0] != (kv{K: "budget_used_bytes", V: "64"}) {
 		t.Errorf("instance 0 details: %+v", sv.Instances[0].Details)
 	}
-	want := []kv{{"instances_out", "1"}, {"new_field", "x"}, {"waiting", "0"}}
+	want := []kv{{K: "instances_out", V: "1"}, {K: "new_field", V: "x"},
+		{"stage_sha256", "b50d6b351eaf…", "b50d6b351eaf4c3171cd6a51a02646a693d91ca05f2892ca17e73d22e6aae757"}, {K: "waiting", V: "0"}}
 	if len(sv.Details) != len(want) {
 		t.Fatalf("details %+v", sv.Details)
 	}
