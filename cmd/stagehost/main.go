@@ -6,6 +6,7 @@
 //	stagehost trace FILE
 //	stagehost version
 //	stagehost new go|c NAME
+//	stagehost admin [--addr URL] [--token-file FILE] modules|load|upload|unload|swap|reset ...
 //
 // Every command takes --help (or -h), which prints its usage and flags and
 // exits 0. Progress goes to stderr, and run --quiet and serve --quiet drop
@@ -23,6 +24,10 @@
 //	64  bad command-line usage (EX_USAGE)
 //	65  the manifest, one of the files it names, or an input or trace file
 //	    is invalid (EX_DATAERR)
+//	69  admin could not reach the server, or its answer was not the
+//	    service's (EX_UNAVAILABLE); admin exits 1 when the server refused
+//	    the request (its JSON error's message and class on stderr), and 65
+//	    when a local file (the module, --token-file) cannot be read
 //	73  new could not write its project: NAME exists and is not an empty
 //	    directory, or a file could not be written (EX_CANTCREAT)
 //
@@ -76,20 +81,26 @@ Usage:
   stagehost version                    print the stagehost, ABI and wazero versions
   stagehost kernels [--markdown]       the kernels and their arguments (docs/kernels.md)
   stagehost new go|c NAME              write a new guest project in NAME (docs/guest.md)
+  stagehost admin [flags] COMMAND      model control of a running serve (docs/service.md):
+      modules | load NAME PATH [--sha256 X] | upload NAME FILE | unload NAME[@SHA256]
+      | swap SESSION MODULE | reset SESSION
+      --addr http://127.0.0.1:8080     the server
+      --token-file FILE                a file with an admin token
   stagehost COMMAND --help             a command's usage and flags
 
 Exit codes:
   0   ok
-  1   a session or resident run failed
+  1   a session or resident run failed; (admin) the server refused the request
   2   stagehost crashed (a bug, or it ran out of memory)
   3   the host could not start, or (run) a session could not be created
   64  bad command-line usage
   65  the manifest, a file it names, or an input or trace file is invalid
+  69  (admin) the server cannot be reached
   73  new could not write its project
 `
 
 // commands are the subcommands, for "stagehost help COMMAND".
-var commands = map[string]bool{"check": true, "run": true, "serve": true, "trace": true, "version": true}
+var commands = map[string]bool{"check": true, "run": true, "serve": true, "trace": true, "version": true, "admin": true}
 
 func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -114,6 +125,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdKernels(args[1:], stdout, stderr)
 	case "new":
 		return cmdNew(args[1:], stdout, stderr)
+	case "admin":
+		return cmdAdmin(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) == 2 && args[0] == "help" && commands[args[1]] {
 			return Main([]string{args[1], "--help"}, stdout, stderr)

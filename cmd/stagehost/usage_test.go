@@ -91,6 +91,7 @@ func TestHelp(t *testing.T) {
 		"check": nil, "trace": nil, "version": nil, "new": nil,
 		"run":   {"--session NAME", "--input FILE", "--trace out.json", "--quiet"},
 		"serve": {"--addr address", "--grace duration", "--quiet"},
+		"admin": {"--addr URL", "--token-file FILE", "--sha256 SHA256", "--json"},
 	}
 	goStyle := regexp.MustCompile(`(^|\s)-[a-z]{2,}`) // -session, not --session
 	for cmd, want := range flags {
