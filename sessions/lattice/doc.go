@@ -1,0 +1,14 @@
+// Package lattice joins stagehost hosts into a lattice over NATS: each
+// [Host] serves its deployment's sessions as NATS micro service endpoints
+// (one queue group per session, so calls spread over the hosts that serve
+// it) and publishes heartbeats to a JetStream KV bucket with a bucket TTL;
+// a [Front] routes a session call to a free local instance or through the
+// lattice, and knows from the heartbeats which live hosts serve which
+// session. [Claims] are exclusive placement keys won by KV
+// compare-and-swap, and [Quarantine] is the lattice-wide list of poisoned
+// module sha256s.
+//
+// Each host stays authoritative for its own state: the KV buckets are a
+// TTL'd cache of it, never a central reconciler's plan. docs/lattice.md
+// lists the subjects, headers, buckets and keys.
+package lattice

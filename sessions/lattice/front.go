@@ -1,0 +1,435 @@
+package lattice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/stagehost/stagehost/sessions/deploy"
+)
+
+// FrontConfig configures a [Front].
+type FrontConfig struct {
+	// Lattice names the lattice.
+	Lattice string
+	// TTL is the lattice's heartbeat TTL (the hosts bucket's): a host not
+	// heard from for longer is gone. Default [DefaultTTL].
+	TTL time.Duration
+	// Local, when set, is this process's host: a call runs on it when one
+	// of the session's instances is free at once, and goes through the
+	// lattice otherwise.
+	Local *Host
+	// DefaultDeadline bounds a call whose context has no deadline.
+	// Default 30s.
+	DefaultDeadline time.Duration
+	// Grace is how long past a call's deadline the front waits for the
+	// host's own deadline_exceeded answer. Default 250ms.
+	Grace time.Duration
+	// Logger: default slog.Default().
+	Logger *slog.Logger
+}
+
+// FrontStats counts a front's calls.
+type FrontStats struct {
+	Local  uint64 `json:"local"`  // run on a free local instance
+	Remote uint64 `json:"remote"` // sent through the lattice
+	// Refused: no live host serves the session, or its module is
+	// quarantined lattice-wide (503, sent nowhere).
+	Refused uint64 `json:"refused"`
+	// NoResponders: sent, but no host subscribed to the session (503).
+	NoResponders uint64 `json:"no_responders"`
+	// HostGone: in flight on a host whose heartbeat expired (503).
+	HostGone uint64 `json:"host_gone"`
+	// Unanswered: no host acked or answered before the deadline (503).
+	Unanswered uint64 `json:"unanswered"`
+}
+
+// Front routes session calls: to a free local instance, or through the
+// lattice to the session's queue group. It watches the hosts bucket to
+// know which live hosts serve which session, and refuses (503, class
+// unavailable, with the reason) a call to a session no live host serves.
+type Front struct {
+	cfg   FrontConfig
+	nc    *nats.Conn
+	q     *Quarantine
+	w     jetstream.KeyWatcher
+	inbox string
+	sub   *nats.Subscription
+
+	mu      sync.Mutex
+	hosts   map[string]*liveHost
+	pending map[string]*call
+	next    uint64
+	changed notifier
+
+	stats struct{ local, remote, refused, noResp, gone, unanswered atomic.Uint64 }
+	stop  chan struct{}
+	done  sync.WaitGroup
+}
+
+type liveHost struct {
+	rec  HostRecord
+	seen time.Time // when the front last heard its heartbeat
+}
+
+// call is one request in flight through the lattice.
+type call struct {
+	ch     chan *nats.Msg // the ack and the answer
+	host   string         // who acked, "" before
+	gone   chan struct{}  // closed when that host's heartbeat expires
+	closed bool
+}
+
+// NewFront starts a front over nc: it loads the live hosts before it
+// returns.
+func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, error) {
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.DefaultDeadline <= 0 {
+		cfg.DefaultDeadline = 30 * time.Second
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = 250 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := checkName("lattice", cfg.Lattice); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := openHosts(ctx, js, cfg.Lattice, cfg.TTL)
+	if err != nil {
+		return nil, err
+	}
+	f := &Front{cfg: cfg, nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{},
+		pending: map[string]*call{}, stop: make(chan struct{})}
+	if f.q, err = OpenQuarantine(ctx, js, cfg.Lattice); err != nil {
+		return nil, err
+	}
+	if f.sub, err = nc.Subscribe(f.inbox+".*", f.answer); err != nil {
+		_ = f.q.Close()
+		return nil, err
+	}
+	if f.w, err = kv.WatchAll(context.WithoutCancel(ctx)); err != nil {
+		_ = f.sub.Unsubscribe()
+		_ = f.q.Close()
+		return nil, err
+	}
+	loaded := make(chan struct{})
+	f.done.Add(2)
+	go f.watch(loaded)
+	go f.expire()
+	select {
+	case <-loaded:
+		return f, nil
+	case <-ctx.Done():
+		f.Close()
+		return nil, ctx.Err()
+	}
+}
+
+// watch follows the hosts bucket: a put is a heartbeat, a delete (a host
+// that left) or a limit marker (an expired heartbeat) a host gone.
+func (f *Front) watch(loaded chan struct{}) {
+	defer f.done.Done()
+	for e := range f.w.Updates() {
+		if e == nil {
+			close(loaded)
+			continue
+		}
+		id := e.Key()
+		if e.Operation() == jetstream.KeyValuePut {
+			var rec HostRecord
+			if err := json.Unmarshal(e.Value(), &rec); err != nil {
+				f.cfg.Logger.Warn("lattice: bad heartbeat", "host", id, "err", err)
+				continue
+			}
+			f.mu.Lock()
+			f.hosts[id] = &liveHost{rec: rec, seen: time.Now()}
+			f.mu.Unlock()
+		} else {
+			f.mu.Lock()
+			f.dropHost(id)
+			f.mu.Unlock()
+		}
+		f.changed.notify()
+	}
+}
+
+// expire drops the hosts not heard from within the TTL, whether or not
+// the bucket's limit marker has come yet.
+func (f *Front) expire() {
+	defer f.done.Done()
+	t := time.NewTicker(max(f.cfg.TTL/20, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case now := <-t.C:
+			f.mu.Lock()
+			n := 0
+			for id, lh := range f.hosts {
+				if now.Sub(lh.seen) > f.cfg.TTL {
+					f.dropHost(id)
+					n++
+				}
+			}
+			f.mu.Unlock()
+			if n > 0 {
+				f.changed.notify()
+			}
+		}
+	}
+}
+
+// dropHost forgets a host and fails its calls in flight. Called under f.mu.
+func (f *Front) dropHost(id string) {
+	if _, ok := f.hosts[id]; !ok {
+		return
+	}
+	delete(f.hosts, id)
+	for _, c := range f.pending {
+		if c.host == id && !c.closed {
+			close(c.gone)
+			c.closed = true
+		}
+	}
+}
+
+// answer receives the acks and answers of the calls in flight.
+func (f *Front) answer(m *nats.Msg) {
+	token := m.Subject[len(f.inbox)+1:]
+	f.mu.Lock()
+	c := f.pending[token]
+	if c != nil && m.Header.Get(AckHeader) != "" {
+		c.host = m.Header.Get(HostHeader)
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Unlock()
+	if c != nil {
+		select {
+		case c.ch <- m:
+		default:
+		}
+	}
+}
+
+// Hosts lists the live hosts' latest heartbeats, sorted by id.
+func (f *Front) Hosts() []HostRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return sortedHosts(f.hosts)
+}
+
+// Serving lists the live hosts that serve a session.
+func (f *Front) Serving(session string) []string {
+	var ids []string
+	for _, rec := range f.Hosts() {
+		for _, sc := range rec.Sessions {
+			if sc.Name == session && sc.Serving {
+				ids = append(ids, rec.ID)
+			}
+		}
+	}
+	return ids
+}
+
+// Stats counts the front's calls.
+func (f *Front) Stats() FrontStats {
+	return FrontStats{Local: f.stats.local.Load(), Remote: f.stats.remote.Load(), Refused: f.stats.refused.Load(),
+		NoResponders: f.stats.noResp.Load(), HostGone: f.stats.gone.Load(), Unanswered: f.stats.unanswered.Load()}
+}
+
+// Quarantine is the lattice's shared quarantine, as the front sees it.
+func (f *Front) Quarantine() *Quarantine { return f.q }
+
+// WaitFor waits until cond holds, checking it at every change in the
+// front's view of the hosts (a heartbeat, a host gone), or until ctx
+// ends.
+func (f *Front) WaitFor(ctx context.Context, cond func() bool) error {
+	return f.changed.waitFor(ctx, cond)
+}
+
+type traceKey struct{}
+
+// WithTraceparent returns ctx carrying a W3C traceparent for the front's
+// calls.
+func WithTraceparent(ctx context.Context, tp string) context.Context {
+	return context.WithValue(ctx, traceKey{}, tp)
+}
+
+// Traceparent returns the traceparent ctx carries, or "".
+func Traceparent(ctx context.Context) string {
+	tp, _ := ctx.Value(traceKey{}).(string)
+	return tp
+}
+
+// Call runs a call to a session: on a free local instance (Local), or
+// through the lattice to a host that serves the session, with ctx's
+// deadline (or DefaultDeadline) and traceparent (a new one if ctx has
+// none or a malformed one).
+//
+// # Errors
+//
+// The local session's errors, or an [*Error] with the service's class:
+// the answering host's error; unavailable (503) when no live host serves
+// the session, its module is quarantined lattice-wide, no host responds,
+// or the host that took the call went away; deadline_exceeded when the
+// host did not answer within the deadline.
+func (f *Front) Call(ctx context.Context, session string, input []byte) ([]byte, error) {
+	if f.cfg.Local != nil {
+		if out, err, ok := f.cfg.Local.tryCall(ctx, session, input); ok {
+			f.stats.local.Add(1)
+			return out, err
+		}
+	}
+	if err := f.refuse(session); err != nil {
+		f.stats.refused.Add(1)
+		return nil, err
+	}
+	f.stats.remote.Add(1)
+	return f.remote(ctx, session, input)
+}
+
+// refuse returns why the front will not send a call to session, or nil.
+func (f *Front) refuse(session string) *Error {
+	var known []string
+	for _, rec := range f.Hosts() {
+		for _, sc := range rec.Sessions {
+			if sc.Name != session {
+				continue
+			}
+			if sc.Serving {
+				return nil
+			}
+			if p, ok := f.q.Lookup(sc.StageSHA256); ok {
+				return refusal("", p)
+			}
+			known = append(known, fmt.Sprintf("host %s has it %s: %s", rec.ID, sc.State, sc.Reason))
+		}
+	}
+	if len(known) > 0 {
+		return unavailable("", "session %q is served by no live host of lattice %s (%s)", session, f.cfg.Lattice, strings.Join(known, "; "))
+	}
+	return unavailable("", "session %q is served by no live host of lattice %s", session, f.cfg.Lattice)
+}
+
+func (f *Front) remote(ctx context.Context, session string, input []byte) ([]byte, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(f.cfg.DefaultDeadline)
+	}
+	remaining := time.Until(deadline)
+	if remaining <= 0 {
+		return nil, &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed before the call was sent", session)}
+	}
+	tp := Traceparent(ctx)
+	if !ValidTraceparent(tp) {
+		tp = NewTraceparent()
+	}
+	c := &call{ch: make(chan *nats.Msg, 1), gone: make(chan struct{})}
+	f.mu.Lock()
+	f.next++
+	token := strconv.FormatUint(f.next, 36)
+	f.pending[token] = c
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.pending, token)
+		f.mu.Unlock()
+	}()
+	msg := &nats.Msg{Subject: SessionSubject(f.cfg.Lattice, session), Reply: f.inbox + "." + token, Data: input,
+		Header: nats.Header{DeadlineHeader: {remaining.String()}, TraceparentHeader: {tp}, AckHeader: {"1"}}}
+	if err := f.nc.PublishMsg(msg); err != nil {
+		return nil, unavailable("", "session %q: sending the call: %v", session, err)
+	}
+	timer := time.NewTimer(remaining + f.cfg.Grace)
+	defer timer.Stop()
+	ctxDone := ctx.Done()
+	for {
+		select {
+		case m := <-c.ch:
+			return f.decode(session, m)
+		case <-c.gone:
+			host := f.ackedBy(c)
+			f.stats.gone.Add(1)
+			f.cfg.Logger.Info("lattice call lost with its host", "session", session, "host", host, "traceparent", tp)
+			return nil, unavailable(host, "session %q: host %s went away with the call in flight", session, host)
+		case <-timer.C:
+			if host := f.ackedBy(c); host != "" {
+				return nil, &Error{Class: deploy.ClassDeadlineExceeded, Host: host,
+					Message: fmt.Sprintf("session %q: host %s did not answer within the deadline of %v", session, host, remaining.Round(time.Millisecond))}
+			}
+			f.stats.unanswered.Add(1)
+			return nil, unavailable("", "session %q: no host took the call within the deadline of %v", session, remaining.Round(time.Millisecond))
+		case <-ctxDone:
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The host has the deadline too: wait (Grace) for its answer.
+				ctxDone = nil
+				continue
+			}
+			return nil, &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
+		}
+	}
+}
+
+// ackedBy names the host that acked c ("" if none).
+func (f *Front) ackedBy(c *call) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return c.host
+}
+
+func (f *Front) decode(session string, m *nats.Msg) ([]byte, error) {
+	if m.Header.Get("Status") == "503" { // the server's no-responders answer
+		f.stats.noResp.Add(1)
+		return nil, unavailable("", "session %q: no host of lattice %s responds (no responders)", session, f.cfg.Lattice)
+	}
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+		e := &Error{}
+		if json.Unmarshal(m.Data, e) != nil || e.Class == "" {
+			e = &Error{Class: m.Header.Get(ClassHeader), Message: m.Header.Get(micro.ErrorHeader), Host: m.Header.Get(HostHeader)}
+			if e.Class == "" {
+				e.Class = deploy.ClassInternal
+			}
+		}
+		return nil, e
+	}
+	return m.Data, nil
+}
+
+// Close stops the front. Calls in flight end at their deadlines.
+func (f *Front) Close() {
+	select {
+	case <-f.stop:
+		return
+	default:
+	}
+	close(f.stop)
+	if f.w != nil {
+		_ = f.w.Stop()
+	}
+	if f.sub != nil {
+		_ = f.sub.Unsubscribe()
+	}
+	f.done.Wait()
+	_ = f.q.Close()
+}

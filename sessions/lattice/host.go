@@ -1,0 +1,576 @@
+package lattice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/sessions/deploy"
+	"github.com/stagehost/stagehost/stages"
+)
+
+// HostConfig configures a [Host].
+type HostConfig struct {
+	// Lattice names the lattice (subjects and buckets); ID the host, unique
+	// in it. Both: letters, digits, '-' or '_'.
+	Lattice, ID string
+	// TTL is the heartbeat bucket's TTL: a host whose heartbeat is older
+	// is gone. The host heartbeats every TTL/3. Every member of a lattice
+	// must use one TTL (it is the bucket's). Default [DefaultTTL].
+	TTL time.Duration
+	// FenceFailures is how many instances of a module's sessions on this
+	// host may be quarantined (their fence failed: the device could not be
+	// proven idle) before the host puts the module in the lattice's shared
+	// quarantine. Default 3. A module whose call made a device lost is
+	// quarantined at once.
+	FenceFailures int
+	// ClaimTTL is the placement bucket's TTL (how long an unrenewed claim
+	// lasts). Default 10s; one value for the whole lattice.
+	ClaimTTL time.Duration
+	// Readiness reports the host's readiness for its heartbeat (the HTTP
+	// service passes its Server.Readiness). Default: from the deployment's
+	// devices and sessions, as Server.Readiness with
+	// ready_quarantined_share 0.
+	Readiness func() deploy.Readiness
+	// Logger receives one debug line per call (with its traceparent) and
+	// the host's warnings. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *HostConfig) defaults() {
+	if c.TTL <= 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.FenceFailures <= 0 {
+		c.FenceFailures = 3
+	}
+	if c.ClaimTTL <= 0 {
+		c.ClaimTTL = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// HostRecord is a host's heartbeat: the value of its key (its id) in the
+// lattice's hosts bucket, rewritten every TTL/3.
+type HostRecord struct {
+	Lattice   string            `json:"lattice"`
+	ID        string            `json:"id"`
+	Seq       uint64            `json:"seq"` // counts the host's heartbeats
+	At        time.Time         `json:"at"`
+	Started   time.Time         `json:"started"`
+	TTL       time.Duration     `json:"ttl_ns"`
+	Readiness deploy.Readiness  `json:"readiness"`
+	Devices   []DeviceHealth    `json:"devices"`
+	Sessions  []SessionCapacity `json:"sessions"`
+	// Quarantines lists the host's own quarantined or failed instances.
+	Quarantines []InstanceQuarantine `json:"quarantines,omitempty"`
+}
+
+// DeviceHealth is one device of a heartbeat.
+type DeviceHealth struct {
+	Name    string `json:"name"`
+	Healthy bool   `json:"healthy"`
+	Error   string `json:"error,omitempty"`
+}
+
+// SessionCapacity is one session of a heartbeat.
+type SessionCapacity struct {
+	Name        string `json:"name"`
+	StageSHA256 string `json:"stage_sha256"`
+	State       string `json:"state"` // deploy's session state; "refused" while its module is quarantined lattice-wide
+	Reason      string `json:"reason,omitempty"`
+	// Serving: the host takes calls to the session (its endpoint is
+	// registered and the session is neither failed, fully out of
+	// service, nor refused).
+	Serving   bool `json:"serving"`
+	Instances int  `json:"instances"`
+	Out       int  `json:"instances_out"`
+	InFlight  int  `json:"in_flight"` // calls through the lattice or a front on this host
+	Free      int  `json:"free"`      // instances - out - in flight, at least 0
+	Waiting   int  `json:"waiting"`
+}
+
+// InstanceQuarantine is one instance out of service.
+type InstanceQuarantine struct {
+	Session  string `json:"session"`
+	Instance int    `json:"instance"`
+	State    string `json:"state"`
+	Reason   string `json:"reason"`
+}
+
+// Host serves a deployment's sessions to a lattice: each session is a NATS
+// micro endpoint on SessionSubject in the session's queue group, so calls
+// spread over the hosts that serve it; it heartbeats to the hosts bucket,
+// refuses sessions whose module is in the shared quarantine, and puts
+// modules in it (a device lost by a call; FenceFailures quarantined
+// instances).
+type Host struct {
+	cfg      HostConfig
+	nc       *nats.Conn
+	d        *deploy.Deployment
+	hosts    jetstream.KeyValue
+	q        *Quarantine
+	claims   *Claims
+	svc      micro.Service
+	started  time.Time
+	seq      atomic.Uint64
+	sessions map[string]*hostSession
+	names    []string
+
+	mu       sync.Mutex
+	closing  bool
+	poisoned map[string]bool
+	calls    sync.WaitGroup
+	stop     chan struct{}
+	beatDone chan struct{}
+}
+
+type hostSession struct {
+	name     string
+	sess     *deploy.Session
+	stage    string // the stage module's sha256
+	fence    string // the fence module's sha256, or ""
+	inflight atomic.Int64
+	live     atomic.Int64 // instances in service at the last look
+}
+
+// NewHost joins d to a lattice over nc: it opens (creating them if
+// needed) the lattice's buckets, registers an endpoint per session that
+// could be created, and publishes its first heartbeat before it returns.
+// Close leaves the lattice; nc stays the caller's.
+func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostConfig) (*Host, error) {
+	cfg.defaults()
+	if err := checkName("lattice", cfg.Lattice); err != nil {
+		return nil, err
+	}
+	if err := checkName("host id", cfg.ID); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{cfg: cfg, nc: nc, d: d, started: time.Now().UTC(), sessions: map[string]*hostSession{},
+		poisoned: map[string]bool{}, stop: make(chan struct{}), beatDone: make(chan struct{})}
+	if h.hosts, err = openHosts(ctx, js, cfg.Lattice, cfg.TTL); err != nil {
+		return nil, err
+	}
+	if h.q, err = OpenQuarantine(ctx, js, cfg.Lattice); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = h.q.Close()
+			if h.svc != nil {
+				_ = h.svc.Stop()
+			}
+		}
+	}()
+	if h.claims, err = OpenClaims(ctx, js, cfg.Lattice, cfg.ClaimTTL); err != nil {
+		return nil, err
+	}
+	h.svc, err = micro.AddService(nc, micro.Config{Name: ServiceName(cfg.Lattice), Version: "1.0.0",
+		Description: "stagehost sessions", Metadata: map[string]string{"host": cfg.ID}})
+	if err != nil {
+		return nil, fmt.Errorf("lattice: micro service: %w", err)
+	}
+	for _, name := range d.SessionNames() {
+		if err := checkName("session", name); err != nil {
+			return nil, err
+		}
+		s := d.Session(name)
+		hs := &hostSession{name: name, sess: s, stage: d.Manifest.Module(s.Spec.Stage).SHA256}
+		if m := d.Manifest.Module(s.Spec.Fence); m != nil {
+			hs.fence = m.SHA256
+		}
+		hs.live.Store(int64(max(s.Spec.Instances, 1)))
+		h.sessions[name] = hs
+		h.names = append(h.names, name)
+		if s.Failed() != nil {
+			continue // never served: the heartbeat says why
+		}
+		err := h.svc.AddEndpoint(name, micro.HandlerFunc(func(req micro.Request) { h.handle(hs, req) }),
+			micro.WithEndpointSubject(SessionSubject(cfg.Lattice, name)),
+			micro.WithEndpointQueueGroup(QueueGroup(cfg.Lattice, name)),
+			micro.WithEndpointMetadata(map[string]string{"session": name, "stage_sha256": hs.stage}))
+		if err != nil {
+			return nil, fmt.Errorf("lattice: endpoint for session %q: %w", name, err)
+		}
+	}
+	if err := h.beat(ctx); err != nil {
+		return nil, err
+	}
+	ok = true
+	go h.heartbeats()
+	return h, nil
+}
+
+// openHosts opens (creating it if needed) a lattice's hosts bucket. Its
+// limit markers make an expired heartbeat visible to watchers.
+func openHosts(ctx context.Context, js jetstream.JetStream, lattice string, ttl time.Duration) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: HostsBucket(lattice), Description: "stagehost lattice " + lattice + ": host heartbeats",
+		History: 1, TTL: ttl, LimitMarkerTTL: max(ttl, time.Second), Storage: jetstream.MemoryStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lattice: hosts bucket: %w", err)
+	}
+	return kv, nil
+}
+
+// ID is the host's id.
+func (h *Host) ID() string { return h.cfg.ID }
+
+// Quarantine is the lattice's shared quarantine, as this host sees it.
+func (h *Host) Quarantine() *Quarantine { return h.q }
+
+// Claims are the lattice's placement claims.
+func (h *Host) Claims() *Claims { return h.claims }
+
+// ClaimPlacement claims a session's placement key for this host.
+func (h *Host) ClaimPlacement(ctx context.Context, session string) (*Claim, error) {
+	return h.claims.Claim(ctx, PlacementKey(session), h.cfg.ID)
+}
+
+func (h *Host) heartbeats() {
+	defer close(h.beatDone)
+	t := time.NewTicker(h.cfg.TTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+			for _, name := range h.names {
+				h.checkFences(h.sessions[name])
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
+			if err := h.beat(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				h.cfg.Logger.Warn("lattice heartbeat failed", "host", h.cfg.ID, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func (h *Host) beat(ctx context.Context) error {
+	b, err := json.Marshal(h.Record())
+	if err != nil {
+		return err
+	}
+	_, err = h.hosts.Put(ctx, h.cfg.ID, b)
+	return err
+}
+
+// Record is the host's heartbeat as of now.
+func (h *Host) Record() HostRecord {
+	rec := HostRecord{Lattice: h.cfg.Lattice, ID: h.cfg.ID, Seq: h.seq.Add(1), At: time.Now().UTC(),
+		Started: h.started, TTL: h.cfg.TTL, Devices: []DeviceHealth{}, Sessions: []SessionCapacity{}}
+	for _, name := range h.d.DeviceNames() {
+		dh := DeviceHealth{Name: name, Healthy: true}
+		if err := h.d.DeviceErr(name); err != nil {
+			dh.Healthy, dh.Error = false, deploy.PublicMessage(err)
+		}
+		rec.Devices = append(rec.Devices, dh)
+	}
+	for _, name := range h.names {
+		hs := h.sessions[name]
+		st := hs.sess.Status()
+		sc := SessionCapacity{Name: name, StageSHA256: hs.stage, State: st.State, Reason: publicLine(st.Reason),
+			Instances: len(st.Instances), Out: st.InstancesOut, Waiting: st.Waiting, InFlight: int(hs.inflight.Load())}
+		hs.live.Store(int64(sc.Instances - sc.Out))
+		sc.Free = max(sc.Instances-sc.Out-sc.InFlight, 0)
+		if p, ok := h.refused(hs); ok {
+			sc.State, sc.Reason = "refused", refusal(h.cfg.ID, p).Message
+		}
+		sc.Serving = sc.State == "ready"
+		rec.Sessions = append(rec.Sessions, sc)
+		for _, is := range st.Instances {
+			if is.State != "ready" {
+				rec.Quarantines = append(rec.Quarantines, InstanceQuarantine{Session: name, Instance: is.Index, State: is.State, Reason: publicLine(is.Reason)})
+			}
+		}
+	}
+	if h.cfg.Readiness != nil {
+		rec.Readiness = h.cfg.Readiness()
+	} else {
+		rec.Readiness = h.readiness(rec)
+	}
+	return rec
+}
+
+// readiness is Server.Readiness's rule (ready_quarantined_share 0) over a
+// heartbeat's devices and sessions.
+func (h *Host) readiness(rec HostRecord) deploy.Readiness {
+	var reasons []string
+	for _, dv := range rec.Devices {
+		if !dv.Healthy {
+			reasons = append(reasons, fmt.Sprintf("device %s is lost: %s", dv.Name, dv.Error))
+		}
+	}
+	for _, sc := range rec.Sessions {
+		if sc.State == "failed" || sc.Out > 0 {
+			reasons = append(reasons, fmt.Sprintf("session %s is %s: %s", sc.Name, sc.State, sc.Reason))
+		}
+	}
+	if len(reasons) > 0 {
+		return deploy.Readiness{Status: "not_ready", Reasons: reasons}
+	}
+	return deploy.Readiness{Ready: true, Status: "ready"}
+}
+
+// refused says whether a session's stage or fence module is in the shared
+// quarantine.
+func (h *Host) refused(hs *hostSession) (Poison, bool) {
+	if p, ok := h.q.Lookup(hs.stage); ok {
+		return p, true
+	}
+	if hs.fence != "" {
+		return h.q.Lookup(hs.fence)
+	}
+	return Poison{}, false
+}
+
+// Call runs a call to one of the host's sessions on a local instance,
+// waiting for one as the session's queue allows: what an endpoint does
+// with a lattice request. The error is the session's (classify it with
+// [Class]), or an [*Error]: not_found for an unknown session, unavailable
+// for a module in the shared quarantine.
+func (h *Host) Call(ctx context.Context, session string, input []byte) ([]byte, error) {
+	hs := h.sessions[session]
+	if hs == nil {
+		return nil, &Error{Class: deploy.ClassNotFound, Message: fmt.Sprintf("no session %q on host %s", session, h.cfg.ID), Host: h.cfg.ID}
+	}
+	if p, ok := h.refused(hs); ok {
+		return nil, refusal(h.cfg.ID, p)
+	}
+	hs.inflight.Add(1)
+	defer hs.inflight.Add(-1)
+	turn, err := hs.sess.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return h.run(ctx, hs, turn, input)
+}
+
+// tryCall runs a call locally only if an instance of the session is free
+// at once; ok is false (nothing ran) otherwise.
+func (h *Host) tryCall(ctx context.Context, session string, input []byte) (out []byte, err error, ok bool) {
+	hs := h.sessions[session]
+	if hs == nil || hs.sess.Failed() != nil {
+		return nil, nil, false
+	}
+	if _, refused := h.refused(hs); refused {
+		return nil, nil, false
+	}
+	if hs.inflight.Add(1) > hs.live.Load() { // cheap pre-check: every instance is taken through this host
+		hs.inflight.Add(-1)
+		return nil, nil, false
+	}
+	defer hs.inflight.Add(-1)
+	// deploy has no try-acquire: an expired context takes a free instance
+	// if there is one and otherwise returns at once (counted by the
+	// session as a deadline_exceeded outcome, rare after the pre-check).
+	expired, cancel := context.WithDeadline(context.WithoutCancel(ctx), time.Unix(0, 0))
+	turn, aerr := hs.sess.Acquire(expired)
+	cancel()
+	if aerr != nil {
+		return nil, nil, false
+	}
+	out, err = h.run(ctx, hs, turn, input)
+	return out, err, true
+}
+
+func (h *Host) run(ctx context.Context, hs *hostSession, turn *deploy.Turn, input []byte) ([]byte, error) {
+	_, dev := turn.Instance()
+	lostBefore := h.d.DeviceErr(dev) != nil
+	out, err := turn.Run(ctx, input)
+	turn.Release()
+	if err != nil {
+		if !lostBefore && hw.ClassOf(err) == hw.ErrDeviceLost {
+			if derr := h.d.DeviceErr(dev); derr != nil {
+				h.poison(hs, fmt.Sprintf("a call to session %s made device %s on host %s lost: %s", hs.name, dev, h.cfg.ID, deploy.PublicMessage(derr)))
+			}
+		}
+		h.checkFences(hs)
+	}
+	return out, err
+}
+
+// checkFences puts hs's stage module in the shared quarantine once
+// FenceFailures instances of its sessions on this host are quarantined.
+func (h *Host) checkFences(hs *hostSession) {
+	n, first := 0, ""
+	for _, other := range h.sessions {
+		if other.stage != hs.stage || other.sess.Failed() != nil {
+			continue
+		}
+		for _, is := range other.sess.Status().Instances {
+			if is.State == "quarantined" {
+				n++
+				if first == "" {
+					first = publicLine(is.Reason)
+				}
+			}
+		}
+	}
+	if n >= h.cfg.FenceFailures {
+		h.poison(hs, fmt.Sprintf("%d instances of its sessions were quarantined on host %s (fence failed; limit %d): %s", n, h.cfg.ID, h.cfg.FenceFailures, first))
+	}
+}
+
+func (h *Host) poison(hs *hostSession, reason string) {
+	h.mu.Lock()
+	done := h.poisoned[hs.stage]
+	h.poisoned[hs.stage] = true
+	h.mu.Unlock()
+	if done {
+		return
+	}
+	h.cfg.Logger.Warn("lattice: quarantining module lattice-wide", "host", h.cfg.ID, "session", hs.name, "sha256", hs.stage, "reason", reason)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.q.Poison(ctx, Poison{SHA256: hs.stage, Reason: reason, Host: h.cfg.ID, Session: hs.name}); err != nil {
+		h.cfg.Logger.Error("lattice: quarantining module failed", "host", h.cfg.ID, "sha256", hs.stage, "err", err)
+		h.mu.Lock()
+		delete(h.poisoned, hs.stage)
+		h.mu.Unlock()
+	}
+}
+
+// handle takes one lattice request: the call runs in a goroutine of its
+// own, so one session's calls run in parallel on its instances.
+func (h *Host) handle(hs *hostSession, req micro.Request) {
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		_ = req.Error("503", fmt.Sprintf("host %s is leaving the lattice", h.cfg.ID), nil,
+			micro.WithHeaders(micro.Headers{ClassHeader: {deploy.ClassUnavailable}, HostHeader: {h.cfg.ID}}))
+		return
+	}
+	h.calls.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.calls.Done()
+		h.serve(hs, req)
+	}()
+}
+
+func (h *Host) serve(hs *hostSession, req micro.Request) {
+	start := time.Now()
+	hdr := req.Headers()
+	tp := hdr.Get(TraceparentHeader)
+	hostHdr := micro.Headers{HostHeader: {h.cfg.ID}}
+	if hdr.Get(AckHeader) != "" {
+		_ = req.Respond(nil, micro.WithHeaders(micro.Headers{HostHeader: {h.cfg.ID}, AckHeader: {"1"}}))
+	}
+	ctx := context.Background()
+	var err error
+	var out []byte
+	if v := hdr.Get(DeadlineHeader); v != "" {
+		d, perr := time.ParseDuration(v)
+		if perr != nil || d <= 0 {
+			err = hw.Errorf(hw.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v)
+		} else {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
+	}
+	if err == nil {
+		out, err = h.Call(ctx, hs.name, req.Data())
+	}
+	class := Class(err)
+	if err == nil {
+		h.cfg.Logger.Debug("lattice call", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "class", class, "took", time.Since(start))
+		_ = req.Respond(out, micro.WithHeaders(hostHdr))
+		return
+	}
+	// The full error (a guest stack trace included) goes to the log; the
+	// caller gets the public message.
+	h.cfg.Logger.Info("lattice call failed", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "class", class, "took", time.Since(start), "err", err)
+	body := Error{Class: class, Message: deploy.PublicMessage(err), Host: h.cfg.ID}
+	if le := (*Error)(nil); errors.As(err, &le) {
+		body.Code = le.Code
+	} else if code, ok := stageCode(err); ok {
+		body.Code = &code
+	}
+	if body.Message == "" {
+		body.Message = class
+	}
+	b, _ := json.Marshal(body)
+	hostHdr[ClassHeader] = []string{class}
+	_ = req.Error(strconv.Itoa(deploy.ClassStatus(class)), body.Message, b, micro.WithHeaders(hostHdr))
+}
+
+// Close leaves the lattice: the host takes no new call, answers those in
+// flight (or ctx ends), and deletes its heartbeat. It works, and returns
+// nil, after nc was closed too.
+func (h *Host) Close(ctx context.Context) error {
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closing = true
+	h.mu.Unlock()
+	_ = h.svc.Stop()
+	close(h.stop)
+	<-h.beatDone
+	done := make(chan struct{})
+	go func() { h.calls.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("lattice: host %s: calls still in flight: %w", h.cfg.ID, ctx.Err())
+	}
+	if !h.nc.IsClosed() {
+		if derr := h.hosts.Delete(ctx, h.cfg.ID); derr != nil && err == nil && !errors.Is(derr, nats.ErrConnectionClosed) {
+			err = derr
+		}
+	}
+	return errors.Join(err, h.q.Close())
+}
+
+// sortedHosts sorts heartbeats by id.
+func sortedHosts(m map[string]*liveHost) []HostRecord {
+	out := make([]HostRecord, 0, len(m))
+	for _, lh := range m {
+		out = append(out, lh.rec)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// publicLine is deploy.PublicMessage of a reason string ("" for "").
+func publicLine(s string) string {
+	if s == "" {
+		return ""
+	}
+	return deploy.PublicMessage(errors.New(s))
+}
+
+// stageCode is the stage's code of a client_error.
+func stageCode(err error) (int32, bool) {
+	var ce *stages.ClientError
+	if errors.As(err, &ce) {
+		return ce.Code, true
+	}
+	return 0, false
+}

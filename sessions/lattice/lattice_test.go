@@ -1,0 +1,373 @@
+package lattice_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/sessions/deploy"
+	"github.com/stagehost/stagehost/sessions/lattice"
+)
+
+const ttl = time.Second
+
+// load runs calls through the front from workers goroutines until stop
+// is closed, counting every outcome.
+type load struct {
+	sent, ok, unavailable atomic.Int64
+	mu                    sync.Mutex
+	other                 []error // answers of any other class: lost
+	unavailableMsgs       []string
+	wg                    sync.WaitGroup
+	stop                  chan struct{}
+}
+
+func startLoad(f *lattice.Front, workers int) *load {
+	l := &load{stop: make(chan struct{})}
+	for range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				l.sent.Add(1)
+				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+				out, err := f.Call(ctx, "steady", nil)
+				cancel()
+				switch {
+				case err == nil && string(out) == "ok":
+					l.ok.Add(1)
+				case lattice.Class(err) == deploy.ClassUnavailable:
+					l.unavailable.Add(1)
+					l.mu.Lock()
+					l.unavailableMsgs = append(l.unavailableMsgs, err.Error())
+					l.mu.Unlock()
+				default:
+					if err == nil {
+						err = errors.New("answer " + string(out))
+					}
+					l.mu.Lock()
+					l.other = append(l.other, err)
+					l.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) finish() { close(l.stop); l.wg.Wait() }
+
+// waitOK waits until the load has n more ok answers.
+func (l *load) waitOK(t *testing.T, n int64, within time.Duration) {
+	t.Helper()
+	target := l.ok.Load() + n
+	deadline := time.Now().Add(within)
+	for l.ok.Load() < target {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d ok answers within %v", l.ok.Load(), target, within)
+		}
+		time.Sleep(time.Millisecond) // polling a counter, not synchronising on time
+	}
+}
+
+func calls(m *member) uint64 { return m.d.Session("steady").Status().Calls }
+
+// TestLatticeSpreadKillRejoin is the issue's "done means": three hosts and
+// a front on one embedded nats-server; calls spread over the hosts; a host
+// killed under load loses no call (every call is answered ok, or 503 if it
+// was in flight on the killed host); the front stops listing the dead host
+// within the heartbeat TTL; a restarted host rejoins and serves again.
+func TestLatticeSpreadKillRejoin(t *testing.T) {
+	url := startServer(t)
+	const lat = "t1"
+	// Each call takes 20ms on the device, so calls are in flight on every
+	// host when one is killed.
+	o := manifestOpts{instances: 2, latency: 20 * time.Millisecond}
+	cfg := lattice.HostConfig{TTL: ttl}
+	hosts := []*member{join(t, url, lat, "h1", o, cfg), join(t, url, lat, "h2", o, cfg), join(t, url, lat, "h3", o, cfg)}
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: ttl})
+	if got := f.Serving("steady"); len(got) != 3 {
+		t.Fatalf("serving steady: %v, want h1 h2 h3", got)
+	}
+
+	// Spread: the queue group hands calls to every host.
+	const workers = 6
+	l := startLoad(f, workers)
+	l.waitOK(t, 150, 10*time.Second)
+	for _, m := range hosts {
+		if c := calls(m); c == 0 {
+			t.Errorf("host %s served no call", m.id)
+		}
+	}
+	t.Logf("spread: h1 %d, h2 %d, h3 %d calls", calls(hosts[0]), calls(hosts[1]), calls(hosts[2]))
+
+	// Kill h2 under load, with calls in flight on it.
+	inFlight := func() int { return hosts[1].h.Record().Sessions[0].InFlight }
+	for deadline := time.Now().Add(5 * time.Second); inFlight() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no call in flight on h2 within 5s")
+		}
+	}
+	killed := time.Now()
+	hosts[1].kill()
+	ctx, cancel := context.WithTimeout(context.Background(), ttl+time.Second)
+	defer cancel()
+	if err := f.WaitFor(ctx, func() bool { return !listed(f, "h2") }); err != nil {
+		t.Fatalf("the front still lists h2 %v after it was killed: %v", time.Since(killed), err)
+	}
+	gone := time.Since(killed)
+	// Its last heartbeat was at most TTL/3 before the kill, so the front
+	// forgets it at most TTL after the kill (plus its expiry tick).
+	if gone > ttl+ttl/10 {
+		t.Errorf("the front forgot h2 %v after the kill, want within the TTL %v", gone, ttl)
+	}
+	t.Logf("front forgot h2 %v after the kill", gone)
+	if got := f.Serving("steady"); len(got) != 2 {
+		t.Errorf("serving steady after the kill: %v", got)
+	}
+	l.waitOK(t, 100, 10*time.Second)
+
+	// Restart h2: its heartbeat reappears and calls reach it again.
+	h2 := join(t, url, lat, "h2", o, cfg)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if err := f.WaitFor(ctx2, func() bool { return listed(f, "h2") }); err != nil {
+		t.Fatalf("restarted h2 not listed: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for calls(h2) < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted h2 served %d calls in 10s", calls(h2))
+		}
+		l.waitOK(t, 10, 10*time.Second)
+	}
+	l.finish()
+
+	sent, ok, un := l.sent.Load(), l.ok.Load(), l.unavailable.Load()
+	t.Logf("sent %d, ok %d, 503 %d, other %d; front stats %+v; 503s: %q", sent, ok, un, len(l.other), f.Stats(), l.unavailableMsgs)
+	if len(l.other) > 0 {
+		t.Errorf("lost calls (answered neither ok nor 503): %d, first: %v", len(l.other), l.other[0])
+	}
+	if sent != ok+un {
+		t.Errorf("sent %d != ok %d + 503 %d", sent, ok, un)
+	}
+	// Only the calls in flight on h2 when it died may fail: at most one
+	// per worker, and each says which host went away.
+	if un == 0 || un > workers {
+		t.Errorf("%d calls answered 503: want the calls in flight on h2 when it died, at least 1 and at most the %d workers", un, workers)
+	}
+	for _, msg := range l.unavailableMsgs {
+		if !strings.Contains(msg, "host h2 went away") {
+			t.Errorf("503 without the host's name: %q", msg)
+		}
+	}
+	if st := f.Stats(); st.HostGone != uint64(un) {
+		t.Errorf("front counted %d calls lost with their host, the load saw %d 503s", st.HostGone, un)
+	}
+}
+
+// TestNoLiveHostServes: a session that no live host serves is refused with
+// 503 and the reason, before anything is sent.
+func TestNoLiveHostServes(t *testing.T) {
+	url := startServer(t)
+	m := join(t, url, "t2", "h1", manifestOpts{}, lattice.HostConfig{TTL: ttl})
+	f := newFront(t, url, "t2", lattice.FrontConfig{TTL: ttl})
+	_, err := f.Call(context.Background(), "absent", nil)
+	var le *lattice.Error
+	if !errors.As(err, &le) || le.Class != deploy.ClassUnavailable || le.Status() != 503 ||
+		!strings.Contains(le.Message, `session "absent" is served by no live host of lattice t2`) {
+		t.Fatalf("call to an unserved session: %v", err)
+	}
+	if out, err := f.Call(context.Background(), "steady", nil); err != nil || string(out) != "ok" {
+		t.Fatalf("steady: %q %v", out, err)
+	}
+	m.kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*ttl)
+	defer cancel()
+	if err := f.WaitFor(ctx, func() bool { return len(f.Hosts()) == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Call(context.Background(), "steady", nil); lattice.Class(err) != deploy.ClassUnavailable ||
+		!strings.Contains(err.Error(), "served by no live host") {
+		t.Fatalf("call after the only host died: %v", err)
+	}
+	if st := f.Stats(); st.Refused != 2 {
+		t.Errorf("refused %d, want 2", st.Refused)
+	}
+}
+
+// TestDeadlineAndTraceparentCrossHosts: the caller's deadline reaches the
+// host (its call ends with deadline_exceeded at the caller's deadline, not
+// the device's latency), and the traceparent is logged by the host.
+func TestDeadlineAndTraceparentCrossHosts(t *testing.T) {
+	url := startServer(t)
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	join(t, url, "t3", "h1", manifestOpts{latency: 400 * time.Millisecond}, lattice.HostConfig{TTL: ttl, Logger: logger})
+	// The sim device finishes its command (400ms) before the stage sees
+	// the interruption: the front waits for the host's answer.
+	f := newFront(t, url, "t3", lattice.FrontConfig{TTL: ttl, Grace: 2 * time.Second})
+
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ctx, cancel := context.WithTimeout(lattice.WithTraceparent(context.Background(), tp), 60*time.Millisecond)
+	defer cancel()
+	_, err := f.Call(ctx, "steady", nil)
+	var le *lattice.Error
+	// The host's own answer: the stage was interrupted at the deadline the
+	// header carried (without it, the call would have succeeded).
+	if !errors.As(err, &le) || le.Class != deploy.ClassDeadlineExceeded || le.Host != "h1" ||
+		!strings.Contains(le.Message, "interrupted: context deadline exceeded") {
+		t.Fatalf("call past its deadline: %#v (%v)", le, err)
+	}
+	if !strings.Contains(logs.String(), "traceparent="+tp) {
+		t.Errorf("the host did not log the traceparent; log:\n%s", logs.String())
+	}
+	// Without one, the front makes one up.
+	if _, err := f.Call(context.Background(), "steady", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "traceparent=00-"); n != 2 {
+		t.Errorf("%d calls logged with a traceparent, want 2; log:\n%s", n, logs.String())
+	}
+}
+
+// TestFrontPrefersLocal: a front with a local host runs calls on a free
+// local instance, sending nothing through NATS.
+func TestFrontPrefersLocal(t *testing.T) {
+	url := startServer(t)
+	local := join(t, url, "t4", "h1", manifestOpts{}, lattice.HostConfig{TTL: ttl})
+	join(t, url, "t4", "h2", manifestOpts{}, lattice.HostConfig{TTL: ttl})
+	f := newFront(t, url, "t4", lattice.FrontConfig{TTL: ttl, Local: local.h})
+	for range 20 {
+		if out, err := f.Call(context.Background(), "steady", nil); err != nil || string(out) != "ok" {
+			t.Fatalf("%q %v", out, err)
+		}
+	}
+	if st := f.Stats(); st.Local != 20 || st.Remote != 0 {
+		t.Errorf("stats %+v, want 20 local calls", st)
+	}
+	if st := local.d.Session("steady").Status(); st.Outcomes[deploy.ClassOK] != 20 || st.Calls != 20 {
+		t.Errorf("local session outcomes %v", st.Outcomes)
+	}
+}
+
+// TestSharedQuarantine: a module whose fence failed on one host is
+// quarantined lattice-wide; the other hosts refuse it (503, the reason),
+// it is listed, and once cleared they serve it again.
+func TestSharedQuarantine(t *testing.T) {
+	url := startServer(t)
+	const lat = "t5"
+	cfg := lattice.HostConfig{TTL: ttl, FenceFailures: 1}
+	a := join(t, url, lat, "a", manifestOpts{fence: "spin"}, cfg)
+	b := join(t, url, lat, "b", manifestOpts{}, cfg)
+	c := join(t, url, lat, "c", manifestOpts{}, cfg)
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: ttl})
+	ctx := context.Background()
+	if out, err := b.h.Call(ctx, "steady", nil); err != nil || string(out) != "ok" {
+		t.Fatalf("b before: %q %v", out, err)
+	}
+	// a's fence never returns: the instance is quarantined and, with
+	// FenceFailures 1, the stage module lattice-wide.
+	_, _ = a.h.Call(ctx, "steady", nil)
+	sha := a.d.Manifest.Module("good").SHA256
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, m := range []*member{b, c} {
+		q := m.h.Quarantine()
+		if err := q.WaitFor(wctx, func() bool { _, ok := q.Lookup(sha); return ok }); err != nil {
+			t.Fatalf("host %s never saw the quarantine: %v (a: %+v)", m.id, err, a.d.Session("steady").Status())
+		}
+		_, err := m.h.Call(ctx, "steady", nil)
+		var le *lattice.Error
+		if !errors.As(err, &le) || le.Class != deploy.ClassUnavailable || le.Status() != 503 ||
+			!strings.HasPrefix(le.Message, "module "+sha+" is quarantined lattice-wide: ") || !strings.Contains(le.Message, "host a") {
+			t.Fatalf("host %s call to a quarantined module: %v", m.id, err)
+		}
+	}
+	// Through the front and NATS, once the heartbeats say so or not: the
+	// answer is the refusal either way.
+	if _, err := f.Call(ctx, "steady", nil); lattice.Class(err) != deploy.ClassUnavailable || !strings.Contains(err.Error(), "quarantined lattice-wide") {
+		t.Fatalf("front call to a quarantined module: %v", err)
+	}
+	list := b.h.Quarantine().List()
+	if len(list) != 1 || list[0].SHA256 != sha || list[0].Host != "a" || list[0].Session != "steady" {
+		t.Fatalf("quarantine list: %+v", list)
+	}
+	if err := f.Quarantine().Clear(ctx, sha); err != nil {
+		t.Fatal(err)
+	}
+	q := c.h.Quarantine()
+	if err := q.WaitFor(wctx, func() bool { return len(q.List()) == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.h.Call(ctx, "steady", nil); err != nil || string(out) != "ok" {
+		t.Fatalf("c after clearing: %q %v", out, err)
+	}
+}
+
+// TestPlacementCAS: hosts racing for a placement claim: exactly one wins
+// each key; a stale revision can neither renew nor release it.
+func TestPlacementCAS(t *testing.T) {
+	url := startServer(t)
+	const lat = "t6"
+	a := join(t, url, lat, "a", manifestOpts{}, lattice.HostConfig{TTL: ttl})
+	b := join(t, url, lat, "b", manifestOpts{}, lattice.HostConfig{TTL: ttl})
+	ctx := context.Background()
+	for i := range 25 {
+		session := "s" + itoa(i)
+		var wins [2]*lattice.Claim
+		var errs [2]error
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for j, m := range []*member{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				wins[j], errs[j] = m.h.ClaimPlacement(ctx, session)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if (wins[0] == nil) == (wins[1] == nil) {
+			t.Fatalf("%s: claims %v %v, errors %v %v: want exactly one winner", session, wins[0], wins[1], errs[0], errs[1])
+		}
+		w, loser := 0, 1
+		if wins[1] != nil {
+			w, loser = 1, 0
+		}
+		if !errors.Is(errs[loser], lattice.ErrClaimed) || !strings.Contains(errs[loser].Error(), "held by "+wins[w].Owner) {
+			t.Fatalf("%s: loser's error %v", session, errs[loser])
+		}
+	}
+	cl, err := a.h.ClaimPlacement(ctx, "solo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := *cl
+	if err := a.h.Claims().Renew(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.h.Claims().Renew(ctx, &stale); !errors.Is(err, lattice.ErrClaimed) {
+		t.Fatalf("renewing a stale revision: %v", err)
+	}
+	if err := b.h.Claims().Release(ctx, &stale); !errors.Is(err, lattice.ErrClaimed) {
+		t.Fatalf("releasing a stale revision: %v", err)
+	}
+	if err := a.h.Claims().Release(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.h.ClaimPlacement(ctx, "solo"); err != nil {
+		t.Fatalf("claiming a released key: %v", err)
+	}
+}

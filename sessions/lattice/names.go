@@ -1,0 +1,113 @@
+package lattice
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/stagehost/stagehost/sessions/deploy"
+)
+
+// Headers of lattice requests and answers.
+const (
+	// DeadlineHeader carries the caller's remaining deadline as a Go
+	// duration ("250ms"), as the HTTP service's Stagehost-Deadline. The
+	// host applies it as the call's context deadline (the wait for an
+	// instance included).
+	DeadlineHeader = "Stagehost-Deadline"
+	// TraceparentHeader is the W3C trace context header, passed through
+	// unchanged and logged with the request by the host.
+	TraceparentHeader = "traceparent"
+	// AckHeader, on a request, asks the host that takes it to answer at
+	// once with an empty message carrying HostHeader (the ack), before the
+	// answer. The front uses it to know which host holds each call in
+	// flight, so a call on a host that dies is answered "host <id> went
+	// away" when the host's heartbeat expires, not at its deadline.
+	AckHeader = "Stagehost-Ack"
+	// HostHeader names the host that answered (or acked).
+	HostHeader = "Stagehost-Host"
+	// ClassHeader is the error class of an error answer (deploy's class
+	// names); the micro service's Nats-Service-Error-Code header holds its
+	// HTTP status and Nats-Service-Error the public message.
+	ClassHeader = "Stagehost-Class"
+)
+
+// DefaultTTL is the default heartbeat bucket TTL. Hosts heartbeat every
+// TTL/3.
+const DefaultTTL = 3 * time.Second
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// checkName checks a lattice name, host id or session name: each is one
+// NATS subject token and one KV key token.
+func checkName(what, s string) error {
+	if !nameRE.MatchString(s) {
+		return fmt.Errorf("lattice: %s %q must be letters, digits, '-' or '_'", what, s)
+	}
+	return nil
+}
+
+// SessionSubject is the subject of a session's run endpoint: every host
+// that serves the session subscribes to it in one queue group.
+func SessionSubject(lattice, session string) string {
+	return "stagehost." + lattice + ".session." + session + ".run"
+}
+
+// QueueGroup is the queue group of a session's endpoint.
+func QueueGroup(lattice, session string) string {
+	return "stagehost." + lattice + ".session." + session
+}
+
+// ServiceName is the micro service name of a lattice's hosts
+// ($SRV.PING.<name> finds them all).
+func ServiceName(lattice string) string { return "stagehost-" + lattice }
+
+// HostsBucket, QuarantineBucket and PlacementBucket name a lattice's KV
+// buckets.
+func HostsBucket(lattice string) string      { return "stagehost-" + lattice + "-hosts" }
+func QuarantineBucket(lattice string) string { return "stagehost-" + lattice + "-quarantine" }
+func PlacementBucket(lattice string) string  { return "stagehost-" + lattice + "-placement" }
+
+// Error is a call's error as the lattice answers it: the service's error
+// class (deploy's class names, docs/service.md) and its public message
+// (never a stack trace), and the host that answered, if any.
+type Error struct {
+	Class   string `json:"class"`
+	Message string `json:"error"`
+	Host    string `json:"host,omitempty"`
+	Code    *int32 `json:"code,omitempty"` // the stage's code, for class client_error
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Status is the HTTP status of the error's class.
+func (e *Error) Status() int { return deploy.ClassStatus(e.Class) }
+
+// Class returns the service's error class of err: an [*Error]'s class, or
+// deploy.Class of a local error.
+func Class(err error) string {
+	var le *Error
+	if errors.As(err, &le) {
+		return le.Class
+	}
+	return deploy.Class(err)
+}
+
+func unavailable(host, format string, args ...any) *Error {
+	return &Error{Class: deploy.ClassUnavailable, Message: fmt.Sprintf(format, args...), Host: host}
+}
+
+// NewTraceparent returns a new W3C traceparent (version 00, sampled).
+func NewTraceparent() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
+}
+
+var traceparentRE = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+// ValidTraceparent reports whether s is a well-formed traceparent.
+func ValidTraceparent(s string) bool { return traceparentRE.MatchString(s) }
