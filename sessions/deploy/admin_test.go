@@ -338,3 +338,36 @@ func TestModelControlNeedsAdmin(t *testing.T) {
 		t.Errorf("admin: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// unsized hides a body's length, so that the server sees no
+// Content-Length and must bound its read.
+type unsized struct{ r *bytes.Reader }
+
+func (u unsized) Read(p []byte) (int, error) { return u.r.Read(p) }
+
+// TestUploadIsBoundedByTheModuleSizeLimit: an upload larger than
+// runtime.max_module_size is refused, from its Content-Length before a
+// byte is read, or after reading one byte past the limit.
+func TestUploadIsBoundedByTheModuleSizeLimit(t *testing.T) {
+	d := open(t, strings.NewReplacer("@QUEUE@", "",
+		"@LIARSHA@", sha(t, "stages/testdata/hostile/lying_fence.wasm"),
+		"@LOOPSHA@", sha(t, "stages/testdata/hostile/loop_stage.wasm"),
+		"[runtime]\n", "[runtime]\nmax_module_size = \"1KiB\"\n").Replace(pooled))
+	s := &served{t: t, srv: deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest)), d: d, log: &syncBuffer{}, header: http.Header{}}
+	big := bytes.Repeat([]byte{0}, 4<<10)
+	rec := s.do("PUT", "/v1/modules/big?sha256="+strings.Repeat("0", 64), bytes.NewReader(big))
+	if e := errorBody(t, rec); rec.Code != 413 || e.Class != "out_of_budget" || !strings.Contains(e.Error, "4096 bytes") {
+		t.Fatalf("a known length over the limit: %d %s", rec.Code, rec.Body)
+	}
+	body := unsized{bytes.NewReader(big)}
+	rec = s.do("PUT", "/v1/modules/big?sha256="+strings.Repeat("0", 64), body)
+	if e := errorBody(t, rec); rec.Code != 413 || e.Class != "out_of_budget" {
+		t.Fatalf("an unknown length over the limit: %d %s", rec.Code, rec.Body)
+	}
+	if read := len(big) - body.r.Len(); read > 1<<10+512 {
+		t.Fatalf("the server read %d bytes of a body over the 1KiB limit", read)
+	}
+	if rec := s.upload("small", bigOutput); rec.Code != 201 {
+		t.Fatalf("a module under the limit: %d %s", rec.Code, rec.Body)
+	}
+}
