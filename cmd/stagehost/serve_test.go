@@ -204,7 +204,7 @@ func TestServeEndToEnd(t *testing.T) {
 		`stagehost_session_runs_total{outcome="ok",session="mlp2"} 30`,
 		`stagehost_session_runs_total{outcome="device_lost",session="liar"} 1`,
 		`stagehost_quarantined_owners 1`,
-		`stagehost_lane_occupancies_total{lane="npu"} 1`,
+		`stagehost_lane_occupancies_total{device="npu0",lane="npu"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("metrics lack %q", want)
