@@ -1,0 +1,93 @@
+package lattice_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/sessions/lattice"
+)
+
+// reportLatency reports the p50 and p99 of ds.
+func reportLatency(b *testing.B, ds []time.Duration) {
+	slices.Sort(ds)
+	if len(ds) == 0 {
+		return
+	}
+	b.ReportMetric(float64(ds[len(ds)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(ds[len(ds)*99/100].Nanoseconds()), "p99-ns")
+}
+
+// BenchmarkCallOverhead: one call at a time to the good stage on a sim
+// device with no latency, run locally (Host.Call) and through the lattice
+// (Front.Call to one host over in-process NATS: request, ack, answer).
+func BenchmarkCallOverhead(b *testing.B) {
+	url := startServer(b)
+	m := join(b, url, "bo", "h1", manifestOpts{}, lattice.HostConfig{TTL: 3 * time.Second})
+	f := newFront(b, url, "bo", lattice.FrontConfig{TTL: 3 * time.Second})
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		call func() ([]byte, error)
+	}{
+		{"local", func() ([]byte, error) { return m.h.Call(ctx, "steady", nil) }},
+		{"lattice", func() ([]byte, error) { return f.Call(ctx, "steady", nil) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ds := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				start := time.Now()
+				if _, err := bc.call(); err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(start))
+			}
+			reportLatency(b, ds)
+		})
+	}
+}
+
+// BenchmarkThroughput: calls through a front from 8 callers per host,
+// spread over 1, 2 and 3 hosts, each with one instance of a session on a
+// sim device with 200µs latency.
+func BenchmarkThroughput(b *testing.B) {
+	for _, n := range []int{1, 2, 3} {
+		b.Run("hosts="+strconv.Itoa(n), func(b *testing.B) {
+			url := startServer(b)
+			lat := "bt" + strconv.Itoa(n)
+			for i := range n {
+				join(b, url, lat, "h"+strconv.Itoa(i), manifestOpts{latency: 200 * time.Microsecond}, lattice.HostConfig{TTL: 3 * time.Second})
+			}
+			f := newFront(b, url, lat, lattice.FrontConfig{TTL: 3 * time.Second})
+			ctx := context.Background()
+			callers := 8 * n
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			next := make(chan struct{}, callers)
+			go func() {
+				for range b.N {
+					next <- struct{}{}
+				}
+				close(next)
+			}()
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range next {
+						if _, err := f.Call(ctx, "steady", nil); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+		})
+	}
+}
