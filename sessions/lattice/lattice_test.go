@@ -223,10 +223,13 @@ func TestDeadlineAndTraceparentCrossHosts(t *testing.T) {
 	defer cancel()
 	_, err := f.Call(ctx, "steady", nil)
 	var le *lattice.Error
-	// The host's own answer: the stage was interrupted at the deadline the
-	// header carried (without it, the call would have succeeded).
-	if !errors.As(err, &le) || le.Class != deploy.ClassDeadlineExceeded || le.Host != "h1" ||
-		!strings.Contains(le.Message, "interrupted: context deadline exceeded") {
+	// The host's own answer: the call ended at the deadline the header
+	// carried (without it, the call would have succeeded): the stage was
+	// interrupted, or (a race inside stages) its stream_sync failed at the
+	// deadline and the guest returned its code 103 first.
+	if !errors.As(err, &le) || le.Host != "h1" ||
+		!(le.Class == deploy.ClassDeadlineExceeded && strings.Contains(le.Message, "interrupted: context deadline exceeded") ||
+			le.Class == deploy.ClassClientError && strings.Contains(le.Message, "stream_sync failed")) {
 		t.Fatalf("call past its deadline: %#v (%v)", le, err)
 	}
 	if !strings.Contains(logs.String(), "traceparent="+tp) {
