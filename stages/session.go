@@ -525,12 +525,15 @@ func (s *Session) enter(parent context.Context, deadline, timeout time.Duration,
 // decided the deadline, and whether fn itself failed (the guest trapped
 // or was interrupted).
 func (c *callContext) enter(parent context.Context, deadline, timeout time.Duration, what, who string, fn func(context.Context) error) (time.Duration, bool, error) {
-	c.ArmWithCancelAt(parent, deadline)
+	// armed is the earlier of the entry's deadline and the caller's: the
+	// caller's may pass before its context says so (its timer fires
+	// late), and the guest must not report success past either.
+	armed := c.ArmWithCancelAt(parent, deadline)
 	c.slice = 0
 	err := fn(c)
 	now := monotime.Since()
 	var ended error
-	if now >= deadline {
+	if now >= armed {
 		ended = context.DeadlineExceeded
 	} else if c.WatchesParent() {
 		ended = parent.Err()
@@ -543,6 +546,9 @@ func (c *callContext) enter(parent context.Context, deadline, timeout time.Durat
 	if ended != nil || errors.As(err, &intr) {
 		if parent.Err() != nil { // the caller's own deadline or cancellation
 			return now, err != nil, hw.ContextError(parent, fmt.Sprintf("%s of %s interrupted", what, who))
+		}
+		if armed < deadline && now >= armed { // the caller's deadline, before its context ended
+			return now, err != nil, hw.Errorf(hw.ErrDeadlineExceeded, "%s of %s interrupted: the caller's deadline passed: %w", what, who, context.DeadlineExceeded)
 		}
 		return now, err != nil, hw.Errorf(hw.ErrDeadlineExceeded, "%s of %s exceeded its deadline of %v: %w", what, who, timeout, context.DeadlineExceeded)
 	}

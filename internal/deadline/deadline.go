@@ -57,8 +57,9 @@ func (c *Context) ArmWithCancel(parent context.Context, deadline time.Time) {
 }
 
 // ArmWithCancelAt is [Context.ArmWithCancel] with the deadline given as a
-// [monotime] offset, which saves converting times on hot paths.
-func (c *Context) ArmWithCancelAt(parent context.Context, deadline time.Duration) {
+// [monotime] offset, which saves converting times on hot paths. It
+// returns the deadline armed: the earlier of deadline and the parent's.
+func (c *Context) ArmWithCancelAt(parent context.Context, deadline time.Duration) time.Duration {
 	if d, ok := parent.Deadline(); ok {
 		deadline = min(deadline, monotime.Offset(d))
 	}
@@ -73,6 +74,7 @@ func (c *Context) ArmWithCancelAt(parent context.Context, deadline time.Duration
 		}
 	}
 	c.arm(parent, deadline, cancel && parent.Done() != nil)
+	return deadline
 }
 
 func (c *Context) arm(parent context.Context, deadline time.Duration, cancel bool) {
