@@ -371,3 +371,52 @@ func TestUploadIsBoundedByTheModuleSizeLimit(t *testing.T) {
 		t.Fatalf("a module under the limit: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestSwapsUnderLoadLoseNoCall: calls run while the session is swapped
+// back and forth between two versions; each ends with one version's
+// output, none fails, and no old instance is left draining.
+func TestSwapsUnderLoadLoseNoCall(t *testing.T) {
+	s := servePooled(t, nil)
+	goodSHA, bigSHA := sha(t, "stages/testdata/hostile/good_stage.wasm"), sha(t, bigOutput)
+	if rec := s.upload("good", bigOutput); rec.Code != 201 {
+		t.Fatalf("upload: %d %s", rec.Code, rec.Body)
+	}
+	sess := s.d.Session("pooled")
+	done := make(chan struct{})
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				out, err := sess.Run(context.Background(), nil)
+				if err != nil || (string(out) != "ok" && len(out) != 64<<10) {
+					errs <- fmt.Errorf("a call during the swaps: %d bytes, %v", len(out), err)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 20 {
+		to := goodSHA
+		if i%2 == 0 {
+			to = bigSHA
+		}
+		if _, err := s.d.SwapSession(context.Background(), "pooled", "good@"+to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := sess.Status(); st.Draining != 0 || st.State != "ready" || st.StageSHA256 != goodSHA || st.Failures != 0 {
+		t.Fatalf("after the swaps: %+v", st)
+	}
+}
