@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"net"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -54,6 +56,11 @@ const (
 	maxHistory             = 1_000_000
 	maxTokenFileSize       = 64 << 10
 	maxTLSFileSize         = 1 << 20
+	defaultHeartbeatTTL    = 3 * time.Second
+	minHeartbeatTTL        = 100 * time.Millisecond
+	maxHeartbeatTTL        = time.Hour
+	defaultFenceFailures   = 3
+	maxFenceFailures       = 1 << 16
 )
 
 // wasmPage is the WebAssembly page size: module memory limits are whole
@@ -111,6 +118,7 @@ func (d *decoder) decode(data []byte) *Manifest {
 	d.moduleLimit = fileLimit{defaultMaxModuleSize, "the module size limit", " (the default: raise it with runtime.max_module_size or the module's max_size)"}
 	d.runtime(root, m)
 	d.service(root, m)
+	d.lattice(root, m)
 	devs := d.devices(root, m)
 	mods := d.modules(root, m)
 	sess := d.sessions(root, m)
@@ -191,6 +199,162 @@ func (d *decoder) service(root *table, m *Manifest) {
 		d.errorf(t.path.key("tls_key"), "tls_key needs tls_cert too")
 	}
 	t.finish()
+}
+
+func (d *decoder) lattice(root *table, m *Manifest) {
+	if !root.has("lattice") {
+		return
+	}
+	t := root.sub("lattice")
+	if t == nil {
+		return
+	}
+	lt := &Lattice{HeartbeatTTL: defaultHeartbeatTTL, FenceFailures: defaultFenceFailures, QuarantineOnDeviceLost: true}
+	m.Lattice = lt
+	if name, ok := t.name("name"); ok {
+		if validLatticeName(name) {
+			lt.Name = name
+		} else {
+			d.errorf(t.path.key("name"), "%q: a lattice name is letters, digits, '-' and '_' (one NATS subject token)", name)
+		}
+	}
+	if id, ok := t.str("host_id", "", false); ok && t.has("host_id") {
+		if validLatticeName(id) {
+			lt.HostID = id
+		} else {
+			d.errorf(t.path.key("host_id"), "%q: a host id is letters, digits, '-' and '_' (leave it out for the hostname and process id)", id)
+		}
+	}
+	lt.Embedded, _ = t.boolean("embedded", false)
+	if u, ok := t.str("url", "", false); ok && t.has("url") {
+		if err := checkNATSURLs(u); err != nil {
+			d.errorf(t.path.key("url"), "%v", err)
+		} else {
+			lt.URL = u
+		}
+	}
+	switch {
+	case t.has("url") && lt.Embedded:
+		d.errorf(t.path.key("url"), "url and embedded = true exclude each other: connect to a server, or start one")
+	case !t.has("url") && !lt.Embedded && t.has("embedded"):
+		d.errorf(t.path.key("embedded"), "embedded = false needs url: the lattice needs a NATS server")
+	case !t.has("url") && !t.has("embedded"):
+		d.errorf(t.path, "needs url (a NATS server) or embedded = true (start one in the process)")
+	}
+	lt.Listen = DefaultLatticeListen
+	if l, ok := t.str("listen", DefaultLatticeListen, false); ok && t.has("listen") {
+		if _, port, err := net.SplitHostPort(l); err != nil || !validPort(port) {
+			d.errorf(t.path.key("listen"), "%q is not a host:port address (for example \"127.0.0.1:4222\")", l)
+		} else {
+			lt.Listen = l
+		}
+	}
+	if dir, ok := t.str("store_dir", "", false); ok && t.has("store_dir") {
+		if dir == "" {
+			d.errorf(t.path.key("store_dir"), "must not be empty: leave store_dir out for the default")
+		} else {
+			lt.StoreDir = resolve(d.dir, dir)
+		}
+	}
+	for _, k := range []string{"listen", "store_dir"} {
+		if t.has(k) && !lt.Embedded {
+			d.errorf(t.path.key(k), "%s is for an embedded server: it needs embedded = true", k)
+		}
+	}
+	lt.TokenFile = d.serviceFile(t, "token_file", fileLimit{maxTokenFileSize, "the token file size limit", ""})
+	lt.TokenEnv = d.envName(t, "token_env")
+	lt.NkeySeedFile = d.serviceFile(t, "nkey_seed_file", fileLimit{maxTokenFileSize, "the nkey seed file size limit", ""})
+	var creds []string
+	for _, k := range []string{"token_file", "token_env", "nkey_seed_file"} {
+		if t.has(k) {
+			creds = append(creds, k)
+		}
+	}
+	if len(creds) > 1 {
+		d.errorf(t.path.key(creds[1]), "%s and %s exclude each other: one credential", creds[0], creds[1])
+	}
+	lt.TLSCA = d.serviceFile(t, "tls_ca", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
+	lt.TLSCert = d.serviceFile(t, "tls_cert", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
+	lt.TLSKey = d.serviceFile(t, "tls_key", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
+	switch {
+	case t.has("tls_cert") && !t.has("tls_key"):
+		d.errorf(t.path.key("tls_cert"), "tls_cert needs tls_key too")
+	case t.has("tls_key") && !t.has("tls_cert"):
+		d.errorf(t.path.key("tls_key"), "tls_key needs tls_cert too")
+	}
+	if lt.Embedded && t.has("listen") && len(creds) == 0 && !loopbackAddr(lt.Listen) {
+		d.errorf(t.path.key("listen"), "an embedded server on the non-loopback address %q needs credentials (token_file, token_env or nkey_seed_file)", lt.Listen)
+	}
+	if ttl, ok := t.duration("heartbeat_ttl", defaultHeartbeatTTL, true); ok {
+		if ttl < minHeartbeatTTL || ttl > maxHeartbeatTTL {
+			d.errorf(t.path.key("heartbeat_ttl"), "must be between %v and %v, not %v", minHeartbeatTTL, maxHeartbeatTTL, ttl)
+		} else {
+			lt.HeartbeatTTL = ttl
+		}
+	}
+	n, _ := t.integer("fence_failures", defaultFenceFailures, 0, maxFenceFailures)
+	lt.FenceFailures = int(n)
+	lt.QuarantineOnDeviceLost, _ = t.boolean("quarantine_on_device_lost", true)
+	t.finish()
+}
+
+func validLatticeName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+// loopbackAddr reports whether a host:port listens on loopback only.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkNATSURLs checks a NATS server URL or a comma-separated list of
+// them: nats://, tls://, ws:// or wss://, each with a host and port.
+func checkNATSURLs(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return fmt.Errorf("must not be empty: a NATS server URL such as \"nats://10.0.0.5:4222\"")
+	}
+	for i, one := range strings.Split(s, ",") {
+		one = strings.TrimSpace(one)
+		u, err := url.Parse(one)
+		if err == nil && u.User != nil {
+			// Not echoed: the user part may be a token written by mistake.
+			return fmt.Errorf("URL %d holds credentials: the manifest names where they are (token_file, token_env or nkey_seed_file), it never holds them", i+1)
+		}
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("%q is not a NATS server URL (for example \"nats://10.0.0.5:4222\")", one)
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("%q: the scheme must be nats, tls, ws or wss, not %q", one, u.Scheme)
+		}
+		if p := u.Port(); p != "" && !validPort(p) {
+			return fmt.Errorf("%q: bad port %q", one, p)
+		}
+	}
+	return nil
 }
 
 // serviceFile decodes an optional path to a file that must exist, be

@@ -47,6 +47,7 @@ type Manifest struct {
 	Version   int
 	Runtime   Runtime
 	Service   Service
+	Lattice   *Lattice // the [lattice] table; nil without one
 	Devices   []Device
 	Modules   []Module
 	Sessions  []Session
@@ -96,6 +97,43 @@ func DefaultService() Service {
 	return Service{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second,
 		IdleTimeout: 120 * time.Second, MaxConnections: 1024, MaxInFlight: 256}
 }
+
+// Lattice is the [lattice] table: how `stagehost serve` joins a lattice
+// of hosts over NATS (docs/lattice.md). Paths are resolved against the
+// manifest's directory; the credentials themselves are never in the
+// manifest, only where to read them.
+type Lattice struct {
+	Name   string // required: letters, digits, '-' or '_'
+	HostID string // "" for the default: the hostname and the process id (or serve's --host-id)
+	// URL is the NATS server's URL, or a comma-separated list of them;
+	// "" when Embedded.
+	URL string
+	// Embedded starts a NATS server (JetStream on) inside the process,
+	// listening on Listen (default 127.0.0.1:4222) with its store in
+	// StoreDir ("" for the default: a directory under the user cache
+	// directory).
+	Embedded         bool
+	Listen, StoreDir string
+	// TokenFile (its first line) or TokenEnv holds a NATS auth token;
+	// NkeySeedFile an nkey seed. At most one of them. An embedded server
+	// requires the same credentials of its clients.
+	TokenFile, TokenEnv, NkeySeedFile string
+	// TLSCA verifies the server; TLSCert and TLSKey (both or neither) are
+	// the client's certificate, and an embedded server's.
+	TLSCA, TLSCert, TLSKey string
+	HeartbeatTTL           time.Duration // default 3s
+	// FenceFailures is how many quarantined instances of a module's
+	// sessions on one host put the module in the lattice's shared
+	// quarantine; default 3, 0 never.
+	FenceFailures int
+	// QuarantineOnDeviceLost puts a module in the shared quarantine when a
+	// call to it made a device lost; default true.
+	QuarantineOnDeviceLost bool
+}
+
+// DefaultLatticeListen is the [lattice] listen default of an embedded
+// server: loopback only.
+const DefaultLatticeListen = "127.0.0.1:4222"
 
 // CacheOff is the cache_dir value that disables the file cache.
 const CacheOff = "off"

@@ -109,6 +109,10 @@ func TestGood(t *testing.T) {
 			AdminTokenFile: filepath.Join("testdata", "service", "admin.tokens"), AdminTokenEnv: "STAGEHOST_ADMIN_TOKENS",
 			InvokeTokenFile: filepath.Join("testdata", "service", "invoke.tokens"), InvokeTokenEnv: "STAGEHOST_INVOKE_TOKENS",
 			TLSCert: filepath.Join("testdata", "service", "cert.pem"), TLSKey: filepath.Join("testdata", "service", "key.pem")},
+		Lattice: &Lattice{Name: "prod", HostID: "host-1", Embedded: true, Listen: "127.0.0.1:4333", StoreDir: filepath.Join("testdata", "nats"),
+			TokenFile: filepath.Join("testdata", "service", "lattice.token"), TLSCA: filepath.Join("testdata", "service", "cert.pem"),
+			TLSCert: filepath.Join("testdata", "service", "cert.pem"), TLSKey: filepath.Join("testdata", "service", "key.pem"),
+			HeartbeatTTL: time.Second, FenceFailures: 0, QuarantineOnDeviceLost: false},
 		Devices: []Device{
 			{Name: "gpu0", Backend: BackendSim, Engine: hw.EngineGPU, MaxParked: 32,
 				Sim: &Sim{QueueDepth: 1024, Faults: []Fault{}}},
@@ -209,6 +213,34 @@ func TestMinimal(t *testing.T) {
 	}
 	if len(m.Modules)+len(m.Sessions)+len(m.Residents) != 0 {
 		t.Errorf("unexpected entries: %+v", m)
+	}
+}
+
+// TestLattice checks the [lattice] table's defaults and its url form
+// (good.toml has the embedded form), and that a manifest without the
+// table has no lattice.
+func TestLattice(t *testing.T) {
+	const dev = "[[device]]\nname = \"d\"\nbackend = \"sim\"\nengine = \"cpu\"\n"
+	m, err := Decode("host.toml", []byte("version = 1\n"+dev), noFiles)
+	if err != nil || m.Lattice != nil {
+		t.Fatalf("no [lattice]: %v, %+v", err, m)
+	}
+	m, err = Decode("host.toml", []byte("version = 1\n[lattice]\nname = \"l\"\nurl = \"nats://10.0.0.5:4222,tls://10.0.0.6:4222\"\ntoken_env = \"NATS_TOKEN\"\n"+dev), noFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Lattice{Name: "l", URL: "nats://10.0.0.5:4222,tls://10.0.0.6:4222", TokenEnv: "NATS_TOKEN", Listen: DefaultLatticeListen,
+		HeartbeatTTL: 3 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true}
+	if *m.Lattice != want {
+		t.Errorf("url form:\n got %+v\nwant %+v", *m.Lattice, want)
+	}
+	m, err = Decode("host.toml", []byte("version = 1\n[lattice]\nname = \"l\"\nembedded = true\n"+dev), noFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = Lattice{Name: "l", Embedded: true, Listen: "127.0.0.1:4222", HeartbeatTTL: 3 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true}
+	if *m.Lattice != want {
+		t.Errorf("embedded defaults:\n got %+v\nwant %+v", *m.Lattice, want)
 	}
 }
 
