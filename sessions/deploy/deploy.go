@@ -635,6 +635,24 @@ func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
 	return nil, err
 }
 
+// TryAcquire takes a free instance of the session for one call if one is
+// free now and no caller is waiting, and returns nil otherwise (a session
+// that failed, or whose instances are all busy or out of service). It
+// never waits and counts no outcome: a router tries the local session
+// first and sends the call elsewhere when it gets nil.
+func (s *Session) TryAcquire() *Turn {
+	s.mu.Lock()
+	p, failed := s.pool, s.failed
+	s.mu.Unlock()
+	if failed != nil || p == nil {
+		return nil
+	}
+	if m := p.tryAcquire(); m != nil {
+		return &Turn{s: s, p: p, m: m}
+	}
+	return nil
+}
+
 // Instance names the instance the turn holds: its index and device.
 func (t *Turn) Instance() (index int, device string) { return t.m.index, t.m.device }
 

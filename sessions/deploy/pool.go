@@ -212,6 +212,18 @@ func (p *pool[T]) members() []*member[T] {
 //     queued), or after waiting the pool's timeout;
 //   - [hw.ErrDeadlineExceeded] when ctx ends first;
 //   - the reason an instance is out of service, when every instance is.
+// tryAcquire returns a free instance at once, or nil when none is free.
+// (A free instance and a waiting caller never coexist: release hands an
+// instance to the first waiter, so taking a free one passes nobody.)
+func (p *pool[T]) tryAcquire() *member[T] {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.live == 0 || len(p.free) == 0 {
+		return nil
+	}
+	return p.pick()
+}
+
 func (p *pool[T]) acquire(ctx context.Context) (*member[T], error) {
 	p.mu.Lock()
 	if p.live == 0 {

@@ -225,3 +225,37 @@ func TestTheDeadlineHeaderShortensNeverLengthens(t *testing.T) {
 		t.Fatalf("a header above the manifest's deadline: %d %s", rec.Code, rec.Body)
 	}
 }
+
+func TestTryAcquireNeverWaitsAndCountsNothing(t *testing.T) {
+	d := openPooled(t, "queue_limit = 4")
+	s := d.Session("pooled")
+	var turns []*deploy.Turn
+	for range 3 {
+		turn := s.TryAcquire()
+		if turn == nil {
+			t.Fatal("TryAcquire found no free instance of three")
+		}
+		turns = append(turns, turn)
+	}
+	if turn := s.TryAcquire(); turn != nil {
+		t.Fatal("TryAcquire returned a fourth instance of three")
+	}
+	for _, turn := range turns {
+		turn.Release()
+	}
+	st := s.Status()
+	if st.Calls != 0 || len(st.Outcomes) != 0 {
+		t.Fatalf("TryAcquire counted calls: %+v", st)
+	}
+	turn := s.TryAcquire()
+	if turn == nil {
+		t.Fatal("no instance after every turn was released")
+	}
+	if out, err := turn.Run(context.Background(), nil); err != nil || string(out) != "ok" {
+		t.Fatal(out, err)
+	}
+	turn.Release()
+	if d.Session("spin").TryAcquire() == nil {
+		t.Fatal("a single-instance session's free instance")
+	}
+}
