@@ -204,14 +204,6 @@ func (p *pool[T]) members() []*member[T] {
 	return append([]*member[T](nil), p.all...)
 }
 
-// acquire returns a free instance, waiting for one in arrival order.
-//
-// # Errors
-//
-//   - [hw.ErrBusy] when limit callers are already waiting (nothing was
-//     queued), or after waiting the pool's timeout;
-//   - [hw.ErrDeadlineExceeded] when ctx ends first;
-//   - the reason an instance is out of service, when every instance is.
 // tryAcquire returns a free instance at once, or nil when none is free.
 // (A free instance and a waiting caller never coexist: release hands an
 // instance to the first waiter, so taking a free one passes nobody.)
@@ -224,6 +216,14 @@ func (p *pool[T]) tryAcquire() *member[T] {
 	return p.pick()
 }
 
+// acquire returns a free instance, waiting for one in arrival order.
+//
+// # Errors
+//
+//   - [hw.ErrBusy] when limit callers are already waiting (nothing was
+//     queued), or after waiting the pool's timeout;
+//   - [hw.ErrDeadlineExceeded] when ctx ends first;
+//   - the reason an instance is out of service, when every instance is.
 func (p *pool[T]) acquire(ctx context.Context) (*member[T], error) {
 	p.mu.Lock()
 	if p.live == 0 {
