@@ -1,0 +1,137 @@
+package supervise
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+)
+
+// The environment the supervisor gives each worker.
+const (
+	// EnvReportFD names the file descriptor of the worker's end of its
+	// report pipe (always 3: the first of exec.Cmd.ExtraFiles).
+	EnvReportFD = "STAGEHOST_SUPERVISE_FD"
+	// EnvWorkerName is the worker's [Worker.Name].
+	EnvWorkerName = "STAGEHOST_SUPERVISE_WORKER"
+)
+
+// The events a worker reports, one JSON object a line:
+//
+//	{"event":"ready"}
+//	{"event":"device_lost","device":"cuda0","reason":"sticky CUDA fault: illegal address"}
+//	{"event":"exiting","reason":"SIGTERM"}
+const (
+	// EventReady: the worker serves. The supervisor moves it from starting
+	// to ready.
+	EventReady = "ready"
+	// EventDeviceLost: one of the worker's devices is lost for the rest of
+	// the process (a sticky CUDA fault). The supervisor records the loss
+	// and restarts the worker: SIGTERM, [Config.WithStopTimeout], SIGKILL,
+	// then a new process after the backoff.
+	EventDeviceLost = "device_lost"
+	// EventExiting: the worker is about to exit, and why. An exit not
+	// announced by it is recorded as synthetic ([Exit.Synthetic]).
+	EventExiting = "exiting"
+)
+
+// maxReportLine is the longest report line the supervisor reads.
+const maxReportLine = 64 << 10
+
+// Event is one report from a worker to its supervisor.
+type Event struct {
+	Event  string `json:"event"`
+	Device string `json:"device,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Reporter writes a worker's reports to its supervisor. Its methods are
+// safe for concurrent use; on a nil Reporter, or one made outside a
+// supervisor, they do nothing and return nil.
+type Reporter struct {
+	mu  sync.Mutex
+	f   *os.File
+	err error // why reports cannot be written: a bad EnvReportFD
+}
+
+var (
+	reporterOnce sync.Once
+	reporter     *Reporter
+)
+
+// WorkerReporter returns the process's reporter. In a process started by
+// a [Supervisor] it writes to the descriptor named by [EnvReportFD]; it
+// marks that descriptor close-on-exec and unsets [EnvReportFD], so the
+// worker's own children neither inherit the pipe nor report on it.
+// Outside a supervisor (no [EnvReportFD]) it is a no-op.
+func WorkerReporter() *Reporter {
+	reporterOnce.Do(func() { reporter = newReporterFromEnv() })
+	return reporter
+}
+
+func newReporterFromEnv() *Reporter {
+	v, ok := os.LookupEnv(EnvReportFD)
+	if !ok {
+		return &Reporter{}
+	}
+	_ = os.Unsetenv(EnvReportFD)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return &Reporter{err: fmt.Errorf("supervise: %s=%q is not a report descriptor", EnvReportFD, v)}
+	}
+	closeOnExec(fd)
+	return &Reporter{f: os.NewFile(uintptr(fd), "supervise-report")}
+}
+
+// Supervised says whether the process reports to a supervisor.
+func (r *Reporter) Supervised() bool { return r != nil && (r.f != nil || r.err != nil) }
+
+// Report writes e as one line. It returns an error when the supervisor's
+// end is gone (the supervisor died) or the descriptor is bad.
+func (r *Reporter) Report(e Event) error {
+	if r == nil {
+		return nil
+	}
+	if e.Event == "" {
+		return errors.New("supervise: an event needs a name")
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	if len(b)+1 > maxReportLine {
+		return fmt.Errorf("supervise: a report of %d bytes is longer than %d", len(b)+1, maxReportLine)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	if r.f == nil {
+		return nil
+	}
+	_, err = r.f.Write(append(b, '\n'))
+	if err != nil {
+		return fmt.Errorf("supervise: report %s: %w", e.Event, err)
+	}
+	return nil
+}
+
+// Ready reports [EventReady].
+func (r *Reporter) Ready() error { return r.Report(Event{Event: EventReady}) }
+
+// DeviceLost reports [EventDeviceLost] for device.
+func (r *Reporter) DeviceLost(device, reason string) error {
+	return r.Report(Event{Event: EventDeviceLost, Device: device, Reason: reason})
+}
+
+// Exiting reports [EventExiting].
+func (r *Reporter) Exiting(reason string) error {
+	return r.Report(Event{Event: EventExiting, Reason: reason})
+}
+
+// Report writes e with the process's [WorkerReporter]; a no-op outside a
+// supervisor.
+func Report(e Event) error { return WorkerReporter().Report(e) }
