@@ -420,8 +420,10 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 		testWorker(t, "stubborn", "ignore-term"), testWorker(t, "polite", "ready")))
 	h.rec.waitFor(t, "stubborn", waitLong, "ready", isReady)
 	h.rec.waitFor(t, "polite", waitLong, "ready", isReady)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
 	t0 := time.Now()
-	if err := h.s.Stop(context.Background()); err != nil {
+	if err := h.s.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(t0)
