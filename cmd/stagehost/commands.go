@@ -340,6 +340,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	tlsKey := fs.String("tls-key", "", "the PEM private key `file` of --tls-cert (overrides service.tls_key)")
 	adminFile := fs.String("admin-token-file", "", "bearer tokens of scope admin, one a line, in `file` (overrides service.admin_token_file)")
 	invokeFile := fs.String("invoke-token-file", "", "bearer tokens of scope invoke, one a line, in `file` (overrides service.invoke_token_file)")
+	hostID := fs.String("host-id", "", "this host's `id` in the manifest's [lattice] (overrides lattice.host_id; default the hostname and process id)")
 	insecure := fs.Bool("insecure-no-auth", false, "serve a non-loopback --addr without any token (every route open to anyone who can connect)")
 	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
@@ -388,6 +389,19 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stagehost serve: %v\n", early)
 		return exitStartup
 	}
+	finishLattice := func() {}
+	if m.Lattice != nil && !ended {
+		member, finish, err := joinLattice(ctx, m, d, srv, *hostID, *grace, logger)
+		if err != nil {
+			stop()
+			<-served
+			d.Close(context.Background())
+			fmt.Fprintf(stderr, "stagehost serve: %v\n", err)
+			return exitStartup
+		}
+		finishLattice = finish
+		fmt.Fprintf(stdout, "joined lattice %s as host %s\n", m.Lattice.Name, member.Host().ID())
+	}
 	for _, name := range d.FailedSessions() {
 		fmt.Fprintf(stderr, "stagehost serve: session %s could not be created (it answers 503): %s\n", name, firstLine(d.Session(name).Failed()))
 	}
@@ -404,6 +418,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if !ended {
 		err = <-served
 	}
+	finishLattice() // the host has left; the connection closes
 	cerr := d.Close(context.Background())
 	if err != nil {
 		fmt.Fprintf(stderr, "stagehost serve: %v\n", err)

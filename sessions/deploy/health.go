@@ -31,6 +31,11 @@ func (s *Server) Readiness() Readiness {
 			reasons = append(reasons, fmt.Sprintf("device %s is lost: %s", name, PublicMessage(err)))
 		}
 	}
+	if l := s.latticeOf(); l != nil {
+		if err := l.Ready(); err != nil {
+			reasons = append(reasons, "lattice: "+err.Error())
+		}
+	}
 	for _, st := range s.d.Statuses() {
 		instances, bad := max(len(st.Instances), 1), st.InstancesOut
 		if st.State == "failed" {

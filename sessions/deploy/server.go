@@ -86,6 +86,9 @@ func ConfigFromService(s manifest.Service) Config {
 //	GET  /v1/sessions/{name}/ready    invoke  200 when the session can run, else 503 and why
 //	POST /v1/residents/{name}/start   admin   202 with the run's id and state
 //	GET  /v1/residents/{name}         admin   the resident's runs
+//	GET  /v1/lattice/hosts            admin   the lattice's live hosts (lattice_http.go; 404 outside a lattice)
+//	GET  /v1/lattice/quarantine       admin   the lattice's shared quarantine
+//	DELETE /v1/lattice/quarantine/{sha256} admin  clears one module
 //	GET  /metrics                     admin   Prometheus metrics
 //	GET  /debug/trace                 admin   the trace as Chrome trace-event JSON
 //	GET  /                            admin   the status page (HTML; statuspage.go); POST / signs a browser in
@@ -114,8 +117,9 @@ type Server struct {
 	inFlight chan struct{}
 	handler  http.Handler
 
-	attached           atomic.Bool  // Attach has run: d, mux, registry and latency are set
-	state              atomic.Int32 // stateServing, then stateDraining
+	attached           atomic.Bool                // Attach has run: d, mux, registry and latency are set
+	lattice            atomic.Pointer[latticeBox] // SetLattice: run calls route through the lattice
+	state              atomic.Int32               // stateServing, then stateDraining
 	accepted, answered atomic.Uint64
 }
 
@@ -171,7 +175,8 @@ func (s *Server) Attach(d *Deployment) {
 	s.route("GET /v1/sessions/{name}/ready", ScopeInvoke, s.sessionReady)
 	s.route("POST /v1/residents/{name}/start", ScopeAdmin, s.startResident)
 	s.route("GET /v1/residents/{name}", ScopeAdmin, s.getResident)
-	s.adminRoutes() // model control: admin_http.go
+	s.adminRoutes()   // model control: admin_http.go
+	s.latticeRoutes() // the lattice: lattice_http.go
 	s.route("GET /metrics", ScopeAdmin, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP)
 	s.route("GET /debug/trace", ScopeAdmin, s.trace)
 	s.route("GET /{$}", ScopeAdmin, s.statusPage)
@@ -438,6 +443,10 @@ func (p *probeWriter) WriteHeader(code int) { p.status = code }
 const DeadlineHeader = "Stagehost-Deadline"
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	if l := s.latticeOf(); l != nil {
+		s.runLattice(w, r, l) // lattice_http.go
+		return
+	}
 	name := r.PathValue("name")
 	sess := s.d.Session(name)
 	if sess == nil {

@@ -1,8 +1,11 @@
 package lattice
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -16,17 +19,64 @@ import (
 // It is for tests, benchmarks and a single-machine lattice: a lattice of
 // several machines runs its own nats-server (cluster).
 func EmbeddedServer(storeDir string) (*server.Server, error) {
-	if storeDir == "" {
+	return StartEmbedded(EmbeddedConfig{StoreDir: storeDir})
+}
+
+// EmbeddedConfig configures [StartEmbedded].
+type EmbeddedConfig struct {
+	// Listen is the host:port to listen on; "" for 127.0.0.1 on a random
+	// port.
+	Listen string
+	// StoreDir is JetStream's store directory (required).
+	StoreDir string
+	// Token, when set, is the auth token every client must present.
+	Token string
+	// NkeyPublic, when set, is the public nkey every client must sign
+	// with (the public key of the members' seed).
+	NkeyPublic string
+	// TLS, when set, makes the server speak TLS only.
+	TLS *tls.Config
+}
+
+// StartEmbedded starts a nats-server inside the process, JetStream on,
+// with cfg's listen address, store and client credentials.
+func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+	if cfg.StoreDir == "" {
 		return nil, errors.New("lattice: EmbeddedServer needs a store directory")
 	}
+	if cfg.Token != "" && cfg.NkeyPublic != "" {
+		return nil, errors.New("lattice: an embedded server takes a token or an nkey, not both")
+	}
 	opts := &server.Options{
-		ServerName: "stagehost-embedded",
-		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
-		JetStream:  true,
-		StoreDir:   storeDir,
-		NoLog:      true,
-		NoSigs:     true,
+		ServerName:    "stagehost-embedded",
+		Host:          "127.0.0.1",
+		Port:          server.RANDOM_PORT,
+		JetStream:     true,
+		StoreDir:      cfg.StoreDir,
+		NoLog:         true,
+		NoSigs:        true,
+		Authorization: cfg.Token,
+	}
+	if cfg.Listen != "" {
+		host, port, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("lattice: embedded server listen address %q: %w", cfg.Listen, err)
+		}
+		if opts.Port, err = strconv.Atoi(port); err != nil {
+			return nil, fmt.Errorf("lattice: embedded server listen address %q: bad port", cfg.Listen)
+		}
+		if opts.Port == 0 {
+			opts.Port = server.RANDOM_PORT
+		}
+		opts.Host = host
+	}
+	if cfg.NkeyPublic != "" {
+		opts.Nkeys = []*server.NkeyUser{{Nkey: cfg.NkeyPublic}}
+	}
+	if cfg.TLS != nil {
+		opts.TLSConfig = cfg.TLS
+		opts.TLS = true
+		opts.TLSTimeout = 2
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -35,7 +85,7 @@ func EmbeddedServer(storeDir string) (*server.Server, error) {
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		return nil, errors.New("lattice: embedded nats-server did not become ready within 10s")
+		return nil, fmt.Errorf("lattice: embedded nats-server on %s did not become ready within 10s (is the port taken?)", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
 	}
 	return srv, nil
 }

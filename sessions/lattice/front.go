@@ -69,6 +69,7 @@ type Front struct {
 
 	mu      sync.Mutex
 	hosts   map[string]*liveHost
+	known   map[string]bool // every session a heartbeat named since the front started
 	pending map[string]*call
 	next    uint64
 	changed notifier
@@ -117,7 +118,7 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	if err != nil {
 		return nil, err
 	}
-	f := &Front{cfg: cfg, nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{},
+	f := &Front{cfg: cfg, nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{}, known: map[string]bool{},
 		pending: map[string]*call{}, stop: make(chan struct{})}
 	if f.q, err = OpenQuarantine(ctx, js, cfg.Lattice); err != nil {
 		return nil, err
@@ -162,6 +163,9 @@ func (f *Front) watch(loaded chan struct{}) {
 			}
 			f.mu.Lock()
 			f.hosts[id] = &liveHost{rec: rec, seen: time.Now()}
+			for _, sc := range rec.Sessions {
+				f.known[sc.Name] = true
+			}
 			f.mu.Unlock()
 		} else {
 			f.mu.Lock()
@@ -250,6 +254,14 @@ func (f *Front) Serving(session string) []string {
 		}
 	}
 	return ids
+}
+
+// Known reports whether a heartbeat named the session since the front
+// started (a live host has it, or had it).
+func (f *Front) Known(session string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.known[session]
 }
 
 // Stats counts the front's calls.
@@ -358,6 +370,9 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) ([]byt
 	}()
 	msg := &nats.Msg{Subject: SessionSubject(f.cfg.Lattice, session), Reply: f.inbox + "." + token, Data: input,
 		Header: nats.Header{DeadlineHeader: {remaining.String()}, TraceparentHeader: {tp}, AckHeader: {"1"}}}
+	if rid := deploy.RequestID(ctx); rid != "" {
+		msg.Header.Set(RequestIDHeader, rid)
+	}
 	if err := f.nc.PublishMsg(msg); err != nil {
 		return nil, unavailable("", "session %q: sending the call: %v", session, err)
 	}

@@ -33,9 +33,12 @@ type HostConfig struct {
 	// FenceFailures is how many instances of a module's sessions on this
 	// host may be quarantined (their fence failed: the device could not be
 	// proven idle) before the host puts the module in the lattice's shared
-	// quarantine. Default 3. A module whose call made a device lost is
-	// quarantined at once.
+	// quarantine. Default 3; negative: never. A module whose call made a
+	// device lost is quarantined at once, unless NoDeviceLostQuarantine.
 	FenceFailures int
+	// NoDeviceLostQuarantine: a call that made a device lost does not put
+	// its module in the shared quarantine.
+	NoDeviceLostQuarantine bool
 	// ClaimTTL is the placement bucket's TTL (how long an unrenewed claim
 	// lasts). Default 10s; one value for the whole lattice.
 	ClaimTTL time.Duration
@@ -53,7 +56,7 @@ func (c *HostConfig) defaults() {
 	if c.TTL <= 0 {
 		c.TTL = DefaultTTL
 	}
-	if c.FenceFailures <= 0 {
+	if c.FenceFailures == 0 {
 		c.FenceFailures = 3
 	}
 	if c.ClaimTTL <= 0 {
@@ -402,7 +405,7 @@ func (h *Host) run(ctx context.Context, hs *hostSession, turn *deploy.Turn, inpu
 	out, err := turn.Run(ctx, input)
 	turn.Release()
 	if err != nil {
-		if !lostBefore && hw.ClassOf(err) == hw.ErrDeviceLost {
+		if !lostBefore && !h.cfg.NoDeviceLostQuarantine && hw.ClassOf(err) == hw.ErrDeviceLost {
 			if derr := h.d.DeviceErr(dev); derr != nil {
 				h.poison(hs, fmt.Sprintf("a call to session %s made device %s on host %s lost: %s", hs.name, dev, h.cfg.ID, deploy.PublicMessage(derr)))
 			}
@@ -415,6 +418,9 @@ func (h *Host) run(ctx context.Context, hs *hostSession, turn *deploy.Turn, inpu
 // checkFences puts hs's stage module in the shared quarantine once
 // FenceFailures instances of its sessions on this host are quarantined.
 func (h *Host) checkFences(hs *hostSession) {
+	if h.cfg.FenceFailures < 0 {
+		return
+	}
 	n, first := 0, ""
 	for _, other := range h.sessions {
 		if other.stage != hs.stage || other.sess.Failed() != nil {
@@ -479,7 +485,8 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	if hdr.Get(AckHeader) != "" {
 		_ = req.Respond(nil, micro.WithHeaders(micro.Headers{HostHeader: {h.cfg.ID}, AckHeader: {"1"}}))
 	}
-	ctx := context.Background()
+	rid := hdr.Get(RequestIDHeader)
+	ctx := deploy.WithRequestID(context.Background(), rid)
 	var err error
 	var out []byte
 	if v := hdr.Get(DeadlineHeader); v != "" {
@@ -497,13 +504,13 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	}
 	class := Class(err)
 	if err == nil {
-		h.cfg.Logger.Debug("lattice call", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "class", class, "took", time.Since(start))
+		h.cfg.Logger.Debug("lattice call", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "request_id", rid, "class", class, "took", time.Since(start))
 		_ = req.Respond(out, micro.WithHeaders(hostHdr))
 		return
 	}
 	// The full error (a guest stack trace included) goes to the log; the
 	// caller gets the public message.
-	h.cfg.Logger.Info("lattice call failed", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "class", class, "took", time.Since(start), "err", err)
+	h.cfg.Logger.Info("lattice call failed", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "request_id", rid, "class", class, "took", time.Since(start), "err", err)
 	body := Error{Class: class, Message: deploy.PublicMessage(err), Host: h.cfg.ID}
 	if le := (*Error)(nil); errors.As(err, &le) {
 		body.Code = le.Code
@@ -518,9 +525,10 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	_ = req.Error(strconv.Itoa(deploy.ClassStatus(class)), body.Message, b, micro.WithHeaders(hostHdr))
 }
 
-// Close leaves the lattice: the host takes no new call, answers those in
-// flight (or ctx ends), and deletes its heartbeat. It works, and returns
-// nil, after nc was closed too.
+// Close leaves the lattice: the host takes no new call (its endpoints
+// stop) and deletes its heartbeat, so that fronts stop counting it at
+// once, then answers the calls in flight (or ctx ends). It works, and
+// returns nil, after nc was closed too.
 func (h *Host) Close(ctx context.Context) error {
 	h.mu.Lock()
 	if h.closing {
@@ -532,18 +540,22 @@ func (h *Host) Close(ctx context.Context) error {
 	_ = h.svc.Stop()
 	close(h.stop)
 	<-h.beatDone
+	var err error
+	if !h.nc.IsClosed() {
+		// Past the TTL the heartbeat has expired anyway (a disconnected
+		// host waits no longer than that).
+		dctx, cancel := context.WithTimeout(ctx, h.cfg.TTL)
+		if derr := h.hosts.Delete(dctx, h.cfg.ID); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
+			err = derr
+		}
+		cancel()
+	}
 	done := make(chan struct{})
 	go func() { h.calls.Wait(); close(done) }()
-	var err error
 	select {
 	case <-done:
 	case <-ctx.Done():
-		err = fmt.Errorf("lattice: host %s: calls still in flight: %w", h.cfg.ID, ctx.Err())
-	}
-	if !h.nc.IsClosed() {
-		if derr := h.hosts.Delete(ctx, h.cfg.ID); derr != nil && err == nil && !errors.Is(derr, nats.ErrConnectionClosed) {
-			err = derr
-		}
+		err = errors.Join(err, fmt.Errorf("lattice: host %s: calls still in flight: %w", h.cfg.ID, ctx.Err()))
 	}
 	return errors.Join(err, h.q.Close())
 }

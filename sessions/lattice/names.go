@@ -27,6 +27,10 @@ const (
 	// flight, so a call on a host that dies is answered "host <id> went
 	// away" when the host's heartbeat expires, not at its deadline.
 	AckHeader = "Stagehost-Ack"
+	// RequestIDHeader carries the HTTP request id of the call (the
+	// service's X-Request-Id): the host logs it with the call and its
+	// stage's logs carry it.
+	RequestIDHeader = "X-Request-Id"
 	// HostHeader names the host that answered (or acked).
 	HostHeader = "Stagehost-Host"
 	// ClassHeader is the error class of an error answer (deploy's class

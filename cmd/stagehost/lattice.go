@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/stagehost/stagehost/sessions/deploy"
+	"github.com/stagehost/stagehost/sessions/lattice"
+	"github.com/stagehost/stagehost/sessions/manifest"
+)
+
+// joinLattice joins d to the lattice of m's [lattice] table (serve,
+// docs/lattice.md) and routes srv's run calls through it. When ctx ends
+// (SIGTERM), the host leaves at once: its endpoints stop and its
+// heartbeat is deleted, then the calls it took through the lattice
+// finish (up to grace). finish, called once the HTTP service has
+// answered its own calls, waits for that and then closes the connection
+// (and the embedded server).
+func joinLattice(ctx context.Context, m *manifest.Manifest, d *deploy.Deployment, srv *deploy.Server, hostID string, grace time.Duration, logger *slog.Logger) (*lattice.Member, func(), error) {
+	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: *m.Lattice, HostID: hostID, Readiness: srv.Readiness, Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	srv.SetLattice(member)
+	left := make(chan struct{})
+	stopLeaving := make(chan struct{})
+	go func() {
+		defer close(left)
+		select {
+		case <-ctx.Done():
+		case <-stopLeaving:
+		}
+		lctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		if err := member.Leave(lctx); err != nil {
+			logger.Warn("lattice: leaving", "err", err)
+		}
+	}()
+	finish := func() {
+		close(stopLeaving)
+		<-left
+		member.Close()
+	}
+	return member, finish, nil
+}
