@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -35,6 +36,8 @@ func TestMain(m *testing.M) {
 //	sigkill      report ready, then SIGKILL itself
 //	ignore-term  ignore SIGTERM, report ready, sleep
 //	never-ready  report nothing; on SIGTERM exit 0 without reporting
+//	descendant   exit 0 at once; a child reports exiting 200 ms later and
+//	             holds the pipe 3 s
 //	garbage      write a line that is not JSON and an unknown event, then as ready
 func workerMain(mode string) {
 	rep := WorkerReporter()
@@ -78,6 +81,13 @@ func workerMain(mode string) {
 	case "never-ready":
 		signal.Notify(terms, syscall.SIGTERM)
 		<-terms
+		os.Exit(0)
+	case "descendant":
+		// A child that inherits the report pipe reports after this process
+		// exited, then holds the pipe open past ReportDrainTimeout.
+		cmd := exec.Command("/bin/sh", "-c", `sleep 0.2; echo '{"event":"exiting","reason":"from a descendant"}' >&3; exec sleep 3`)
+		cmd.ExtraFiles = []*os.File{os.NewFile(3, "report")}
+		must(cmd.Start())
 		os.Exit(0)
 	case "garbage":
 		signal.Notify(terms, syscall.SIGTERM)
@@ -403,6 +413,28 @@ func TestReadyTimeoutRestarts(t *testing.T) {
 	e := st.LastExit
 	if e == nil || e.Cause != "not ready within 200ms" || !e.Synthetic || e.Code != 0 || e.Uptime < 200*time.Millisecond {
 		t.Errorf("exit %+v; want code 0, synthetic, caused by the ready timeout after 200ms", e)
+	}
+}
+
+// Reports still in the pipe when the worker was reaped are read, until
+// the pipe ends or ReportDrainTimeout; then the supervisor closes its end
+// (a descendant held it), and no goroutine is left reading.
+func TestReportsDrainedAfterExit(t *testing.T) {
+	h := start(t, NewConfig().WithBackoff(time.Minute, time.Minute, 2).WithWorkers(testWorker(t, "w", "descendant")))
+	st := h.rec.waitFor(t, "w", waitLong, "an exit", func(st WorkerStatus) bool { return st.LastExit != nil })
+	if e := st.LastExit; e.Synthetic || e.Reason != "from a descendant" || e.Code != 0 {
+		t.Errorf("exit %+v; want the report read after the exit", *e)
+	}
+	// Nothing reads the pipe any more, although the descendant still
+	// holds it: Stop has no process and no reader to wait for.
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if err := h.s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(t0); took > 2*time.Second {
+		t.Errorf("Stop took %s: something still waited on the pipe", took)
 	}
 }
 
