@@ -1,7 +1,10 @@
+//go:build unix
+
 package supervise
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -444,6 +447,30 @@ func TestBadReportsIgnored(t *testing.T) {
 	h.rec.waitFor(t, "w", waitLong, "ready", isReady)
 }
 
+// Changes wakes a reader after changes, and a status is JSON the front
+// can publish.
+func TestChangesAndJSON(t *testing.T) {
+	h := start(t, NewConfig().WithWorkers(testWorker(t, "cuda0", "ready")))
+	h.rec.waitFor(t, "cuda0", waitLong, "ready", isReady)
+	select {
+	case <-h.s.Changes():
+	case <-time.After(waitLong):
+		t.Fatal("no wake-up on Changes after the worker started and became ready")
+	}
+	b, err := json.Marshal(h.s.Status())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"name":"cuda0"`, `"state":"ready"`, `"restarts":0`, `"pid":`, `"started":`, `"ready_at":`, `"device_losses":0`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("status JSON %s lacks %s", b, want)
+		}
+	}
+	if strings.Contains(string(b), "last_exit") || strings.Contains(string(b), "next_start") {
+		t.Errorf("status JSON %s shows an exit or a next start it does not have", b)
+	}
+}
+
 // Stop sends SIGTERM, and SIGKILL after the stop timeout to a worker that
 // ignores SIGTERM; a worker that heeds it exits cleanly.
 func TestStopEscalatesToSIGKILL(t *testing.T) {
@@ -501,6 +528,39 @@ func TestStopDuringBackoff(t *testing.T) {
 	}
 	if st := h.status("w"); st.State != StateStopped || st.Restarts != 0 || st.LastExit == nil || st.LastExit.Code != 3 {
 		t.Errorf("after Stop: %s", describe([]WorkerStatus{st}))
+	}
+}
+
+// A restart whose process cannot start is recorded, counted and backed off
+// like an exit.
+func TestRestartThatCannotStart(t *testing.T) {
+	w := testWorker(t, "w", "exit3")
+	exe, err := os.ReadFile(w.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Path = filepath.Join(t.TempDir(), "worker")
+	if err := os.WriteFile(w.Path, exe, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The executable goes away while the worker backs off (1 s, a margin,
+	// not a synchronisation: the removal follows the change at once).
+	h := start(t, NewConfig().WithBackoff(time.Second, time.Minute, 2).WithWorkers(w))
+	h.rec.waitFor(t, "w", waitLong, "backing off", func(st WorkerStatus) bool { return st.State == StateBackingOff })
+	if err := os.Remove(w.Path); err != nil {
+		t.Fatal(err)
+	}
+	st := h.rec.waitFor(t, "w", waitLong, "a failed restart", func(st WorkerStatus) bool {
+		return st.LastExit != nil && st.LastExit.StartFailed
+	})
+	if st.Restarts != 1 || st.PID != 0 || !strings.Contains(st.LastExit.Reason, "could not start") {
+		t.Errorf("after the failed restart: %s", describe([]WorkerStatus{st}))
+	}
+	st = h.rec.waitFor(t, "w", waitLong, "backing off again", func(st WorkerStatus) bool {
+		return st.State == StateBackingOff && st.LastExit.StartFailed
+	})
+	if st.Backoff != 2*time.Second {
+		t.Errorf("backoff after the failed restart %s; want 2s", st.Backoff)
 	}
 }
 

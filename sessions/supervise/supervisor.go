@@ -370,9 +370,15 @@ func (s *Supervisor) run(w *worker, p *proc) {
 		if exit.Uptime >= s.cfg.stable {
 			delay = s.cfg.initial
 		}
+		failed := false // the last restart could not start a process
 		for {
+			bump := failed
+			failed = false
 			if s.isStopping() {
 				s.update(w, func(st *WorkerStatus) {
+					if bump {
+						st.Restarts++
+					}
 					st.PID, st.State, st.Reason, st.Started, st.ReadyAt = 0, StateStopped, "the supervisor stopped", time.Time{}, time.Time{}
 					st.Backoff, st.NextStart, st.LastExit = 0, time.Time{}, &exit
 				})
@@ -382,6 +388,9 @@ func (s *Supervisor) run(w *worker, p *proc) {
 			delay = min(time.Duration(float64(delay)*s.cfg.multiplier), s.cfg.max)
 			next := time.Now().Add(wait)
 			s.update(w, func(st *WorkerStatus) {
+				if bump {
+					st.Restarts++
+				}
 				st.PID, st.State, st.Started, st.ReadyAt = 0, StateBackingOff, time.Time{}, time.Time{}
 				st.Reason = exit.Reason
 				if exit.Cause != "" {
@@ -406,8 +415,9 @@ func (s *Supervisor) run(w *worker, p *proc) {
 				break
 			}
 			s.log.Error("worker could not be started", "worker", name, "err", err)
+			// Recorded with the next backoff (or the stop), in one change.
 			exit = Exit{Code: -1, Reason: "could not start: " + err.Error(), StartFailed: true, Synthetic: true, Time: time.Now()}
-			s.update(w, func(st *WorkerStatus) { st.Restarts++; st.LastExit = &exit })
+			failed = true
 		}
 	}
 }
