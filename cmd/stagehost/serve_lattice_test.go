@@ -221,5 +221,11 @@ fence_failures = 1
 	if !regexp.MustCompile(`lattice call.*traceparent=` + tp + `.*request_id=lattice-e2e-1`).MatchString(logs) {
 		t.Errorf("the first's log has no lattice call with the traceparent and request id:\n%s", grepLines(logs, "lattice"))
 	}
+	// SIGTERM with the lattice's server gone: leaving waits on nothing
+	// that cannot be sent.
+	t0 := time.Now()
 	second.stop()
+	if took := time.Since(t0); took > 3*time.Second {
+		t.Errorf("the disconnected second took %v to stop", took)
+	}
 }

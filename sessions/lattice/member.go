@@ -284,17 +284,28 @@ func (m *Member) Stats() map[string]uint64 {
 // Leave stops the host: its endpoints stop and its heartbeat is deleted
 // at once, then the calls it took through the lattice finish (or ctx
 // ends). The front keeps routing this process's HTTP calls until Close.
+// Disconnected, there is nothing to tell the lattice and no way to answer
+// its calls: the connection closes first, so that leaving does not wait
+// on requests that cannot be sent.
 func (m *Member) Leave(ctx context.Context) error {
 	if m.host == nil {
 		return nil
 	}
+	m.closeIfDisconnected()
 	return m.host.Close(ctx)
+}
+
+func (m *Member) closeIfDisconnected() {
+	if m.nc != nil && m.nc.Status() != nats.CONNECTED {
+		m.nc.Close()
+	}
 }
 
 // Close stops the front, closes the connection (flushing what it has to
 // send) and shuts the embedded server down. Call it after Leave and once
 // the HTTP calls in flight are answered.
 func (m *Member) Close() {
+	m.closeIfDisconnected()
 	if m.host != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = m.host.Close(ctx) // a no-op after Leave
@@ -303,7 +314,7 @@ func (m *Member) Close() {
 	if m.front != nil {
 		m.front.Close()
 	}
-	if m.nc != nil {
+	if m.nc != nil && !m.nc.IsClosed() {
 		_ = m.nc.FlushTimeout(time.Second)
 		m.nc.Close()
 	}
