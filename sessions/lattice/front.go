@@ -168,8 +168,11 @@ func (f *Front) watch(loaded chan struct{}) {
 			}
 			f.mu.Unlock()
 		} else {
+			// A delete is a host leaving (Host.Close): its calls in flight
+			// still get their answers. A purge or limit marker is an
+			// expired heartbeat: the host is gone, and its calls with it.
 			f.mu.Lock()
-			f.dropHost(id)
+			f.dropHost(id, e.Operation() != jetstream.KeyValueDelete)
 			f.mu.Unlock()
 		}
 		f.changed.notify()
@@ -191,7 +194,7 @@ func (f *Front) expire() {
 			n := 0
 			for id, lh := range f.hosts {
 				if now.Sub(lh.seen) > f.cfg.TTL {
-					f.dropHost(id)
+					f.dropHost(id, true)
 					n++
 				}
 			}
@@ -203,12 +206,16 @@ func (f *Front) expire() {
 	}
 }
 
-// dropHost forgets a host and fails its calls in flight. Called under f.mu.
-func (f *Front) dropHost(id string) {
+// dropHost forgets a host and, when it is gone (not leaving), fails its
+// calls in flight. Called under f.mu.
+func (f *Front) dropHost(id string, gone bool) {
 	if _, ok := f.hosts[id]; !ok {
 		return
 	}
 	delete(f.hosts, id)
+	if !gone {
+		return
+	}
 	for _, c := range f.pending {
 		if c.host == id && !c.closed {
 			close(c.gone)

@@ -81,3 +81,50 @@ func TestMemberEmbeddedToken(t *testing.T) {
 		t.Fatalf("after m2 left: %v", err)
 	}
 }
+
+// TestHostCloseOrder: Close stops the host's endpoints and deletes its
+// heartbeat first (a front forgets it at once, long before the TTL),
+// then lets the call it took finish: the caller gets its answer.
+func TestHostCloseOrder(t *testing.T) {
+	url := startServer(t)
+	const ttl = 10 * time.Second // far longer than the test: only the delete can drop the host
+	m := join(t, url, "order", "slow", manifestOpts{instances: 1, latency: 400 * time.Millisecond}, lattice.HostConfig{TTL: ttl})
+	f := newFront(t, url, "order", lattice.FrontConfig{TTL: ttl})
+	ctx := context.Background()
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := f.Call(ctx, "steady", nil)
+		done <- result{out, err}
+	}()
+	// The call is in flight on the host once its in_flight shows.
+	deadline := time.Now().Add(5 * time.Second)
+	for m.h.Record().Sessions[0].InFlight == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the call never reached the host")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- m.h.Close(ctx) }()
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := f.WaitFor(wctx, func() bool { return !listed(f, "slow") }); err != nil {
+		t.Fatalf("the host's heartbeat outlived Close's start: %v", err)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("the call ended before the heartbeat went: %q %v", r.out, r.err)
+	default:
+	}
+	r := <-done
+	if r.err != nil || string(r.out) != "ok" {
+		t.Fatalf("the call in flight: %q, %v", r.out, r.err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
