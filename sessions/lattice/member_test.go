@@ -88,7 +88,7 @@ func TestMemberEmbeddedToken(t *testing.T) {
 func TestHostCloseOrder(t *testing.T) {
 	url := startServer(t)
 	const ttl = 10 * time.Second // far longer than the test: only the delete can drop the host
-	m := join(t, url, "order", "slow", manifestOpts{instances: 1, latency: 400 * time.Millisecond}, lattice.HostConfig{TTL: ttl})
+	m := join(t, url, "order", "slow", manifestOpts{instances: 1, latency: time.Second}, lattice.HostConfig{TTL: ttl})
 	f := newFront(t, url, "order", lattice.FrontConfig{TTL: ttl})
 	ctx := context.Background()
 	type result struct {
@@ -110,10 +110,11 @@ func TestHostCloseOrder(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- m.h.Close(ctx) }()
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	// Well before the call's second on the device is over.
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if err := f.WaitFor(wctx, func() bool { return !listed(f, "slow") }); err != nil {
-		t.Fatalf("the host's heartbeat outlived Close's start: %v", err)
+		t.Fatalf("the host's heartbeat outlived Close's start by 300ms: %v", err)
 	}
 	select {
 	case r := <-done:
