@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/lattice"
@@ -127,5 +128,41 @@ func TestHostCloseOrder(t *testing.T) {
 	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMemberEmbeddedNkey: with nkey_seed_file the embedded server admits
+// that key only.
+func TestMemberEmbeddedNkey(t *testing.T) {
+	dir := t.TempDir()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(dir, "user.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lt := manifest.Lattice{Name: "nk", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
+		NkeySeedFile: seedFile, HeartbeatTTL: time.Second, FenceFailures: 3}
+	d := openDeployment(t, manifestOpts{instances: 1})
+	m, err := lattice.Join(context.Background(), d.Deployment, lattice.MemberConfig{Lattice: lt, HostID: "one", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if nc, err := nats.Connect(m.ClientURL(), nats.Token("a-lattice-token-of-some-length")); err == nil {
+		nc.Close()
+		t.Fatal("the embedded server took a client without the nkey")
+	}
+	other, _ := nkeys.CreateUser()
+	pub, _ := other.PublicKey()
+	if nc, err := nats.Connect(m.ClientURL(), nats.Nkey(pub, other.Sign)); err == nil {
+		nc.Close()
+		t.Fatal("the embedded server took another nkey")
+	}
+	if out, err := m.Call(context.Background(), "steady", nil, ""); err != nil || string(out) != "ok" {
+		t.Fatalf("call: %q, %v", out, err)
 	}
 }
