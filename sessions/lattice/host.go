@@ -381,20 +381,12 @@ func (h *Host) tryCall(ctx context.Context, session string, input []byte) (out [
 	if _, refused := h.refused(hs); refused {
 		return nil, nil, false
 	}
-	if hs.inflight.Add(1) > hs.live.Load() { // cheap pre-check: every instance is taken through this host
-		hs.inflight.Add(-1)
+	turn := hs.sess.TryAcquire() // a free instance now, or nil; counts nothing
+	if turn == nil {
 		return nil, nil, false
 	}
+	hs.inflight.Add(1)
 	defer hs.inflight.Add(-1)
-	// deploy has no try-acquire: an expired context takes a free instance
-	// if there is one and otherwise returns at once (counted by the
-	// session as a deadline_exceeded outcome, rare after the pre-check).
-	expired, cancel := context.WithDeadline(context.WithoutCancel(ctx), time.Unix(0, 0))
-	turn, aerr := hs.sess.Acquire(expired)
-	cancel()
-	if aerr != nil {
-		return nil, nil, false
-	}
 	out, err = h.run(ctx, hs, turn, input)
 	return out, err, true
 }
