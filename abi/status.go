@@ -3,7 +3,7 @@ package abi
 import (
 	"errors"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Status is a host function's result code. This file is the only place
@@ -34,11 +34,11 @@ const (
 // ABI-specific errors. Each belongs to a host error class, so callers that
 // only care about classes can still use errors.Is with hw classes.
 var (
-	ErrBadHandle      = hw.Errorf(hw.ErrInvalidArgument, "bad handle")
-	ErrStaleHandle    = hw.Errorf(hw.ErrInvalidArgument, "stale handle")
-	ErrForeignHandle  = hw.Errorf(hw.ErrInvalidArgument, "handle of another session")
-	ErrOutOfBounds    = hw.Errorf(hw.ErrInvalidArgument, "pointer or length outside guest memory")
-	ErrOutputTooLarge = hw.Errorf(hw.ErrOutOfBudget, "output larger than its limit")
+	ErrBadHandle      = errdefs.Errorf(errdefs.ErrInvalidArgument, "bad handle")
+	ErrStaleHandle    = errdefs.Errorf(errdefs.ErrInvalidArgument, "stale handle")
+	ErrForeignHandle  = errdefs.Errorf(errdefs.ErrInvalidArgument, "handle of another session")
+	ErrOutOfBounds    = errdefs.Errorf(errdefs.ErrInvalidArgument, "pointer or length outside guest memory")
+	ErrOutputTooLarge = errdefs.Errorf(errdefs.ErrOutOfBudget, "output larger than its limit")
 )
 
 type statusInfo struct {
@@ -49,21 +49,21 @@ type statusInfo struct {
 
 var statuses = [numStatus]statusInfo{
 	StatusOK:               {"OK", nil, nil},
-	StatusBusy:             {"BUSY", hw.ErrBusy, hw.ErrBusy},
-	StatusDeviceLost:       {"DEVICE_LOST", hw.ErrDeviceLost, hw.ErrDeviceLost},
-	StatusUnsupported:      {"UNSUPPORTED", hw.ErrUnsupported, hw.ErrUnsupported},
-	StatusInvalidArgument:  {"INVALID_ARGUMENT", hw.ErrInvalidArgument, hw.ErrInvalidArgument},
-	StatusNotFound:         {"NOT_FOUND", hw.ErrNotFound, hw.ErrNotFound},
-	StatusOutOfBudget:      {"OUT_OF_BUDGET", hw.ErrOutOfBudget, hw.ErrOutOfBudget},
-	StatusDeadlineExceeded: {"DEADLINE_EXCEEDED", hw.ErrDeadlineExceeded, hw.ErrDeadlineExceeded},
-	StatusRejected:         {"REJECTED", hw.ErrRejected, hw.ErrRejected},
-	StatusFault:            {"FAULT", hw.ErrFault, hw.ErrFault},
-	StatusClosed:           {"CLOSED", hw.ErrClosed, hw.ErrClosed},
-	StatusBadHandle:        {"BAD_HANDLE", ErrBadHandle, hw.ErrInvalidArgument},
-	StatusStaleHandle:      {"STALE_HANDLE", ErrStaleHandle, hw.ErrInvalidArgument},
-	StatusForeignHandle:    {"FOREIGN_HANDLE", ErrForeignHandle, hw.ErrInvalidArgument},
-	StatusOutOfBounds:      {"OUT_OF_BOUNDS", ErrOutOfBounds, hw.ErrInvalidArgument},
-	StatusOutputTooLarge:   {"OUTPUT_TOO_LARGE", ErrOutputTooLarge, hw.ErrOutOfBudget},
+	StatusBusy:             {"BUSY", errdefs.ErrBusy, errdefs.ErrBusy},
+	StatusDeviceLost:       {"DEVICE_LOST", errdefs.ErrDeviceLost, errdefs.ErrDeviceLost},
+	StatusUnsupported:      {"UNSUPPORTED", errdefs.ErrUnsupported, errdefs.ErrUnsupported},
+	StatusInvalidArgument:  {"INVALID_ARGUMENT", errdefs.ErrInvalidArgument, errdefs.ErrInvalidArgument},
+	StatusNotFound:         {"NOT_FOUND", errdefs.ErrNotFound, errdefs.ErrNotFound},
+	StatusOutOfBudget:      {"OUT_OF_BUDGET", errdefs.ErrOutOfBudget, errdefs.ErrOutOfBudget},
+	StatusDeadlineExceeded: {"DEADLINE_EXCEEDED", errdefs.ErrDeadlineExceeded, errdefs.ErrDeadlineExceeded},
+	StatusRejected:         {"REJECTED", errdefs.ErrRejected, errdefs.ErrRejected},
+	StatusFault:            {"FAULT", errdefs.ErrFault, errdefs.ErrFault},
+	StatusClosed:           {"CLOSED", errdefs.ErrClosed, errdefs.ErrClosed},
+	StatusBadHandle:        {"BAD_HANDLE", ErrBadHandle, errdefs.ErrInvalidArgument},
+	StatusStaleHandle:      {"STALE_HANDLE", ErrStaleHandle, errdefs.ErrInvalidArgument},
+	StatusForeignHandle:    {"FOREIGN_HANDLE", ErrForeignHandle, errdefs.ErrInvalidArgument},
+	StatusOutOfBounds:      {"OUT_OF_BOUNDS", ErrOutOfBounds, errdefs.ErrInvalidArgument},
+	StatusOutputTooLarge:   {"OUTPUT_TOO_LARGE", ErrOutputTooLarge, errdefs.ErrOutOfBudget},
 }
 
 func (s Status) String() string {
@@ -86,7 +86,7 @@ func StatusOf(err error) Status {
 			return s
 		}
 	}
-	class := hw.ClassOf(err)
+	class := errdefs.ClassOf(err)
 	for s := StatusBusy; s < StatusBadHandle; s++ {
 		if statuses[s].class == class {
 			return s
@@ -104,7 +104,7 @@ func (s Status) Err() error {
 	if s > 0 && s < numStatus {
 		return statuses[s].err
 	}
-	return hw.Errorf(hw.ErrFault, "unknown status %d", int32(s))
+	return errdefs.Errorf(errdefs.ErrFault, "unknown status %d", int32(s))
 }
 
 // Class returns the host error class of a status (nil for OK).
@@ -112,5 +112,5 @@ func (s Status) Class() error {
 	if s >= 0 && s < numStatus {
 		return statuses[s].class
 	}
-	return hw.ErrFault
+	return errdefs.ErrFault
 }

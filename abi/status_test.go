@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 func TestEveryStatusRoundTripsThroughItsError(t *testing.T) {
@@ -25,8 +25,8 @@ func TestEveryStatusRoundTripsThroughItsError(t *testing.T) {
 }
 
 func TestEveryHostClassHasAStatus(t *testing.T) {
-	for _, c := range hw.Classes {
-		s := StatusOf(hw.Errorf(c, "x"))
+	for _, c := range errdefs.Classes {
+		s := StatusOf(errdefs.Errorf(c, "x"))
 		if s == StatusOK || s.Class() != c {
 			t.Errorf("class %v maps to %v", c, s)
 		}
@@ -35,7 +35,7 @@ func TestEveryHostClassHasAStatus(t *testing.T) {
 		t.Error("unclassified error must be a FAULT")
 	}
 	// A class error that wraps a cause of another class keeps its class.
-	err := hw.Errorf(hw.ErrDeviceLost, "fence failed: %w", hw.ErrBusy)
+	err := errdefs.Errorf(errdefs.ErrDeviceLost, "fence failed: %w", errdefs.ErrBusy)
 	if StatusOf(err) != StatusDeviceLost {
 		t.Errorf("got %v", StatusOf(err))
 	}

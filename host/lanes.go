@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Lane is one of the runtime's submission lanes.
@@ -39,7 +39,7 @@ func ParseLane(s string) (Lane, error) {
 			return Lane(i), nil
 		}
 	}
-	return 0, hw.Errorf(hw.ErrInvalidArgument, "unknown lane %q", s)
+	return 0, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown lane %q", s)
 }
 
 // waiter is one blocked admission request. It waits first in its lane's
@@ -178,16 +178,16 @@ func (s *scheduler) laneFor(device string, lane Lane) *laneState {
 // whether it had to wait.
 func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclusive bool, cost int) (l *laneState, waited bool, err error) {
 	if int(lane) >= NumLanes {
-		return nil, false, hw.Errorf(hw.ErrInvalidArgument, "unknown lane %d", lane)
+		return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown lane %d", lane)
 	}
 	if cost < 1 {
-		return nil, false, hw.Errorf(hw.ErrInvalidArgument, "admission cost %d must be at least 1", cost)
+		return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "admission cost %d must be at least 1", cost)
 	}
 	if cost > s.capacity {
-		return nil, false, hw.Errorf(hw.ErrOutOfBudget, "admission cost %d can never fit the runtime capacity %d", cost, s.capacity)
+		return nil, false, errdefs.Errorf(errdefs.ErrOutOfBudget, "admission cost %d can never fit the runtime capacity %d", cost, s.capacity)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, false, hw.ContextError(ctx, "admission")
+		return nil, false, errdefs.ContextError(ctx, "admission")
 	}
 	s.mu.Lock()
 	l = s.laneFor(device, lane)
@@ -236,13 +236,13 @@ func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclu
 // FIFO as every lane's requests, or ctx ends. It takes no lane.
 func (s *scheduler) acquireCapacity(ctx context.Context, cost int) (waited bool, err error) {
 	if cost < 1 {
-		return false, hw.Errorf(hw.ErrInvalidArgument, "admission cost %d must be at least 1", cost)
+		return false, errdefs.Errorf(errdefs.ErrInvalidArgument, "admission cost %d must be at least 1", cost)
 	}
 	if cost > s.capacity {
-		return false, hw.Errorf(hw.ErrOutOfBudget, "admission cost %d can never fit the runtime capacity %d", cost, s.capacity)
+		return false, errdefs.Errorf(errdefs.ErrOutOfBudget, "admission cost %d can never fit the runtime capacity %d", cost, s.capacity)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, hw.ContextError(ctx, "admission")
+		return false, errdefs.ContextError(ctx, "admission")
 	}
 	s.mu.Lock()
 	if s.capQueue.empty() && s.used+cost <= s.capacity {
@@ -294,7 +294,7 @@ func (s *scheduler) wait(ctx context.Context, w *waiter, q *fifo, undo func()) e
 	}
 	s.mu.Unlock()
 	s.putWaiter(w)
-	return hw.ContextError(ctx, "admission")
+	return errdefs.ContextError(ctx, "admission")
 }
 
 // release gives back a lane and cost units taken by acquire.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 func newTestRuntime(t testing.TB, capacity int) *Runtime {
@@ -119,7 +119,7 @@ func TestCapacityNeverExceededUnderHammer(t *testing.T) {
 						leave()
 						leaseHolders.Add(-1)
 						l.Release(false)
-					} else if !errors.Is(err, hw.ErrDeadlineExceeded) {
+					} else if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 						t.Error(err)
 					}
 				default:
@@ -132,7 +132,7 @@ func TestCapacityNeverExceededUnderHammer(t *testing.T) {
 						leave()
 						return nil
 					})
-					if err != nil && !errors.Is(err, hw.ErrDeadlineExceeded) {
+					if err != nil && !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 						t.Error(err)
 					}
 				}
@@ -162,11 +162,11 @@ func TestRequestThatCanNeverFitIsRejectedAtOnce(t *testing.T) {
 		t.Fatal("ran")
 		return nil
 	})
-	if !errors.Is(err, hw.ErrOutOfBudget) {
+	if !errors.Is(err, errdefs.ErrOutOfBudget) {
 		t.Fatalf("got %v, want ErrOutOfBudget", err)
 	}
 	var l Lease
-	if err := rt.AcquireCompute(context.Background(), Op{Cost: 9}, &l); !errors.Is(err, hw.ErrOutOfBudget) {
+	if err := rt.AcquireCompute(context.Background(), Op{Cost: 9}, &l); !errors.Is(err, errdefs.ErrOutOfBudget) {
 		t.Fatalf("lease: got %v, want ErrOutOfBudget", err)
 	}
 }
@@ -184,14 +184,14 @@ func TestDeadlineFiresWhileWaitingForAdmission(t *testing.T) {
 		return nil
 	})
 	recvQueued(t, q, LaneDownload, true)
-	if !errors.Is(err, hw.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want ErrDeadlineExceeded wrapping context.DeadlineExceeded", err)
 	}
 	// The same for a native lease waiting for the lane.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel2()
 	var l Lease
-	if err := rt.AcquireCompute(ctx2, Op{Owner: "stage"}, &l); !errors.Is(err, hw.ErrDeadlineExceeded) {
+	if err := rt.AcquireCompute(ctx2, Op{Owner: "stage"}, &l); !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("lease: got %v", err)
 	}
 	close(h.release)
@@ -319,10 +319,10 @@ func TestRecursiveLeaseAndComputeFromStageReturnBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := outer.Context()
-	if err := rt.AcquireCompute(ctx, Op{Owner: "inner"}, &inner); !errors.Is(err, hw.ErrBusy) {
+	if err := rt.AcquireCompute(ctx, Op{Owner: "inner"}, &inner); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("recursive lease: %v", err)
 	}
-	if err := rt.Submit(ctx, Op{Lane: LaneCompute}, func(context.Context) error { return nil }); !errors.Is(err, hw.ErrBusy) {
+	if err := rt.Submit(ctx, Op{Lane: LaneCompute}, func(context.Context) error { return nil }); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("compute from stage: %v", err)
 	}
 	if err := rt.Submit(ctx, Op{Lane: LaneUpload}, func(context.Context) error { return nil }); err != nil {

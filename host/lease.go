@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/deadline"
 	"github.com/stagehost/stagehost/internal/monotime"
 )
@@ -36,7 +36,7 @@ func (l *Lease) Held() bool { return l.rt != nil }
 // Context returns the context for the stage that runs under this lease. It
 // carries the caller's deadline, cancellation and values, and marks the
 // call path as inside a native stage of the runtime, so that a recursive
-// stage or a compute submission through it returns [hw.ErrBusy]. It is
+// stage or a compute submission through it returns [errdefs.ErrBusy]. It is
 // valid until Release.
 func (l *Lease) Context() context.Context { return &l.stage }
 
@@ -66,13 +66,13 @@ func (l *Lease) NoteTime(now time.Duration) {
 }
 
 // FenceOverran reports, after the fence returned, whether it ran past the
-// deadline of [Lease.FenceContext], as a [hw.ErrDeadlineExceeded] error.
+// deadline of [Lease.FenceContext], as a [errdefs.ErrDeadlineExceeded] error.
 // The clock reading it takes also ends the occupancy that Release
 // records, so a stage call reads the clock once less.
 func (l *Lease) FenceOverran() error {
 	l.end = monotime.Since()
 	if l.end >= l.fenceDeadline {
-		return hw.ContextError(&l.fence, "fence outlived its deadline")
+		return errdefs.ContextError(&l.fence, "fence outlived its deadline")
 	}
 	return nil
 }

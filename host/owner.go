@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -55,7 +56,7 @@ func (o *Owner) Name() string { return o.name }
 func (o *Owner) Budget() *hw.Budget { return o.budget }
 
 // Err returns nil while o can make resources and run work, an
-// [hw.ErrDeviceLost] error once it is quarantined, or an [hw.ErrClosed]
+// [errdefs.ErrDeviceLost] error once it is quarantined, or an [errdefs.ErrClosed]
 // error once it is closed.
 func (o *Owner) Err() error {
 	if !o.unusable.Load() {
@@ -68,10 +69,10 @@ func (o *Owner) Err() error {
 
 func (o *Owner) usable() error {
 	if o.quarantined {
-		return hw.Errorf(hw.ErrDeviceLost, "owner %q is quarantined", o.name)
+		return errdefs.Errorf(errdefs.ErrDeviceLost, "owner %q is quarantined", o.name)
 	}
 	if o.closed {
-		return hw.Errorf(hw.ErrClosed, "owner %q is closed", o.name)
+		return errdefs.Errorf(errdefs.ErrClosed, "owner %q is closed", o.name)
 	}
 	return nil
 }
@@ -142,7 +143,7 @@ func (o *Owner) Prepare(dev hw.Device, program string) (hw.Program, error) {
 //
 // # Errors
 //
-// [hw.ErrNotFound] if o does not own b; [hw.ErrDeviceLost] if o is
+// [errdefs.ErrNotFound] if o does not own b; [errdefs.ErrDeviceLost] if o is
 // quarantined (its memory is kept).
 func (o *Owner) FreeBuffer(b hw.Buffer) error {
 	o.mu.Lock()
@@ -156,7 +157,7 @@ func (o *Owner) FreeBuffer(b hw.Buffer) error {
 			return b.Free()
 		}
 	}
-	return hw.Errorf(hw.ErrNotFound, "owner %q does not own that buffer", o.name)
+	return errdefs.Errorf(errdefs.ErrNotFound, "owner %q does not own that buffer", o.name)
 }
 
 // Buffers returns how many buffers o owns: allocated and not yet freed
@@ -176,7 +177,7 @@ func (o *Owner) Streams() []hw.Stream {
 
 // Drain is the built-in fence: it syncs every owned stream, attempting all
 // of them even when one fails. A command that failed on the device
-// ([hw.ErrFault]) has still retired, so it does not make the drain fail:
+// ([errdefs.ErrFault]) has still retired, so it does not make the drain fail:
 // the fence proves the work is finished, not that it succeeded. Such a
 // failure is not forgotten either: Drain records it as [Owner.NoteFault]
 // does, so that whoever runs the fence reports it with [Owner.TakeFaults]
@@ -196,7 +197,7 @@ func (o *Owner) Drain(ctx context.Context) error {
 			if err == nil {
 				break
 			}
-			if hw.ClassOf(err) != hw.ErrFault {
+			if errdefs.ClassOf(err) != errdefs.ErrFault {
 				errs = append(errs, err)
 				break
 			}
@@ -209,7 +210,7 @@ func (o *Owner) Drain(ctx context.Context) error {
 }
 
 // NoteFault records err, a failure of device work submitted through o
-// (typically an [hw.ErrFault] error that a stream's Sync or a completion
+// (typically an [errdefs.ErrFault] error that a stream's Sync or a completion
 // returned), until [Owner.TakeFaults] collects it. Drain records the
 // failures it finds itself; code that syncs o's streams on its own (a
 // guest's stream_sync, a custom fence) records what it saw here. The first
@@ -233,7 +234,7 @@ func (o *Owner) NoteFault(err error) {
 //
 // # Errors
 //
-// nil when none was recorded; otherwise one [hw.ErrFault] error that
+// nil when none was recorded; otherwise one [errdefs.ErrFault] error that
 // joins the recorded failures (so [errors.Is] matches each of them) and
 // says how many more were only counted.
 func (o *Owner) TakeFaults() error {
@@ -254,7 +255,7 @@ func (o *Owner) TakeFaults() error {
 		msg += " (and %d more, not kept)"
 		args = append(args, more)
 	}
-	return hw.Errorf(hw.ErrFault, msg, args...)
+	return errdefs.Errorf(errdefs.ErrFault, msg, args...)
 }
 
 // VerifyIdle checks that every owned stream has retired all its work. The
@@ -263,11 +264,11 @@ func (o *Owner) TakeFaults() error {
 //
 // # Errors
 //
-// [hw.ErrDeviceLost] naming the first busy stream.
+// [errdefs.ErrDeviceLost] naming the first busy stream.
 func (o *Owner) VerifyIdle() error {
 	for i, s := range o.snapshot() {
 		if !s.Idle() {
-			return hw.Errorf(hw.ErrDeviceLost, "owner %q: stream %d on %s still has work after the fence", o.name, i, s.Device().Name())
+			return errdefs.Errorf(errdefs.ErrDeviceLost, "owner %q: stream %d on %s still has work after the fence", o.name, i, s.Device().Name())
 		}
 	}
 	return nil
@@ -289,7 +290,7 @@ func (o *Owner) Quarantined() bool {
 }
 
 // Quarantine marks o as quarantined: from now on nothing of it is freed
-// (Close and FreeBuffer refuse with [hw.ErrDeviceLost]), nothing new is
+// (Close and FreeBuffer refuse with [errdefs.ErrDeviceLost]), nothing new is
 // made through it, and its budget charges stay. Use it when device work
 // that may still touch o's memory cannot be proven finished. It returns
 // the bytes left charged.
@@ -314,13 +315,13 @@ func (o *Owner) Quarantine() int64 {
 //
 // # Errors
 //
-// [hw.ErrDeviceLost] for a quarantined owner, or the joined errors of
+// [errdefs.ErrDeviceLost] for a quarantined owner, or the joined errors of
 // closing and freeing.
 func (o *Owner) Close(ctx context.Context) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.quarantined {
-		return hw.Errorf(hw.ErrDeviceLost, "owner %q is quarantined: its resources are kept", o.name)
+		return errdefs.Errorf(errdefs.ErrDeviceLost, "owner %q is quarantined: its resources are kept", o.name)
 	}
 	if o.closed {
 		return nil
@@ -337,7 +338,7 @@ func (o *Owner) Close(ctx context.Context) error {
 		// A stream that would not drain may still write into our memory.
 		o.quarantined = true
 		o.unusable.Store(true)
-		return hw.Errorf(hw.ErrDeviceLost, "owner %q: streams did not drain on close, resources kept: %w", o.name, errors.Join(errs...))
+		return errdefs.Errorf(errdefs.ErrDeviceLost, "owner %q: streams did not drain on close, resources kept: %w", o.name, errors.Join(errs...))
 	}
 	for _, b := range o.buffers {
 		if err := b.Free(); err != nil {

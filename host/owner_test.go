@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -71,10 +72,10 @@ func TestDrainSyncsEveryStreamEvenAfterOneFails(t *testing.T) {
 	later := []hw.Stream{r.submitFailing(t, r.b, 3, 1), r.submitFailing(t, r.b, 2, 1)}
 
 	err := r.owner.Drain(context.Background())
-	if !errors.Is(err, hw.ErrDeviceLost) {
-		t.Fatalf("Drain = %v; want the lost stream's %v", err, hw.ErrDeviceLost)
+	if !errors.Is(err, errdefs.ErrDeviceLost) {
+		t.Fatalf("Drain = %v; want the lost stream's %v", err, errdefs.ErrDeviceLost)
 	}
-	if errors.Is(err, hw.ErrFault) {
+	if errors.Is(err, errdefs.ErrFault) {
 		t.Fatalf("Drain = %v; a retired fault must not fail the drain", err)
 	}
 	for i, st := range later {
@@ -101,8 +102,8 @@ func TestDrainRecordsRetiredFaultsForTakeFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	faults := r.owner.TakeFaults()
-	if !errors.Is(faults, hw.ErrFault) || hw.ClassOf(faults) != hw.ErrFault {
-		t.Fatalf("TakeFaults = %v; want class %v", faults, hw.ErrFault)
+	if !errors.Is(faults, errdefs.ErrFault) || errdefs.ClassOf(faults) != errdefs.ErrFault {
+		t.Fatalf("TakeFaults = %v; want class %v", faults, errdefs.ErrFault)
 	}
 	if msg := faults.Error(); !strings.Contains(msg, "2 device command(s) failed") || !strings.Contains(msg, "command 1 failed") || !strings.Contains(msg, "command 2 failed") {
 		t.Fatalf("TakeFaults = %q; want both failed commands", msg)
@@ -132,8 +133,8 @@ func TestNoteFaultKeepsABoundedListAndTheCount(t *testing.T) {
 		o.NoteFault(err)
 	}
 	faults := o.TakeFaults()
-	if hw.ClassOf(faults) != hw.ErrFault {
-		t.Fatalf("TakeFaults = %v; want class %v", faults, hw.ErrFault)
+	if errdefs.ClassOf(faults) != errdefs.ErrFault {
+		t.Fatalf("TakeFaults = %v; want class %v", faults, errdefs.ErrFault)
 	}
 	for i, err := range noted {
 		if kept := errors.Is(faults, err); kept != (i < 8) {
@@ -155,14 +156,14 @@ func TestOwnerErrSaysQuarantinedOrClosed(t *testing.T) {
 	}
 	quarantined := host.NewOwner("quarantined", nil)
 	quarantined.Quarantine()
-	if err := quarantined.Err(); !errors.Is(err, hw.ErrDeviceLost) {
+	if err := quarantined.Err(); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("quarantined owner: %v", err)
 	}
 	closed := host.NewOwner("closed", nil)
 	if err := closed.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := closed.Err(); !errors.Is(err, hw.ErrClosed) {
+	if err := closed.Err(); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("closed owner: %v", err)
 	}
 }

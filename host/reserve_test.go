@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // A reservation waits for capacity in the same FIFO as lane occupants:
@@ -69,7 +69,7 @@ func TestReserveDeadline(t *testing.T) {
 	}()
 	recvQueued(t, q, NumLanes, true)
 	cancel()
-	if err := <-errc; !errors.Is(err, hw.ErrDeadlineExceeded) {
+	if err := <-errc; !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("Reserve after its context ended: %v, want ErrDeadlineExceeded", err)
 	}
 	close(h.release)
@@ -77,7 +77,7 @@ func TestReserveDeadline(t *testing.T) {
 	if st := rt.Stats(); st.CapacityUsed != 0 {
 		t.Fatalf("capacity used %d after a cancelled reservation", st.CapacityUsed)
 	}
-	if _, err := rt.Reserve(context.Background(), Op{Cost: 2}); !errors.Is(err, hw.ErrOutOfBudget) {
+	if _, err := rt.Reserve(context.Background(), Op{Cost: 2}); !errors.Is(err, errdefs.ErrOutOfBudget) {
 		t.Fatalf("Reserve of 2 units in a capacity of 1: %v, want ErrOutOfBudget", err)
 	}
 	v, err := rt.Reserve(context.Background(), Op{})

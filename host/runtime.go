@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Runtime coordinates submissions to devices through four lanes per device
@@ -42,16 +42,16 @@ type Runtime struct {
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] for a capacity or trace capacity below 1.
+// [errdefs.ErrInvalidArgument] for a capacity or trace capacity below 1.
 func NewRuntime(cfg Config) (*Runtime, error) {
 	if cfg.clock == nil {
 		cfg = NewConfig()
 	}
 	if cfg.capacity < 1 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "runtime capacity %d: must be at least 1", cfg.capacity)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "runtime capacity %d: must be at least 1", cfg.capacity)
 	}
 	if cfg.traceCapacity < 1 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "trace capacity %d: must be at least 1", cfg.traceCapacity)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "trace capacity %d: must be at least 1", cfg.traceCapacity)
 	}
 	now := cfg.clock()
 	return &Runtime{
@@ -91,15 +91,15 @@ type Op struct {
 //
 // # Errors
 //
-//   - [hw.ErrBusy] for a compute submission made from inside a native
+//   - [errdefs.ErrBusy] for a compute submission made from inside a native
 //     stage of this runtime (it would wait for its own lease).
-//   - [hw.ErrOutOfBudget] if op.Cost exceeds the capacity: it never fits.
-//   - [hw.ErrDeadlineExceeded] if ctx ends while waiting for admission.
-//   - [hw.ErrInvalidArgument] for an unknown lane or negative cost.
+//   - [errdefs.ErrOutOfBudget] if op.Cost exceeds the capacity: it never fits.
+//   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting for admission.
+//   - [errdefs.ErrInvalidArgument] for an unknown lane or negative cost.
 //   - Otherwise, whatever fn returns.
 func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context) error) error {
 	if op.Lane == LaneCompute && r.inStage(ctx) {
-		return hw.Errorf(hw.ErrBusy, "compute submission by %q from inside a native stage of this runtime", op.Owner)
+		return errdefs.Errorf(errdefs.ErrBusy, "compute submission by %q from inside a native stage of this runtime", op.Owner)
 	}
 	cost := max(op.Cost, 1)
 	if op.Cost < 0 {
@@ -135,16 +135,16 @@ func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context
 //
 // # Errors
 //
-//   - [hw.ErrBusy] if ctx comes from a lease of this runtime (a recursive
+//   - [errdefs.ErrBusy] if ctx comes from a lease of this runtime (a recursive
 //     or re-entrant stage), instead of deadlocking.
-//   - [hw.ErrDeadlineExceeded] if ctx ends while waiting.
-//   - [hw.ErrOutOfBudget] if op.Cost exceeds the capacity.
+//   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting.
+//   - [errdefs.ErrOutOfBudget] if op.Cost exceeds the capacity.
 func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
 	if l.rt != nil {
-		return hw.Errorf(hw.ErrBusy, "lease for %q is already held", l.op.Owner)
+		return errdefs.Errorf(errdefs.ErrBusy, "lease for %q is already held", l.op.Owner)
 	}
 	if r.inStage(ctx) {
-		return hw.Errorf(hw.ErrBusy, "recursive native stage for %q in the same runtime", op.Owner)
+		return errdefs.Errorf(errdefs.ErrBusy, "recursive native stage for %q in the same runtime", op.Owner)
 	}
 	op.Lane = LaneCompute
 	cost := op.Cost
@@ -187,9 +187,9 @@ type Reservation struct {
 //
 // # Errors
 //
-//   - [hw.ErrDeadlineExceeded] if ctx ends while waiting for capacity.
-//   - [hw.ErrOutOfBudget] if op.Cost exceeds the capacity.
-//   - [hw.ErrInvalidArgument] for a negative cost.
+//   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting for capacity.
+//   - [errdefs.ErrOutOfBudget] if op.Cost exceeds the capacity.
+//   - [errdefs.ErrInvalidArgument] for a negative cost.
 func (r *Runtime) Reserve(ctx context.Context, op Op) (*Reservation, error) {
 	cost := op.Cost
 	if cost == 0 {

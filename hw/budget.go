@@ -3,6 +3,8 @@ package hw
 import (
 	"fmt"
 	"sync/atomic"
+
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Budget is a memory budget. Allocations charge it and frees release the
@@ -31,12 +33,12 @@ func (b *Budget) Charge(n int64) error {
 		return nil
 	}
 	if n < 0 {
-		return Errorf(ErrInvalidArgument, "budget %q: negative charge %d", b.name, n)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "budget %q: negative charge %d", b.name, n)
 	}
 	for {
 		used := b.used.Load()
 		if b.limit > 0 && used+n > b.limit {
-			return Errorf(ErrOutOfBudget, "budget %q: %d bytes requested, %d of %d in use", b.name, n, used, b.limit)
+			return errdefs.Errorf(errdefs.ErrOutOfBudget, "budget %q: %d bytes requested, %d of %d in use", b.name, n, used, b.limit)
 		}
 		if b.used.CompareAndSwap(used, used+n) {
 			return nil

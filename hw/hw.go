@@ -14,6 +14,8 @@ package hw
 import (
 	"context"
 	"math"
+
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Engine is the kind of execution engine a device offers.
@@ -51,7 +53,7 @@ func ParseEngine(s string) (Engine, error) {
 	case "npu":
 		return EngineNPU, nil
 	}
-	return 0, Errorf(ErrInvalidArgument, "unknown engine %q (want gpu, npu or cpu)", s)
+	return 0, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown engine %q (want gpu, npu or cpu)", s)
 }
 
 // Device is one execution device.

@@ -19,6 +19,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
@@ -36,7 +37,7 @@ func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
 	cudaOnce.Do(func() { cudaP, cudaErr = cuda.Open() })
 	if cudaErr != nil {
-		if errors.Is(cudaErr, hw.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
+		if errors.Is(cudaErr, errdefs.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
 			t.Skipf("no usable CUDA GPU (set STAGEHOST_REQUIRE_GPU=1 to fail instead): %v", cudaErr)
 		}
 		t.Fatalf("cuda.Open: %v", cudaErr)
@@ -110,7 +111,7 @@ func (r *cudaRig) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	for _, s := range []hw.Stream{r.gs, r.hs} {
-		if err := s.Close(ctx); err != nil && !errors.Is(err, hw.ErrClosed) {
+		if err := s.Close(ctx); err != nil && !errors.Is(err, errdefs.ErrClosed) {
 			r.t.Errorf("stream close: %v", err)
 		}
 	}
@@ -274,7 +275,7 @@ func TestCUDAR2BothOrdersRunAndVerifyPayload(t *testing.T) {
 			parked()
 			r.checkUntouched(before) // a parked participant touches nothing
 			must(t, second())
-			isClass(t, first(), hw.ErrBusy) // at most once
+			isClass(t, first(), errdefs.ErrBusy) // at most once
 			parked()
 			r.checkUntouched(before)
 			must(t, s.Start())
@@ -302,7 +303,7 @@ func TestCUDAR3RefusedSubmissionAbortsPeer(t *testing.T) {
 	parked()
 	must(t, r.gs.Close(context.Background()))
 	err := s.SubmitGPU()
-	isClass(t, err, hw.ErrClosed)
+	isClass(t, err, errdefs.ErrClosed)
 	if d, ok := s.Decision(); !ok || d != Abort || r.word() != Abort {
 		t.Fatalf("decision %d (%v), word %d; want ABORT", d, ok, r.word())
 	}
@@ -316,17 +317,17 @@ func TestCUDAR3RefusedSubmissionAbortsPeer(t *testing.T) {
 func TestCUDAR4RunOnlyAfterBothAcceptedAndOnce(t *testing.T) {
 	r := newCUDARig(t, 16, true)
 	s := r.session()
-	isClass(t, s.Start(), hw.ErrBusy)
+	isClass(t, s.Start(), errdefs.ErrBusy)
 	must(t, s.SubmitGPU())
-	isClass(t, s.Start(), hw.ErrBusy)
+	isClass(t, s.Start(), errdefs.ErrBusy)
 	if r.word() != Wait {
 		t.Fatal("a refused Start published")
 	}
 	must(t, s.SubmitNPU())
 	parked()
 	must(t, s.Start())
-	isClass(t, s.Abort(), hw.ErrBusy)
-	isClass(t, s.Start(), hw.ErrBusy)
+	isClass(t, s.Abort(), errdefs.ErrBusy)
+	isClass(t, s.Start(), errdefs.ErrBusy)
 	if r.word() != Run {
 		t.Fatalf("word %d; a second decision was published", r.word())
 	}
@@ -347,7 +348,7 @@ func TestCUDAR5AbortBeforeStartRetiresWithoutTouchingPayload(t *testing.T) {
 	must(t, s.Abort())
 	r.waitOK(s)
 	r.checkUntouched(before)
-	isClass(t, s.Start(), hw.ErrBusy)
+	isClass(t, s.Start(), errdefs.ErrBusy)
 	must(t, s.Close())
 	if s.Quarantined() {
 		t.Fatal("quarantined")
@@ -453,7 +454,7 @@ func TestCUDAR8CloseWithStuckParticipantQuarantines(t *testing.T) {
 	parked()
 	used := r.budget.Used()
 	err := s.Close()
-	isClass(t, err, hw.ErrDeviceLost)
+	isClass(t, err, errdefs.ErrDeviceLost)
 	if !s.Quarantined() || !r.owner.Quarantined() {
 		t.Fatal("not quarantined")
 	}

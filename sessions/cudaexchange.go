@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
@@ -57,15 +58,15 @@ const (
 //
 // # Errors
 //
-//   - [hw.ErrInvalidArgument] for a nil argument, a startup or streams on
+//   - [errdefs.ErrInvalidArgument] for a nil argument, a startup or streams on
 //     other devices, or rounds outside [0, MaxExchangeRounds].
-//   - Whatever allocating or preparing returns ([hw.ErrOutOfBudget],
-//     [hw.ErrDeviceLost], [hw.ErrClosed], or [hw.ErrDeviceLost] for a
+//   - Whatever allocating or preparing returns ([errdefs.ErrOutOfBudget],
+//     [errdefs.ErrDeviceLost], [errdefs.ErrClosed], or [errdefs.ErrDeviceLost] for a
 //     quarantined owner). Nothing is allocated after an error, except
 //     through owner, which keeps what it made.
 func NewCUDAExchange(p *cuda.Platform, startup *ResidentStartup, gpuStream, hostStream hw.Stream, rounds int, owner *host.Owner) (gpu, npu Participant, payload hw.Shared, err error) {
 	fail0 := func(format string, args ...any) (Participant, Participant, hw.Shared, error) {
-		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "cuda exchange: "+format, args...)
+		return Participant{}, Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda exchange: "+format, args...)
 	}
 	if p == nil || startup == nil || gpuStream == nil || hostStream == nil {
 		return fail0("nil platform, startup or stream")

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 )
@@ -151,12 +152,12 @@ type ResidentSession struct {
 //
 // # Errors
 //
-//   - [hw.ErrInvalidArgument] for a nil startup or stream, a nil program
+//   - [errdefs.ErrInvalidArgument] for a nil startup or stream, a nil program
 //     or one of another device, more than [hw.MaxArgs] arguments, a
 //     participant on the wrong device or engine, a command that does not
 //     address the startup line, or a negative close timeout.
-//   - [hw.ErrBusy] when startup already belongs to a session.
-//   - [hw.ErrClosed] when startup was closed.
+//   - [errdefs.ErrBusy] when startup already belongs to a session.
+//   - [errdefs.ErrClosed] when startup was closed.
 //
 // On error, nothing is owned: the caller keeps startup and may Close it.
 func NewResidentSession(startup *ResidentStartup, gpu, npu Participant, opts ...ResidentOption) (*ResidentSession, error) {
@@ -167,10 +168,10 @@ func NewResidentSession(startup *ResidentStartup, gpu, npu Participant, opts ...
 		}
 	}
 	if startup == nil {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "resident session: nil startup")
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "resident session: nil startup")
 	}
 	if cfg.closeTimeout < 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "resident session: negative close timeout %v", cfg.closeTimeout)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "resident session: negative close timeout %v", cfg.closeTimeout)
 	}
 	if cfg.name == "" {
 		cfg.name = "resident"
@@ -188,9 +189,9 @@ func NewResidentSession(startup *ResidentStartup, gpu, npu Participant, opts ...
 	}
 	if !startup.state.CompareAndSwap(startupFree, startupBound) {
 		if startup.state.Load() == startupClosed {
-			return nil, hw.Errorf(hw.ErrClosed, "resident session %q: startup was closed", cfg.name)
+			return nil, errdefs.Errorf(errdefs.ErrClosed, "resident session %q: startup was closed", cfg.name)
 		}
-		return nil, hw.Errorf(hw.ErrBusy, "resident session %q: startup already belongs to a session", cfg.name)
+		return nil, errdefs.Errorf(errdefs.ErrBusy, "resident session %q: startup already belongs to a session", cfg.name)
 	}
 	s := &ResidentSession{c: c}
 	// Dropping an undecided session publishes ABORT, as the seed's Drop
@@ -202,7 +203,7 @@ func NewResidentSession(startup *ResidentStartup, gpu, npu Participant, opts ...
 
 func newParticipant(role string, lane host.Lane, p Participant, startup *ResidentStartup, want hw.Device, name string) (participant, error) {
 	bad := func(format string, args ...any) (participant, error) {
-		return participant{}, hw.Errorf(hw.ErrInvalidArgument, "resident session %q: %s participant: "+format, append([]any{name, role}, args...)...)
+		return participant{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "resident session %q: %s participant: "+format, append([]any{name, role}, args...)...)
 	}
 	if p.Stream == nil {
 		return bad("nil stream")
@@ -249,9 +250,9 @@ func (s *ResidentSession) Name() string { return s.c.cfg.name }
 func (c *sessionCore) readyLocked() error {
 	switch {
 	case c.closed:
-		return hw.Errorf(hw.ErrClosed, "resident session %q is closed", c.cfg.name)
+		return errdefs.Errorf(errdefs.ErrClosed, "resident session %q is closed", c.cfg.name)
 	case c.poisoned || c.decided:
-		return hw.Errorf(hw.ErrBusy, "resident session %q: startup is already decided or failed", c.cfg.name)
+		return errdefs.Errorf(errdefs.ErrBusy, "resident session %q: startup is already decided or failed", c.cfg.name)
 	}
 	return nil
 }
@@ -264,10 +265,10 @@ func (c *sessionCore) readyLocked() error {
 //
 // # Errors
 //
-//   - [hw.ErrBusy] when the GPU participant was already submitted, or a
+//   - [errdefs.ErrBusy] when the GPU participant was already submitted, or a
 //     decision was already made or failed.
-//   - [hw.ErrClosed] after [ResidentSession.Close].
-//   - The stream's submission error (for example [hw.ErrRejected]); the
+//   - [errdefs.ErrClosed] after [ResidentSession.Close].
+//   - The stream's submission error (for example [errdefs.ErrRejected]); the
 //     message also names a failure to publish the ABORT that followed,
 //     which poisons the session.
 func (s *ResidentSession) SubmitGPU() error { return s.c.submit(&s.c.gpu) }
@@ -287,7 +288,7 @@ func (c *sessionCore) submit(p *participant) error {
 		return err
 	}
 	if p.submitted {
-		return hw.Errorf(hw.ErrBusy, "resident session %q: %s participant already submitted", c.cfg.name, p.role)
+		return errdefs.Errorf(errdefs.ErrBusy, "resident session %q: %s participant already submitted", c.cfg.name, p.role)
 	}
 	at := time.Now()
 	done, err := p.stream.Submit(&p.cmd)
@@ -340,11 +341,11 @@ func decisionName(v uint32) string {
 //
 // # Errors
 //
-//   - [hw.ErrBusy] when a participant has not been accepted yet, or a
+//   - [errdefs.ErrBusy] when a participant has not been accepted yet, or a
 //     decision was already made or failed; nothing is published then.
-//   - [hw.ErrClosed] after [ResidentSession.Close].
+//   - [errdefs.ErrClosed] after [ResidentSession.Close].
 //   - The visibility action's error when publishing fails (for example
-//     [hw.ErrFault]): the session is then poisoned, and RUN stays its
+//     [errdefs.ErrFault]): the session is then poisoned, and RUN stays its
 //     decision; no other decision will ever be published.
 func (s *ResidentSession) Start() error {
 	c := s.c
@@ -354,7 +355,7 @@ func (s *ResidentSession) Start() error {
 		return err
 	}
 	if !c.gpu.submitted || !c.npu.submitted {
-		return hw.Errorf(hw.ErrBusy, "resident session %q: both participants must be accepted before RUN", c.cfg.name)
+		return errdefs.Errorf(errdefs.ErrBusy, "resident session %q: both participants must be accepted before RUN", c.cfg.name)
 	}
 	return c.decideLocked(Run)
 }
@@ -365,9 +366,9 @@ func (s *ResidentSession) Start() error {
 //
 // # Errors
 //
-//   - [hw.ErrBusy] when a decision (RUN or ABORT) was already made or
+//   - [errdefs.ErrBusy] when a decision (RUN or ABORT) was already made or
 //     failed; nothing is published then.
-//   - [hw.ErrClosed] after [ResidentSession.Close].
+//   - [errdefs.ErrClosed] after [ResidentSession.Close].
 //   - The visibility action's error when publishing fails: the session is
 //     then poisoned.
 func (s *ResidentSession) Abort() error {
@@ -467,9 +468,9 @@ func (s *ResidentSession) IsComplete() (bool, error) {
 //
 // # Errors
 //
-//   - [hw.ErrBusy] while no decision has been made.
-//   - A participant's failure ([hw.ErrFault] for a failed command,
-//     [hw.ErrDeviceLost] for a lost device), both joined if both failed.
+//   - [errdefs.ErrBusy] while no decision has been made.
+//   - A participant's failure ([errdefs.ErrFault] for a failed command,
+//     [errdefs.ErrDeviceLost] for a lost device), both joined if both failed.
 //     Any such error poisons the session, so Close will quarantine it.
 func (s *ResidentSession) Wait(ctx context.Context) (bool, error) { return s.c.wait(ctx) }
 
@@ -488,7 +489,7 @@ func (c *sessionCore) wait(ctx context.Context) (bool, error) {
 	c.mu.Lock()
 	if !c.decided {
 		c.mu.Unlock()
-		return false, hw.Errorf(hw.ErrBusy, "resident session %q: startup remains undecided", c.cfg.name)
+		return false, errdefs.Errorf(errdefs.ErrBusy, "resident session %q: startup remains undecided", c.cfg.name)
 	}
 	gs, gd := c.gpu.submitted, c.gpu.done
 	ns, nd := c.npu.submitted, c.npu.done
@@ -527,7 +528,7 @@ func join(ctx context.Context, submitted bool, done hw.Completion) (bool, time.T
 	}
 	err := done.Wait(ctx)
 	at := time.Now()
-	if err != nil && ctx.Err() != nil && errors.Is(err, hw.ErrDeadlineExceeded) {
+	if err != nil && ctx.Err() != nil && errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		if !done.Done() {
 			return false, at, nil // timed out: still running, still owned
 		}
@@ -573,9 +574,9 @@ func (c *sessionCore) record(p *participant, end time.Time, failed bool) {
 //
 // # Errors
 //
-//   - [hw.ErrDeviceLost] when the session is quarantined; it says why and
+//   - [errdefs.ErrDeviceLost] when the session is quarantined; it says why and
 //     how many bytes are kept. A later Close returns the same error.
-//   - [hw.ErrClosed] when a healthy session is closed twice.
+//   - [errdefs.ErrClosed] when a healthy session is closed twice.
 //   - The owner's close error.
 func (s *ResidentSession) Close() error {
 	c := s.c
@@ -586,7 +587,7 @@ func (s *ResidentSession) Close() error {
 		if err != nil {
 			return err
 		}
-		return hw.Errorf(hw.ErrClosed, "resident session %q closed twice", c.cfg.name)
+		return errdefs.Errorf(errdefs.ErrClosed, "resident session %q closed twice", c.cfg.name)
 	}
 	if !c.decided {
 		_ = c.decideLocked(Abort) // a failure poisons the session
@@ -654,7 +655,7 @@ func (c *sessionCore) quarantineLocked(retired bool) error {
 	if c.cfg.rt != nil {
 		c.cfg.rt.NoteQuarantine(c.cfg.name, bytes)
 	}
-	return hw.Errorf(hw.ErrDeviceLost, "resident session %q quarantined (%s): startup line, owner and %d bytes kept", c.cfg.name, strings.Join(why, "; "), bytes)
+	return errdefs.Errorf(errdefs.ErrDeviceLost, "resident session %q quarantined (%s): startup line, owner and %d bytes kept", c.cfg.name, strings.Join(why, "; "), bytes)
 }
 
 // retainedBytes is the memory a quarantine keeps: the startup line plus

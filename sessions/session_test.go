@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -68,17 +69,17 @@ func TestR1StartupEngines(t *testing.T) {
 	}{
 		{"gpu+npu", gpu, npu, nil},
 		{"gpu+cpu", gpu, cpu, nil},
-		{"gpu+gpu", gpu, gpu2, hw.ErrUnsupported},
-		{"npu+npu", npu, npu, hw.ErrUnsupported},
-		{"cpu+npu", cpu, npu, hw.ErrUnsupported},
-		{"npu+gpu", npu, gpu, hw.ErrUnsupported},
-		{"nil", gpu, nil, hw.ErrInvalidArgument},
+		{"gpu+gpu", gpu, gpu2, errdefs.ErrUnsupported},
+		{"npu+npu", npu, npu, errdefs.ErrUnsupported},
+		{"cpu+npu", cpu, npu, errdefs.ErrUnsupported},
+		{"npu+gpu", npu, gpu, errdefs.ErrUnsupported},
+		{"nil", gpu, nil, errdefs.ErrInvalidArgument},
 	} {
 		st, err := NewResidentStartup(p, c.gpu, c.npu, budget)
 		if c.class == nil {
 			must(t, err)
 			must(t, st.Close())
-			isClass(t, st.Close(), hw.ErrClosed)
+			isClass(t, st.Close(), errdefs.ErrClosed)
 			continue
 		}
 		isClass(t, err, c.class)
@@ -86,7 +87,7 @@ func TestR1StartupEngines(t *testing.T) {
 	if budget.Used() != 0 {
 		t.Fatalf("budget used %d after every startup was closed or refused", budget.Used())
 	}
-	isClass(t, func() error { _, err := NewResidentStartup(p, gpu, npu, hw.NewBudget("tiny", 63)); return err }(), hw.ErrOutOfBudget)
+	isClass(t, func() error { _, err := NewResidentStartup(p, gpu, npu, hw.NewBudget("tiny", 63)); return err }(), errdefs.ErrOutOfBudget)
 	must(t, p.Close())
 }
 
@@ -163,18 +164,18 @@ func TestR2EachParticipantSubmittedAtMostOnce(t *testing.T) {
 	r := newRig(t, 2)
 	s := r.session()
 	must(t, s.SubmitGPU())
-	isClass(t, s.SubmitGPU(), hw.ErrBusy)
+	isClass(t, s.SubmitGPU(), errdefs.ErrBusy)
 	must(t, s.SubmitNPU())
-	isClass(t, s.SubmitNPU(), hw.ErrBusy)
+	isClass(t, s.SubmitNPU(), errdefs.ErrBusy)
 	if g, n := simStream(r.gs).Submitted(), simStream(r.ns).Submitted(); g != 1 || n != 1 {
 		t.Fatalf("streams accepted %d and %d commands; want 1 each", g, n)
 	}
 	must(t, s.Start())
-	isClass(t, s.SubmitGPU(), hw.ErrBusy)
+	isClass(t, s.SubmitGPU(), errdefs.ErrBusy)
 	r.waitOK(s)
 	r.checkExchanged()
 	must(t, s.Close())
-	isClass(t, s.SubmitNPU(), hw.ErrClosed)
+	isClass(t, s.SubmitNPU(), errdefs.ErrClosed)
 }
 
 func TestR2OnlyAGPUEngineIsTheGPUParticipant(t *testing.T) {
@@ -202,7 +203,7 @@ func TestR2OnlyAGPUEngineIsTheGPUParticipant(t *testing.T) {
 		{"nil-stream", Participant{}, r.np},
 	} {
 		_, err := NewResidentSession(r.startup, c.gpu, c.npu)
-		if !errors.Is(err, hw.ErrInvalidArgument) {
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%s: err %v; want invalid argument", c.name, err)
 		}
 		if c.name == "npu-as-gpu" && !strings.Contains(fmt.Sprint(err), "only a GPU engine") {
@@ -210,12 +211,12 @@ func TestR2OnlyAGPUEngineIsTheGPUParticipant(t *testing.T) {
 		}
 	}
 	_, err = NewResidentSession(r.startup, r.gp, r.np, WithCloseTimeout(-1))
-	isClass(t, err, hw.ErrInvalidArgument)
+	isClass(t, err, errdefs.ErrInvalidArgument)
 	// Refused sessions took nothing: the startup still binds once.
 	s := r.session()
 	_, err = NewResidentSession(r.startup, r.gp, r.np)
-	isClass(t, err, hw.ErrBusy)
-	isClass(t, r.startup.Close(), hw.ErrBusy)
+	isClass(t, err, errdefs.ErrBusy)
+	isClass(t, r.startup.Close(), errdefs.ErrBusy)
 	must(t, s.Close())
 }
 
@@ -253,7 +254,7 @@ func TestR3RejectionPublishesAbortForPeer(t *testing.T) {
 			simStream(rejected).Inject(sim.Fault{Kind: sim.RejectSubmit})
 			g0, n0 := r.releases()
 			err := rejectedSubmit()
-			isClass(t, err, hw.ErrRejected)
+			isClass(t, err, errdefs.ErrRejected)
 			if d, ok := s.Decision(); !ok || d != Abort || r.word() != Abort {
 				t.Fatalf("after a rejection: decision %d, %v, word %d; want ABORT published", d, ok, r.word())
 			}
@@ -263,8 +264,8 @@ func TestR3RejectionPublishesAbortForPeer(t *testing.T) {
 			if simStream(rejected).Submitted() != 0 {
 				t.Fatal("the rejected stream queued something")
 			}
-			isClass(t, rejectedSubmit(), hw.ErrBusy) // decided: no retry
-			isClass(t, s.Start(), hw.ErrBusy)
+			isClass(t, rejectedSubmit(), errdefs.ErrBusy) // decided: no retry
+			isClass(t, s.Start(), errdefs.ErrBusy)
 			r.waitOK(s) // the peer retired
 			if !simStream(peer).Idle() {
 				t.Fatal("peer stream still busy after Wait")
@@ -284,9 +285,9 @@ func TestR4RunOnlyAfterBothAccepted(t *testing.T) {
 	r := newRig(t, 4)
 	s := r.session()
 	g0, n0 := r.releases()
-	isClass(t, s.Start(), hw.ErrBusy)
+	isClass(t, s.Start(), errdefs.ErrBusy)
 	must(t, s.SubmitGPU())
-	isClass(t, s.Start(), hw.ErrBusy)
+	isClass(t, s.Start(), errdefs.ErrBusy)
 	if _, ok := s.Decision(); ok || r.word() != Wait {
 		t.Fatal("a refused Start decided or published")
 	}
@@ -313,8 +314,8 @@ func TestR4SecondDecisionRefused(t *testing.T) {
 				must(t, s.Abort())
 			}
 			g0, n0 := r.releases()
-			isClass(t, s.Start(), hw.ErrBusy)
-			isClass(t, s.Abort(), hw.ErrBusy)
+			isClass(t, s.Start(), errdefs.ErrBusy)
+			isClass(t, s.Abort(), errdefs.ErrBusy)
 			if g, n := r.releases(); g != g0 || n != n0 || r.word() != first {
 				t.Fatalf("a refused decision published: word %d, releases %d→%d, %d→%d", r.word(), g0, g, n0, n)
 			}
@@ -345,7 +346,7 @@ func TestR4FailedPublicationPoisonsAndNothingMoreIsPublished(t *testing.T) {
 			failing.Inject(sim.Fault{Kind: sim.FailVisibility})
 			f0, h0 := failing.VisibilityReleases(), healthy.VisibilityReleases()
 			err := s.Start()
-			isClass(t, err, hw.ErrFault)
+			isClass(t, err, errdefs.ErrFault)
 			if !s.Poisoned() {
 				t.Fatal("a failed publication did not poison the session")
 			}
@@ -356,13 +357,13 @@ func TestR4FailedPublicationPoisonsAndNothingMoreIsPublished(t *testing.T) {
 			if failing.VisibilityReleases() != f0 || healthy.VisibilityReleases() != h0+1 {
 				t.Fatal("publish did not execute the healthy device's action exactly once")
 			}
-			isClass(t, s.Abort(), hw.ErrBusy)
-			isClass(t, s.Start(), hw.ErrBusy)
-			isClass(t, s.SubmitGPU(), hw.ErrBusy)
+			isClass(t, s.Abort(), errdefs.ErrBusy)
+			isClass(t, s.Start(), errdefs.ErrBusy)
+			isClass(t, s.SubmitGPU(), errdefs.ErrBusy)
 			// The sim is fully coherent, so both participants saw RUN.
 			r.waitOK(s)
 			err = s.Close()
-			isClass(t, err, hw.ErrDeviceLost)
+			isClass(t, err, errdefs.ErrDeviceLost)
 			if !s.Quarantined() {
 				t.Fatal("a poisoned session was not quarantined")
 			}
@@ -382,12 +383,12 @@ func TestR4FailedAbortOnCloseIsNotRepublished(t *testing.T) {
 	must(t, s.SubmitGPU())
 	must(t, s.SubmitNPU())
 	r.npu.Inject(sim.Fault{Kind: sim.FailVisibility})
-	isClass(t, s.Close(), hw.ErrDeviceLost) // ABORT's publication failed: poisoned
+	isClass(t, s.Close(), errdefs.ErrDeviceLost) // ABORT's publication failed: poisoned
 	if d, ok := s.Decision(); !ok || d != Abort || !s.Poisoned() || !s.Quarantined() {
 		t.Fatalf("decision %d %v, poisoned %v, quarantined %v", d, ok, s.Poisoned(), s.Quarantined())
 	}
 	g, n := r.releases()
-	isClass(t, s.Close(), hw.ErrDeviceLost)
+	isClass(t, s.Close(), errdefs.ErrDeviceLost)
 	if g2, n2 := r.releases(); g2 != g || n2 != n {
 		t.Fatal("a second Close published again")
 	}
@@ -417,7 +418,7 @@ func TestR5AbortDoesNotCancelARunningExchange(t *testing.T) {
 	spinUntil(t, "both participants to observe RUN", func() bool {
 		return r.payloadWord(offGPUObserved) == 1 && r.payloadWord(offNPUObserved) == 1
 	})
-	isClass(t, s.Abort(), hw.ErrBusy)
+	isClass(t, s.Abort(), errdefs.ErrBusy)
 	if r.word() != Run {
 		t.Fatal("Abort after RUN changed the startup word")
 	}
@@ -482,16 +483,16 @@ func TestR6IsCompleteObservesWithoutRecordingOrPoisoning(t *testing.T) {
 		_, err = s.IsComplete()
 		return err != nil && simStream(r.ns).Idle()
 	})
-	isClass(t, err, hw.ErrFault)
+	isClass(t, err, errdefs.ErrFault)
 	if s.Poisoned() || len(r.records()) != 0 {
 		t.Fatal("IsComplete poisoned the session or traced an occupancy")
 	}
 	_, err = s.Wait(context.Background())
-	isClass(t, err, hw.ErrFault)
+	isClass(t, err, errdefs.ErrFault)
 	if !s.Poisoned() || len(r.records()) != 2 {
 		t.Fatalf("Wait: poisoned %v, %d records; want poisoned and 2 records", s.Poisoned(), len(r.records()))
 	}
-	isClass(t, s.Close(), hw.ErrDeviceLost)
+	isClass(t, s.Close(), errdefs.ErrDeviceLost)
 }
 
 // ---- R7: one deadline, both joins attempted ----
@@ -570,7 +571,7 @@ func TestR7FailingGPUJoinDoesNotSkipNPUJoin(t *testing.T) {
 	if done {
 		t.Fatal("Wait reported success with a failed GPU participant")
 	}
-	isClass(t, err, hw.ErrFault)
+	isClass(t, err, errdefs.ErrFault)
 	if nw, _ := r.ns.(*recStream).joins(); nw != 1 {
 		t.Fatalf("NPU join attempted %d times after the GPU join failed; want 1", nw)
 	}
@@ -587,7 +588,7 @@ func TestR7FailingGPUJoinDoesNotSkipNPUJoin(t *testing.T) {
 	if !s.Poisoned() {
 		t.Fatal("a failed join did not poison the session")
 	}
-	isClass(t, s.Close(), hw.ErrDeviceLost)
+	isClass(t, s.Close(), errdefs.ErrDeviceLost)
 }
 
 func TestR7WaitBeforeDecisionIsBusy(t *testing.T) {
@@ -595,7 +596,7 @@ func TestR7WaitBeforeDecisionIsBusy(t *testing.T) {
 	s := r.session()
 	must(t, s.SubmitGPU())
 	_, err := s.WaitTimeout(time.Millisecond)
-	isClass(t, err, hw.ErrBusy)
+	isClass(t, err, errdefs.ErrBusy)
 	must(t, s.Close())
 }
 
@@ -641,7 +642,7 @@ func TestR8CloseUndecidedPublishesAbortAndBothRetire(t *testing.T) {
 			if r.budget.Used() != 0 { // the startup line was freed; the payload is not on the budget
 				t.Fatalf("budget used %d after a healthy close", r.budget.Used())
 			}
-			isClass(t, s.Close(), hw.ErrClosed)
+			isClass(t, s.Close(), errdefs.ErrClosed)
 			must(t, r.payload.Free())
 		})
 	}
@@ -668,7 +669,7 @@ func TestR8CloseWithHungParticipantQuarantines(t *testing.T) {
 			}
 			used := r.budget.Used()
 			err := s.Close()
-			isClass(t, err, hw.ErrDeviceLost)
+			isClass(t, err, errdefs.ErrDeviceLost)
 			if !s.Quarantined() {
 				t.Fatal("not quarantined")
 			}
@@ -697,8 +698,8 @@ func TestR8CloseWithHungParticipantQuarantines(t *testing.T) {
 			}) {
 				t.Fatalf("records %+v; want the hung participant traced as failed", r.records())
 			}
-			isClass(t, s.Close(), hw.ErrDeviceLost) // and stays so
-			isClass(t, s.Start(), hw.ErrClosed)
+			isClass(t, s.Close(), errdefs.ErrDeviceLost) // and stays so
+			isClass(t, s.Start(), errdefs.ErrClosed)
 		})
 	}
 }
@@ -716,7 +717,7 @@ func TestR8OwnerThatCannotDrainKeepsStartupLine(t *testing.T) {
 	must(t, err)
 	_, err = r.gs.Submit(&hw.Command{Program: noop})
 	must(t, err)
-	isClass(t, s.Close(), hw.ErrDeviceLost)
+	isClass(t, s.Close(), errdefs.ErrDeviceLost)
 	if !s.Quarantined() || !r.owner.Quarantined() {
 		t.Fatal("an owner that could not drain did not quarantine the session")
 	}
@@ -799,16 +800,16 @@ func TestSessionWithoutOwnerOrRuntime(t *testing.T) {
 func TestSimExchangeArguments(t *testing.T) {
 	r := newRig(t, 1)
 	_, _, _, err := NewSimExchange(r.p, r.startup, r.ns, r.gs, 1, nil)
-	isClass(t, err, hw.ErrInvalidArgument)
+	isClass(t, err, errdefs.ErrInvalidArgument)
 	_, _, _, err = NewSimExchange(r.p, r.startup, r.gs, r.ns, -1, nil)
-	isClass(t, err, hw.ErrInvalidArgument)
+	isClass(t, err, errdefs.ErrInvalidArgument)
 	_, _, _, err = NewSimExchange(nil, r.startup, r.gs, r.ns, 1, nil)
-	isClass(t, err, hw.ErrInvalidArgument)
+	isClass(t, err, errdefs.ErrInvalidArgument)
 	q := host.NewOwner("closed", nil)
 	must(t, q.Close(context.Background()))
 	_, _, _, err = NewSimExchange(r.p, r.startup, r.gs, r.ns, 1, q)
-	isClass(t, err, hw.ErrClosed)
-	if _, err := ExchangeData(nil); !errors.Is(err, hw.ErrInvalidArgument) {
+	isClass(t, err, errdefs.ErrClosed)
+	if _, err := ExchangeData(nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatal(err)
 	}
 	if got := ExpectedPayload(0); got[3] != 3 {

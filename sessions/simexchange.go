@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -69,7 +70,7 @@ const PayloadSize = offData + 4*ExchangeLen
 //     release-stores its credit r+1; the NPU waits for that credit,
 //     computes x = x - 1 and release-stores its own credit r+1. The GPU
 //     retires after seeing the NPU's last credit; both stop with an
-//     [hw.ErrDeviceLost] error if their device is lost while they poll.
+//     [errdefs.ErrDeviceLost] error if their device is lost while they poll.
 //
 // gpuStream must be on startup.GPU() and npuStream on startup.NPU(). Read
 // the result with [ExchangeData] after a successful Wait, and compare it
@@ -77,15 +78,15 @@ const PayloadSize = offData + 4*ExchangeLen
 //
 // # Errors
 //
-//   - [hw.ErrInvalidArgument] for a nil argument, streams on other devices
+//   - [errdefs.ErrInvalidArgument] for a nil argument, streams on other devices
 //     than startup's, or rounds outside [0, MaxExchangeRounds].
-//   - Whatever allocating or preparing returns ([hw.ErrOutOfBudget],
-//     [hw.ErrDeviceLost], [hw.ErrClosed], or [hw.ErrDeviceLost] for a
+//   - Whatever allocating or preparing returns ([errdefs.ErrOutOfBudget],
+//     [errdefs.ErrDeviceLost], [errdefs.ErrClosed], or [errdefs.ErrDeviceLost] for a
 //     quarantined owner). Nothing is allocated after an error, except
 //     through owner, which keeps what it made.
 func NewSimExchange(p hw.Platform, startup *ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *host.Owner) (gpu, npu Participant, payload hw.Shared, err error) {
 	if p == nil || startup == nil || gpuStream == nil || npuStream == nil {
-		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "sim exchange: nil platform, startup or stream")
+		return Participant{}, Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim exchange: nil platform, startup or stream")
 	}
 	return newExchange("sim exchange", p, startup, gpuStream, npuStream, rounds, owner, SimGPUKernel, SimNPUKernel)
 }
@@ -95,10 +96,10 @@ func NewSimExchange(p hw.Platform, startup *ResidentStartup, gpuStream, npuStrea
 // backends' participants share the layout and arguments.
 func newExchange(what string, p hw.Platform, startup *ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *host.Owner, gpuProgram, npuProgram string) (gpu, npu Participant, payload hw.Shared, err error) {
 	if gpuStream.Device() != startup.gpu || npuStream.Device() != startup.npu {
-		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "%s: streams must be on the startup's devices %q and %q", what, startup.gpu.Name(), startup.npu.Name())
+		return Participant{}, Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: streams must be on the startup's devices %q and %q", what, startup.gpu.Name(), startup.npu.Name())
 	}
 	if rounds < 0 || rounds > MaxExchangeRounds {
-		return Participant{}, Participant{}, nil, hw.Errorf(hw.ErrInvalidArgument, "%s: %d rounds outside [0, %d]", what, rounds, MaxExchangeRounds)
+		return Participant{}, Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %d rounds outside [0, %d]", what, rounds, MaxExchangeRounds)
 	}
 	devs := []hw.Device{startup.gpu, startup.npu}
 	if owner != nil {
@@ -179,10 +180,10 @@ func ExpectedPayload(rounds int) []float32 {
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] for a payload smaller than [PayloadSize].
+// [errdefs.ErrInvalidArgument] for a payload smaller than [PayloadSize].
 func ExchangeData(payload hw.Shared) ([]float32, error) {
 	if payload == nil || payload.Size() < PayloadSize {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim exchange: payload too small")
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim exchange: payload too small")
 	}
 	b := payload.Bytes()
 	out := make([]float32, ExchangeLen)
@@ -205,15 +206,15 @@ func runExchange(l *sim.Launch, gpu bool) error {
 // device's loss once lost is closed.
 func exchangeSide(gpu bool, args []hw.Arg, bytes func(int) []byte, uintArg func(int) uint64, lost <-chan struct{}, deviceErr func() error) error {
 	if n := len(args); n != 3 {
-		return hw.Errorf(hw.ErrInvalidArgument, "resident exchange takes 3 arguments, got %d", n)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "resident exchange takes 3 arguments, got %d", n)
 	}
 	line, payload, rounds := bytes(0), bytes(1), uintArg(2)
 	if len(line) < 4 || len(payload) < PayloadSize || rounds > MaxExchangeRounds {
-		return hw.Errorf(hw.ErrInvalidArgument, "resident exchange: startup range %d bytes, payload %d bytes (want ≥ %d), %d rounds",
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "resident exchange: startup range %d bytes, payload %d bytes (want ≥ %d), %d rounds",
 			len(line), len(payload), PayloadSize, rounds)
 	}
 	if uintptr(unsafe.Pointer(&line[0]))%4 != 0 || uintptr(unsafe.Pointer(&payload[0]))%4 != 0 {
-		return hw.Errorf(hw.ErrInvalidArgument, "resident exchange: unaligned startup or payload range")
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "resident exchange: unaligned startup or payload range")
 	}
 	startup := (*uint32)(unsafe.Pointer(&line[0]))
 
@@ -226,7 +227,7 @@ func exchangeSide(gpu bool, args []hw.Arg, bytes func(int) []byte, uintArg func(
 		return nil // retire at once: no payload access, no peer progress
 	case Run:
 	default:
-		return hw.Errorf(hw.ErrFault, "resident exchange: unknown startup decision %d", decision)
+		return errdefs.Errorf(errdefs.ErrFault, "resident exchange: unknown startup decision %d", decision)
 	}
 
 	word := func(off int) *uint32 { return (*uint32)(unsafe.Pointer(&payload[off])) }

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -72,23 +73,23 @@ type ResidentStartup struct {
 //
 // # Errors
 //
-//   - [hw.ErrInvalidArgument] for a nil platform or device.
-//   - [hw.ErrUnsupported] when gpu is not a GPU engine, npu is neither an
+//   - [errdefs.ErrInvalidArgument] for a nil platform or device.
+//   - [errdefs.ErrUnsupported] when gpu is not a GPU engine, npu is neither an
 //     NPU nor a CPU engine, or the platform's host mapping of the line is
 //     not 64-byte aligned (the line would not be an isolated cache line).
 //   - Whatever [hw.Platform.AllocShared] or [hw.Shared.PrepareRelease]
-//     return: [hw.ErrOutOfBudget] when budget cannot hold 64 more bytes,
-//     [hw.ErrDeviceLost] or [hw.ErrClosed] for an unusable device. Nothing
+//     return: [errdefs.ErrOutOfBudget] when budget cannot hold 64 more bytes,
+//     [errdefs.ErrDeviceLost] or [errdefs.ErrClosed] for an unusable device. Nothing
 //     stays allocated or charged after an error.
 func NewResidentStartup(p hw.Platform, gpu, npu hw.Device, budget *hw.Budget) (*ResidentStartup, error) {
 	if p == nil || gpu == nil || npu == nil {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "resident startup: nil platform or device")
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "resident startup: nil platform or device")
 	}
 	if gpu.Engine() != hw.EngineGPU {
-		return nil, hw.Errorf(hw.ErrUnsupported, "resident startup requires a GPU engine, got %s device %q", gpu.Engine(), gpu.Name())
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "resident startup requires a GPU engine, got %s device %q", gpu.Engine(), gpu.Name())
 	}
 	if e := npu.Engine(); e != hw.EngineNPU && e != hw.EngineCPU {
-		return nil, hw.Errorf(hw.ErrUnsupported, "resident startup requires an NPU (or CPU) peer, got %s device %q", e, npu.Name())
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "resident startup requires an NPU (or CPU) peer, got %s device %q", e, npu.Name())
 	}
 	sh, err := p.AllocShared(StartupSize, []hw.Device{gpu, npu}, budget)
 	if err != nil {
@@ -105,10 +106,10 @@ func NewResidentStartup(p hw.Platform, gpu, npu hw.Device, budget *hw.Budget) (*
 func (st *ResidentStartup) init() error {
 	b := st.shared.Bytes()
 	if len(b) != StartupSize {
-		return hw.Errorf(hw.ErrUnsupported, "resident startup: platform returned %d bytes for a %d-byte line", len(b), StartupSize)
+		return errdefs.Errorf(errdefs.ErrUnsupported, "resident startup: platform returned %d bytes for a %d-byte line", len(b), StartupSize)
 	}
 	if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%StartupSize != 0 {
-		return hw.Errorf(hw.ErrUnsupported, "resident startup: host mapping is not %d-byte aligned", StartupSize)
+		return errdefs.Errorf(errdefs.ErrUnsupported, "resident startup: host mapping is not %d-byte aligned", StartupSize)
 	}
 	clear(b)
 	st.shared.Store32Release(0, Wait)
@@ -139,16 +140,16 @@ func (st *ResidentStartup) NPU() hw.Device { return st.npu }
 //
 // # Errors
 //
-// [hw.ErrBusy] once the line belongs to a [ResidentSession];
-// [hw.ErrClosed] when closed twice.
+// [errdefs.ErrBusy] once the line belongs to a [ResidentSession];
+// [errdefs.ErrClosed] when closed twice.
 func (st *ResidentStartup) Close() error {
 	if st.state.CompareAndSwap(startupFree, startupClosed) {
 		return st.shared.Free()
 	}
 	if st.state.Load() == startupBound {
-		return hw.Errorf(hw.ErrBusy, "resident startup belongs to a session; close the session instead")
+		return errdefs.Errorf(errdefs.ErrBusy, "resident startup belongs to a session; close the session instead")
 	}
-	return hw.Errorf(hw.ErrClosed, "resident startup closed twice")
+	return errdefs.Errorf(errdefs.ErrClosed, "resident startup closed twice")
 }
 
 // publish stores decision with release ordering and then executes every

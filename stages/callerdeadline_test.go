@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 )
@@ -31,7 +32,7 @@ func TestCallerDeadlineDuringSyncIsDeadlineExceeded(t *testing.T) {
 		switch {
 		case errors.As(err, &ce):
 			counts["client error"]++
-		case errors.Is(err, hw.ErrDeadlineExceeded):
+		case errors.Is(err, errdefs.ErrDeadlineExceeded):
 			counts["deadline"]++
 		default:
 			counts[err.Error()]++

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -59,7 +59,7 @@ func TestValidateRefusesGoCommand(t *testing.T) {
 	if err == nil {
 		t.Fatal("Validate accepted a Go command")
 	}
-	if !errors.Is(err, hw.ErrInvalidArgument) {
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("error class: %v", err)
 	}
 	for _, want := range []string{"exports _start", "WASI command", "build it with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared"} {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 )
@@ -40,10 +41,10 @@ func TestContainmentInitEntriesAreBounded(t *testing.T) {
 		class error
 		entry string
 	}{
-		{"loop_start", hw.ErrDeadlineExceeded, "start"},
-		{"loop_initialize", hw.ErrDeadlineExceeded, abi.ExportInitialize},
-		{"loop_init", hw.ErrDeadlineExceeded, abi.ExportInit},
-		{"trap_init", hw.ErrFault, abi.ExportInit},
+		{"loop_start", errdefs.ErrDeadlineExceeded, "start"},
+		{"loop_initialize", errdefs.ErrDeadlineExceeded, abi.ExportInitialize},
+		{"loop_init", errdefs.ErrDeadlineExceeded, abi.ExportInit},
+		{"trap_init", errdefs.ErrFault, abi.ExportInit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Neutral module and session names, so that the error can only
@@ -93,14 +94,14 @@ func TestContainmentFailedReplacementFailsTheSession(t *testing.T) {
 	if err := s.Failed(); err != nil {
 		t.Fatalf("Failed before any call = %v", err)
 	}
-	if _, err := s.Run(ctx, nil, nil); !errors.Is(err, hw.ErrFault) || !strings.Contains(err.Error(), "unreachable") {
+	if _, err := s.Run(ctx, nil, nil); !errors.Is(err, errdefs.ErrFault) || !strings.Contains(err.Error(), "unreachable") {
 		t.Fatalf("first call = %v, want the trap (Fault, unreachable)", err)
 	}
 	if s.Replacements() != 1 {
 		t.Fatalf("Replacements = %d after the trap, want 1", s.Replacements())
 	}
 	_, failed := s.Run(ctx, nil, nil)
-	if !errors.Is(failed, hw.ErrDeadlineExceeded) {
+	if !errors.Is(failed, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("second call = %v, want DeadlineExceeded (the replacement's stagehost_init)", failed)
 	}
 	if !strings.Contains(failed.Error(), abi.ExportInit) {
@@ -114,7 +115,7 @@ func TestContainmentFailedReplacementFailsTheSession(t *testing.T) {
 	}
 	for i := range 3 {
 		_, err := s.Run(ctx, nil, nil)
-		if !errors.Is(err, hw.ErrDeadlineExceeded) {
+		if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 			t.Fatalf("call %d after the failure = %v, want DeadlineExceeded", i+3, err)
 		}
 		if err.Error() != failed.Error() {
@@ -152,7 +153,7 @@ func TestContainmentSyncPastTheDeadlineIsNeverOK(t *testing.T) {
 	if err == nil {
 		t.Fatal("the call succeeded although stream_sync ran past the deadline")
 	}
-	if !errors.Is(err, hw.ErrDeadlineExceeded) {
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("Run = %v, want DeadlineExceeded", err)
 	}
 	var ce *ClientError
@@ -204,7 +205,7 @@ func TestContainmentFailedDeviceWorkIsNeverOK(t *testing.T) {
 			if err == nil {
 				t.Fatal("failed device work reached the caller as success")
 			}
-			if !errors.Is(err, hw.ErrFault) || errors.Is(err, hw.ErrDeviceLost) {
+			if !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
 				t.Fatalf("Run = %v, want Fault (and not DeviceLost)", err)
 			}
 			var ce *ClientError
@@ -289,7 +290,7 @@ func TestContainmentLoadRefusals(t *testing.T) {
 		errV := Validate(tc.bin, cfg)
 		_, errL := f.eng.Load(ctx, tc.bin, SHA256(tc.bin), cfg)
 		for what, err := range map[string]error{"Validate": errV, "Load": errL} {
-			if !errors.Is(err, hw.ErrInvalidArgument) {
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Errorf("%s: %s = %v, want InvalidArgument", tc.name, what, err)
 				continue
 			}
@@ -342,7 +343,7 @@ func TestContainmentModuleSizeLimit(t *testing.T) {
 		t.Fatalf("a %d-byte module: %v", len(small), err)
 	}
 	_, err = e.Load(ctx, big, SHA256(big), NewLoadConfig().WithName("big"))
-	if !errors.Is(err, hw.ErrInvalidArgument) || !strings.Contains(err.Error(), "1024") {
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "1024") {
 		t.Fatalf("a %d-byte module under a limit of 1024 bytes: %v, want InvalidArgument naming the limit", len(big), err)
 	}
 }
@@ -469,7 +470,7 @@ func runMalformedCase(t *testing.T, name string, refuse bool, bin []byte) {
 	runtime.ReadMemStats(&after)
 	if refuse {
 		for what, err := range map[string]error{"Validate": errV, "Load": errL} {
-			if !errors.Is(err, hw.ErrInvalidArgument) {
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Errorf("%s of a %d-byte module = %v, want InvalidArgument", what, len(bin), truncated(err))
 			}
 		}

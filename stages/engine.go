@@ -19,7 +19,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/stagehost/stagehost/abi"
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // EngineConfig configures an [Engine]. It is immutable: every WithX
@@ -151,7 +151,7 @@ func DefaultCacheDir() string {
 //
 // # Errors
 //
-// [hw.ErrUnsupported] if the cache directory cannot be created.
+// [errdefs.ErrUnsupported] if the cache directory cannot be created.
 func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
@@ -168,14 +168,14 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 		}
 		cache, err := wazero.NewCompilationCacheWithDir(dir)
 		if err != nil {
-			return nil, hw.Errorf(hw.ErrUnsupported, "compilation cache %s: %w", dir, err)
+			return nil, errdefs.Errorf(errdefs.ErrUnsupported, "compilation cache %s: %w", dir, err)
 		}
 		e.cache, e.cacheDir = cache, dir
 		rc = rc.WithCompilationCache(cache)
 	}
 	e.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e.runtime); err != nil {
-		return nil, hw.Errorf(hw.ErrUnsupported, "wasi: %w", err)
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "wasi: %w", err)
 	}
 	if err := instantiateHostModule(ctx, e.runtime); err != nil {
 		return nil, err
@@ -215,7 +215,7 @@ func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 			Export(name)
 	}
 	if _, err := b.Instantiate(ctx); err != nil {
-		return hw.Errorf(hw.ErrUnsupported, "host module: %w", err)
+		return errdefs.Errorf(errdefs.ErrUnsupported, "host module: %w", err)
 	}
 	ib := r.NewHostModuleBuilder(abi.InternalModule)
 	ib.NewFunctionBuilder().
@@ -223,7 +223,7 @@ func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 		WithName(abi.FnYield).
 		Export(abi.FnYield)
 	if _, err := ib.Instantiate(ctx); err != nil {
-		return hw.Errorf(hw.ErrUnsupported, "host module %s: %w", abi.InternalModule, err)
+		return errdefs.Errorf(errdefs.ErrUnsupported, "host module %s: %w", abi.InternalModule, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
@@ -50,7 +51,7 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 	}
 	m, err := eng.Load(ctx, bin, SHA256(bin), NewLoadConfig().WithName(name).WithWASI(GrantGoRuntime))
 	if err != nil {
-		o.load = hw.ClassOf(err)
+		o.load = errdefs.ClassOf(err)
 		return o
 	}
 	cfg := NewSessionConfig(name, gpu).WithStreams("s0").
@@ -58,13 +59,13 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 		WithDeadline(10 * time.Second).WithFenceTimeout(10 * time.Second)
 	s, err := eng.NewSession(ctx, rt, m, cfg)
 	if err != nil {
-		o.load = hw.ClassOf(err)
+		o.load = errdefs.ClassOf(err)
 		return o
 	}
 	defer s.Close(ctx)
 	for range 3 {
 		out, err := s.Run(ctx, input, nil)
-		c := callOutcome{out: out, class: hw.ClassOf(err), quarantined: s.Quarantined() != nil}
+		c := callOutcome{out: out, class: errdefs.ClassOf(err), quarantined: s.Quarantined() != nil}
 		var ce *ClientError
 		if errors.As(err, &ce) {
 			c.clientCode = ce.Code

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -64,7 +65,7 @@ func ExampleEngine_Load() {
 	fmt.Println(err)
 	bad, _ := os.ReadFile("testdata/hostile/unknown_import.wasm")
 	_, err = eng.Load(ctx, bad, stages.SHA256(bad), stages.NewLoadConfig().WithName("exfil"))
-	fmt.Println(errors.Is(err, hw.ErrInvalidArgument), err)
+	fmt.Println(errors.Is(err, errdefs.ErrInvalidArgument), err)
 	// Output:
 	// <nil>
 	// true module "exfil": imports env.exfiltrate: only stagehost_v1 functions and granted WASI functions may be imported

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -213,14 +214,14 @@ func replayStatuses(t testing.TB, data []byte, r replayResult) []abi.Status {
 	t.Helper()
 	var ce *ClientError
 	clientErr := errors.As(r.err, &ce)
-	interrupted := errors.Is(r.err, hw.ErrDeadlineExceeded)
+	interrupted := errors.Is(r.err, errdefs.ErrDeadlineExceeded)
 	switch {
 	case r.err == nil, interrupted:
 	case clientErr:
 		if ce.Code != 1 {
 			t.Fatalf("the replay guest returned %d: input_size or input_read failed (%v)", ce.Code, r.err)
 		}
-	case errors.Is(r.err, hw.ErrFault):
+	case errors.Is(r.err, errdefs.ErrFault):
 		// Device work of the call failed; the guest itself never traps,
 		// so a trap means that a host function failed inside the guest.
 		if r.replacements != 0 {
@@ -426,7 +427,7 @@ var replaySeeds = []struct {
 		rec(abi.FnStreamSync, own(abi.KindStream, replayS0)),
 		// And one left for the built-in fence to find.
 		rec(abi.FnStreamSubmit, own(abi.KindStream, replayS1), own(abi.KindProgram, replayFill), 0, 0),
-	}, hw.ErrFault, []abi.Status{
+	}, errdefs.ErrFault, []abi.Status{
 		abi.StatusOK, abi.StatusFault, abi.StatusOK, abi.StatusOK,
 	}},
 	{"last_error", []replayCall{

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/abi"
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw/sim"
 )
 
@@ -75,10 +75,10 @@ func TestCloseWhileACallRunsIsBusyAndKeepsTheInstance(t *testing.T) {
 	for stream.Idle() { // until the stage has submitted its command
 		runtime.Gosched()
 	}
-	if err := s.Close(context.Background()); !errors.Is(err, hw.ErrBusy) {
+	if err := s.Close(context.Background()); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("Close during a call = %v, want ErrBusy", err)
 	}
-	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, hw.ErrBusy) {
+	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("a concurrent Run = %v, want ErrBusy", err)
 	}
 	release()
@@ -91,7 +91,7 @@ func TestCloseWhileACallRunsIsBusyAndKeepsTheInstance(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, hw.ErrClosed) {
+	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("Run after Close = %v, want ErrClosed", err)
 	}
 }
@@ -116,7 +116,7 @@ func TestReplacementsIsSafeToReadDuringCalls(t *testing.T) {
 		}
 	})
 	for range 5 {
-		if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, hw.ErrFault) {
+		if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrFault) {
 			t.Errorf("Run = %v, want a trap (Fault)", err)
 		}
 	}
@@ -168,14 +168,14 @@ func TestFenceFallsBackToTheDrainWhenItsInstanceCannotBeMade(t *testing.T) {
 	f := newWasmFixture(t)
 	cfg := f.defaultConfig("fallback").WithInitTimeout(100 * time.Millisecond).WithDeadline(time.Hour).WithFenceTimeout(time.Hour)
 	s := f.session(t, f.mustLoad(t, "loop_init_on_replace_fence"), cfg)
-	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, hw.ErrFault) || errors.Is(err, hw.ErrDeviceLost) {
+	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("call 1 = %v, want the trap (Fault), not a quarantine", err)
 	}
 	if err := s.Quarantined(); err != nil {
 		t.Fatalf("quarantined although the built-in drain proved the fence: %v", err)
 	}
 	_, err := s.Run(context.Background(), nil, nil)
-	if !errors.Is(err, hw.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "stagehost_init") {
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "stagehost_init") {
 		t.Fatalf("call 2 = %v, want DeadlineExceeded naming stagehost_init (the session failed)", err)
 	}
 }

@@ -2,6 +2,7 @@ package stages
 
 import (
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -61,7 +62,7 @@ func (t *handleTable) declare(e handleEntry, name string) abi.Handle {
 // allocate adds a guest-allocated buffer.
 func (t *handleTable) allocate(e *handleEntry) (abi.Handle, error) {
 	if t.next > maxSerial {
-		return 0, hw.Errorf(hw.ErrOutOfBudget, "the session has used every handle serial number")
+		return 0, errdefs.Errorf(errdefs.ErrOutOfBudget, "the session has used every handle serial number")
 	}
 	h := abi.MakeHandle(abi.KindBuffer, t.tag, t.next)
 	t.allocated[t.next] = e

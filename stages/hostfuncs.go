@@ -12,6 +12,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/internal/deadline"
 	"github.com/stagehost/stagehost/internal/monotime"
@@ -221,7 +222,7 @@ func hostInputRead(ctx context.Context, st *callState, mod api.Module, stack []u
 		return
 	}
 	if uint64(off) > uint64(len(st.input)) {
-		retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "offset %d is beyond the input's %d bytes", off, len(st.input)))
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrInvalidArgument, "offset %d is beyond the input's %d bytes", off, len(st.input)))
 		return
 	}
 	n := copy(dst, st.input[off:])
@@ -299,7 +300,7 @@ func hostLog(ctx context.Context, st *callState, mod api.Module, stack []uint64)
 		return
 	}
 	if level < abi.LogDebug || level > abi.LogError {
-		retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "log level %d is not one of 0 to 3", level))
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrInvalidArgument, "log level %d is not one of 0 to 3", level))
 		return
 	}
 	st.logs++
@@ -331,7 +332,7 @@ func hostLookup(kind abi.HandleKind) hostFunc {
 		}
 		h, found := st.table.lookup(kind, name)
 		if !found {
-			retErr(st, stack, hw.Errorf(hw.ErrNotFound, "%s %q not found: the session %s", kind, name, notDeclared[kind]))
+			retErr(st, stack, errdefs.Errorf(errdefs.ErrNotFound, "%s %q not found: the session %s", kind, name, notDeclared[kind]))
 			return
 		}
 		putU64(mod, outPtr, uint64(h))
@@ -362,10 +363,10 @@ func hostBufferAlloc(ctx context.Context, st *callState, mod api.Module, stack [
 // a handle (and, when name is not empty, a name).
 func allocBuffer(st *callState, size uint32, name string) (abi.Handle, error) {
 	if size == 0 {
-		return 0, hw.Errorf(hw.ErrInvalidArgument, "buffer size 0")
+		return 0, errdefs.Errorf(errdefs.ErrInvalidArgument, "buffer size 0")
 	}
 	if st.table.live() >= maxLiveAllocations {
-		return 0, hw.Errorf(hw.ErrOutOfBudget, "%d live allocations", st.table.live())
+		return 0, errdefs.Errorf(errdefs.ErrOutOfBudget, "%d live allocations", st.table.live())
 	}
 	buf, err := st.sess.owner.Alloc(st.sess.cfg.device, int(size), 0)
 	if err != nil {
@@ -396,7 +397,7 @@ func hostBufferAllocNamed(ctx context.Context, st *callState, mod api.Module, st
 		return
 	}
 	if len(name) == 0 || len(name) > abi.MaxBufferName {
-		retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "a buffer name of %d bytes: 1 to %d", len(name), abi.MaxBufferName))
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrInvalidArgument, "a buffer name of %d bytes: 1 to %d", len(name), abi.MaxBufferName))
 		return
 	}
 	if h, found := st.table.named[string(name)]; found {
@@ -406,7 +407,7 @@ func hostBufferAllocNamed(ctx context.Context, st *callState, mod api.Module, st
 			return
 		}
 		if uint64(e.buffer.Size()) != uint64(size) {
-			retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "buffer %q has %d bytes, not %d", name, e.buffer.Size(), size))
+			retErr(st, stack, errdefs.Errorf(errdefs.ErrInvalidArgument, "buffer %q has %d bytes, not %d", name, e.buffer.Size(), size))
 			return
 		}
 		putU64(mod, outPtr, uint64(h))
@@ -429,7 +430,7 @@ func hostBufferFree(ctx context.Context, st *callState, mod api.Module, stack []
 		return
 	}
 	if e.declared {
-		retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "a declared buffer cannot be freed"))
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrInvalidArgument, "a declared buffer cannot be freed"))
 		return
 	}
 	// The handle dies now; the memory is freed only after a fence has
@@ -467,7 +468,7 @@ func streamAndBuffer(st *callState, stream, buffer uint64) (hw.Stream, hw.Buffer
 
 func checkRange(b hw.Buffer, off, n uint32) error {
 	if uint64(off)+uint64(n) > uint64(b.Size()) {
-		return hw.Errorf(hw.ErrInvalidArgument, "range [%d,+%d) outside a buffer of %d bytes", off, n, b.Size())
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "range [%d,+%d) outside a buffer of %d bytes", off, n, b.Size())
 	}
 	return nil
 }
@@ -528,7 +529,7 @@ func hostStreamRead(ctx context.Context, st *callState, mod api.Module, stack []
 // decodeArgs fills st.args from n argument records at ptr.
 func decodeArgs(st *callState, mod api.Module, ptr, n uint32) ([]hw.Arg, error) {
 	if n > abi.MaxArgs {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "%d arguments, at most %d", n, abi.MaxArgs)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%d arguments, at most %d", n, abi.MaxArgs)
 	}
 	recs, ok := guest(mod, ptr, n*abi.ArgRecordSize)
 	if !ok {
@@ -543,7 +544,7 @@ func decodeArgs(st *callState, mod api.Module, ptr, n uint32) ([]hw.Arg, error) 
 		reserved := binary.LittleEndian.Uint32(r[12:])
 		val := binary.LittleEndian.Uint64(r[16:])
 		if reserved != 0 {
-			return nil, hw.Errorf(hw.ErrInvalidArgument, "argument %d: reserved field is not zero", i)
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "argument %d: reserved field is not zero", i)
 		}
 		switch kind {
 		case abi.ArgScalar:
@@ -556,7 +557,7 @@ func decodeArgs(st *callState, mod api.Module, ptr, n uint32) ([]hw.Arg, error) 
 			size := e.buffer.Size()
 			if length == abi.ToEnd {
 				if uint64(off) > uint64(size) {
-					return nil, hw.Errorf(hw.ErrInvalidArgument, "argument %d: offset %d beyond a buffer of %d bytes", i, off, size)
+					return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "argument %d: offset %d beyond a buffer of %d bytes", i, off, size)
 				}
 				length = uint32(size) - off
 			}
@@ -565,7 +566,7 @@ func decodeArgs(st *callState, mod api.Module, ptr, n uint32) ([]hw.Arg, error) 
 			}
 			args[i] = hw.Arg{Buffer: e.buffer, Offset: int(off), Length: int(length)}
 		default:
-			return nil, hw.Errorf(hw.ErrInvalidArgument, "argument %d: unknown kind %d", i, kind)
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "argument %d: unknown kind %d", i, kind)
 		}
 	}
 	return args, nil
@@ -602,7 +603,7 @@ func hostStreamSubmitBatch(ctx context.Context, st *callState, mod api.Module, s
 	}
 	ptr, n := uint32(stack[1]), uint32(stack[2])
 	if n > abi.MaxBatch {
-		retErr(st, stack, hw.Errorf(hw.ErrInvalidArgument, "a batch of %d commands, at most %d", n, abi.MaxBatch))
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrInvalidArgument, "a batch of %d commands, at most %d", n, abi.MaxBatch))
 		return
 	}
 	recs, ok := guest(mod, ptr, n*abi.BatchRecordSize)
@@ -681,7 +682,7 @@ func hostStreamSync(ctx context.Context, st *callState, mod api.Module, stack []
 		return
 	}
 	err = s.stream.Sync(ctx)
-	if hw.ClassOf(err) == hw.ErrFault {
+	if errdefs.ClassOf(err) == errdefs.ErrFault {
 		st.sess.owner.NoteFault(err) // the call fails with Fault even if the guest ignores it
 	}
 	retErr(st, stack, err)

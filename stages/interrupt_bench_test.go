@@ -16,6 +16,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
 	"github.com/stagehost/stagehost/hw"
 )
@@ -231,7 +232,7 @@ func BenchmarkInterruptDeadlineToReturn(b *testing.B) {
 				start := time.Now()
 				_, err := s.Run(context.Background(), in, nil)
 				d := time.Since(start) - deadline
-				if !errors.Is(err, hw.ErrDeadlineExceeded) {
+				if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 					b.Errorf("Run = %v, want DeadlineExceeded", err)
 				}
 				mu.Lock()

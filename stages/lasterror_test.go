@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stagehost/stagehost/abi"
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw/sim"
 )
 
@@ -94,7 +94,7 @@ func TestLastErrorGivesTheKernelsReason(t *testing.T) {
 	f.eng = eng
 	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "bad_saxpy"))
 	out, err := s.Run(context.Background(), []byte{1}, nil)
-	if !errors.Is(err, hw.ErrFault) || !strings.Contains(err.Error(), saxpyReason) {
+	if !errors.Is(err, errdefs.ErrFault) || !strings.Contains(err.Error(), saxpyReason) {
 		t.Errorf("the call's error = %v, want a Fault with the kernel's reason %q", err, saxpyReason)
 	}
 	if !strings.Contains(logs.String(), saxpyReason) {
@@ -128,7 +128,7 @@ func TestLastErrorIsClearedWhenACallStarts(t *testing.T) {
 	m := abiModule(t, f, "last_error")
 	a := f.session(t, m, lastErrorConfig(f, "a"))
 	b := f.session(t, m, lastErrorConfig(f, "b"))
-	if _, err := a.Run(context.Background(), []byte{1}, nil); !errors.Is(err, hw.ErrFault) {
+	if _, err := a.Run(context.Background(), []byte{1}, nil); !errors.Is(err, errdefs.ErrFault) {
 		t.Fatalf("the failing call: %v, want Fault", err)
 	}
 	for _, s := range []*Session{b, a} {
@@ -200,7 +200,7 @@ func TestFaultBeforeAReadFailsTheCall(t *testing.T) {
 	if st := abi.Status(o.word()); st != abi.StatusOK && st != abi.StatusFault {
 		t.Fatalf("stream_read = %v, want OK or FAULT", st)
 	}
-	if !errors.Is(err, hw.ErrFault) || !strings.Contains(err.Error(), saxpyReason) {
+	if !errors.Is(err, errdefs.ErrFault) || !strings.Contains(err.Error(), saxpyReason) {
 		t.Fatalf("the call's error = %v, want a Fault with the kernel's reason %q", err, saxpyReason)
 	}
 	if q := s.Quarantined(); q != nil {
@@ -223,7 +223,7 @@ func TestFailedReadFailsTheCall(t *testing.T) {
 	if st := abi.Status((&lastErrorOutput{t, out}).word()); st != abi.StatusFault {
 		t.Fatalf("stream_read = %v, want FAULT", st)
 	}
-	if !errors.Is(err, hw.ErrFault) || errors.Is(err, hw.ErrDeviceLost) {
+	if !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("the call's error = %v, want Fault (and no quarantine)", err)
 	}
 	if _, err := s.Run(context.Background(), []byte{4}, nil); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/stagehost/stagehost/abi"
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/stages/internal/wasmbin"
 )
 
@@ -157,14 +157,14 @@ func (m *Module) Close(ctx context.Context) error {
 //
 // # Errors
 //
-//   - [hw.ErrInvalidArgument]: sha256 mismatch, malformed binary, missing
+//   - [errdefs.ErrInvalidArgument]: sha256 mismatch, malformed binary, missing
 //     or duplicated ABI marker, forbidden import, missing export, wrong
 //     export type, memory above the limit. The message names the module
 //     and the offending import, export or limit.
-//   - [hw.ErrUnsupported]: the module targets another ABI version.
+//   - [errdefs.ErrUnsupported]: the module targets another ABI version.
 func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg LoadConfig) (*Module, error) {
 	fail := func(class error, format string, args ...any) (*Module, error) {
-		return nil, hw.Errorf(class, "module %q: "+format, append([]any{cfg.name}, args...)...)
+		return nil, errdefs.Errorf(class, "module %q: "+format, append([]any{cfg.name}, args...)...)
 	}
 	if cfg.maxSize == 0 {
 		cfg.maxSize = e.cfg.maxModule
@@ -174,10 +174,10 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	}
 	sum := SHA256(bin)
 	if sha256hex == "" {
-		return fail(hw.ErrInvalidArgument, "no expected sha256 given (it is %s)", sum)
+		return fail(errdefs.ErrInvalidArgument, "no expected sha256 given (it is %s)", sum)
 	}
 	if !strings.EqualFold(sha256hex, sum) {
-		return fail(hw.ErrInvalidArgument, "sha256 mismatch: expected %s, the bytes hash to %s", strings.ToLower(sha256hex), sum)
+		return fail(errdefs.ErrInvalidArgument, "sha256 mismatch: expected %s, the bytes hash to %s", strings.ToLower(sha256hex), sum)
 	}
 	key := fmt.Sprintf("%s/%d/%d/%q/%s/%t", sum, cfg.kind, cfg.memoryPages, cfg.wasi, cfg.name, cfg.noSnapshot)
 	e.mu.Lock()
@@ -194,12 +194,12 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	m.sha256, m.engine = sum, e
 	rewritten, st, err := parsed.Rewrite(wasmbin.RewriteOptions{MaxPages: cfg.memoryPages, MergeGap: e.cfg.mergeGap})
 	if err != nil {
-		return fail(hw.ErrInvalidArgument, "%v", err)
+		return fail(errdefs.ErrInvalidArgument, "%v", err)
 	}
 	m.segments = [2]int{st.SegmentsBefore, st.SegmentsAfter}
 	if !e.cfg.uninterruptible {
 		if rewritten, err = instrument(rewritten); err != nil {
-			return fail(hw.ErrInvalidArgument, "%v", err)
+			return fail(errdefs.ErrInvalidArgument, "%v", err)
 		}
 	}
 	if e.cfg.onCompile != nil {
@@ -214,7 +214,7 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	default:
 		c, snap, why, err := e.takeSnapshot(ctx, m, rewritten)
 		if err != nil {
-			return fail(hw.ErrInvalidArgument, "does not compile: %v", err)
+			return fail(errdefs.ErrInvalidArgument, "does not compile: %v", err)
 		}
 		compiled, m.snap, m.noSnapshot = c, snap, why
 		if snap != nil {
@@ -225,7 +225,7 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	}
 	if compiled == nil {
 		if compiled, err = e.compile(ctx, cfg.name, rewritten); err != nil {
-			return fail(hw.ErrInvalidArgument, "does not compile: %v", err)
+			return fail(errdefs.ErrInvalidArgument, "does not compile: %v", err)
 		}
 	}
 	m.compiled = compiled
@@ -273,44 +273,44 @@ func instrument(bin []byte) ([]byte, error) {
 
 func checkSize(bin []byte, cfg LoadConfig) error {
 	if cfg.maxSize > 0 && int64(len(bin)) > cfg.maxSize {
-		return hw.Errorf(hw.ErrInvalidArgument, "module %q: %d bytes, more than the limit of %d bytes", cfg.name, len(bin), cfg.maxSize)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "module %q: %d bytes, more than the limit of %d bytes", cfg.name, len(bin), cfg.maxSize)
 	}
 	return nil
 }
 
 func validate(bin []byte, cfg LoadConfig) (*Module, *wasmbin.Module, error) {
 	fail := func(class error, err error) (*Module, *wasmbin.Module, error) {
-		return nil, nil, hw.Errorf(class, "module %q: %v", cfg.name, err)
+		return nil, nil, errdefs.Errorf(class, "module %q: %v", cfg.name, err)
 	}
 	parsed, err := wasmbin.Parse(bin)
 	if err != nil {
-		return fail(hw.ErrInvalidArgument, err)
+		return fail(errdefs.ErrInvalidArgument, err)
 	}
 	if err := parsed.ValidateCode(); err != nil {
-		return fail(hw.ErrInvalidArgument, err)
+		return fail(errdefs.ErrInvalidArgument, err)
 	}
 	m := &Module{name: cfg.name, kind: cfg.kind, memoryPages: cfg.memoryPages}
 	if err := checkMarker(parsed); err != nil {
-		return fail(hw.ClassOf(err), err)
+		return fail(errdefs.ClassOf(err), err)
 	}
 	grants, err := wasiGrants(cfg.wasi)
 	if err != nil {
-		return fail(hw.ErrInvalidArgument, err)
+		return fail(errdefs.ErrInvalidArgument, err)
 	}
 	if err := checkImports(parsed, grants); err != nil {
-		return fail(hw.ErrInvalidArgument, err)
+		return fail(errdefs.ErrInvalidArgument, err)
 	}
 	for _, im := range parsed.Imports {
 		m.wasi = m.wasi || im.Module == abi.WASIModule
 	}
 	if err := checkCommand(parsed, m.wasi); err != nil {
-		return fail(hw.ErrInvalidArgument, err)
+		return fail(errdefs.ErrInvalidArgument, err)
 	}
 	if err := m.checkExports(parsed); err != nil {
-		return fail(hw.ErrInvalidArgument, err)
+		return fail(errdefs.ErrInvalidArgument, err)
 	}
 	if err := checkMemory(parsed, cfg.memoryPages); err != nil {
-		return fail(hw.ErrInvalidArgument, err)
+		return fail(errdefs.ErrInvalidArgument, err)
 	}
 	return m, parsed, nil
 }
@@ -324,19 +324,19 @@ func checkMarker(m *wasmbin.Module) error {
 	}
 	switch {
 	case len(markers) == 0:
-		return hw.Errorf(hw.ErrInvalidArgument, "missing ABI marker: a stagehost module must export the function %s", abi.Marker)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "missing ABI marker: a stagehost module must export the function %s", abi.Marker)
 	case len(markers) > 1:
 		names := make([]string, len(markers))
 		for i, mk := range markers {
 			names[i] = mk.Name
 		}
-		return hw.Errorf(hw.ErrInvalidArgument, "several ABI markers exported (%s): export exactly one", strings.Join(names, ", "))
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "several ABI markers exported (%s): export exactly one", strings.Join(names, ", "))
 	case markers[0].Name != abi.Marker:
-		return hw.Errorf(hw.ErrUnsupported, "module targets ABI %s, this host implements ABI v%d (%s)",
+		return errdefs.Errorf(errdefs.ErrUnsupported, "module targets ABI %s, this host implements ABI v%d (%s)",
 			strings.TrimPrefix(markers[0].Name, "stagehost_abi_"), abi.Version, abi.Marker)
 	}
 	if err := checkFuncExport(markers[0], abi.ExportSignatures[abi.Marker]); err != nil {
-		return hw.Errorf(hw.ErrInvalidArgument, "%v", err)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%v", err)
 	}
 	return nil
 }

@@ -7,14 +7,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
-	"github.com/stagehost/stagehost/hw"
 )
 
 // Stage is the body of one native stage. It runs synchronously on the
 // caller's goroutine while the session holds the compute lane. ctx
 // carries the caller's deadline and marks the call path as inside a stage
-// (so a nested stage of the same runtime returns [hw.ErrBusy]); it is
+// (so a nested stage of the same runtime returns [errdefs.ErrBusy]); it is
 // valid only until the stage returns. A returned error is a client error:
 // it reaches the caller, and a session whose fence then drains stays
 // healthy.
@@ -65,10 +65,10 @@ func WithAdmissionCost(units int) NativeOption {
 //  4. a check that every owned stream is idle, whatever the fence said;
 //  5. quarantine of the owner when the fence fails, panics, times out or
 //     lies: nothing is freed, budget charges stay, every later stage gets
-//     [hw.ErrDeviceLost];
+//     [errdefs.ErrDeviceLost];
 //  6. the failures of device work that the drain found or that were noted
 //     on the owner ([host.Owner.TakeFaults]): a call whose device work
-//     failed fails with [hw.ErrFault], never succeeds;
+//     failed fails with [errdefs.ErrFault], never succeeds;
 //  7. the release of the lease and a trace record of the occupancy.
 //
 // Steps 3 to 7 run in deferred calls, so a stage that panics or calls
@@ -78,7 +78,7 @@ func WithAdmissionCost(units int) NativeOption {
 // goroutine after the fence.
 //
 // A session runs one stage at a time; a concurrent Run, or a Close while a
-// stage runs, returns [hw.ErrBusy]. The checks for quarantine and Close
+// stage runs, returns [errdefs.ErrBusy]. The checks for quarantine and Close
 // and the mark that a stage runs are made under one lock, so a stage never
 // starts on a quarantined or closed session.
 type NativeSession[T any] struct {
@@ -125,7 +125,7 @@ func (s *NativeSession[T]) Name() string { return s.owner.Name() }
 //
 // # Errors
 //
-// [hw.ErrDeviceLost] once the session is quarantined; [hw.ErrBusy] while a
+// [errdefs.ErrDeviceLost] once the session is quarantined; [errdefs.ErrBusy] while a
 // stage runs.
 func (s *NativeSession[T]) State() (*T, error) {
 	s.mu.Lock()
@@ -134,12 +134,12 @@ func (s *NativeSession[T]) State() (*T, error) {
 		return nil, s.quarantine
 	}
 	if s.running {
-		return nil, hw.Errorf(hw.ErrBusy, "session %q is running a stage", s.owner.Name())
+		return nil, errdefs.Errorf(errdefs.ErrBusy, "session %q is running a stage", s.owner.Name())
 	}
 	return &s.state, nil
 }
 
-// Quarantined returns nil for a healthy session, or the [hw.ErrDeviceLost]
+// Quarantined returns nil for a healthy session, or the [errdefs.ErrDeviceLost]
 // error that says why it was quarantined.
 func (s *NativeSession[T]) Quarantined() error {
 	s.mu.Lock()
@@ -157,9 +157,9 @@ func (s *NativeSession[T]) enter() error {
 	case s.quarantine != nil:
 		return s.quarantine
 	case s.running:
-		return hw.Errorf(hw.ErrBusy, "session %q is already running a stage", s.owner.Name())
+		return errdefs.Errorf(errdefs.ErrBusy, "session %q is already running a stage", s.owner.Name())
 	case s.closed:
-		return hw.Errorf(hw.ErrClosed, "session %q is closed", s.owner.Name())
+		return errdefs.Errorf(errdefs.ErrClosed, "session %q is closed", s.owner.Name())
 	}
 	if err := s.owner.Err(); err != nil {
 		return err
@@ -176,30 +176,30 @@ func (s *NativeSession[T]) leave() {
 
 // Run executes one stage under the host's wrapping (see [NativeSession]).
 //
-// Device work of the call that failed ([hw.ErrFault]) makes the call fail,
+// Device work of the call that failed ([errdefs.ErrFault]) makes the call fail,
 // whichever fence ran: the built-in fence records the failures it drains,
-// a custom fence may return one (an [hw.ErrFault] error means "drained,
+// a custom fence may return one (an [errdefs.ErrFault] error means "drained,
 // but device work failed"), and code that saw one may note it with
 // [host.Owner.NoteFault]. Failures noted before the call started are not
 // the call's: Run forgets them.
 //
 // # Errors
 //
-//   - [hw.ErrDeviceLost] if the session or its owner is quarantined,
+//   - [errdefs.ErrDeviceLost] if the session or its owner is quarantined,
 //     before or because of this run (then wrapping the fence's failure; a
 //     client error or failed device work of the same run is named in the
 //     message). The fence's failure is any error of a class other than
-//     [hw.ErrFault] (one that also matches [hw.ErrDeviceLost] or
-//     [hw.ErrDeadlineExceeded] counts as such), a panic, its deadline, or
+//     [errdefs.ErrFault] (one that also matches [errdefs.ErrDeviceLost] or
+//     [errdefs.ErrDeadlineExceeded] counts as such), a panic, its deadline, or
 //     a stream still busy after it.
-//   - [hw.ErrBusy] for a recursive stage of the same runtime or a
+//   - [errdefs.ErrBusy] for a recursive stage of the same runtime or a
 //     concurrent Run of this session.
-//   - [hw.ErrClosed] after Close, or when the owner was closed.
-//   - [hw.ErrDeadlineExceeded] if ctx ends while waiting for admission.
+//   - [errdefs.ErrClosed] after Close, or when the owner was closed.
+//   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting for admission.
 //   - The stage's own error (a client error). If device work of the call
 //     failed as well, the error wraps both: [errors.Is] matches the
-//     stage's error and [hw.ErrFault].
-//   - [hw.ErrFault] when the stage returned nil but device work of the
+//     stage's error and [errdefs.ErrFault].
+//   - [errdefs.ErrFault] when the stage returned nil but device work of the
 //     call failed and the fence proved the drain: the session stays
 //     healthy.
 //   - Otherwise nil.
@@ -284,11 +284,11 @@ func (s *NativeSession[T]) finish(stageErr error, stagePanic *recovered, exited 
 }
 
 // onlyFault reports whether a fence's error means "drained, but device
-// work failed": of class [hw.ErrFault], and matching neither
-// [hw.ErrDeviceLost] nor [hw.ErrDeadlineExceeded] (a joined error that
+// work failed": of class [errdefs.ErrFault], and matching neither
+// [errdefs.ErrDeviceLost] nor [errdefs.ErrDeadlineExceeded] (a joined error that
 // also carries a loss or a deadline does not prove the drain).
 func onlyFault(err error) bool {
-	return hw.ClassOf(err) == hw.ErrFault && !errors.Is(err, hw.ErrDeviceLost) && !errors.Is(err, hw.ErrDeadlineExceeded)
+	return errdefs.ClassOf(err) == errdefs.ErrFault && !errors.Is(err, errdefs.ErrDeviceLost) && !errors.Is(err, errdefs.ErrDeadlineExceeded)
 }
 
 // joinFaults joins two failures of device work, either of them nil.
@@ -337,7 +337,7 @@ func (s *NativeSession[T]) quarantineOwner(reason, stageErr, faultErr error) {
 	s.mu.Lock()
 	first := s.quarantine == nil
 	if first {
-		s.quarantine = hw.Errorf(hw.ErrDeviceLost, msg, args...)
+		s.quarantine = errdefs.Errorf(errdefs.ErrDeviceLost, msg, args...)
 	}
 	s.mu.Unlock()
 	if first {
@@ -346,12 +346,12 @@ func (s *NativeSession[T]) quarantineOwner(reason, stageErr, faultErr error) {
 }
 
 // Close releases the owner's resources (see [host.Owner.Close]). Later
-// Runs return [hw.ErrClosed]; closing a closed session does nothing.
+// Runs return [errdefs.ErrClosed]; closing a closed session does nothing.
 //
 // # Errors
 //
-//   - [hw.ErrBusy] while a stage runs; nothing is closed then.
-//   - [hw.ErrDeviceLost] for a quarantined session, which keeps its
+//   - [errdefs.ErrBusy] while a stage runs; nothing is closed then.
+//   - [errdefs.ErrDeviceLost] for a quarantined session, which keeps its
 //     resources, or when the owner's streams did not drain on close: the
 //     session is quarantined then, and keeps them too.
 //   - The owner's other close errors.
@@ -360,7 +360,7 @@ func (s *NativeSession[T]) Close(ctx context.Context) error {
 	switch {
 	case s.running:
 		s.mu.Unlock()
-		return hw.Errorf(hw.ErrBusy, "session %q is running a stage", s.owner.Name())
+		return errdefs.Errorf(errdefs.ErrBusy, "session %q is running a stage", s.owner.Name())
 	case s.quarantine != nil:
 		err := s.quarantine
 		s.mu.Unlock()

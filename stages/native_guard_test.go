@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -26,7 +27,7 @@ type bare struct{ fail bool }
 
 func bareFence(ctx context.Context, s *bare) error {
 	if s.fail {
-		return hw.Errorf(hw.ErrDeviceLost, "fence failed")
+		return errdefs.Errorf(errdefs.ErrDeviceLost, "fence failed")
 	}
 	return nil
 }
@@ -85,21 +86,21 @@ func TestGuardNoStageRunsOnAQuarantinedSessionAndQuarantineCountsOnce(t *testing
 			return nil
 		}
 		err := sess.Run(context.Background(), bStage)
-		if !errors.Is(err, hw.ErrBusy) {
-			t.Fatalf("trial %d: Run while a stage runs = %v; want %v", i, err, hw.ErrBusy)
+		if !errors.Is(err, errdefs.ErrBusy) {
+			t.Fatalf("trial %d: Run while a stage runs = %v; want %v", i, err, errdefs.ErrBusy)
 		}
 		close(spinning)
-		for errors.Is(err, hw.ErrBusy) {
+		for errors.Is(err, errdefs.ErrBusy) {
 			err = sess.Run(context.Background(), bStage)
 		}
-		if aErr := <-aDone; !errors.Is(aErr, hw.ErrDeviceLost) {
+		if aErr := <-aDone; !errors.Is(aErr, errdefs.ErrDeviceLost) {
 			t.Fatalf("trial %d: the failing fence's Run = %v", i, aErr)
 		}
 		if bRan || bRanQuarantined {
 			t.Fatalf("trial %d: a stage ran after the session was quarantined (owner quarantined: %v); Run = %v", i, bRanQuarantined, err)
 		}
-		if !errors.Is(err, hw.ErrDeviceLost) {
-			t.Fatalf("trial %d: Run after quarantine = %v; want %v", i, err, hw.ErrDeviceLost)
+		if !errors.Is(err, errdefs.ErrDeviceLost) {
+			t.Fatalf("trial %d: Run after quarantine = %v; want %v", i, err, errdefs.ErrDeviceLost)
 		}
 	}
 	st := f.rt.Stats()
@@ -115,8 +116,8 @@ func TestGuardStageNeverRunsOnAnOwnerQuarantinedElsewhere(t *testing.T) {
 	owner.Quarantine() // for example by a resident session sharing it
 	ran := false
 	err := sess.Run(context.Background(), func(context.Context, *bare) error { ran = true; return nil })
-	if ran || !errors.Is(err, hw.ErrDeviceLost) {
-		t.Fatalf("Run on a quarantined owner = %v (stage ran: %v); want %v and no stage", err, ran, hw.ErrDeviceLost)
+	if ran || !errors.Is(err, errdefs.ErrDeviceLost) {
+		t.Fatalf("Run on a quarantined owner = %v (stage ran: %v); want %v and no stage", err, ran, errdefs.ErrDeviceLost)
 	}
 	if n := len(f.rt.Stats().Quarantined); n != 0 {
 		t.Fatalf("the refused Run noted %d quarantines", n)
@@ -139,8 +140,8 @@ func TestGuardCloseWhileAStageRunsIsBusyAndRunAfterCloseIsClosed(t *testing.T) {
 		})
 	}()
 	<-inside
-	if err := sess.Close(ctx); !errors.Is(err, hw.ErrBusy) {
-		t.Fatalf("Close while a stage runs = %v; want %v", err, hw.ErrBusy)
+	if err := sess.Close(ctx); !errors.Is(err, errdefs.ErrBusy) {
+		t.Fatalf("Close while a stage runs = %v; want %v", err, errdefs.ErrBusy)
 	}
 	close(leave)
 	if err := <-done; err != nil {
@@ -151,8 +152,8 @@ func TestGuardCloseWhileAStageRunsIsBusyAndRunAfterCloseIsClosed(t *testing.T) {
 	}
 	ran := false
 	err := sess.Run(ctx, func(context.Context, *state) error { ran = true; return nil })
-	if ran || !errors.Is(err, hw.ErrClosed) {
-		t.Fatalf("Run after Close = %v (stage ran: %v); want %v and no stage", err, ran, hw.ErrClosed)
+	if ran || !errors.Is(err, errdefs.ErrClosed) {
+		t.Fatalf("Run after Close = %v (stage ran: %v); want %v and no stage", err, ran, errdefs.ErrClosed)
 	}
 	if n := st.fences.Load(); n != 1 {
 		t.Fatalf("fences %d; want 1", n)
@@ -206,14 +207,14 @@ func TestGuardCloseNeverOverlapsAStage(t *testing.T) {
 		}()
 		<-first
 		var err error
-		for err = sess.Close(context.Background()); errors.Is(err, hw.ErrBusy); err = sess.Close(context.Background()) {
+		for err = sess.Close(context.Background()); errors.Is(err, errdefs.ErrBusy); err = sess.Close(context.Background()) {
 		}
 		closeDone.Store(true)
 		if err != nil {
 			t.Fatalf("trial %d: Close = %v", i, err)
 		}
-		if runErr := <-runner; !errors.Is(runErr, hw.ErrClosed) {
-			t.Fatalf("trial %d: Run after Close = %v; want %v", i, runErr, hw.ErrClosed)
+		if runErr := <-runner; !errors.Is(runErr, errdefs.ErrClosed) {
+			t.Fatalf("trial %d: Run after Close = %v; want %v", i, runErr, errdefs.ErrClosed)
 		}
 		if overlapped.Load() || startedAfterClose.Load() {
 			t.Fatalf("trial %d: Close closed the owner under a running stage (%v) or a stage started after Close (%v)", i, overlapped.Load(), startedAfterClose.Load())
@@ -291,7 +292,7 @@ func TestGuardGoexitWithAFailingFenceQuarantinesAndReleases(t *testing.T) {
 		})
 	}()
 	wg.Wait()
-	if err := sess.Quarantined(); !errors.Is(err, hw.ErrDeviceLost) {
+	if err := sess.Quarantined(); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("Quarantined = %v", err)
 	}
 	if s := f.rt.Stats(); s.LeasedPerLane[host.LaneCompute] || s.CapacityUsed != 0 || s.QuarantinedBytes != 4096 {
@@ -325,8 +326,8 @@ func TestGuardBuiltinFenceReportsFailedWorkAsFault(t *testing.T) {
 		}
 		return nil // the stage never looked at its work
 	})
-	if !errors.Is(err, hw.ErrFault) || hw.ClassOf(err) != hw.ErrFault {
-		t.Fatalf("Run whose device work failed = %v; want class %v", err, hw.ErrFault)
+	if !errors.Is(err, errdefs.ErrFault) || errdefs.ClassOf(err) != errdefs.ErrFault {
+		t.Fatalf("Run whose device work failed = %v; want class %v", err, errdefs.ErrFault)
 	}
 	if !strings.Contains(err.Error(), "2 device command(s) failed") {
 		t.Fatalf("Run = %q; want both failed commands", err)
@@ -352,7 +353,7 @@ func TestGuardClientErrorWinsButKeepsTheFault(t *testing.T) {
 		}
 		return clientErr
 	})
-	if !errors.Is(err, clientErr) || !errors.Is(err, hw.ErrFault) {
+	if !errors.Is(err, clientErr) || !errors.Is(err, errdefs.ErrFault) {
 		t.Fatalf("Run = %v; want the client error, with the fault wrapped too", err)
 	}
 	if !strings.Contains(err.Error(), "command 1 failed") {
@@ -369,8 +370,8 @@ func TestGuardCustomFenceFaultWithIdleStreamsIsFaultNotQuarantine(t *testing.T) 
 	// after every command retired.
 	sess, st := f.faultySession(t, "fence-fault", countingFence, 1)
 	err := sess.Run(context.Background(), noopStage)
-	if hw.ClassOf(err) != hw.ErrFault {
-		t.Fatalf("Run = %v; want class %v", err, hw.ErrFault)
+	if errdefs.ClassOf(err) != errdefs.ErrFault {
+		t.Fatalf("Run = %v; want class %v", err, errdefs.ErrFault)
 	}
 	if q := sess.Quarantined(); q != nil {
 		t.Fatalf("a fence that drained and reported a fault quarantined: %v", q)
@@ -387,14 +388,14 @@ func TestGuardCustomFenceFaultWithBusyStreamsQuarantines(t *testing.T) {
 	f := newFixture(t)
 	// The fence says "drained, but work failed" without draining.
 	liar := func(ctx context.Context, s *state) error {
-		return hw.Errorf(hw.ErrFault, "a command failed")
+		return errdefs.Errorf(errdefs.ErrFault, "a command failed")
 	}
 	sess, _ := f.session(t, "fault-liar", liar)
 	st, _ := sess.State()
 	release := st.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
 	defer release()
 	err := sess.Run(context.Background(), noopStage)
-	if !errors.Is(err, hw.ErrDeviceLost) || sess.Quarantined() == nil {
+	if !errors.Is(err, errdefs.ErrDeviceLost) || sess.Quarantined() == nil {
 		t.Fatalf("a Fault from a fence that left work = %v; want quarantine", err)
 	}
 }
@@ -404,11 +405,11 @@ func TestGuardFenceFaultJoinedWithLossQuarantines(t *testing.T) {
 	// The streams are idle, but the fence's error also says a device was
 	// lost: that is not a proven drain.
 	fence := func(ctx context.Context, s *state) error {
-		return errors.Join(hw.Errorf(hw.ErrFault, "a command failed"), hw.Errorf(hw.ErrDeviceLost, "a device was lost"))
+		return errors.Join(errdefs.Errorf(errdefs.ErrFault, "a command failed"), errdefs.Errorf(errdefs.ErrDeviceLost, "a device was lost"))
 	}
 	sess, _ := f.session(t, "fault-and-loss", fence)
 	err := sess.Run(context.Background(), func(context.Context, *state) error { return nil })
-	if !errors.Is(err, hw.ErrDeviceLost) || sess.Quarantined() == nil {
+	if !errors.Is(err, errdefs.ErrDeviceLost) || sess.Quarantined() == nil {
 		t.Fatalf("Run = %v; want quarantine", err)
 	}
 }
@@ -423,22 +424,22 @@ func TestGuardFaultNotedByTheStageFailsTheCall(t *testing.T) {
 			return err
 		}
 		if err := s.stream.Sync(ctx); err != nil {
-			if hw.ClassOf(err) != hw.ErrFault {
+			if errdefs.ClassOf(err) != errdefs.ErrFault {
 				return err
 			}
 			sess.Owner().NoteFault(err)
 		}
 		return nil
 	})
-	if hw.ClassOf(err) != hw.ErrFault || sess.Quarantined() != nil {
-		t.Fatalf("Run = %v; want class %v without quarantine", err, hw.ErrFault)
+	if errdefs.ClassOf(err) != errdefs.ErrFault || sess.Quarantined() != nil {
+		t.Fatalf("Run = %v; want class %v without quarantine", err, errdefs.ErrFault)
 	}
 }
 
 func TestGuardStaleFaultsAreNotTheCallsFaults(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.session(t, "stale", nil)
-	sess.Owner().NoteFault(hw.Errorf(hw.ErrFault, "from before the call"))
+	sess.Owner().NoteFault(errdefs.Errorf(errdefs.ErrFault, "from before the call"))
 	if err := sess.Run(context.Background(), noopStage); err != nil {
 		t.Fatalf("Run = %v; a fault noted before the call is not the call's", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -79,7 +80,7 @@ func countingFence(ctx context.Context, s *state) error {
 		panic("fence panic")
 	}
 	if s.fail {
-		return hw.Errorf(hw.ErrDeviceLost, "fence failed")
+		return errdefs.Errorf(errdefs.ErrDeviceLost, "fence failed")
 	}
 	return s.stream.Sync(ctx)
 }
@@ -161,17 +162,17 @@ func TestUncertainFencesKeepOwnersAndRejectRetry(t *testing.T) {
 			if v != "fence panic" {
 				t.Fatalf("fence panic not re-raised: %v", v)
 			}
-		} else if v != nil || !errors.Is(err, hw.ErrDeviceLost) {
+		} else if v != nil || !errors.Is(err, errdefs.ErrDeviceLost) {
 			t.Fatalf("failing fence: err %v, panic %v", err, v)
 		}
 		ran := false
-		if err := sess.Run(ctx, func(context.Context, *state) error { ran = true; return nil }); !errors.Is(err, hw.ErrDeviceLost) || ran {
+		if err := sess.Run(ctx, func(context.Context, *state) error { ran = true; return nil }); !errors.Is(err, errdefs.ErrDeviceLost) || ran {
 			t.Fatalf("retry after quarantine: %v (ran %v)", err, ran)
 		}
-		if _, err := sess.State(); !errors.Is(err, hw.ErrDeviceLost) {
+		if _, err := sess.State(); !errors.Is(err, errdefs.ErrDeviceLost) {
 			t.Fatalf("State after quarantine: %v", err)
 		}
-		if err := sess.Close(ctx); !errors.Is(err, hw.ErrDeviceLost) {
+		if err := sess.Close(ctx); !errors.Is(err, errdefs.ErrDeviceLost) {
 			t.Fatalf("Close of a quarantined session: %v", err)
 		}
 		if fences.Load() != 1 {
@@ -205,7 +206,7 @@ func TestRecursiveAdmissionReturnsBusyInsteadOfDeadlocking(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(innerErr, hw.ErrBusy) || !errors.Is(selfErr, hw.ErrBusy) {
+	if !errors.Is(innerErr, errdefs.ErrBusy) || !errors.Is(selfErr, errdefs.ErrBusy) {
 		t.Fatalf("nested runs: %v, %v", innerErr, selfErr)
 	}
 	if err := inner.Run(ctx, func(context.Context, *state) error { return nil }); err != nil {
@@ -288,7 +289,7 @@ func TestFenceThatLiesIsAFailedFence(t *testing.T) {
 		_, err := s.stream.Submit(&hw.Command{Program: s.noop})
 		return err
 	})
-	if !errors.Is(err, hw.ErrDeviceLost) {
+	if !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("lying fence: %v", err)
 	}
 	if sess.Quarantined() == nil {
@@ -308,7 +309,7 @@ func TestFenceTimeoutQuarantinesOnlyThatOwner(t *testing.T) {
 		_, err := s.stream.Submit(&hw.Command{Program: s.noop})
 		return err
 	})
-	if !errors.Is(err, hw.ErrDeviceLost) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, errdefs.ErrDeviceLost) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("timed-out fence: %v", err)
 	}
 	if stuckBudget.Used() == 0 {
@@ -331,7 +332,7 @@ func TestFenceTimeoutQuarantinesOnlyThatOwner(t *testing.T) {
 			t.Fatalf("lane %v: %v", host.Lane(l), err)
 		}
 	}
-	if err := stuck.Run(ctx, func(context.Context, *state) error { return nil }); !errors.Is(err, hw.ErrDeviceLost) {
+	if err := stuck.Run(ctx, func(context.Context, *state) error { return nil }); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("stuck session ran again: %v", err)
 	}
 }
@@ -443,7 +444,7 @@ func TestConcurrentRunOfOneSessionIsBusy(t *testing.T) {
 		})
 	}()
 	<-inside
-	if err := sess.Run(ctx, func(context.Context, *state) error { return nil }); !errors.Is(err, hw.ErrBusy) {
+	if err := sess.Run(ctx, func(context.Context, *state) error { return nil }); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("concurrent run: %v", err)
 	}
 	close(leave)
@@ -472,11 +473,11 @@ func TestDeviceLossFailsPendingAndLaterWorkAndQuarantines(t *testing.T) {
 		f.gpu.Lose("test: device lost mid-stage")
 		return nil
 	})
-	if !errors.Is(err, hw.ErrDeviceLost) || lost.Quarantined() == nil {
+	if !errors.Is(err, errdefs.ErrDeviceLost) || lost.Quarantined() == nil {
 		t.Fatalf("stage on a lost device: %v", err)
 	}
 	for i, c := range pending {
-		if err := c.Wait(ctx); !errors.Is(err, hw.ErrDeviceLost) {
+		if err := c.Wait(ctx); !errors.Is(err, errdefs.ErrDeviceLost) {
 			t.Fatalf("pending %d: %v", i, err)
 		}
 	}

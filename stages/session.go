@@ -13,6 +13,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/internal/monotime"
@@ -92,7 +93,7 @@ func (c SessionConfig) WithOutputLimit(bytes int) SessionConfig { c.outputLimit 
 
 // WithDeadline bounds each stage call. A call that runs longer is
 // interrupted, its instance replaced, and the caller gets
-// [hw.ErrDeadlineExceeded]. Default 5 s.
+// [errdefs.ErrDeadlineExceeded]. Default 5 s.
 func (c SessionConfig) WithDeadline(d time.Duration) SessionConfig { c.deadline = d; return c }
 
 // WithInitTimeout bounds the making of each instance of the session's
@@ -100,7 +101,7 @@ func (c SessionConfig) WithDeadline(d time.Duration) SessionConfig { c.deadline 
 // stagehost_init together. It applies when the session is created and
 // whenever an instance is replaced after a trap or a deadline. An
 // instance that is not ready in time is discarded and the session fails
-// with [hw.ErrDeadlineExceeded]. Default 5 s.
+// with [errdefs.ErrDeadlineExceeded]. Default 5 s.
 func (c SessionConfig) WithInitTimeout(d time.Duration) SessionConfig { c.initTimeout = d; return c }
 
 // WithResetPerCall starts every call from the module's pristine state:
@@ -178,12 +179,12 @@ type callState struct {
 //
 // # Errors
 //
-// [hw.ErrOutOfBudget] for one upload larger than the limit; the drain's
+// [errdefs.ErrOutOfBudget] for one upload larger than the limit; the drain's
 // error when the streams could not be drained.
 func (st *callState) stage(ctx context.Context, n int) ([]byte, error) {
 	limit := st.sess.cfg.stagingLimit
 	if n > limit {
-		return nil, hw.Errorf(hw.ErrOutOfBudget, "an upload of %d bytes is larger than the session's staging limit of %d bytes", n, limit)
+		return nil, errdefs.Errorf(errdefs.ErrOutOfBudget, "an upload of %d bytes is larger than the session's staging limit of %d bytes", n, limit)
 	}
 	if len(st.arena)+n > limit {
 		if err := st.sess.owner.Drain(ctx); err != nil {
@@ -267,27 +268,27 @@ type Session struct {
 //
 // # Errors
 //
-//   - [hw.ErrInvalidArgument]: a fence module of the wrong kind, a module
+//   - [errdefs.ErrInvalidArgument]: a fence module of the wrong kind, a module
 //     that is not a stage module, no device.
-//   - [hw.ErrOutOfBudget]: the declared buffers exceed the budget.
-//   - [hw.ErrDeadlineExceeded]: the module's start function, _initialize
+//   - [errdefs.ErrOutOfBudget]: the declared buffers exceed the budget.
+//   - [errdefs.ErrDeadlineExceeded]: the module's start function, _initialize
 //     or stagehost_init did not finish within the init timeout; the
 //     message names which.
-//   - [hw.ErrFault]: one of them trapped, or stagehost_init returned
+//   - [errdefs.ErrFault]: one of them trapped, or stagehost_init returned
 //     non-zero.
 //   - Errors of the device.
 func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cfg SessionConfig) (*Session, error) {
 	if m == nil {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "session %q: no module", cfg.name)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: no module", cfg.name)
 	}
 	if m.kind != StageModule {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "session %q: module %q is a %s module, not a stage module", cfg.name, m.name, m.kind)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: module %q is a %s module, not a stage module", cfg.name, m.name, m.kind)
 	}
 	if cfg.fence != nil && cfg.fence.kind != FenceModule {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "session %q: fence module %q is a %s module", cfg.name, cfg.fence.name, cfg.fence.kind)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: fence module %q is a %s module", cfg.name, cfg.fence.name, cfg.fence.kind)
 	}
 	if cfg.device == nil {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "session %q: no device", cfg.name)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: no device", cfg.name)
 	}
 	s := &Session{name: cfg.name, engine: e, module: m, cfg: cfg, logger: e.cfg.logger, who: fmt.Sprintf("session %q", cfg.name)}
 	s.owner = host.NewOwner(cfg.name, hw.NewBudget(cfg.name, cfg.budget))
@@ -340,7 +341,7 @@ func (s *Session) Name() string { return s.name }
 func (s *Session) Owner() *host.Owner { return s.owner }
 
 // Quarantined returns nil while the session is healthy, else the
-// [hw.ErrDeviceLost] error that says why it was quarantined.
+// [errdefs.ErrDeviceLost] error that says why it was quarantined.
 func (s *Session) Quarantined() error { return s.native.Quarantined() }
 
 // Failed returns why the session has failed (an instance could not be
@@ -468,7 +469,7 @@ func (s *Session) runInit(ctx context.Context, in *instance, deadline time.Durat
 		return in.init.CallWithStack(c, in.stack[:])
 	})
 	if err == nil && int32(in.stack[0]) != 0 {
-		err = hw.Errorf(hw.ErrFault, "%s returned %d", abi.ExportInit, int32(in.stack[0]))
+		err = errdefs.Errorf(errdefs.ErrFault, "%s returned %d", abi.ExportInit, int32(in.stack[0]))
 	}
 	return err
 }
@@ -499,12 +500,12 @@ func (s *Session) releaseRetired() {
 // classifies how it ended:
 //
 //   - nil: fn returned before the deadline;
-//   - [hw.ErrDeadlineExceeded] naming what: the deadline passed, whether
+//   - [errdefs.ErrDeadlineExceeded] naming what: the deadline passed, whether
 //     the guest was interrupted or returned by itself afterwards (a guest
 //     never reports success past its deadline);
-//   - [hw.ErrDeadlineExceeded] wrapping the caller's context error, when
+//   - [errdefs.ErrDeadlineExceeded] wrapping the caller's context error, when
 //     the caller's own deadline or cancellation ended it;
-//   - [hw.ErrFault]: the guest trapped.
+//   - [errdefs.ErrFault]: the guest trapped.
 //
 // After a trap or an interruption, *in (if in is not nil) is discarded,
 // to be replaced before the next entry.
@@ -545,14 +546,14 @@ func (c *callContext) enter(parent context.Context, deadline, timeout time.Durat
 	var intr *interruption
 	if ended != nil || errors.As(err, &intr) {
 		if parent.Err() != nil { // the caller's own deadline or cancellation
-			return now, err != nil, hw.ContextError(parent, fmt.Sprintf("%s of %s interrupted", what, who))
+			return now, err != nil, errdefs.ContextError(parent, fmt.Sprintf("%s of %s interrupted", what, who))
 		}
 		if armed < deadline && now >= armed { // the caller's deadline, before its context ended
-			return now, err != nil, hw.Errorf(hw.ErrDeadlineExceeded, "%s of %s interrupted: the caller's deadline passed: %w", what, who, context.DeadlineExceeded)
+			return now, err != nil, errdefs.Errorf(errdefs.ErrDeadlineExceeded, "%s of %s interrupted: the caller's deadline passed: %w", what, who, context.DeadlineExceeded)
 		}
-		return now, err != nil, hw.Errorf(hw.ErrDeadlineExceeded, "%s of %s exceeded its deadline of %v: %w", what, who, timeout, context.DeadlineExceeded)
+		return now, err != nil, errdefs.Errorf(errdefs.ErrDeadlineExceeded, "%s of %s exceeded its deadline of %v: %w", what, who, timeout, context.DeadlineExceeded)
 	}
-	return now, true, hw.Errorf(hw.ErrFault, "%s of %s trapped: %w", what, who, err)
+	return now, true, errdefs.Errorf(errdefs.ErrFault, "%s of %s trapped: %w", what, who, err)
 }
 
 func (s *Session) discard(in **instance) {
@@ -578,26 +579,26 @@ func (s *Session) Run(ctx context.Context, input, dst []byte) ([]byte, error) {
 // # Errors
 //
 //   - *[ClientError]: the stage returned a non-zero code.
-//   - [hw.ErrFault]: the stage trapped (its instance was discarded), or
+//   - [errdefs.ErrFault]: the stage trapped (its instance was discarded), or
 //     device work of this call failed (whether or not the stage looked),
 //     or the instance could not be made.
-//   - [hw.ErrDeadlineExceeded]: the stage ran past its deadline (its
+//   - [errdefs.ErrDeadlineExceeded]: the stage ran past its deadline (its
 //     instance was discarded if it had to be interrupted), or the
 //     caller's context ended.
-//   - [hw.ErrDeviceLost]: the session is quarantined, before or because
+//   - [errdefs.ErrDeviceLost]: the session is quarantined, before or because
 //     of this call.
-//   - [hw.ErrBusy]: a concurrent call of this session, or a nested call
+//   - [errdefs.ErrBusy]: a concurrent call of this session, or a nested call
 //     of this runtime.
-//   - [hw.ErrClosed]: the session was closed.
+//   - [errdefs.ErrClosed]: the session was closed.
 //   - Once the session has failed (its instance could not be replaced),
 //     the error that failed it, with that error's class.
 func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte) ([]byte, error) {
 	if !s.mu.TryLock() {
-		return dst, hw.Errorf(hw.ErrBusy, "session %q is already running a stage", s.name)
+		return dst, errdefs.Errorf(errdefs.ErrBusy, "session %q is already running a stage", s.name)
 	}
 	defer s.mu.Unlock()
 	if s.closed {
-		return dst, hw.Errorf(hw.ErrClosed, "session %q is closed", s.name)
+		return dst, errdefs.Errorf(errdefs.ErrClosed, "session %q is closed", s.name)
 	}
 	if s.failed != nil {
 		return dst, s.failed
@@ -632,7 +633,7 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		return nil
 	})
 	dst = append(dst, out...)
-	if ran && errors.Is(err, hw.ErrFault) {
+	if ran && errors.Is(err, errdefs.ErrFault) {
 		// A trap, or device work that failed: the host log gets the
 		// reason (a kernel's own, for a command that failed on the
 		// device) as the caller does.
@@ -752,7 +753,7 @@ func (s *Session) fence(ctx context.Context, st *callState) error {
 	case 0:
 		return nil
 	case int32(abi.StatusFault):
-		return hw.Errorf(hw.ErrFault, "fence of session %q drained its work and reported failed device work", s.name)
+		return errdefs.Errorf(errdefs.ErrFault, "fence of session %q drained its work and reported failed device work", s.name)
 	default:
 		return fmt.Errorf("fence of session %q returned %d", s.name, code)
 	}
@@ -776,11 +777,11 @@ func (s *Session) releaseFreed() {
 //
 // # Errors
 //
-// [hw.ErrBusy] while a call runs (nothing is closed); the quarantine
+// [errdefs.ErrBusy] while a call runs (nothing is closed); the quarantine
 // error of a quarantined session.
 func (s *Session) Close(ctx context.Context) error {
 	if !s.mu.TryLock() {
-		return hw.Errorf(hw.ErrBusy, "session %q is running a stage", s.name)
+		return errdefs.Errorf(errdefs.ErrBusy, "session %q is running a stage", s.name)
 	}
 	defer s.mu.Unlock()
 	if s.closed {

@@ -15,7 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/stagehost/stagehost/abi"
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/monotime"
 	"github.com/stagehost/stagehost/stages/internal/wasmbin"
 )
@@ -277,7 +277,7 @@ func (m *Module) newSnapInstance(ctx context.Context) (*snapInstance, error) {
 			_ = mod.Close(context.Background())
 		}
 		si.mem.release() // no guest code ran: nothing on a device refers to it
-		return nil, hw.Errorf(hw.ClassOf(err), "instantiation from the snapshot: %w", err)
+		return nil, errdefs.Errorf(errdefs.ClassOf(err), "instantiation from the snapshot: %w", err)
 	}
 	si.mod = mod
 	return si, nil
@@ -373,13 +373,13 @@ func applySnapshot(mod api.Module, snap *snapshot) error {
 	mem := mod.Memory()
 	if cur := mem.Size() >> 16; cur < snap.pages {
 		if _, ok := mem.Grow(snap.pages - cur); !ok {
-			return hw.Errorf(hw.ErrOutOfBudget, "the snapshot's memory of %d pages cannot be mapped", snap.pages)
+			return errdefs.Errorf(errdefs.ErrOutOfBudget, "the snapshot's memory of %d pages cannot be mapped", snap.pages)
 		}
 	}
 	for _, g := range snap.globals {
 		mg, ok := mod.ExportedGlobal(g.export).(api.MutableGlobal)
 		if !ok {
-			return hw.Errorf(hw.ErrFault, "snapshot global %s is missing", g.export)
+			return errdefs.Errorf(errdefs.ErrFault, "snapshot global %s is missing", g.export)
 		}
 		mg.Set(g.value)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 )
@@ -123,7 +124,7 @@ func TestSnapshotMemoryGrowsAndIsReplaced(t *testing.T) {
 	if got, _ := runState(t, s, "GGGG"); got.pages != 3 || got.page1 != 0x65676170 || got.prev != "GGGG" {
 		t.Fatalf("grow 2: %+v (the grown page lost its write)", got)
 	}
-	if _, err := runState(t, s, "TTTT"); !errors.Is(err, hw.ErrFault) {
+	if _, err := runState(t, s, "TTTT"); !errors.Is(err, errdefs.ErrFault) {
 		t.Fatalf("trap: %v, want Fault", err)
 	}
 	if s.inst == nil {
@@ -262,9 +263,9 @@ func TestSnapshotOfALoopingInitialisation(t *testing.T) {
 			t.Fatalf("%s: Snapshot() = %v, %q; want false naming the deadline", name, ok, why)
 		}
 		_, err = eng.NewSession(ctx, f.rt, m, f.defaultConfig(name).WithInitTimeout(20*time.Millisecond))
-		want := hw.ErrDeadlineExceeded
+		want := errdefs.ErrDeadlineExceeded
 		if name == "trap_init" {
-			want = hw.ErrFault
+			want = errdefs.ErrFault
 		}
 		if !errors.Is(err, want) {
 			t.Fatalf("%s: NewSession = %v, want %v", name, err, want)
@@ -373,7 +374,7 @@ func TestSnapshotDropsEmptyLeadingTableEntries(t *testing.T) {
 				t.Fatalf("shift %d, input %q: %v, %v; want %v", m.tableShift, c.in, out, err, c.want)
 			}
 		}
-		if _, err := s.Run(ctx, []byte("x"), nil); !errors.Is(err, hw.ErrFault) {
+		if _, err := s.Run(ctx, []byte("x"), nil); !errors.Is(err, errdefs.ErrFault) {
 			t.Fatalf("shift %d: a call through an empty entry = %v, want Fault", m.tableShift, err)
 		}
 		_ = s.Close(ctx)
@@ -400,7 +401,7 @@ func TestSnapshotMemoryOutlivesAReadInFlight(t *testing.T) {
 		WithDeadline(10*time.Millisecond).WithFenceTimeout(5*time.Second))
 	defer s.Close(ctx)
 	start := time.Now()
-	if _, err := s.Run(ctx, nil, nil); !errors.Is(err, hw.ErrDeadlineExceeded) {
+	if _, err := s.Run(ctx, nil, nil); !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("Run = %v, want DeadlineExceeded", err)
 	}
 	if d := time.Since(start); d < 200*time.Millisecond {
@@ -424,7 +425,7 @@ func TestTrappedInstanceIsReplacedBeforeTheCallReturns(t *testing.T) {
 	for _, snapshot := range []bool{true, false} {
 		m := snapModule(t, f.eng, "snap_state", snapshot)
 		s := f.session(t, m, f.defaultConfig("trap"))
-		if _, err := runState(t, s, "TTTT"); !errors.Is(err, hw.ErrFault) {
+		if _, err := runState(t, s, "TTTT"); !errors.Is(err, errdefs.ErrFault) {
 			t.Fatalf("snapshot %v: trap: %v, want Fault", snapshot, err)
 		}
 		if s.inst == nil || s.Replacements() != 1 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -128,14 +129,14 @@ func TestLoadRejectsModulesBeforeInstantiating(t *testing.T) {
 		class error
 		words []string
 	}{
-		{"no_marker", NewLoadConfig(), hw.ErrInvalidArgument, []string{"missing ABI marker"}},
-		{"wrong_version", NewLoadConfig(), hw.ErrUnsupported, []string{"v2", "v1"}},
-		{"unknown_import", NewLoadConfig(), hw.ErrInvalidArgument, []string{"env.exfiltrate"}},
-		{"bad_signature", NewLoadConfig(), hw.ErrInvalidArgument, []string{"stream_sync", "(i32)->(i32)", "(i64)->(i32)"}},
-		{"wasi_fs", NewLoadConfig(), hw.ErrInvalidArgument, []string{"path_open", "not granted"}},
-		{"wasi_fs", NewLoadConfig().WithWASI(GrantGoRuntime), hw.ErrInvalidArgument, []string{"path_open", "never be granted"}},
-		{"memory_bomb_max", NewLoadConfig().WithMemoryLimit(16 << 20), hw.ErrInvalidArgument, []string{"memory maximum 65536 pages", "limit of 256 pages"}},
-		{"loop_fence", NewLoadConfig().WithKind(FenceModule).WithWASI("path_open"), hw.ErrInvalidArgument, []string{`grant "path_open" cannot be given`}},
+		{"no_marker", NewLoadConfig(), errdefs.ErrInvalidArgument, []string{"missing ABI marker"}},
+		{"wrong_version", NewLoadConfig(), errdefs.ErrUnsupported, []string{"v2", "v1"}},
+		{"unknown_import", NewLoadConfig(), errdefs.ErrInvalidArgument, []string{"env.exfiltrate"}},
+		{"bad_signature", NewLoadConfig(), errdefs.ErrInvalidArgument, []string{"stream_sync", "(i32)->(i32)", "(i64)->(i32)"}},
+		{"wasi_fs", NewLoadConfig(), errdefs.ErrInvalidArgument, []string{"path_open", "not granted"}},
+		{"wasi_fs", NewLoadConfig().WithWASI(GrantGoRuntime), errdefs.ErrInvalidArgument, []string{"path_open", "never be granted"}},
+		{"memory_bomb_max", NewLoadConfig().WithMemoryLimit(16 << 20), errdefs.ErrInvalidArgument, []string{"memory maximum 65536 pages", "limit of 256 pages"}},
+		{"loop_fence", NewLoadConfig().WithKind(FenceModule).WithWASI("path_open"), errdefs.ErrInvalidArgument, []string{`grant "path_open" cannot be given`}},
 	} {
 		_, err := f.load(t, tc.name, tc.cfg)
 		if !errors.Is(err, tc.class) {
@@ -149,10 +150,10 @@ func TestLoadRejectsModulesBeforeInstantiating(t *testing.T) {
 		}
 	}
 	bin := hostile(t, "good_stage")
-	if _, err := f.eng.Load(context.Background(), bin, strings.Repeat("0", 64), NewLoadConfig()); !errors.Is(err, hw.ErrInvalidArgument) || !strings.Contains(err.Error(), "sha256 mismatch") {
+	if _, err := f.eng.Load(context.Background(), bin, strings.Repeat("0", 64), NewLoadConfig()); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "sha256 mismatch") {
 		t.Errorf("sha mismatch: %v", err)
 	}
-	if _, err := f.eng.Load(context.Background(), []byte("\x00asm\x01\x00\x00\x00\x01"), SHA256([]byte("\x00asm\x01\x00\x00\x00\x01")), NewLoadConfig()); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := f.eng.Load(context.Background(), []byte("\x00asm\x01\x00\x00\x00\x01"), SHA256([]byte("\x00asm\x01\x00\x00\x00\x01")), NewLoadConfig()); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("malformed: %v", err)
 	}
 }
@@ -200,9 +201,9 @@ func TestStageSideHostilityIsContainedWithoutQuarantine(t *testing.T) {
 		class error
 		words []string
 	}{
-		{"loop_stage", hw.ErrDeadlineExceeded, []string{"deadline"}},
-		{"trap_stage", hw.ErrFault, []string{"trapped", "unreachable"}},
-		{"deep_recursion", hw.ErrFault, []string{"trapped", "stack overflow"}},
+		{"loop_stage", errdefs.ErrDeadlineExceeded, []string{"deadline"}},
+		{"trap_stage", errdefs.ErrFault, []string{"trapped", "unreachable"}},
+		{"deep_recursion", errdefs.ErrFault, []string{"trapped", "stack overflow"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := f.defaultConfig(tc.name)
@@ -339,19 +340,19 @@ func TestFencesThatCannotBeProvenQuarantine(t *testing.T) {
 			}
 			charged := s.Owner().Budget().Used()
 			_, err := s.Run(ctx, nil, nil)
-			if !errors.Is(err, hw.ErrDeviceLost) {
+			if !errors.Is(err, errdefs.ErrDeviceLost) {
 				t.Fatalf("the failing fence's call: %v", err)
 			}
 			if s.Quarantined() == nil {
 				t.Fatal("not quarantined")
 			}
-			if _, err := s.Run(ctx, nil, nil); !errors.Is(err, hw.ErrDeviceLost) {
+			if _, err := s.Run(ctx, nil, nil); !errors.Is(err, errdefs.ErrDeviceLost) {
 				t.Fatalf("later call: %v", err)
 			}
 			if s.Owner().Budget().Used() != charged {
 				t.Fatal("quarantine released charges")
 			}
-			if err := s.Close(ctx); !errors.Is(err, hw.ErrDeviceLost) {
+			if err := s.Close(ctx); !errors.Is(err, errdefs.ErrDeviceLost) {
 				t.Fatalf("close: %v", err)
 			}
 			f.controlStillWorks(t)
@@ -376,7 +377,7 @@ func TestFenceRunsAfterATrappedStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := trap.Run(context.Background(), nil, nil)
-	if !errors.Is(err, hw.ErrDeviceLost) {
+	if !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("got %v: the drain after the trap should have timed out and quarantined", err)
 	}
 	if !strings.Contains(trap.Quarantined().Error(), "stage had failed") || !strings.Contains(trap.Quarantined().Error(), "unreachable") {
@@ -420,7 +421,7 @@ func TestNamedAllocationsSurviveInstanceReplacement(t *testing.T) {
 		t.Fatalf("%x %v", first, err)
 	}
 	used := s.Owner().Budget().Used()
-	if _, err := s.Run(ctx, []byte{1}, nil); !errors.Is(err, hw.ErrFault) || s.Replacements() != 1 {
+	if _, err := s.Run(ctx, []byte{1}, nil); !errors.Is(err, errdefs.ErrFault) || s.Replacements() != 1 {
 		t.Fatalf("trap: %v, %d replacements", err, s.Replacements())
 	}
 	again, err := s.Run(ctx, []byte{0}, nil)

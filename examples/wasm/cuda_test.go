@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
@@ -27,7 +28,7 @@ func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
 	p, err := cuda.Open()
 	if err != nil {
-		if errors.Is(err, hw.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
+		if errors.Is(err, errdefs.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
 			t.Skipf("no usable CUDA GPU (set STAGEHOST_REQUIRE_GPU=1 to fail instead): %v", err)
 		}
 		t.Fatalf("cuda.Open: %v", err)

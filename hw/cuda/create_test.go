@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // A cuStreamCreate that does not return (the H200 with resident kernels
@@ -21,7 +21,7 @@ func TestNewStreamBoundedWhenCreateHangs(t *testing.T) {
 	gate := make(chan struct{})
 	f.createGate = gate
 	_, err = dev.NewStream()
-	if !errors.Is(err, hw.ErrDeadlineExceeded) {
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("NewStream with a hung cuStreamCreate: %v, want ErrDeadlineExceeded", err)
 	}
 	f.destroyed = make(chan struct{}, 1)

@@ -1,7 +1,7 @@
 // Package cuda is stagehost's NVIDIA backend: an [hw.Platform] over the
 // CUDA driver API, loaded at run time from libcuda.so.1 with purego, so
 // binaries stay cgo-free (CGO_ENABLED=0 builds work; without a driver,
-// [Open] fails with [hw.ErrUnsupported]).
+// [Open] fails with [errdefs.ErrUnsupported]).
 //
 // # Model
 //
@@ -28,7 +28,7 @@
 //   - Sticky CUDA errors (illegal address, launch failure, ECC, ...) lose
 //     the device: the first one is recorded (with cuGetErrorName) in
 //     [Device.Err], every pending and later call fails at once with
-//     [hw.ErrDeviceLost], and waits return immediately.
+//     [errdefs.ErrDeviceLost], and waits return immediately.
 //   - Memory: device buffers (cuMemAlloc_v2); buffers allocated with
 //     [hw.AllocHostVisible] and shared allocations ([Platform.AllocShared])
 //     are pinned host memory mapped into every device
@@ -36,7 +36,7 @@
 //     New memory is zeroed. Free defers the real release until the work
 //     queued before it has retired, so a use-after-free by queued commands
 //     cannot fault the device; later commands using it fail with
-//     [hw.ErrClosed].
+//     [errdefs.ErrClosed].
 //
 // # Programs
 //
@@ -44,7 +44,7 @@
 // argument conventions, plus fault. Arguments are validated at Submit, not
 // when the kernel runs: kinds, device ownership, ranges, the sizes the
 // scalars imply, 4-byte alignment of float32 ranges; a violation is an
-// [hw.ErrInvalidArgument] error naming the argument. The element counts
+// [errdefs.ErrInvalidArgument] error naming the argument. The element counts
 // the kernels need are appended by the host. All are one-dimensional
 // grid-stride loops: a non-zero Command.Grid[0] is the thread count (y and
 // z are ignored), a zero Grid covers the element count.

@@ -8,15 +8,16 @@ import (
 	"math"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
 )
 
 // Open the CUDA platform, fill a device buffer and read it back. Without
-// libcuda.so.1 or a GPU, Open fails with hw.ErrUnsupported.
+// libcuda.so.1 or a GPU, Open fails with errdefs.ErrUnsupported.
 func ExampleOpen() {
 	p, err := cuda.Open()
-	if errors.Is(err, hw.ErrUnsupported) {
+	if errors.Is(err, errdefs.ErrUnsupported) {
 		fmt.Println("no CUDA GPU here:", err)
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -31,7 +32,7 @@ func requireGPU(t testing.TB) *Platform {
 	}
 	p, err := Open(opts...)
 	if err != nil {
-		if errors.Is(err, hw.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
+		if errors.Is(err, errdefs.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
 			t.Skipf("no usable CUDA GPU (set STAGEHOST_REQUIRE_GPU=1 to fail instead): %v", err)
 		}
 		t.Fatalf("cuda.Open: %v", err)
@@ -200,7 +201,7 @@ func TestGPUConcurrentStreams(t *testing.T) {
 				for range 100 {
 					for {
 						_, err := s.Submit(&hw.Command{Program: saxpy, Args: []hw.Arg{hw.Float32(1), hw.BufferArg(x, 0, -1), hw.BufferArg(y, 0, -1)}})
-						if !errors.Is(err, hw.ErrBusy) {
+						if !errors.Is(err, errdefs.ErrBusy) {
 							if err != nil {
 								return err
 							}
@@ -282,7 +283,7 @@ func BenchmarkLaunchNoop(b *testing.B) {
 		switch {
 		case err == nil:
 			i++
-		case errors.Is(err, hw.ErrBusy): // queue full: the driver thread is behind
+		case errors.Is(err, errdefs.ErrBusy): // queue full: the driver thread is behind
 			busy++
 			runtime.Gosched()
 		default:
@@ -325,7 +326,7 @@ func benchBatch(b *testing.B, opts ...Option) {
 		switch {
 		case err == nil:
 			i++
-		case errors.Is(err, hw.ErrBusy):
+		case errors.Is(err, errdefs.ErrBusy):
 			runtime.Gosched()
 		default:
 			b.Fatal(err)
@@ -391,7 +392,7 @@ func BenchmarkGraphNoop(b *testing.B) {
 		switch {
 		case err == nil:
 			i++
-		case errors.Is(err, hw.ErrBusy):
+		case errors.Is(err, errdefs.ErrBusy):
 			runtime.Gosched()
 		default:
 			b.Fatal(err)

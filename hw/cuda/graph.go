@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -35,24 +36,24 @@ type captureResult struct {
 // order, into an executable graph on this stream's device. Recording runs
 // on the stream's driver thread, in queue order, and does no device work.
 // The graph refers to the commands' buffers: SubmitGraph fails with
-// [hw.ErrClosed] once one of them is freed.
+// [errdefs.ErrClosed] once one of them is freed.
 //
 // # Errors
 //
-// [hw.ErrUnsupported] when the driver lacks the graph entry points; the
+// [errdefs.ErrUnsupported] when the driver lacks the graph entry points; the
 // errors of Submit, naming the command index.
 func (s *Stream) RecordGraph(cmds []hw.Command) (*Graph, error) {
 	if !s.dev.drv.HasGraphs() {
-		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: %s: the driver has no graph entry points", s.dev.name)
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "cuda: %s: the driver has no graph entry points", s.dev.name)
 	}
 	if len(cmds) == 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: empty graph")
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: empty graph")
 	}
 	req := &captureReq{launches: make([]launch, len(cmds)), reply: make(chan captureResult, 1)}
 	var bufs []*buffer
 	for i := range cmds {
 		if err := s.dev.prepareLaunch(&cmds[i], &req.launches[i]); err != nil {
-			return nil, hw.Errorf(hw.ClassOf(err), "cuda: graph command %d: %w", i, err)
+			return nil, errdefs.Errorf(errdefs.ClassOf(err), "cuda: graph command %d: %w", i, err)
 		}
 		for _, a := range cmds[i].Args {
 			if b, ok := a.Buffer.(*buffer); ok {
@@ -68,7 +69,7 @@ func (s *Stream) RecordGraph(cmds []hw.Command) (*Graph, error) {
 	select {
 	case res = <-req.reply:
 	case <-s.done:
-		return nil, hw.Errorf(hw.ErrClosed, "cuda: %s: stream closed while recording", s.dev.name)
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "cuda: %s: stream closed while recording", s.dev.name)
 	}
 	if res.err != nil {
 		return nil, res.err
@@ -90,7 +91,7 @@ func (s *Stream) captureLaunches(launches []launch) (cuGraphExec, error) {
 	if err := d.Err(); err != nil {
 		return 0, err
 	}
-	if err := d.check("cuStreamBeginCapture_v2", d.drv.StreamBeginCapture(s.cs, cuStreamCaptureModeThreadLo), hw.ErrRejected); err != nil {
+	if err := d.check("cuStreamBeginCapture_v2", d.drv.StreamBeginCapture(s.cs, cuStreamCaptureModeThreadLo), errdefs.ErrRejected); err != nil {
 		return 0, err
 	}
 	var firstErr error
@@ -100,11 +101,11 @@ func (s *Stream) captureLaunches(launches []launch) (cuGraphExec, error) {
 		r := d.drv.LaunchKernel(l.fn, l.grid, l.block, 0, s.cs, s.pb, l.nparams)
 		runtime.KeepAlive(s.pb)
 		if r != cudaSuccess && firstErr == nil {
-			firstErr = d.check("cuLaunchKernel (capture)", r, hw.ErrRejected)
+			firstErr = d.check("cuLaunchKernel (capture)", r, errdefs.ErrRejected)
 		}
 	}
 	g, r := d.drv.StreamEndCapture(s.cs)
-	if err := d.check("cuStreamEndCapture", r, hw.ErrRejected); err != nil && firstErr == nil {
+	if err := d.check("cuStreamEndCapture", r, errdefs.ErrRejected); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	if firstErr != nil {
@@ -115,7 +116,7 @@ func (s *Stream) captureLaunches(launches []launch) (cuGraphExec, error) {
 	}
 	exec, r := d.drv.GraphInstantiate(g)
 	d.drv.GraphDestroy(g)
-	if err := d.check("cuGraphInstantiateWithFlags", r, hw.ErrRejected); err != nil {
+	if err := d.check("cuGraphInstantiateWithFlags", r, errdefs.ErrRejected); err != nil {
 		return 0, err
 	}
 	return exec, nil
@@ -263,18 +264,18 @@ func (g *Graph) Kernels() int { return g.kernels }
 // launch of the graph has.
 func (s *Stream) SubmitGraph(g *Graph) (hw.Completion, error) {
 	if g == nil || g.dev != s.dev {
-		return hw.Completion{}, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: graph of another device", s.dev.name)
+		return hw.Completion{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: graph of another device", s.dev.name)
 	}
 	g.inflight.Add(1)
 	if g.closed.Load() {
 		g.inflight.Add(-1)
-		return hw.Completion{}, hw.Errorf(hw.ErrClosed, "cuda: graph is closed")
+		return hw.Completion{}, errdefs.Errorf(errdefs.ErrClosed, "cuda: graph is closed")
 	}
 	gen := s.dev.freeGen.Load()
 	for _, b := range g.bufs {
 		if b.isFreed() {
 			g.inflight.Add(-1)
-			return hw.Completion{}, hw.Errorf(hw.ErrClosed, "cuda: a buffer of the graph was freed")
+			return hw.Completion{}, errdefs.Errorf(errdefs.ErrClosed, "cuda: a buffer of the graph was freed")
 		}
 	}
 	o := op{kind: opGraph, graph: g}
@@ -287,14 +288,14 @@ func (s *Stream) SubmitGraph(g *Graph) (hw.Completion, error) {
 
 // Close destroys the executable graph. Replays already issued to the
 // device finish first (the driver frees it asynchronously); replays still
-// queued make Close return [hw.ErrBusy].
+// queued make Close return [errdefs.ErrBusy].
 func (g *Graph) Close() error {
 	if !g.closed.CompareAndSwap(false, true) {
-		return hw.Errorf(hw.ErrClosed, "cuda: graph closed twice")
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: graph closed twice")
 	}
 	if g.inflight.Load() > 0 {
 		g.closed.Store(false)
-		return hw.Errorf(hw.ErrBusy, "cuda: graph has queued launches")
+		return errdefs.Errorf(errdefs.ErrBusy, "cuda: graph has queued launches")
 	}
 	d := g.dev
 	runtime.LockOSThread()

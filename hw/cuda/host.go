@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -22,7 +23,7 @@ const HostDeviceName = "host0"
 // through l, which is valid only until it returns; slices obtained from l
 // must not be kept either.
 //
-// A returned error (or a panic) retires the command with an [hw.ErrFault]
+// A returned error (or a panic) retires the command with an [errdefs.ErrFault]
 // error that wraps it; the device stays healthy. A program that may run
 // for long (a resident participant polling shared memory, for instance)
 // must watch [HostLaunch.Lost] and return once it is closed.
@@ -74,11 +75,11 @@ func init() {
 // want, or the host device is lost.
 func hostSpin(l *HostLaunch) error {
 	if len(l.args) != 3 || l.args[0].Buffer == nil || l.args[1].Buffer != nil || l.args[2].Buffer != nil {
-		return hw.Errorf(hw.ErrInvalidArgument, "cuda: host spin takes (buffer, offset, value)")
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: host spin takes (buffer, offset, value)")
 	}
 	b, off, want := l.Bytes(0), l.Uint(1), uint32(l.Uint(2))
 	if len(b) < 4 || off > uint64(len(b)-4) || uintptr(unsafe.Pointer(&b[off]))%4 != 0 {
-		return hw.Errorf(hw.ErrInvalidArgument, "cuda: host spin: word at %d outside a %d-byte range or unaligned", off, len(b))
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: host spin: word at %d outside a %d-byte range or unaligned", off, len(b))
 	}
 	w := (*uint32)(unsafe.Pointer(&b[off]))
 	for i := 0; atomic.LoadUint32(w) != want; i++ {
@@ -190,18 +191,18 @@ func (d *HostDevice) Err() error {
 
 func (d *HostDevice) usable() error {
 	if d.closed.Load() {
-		return hw.Errorf(hw.ErrClosed, "cuda: %s is closed", HostDeviceName)
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: %s is closed", HostDeviceName)
 	}
 	return d.Err()
 }
 
 // Lose marks the host device lost with cause: every pending and later
-// call fails with [hw.ErrDeviceLost], waits return at once and running
+// call fails with [errdefs.ErrDeviceLost], waits return at once and running
 // programs see [HostLaunch.Lost] closed. (Tests use it to stop parked
 // programs; nothing in the backend calls it.)
 func (d *HostDevice) Lose(cause string) {
 	d.lostOnce.Do(func() {
-		err := hw.Errorf(hw.ErrDeviceLost, "cuda: %s lost: %s", HostDeviceName, cause)
+		err := errdefs.Errorf(errdefs.ErrDeviceLost, "cuda: %s lost: %s", HostDeviceName, cause)
 		d.lost.Store(&err)
 		close(d.lostCh)
 	})
@@ -216,7 +217,7 @@ func (d *HostDevice) Prepare(name string) (hw.Program, error) {
 	fn, ok := hostRegistry.m[name]
 	hostRegistry.RUnlock()
 	if !ok {
-		return nil, hw.Errorf(hw.ErrNotFound, "cuda: %s: no host program %q", HostDeviceName, name)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "cuda: %s: no host program %q", HostDeviceName, name)
 	}
 	return &hostProgram{dev: d, name: name, fn: fn}, nil
 }
@@ -229,10 +230,10 @@ func (d *HostDevice) Alloc(size int, flags hw.AllocFlags, budget *hw.Budget) (hw
 		return nil, err
 	}
 	if size <= 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: allocation of %d bytes", HostDeviceName, size)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: allocation of %d bytes", HostDeviceName, size)
 	}
 	if flags&^hw.AllocHostVisible != 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: unknown allocation flags %#x", HostDeviceName, uint32(flags))
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: unknown allocation flags %#x", HostDeviceName, uint32(flags))
 	}
 	if err := budget.Charge(int64(size)); err != nil {
 		return nil, err
@@ -242,13 +243,13 @@ func (d *HostDevice) Alloc(size int, flags hw.AllocFlags, budget *hw.Budget) (hw
 }
 
 // Close releases the device. Streams and buffers must be closed first
-// ([hw.ErrBusy] otherwise); closing twice returns [hw.ErrClosed].
+// ([errdefs.ErrBusy] otherwise); closing twice returns [errdefs.ErrClosed].
 func (d *HostDevice) Close() error {
 	if n := d.live.Load(); n > 0 {
-		return hw.Errorf(hw.ErrBusy, "cuda: %s: %d stream(s) or allocation(s) still open", HostDeviceName, n)
+		return errdefs.Errorf(errdefs.ErrBusy, "cuda: %s: %d stream(s) or allocation(s) still open", HostDeviceName, n)
 	}
 	if !d.closed.CompareAndSwap(false, true) {
-		return hw.Errorf(hw.ErrClosed, "cuda: %s is already closed", HostDeviceName)
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: %s is already closed", HostDeviceName)
 	}
 	return nil
 }
@@ -276,7 +277,7 @@ type quiescer struct{ s *HostStream }
 
 func (q quiescer) wait(ctx context.Context, seq uint64) error {
 	if !q.s.rec.Quiesce(ctx, seq, time.Millisecond) {
-		return hw.ContextError(ctx, "cuda: host0: waiting for a stream to go quiet")
+		return errdefs.ContextError(ctx, "cuda: host0: waiting for a stream to go quiet")
 	}
 	return nil
 }
@@ -315,20 +316,20 @@ func (b *hostBuffer) isFreed() bool {
 // HostBytes returns the buffer's memory.
 func (b *hostBuffer) HostBytes() ([]byte, error) {
 	if b.isFreed() {
-		return nil, hw.Errorf(hw.ErrClosed, "cuda: buffer was freed")
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "cuda: buffer was freed")
 	}
 	return b.mem, nil
 }
 
 // Free releases the buffer once the host work queued before it retired;
-// later commands using it fail with [hw.ErrClosed]. Freeing a shared view
+// later commands using it fail with [errdefs.ErrClosed]. Freeing a shared view
 // is a no-op.
 func (b *hostBuffer) Free() error {
 	if b.shared != nil {
 		return nil
 	}
 	if !b.freed.CompareAndSwap(false, true) {
-		return hw.Errorf(hw.ErrClosed, "cuda: buffer freed twice")
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: buffer freed twice")
 	}
 	d := b.dev
 	d.freeGen.Add(1)
@@ -400,7 +401,7 @@ func (d *HostDevice) NewStream() (hw.Stream, error) {
 		retirement: newRetirement(),
 	}
 	s.launch.dev = d
-	s.errBusy = hw.Errorf(hw.ErrBusy, "cuda: %s: stream queue full (%d commands)", HostDeviceName, depth)
+	s.errBusy = errdefs.Errorf(errdefs.ErrBusy, "cuda: %s: stream queue full (%d commands)", HostDeviceName, depth)
 	d.streamsMu.Lock()
 	d.streams[s] = struct{}{}
 	d.streamsMu.Unlock()
@@ -424,11 +425,11 @@ func (d *HostDevice) hostBufferOf(b hw.Buffer, arg int) (*hostBuffer, error) {
 	}
 	switch {
 	case !ok:
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: buffer %T is not a %s buffer", what, b, HostDeviceName)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: buffer %T is not a %s buffer", what, b, HostDeviceName)
 	case hb.dev != d:
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: buffer of another platform's host device", what)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: buffer of another platform's host device", what)
 	case hb.isFreed():
-		return nil, hw.Errorf(hw.ErrClosed, "cuda: %s: buffer was freed", what)
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "cuda: %s: buffer was freed", what)
 	}
 	return hb, nil
 }
@@ -439,14 +440,14 @@ func (d *HostDevice) hostBufferOf(b hw.Buffer, arg int) (*hostBuffer, error) {
 // conventions when they run. It allocates nothing.
 func (s *HostStream) Submit(cmd *hw.Command) (hw.Completion, error) {
 	if cmd == nil || cmd.Program == nil {
-		return hw.Completion{}, hw.Errorf(hw.ErrInvalidArgument, "cuda: command has no program")
+		return hw.Completion{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: command has no program")
 	}
 	prog, ok := cmd.Program.(*hostProgram)
 	if !ok || prog.dev != s.dev {
-		return hw.Completion{}, hw.Errorf(hw.ErrInvalidArgument, "cuda: program %q is not a program of %s", cmd.Program.Name(), HostDeviceName)
+		return hw.Completion{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: program %q is not a program of %s", cmd.Program.Name(), HostDeviceName)
 	}
 	if len(cmd.Args) > hw.MaxArgs {
-		return hw.Completion{}, hw.Errorf(hw.ErrInvalidArgument, "cuda: %d arguments, at most %d", len(cmd.Args), hw.MaxArgs)
+		return hw.Completion{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %d arguments, at most %d", len(cmd.Args), hw.MaxArgs)
 	}
 	gen := s.dev.freeGen.Load()
 	o := hostOp{kind: hostLaunch, prog: prog, nargs: len(cmd.Args), grid: cmd.Grid}
@@ -484,7 +485,7 @@ func (s *HostStream) copyOp(what string, b hw.Buffer, off int, host []byte, writ
 		return hw.Completion{}, err
 	}
 	if off < 0 || off > len(hb.mem) || len(host) > len(hb.mem)-off {
-		return hw.Completion{}, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: range [%d,+%d) outside buffer of %d bytes", what, off, len(host), len(hb.mem))
+		return hw.Completion{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: range [%d,+%d) outside buffer of %d bytes", what, off, len(host), len(hb.mem))
 	}
 	o := hostOp{kind: hostMarker}
 	if len(host) > 0 {
@@ -504,7 +505,7 @@ func (s *HostStream) enqueue(o *hostOp, gen uint64) (hw.Completion, error) {
 	s.submitMu.Lock()
 	defer s.submitMu.Unlock()
 	if s.closing {
-		return hw.Completion{}, hw.Errorf(hw.ErrClosed, "cuda: %s: stream is closed", HostDeviceName)
+		return hw.Completion{}, errdefs.Errorf(errdefs.ErrClosed, "cuda: %s: stream is closed", HostDeviceName)
 	}
 	if err := s.dev.Err(); err != nil {
 		return hw.Completion{}, err
@@ -512,7 +513,7 @@ func (s *HostStream) enqueue(o *hostOp, gen uint64) (hw.Completion, error) {
 	if s.dev.freeGen.Load() != gen {
 		for i := range o.nargs {
 			if hb, ok := o.args[i].Buffer.(*hostBuffer); ok && hb.isFreed() {
-				return hw.Completion{}, hw.Errorf(hw.ErrClosed, "cuda: argument %d: buffer was freed", i)
+				return hw.Completion{}, errdefs.Errorf(errdefs.ErrClosed, "cuda: argument %d: buffer was freed", i)
 			}
 		}
 	}
@@ -531,7 +532,7 @@ func (s *HostStream) enqueue(o *hostOp, gen uint64) (hw.Completion, error) {
 func (s *HostStream) Retired(seq uint64) (bool, error) { return s.state(seq, s.dev.Err()) }
 
 // WaitRetired blocks until command seq retires, the host device is lost
-// or ctx ends ([hw.ErrDeadlineExceeded]; the command keeps running).
+// or ctx ends ([errdefs.ErrDeadlineExceeded]; the command keeps running).
 func (s *HostStream) WaitRetired(ctx context.Context, seq uint64) error {
 	if err := s.wait(ctx, seq); err != nil {
 		return err
@@ -549,30 +550,30 @@ func (s *HostStream) wait(ctx context.Context, seq uint64) error {
 func (s *HostStream) Idle() bool { return s.idle(s.dev.Err()) }
 
 // Sync waits until everything submitted so far retired and returns the
-// first failure no earlier Sync reported, an [hw.ErrDeviceLost] error or an
-// [hw.ErrDeadlineExceeded] error.
+// first failure no earlier Sync reported, an [errdefs.ErrDeviceLost] error or an
+// [errdefs.ErrDeadlineExceeded] error.
 func (s *HostStream) Sync(ctx context.Context) error { return s.sync(ctx, s.wait, s.dev.Err) }
 
 // Close stops new submissions, waits for the stream to drain (as Sync with
 // ctx) and stops its worker. If ctx ends first, the stream stays open
 // (closed to submissions) and Close may be called again; on a lost device
-// it is released at once. Closing a released stream returns [hw.ErrClosed].
+// it is released at once. Closing a released stream returns [errdefs.ErrClosed].
 func (s *HostStream) Close(ctx context.Context) error {
 	s.submitMu.Lock()
 	if s.final {
 		s.submitMu.Unlock()
-		return hw.Errorf(hw.ErrClosed, "cuda: %s: stream already closed", HostDeviceName)
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: %s: stream already closed", HostDeviceName)
 	}
 	s.closing = true
 	s.submitMu.Unlock()
 	err := s.Sync(ctx)
-	if errors.Is(err, hw.ErrDeadlineExceeded) && s.dev.Err() == nil {
+	if errors.Is(err, errdefs.ErrDeadlineExceeded) && s.dev.Err() == nil {
 		return err
 	}
 	s.submitMu.Lock()
 	if s.final {
 		s.submitMu.Unlock()
-		return hw.Errorf(hw.ErrClosed, "cuda: %s: stream already closed", HostDeviceName)
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: %s: stream already closed", HostDeviceName)
 	}
 	s.final = true
 	close(s.quit)
@@ -626,8 +627,8 @@ func (s *HostStream) exec(o *hostOp) {
 		// Skipped or cut short by the loss: it failed with it.
 		s.recordFailure(o.seq, lost)
 	case err != nil:
-		if !errors.Is(err, hw.ErrFault) {
-			err = hw.Errorf(hw.ErrFault, "cuda: %s: program %q failed: %w", HostDeviceName, o.prog.name, err)
+		if !errors.Is(err, errdefs.ErrFault) {
+			err = errdefs.Errorf(errdefs.ErrFault, "cuda: %s: program %q failed: %w", HostDeviceName, o.prog.name, err)
 		}
 		s.recordFailure(o.seq, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -75,7 +76,7 @@ func hostRig(t *testing.T, p *Platform) (*HostDevice, hw.Stream, context.Context
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := s.Close(context.Background()); err != nil && !errors.Is(err, hw.ErrClosed) && h.Err() == nil {
+		if err := s.Close(context.Background()); err != nil && !errors.Is(err, errdefs.ErrClosed) && h.Err() == nil {
 			t.Errorf("host stream Close: %v", err)
 		}
 	})
@@ -88,7 +89,7 @@ func TestFakeHostDevice(t *testing.T) {
 	if h.Name() != "host0" || h.Engine() != hw.EngineCPU || h.Err() != nil {
 		t.Fatalf("host device %s %v %v", h.Name(), h.Engine(), h.Err())
 	}
-	if _, err := h.Prepare("nope"); !errors.Is(err, hw.ErrNotFound) {
+	if _, err := h.Prepare("nope"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Prepare(nope) = %v", err)
 	}
 	budget := hw.NewBudget("b", 64)
@@ -96,7 +97,7 @@ func TestFakeHostDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Alloc(4, 0, budget); !errors.Is(err, hw.ErrOutOfBudget) {
+	if _, err := h.Alloc(4, 0, budget); !errors.Is(err, errdefs.ErrOutOfBudget) {
 		t.Fatalf("over budget: %v", err)
 	}
 	add, _ := h.Prepare("test_add")
@@ -128,11 +129,11 @@ func TestFakeHostDevice(t *testing.T) {
 		{Program: p.devices[0].progs["noop"]},
 		{},
 	} {
-		if _, err := s.Submit(&cmd); !errors.Is(err, hw.ErrInvalidArgument) {
+		if _, err := s.Submit(&cmd); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("Submit(%v) = %v, want ErrInvalidArgument", cmd.Program, err)
 		}
 	}
-	if _, err := s.Write(b, 62, src); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := s.Write(b, 62, src); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Write past the end = %v", err)
 	}
 
@@ -144,10 +145,10 @@ func TestFakeHostDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Wait(ctx); !errors.Is(err, hw.ErrFault) {
+		if err := c.Wait(ctx); !errors.Is(err, errdefs.ErrFault) {
 			t.Fatalf("%s: completion %v, want ErrFault", name, err)
 		}
-		if err := s.Sync(ctx); !errors.Is(err, hw.ErrFault) {
+		if err := s.Sync(ctx); !errors.Is(err, errdefs.ErrFault) {
 			t.Fatalf("%s: first Sync %v", name, err)
 		}
 		if err := s.Sync(ctx); err != nil {
@@ -166,7 +167,7 @@ func TestFakeHostDevice(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if err := c.Wait(short); !errors.Is(err, hw.ErrDeadlineExceeded) || c.Done() || s.Idle() {
+	if err := c.Wait(short); !errors.Is(err, errdefs.ErrDeadlineExceeded) || c.Done() || s.Idle() {
 		t.Fatalf("parked: wait %v done %v idle %v", err, c.Done(), s.Idle())
 	}
 	if err := b.Free(); err != nil {
@@ -186,10 +187,10 @@ func TestFakeHostDevice(t *testing.T) {
 	if budget.Used() != 0 {
 		t.Fatal("free never released the budget")
 	}
-	if _, err := s.Submit(&hw.Command{Program: add, Args: []hw.Arg{hw.BufferArg(b, 0, 16), hw.Float32(1)}}); !errors.Is(err, hw.ErrClosed) {
+	if _, err := s.Submit(&hw.Command{Program: add, Args: []hw.Arg{hw.BufferArg(b, 0, 16), hw.Float32(1)}}); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("freed buffer: %v", err)
 	}
-	if err := h.Close(); !errors.Is(err, hw.ErrBusy) {
+	if err := h.Close(); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("Close with an open stream = %v", err)
 	}
 }
@@ -207,19 +208,19 @@ func TestFakeHostDeviceLost(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 		h.Lose("test")
 	}()
-	if err := c.Wait(ctx); !errors.Is(err, hw.ErrDeviceLost) {
+	if err := c.Wait(ctx); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("wait across a loss = %v", err)
 	}
-	if err := s.Sync(ctx); !errors.Is(err, hw.ErrDeviceLost) || !s.Idle() {
+	if err := s.Sync(ctx); !errors.Is(err, errdefs.ErrDeviceLost) || !s.Idle() {
 		t.Fatalf("Sync %v Idle %v", err, s.Idle())
 	}
-	if _, err := s.Submit(&hw.Command{Program: spin}); !errors.Is(err, hw.ErrDeviceLost) {
+	if _, err := s.Submit(&hw.Command{Program: spin}); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("Submit after loss = %v", err)
 	}
 	if p.devices[0].Err() != nil {
 		t.Fatal("the host device's loss lost the GPU")
 	}
-	if err := s.Close(ctx); !errors.Is(err, hw.ErrDeviceLost) {
+	if err := s.Close(ctx); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("Close on a lost device = %v", err)
 	}
 	b.Free()
@@ -342,10 +343,10 @@ func TestFakeSharedHostOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sh.View(p.devices[0]); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := sh.View(p.devices[0]); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("GPU view of a host-only allocation = %v", err)
 	}
-	if err := p.devices[0].Close(); !errors.Is(err, hw.ErrBusy) {
+	if err := p.devices[0].Close(); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("closing the allocating GPU under a live allocation = %v", err)
 	}
 	if err := sh.Free(); err != nil {
@@ -370,7 +371,7 @@ func TestFakeSubmitBatch(t *testing.T) {
 		bad := append(append([]hw.Command(nil), batch...), hw.Command{Program: saxpy, Args: []hw.Arg{hw.Float32(1)}})
 		r.sync()
 		before := st.rec.Submitted()
-		if _, err := st.SubmitBatch(bad); !errors.Is(err, hw.ErrInvalidArgument) {
+		if _, err := st.SubmitBatch(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Fatalf("bad batch = %v", err)
 		}
 		if st.rec.Submitted() != before {
@@ -413,7 +414,7 @@ func TestFakeSubmitBatch(t *testing.T) {
 		// A batch naming a freed buffer is refused whole.
 		z := r.alloc(16, 0)
 		z.Free()
-		if _, err := st.SubmitBatch([]hw.Command{batch[0], {Program: fill, Args: []hw.Arg{hw.BufferArg(z, 0, -1), hw.Float32(1)}}}); !errors.Is(err, hw.ErrClosed) {
+		if _, err := st.SubmitBatch([]hw.Command{batch[0], {Program: fill, Args: []hw.Arg{hw.BufferArg(z, 0, -1), hw.Float32(1)}}}); !errors.Is(err, errdefs.ErrClosed) {
 			t.Fatalf("batch with a freed buffer = %v", err)
 		}
 	}

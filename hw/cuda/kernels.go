@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -234,7 +235,7 @@ func pack(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape, erro
 		return 3, launchShape{elems: n}, nil
 	case kCopy:
 		if a[0].len != a[1].len {
-			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"cuda: copy: dst has %d bytes, src %d", a[0].len, a[1].len)
 		}
 		n := a[0].len
@@ -244,7 +245,7 @@ func pack(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape, erro
 		return 3, launchShape{elems: n, serial: overlap}, nil
 	case kSaxpy:
 		if a[1].len != a[2].len {
-			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"cuda: saxpy: x has %d values, y %d", f32words(a[1]), f32words(a[2]))
 		}
 		n := f32words(a[2])
@@ -280,11 +281,11 @@ func pack(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape, erro
 	case kArgmax:
 		n := f32words(a[0])
 		if n == 0 || n > math.MaxUint32 {
-			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"cuda: argmax: argument 0 has %d values (want 1 to 2^32-1)", n)
 		}
 		if a[1].len < 8 {
-			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"cuda: argmax: argument 1 has %d bytes, want at least 8 (index, max)", a[1].len)
 		}
 		p[0], p[1], p[2] = a[0].ptr, a[1].ptr, n
@@ -294,11 +295,11 @@ func pack(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape, erro
 	case kSpin:
 		off := a[1].val
 		if a[0].len < 4 || off > a[0].len-4 {
-			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"cuda: spin: offset %d outside a %d-byte range", off, a[0].len)
 		}
 		if (a[0].ptr+off)%4 != 0 {
-			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"cuda: spin: word at offset %d is not 4-byte aligned", off)
 		}
 		p[0], p[1], p[2] = a[0].ptr, off, a[2].val&math.MaxUint32
@@ -306,23 +307,23 @@ func pack(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape, erro
 	case kResident:
 		line, pay := a[0], a[1]
 		if line.len < 4 || line.ptr%4 != 0 {
-			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"cuda: resident_gpu_exchange: argument 0 (startup word) needs 4 aligned bytes, got %d at %#x", line.len, line.ptr)
 		}
 		if pay.len < residentPayloadBytes || pay.ptr%4 != 0 {
-			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"cuda: resident_gpu_exchange: argument 1 (payload) needs %d aligned bytes, got %d", residentPayloadBytes, pay.len)
 		}
 		// The kernel writes the payload: it must not reach the line it
 		// may only read.
 		if pay.ptr < line.ptr+line.len && line.ptr < pay.ptr+residentPayloadBytes {
-			return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+			return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"cuda: resident_gpu_exchange: the payload overlaps the startup line")
 		}
 		p[0], p[1], p[2] = line.ptr, pay.ptr, a[2].val&math.MaxUint32
 		return 3, launchShape{elems: 1, single: true}, nil
 	}
-	return 0, launchShape{}, hw.Errorf(hw.ErrNotFound, "cuda: kernel %q has no parameter table", k.name)
+	return 0, launchShape{}, errdefs.Errorf(errdefs.ErrNotFound, "cuda: kernel %q has no parameter table", k.name)
 }
 
 // packMLPForward checks mlp_forward(x, W1, b1, W2, b2, scores, out, I, H,
@@ -334,7 +335,7 @@ func packMLPForward(a []resolved, p *[maxParams]uint64) (int, launchShape, error
 	const name = "mlp_forward"
 	in, hid, cls := a[7].val, a[8].val, a[9].val
 	if in == 0 || in > math.MaxInt32 || hid == 0 || hid > mlpMaxWidth || cls == 0 || cls > mlpMaxWidth {
-		return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+		return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 			"cuda: mlp_forward: I=%d H=%d C=%d: want I ≥ 1 and 1 ≤ H, C ≤ %d", in, hid, cls, mlpMaxWidth)
 	}
 	shapes := [6][2]uint64{{1, in}, {in, hid}, {1, hid}, {hid, cls}, {1, cls}, {1, cls}}
@@ -344,13 +345,13 @@ func packMLPForward(a []resolved, p *[maxParams]uint64) (int, launchShape, error
 		}
 	}
 	if a[6].len < 8 {
-		return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+		return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 			"cuda: mlp_forward: argument 6 has %d bytes, want at least 8 (index, max)", a[6].len)
 	}
 	for _, o := range [...]int{5, 6} {
 		for i := range 7 {
 			if i != o && rangesOverlap(a[o], a[i]) {
-				return 0, launchShape{}, hw.Errorf(hw.ErrInvalidArgument,
+				return 0, launchShape{}, errdefs.Errorf(errdefs.ErrInvalidArgument,
 					"cuda: mlp_forward: argument %d (an output) overlaps argument %d", o, i)
 			}
 		}
@@ -382,7 +383,7 @@ func exactF32s(prog string, i int, r resolved, rows, cols uint64) error {
 	hi, elems := bits.Mul64(rows, cols)
 	hi2, need := bits.Mul64(elems, 4)
 	if hi != 0 || hi2 != 0 || need != r.len {
-		return hw.Errorf(hw.ErrInvalidArgument,
+		return errdefs.Errorf(errdefs.ErrInvalidArgument,
 			"cuda: %s: argument %d has %d bytes, want %d×%d float32 values", prog, i, r.len, rows, cols)
 	}
 	return nil
@@ -392,13 +393,13 @@ func exactF32s(prog string, i int, r resolved, rows, cols uint64) error {
 func (d *Device) bufferOf(b hw.Buffer, i int) (*buffer, error) {
 	buf, ok := b.(*buffer)
 	if !ok {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: argument %d: buffer %T is not a CUDA buffer", i, b)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: argument %d: buffer %T is not a CUDA buffer", i, b)
 	}
 	if buf.dev != d {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: argument %d: buffer belongs to %s, not %s", i, buf.dev.name, d.name)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: argument %d: buffer belongs to %s, not %s", i, buf.dev.name, d.name)
 	}
 	if buf.isFreed() {
-		return nil, hw.Errorf(hw.ErrClosed, "cuda: argument %d: buffer was freed", i)
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "cuda: argument %d: buffer was freed", i)
 	}
 	return buf, nil
 }
@@ -406,7 +407,7 @@ func (d *Device) bufferOf(b hw.Buffer, i int) (*buffer, error) {
 // checkRange validates [off, off+length) against a buffer of size bytes.
 func checkRange(i int, off, length, size int) error {
 	if off < 0 || length < 0 || off > size || length > size-off {
-		return hw.Errorf(hw.ErrInvalidArgument,
+		return errdefs.Errorf(errdefs.ErrInvalidArgument,
 			"cuda: argument %d: range [%d,+%d) outside buffer of %d bytes", i, off, length, size)
 	}
 	return nil
@@ -416,7 +417,7 @@ func checkRange(i int, off, length, size int) error {
 // them. It allocates nothing on success.
 func (d *Device) resolveArgs(k *kernel, args []hw.Arg, out *[hw.MaxArgs]resolved) error {
 	if !k.variadic && len(args) != len(k.args) {
-		return hw.Errorf(hw.ErrInvalidArgument, "cuda: %s takes %d argument(s), got %d", k.name, len(k.args), len(args))
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s takes %d argument(s), got %d", k.name, len(k.args), len(args))
 	}
 	for i, a := range args {
 		want := argAny
@@ -427,7 +428,7 @@ func (d *Device) resolveArgs(k *kernel, args []hw.Arg, out *[hw.MaxArgs]resolved
 		*r = resolved{}
 		if a.Buffer != nil {
 			if !want.isBuffer() && want != argAny {
-				return hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: argument %d must be %s, got a buffer", k.name, i, want)
+				return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: argument %d must be %s, got a buffer", k.name, i, want)
 			}
 			buf, err := d.bufferOf(a.Buffer, i)
 			if err != nil {
@@ -439,7 +440,7 @@ func (d *Device) resolveArgs(k *kernel, args []hw.Arg, out *[hw.MaxArgs]resolved
 			// float32 accesses must be aligned, or the device faults
 			// with a sticky CUDA_ERROR_MISALIGNED_ADDRESS.
 			if want == argF32s && (a.Offset%4 != 0 || a.Length%4 != 0) {
-				return hw.Errorf(hw.ErrInvalidArgument,
+				return errdefs.Errorf(errdefs.ErrInvalidArgument,
 					"cuda: %s: argument %d: range [%d,+%d) is not 4-byte aligned whole float32 values", k.name, i, a.Offset, a.Length)
 			}
 			r.isBuf = true
@@ -449,10 +450,10 @@ func (d *Device) resolveArgs(k *kernel, args []hw.Arg, out *[hw.MaxArgs]resolved
 		}
 		switch want {
 		case argF32s, argBytes:
-			return hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: argument %d must be %s, got a scalar", k.name, i, want)
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: argument %d must be %s, got a scalar", k.name, i, want)
 		case argU32:
 			if a.Value > math.MaxUint32 {
-				return hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: argument %d must be %s, got %#x", k.name, i, want, a.Value)
+				return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: argument %d must be %s, got %#x", k.name, i, want, a.Value)
 			}
 		}
 		r.val = a.Value
@@ -472,17 +473,17 @@ type launch struct {
 // prepareLaunch validates cmd for device d and packs it into l.
 func (d *Device) prepareLaunch(cmd *hw.Command, l *launch) error {
 	if cmd == nil || cmd.Program == nil {
-		return hw.Errorf(hw.ErrInvalidArgument, "cuda: command has no program")
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: command has no program")
 	}
 	prog, ok := cmd.Program.(*program)
 	if !ok {
-		return hw.Errorf(hw.ErrInvalidArgument, "cuda: program %T is not a CUDA program", cmd.Program)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: program %T is not a CUDA program", cmd.Program)
 	}
 	if prog.dev != d {
-		return hw.Errorf(hw.ErrInvalidArgument, "cuda: program %s belongs to %s, not %s", prog.k.name, prog.dev.name, d.name)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: program %s belongs to %s, not %s", prog.k.name, prog.dev.name, d.name)
 	}
 	if len(cmd.Args) > hw.MaxArgs {
-		return hw.Errorf(hw.ErrInvalidArgument, "cuda: %d arguments, at most %d", len(cmd.Args), hw.MaxArgs)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %d arguments, at most %d", len(cmd.Args), hw.MaxArgs)
 	}
 	var res [hw.MaxArgs]resolved
 	if err := d.resolveArgs(prog.k, cmd.Args, &res); err != nil {

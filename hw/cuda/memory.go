@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -40,13 +41,13 @@ func (b *buffer) isFreed() bool {
 }
 
 // HostBytes returns the host mapping of a host-visible buffer or shared
-// view, and an [hw.ErrUnsupported] error for device memory.
+// view, and an [errdefs.ErrUnsupported] error for device memory.
 func (b *buffer) HostBytes() ([]byte, error) {
 	if b.host == nil {
-		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: %s: device memory has no host mapping (allocate with hw.AllocHostVisible)", b.dev.name)
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "cuda: %s: device memory has no host mapping (allocate with hw.AllocHostVisible)", b.dev.name)
 	}
 	if b.isFreed() {
-		return nil, hw.Errorf(hw.ErrClosed, "cuda: buffer was freed")
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "cuda: buffer was freed")
 	}
 	return unsafe.Slice((*byte)(b.host), b.size), nil
 }
@@ -55,14 +56,14 @@ func (b *buffer) HostBytes() ([]byte, error) {
 // the memory (and the budget charge) is released at once only when no
 // stream of the device has unretired work; otherwise when the work queued
 // before Free has retired (or the device is lost). Commands submitted
-// after Free fail with [hw.ErrClosed]. Freeing twice returns an
-// [hw.ErrClosed] error; freeing a shared view is a no-op.
+// after Free fail with [errdefs.ErrClosed]. Freeing twice returns an
+// [errdefs.ErrClosed] error; freeing a shared view is a no-op.
 func (b *buffer) Free() error {
 	if b.shared != nil {
 		return nil
 	}
 	if !b.freed.CompareAndSwap(false, true) {
-		return hw.Errorf(hw.ErrClosed, "cuda: buffer freed twice")
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: buffer freed twice")
 	}
 	d := b.dev
 	d.freeGen.Add(1)
@@ -124,18 +125,18 @@ func (b *buffer) release() {
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] for a size ≤ 0 or unknown flags;
-// [hw.ErrOutOfBudget] when the budget or the device is out of memory;
-// [hw.ErrDeviceLost] or [hw.ErrClosed] for a lost or closed device.
+// [errdefs.ErrInvalidArgument] for a size ≤ 0 or unknown flags;
+// [errdefs.ErrOutOfBudget] when the budget or the device is out of memory;
+// [errdefs.ErrDeviceLost] or [errdefs.ErrClosed] for a lost or closed device.
 func (d *Device) Alloc(size int, flags hw.AllocFlags, budget *hw.Budget) (hw.Buffer, error) {
 	if err := d.usable(); err != nil {
 		return nil, err
 	}
 	if size <= 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: allocation of %d bytes", d.name, size)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: allocation of %d bytes", d.name, size)
 	}
 	if flags&^hw.AllocHostVisible != 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: unknown allocation flags %#x", d.name, uint32(flags))
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: unknown allocation flags %#x", d.name, uint32(flags))
 	}
 	if err := budget.Charge(int64(size)); err != nil {
 		return nil, err
@@ -159,16 +160,16 @@ func (d *Device) alloc(size int, flags hw.AllocFlags) (*buffer, error) {
 	b := &buffer{dev: d, size: size}
 	if flags&hw.AllocHostVisible == 0 {
 		p, r := d.drv.MemAlloc(uintptr(size))
-		if err := d.check("cuMemAlloc_v2", r, hw.ErrFault); err != nil {
+		if err := d.check("cuMemAlloc_v2", r, errdefs.ErrFault); err != nil {
 			return nil, err
 		}
 		// New memory starts zeroed: the driver may hand back memory this
 		// process freed, and sessions must not see each other's data.
 		// cuMemsetD8 runs on the legacy NULL stream, which the
 		// non-blocking streams do not wait for: finish it here.
-		err := d.check("cuMemsetD8_v2", d.drv.MemsetD8(p, 0, uintptr(size)), hw.ErrFault)
+		err := d.check("cuMemsetD8_v2", d.drv.MemsetD8(p, 0, uintptr(size)), errdefs.ErrFault)
 		if err == nil {
-			err = d.check("cuStreamSynchronize(NULL)", d.drv.StreamSynchronize(0), hw.ErrFault)
+			err = d.check("cuStreamSynchronize(NULL)", d.drv.StreamSynchronize(0), errdefs.ErrFault)
 		}
 		if err != nil {
 			d.drv.MemFree(p)
@@ -178,11 +179,11 @@ func (d *Device) alloc(size int, flags hw.AllocFlags) (*buffer, error) {
 		return b, nil
 	}
 	host, r := d.drv.MemHostAlloc(uintptr(size), hostAllocFlags)
-	if err := d.check("cuMemHostAlloc", r, hw.ErrFault); err != nil {
+	if err := d.check("cuMemHostAlloc", r, errdefs.ErrFault); err != nil {
 		return nil, err
 	}
 	p, r := d.drv.MemHostGetDevicePointer(host)
-	if err := d.check("cuMemHostGetDevicePointer_v2", r, hw.ErrFault); err != nil {
+	if err := d.check("cuMemHostGetDevicePointer_v2", r, errdefs.ErrFault); err != nil {
 		d.drv.MemFreeHost(host)
 		return nil, err
 	}
@@ -219,14 +220,14 @@ var _ hw.Shared = (*sharedMem)(nil)
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] for a size ≤ 0, no devices, or a device that is
-// not one of this platform's; [hw.ErrOutOfBudget]; [hw.ErrDeviceLost].
+// [errdefs.ErrInvalidArgument] for a size ≤ 0, no devices, or a device that is
+// not one of this platform's; [errdefs.ErrOutOfBudget]; [errdefs.ErrDeviceLost].
 func (p *Platform) AllocShared(size int, devices []hw.Device, budget *hw.Budget) (hw.Shared, error) {
 	if size <= 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation of %d bytes", size)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: shared allocation of %d bytes", size)
 	}
 	if len(devices) == 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation for no device")
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: shared allocation for no device")
 	}
 	s := &sharedMem{plat: p, size: size, views: make(map[*Device]*buffer, len(devices)), budget: budget}
 	var ds []*Device
@@ -243,7 +244,7 @@ func (p *Platform) AllocShared(size int, devices []hw.Device, budget *hw.Budget)
 		}
 		d, ok := hd.(*Device)
 		if !ok || d.plat != p {
-			return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation: device %d (%v) is not a device of this platform", i, deviceName(hd))
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: shared allocation: device %d (%v) is not a device of this platform", i, deviceName(hd))
 		}
 		if err := d.usable(); err != nil {
 			return nil, err
@@ -294,7 +295,7 @@ func (s *sharedMem) allocator(ds []*Device) (*Device, error) {
 			return d, nil
 		}
 	}
-	return nil, hw.Errorf(hw.ErrDeviceLost, "cuda: no usable GPU to allocate shared memory with")
+	return nil, errdefs.Errorf(errdefs.ErrDeviceLost, "cuda: no usable GPU to allocate shared memory with")
 }
 
 func (s *sharedMem) alloc(ds []*Device) error {
@@ -311,7 +312,7 @@ func (s *sharedMem) alloc(ds []*Device) error {
 		return err
 	}
 	host, r := first.drv.MemHostAlloc(uintptr(s.size), hostAllocFlags)
-	if err := first.check("cuMemHostAlloc", r, hw.ErrFault); err != nil {
+	if err := first.check("cuMemHostAlloc", r, errdefs.ErrFault); err != nil {
 		return err
 	}
 	s.host = host
@@ -320,7 +321,7 @@ func (s *sharedMem) alloc(ds []*Device) error {
 		if err == nil {
 			var p cuDevicePtr
 			p, r = d.drv.MemHostGetDevicePointer(host)
-			err = d.check("cuMemHostGetDevicePointer_v2", r, hw.ErrFault)
+			err = d.check("cuMemHostGetDevicePointer_v2", r, errdefs.ErrFault)
 			s.views[d] = &buffer{dev: d, size: s.size, ptr: p, host: host, shared: s}
 		}
 		if err != nil {
@@ -374,10 +375,10 @@ func (s *sharedMem) mapped(dev hw.Device) bool {
 // mapping itself), so ordering the host's stores is all a release needs.
 func (s *sharedMem) PrepareRelease(dev hw.Device, off, length int) (hw.VisibilityAction, error) {
 	if !s.mapped(dev) {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation is not mapped on %v", deviceName(dev))
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: shared allocation is not mapped on %v", deviceName(dev))
 	}
 	if off < 0 || length < 0 || off > s.size || length > s.size-off {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: release range [%d,+%d) outside %d bytes", off, length, s.size)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: release range [%d,+%d) outside %d bytes", off, length, s.size)
 	}
 	return &storeFence{dev: dev}, nil
 }
@@ -387,10 +388,10 @@ func (s *sharedMem) PrepareRelease(dev hw.Device, off, length int) (hw.Visibilit
 // mapping. Freeing the view is a no-op.
 func (s *sharedMem) View(dev hw.Device) (hw.Buffer, error) {
 	if !s.mapped(dev) {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: shared allocation is not mapped on %v", deviceName(dev))
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: shared allocation is not mapped on %v", deviceName(dev))
 	}
 	if s.freed.Load() {
-		return nil, hw.Errorf(hw.ErrClosed, "cuda: shared allocation was freed")
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "cuda: shared allocation was freed")
 	}
 	if _, ok := dev.(*HostDevice); ok {
 		return s.hostView, nil
@@ -403,7 +404,7 @@ func (s *sharedMem) View(dev hw.Device) (hw.Buffer, error) {
 // retired; views become unusable at once.
 func (s *sharedMem) Free() error {
 	if !s.freed.CompareAndSwap(false, true) {
-		return hw.Errorf(hw.ErrClosed, "cuda: shared allocation freed twice")
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: shared allocation freed twice")
 	}
 	var owners []queueOwner
 	var devs []*Device // listed GPUs, then the allocating one

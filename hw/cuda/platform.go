@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -15,7 +16,7 @@ const defaultLibrary = "libcuda.so.1"
 
 // DefaultQueueDepth is how many commands a stream buffers between its
 // submitters and its driver thread; beyond it, Submit, Write and Read
-// return [hw.ErrBusy] (as the simulator does).
+// return [errdefs.ErrBusy] (as the simulator does).
 const DefaultQueueDepth = 1024
 
 type config struct {
@@ -39,7 +40,7 @@ func WithLibrary(path string) Option {
 }
 
 // WithQueueDepth sets how many commands each stream buffers before Submit,
-// Write and Read answer [hw.ErrBusy] (default [DefaultQueueDepth]; values
+// Write and Read answer [errdefs.ErrBusy] (default [DefaultQueueDepth]; values
 // below 1 mean 1).
 func WithQueueDepth(n int) Option {
 	return func(c *config) { c.queueDepth = max(n, 1) }
@@ -99,7 +100,7 @@ var _ hw.Platform = (*Platform)(nil)
 //
 // # Errors
 //
-// [hw.ErrUnsupported] when libcuda.so.1 cannot be loaded (the message
+// [errdefs.ErrUnsupported] when libcuda.so.1 cannot be loaded (the message
 // carries dlopen's reason), lacks required symbols (all of them are named),
 // cuInit fails, there is no device, or the driver rejects the kernels.
 func Open(opts ...Option) (*Platform, error) {
@@ -116,16 +117,16 @@ func Open(opts ...Option) (*Platform, error) {
 		drv = lib
 	}
 	if r := drv.Init(); r != cudaSuccess {
-		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: cuInit: %s", resultString(drv, r))
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "cuda: cuInit: %s", resultString(drv, r))
 	}
 	p := &Platform{drv: drv, cfg: cfg}
 	p.version, _ = drv.DriverGetVersion()
 	n, r := drv.DeviceGetCount()
 	if r != cudaSuccess {
-		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: cuDeviceGetCount: %s", resultString(drv, r))
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "cuda: cuDeviceGetCount: %s", resultString(drv, r))
 	}
 	if n <= 0 {
-		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: no CUDA device")
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "cuda: no CUDA device")
 	}
 	src := cfg.ptx
 	if src == nil {
@@ -160,7 +161,7 @@ func (p *Platform) Devices() []hw.Device {
 }
 
 // Device returns a device by name ("cuda0", or "host0" for the host
-// device), or an [hw.ErrNotFound] error.
+// device), or an [errdefs.ErrNotFound] error.
 func (p *Platform) Device(name string) (hw.Device, error) {
 	for _, d := range p.devices {
 		if d.name == name {
@@ -170,7 +171,7 @@ func (p *Platform) Device(name string) (hw.Device, error) {
 	if p.host != nil && name == HostDeviceName {
 		return p.host, nil
 	}
-	return nil, hw.Errorf(hw.ErrNotFound, "cuda: no device %q", name)
+	return nil, errdefs.Errorf(errdefs.ErrNotFound, "cuda: no device %q", name)
 }
 
 // Host is the platform's host device, "host0".
@@ -181,12 +182,12 @@ func (p *Platform) Host() *HostDevice { return p.host }
 func (p *Platform) Close() error {
 	var errs []error
 	if p.host != nil {
-		if err := p.host.Close(); err != nil && !errors.Is(err, hw.ErrClosed) {
+		if err := p.host.Close(); err != nil && !errors.Is(err, errdefs.ErrClosed) {
 			errs = append(errs, err)
 		}
 	}
 	for _, d := range p.devices {
-		if err := d.Close(); err != nil && !errors.Is(err, hw.ErrClosed) {
+		if err := d.Close(); err != nil && !errors.Is(err, errdefs.ErrClosed) {
 			errs = append(errs, err)
 		}
 	}
@@ -226,12 +227,12 @@ func openDevice(p *Platform, ordinal int, image []byte) (*Device, error) {
 	drv := p.drv
 	dev, r := drv.DeviceGet(int32(ordinal))
 	if r != cudaSuccess {
-		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: cuDeviceGet(%d): %s", ordinal, resultString(drv, r))
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "cuda: cuDeviceGet(%d): %s", ordinal, resultString(drv, r))
 	}
 	model, _ := drv.DeviceGetName(dev)
 	ctx, r := drv.DevicePrimaryCtxRetain(dev)
 	if r != cudaSuccess {
-		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: cuDevicePrimaryCtxRetain(%d): %s", ordinal, resultString(drv, r))
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "cuda: cuDevicePrimaryCtxRetain(%d): %s", ordinal, resultString(drv, r))
 	}
 	d := &Device{
 		plat: p, drv: drv, name: fmt.Sprintf("cuda%d", ordinal), model: model,
@@ -248,20 +249,20 @@ func openDevice(p *Platform, ordinal int, image []byte) (*Device, error) {
 		return nil, err
 	}
 	if r := drv.CtxSetCurrent(ctx); r != cudaSuccess {
-		return fail(hw.Errorf(hw.ErrUnsupported, "cuda: %s: cuCtxSetCurrent: %s", d.name, resultString(drv, r)))
+		return fail(errdefs.Errorf(errdefs.ErrUnsupported, "cuda: %s: cuCtxSetCurrent: %s", d.name, resultString(drv, r)))
 	}
 	mod, log, r := drv.ModuleLoadData(image)
 	if r != cudaSuccess {
 		if log != "" {
 			log = "\n" + log
 		}
-		return fail(hw.Errorf(hw.ErrUnsupported, "cuda: %s: cuModuleLoadDataEx(kernels): %s%s", d.name, resultString(drv, r), log))
+		return fail(errdefs.Errorf(errdefs.ErrUnsupported, "cuda: %s: cuModuleLoadDataEx(kernels): %s%s", d.name, resultString(drv, r), log))
 	}
 	d.mod = mod
 	for _, k := range kernels {
 		fn, r := drv.ModuleGetFunction(mod, k.name)
 		if r != cudaSuccess {
-			return fail(hw.Errorf(hw.ErrUnsupported, "cuda: %s: kernel %q: %s", d.name, k.name, resultString(drv, r)))
+			return fail(errdefs.Errorf(errdefs.ErrUnsupported, "cuda: %s: kernel %q: %s", d.name, k.name, resultString(drv, r)))
 		}
 		d.progs[k.name] = &program{dev: d, k: k, fn: fn}
 	}
@@ -277,7 +278,7 @@ func (d *Device) Engine() hw.Engine { return hw.EngineGPU }
 // Model is the driver's name for the GPU ("NVIDIA H200").
 func (d *Device) Model() string { return d.model }
 
-// Err is nil while the device is healthy, and the [hw.ErrDeviceLost] error
+// Err is nil while the device is healthy, and the [errdefs.ErrDeviceLost] error
 // naming the first sticky CUDA error once it is lost.
 func (d *Device) Err() error {
 	if p := d.lost.Load(); p != nil {
@@ -289,7 +290,7 @@ func (d *Device) Err() error {
 // usable returns the error that stops new work: closed or lost.
 func (d *Device) usable() error {
 	if d.closed.Load() {
-		return hw.Errorf(hw.ErrClosed, "cuda: %s is closed", d.name)
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: %s is closed", d.name)
 	}
 	return d.Err()
 }
@@ -305,14 +306,14 @@ func (d *Device) markLost(cause error) error {
 }
 
 // check turns a driver result into an error. A sticky result loses the
-// device; out-of-memory is [hw.ErrOutOfBudget]; unsupported operations are
-// [hw.ErrUnsupported]; everything else gets class.
+// device; out-of-memory is [errdefs.ErrOutOfBudget]; unsupported operations are
+// [errdefs.ErrUnsupported]; everything else gets class.
 func (d *Device) check(call string, r cuResult, class error) error {
 	if r == cudaSuccess {
 		return nil
 	}
 	if r.sticky() {
-		return d.markLost(hw.Errorf(hw.ErrDeviceLost, "cuda: %s lost: %s failed with %s", d.name, call, resultString(d.drv, r)))
+		return d.markLost(errdefs.Errorf(errdefs.ErrDeviceLost, "cuda: %s lost: %s failed with %s", d.name, call, resultString(d.drv, r)))
 	}
 	if err := d.Err(); err != nil {
 		// After a loss, every call fails; report the loss, not the symptom.
@@ -320,20 +321,20 @@ func (d *Device) check(call string, r cuResult, class error) error {
 	}
 	switch r {
 	case cudaErrorOutOfMemory:
-		class = hw.ErrOutOfBudget
+		class = errdefs.ErrOutOfBudget
 	case cudaErrorNotSupported, cudaErrorNotPermitted:
-		class = hw.ErrUnsupported
+		class = errdefs.ErrUnsupported
 	}
-	return hw.Errorf(class, "cuda: %s: %s: %s", d.name, call, resultString(d.drv, r))
+	return errdefs.Errorf(class, "cuda: %s: %s: %s", d.name, call, resultString(d.drv, r))
 }
 
 // enter makes the device's context current on this OS thread. The caller
 // holds runtime.LockOSThread.
 func (d *Device) enter() error {
-	return d.check("cuCtxSetCurrent", d.drv.CtxSetCurrent(d.ctx), hw.ErrFault)
+	return d.check("cuCtxSetCurrent", d.drv.CtxSetCurrent(d.ctx), errdefs.ErrFault)
 }
 
-// Prepare returns the named kernel, or an [hw.ErrNotFound] error. The
+// Prepare returns the named kernel, or an [errdefs.ErrNotFound] error. The
 // kernels are loaded at Open, so this does no driver work.
 func (d *Device) Prepare(name string) (hw.Program, error) {
 	if err := d.usable(); err != nil {
@@ -341,32 +342,32 @@ func (d *Device) Prepare(name string) (hw.Program, error) {
 	}
 	p, ok := d.progs[name]
 	if !ok {
-		return nil, hw.Errorf(hw.ErrNotFound, "cuda: %s: no program %q", d.name, name)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "cuda: %s: no program %q", d.name, name)
 	}
 	return p, nil
 }
 
 // Close unloads the kernels and releases the primary context. Streams,
 // buffers and shared allocations on the device must be closed or freed
-// first ([hw.ErrBusy] otherwise). Closing twice returns [hw.ErrClosed].
+// first ([errdefs.ErrBusy] otherwise). Closing twice returns [errdefs.ErrClosed].
 func (d *Device) Close() error {
 	if n := d.live.Load(); n > 0 {
-		return hw.Errorf(hw.ErrBusy, "cuda: %s: %d stream(s) or allocation(s) still open", d.name, n)
+		return errdefs.Errorf(errdefs.ErrBusy, "cuda: %s: %d stream(s) or allocation(s) still open", d.name, n)
 	}
 	if !d.closed.CompareAndSwap(false, true) {
-		return hw.Errorf(hw.ErrClosed, "cuda: %s is already closed", d.name)
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: %s is already closed", d.name)
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var err error
 	if d.drv.CtxSetCurrent(d.ctx) == cudaSuccess && d.mod != 0 {
 		if r := d.drv.ModuleUnload(d.mod); r != cudaSuccess && d.Err() == nil {
-			err = d.check("cuModuleUnload", r, hw.ErrFault)
+			err = d.check("cuModuleUnload", r, errdefs.ErrFault)
 		}
 	}
 	d.drv.CtxSetCurrent(0)
 	if r := d.drv.DevicePrimaryCtxRelease(d.dev); r != cudaSuccess && err == nil && d.Err() == nil {
-		err = d.check("cuDevicePrimaryCtxRelease", r, hw.ErrFault)
+		err = d.check("cuDevicePrimaryCtxRelease", r, errdefs.ErrFault)
 	}
 	if d.Err() != nil {
 		// A sticky error poisons the primary context for the whole

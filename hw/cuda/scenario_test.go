@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -122,7 +123,7 @@ func newRig(t testing.TB, p *Platform) *rig {
 	}
 	r := &rig{t: t, ctx: testCtx(t), dev: dev, s: s}
 	t.Cleanup(func() {
-		if err := s.Close(context.Background()); err != nil && !errors.Is(err, hw.ErrClosed) && dev.Err() == nil {
+		if err := s.Close(context.Background()); err != nil && !errors.Is(err, errdefs.ErrClosed) && dev.Err() == nil {
 			t.Errorf("stream Close: %v", err)
 		}
 	})
@@ -376,7 +377,7 @@ func scenarioKernels(t *testing.T, p *Platform) {
 			}
 		}
 		dev := r.alloc(16, 0)
-		if _, err := dev.HostBytes(); !errors.Is(err, hw.ErrUnsupported) {
+		if _, err := dev.HostBytes(); !errors.Is(err, errdefs.ErrUnsupported) {
 			t.Fatalf("device buffer HostBytes: %v, want ErrUnsupported", err)
 		}
 	})
@@ -575,7 +576,7 @@ func scenarioSharedSpin(t *testing.T, p *Platform) time.Duration {
 	short, cancel := context.WithTimeout(r.ctx, 20*time.Millisecond)
 	err = c.Wait(short)
 	cancel()
-	if !errors.Is(err, hw.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait on a spinning kernel past its deadline = %v", err)
 	}
 	start := time.Now()
@@ -625,11 +626,11 @@ func scenarioGraph(t *testing.T, p *Platform) {
 	if err := g.Close(); err != nil {
 		t.Fatalf("graph Close: %v", err)
 	}
-	if _, err := st.SubmitGraph(g); !errors.Is(err, hw.ErrClosed) {
+	if _, err := st.SubmitGraph(g); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("SubmitGraph after Close: %v", err)
 	}
 	bad := []hw.Command{{Program: r.prog("fill"), Args: []hw.Arg{hw.Float32(1)}}}
-	if _, err := st.RecordGraph(bad); !errors.Is(err, hw.ErrInvalidArgument) || !strings.Contains(err.Error(), "graph command 0") {
+	if _, err := st.RecordGraph(bad); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "graph command 0") {
 		t.Fatalf("RecordGraph(bad) = %v", err)
 	}
 }
@@ -670,10 +671,10 @@ func scenarioLost(t *testing.T, p *Platform) time.Duration {
 	}
 	err = cf.Wait(ctx)
 	surfaced := time.Since(start)
-	if !errors.Is(err, hw.ErrDeviceLost) {
+	if !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("fault wait = %v, want ErrDeviceLost", err)
 	}
-	if derr := dev.Err(); !errors.Is(derr, hw.ErrDeviceLost) || !strings.Contains(derr.Error(), "CUDA_ERROR_") {
+	if derr := dev.Err(); !errors.Is(derr, errdefs.ErrDeviceLost) || !strings.Contains(derr.Error(), "CUDA_ERROR_") {
 		t.Fatalf("Device.Err = %v, want a DeviceLost error naming the CUDA error", derr)
 	}
 	t.Logf("loss surfaced after %v: %v", surfaced, dev.Err())
@@ -683,7 +684,7 @@ func scenarioLost(t *testing.T, p *Platform) time.Duration {
 		t.Helper()
 		t0 := time.Now()
 		err := f()
-		if !errors.Is(err, hw.ErrDeviceLost) {
+		if !errors.Is(err, errdefs.ErrDeviceLost) {
 			t.Errorf("%s after loss = %v, want ErrDeviceLost", what, err)
 		}
 		if d := time.Since(t0); d > 100*time.Millisecond {

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -155,7 +156,7 @@ const (
 //
 // It waits at most the platform's stream creation timeout (see
 // [WithStreamCreateTimeout]) for cuStreamCreate. Past it, it returns an
-// [hw.ErrDeadlineExceeded] error and leaves behind the driver thread that
+// [errdefs.ErrDeadlineExceeded] error and leaves behind the driver thread that
 // is still inside the driver: one goroutine and its locked OS thread,
 // blocked until the driver returns, if ever (then the thread destroys the
 // stream and exits). Nothing else waits on it.
@@ -176,7 +177,7 @@ func (d *Device) NewStream() (hw.Stream, error) {
 
 		retirement: newRetirement(),
 	}
-	s.errBusy = hw.Errorf(hw.ErrBusy, "cuda: %s: stream queue full (%d commands)", d.name, depth)
+	s.errBusy = errdefs.Errorf(errdefs.ErrBusy, "cuda: %s: stream queue full (%d commands)", d.name, depth)
 	ready := make(chan error, 1)
 	go s.run(ready)
 	timeout := d.plat.cfg.createTimeout
@@ -189,7 +190,7 @@ func (d *Device) NewStream() (hw.Stream, error) {
 	case err = <-ready:
 	case <-timer.C:
 		if s.startState.CompareAndSwap(createPending, createAbandoned) {
-			return nil, hw.Errorf(hw.ErrDeadlineExceeded, "cuda: %s: cuStreamCreate did not return within %v (its OS thread stays blocked in the driver); while resident kernels are parked the driver may never return it", d.name, timeout)
+			return nil, errdefs.Errorf(errdefs.ErrDeadlineExceeded, "cuda: %s: cuStreamCreate did not return within %v (its OS thread stays blocked in the driver); while resident kernels are parked the driver may never return it", d.name, timeout)
 		}
 		err = <-ready // the driver thread settled first: its answer is on the way
 	}
@@ -237,10 +238,10 @@ func (s *Stream) Device() hw.Device { return s.dev }
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] (naming the argument index), [hw.ErrClosed] for a
-// freed buffer or a closed stream, [hw.ErrDeviceLost], [hw.ErrBusy] when
+// [errdefs.ErrInvalidArgument] (naming the argument index), [errdefs.ErrClosed] for a
+// freed buffer or a closed stream, [errdefs.ErrDeviceLost], [errdefs.ErrBusy] when
 // the stream's queue is full (see [WithQueueDepth]). A launch the driver
-// refuses fails its completion with [hw.ErrRejected].
+// refuses fails its completion with [errdefs.ErrRejected].
 func (s *Stream) Submit(cmd *hw.Command) (hw.Completion, error) {
 	var o op
 	o.kind = opLaunch
@@ -263,7 +264,7 @@ var batchPool = sync.Pool{New: func() any { return new(batchReq) }}
 // all are valid, hands them to the driver thread as one queued command:
 // one channel hand-off and one sequence number for the whole batch. The
 // completion retires when the last launch has, with the first failure;
-// a launch the driver refuses fails the completion with [hw.ErrRejected]
+// a launch the driver refuses fails the completion with [errdefs.ErrRejected]
 // and skips the rest of the batch.
 //
 // The driver thread keeps a small per-stream cache of CUDA graphs (see
@@ -276,7 +277,7 @@ var batchPool = sync.Pool{New: func() any { return new(batchReq) }}
 //
 // # Errors
 //
-// As for Submit, naming the command's index; [hw.ErrBusy] when the queue
+// As for Submit, naming the command's index; [errdefs.ErrBusy] when the queue
 // is full (nothing is enqueued).
 func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 	if len(cmds) == 0 {
@@ -291,7 +292,7 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 	for i := range cmds {
 		if err := s.dev.prepareLaunch(&cmds[i], &b.launches[i]); err != nil {
 			batchPool.Put(b)
-			return hw.Completion{}, hw.Errorf(hw.ClassOf(err), "cuda: batch command %d: %w", i, err)
+			return hw.Completion{}, errdefs.Errorf(errdefs.ClassOf(err), "cuda: batch command %d: %w", i, err)
 		}
 	}
 	o := op{kind: opBatch, batch: b}
@@ -307,13 +308,13 @@ func (s *Stream) copyTarget(what string, b hw.Buffer, off, n int) (*buffer, erro
 	buf, ok := b.(*buffer)
 	switch {
 	case !ok:
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: buffer %T is not a CUDA buffer", what, b)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: buffer %T is not a CUDA buffer", what, b)
 	case buf.dev != s.dev:
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: buffer belongs to %s, not %s", what, buf.dev.name, s.dev.name)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: buffer belongs to %s, not %s", what, buf.dev.name, s.dev.name)
 	case buf.isFreed():
-		return nil, hw.Errorf(hw.ErrClosed, "cuda: %s: buffer was freed", what)
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "cuda: %s: buffer was freed", what)
 	case off < 0 || off > buf.size || n > buf.size-off:
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "cuda: %s: range [%d,+%d) outside buffer of %d bytes", what, off, n, buf.size)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: range [%d,+%d) outside buffer of %d bytes", what, off, n, buf.size)
 	}
 	return buf, nil
 }
@@ -371,7 +372,7 @@ func (s *Stream) enqueue(o *op, gen uint64, args []hw.Arg, bufs []*buffer, batch
 	s.submitMu.Lock()
 	if s.closing {
 		s.submitMu.Unlock()
-		return hw.Completion{}, hw.Errorf(hw.ErrClosed, "cuda: %s: stream is closed", s.dev.name)
+		return hw.Completion{}, errdefs.Errorf(errdefs.ErrClosed, "cuda: %s: stream is closed", s.dev.name)
 	}
 	if err := s.dev.Err(); err != nil {
 		s.submitMu.Unlock()
@@ -385,7 +386,7 @@ func (s *Stream) enqueue(o *op, gen uint64, args []hw.Arg, bufs []*buffer, batch
 		for i := range batch {
 			if err := stillAlive(batch[i].Args, nil); err != nil {
 				s.submitMu.Unlock()
-				return hw.Completion{}, hw.Errorf(hw.ErrClosed, "cuda: batch command %d: %w", i, err)
+				return hw.Completion{}, errdefs.Errorf(errdefs.ErrClosed, "cuda: batch command %d: %w", i, err)
 			}
 		}
 	}
@@ -406,12 +407,12 @@ func (s *Stream) enqueue(o *op, gen uint64, args []hw.Arg, bufs []*buffer, batch
 func stillAlive(args []hw.Arg, bufs []*buffer) error {
 	for _, b := range bufs {
 		if b.isFreed() {
-			return hw.Errorf(hw.ErrClosed, "cuda: buffer was freed")
+			return errdefs.Errorf(errdefs.ErrClosed, "cuda: buffer was freed")
 		}
 	}
 	for i := range args {
 		if ab, ok := args[i].Buffer.(*buffer); ok && ab.isFreed() {
-			return hw.Errorf(hw.ErrClosed, "cuda: argument %d: buffer was freed", i)
+			return errdefs.Errorf(errdefs.ErrClosed, "cuda: argument %d: buffer was freed", i)
 		}
 	}
 	return nil
@@ -422,7 +423,7 @@ func stillAlive(args []hw.Arg, bufs []*buffer) error {
 func (s *Stream) Retired(seq uint64) (bool, error) { return s.state(seq, s.dev.Err()) }
 
 // WaitRetired blocks until command seq retires (returning its error), the
-// device is lost ([hw.ErrDeviceLost]) or ctx ends ([hw.ErrDeadlineExceeded];
+// device is lost ([errdefs.ErrDeviceLost]) or ctx ends ([errdefs.ErrDeadlineExceeded];
 // the command keeps running). It spins briefly, then sleeps until the
 // driver thread reports progress; no CUDA callback ever calls into Go.
 func (s *Stream) WaitRetired(ctx context.Context, seq uint64) error {
@@ -454,29 +455,29 @@ func (s *Stream) Idle() bool { return s.idle(s.dev.Err()) }
 
 // Sync waits until everything submitted so far retired and returns the
 // first command failure that no earlier Sync reported, an
-// [hw.ErrDeviceLost] error, or an [hw.ErrDeadlineExceeded] error.
+// [errdefs.ErrDeviceLost] error, or an [errdefs.ErrDeadlineExceeded] error.
 func (s *Stream) Sync(ctx context.Context) error { return s.sync(ctx, s.wait, s.dev.Err) }
 
 // Close stops new submissions, waits for the stream to drain (as Sync with
 // ctx) and destroys it. If ctx ends first, the stream stays open (closed
 // to submissions) and Close may be called again; on a lost device it is
-// released at once. Closing a released stream returns [hw.ErrClosed].
+// released at once. Closing a released stream returns [errdefs.ErrClosed].
 func (s *Stream) Close(ctx context.Context) error {
 	s.submitMu.Lock()
 	if s.final {
 		s.submitMu.Unlock()
-		return hw.Errorf(hw.ErrClosed, "cuda: %s: stream already closed", s.dev.name)
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: %s: stream already closed", s.dev.name)
 	}
 	s.closing = true
 	s.submitMu.Unlock()
 	err := s.Sync(ctx)
-	if errors.Is(err, hw.ErrDeadlineExceeded) && s.dev.Err() == nil {
+	if errors.Is(err, errdefs.ErrDeadlineExceeded) && s.dev.Err() == nil {
 		return err
 	}
 	s.submitMu.Lock()
 	if s.final {
 		s.submitMu.Unlock()
-		return hw.Errorf(hw.ErrClosed, "cuda: %s: stream already closed", s.dev.name)
+		return errdefs.Errorf(errdefs.ErrClosed, "cuda: %s: stream already closed", s.dev.name)
 	}
 	s.final = true
 	close(s.quit)
@@ -511,7 +512,7 @@ func (s *Stream) run(ready chan<- error) {
 		}
 		return
 	}
-	if err := d.check("cuStreamCreate", r, hw.ErrFault); err != nil {
+	if err := d.check("cuStreamCreate", r, errdefs.ErrFault); err != nil {
 		ready <- err
 		return
 	}
@@ -669,7 +670,7 @@ func (s *Stream) exec(o *op) {
 		s.pins.push(pinRec{o.seq, o.pin})
 	}
 	if r != cudaSuccess {
-		if err := d.check(call, r, hw.ErrRejected); d.Err() == nil {
+		if err := d.check(call, r, errdefs.ErrRejected); d.Err() == nil {
 			s.recordFailure(o.seq, err)
 		}
 	} else if o.pageable && d.Err() == nil {
@@ -718,12 +719,12 @@ func (s *Stream) flushEvent() {
 	} else {
 		var r cuResult
 		ev, r = d.drv.EventCreate(cuEventDisableTiming)
-		if err := d.check("cuEventCreate", r, hw.ErrFault); err != nil {
+		if err := d.check("cuEventCreate", r, errdefs.ErrFault); err != nil {
 			s.syncFallback(upTo, err)
 			return
 		}
 	}
-	if err := d.check("cuEventRecord", d.drv.EventRecord(ev, s.cs), hw.ErrFault); err != nil {
+	if err := d.check("cuEventRecord", d.drv.EventRecord(ev, s.cs), errdefs.ErrFault); err != nil {
 		d.drv.EventDestroy(ev)
 		s.syncFallback(upTo, err)
 		return
@@ -737,7 +738,7 @@ func (s *Stream) syncFallback(seq uint64, cause error) {
 	if s.dev.Err() != nil {
 		return
 	}
-	if err := s.dev.check("cuStreamSynchronize", s.dev.drv.StreamSynchronize(s.cs), hw.ErrFault); err != nil {
+	if err := s.dev.check("cuStreamSynchronize", s.dev.drv.StreamSynchronize(s.cs), errdefs.ErrFault); err != nil {
 		if s.dev.Err() != nil {
 			return
 		}
@@ -768,7 +769,7 @@ func (s *Stream) poll() bool {
 			break
 		}
 		if r != cudaSuccess {
-			err := d.check("cuEventQuery", r, hw.ErrFault)
+			err := d.check("cuEventQuery", r, errdefs.ErrFault)
 			if d.Err() != nil {
 				return progressed
 			}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // symbols is the symbol table: one field per driver entry point, holding
@@ -63,7 +63,7 @@ type symbols struct {
 type symbolLookup func(name string) (uintptr, error)
 
 // loadSymbols fills a symbol table through lookup. It tries every symbol
-// and, when required ones are missing, returns one [hw.ErrUnsupported]
+// and, when required ones are missing, returns one [errdefs.ErrUnsupported]
 // error that names all of them.
 func loadSymbols(lookup symbolLookup) (*symbols, error) {
 	s := new(symbols)
@@ -89,7 +89,7 @@ func loadSymbols(lookup symbolLookup) (*symbols, error) {
 		*(*uintptr)(unsafe.Pointer(v.Field(i).UnsafeAddr())) = addr
 	}
 	if len(missing) > 0 {
-		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: libcuda lacks %d required symbol(s): %s (driver too old?)",
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "cuda: libcuda lacks %d required symbol(s): %s (driver too old?)",
 			len(missing), strings.Join(missing, ", "))
 	}
 	s.graphsLoaded = s.cuStreamBeginCapture != 0 && s.cuStreamEndCapture != 0 && s.cuGraphInstantiateWithFlags != 0 &&
@@ -124,7 +124,7 @@ func openLibrary(path string) (*libDriver, error) {
 func openLibraryAt(path string) (*libDriver, error) {
 	handle, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, hw.Errorf(hw.ErrUnsupported, "cuda: cannot load %s: %v", path, err)
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "cuda: cannot load %s: %v", path, err)
 	}
 	sym, err := loadSymbols(func(name string) (uintptr, error) { return purego.Dlsym(handle, name) })
 	if err != nil {

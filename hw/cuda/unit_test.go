@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -26,7 +27,7 @@ func TestLoadSymbolsReportsEveryMissingSymbol(t *testing.T) {
 		}
 		return 0x1000, nil
 	})
-	if !errors.Is(err, hw.ErrUnsupported) {
+	if !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Fatalf("err = %v, want ErrUnsupported", err)
 	}
 	for _, name := range []string{"cuMemAlloc_v2", "cuLaunchKernel", "cuEventQuery"} {
@@ -85,7 +86,7 @@ func TestLoadSymbolsOptionalOnly(t *testing.T) {
 
 func TestOpenWithoutLibrary(t *testing.T) {
 	_, err := Open(WithLibrary("/nonexistent/libcuda.so.1"))
-	if !errors.Is(err, hw.ErrUnsupported) {
+	if !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Fatalf("Open = %v, want ErrUnsupported", err)
 	}
 	if !strings.Contains(err.Error(), "/nonexistent/libcuda.so.1") {
@@ -220,51 +221,51 @@ func TestValidateArguments(t *testing.T) {
 		class error
 		msg   string
 	}{
-		{"no program", hw.Command{}, hw.ErrInvalidArgument, "no program"},
-		{"foreign program", hw.Command{Program: prog(d1, "noop")}, hw.ErrInvalidArgument, "belongs to cuda1"},
-		{"arg count", hw.Command{Program: prog(d0, "fill"), Args: []hw.Arg{all(a)}}, hw.ErrInvalidArgument, "takes 2 argument(s), got 1"},
-		{"scalar for buffer", hw.Command{Program: prog(d0, "fill"), Args: []hw.Arg{hw.Uint(1), hw.Float32(1)}}, hw.ErrInvalidArgument, "argument 0 must be a float32 buffer range"},
-		{"buffer for scalar", hw.Command{Program: prog(d0, "fill"), Args: []hw.Arg{all(a), all(a)}}, hw.ErrInvalidArgument, "argument 1 must be a float32 scalar"},
-		{"scalar for buffer (bytes)", hw.Command{Program: prog(d0, "copy"), Args: []hw.Arg{all(a), hw.Uint(1)}}, hw.ErrInvalidArgument, "argument 1 must be a buffer range"},
-		{"noop takes anything", hw.Command{Program: prog(d0, "noop"), Args: []hw.Arg{all(other)}}, hw.ErrInvalidArgument, "argument 0: buffer belongs to cuda1"},
-		{"copy lengths", hw.Command{Program: prog(d0, "copy"), Args: []hw.Arg{hw.BufferArg(a, 0, 10), hw.BufferArg(a, 100, 11)}}, hw.ErrInvalidArgument, "dst has 10 bytes, src 11"},
-		{"saxpy lengths", hw.Command{Program: prog(d0, "saxpy"), Args: []hw.Arg{hw.Float32(1), hw.BufferArg(a, 0, 8), hw.BufferArg(a, 8, 12)}}, hw.ErrInvalidArgument, "x has 2 values, y 3"},
-		{"partial float", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{hw.BufferArg(a, 0, 6)}}, hw.ErrInvalidArgument, "not 4-byte aligned whole float32"},
-		{"matmul A large", hw.Command{Program: prog(d0, "matmul"), Args: []hw.Arg{hw.BufferArg(a, 0, 20), hw.BufferArg(a, 0, 16), hw.BufferArg(a, 0, 16), hw.Uint(2), hw.Uint(2), hw.Uint(2)}}, hw.ErrInvalidArgument, "argument 0 has 20 bytes"},
-		{"argmax empty", hw.Command{Program: prog(d0, "argmax"), Args: []hw.Arg{hw.BufferArg(a, 0, 0), hw.BufferArg(a, 0, 8)}}, hw.ErrInvalidArgument, "has 0 values"},
-		{"spin offset", hw.Command{Program: prog(d0, "spin"), Args: []hw.Arg{hw.BufferArg(a, 0, 16), hw.Uint(13), hw.Uint(1)}}, hw.ErrInvalidArgument, "offset 13 outside"},
-		{"spin unaligned", hw.Command{Program: prog(d0, "spin"), Args: []hw.Arg{hw.BufferArg(a, 1, 16), hw.Uint(4), hw.Uint(1)}}, hw.ErrInvalidArgument, "not 4-byte aligned"},
-		{"other device", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{all(other)}}, hw.ErrInvalidArgument, "argument 0: buffer belongs to cuda1"},
-		{"freed", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{all(freed)}}, hw.ErrClosed, "argument 0"},
-		{"past end", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{hw.BufferArg(a, 1000, 100)}}, hw.ErrInvalidArgument, "argument 0: range"},
-		{"negative offset", hw.Command{Program: prog(d0, "copy"), Args: []hw.Arg{all(a), {Buffer: a, Offset: -4, Length: 4}}}, hw.ErrInvalidArgument, "argument 1: range"},
-		{"negative length", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{{Buffer: a, Offset: 0, Length: -1}}}, hw.ErrInvalidArgument, "argument 0: range"},
-		{"misaligned", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{hw.BufferArg(a, 2, 8)}}, hw.ErrInvalidArgument, "not 4-byte aligned"},
-		{"u32 overflow", hw.Command{Program: prog(d0, "bias"), Args: []hw.Arg{all(a), all(a), hw.Uint(1 << 32), hw.Uint(1)}}, hw.ErrInvalidArgument, "argument 2 must be a uint32"},
-		{"matmul A small", hw.Command{Program: prog(d0, "matmul"), Args: []hw.Arg{all(small), all(a), all(a), hw.Uint(2), hw.Uint(2), hw.Uint(2)}}, hw.ErrInvalidArgument, "argument 0 has 8 bytes, want 2×2"},
-		{"matmul C small", hw.Command{Program: prog(d0, "matmul"), Args: []hw.Arg{hw.BufferArg(a, 0, 64), hw.BufferArg(a, 0, 64), all(small), hw.Uint(16), hw.Uint(16), hw.Uint(1)}}, hw.ErrInvalidArgument, "argument 2"},
-		{"matmul overflow", hw.Command{Program: prog(d0, "matmul"), Args: []hw.Arg{all(a), all(a), all(a), hw.Uint(math.MaxUint32), hw.Uint(math.MaxUint32), hw.Uint(math.MaxUint32)}}, hw.ErrInvalidArgument, "argument 0"},
-		{"bias b small", hw.Command{Program: prog(d0, "bias"), Args: []hw.Arg{hw.BufferArg(a, 0, 16), all(small), hw.Uint(1), hw.Uint(4)}}, hw.ErrInvalidArgument, "argument 1"},
-		{"argmax out small", hw.Command{Program: prog(d0, "argmax"), Args: []hw.Arg{all(a), hw.BufferArg(a, 0, 4)}}, hw.ErrInvalidArgument, "argument 1 has 4 bytes"},
-		{"spin word small", hw.Command{Program: prog(d0, "spin"), Args: []hw.Arg{hw.BufferArg(a, 0, 0), hw.Uint(0), hw.Uint(1)}}, hw.ErrInvalidArgument, "outside a 0-byte range"},
-		{"too many args", hw.Command{Program: prog(d0, "noop"), Args: make([]hw.Arg, hw.MaxArgs+1)}, hw.ErrInvalidArgument, "at most"},
-		{"mlp_forward count", mlp(-1, hw.Arg{}), hw.ErrInvalidArgument, "mlp_forward takes 10 argument(s), got 9"},
-		{"mlp_forward I=0", mlp(7, hw.Uint(0)), hw.ErrInvalidArgument, "I=0 H=3 C=2: want I ≥ 1"},
-		{"mlp_forward H=0", mlp(8, hw.Uint(0)), hw.ErrInvalidArgument, "I=2 H=0 C=2"},
-		{"mlp_forward H wide", mlp(8, hw.Uint(1025)), hw.ErrInvalidArgument, "H=1025"},
-		{"mlp_forward C wide", mlp(9, hw.Uint(1025)), hw.ErrInvalidArgument, "C=1025"},
-		{"mlp_forward C u32", mlp(9, hw.Uint(1<<32)), hw.ErrInvalidArgument, "argument 9 must be a uint32"},
-		{"mlp_forward W1 size", mlp(1, hw.BufferArg(a, 8, 20)), hw.ErrInvalidArgument, "argument 1 has 20 bytes, want 2×3"},
-		{"mlp_forward b2 size", mlp(4, hw.BufferArg(a, 68, 4)), hw.ErrInvalidArgument, "argument 4 has 4 bytes, want 1×2"},
-		{"mlp_forward scores size", mlp(5, hw.BufferArg(a, 76, 12)), hw.ErrInvalidArgument, "argument 5 has 12 bytes, want 1×2"},
-		{"mlp_forward out small", mlp(6, hw.BufferArg(a, 84, 4)), hw.ErrInvalidArgument, "argument 6 has 4 bytes, want at least 8"},
-		{"mlp_forward scores over x", mlp(5, hw.BufferArg(a, 0, 8)), hw.ErrInvalidArgument, "argument 5 (an output) overlaps argument 0"},
-		{"mlp_forward out over scores", mlp(6, hw.BufferArg(a, 80, 8)), hw.ErrInvalidArgument, "argument 5 (an output) overlaps argument 6"},
-		{"mlp_forward out over W2", mlp(6, hw.BufferArg(a, 44, 8)), hw.ErrInvalidArgument, "argument 6 (an output) overlaps argument 3"},
-		{"mlp_forward scalar for x", mlp(0, hw.Uint(0)), hw.ErrInvalidArgument, "argument 0 must be a float32 buffer range"},
-		{"mlp_forward buffer for H", mlp(8, all(a)), hw.ErrInvalidArgument, "argument 8 must be a uint32 scalar"},
-		{"mlp_forward unaligned W2", mlp(3, hw.BufferArg(a, 46, 24)), hw.ErrInvalidArgument, "argument 3: range [46,+24) is not 4-byte aligned"},
-		{"mlp_forward other device", mlp(2, hw.BufferArg(other, 32, 12)), hw.ErrInvalidArgument, "argument 2: buffer belongs to cuda1"},
+		{"no program", hw.Command{}, errdefs.ErrInvalidArgument, "no program"},
+		{"foreign program", hw.Command{Program: prog(d1, "noop")}, errdefs.ErrInvalidArgument, "belongs to cuda1"},
+		{"arg count", hw.Command{Program: prog(d0, "fill"), Args: []hw.Arg{all(a)}}, errdefs.ErrInvalidArgument, "takes 2 argument(s), got 1"},
+		{"scalar for buffer", hw.Command{Program: prog(d0, "fill"), Args: []hw.Arg{hw.Uint(1), hw.Float32(1)}}, errdefs.ErrInvalidArgument, "argument 0 must be a float32 buffer range"},
+		{"buffer for scalar", hw.Command{Program: prog(d0, "fill"), Args: []hw.Arg{all(a), all(a)}}, errdefs.ErrInvalidArgument, "argument 1 must be a float32 scalar"},
+		{"scalar for buffer (bytes)", hw.Command{Program: prog(d0, "copy"), Args: []hw.Arg{all(a), hw.Uint(1)}}, errdefs.ErrInvalidArgument, "argument 1 must be a buffer range"},
+		{"noop takes anything", hw.Command{Program: prog(d0, "noop"), Args: []hw.Arg{all(other)}}, errdefs.ErrInvalidArgument, "argument 0: buffer belongs to cuda1"},
+		{"copy lengths", hw.Command{Program: prog(d0, "copy"), Args: []hw.Arg{hw.BufferArg(a, 0, 10), hw.BufferArg(a, 100, 11)}}, errdefs.ErrInvalidArgument, "dst has 10 bytes, src 11"},
+		{"saxpy lengths", hw.Command{Program: prog(d0, "saxpy"), Args: []hw.Arg{hw.Float32(1), hw.BufferArg(a, 0, 8), hw.BufferArg(a, 8, 12)}}, errdefs.ErrInvalidArgument, "x has 2 values, y 3"},
+		{"partial float", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{hw.BufferArg(a, 0, 6)}}, errdefs.ErrInvalidArgument, "not 4-byte aligned whole float32"},
+		{"matmul A large", hw.Command{Program: prog(d0, "matmul"), Args: []hw.Arg{hw.BufferArg(a, 0, 20), hw.BufferArg(a, 0, 16), hw.BufferArg(a, 0, 16), hw.Uint(2), hw.Uint(2), hw.Uint(2)}}, errdefs.ErrInvalidArgument, "argument 0 has 20 bytes"},
+		{"argmax empty", hw.Command{Program: prog(d0, "argmax"), Args: []hw.Arg{hw.BufferArg(a, 0, 0), hw.BufferArg(a, 0, 8)}}, errdefs.ErrInvalidArgument, "has 0 values"},
+		{"spin offset", hw.Command{Program: prog(d0, "spin"), Args: []hw.Arg{hw.BufferArg(a, 0, 16), hw.Uint(13), hw.Uint(1)}}, errdefs.ErrInvalidArgument, "offset 13 outside"},
+		{"spin unaligned", hw.Command{Program: prog(d0, "spin"), Args: []hw.Arg{hw.BufferArg(a, 1, 16), hw.Uint(4), hw.Uint(1)}}, errdefs.ErrInvalidArgument, "not 4-byte aligned"},
+		{"other device", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{all(other)}}, errdefs.ErrInvalidArgument, "argument 0: buffer belongs to cuda1"},
+		{"freed", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{all(freed)}}, errdefs.ErrClosed, "argument 0"},
+		{"past end", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{hw.BufferArg(a, 1000, 100)}}, errdefs.ErrInvalidArgument, "argument 0: range"},
+		{"negative offset", hw.Command{Program: prog(d0, "copy"), Args: []hw.Arg{all(a), {Buffer: a, Offset: -4, Length: 4}}}, errdefs.ErrInvalidArgument, "argument 1: range"},
+		{"negative length", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{{Buffer: a, Offset: 0, Length: -1}}}, errdefs.ErrInvalidArgument, "argument 0: range"},
+		{"misaligned", hw.Command{Program: prog(d0, "relu"), Args: []hw.Arg{hw.BufferArg(a, 2, 8)}}, errdefs.ErrInvalidArgument, "not 4-byte aligned"},
+		{"u32 overflow", hw.Command{Program: prog(d0, "bias"), Args: []hw.Arg{all(a), all(a), hw.Uint(1 << 32), hw.Uint(1)}}, errdefs.ErrInvalidArgument, "argument 2 must be a uint32"},
+		{"matmul A small", hw.Command{Program: prog(d0, "matmul"), Args: []hw.Arg{all(small), all(a), all(a), hw.Uint(2), hw.Uint(2), hw.Uint(2)}}, errdefs.ErrInvalidArgument, "argument 0 has 8 bytes, want 2×2"},
+		{"matmul C small", hw.Command{Program: prog(d0, "matmul"), Args: []hw.Arg{hw.BufferArg(a, 0, 64), hw.BufferArg(a, 0, 64), all(small), hw.Uint(16), hw.Uint(16), hw.Uint(1)}}, errdefs.ErrInvalidArgument, "argument 2"},
+		{"matmul overflow", hw.Command{Program: prog(d0, "matmul"), Args: []hw.Arg{all(a), all(a), all(a), hw.Uint(math.MaxUint32), hw.Uint(math.MaxUint32), hw.Uint(math.MaxUint32)}}, errdefs.ErrInvalidArgument, "argument 0"},
+		{"bias b small", hw.Command{Program: prog(d0, "bias"), Args: []hw.Arg{hw.BufferArg(a, 0, 16), all(small), hw.Uint(1), hw.Uint(4)}}, errdefs.ErrInvalidArgument, "argument 1"},
+		{"argmax out small", hw.Command{Program: prog(d0, "argmax"), Args: []hw.Arg{all(a), hw.BufferArg(a, 0, 4)}}, errdefs.ErrInvalidArgument, "argument 1 has 4 bytes"},
+		{"spin word small", hw.Command{Program: prog(d0, "spin"), Args: []hw.Arg{hw.BufferArg(a, 0, 0), hw.Uint(0), hw.Uint(1)}}, errdefs.ErrInvalidArgument, "outside a 0-byte range"},
+		{"too many args", hw.Command{Program: prog(d0, "noop"), Args: make([]hw.Arg, hw.MaxArgs+1)}, errdefs.ErrInvalidArgument, "at most"},
+		{"mlp_forward count", mlp(-1, hw.Arg{}), errdefs.ErrInvalidArgument, "mlp_forward takes 10 argument(s), got 9"},
+		{"mlp_forward I=0", mlp(7, hw.Uint(0)), errdefs.ErrInvalidArgument, "I=0 H=3 C=2: want I ≥ 1"},
+		{"mlp_forward H=0", mlp(8, hw.Uint(0)), errdefs.ErrInvalidArgument, "I=2 H=0 C=2"},
+		{"mlp_forward H wide", mlp(8, hw.Uint(1025)), errdefs.ErrInvalidArgument, "H=1025"},
+		{"mlp_forward C wide", mlp(9, hw.Uint(1025)), errdefs.ErrInvalidArgument, "C=1025"},
+		{"mlp_forward C u32", mlp(9, hw.Uint(1<<32)), errdefs.ErrInvalidArgument, "argument 9 must be a uint32"},
+		{"mlp_forward W1 size", mlp(1, hw.BufferArg(a, 8, 20)), errdefs.ErrInvalidArgument, "argument 1 has 20 bytes, want 2×3"},
+		{"mlp_forward b2 size", mlp(4, hw.BufferArg(a, 68, 4)), errdefs.ErrInvalidArgument, "argument 4 has 4 bytes, want 1×2"},
+		{"mlp_forward scores size", mlp(5, hw.BufferArg(a, 76, 12)), errdefs.ErrInvalidArgument, "argument 5 has 12 bytes, want 1×2"},
+		{"mlp_forward out small", mlp(6, hw.BufferArg(a, 84, 4)), errdefs.ErrInvalidArgument, "argument 6 has 4 bytes, want at least 8"},
+		{"mlp_forward scores over x", mlp(5, hw.BufferArg(a, 0, 8)), errdefs.ErrInvalidArgument, "argument 5 (an output) overlaps argument 0"},
+		{"mlp_forward out over scores", mlp(6, hw.BufferArg(a, 80, 8)), errdefs.ErrInvalidArgument, "argument 5 (an output) overlaps argument 6"},
+		{"mlp_forward out over W2", mlp(6, hw.BufferArg(a, 44, 8)), errdefs.ErrInvalidArgument, "argument 6 (an output) overlaps argument 3"},
+		{"mlp_forward scalar for x", mlp(0, hw.Uint(0)), errdefs.ErrInvalidArgument, "argument 0 must be a float32 buffer range"},
+		{"mlp_forward buffer for H", mlp(8, all(a)), errdefs.ErrInvalidArgument, "argument 8 must be a uint32 scalar"},
+		{"mlp_forward unaligned W2", mlp(3, hw.BufferArg(a, 46, 24)), errdefs.ErrInvalidArgument, "argument 3: range [46,+24) is not 4-byte aligned"},
+		{"mlp_forward other device", mlp(2, hw.BufferArg(other, 32, 12)), errdefs.ErrInvalidArgument, "argument 2: buffer belongs to cuda1"},
 	}
 	if err := d0.prepareLaunch(&hw.Command{Program: prog(d0, "mlp_forward"), Args: mlpArgs}, &launch{}); err != nil {
 		t.Errorf("valid mlp_forward: %v", err)
@@ -282,16 +283,16 @@ func TestValidateArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
-	if _, err := s.Submit(&cases[5].cmd); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := s.Submit(&cases[5].cmd); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Submit(other device) = %v", err)
 	}
-	if _, err := s.Write(a, 1020, make([]byte, 8)); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := s.Write(a, 1020, make([]byte, 8)); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Write past end = %v", err)
 	}
-	if _, err := s.Read(other, 0, make([]byte, 8)); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := s.Read(other, 0, make([]byte, 8)); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Read other device = %v", err)
 	}
-	if _, err := s.Write(freed, 0, make([]byte, 8)); !errors.Is(err, hw.ErrClosed) {
+	if _, err := s.Write(freed, 0, make([]byte, 8)); !errors.Is(err, errdefs.ErrClosed) {
 		t.Errorf("Write freed = %v", err)
 	}
 }
@@ -430,21 +431,21 @@ func TestFakeGraph(t *testing.T) {
 func TestFakeDeviceLost(t *testing.T) {
 	p, _ := newFakePlatform(t, 1)
 	scenarioLost(t, p)
-	if _, err := p.devices[0].Prepare("noop"); !errors.Is(err, hw.ErrDeviceLost) {
+	if _, err := p.devices[0].Prepare("noop"); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Errorf("Prepare after loss = %v", err)
 	}
 }
 
 func TestFakeOpenErrors(t *testing.T) {
-	if _, err := Open(withDriver(newFake(0))); !errors.Is(err, hw.ErrUnsupported) {
+	if _, err := Open(withDriver(newFake(0))); !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Errorf("Open with no device = %v, want ErrUnsupported", err)
 	}
 	_, err := Open(withDriver(newFake(1)), withPTX([]byte("not ptx")))
-	if !errors.Is(err, hw.ErrUnsupported) || !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_PTX") {
+	if !errors.Is(err, errdefs.ErrUnsupported) || !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_PTX") {
 		t.Errorf("Open with bad PTX = %v, want ErrUnsupported naming CUDA_ERROR_INVALID_PTX", err)
 	}
 	_, err = Open(withDriver(newFake(1)), withPTX([]byte(".version 7.8\n.target sm_90\n")))
-	if !errors.Is(err, hw.ErrUnsupported) || !strings.Contains(err.Error(), `kernel "noop"`) {
+	if !errors.Is(err, errdefs.ErrUnsupported) || !strings.Contains(err.Error(), `kernel "noop"`) {
 		t.Errorf("Open with a module lacking kernels = %v", err)
 	}
 }
@@ -462,10 +463,10 @@ func TestFakePlatformAndDevices(t *testing.T) {
 	if d, err := p.Device("cuda1"); err != nil || d != devs[1] {
 		t.Fatalf("Device(cuda1) = %v, %v", d, err)
 	}
-	if _, err := p.Device("cuda9"); !errors.Is(err, hw.ErrNotFound) {
+	if _, err := p.Device("cuda9"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Device(cuda9) = %v", err)
 	}
-	if _, err := devs[0].Prepare("nope"); !errors.Is(err, hw.ErrNotFound) {
+	if _, err := devs[0].Prepare("nope"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Prepare(nope) = %v", err)
 	}
 	if p.DriverVersion() != 13000 || p.devices[0].Model() != "Fake GPU" {
@@ -481,29 +482,29 @@ func TestFakeBudgetAndLifetimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Alloc(600, 0, budget); !errors.Is(err, hw.ErrOutOfBudget) {
+	if _, err := d.Alloc(600, 0, budget); !errors.Is(err, errdefs.ErrOutOfBudget) {
 		t.Fatalf("over budget: %v", err)
 	}
-	if _, err := d.Alloc(2<<30, 0, nil); !errors.Is(err, hw.ErrOutOfBudget) {
+	if _, err := d.Alloc(2<<30, 0, nil); !errors.Is(err, errdefs.ErrOutOfBudget) {
 		t.Fatalf("device out of memory: %v", err)
 	}
-	if _, err := d.Alloc(0, 0, budget); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := d.Alloc(0, 0, budget); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("zero size: %v", err)
 	}
-	if _, err := d.Alloc(8, 1<<7, budget); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := d.Alloc(8, 1<<7, budget); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("unknown flag: %v", err)
 	}
 	if budget.Used() != 600 {
 		t.Fatalf("used %d", budget.Used())
 	}
 	// Device.Close refuses while the buffer lives.
-	if err := d.Close(); !errors.Is(err, hw.ErrBusy) {
+	if err := d.Close(); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("Close with live buffer: %v", err)
 	}
 	if err := b1.Free(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b1.Free(); !errors.Is(err, hw.ErrClosed) {
+	if err := b1.Free(); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("double free: %v", err)
 	}
 	if budget.Used() != 0 {
@@ -527,13 +528,13 @@ func TestFakeBudgetAndLifetimes(t *testing.T) {
 	}
 	other, _ := Open(withDriver(newFake(1)))
 	defer other.Close()
-	if _, err := sh.View(other.devices[0]); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := sh.View(other.devices[0]); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("View(foreign) = %v", err)
 	}
-	if _, err := p.AllocShared(64, []hw.Device{other.devices[0]}, nil); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := p.AllocShared(64, []hw.Device{other.devices[0]}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("AllocShared(foreign) = %v", err)
 	}
-	if _, err := sh.PrepareRelease(p.devices[1], 60, 100); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := sh.PrepareRelease(p.devices[1], 60, 100); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("PrepareRelease past end = %v", err)
 	}
 	func() {
@@ -547,10 +548,10 @@ func TestFakeBudgetAndLifetimes(t *testing.T) {
 	if err := sh.Free(); err != nil {
 		t.Fatal(err)
 	}
-	if err := sh.Free(); !errors.Is(err, hw.ErrClosed) {
+	if err := sh.Free(); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("double shared free = %v", err)
 	}
-	if _, err := sh.View(p.devices[0]); !errors.Is(err, hw.ErrClosed) {
+	if _, err := sh.View(p.devices[0]); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("View after Free = %v", err)
 	}
 	if budget.Used() != 0 {
@@ -562,17 +563,17 @@ func TestFakeBudgetAndLifetimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Close(); !errors.Is(err, hw.ErrBusy) {
+	if err := d.Close(); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("device Close with live stream: %v", err)
 	}
 	noop, _ := d.Prepare("noop")
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(context.Background()); !errors.Is(err, hw.ErrClosed) {
+	if err := s.Close(context.Background()); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("second Close = %v", err)
 	}
-	if _, err := s.Submit(&hw.Command{Program: noop}); !errors.Is(err, hw.ErrClosed) {
+	if _, err := s.Submit(&hw.Command{Program: noop}); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("Submit after Close = %v", err)
 	}
 }
@@ -592,19 +593,19 @@ func TestFakeCompletionStates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	err := c.Wait(ctx)
 	cancel()
-	if !errors.Is(err, hw.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait past deadline = %v", err)
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
-	if err := r.s.Sync(ctx); !errors.Is(err, hw.ErrDeadlineExceeded) || !errors.Is(err, context.Canceled) {
+	if err := r.s.Sync(ctx); !errors.Is(err, errdefs.ErrDeadlineExceeded) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sync with canceled ctx = %v", err)
 	}
 	// Close with an expired context keeps the stream, closed to new work.
-	if err := r.s.Close(ctx); !errors.Is(err, hw.ErrDeadlineExceeded) {
+	if err := r.s.Close(ctx); !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("Close with canceled ctx = %v", err)
 	}
-	if _, err := r.s.Submit(&hw.Command{Program: r.prog("noop")}); !errors.Is(err, hw.ErrClosed) {
+	if _, err := r.s.Submit(&hw.Command{Program: r.prog("noop")}); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("Submit on closing stream = %v", err)
 	}
 	f.gate.Unlock()
@@ -652,7 +653,7 @@ func TestFakeLaunchFailureReportedOnce(t *testing.T) {
 	c2 := r.submit("noop", 0)
 	c3 := r.submit("noop", 0)
 	err := c2.Wait(r.ctx)
-	if !errors.Is(err, hw.ErrRejected) || !strings.Contains(err.Error(), "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES") {
+	if !errors.Is(err, errdefs.ErrRejected) || !strings.Contains(err.Error(), "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES") {
 		t.Fatalf("failed launch completion = %v", err)
 	}
 	if err := c1.Err(); err != nil {
@@ -661,7 +662,7 @@ func TestFakeLaunchFailureReportedOnce(t *testing.T) {
 	if err := c3.Wait(r.ctx); err != nil {
 		t.Fatalf("c3 = %v", err)
 	}
-	if err := r.s.Sync(r.ctx); !errors.Is(err, hw.ErrRejected) {
+	if err := r.s.Sync(r.ctx); !errors.Is(err, errdefs.ErrRejected) {
 		t.Fatalf("first Sync = %v, want the launch failure", err)
 	}
 	if err := r.s.Sync(r.ctx); err != nil {
@@ -708,7 +709,7 @@ func TestFakeConcurrentSubmitters(t *testing.T) {
 			for i := 0; i < 50; {
 				_, err := r.s.Submit(&hw.Command{Program: saxpy, Args: []hw.Arg{hw.Float32(1), hw.BufferArg(x, 0, -1), hw.BufferArg(b, 0, -1)}})
 				switch {
-				case errors.Is(err, hw.ErrBusy): // queue full: retry
+				case errors.Is(err, errdefs.ErrBusy): // queue full: retry
 					busy.Add(1)
 					runtime.Gosched()
 				case err != nil:
@@ -772,7 +773,7 @@ func TestFakeQueueFullIsBusy(t *testing.T) {
 		}
 	}
 	f.launchGate.Unlock()
-	if !errors.Is(busy, hw.ErrBusy) {
+	if !errors.Is(busy, errdefs.ErrBusy) {
 		t.Fatalf("submitting past the queue depth: %v, want ErrBusy", busy)
 	}
 	r.sync()
@@ -805,13 +806,13 @@ func TestFakeFreeWaitsForQueuedWork(t *testing.T) {
 	if budget.Used() != 4096+64 {
 		t.Fatalf("budget %d released while queued work still uses the memory", budget.Used())
 	}
-	if _, err := r.s.Submit(&hw.Command{Program: r.prog("relu"), Args: []hw.Arg{hw.BufferArg(b, 0, -1)}}); !errors.Is(err, hw.ErrClosed) {
+	if _, err := r.s.Submit(&hw.Command{Program: r.prog("relu"), Args: []hw.Arg{hw.BufferArg(b, 0, -1)}}); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("Submit with a freed buffer = %v", err)
 	}
-	if _, err := r.s.Write(view, 0, make([]byte, 4)); !errors.Is(err, hw.ErrClosed) {
+	if _, err := r.s.Write(view, 0, make([]byte, 4)); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("Write to a freed shared view = %v", err)
 	}
-	if err := p.devices[0].Close(); !errors.Is(err, hw.ErrBusy) {
+	if err := p.devices[0].Close(); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("device Close with a pending free = %v", err)
 	}
 	f.gate.Unlock()

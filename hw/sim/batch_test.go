@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 )
@@ -42,7 +43,7 @@ func TestSubmitBatchIsAllOrNothing(t *testing.T) {
 		{Program: noop, Args: []hw.Arg{hw.BufferArg(x, 8, 16)}}, // out of range
 	}
 	_, err := r.st.SubmitBatch(bad)
-	if !errors.Is(err, hw.ErrInvalidArgument) || r.st.Submitted() != 0 {
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || r.st.Submitted() != 0 {
 		t.Fatalf("invalid batch: %v, %d submitted", err, r.st.Submitted())
 	}
 	release := r.st.Inject(sim.Fault{Kind: sim.Hang})
@@ -52,12 +53,12 @@ func TestSubmitBatchIsAllOrNothing(t *testing.T) {
 		}
 	}
 	two := []hw.Command{{Program: noop}, {Program: noop}}
-	if _, err := r.st.SubmitBatch(two); !errors.Is(err, hw.ErrBusy) || r.st.Submitted() != 3 {
+	if _, err := r.st.SubmitBatch(two); !errors.Is(err, errdefs.ErrBusy) || r.st.Submitted() != 3 {
 		t.Fatalf("batch larger than the room left: %v, %d submitted", err, r.st.Submitted())
 	}
 	release()
 	r.sync(r.st)
-	if _, err := r.st.SubmitBatch(make([]hw.Command, 5)); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := r.st.SubmitBatch(make([]hw.Command, 5)); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("batch deeper than the queue: %v", err)
 	}
 	if c, err := r.st.SubmitBatch(nil); err != nil || !c.Done() {

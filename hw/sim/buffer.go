@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -48,7 +49,7 @@ func mapRegion(size int, budget *hw.Budget) (*region, error) {
 	m, err := unix.Mmap(-1, 0, roundUpToPage(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANON)
 	if err != nil {
 		budget.Release(int64(size))
-		return nil, hw.Errorf(hw.ErrOutOfBudget, "sim: mapping %d bytes: %w", size, err)
+		return nil, errdefs.Errorf(errdefs.ErrOutOfBudget, "sim: mapping %d bytes: %w", size, err)
 	}
 	return &region{mapping: m, mem: m[:size:size], budget: budget, charge: int64(size)}, nil
 }
@@ -117,13 +118,13 @@ func (b *Buffer) Device() hw.Device { return b.dev }
 // Size is the size in bytes that was asked for.
 func (b *Buffer) Size() int { return len(b.region.mem) }
 
-// HostBytes returns the buffer's memory. It fails with an [hw.ErrClosed]
+// HostBytes returns the buffer's memory. It fails with an [errdefs.ErrClosed]
 // error once the buffer (or, for a view, its [Shared]) is freed. The slice
 // must not be used after Free: the memory is unmapped then (or, if commands
 // still referenced it, as soon as they retire).
 func (b *Buffer) HostBytes() ([]byte, error) {
 	if b.region.freed() {
-		return nil, hw.Errorf(hw.ErrClosed, "sim: buffer on %q used after free", b.dev.name)
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "sim: buffer on %q used after free", b.dev.name)
 	}
 	return b.region.mem, nil
 }
@@ -131,13 +132,13 @@ func (b *Buffer) HostBytes() ([]byte, error) {
 // Free releases the buffer: the memory is unmapped and the budget charge
 // released at once, or, if queued or executing commands still reference
 // the buffer, when the last of them retires. Freeing twice returns an
-// [hw.ErrClosed] error. Freeing a [Shared] view is a no-op.
+// [errdefs.ErrClosed] error. Freeing a [Shared] view is a no-op.
 func (b *Buffer) Free() error {
 	if b.shared != nil {
 		return nil
 	}
 	if !b.region.free() {
-		return hw.Errorf(hw.ErrClosed, "sim: buffer on %q freed twice", b.dev.name)
+		return errdefs.Errorf(errdefs.ErrClosed, "sim: buffer on %q freed twice", b.dev.name)
 	}
 	b.dev.liveBuffers.Add(-1)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -71,7 +72,7 @@ func (d *Device) InitialQueueDepth() int { return d.initDepth }
 // String returns the device's name, for messages.
 func (d *Device) String() string { return "sim:" + d.name }
 
-// Err returns nil while the device is healthy and an [hw.ErrDeviceLost]
+// Err returns nil while the device is healthy and an [errdefs.ErrDeviceLost]
 // error naming the first cause once it is lost.
 func (d *Device) Err() error {
 	if l := d.lost.Load(); l != nil {
@@ -80,7 +81,7 @@ func (d *Device) Err() error {
 	return nil
 }
 
-// usable returns the device's loss error, or an [hw.ErrClosed] error if it
+// usable returns the device's loss error, or an [errdefs.ErrClosed] error if it
 // is closed, or nil.
 func (d *Device) usable() error {
 	if err := d.Err(); err != nil {
@@ -89,7 +90,7 @@ func (d *Device) usable() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return hw.Errorf(hw.ErrClosed, "sim: device %q closed", d.name)
+		return errdefs.Errorf(errdefs.ErrClosed, "sim: device %q closed", d.name)
 	}
 	return nil
 }
@@ -99,7 +100,7 @@ func (d *Device) usable() error {
 //
 // # Errors
 //
-// [hw.ErrDeviceLost] once the device is lost; [hw.ErrClosed] once it is
+// [errdefs.ErrDeviceLost] once the device is lost; [errdefs.ErrClosed] once it is
 // closed.
 func (d *Device) NewStream() (hw.Stream, error) {
 	d.mu.Lock()
@@ -110,7 +111,7 @@ func (d *Device) NewStream() (hw.Stream, error) {
 		return nil, err
 	}
 	if d.closed {
-		return nil, hw.Errorf(hw.ErrClosed, "sim: device %q closed", d.name)
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "sim: device %q closed", d.name)
 	}
 	s := newStream(d, d.nextStream.Add(1))
 	d.streams[s] = struct{}{}
@@ -124,23 +125,23 @@ func (d *Device) NewStream() (hw.Stream, error) {
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] for size ≤ 0 or unknown flags;
-// [hw.ErrOutOfBudget] when the budget (or the system) cannot supply the
-// memory; [hw.ErrDeviceLost] or [hw.ErrClosed] for a lost or closed device.
+// [errdefs.ErrInvalidArgument] for size ≤ 0 or unknown flags;
+// [errdefs.ErrOutOfBudget] when the budget (or the system) cannot supply the
+// memory; [errdefs.ErrDeviceLost] or [errdefs.ErrClosed] for a lost or closed device.
 func (d *Device) Alloc(size int, flags hw.AllocFlags, budget *hw.Budget) (hw.Buffer, error) {
 	if err := d.Err(); err != nil {
 		return nil, err
 	}
 	if size <= 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: allocation of %d bytes", d.name, size)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: device %q: allocation of %d bytes", d.name, size)
 	}
 	if flags&^hw.AllocHostVisible != 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: unknown allocation flags %#x", d.name, uint32(flags))
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: device %q: unknown allocation flags %#x", d.name, uint32(flags))
 	}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return nil, hw.Errorf(hw.ErrClosed, "sim: device %q closed", d.name)
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "sim: device %q closed", d.name)
 	}
 	d.liveBuffers.Add(1) // under mu, so Close sees it
 	d.mu.Unlock()
@@ -157,22 +158,22 @@ func (d *Device) Alloc(size int, flags hw.AllocFlags, budget *hw.Budget) (hw.Buf
 //
 // # Errors
 //
-// [hw.ErrNotFound] for an unregistered name; [hw.ErrDeviceLost] or
-// [hw.ErrClosed] for a lost or closed device.
+// [errdefs.ErrNotFound] for an unregistered name; [errdefs.ErrDeviceLost] or
+// [errdefs.ErrClosed] for a lost or closed device.
 func (d *Device) Prepare(program string) (hw.Program, error) {
 	if err := d.usable(); err != nil {
 		return nil, err
 	}
 	k, ok := lookupKernel(program)
 	if !ok {
-		return nil, hw.Errorf(hw.ErrNotFound, "sim: device %q: no kernel %q", d.name, program)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sim: device %q: no kernel %q", d.name, program)
 	}
 	return &Program{dev: d, name: program, kernel: k}, nil
 }
 
 // Lose marks the device lost with cause (the first cause wins; later calls
 // do nothing). Every queued and executing command on every stream fails
-// with an [hw.ErrDeviceLost] error, every waiter wakes, hangs are released,
+// with an [errdefs.ErrDeviceLost] error, every waiter wakes, hangs are released,
 // kernels see [Launch.Lost] closed, and every later NewStream, Alloc,
 // Prepare, Submit, Write, Read, Sync and visibility action fails at once.
 // Commands that retired before the loss keep their results. Closing and
@@ -183,7 +184,7 @@ func (d *Device) Lose(cause string) {
 		d.mu.Unlock()
 		return
 	}
-	d.lost.Store(&lostInfo{err: hw.Errorf(hw.ErrDeviceLost, "sim: device %q lost: %s", d.name, cause)})
+	d.lost.Store(&lostInfo{err: errdefs.Errorf(errdefs.ErrDeviceLost, "sim: device %q lost: %s", d.name, cause)})
 	streams := make([]*Stream, 0, len(d.streams))
 	for s := range d.streams {
 		s.markDead() // lock order: d.mu, then s.mu
@@ -240,21 +241,21 @@ func (d *Device) inject(fs *faultState, f Fault) func() {
 func (d *Device) VisibilityReleases() uint64 { return d.visibility.Load() }
 
 // Close closes the device; later NewStream, Alloc and Prepare calls fail
-// with [hw.ErrClosed]. A lost device can be closed too.
+// with [errdefs.ErrClosed]. A lost device can be closed too.
 //
 // # Errors
 //
-// [hw.ErrBusy] while streams are open or buffers are allocated (close and
-// free them first; [Shared] views do not count); [hw.ErrClosed] when
+// [errdefs.ErrBusy] while streams are open or buffers are allocated (close and
+// free them first; [Shared] views do not count); [errdefs.ErrClosed] when
 // closed twice.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return hw.Errorf(hw.ErrClosed, "sim: device %q closed twice", d.name)
+		return errdefs.Errorf(errdefs.ErrClosed, "sim: device %q closed twice", d.name)
 	}
 	if n, b := len(d.streams), d.liveBuffers.Load(); n > 0 || b > 0 {
-		return hw.Errorf(hw.ErrBusy, "sim: device %q still has %d open streams and %d live buffers", d.name, n, b)
+		return errdefs.Errorf(errdefs.ErrBusy, "sim: device %q still has %d open streams and %d live buffers", d.name, n, b)
 	}
 	d.closed = true
 	return nil

@@ -7,7 +7,7 @@
 // in submission order from a bounded ring. The ring starts small
 // ([DefaultInitialQueueDepth] slots, about 5.6 KiB) and doubles when a
 // submission finds it full, up to the queue depth ([WithQueueDepth]), the
-// limit beyond which submissions fail with [hw.ErrBusy]; it never shrinks.
+// limit beyond which submissions fail with [errdefs.ErrBusy]; it never shrinks.
 // Submit, Write and Read allocate only when they double the ring. Buffers
 // and [Shared] allocations are real memory (anonymous shared mappings) and
 // are always host-visible.
@@ -28,7 +28,7 @@
 // Faults can be injected per device or per stream (see [Fault]): rejected
 // submissions, failed completions, hung workers, failed visibility actions
 // and device loss. A lost device fails every pending and later command with
-// an [hw.ErrDeviceLost] error, and no wait on it ever hangs.
+// an [errdefs.ErrDeviceLost] error, and no wait on it ever hangs.
 //
 // Usage:
 //

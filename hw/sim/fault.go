@@ -10,10 +10,10 @@ type FaultKind uint8
 
 const (
 	// RejectSubmit: the next Count submissions, writes and reads fail at
-	// submit with an [hw.ErrRejected] error; nothing is queued.
+	// submit with an [errdefs.ErrRejected] error; nothing is queued.
 	RejectSubmit FaultKind = iota + 1
 	// FailCompletion: the next Count commands (launches, writes or reads)
-	// the worker reaches retire with an [hw.ErrFault] error instead of
+	// the worker reaches retire with an [errdefs.ErrFault] error instead of
 	// running. They still take the device's latency.
 	FailCompletion
 	// Hang: the worker stops before its next command until the release
@@ -21,7 +21,7 @@ const (
 	// command already executing finishes. Count is ignored.
 	Hang
 	// FailVisibility: the next Count [hw.VisibilityAction] Execute calls
-	// for the device fail with an [hw.ErrFault] error. It is always
+	// for the device fail with an [errdefs.ErrFault] error. It is always
 	// device-wide, even when injected through a stream.
 	FailVisibility
 	// Lose: the device is lost, as by [Device.Lose]. Count is ignored.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 )
@@ -20,12 +21,12 @@ func TestRejectSubmit(t *testing.T) {
 		t.Fatal("nil release")
 	}
 	_, err := r.st.Submit(&hw.Command{Program: noop})
-	wantClass(t, err, hw.ErrRejected)
+	wantClass(t, err, errdefs.ErrRejected)
 	_, err = r.st.Write(buf, 0, make([]byte, 4))
-	wantClass(t, err, hw.ErrRejected)
+	wantClass(t, err, errdefs.ErrRejected)
 	r.submit(other, noop) // stream faults stay on their stream
 	_, err = r.st.Read(buf, 0, make([]byte, 4))
-	wantClass(t, err, hw.ErrRejected)
+	wantClass(t, err, errdefs.ErrRejected)
 	if r.st.Submitted() != 0 {
 		t.Fatalf("rejected commands were queued: %d", r.st.Submitted())
 	}
@@ -34,15 +35,15 @@ func TestRejectSubmit(t *testing.T) {
 	// Device-wide: the next two submissions on any stream.
 	r.dev.Inject(sim.Fault{Kind: sim.RejectSubmit, Count: 2})
 	_, err = other.Submit(&hw.Command{Program: noop})
-	wantClass(t, err, hw.ErrRejected)
+	wantClass(t, err, errdefs.ErrRejected)
 	_, err = r.st.Submit(&hw.Command{Program: noop})
-	wantClass(t, err, hw.ErrRejected)
+	wantClass(t, err, errdefs.ErrRejected)
 	r.submit(r.st, noop)
 	r.submit(other, noop)
 	// Count 0 counts as 1.
 	r.dev.Inject(sim.Fault{Kind: sim.RejectSubmit})
 	_, err = other.Submit(&hw.Command{Program: noop})
-	wantClass(t, err, hw.ErrRejected)
+	wantClass(t, err, errdefs.ErrRejected)
 	r.submit(other, noop)
 	r.sync(r.st)
 	r.sync(other)
@@ -61,8 +62,8 @@ func TestFailCompletion(t *testing.T) {
 	}
 	c3 := r.submit(r.st, fill, hw.BufferArg(buf, 0, 4), hw.Float32(3))
 	o := r.submit(other, fill, hw.BufferArg(buf, 0, 4), hw.Float32(3))
-	wantClass(t, c1.Wait(ctxT(t)), hw.ErrFault, "injected")
-	wantClass(t, c2.Wait(ctxT(t)), hw.ErrFault)
+	wantClass(t, c1.Wait(ctxT(t)), errdefs.ErrFault, "injected")
+	wantClass(t, c2.Wait(ctxT(t)), errdefs.ErrFault)
 	if err := c3.Wait(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +72,8 @@ func TestFailCompletion(t *testing.T) {
 	}
 	// The failed fill did not run: only the successful one did.
 	equalF32(t, "buf", getF32(host(t, buf)), []float32{3})
-	wantClass(t, r.st.Sync(ctxT(t)), hw.ErrFault)
-	wantClass(t, r.st.Sync(ctxT(t)), hw.ErrFault)
+	wantClass(t, r.st.Sync(ctxT(t)), errdefs.ErrFault)
+	wantClass(t, r.st.Sync(ctxT(t)), errdefs.ErrFault)
 	if err := r.st.Sync(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestFailCompletion(t *testing.T) {
 	}
 	// Device-wide.
 	r.dev.Inject(sim.Fault{Kind: sim.FailCompletion, Count: 1})
-	wantClass(t, r.submit(other, fill, hw.BufferArg(buf, 0, 4), hw.Float32(4)).Wait(ctxT(t)), hw.ErrFault)
+	wantClass(t, r.submit(other, fill, hw.BufferArg(buf, 0, 4), hw.Float32(4)).Wait(ctxT(t)), errdefs.ErrFault)
 	if err := r.submit(r.st, fill, hw.BufferArg(buf, 0, 4), hw.Float32(4)).Wait(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestHang(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
-	wantClass(t, a.Wait(ctx), hw.ErrDeadlineExceeded)
+	wantClass(t, a.Wait(ctx), errdefs.ErrDeadlineExceeded)
 	if a.Done() || b.Done() || r.st.Idle() {
 		t.Fatal("hung stream retired commands")
 	}
@@ -124,7 +125,7 @@ func TestHang(t *testing.T) {
 	rel1()
 	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel2()
-	wantClass(t, c.Wait(ctx2), hw.ErrDeadlineExceeded)
+	wantClass(t, c.Wait(ctx2), errdefs.ErrDeadlineExceeded)
 	if d.Done() {
 		t.Fatal("other stream ran under a device hang")
 	}
@@ -151,13 +152,13 @@ func TestFailVisibility(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.dev.Inject(sim.Fault{Kind: sim.FailVisibility, Count: 2})
-	wantClass(t, act.Execute(), hw.ErrFault)
-	wantClass(t, act.Execute(), hw.ErrFault)
+	wantClass(t, act.Execute(), errdefs.ErrFault)
+	wantClass(t, act.Execute(), errdefs.ErrFault)
 	if err := act.Execute(); err != nil {
 		t.Fatal(err)
 	}
 	r.st.Inject(sim.Fault{Kind: sim.FailVisibility}) // device-wide anyway
-	wantClass(t, act.Execute(), hw.ErrFault)
+	wantClass(t, act.Execute(), errdefs.ErrFault)
 	if err := act.Execute(); err != nil {
 		t.Fatal(err)
 	}
@@ -210,14 +211,14 @@ func TestLoseWithQueuedWork(t *testing.T) {
 	within(t, "waiters after loss", wg.Wait)
 	close(errs)
 	for err := range errs {
-		wantClass(t, err, hw.ErrDeviceLost)
+		wantClass(t, err, errdefs.ErrDeviceLost)
 	}
-	wantClass(t, r.dev.Err(), hw.ErrDeviceLost, "injected", "dev0")
+	wantClass(t, r.dev.Err(), errdefs.ErrDeviceLost, "injected", "dev0")
 	for i, c := range pending {
 		if !c.Done() {
 			t.Fatalf("pending %d not done after loss", i)
 		}
-		wantClass(t, c.Err(), hw.ErrDeviceLost)
+		wantClass(t, c.Err(), errdefs.ErrDeviceLost)
 	}
 	// Retired before the loss: keeps its result.
 	if !done.Done() || done.Err() != nil || done.Wait(ctxT(t)) != nil {
@@ -228,8 +229,8 @@ func TestLoseWithQueuedWork(t *testing.T) {
 	}
 	checkFailsFast(t, r, noop, buf)
 	// Cleanup still works after a loss.
-	wantClass(t, hung.Close(ctxT(t)), hw.ErrDeviceLost)
-	wantClass(t, hung.Close(ctxT(t)), hw.ErrClosed)
+	wantClass(t, hung.Close(ctxT(t)), errdefs.ErrDeviceLost)
+	wantClass(t, hung.Close(ctxT(t)), errdefs.ErrClosed)
 }
 
 // checkFailsFast checks that every call on r's lost device fails at once;
@@ -237,18 +238,18 @@ func TestLoseWithQueuedWork(t *testing.T) {
 func checkFailsFast(t *testing.T, r *rig, prog hw.Program, buf hw.Buffer) {
 	t.Helper()
 	_, err := r.dev.NewStream()
-	wantClass(t, err, hw.ErrDeviceLost)
+	wantClass(t, err, errdefs.ErrDeviceLost)
 	_, err = r.dev.Alloc(8, 0, nil)
-	wantClass(t, err, hw.ErrDeviceLost)
+	wantClass(t, err, errdefs.ErrDeviceLost)
 	_, err = r.dev.Prepare("noop")
-	wantClass(t, err, hw.ErrDeviceLost)
+	wantClass(t, err, errdefs.ErrDeviceLost)
 	_, err = r.st.Submit(&hw.Command{Program: prog})
-	wantClass(t, err, hw.ErrDeviceLost)
+	wantClass(t, err, errdefs.ErrDeviceLost)
 	_, err = r.st.Write(buf, 0, make([]byte, 4))
-	wantClass(t, err, hw.ErrDeviceLost)
+	wantClass(t, err, errdefs.ErrDeviceLost)
 	_, err = r.st.Read(buf, 0, make([]byte, 4))
-	wantClass(t, err, hw.ErrDeviceLost)
-	wantClass(t, r.st.Sync(context.Background()), hw.ErrDeviceLost)
+	wantClass(t, err, errdefs.ErrDeviceLost)
+	wantClass(t, r.st.Sync(context.Background()), errdefs.ErrDeviceLost)
 	if rel := r.dev.Inject(sim.Fault{Kind: sim.Hang}); rel == nil {
 		t.Fatal("nil release")
 	}
@@ -263,8 +264,8 @@ func TestLoseInterruptsLatency(t *testing.T) {
 	c := r.submit(r.st, noop)
 	c2 := r.submit(r.st, noop)
 	r.dev.Lose("test")
-	within(t, "Wait during latency", func() { wantClass(t, c.Wait(context.Background()), hw.ErrDeviceLost) })
-	wantClass(t, c2.Err(), hw.ErrDeviceLost)
+	within(t, "Wait during latency", func() { wantClass(t, c.Wait(context.Background()), errdefs.ErrDeviceLost) })
+	wantClass(t, c2.Err(), errdefs.ErrDeviceLost)
 	checkFailsFast(t, r, noop, buf)
 }
 
@@ -274,10 +275,10 @@ func TestLoseReleasesVisibility(t *testing.T) {
 	defer sh.Free()
 	act, _ := sh.PrepareRelease(r.dev, 0, 8)
 	r.st.Inject(sim.Fault{Kind: sim.Lose})
-	wantClass(t, act.Execute(), hw.ErrDeviceLost)
+	wantClass(t, act.Execute(), errdefs.ErrDeviceLost)
 	_, err := r.p.AllocShared(8, []hw.Device{r.dev}, nil)
-	wantClass(t, err, hw.ErrDeviceLost)
-	if !errors.Is(r.dev.Err(), hw.ErrDeviceLost) {
+	wantClass(t, err, errdefs.ErrDeviceLost)
+	if !errors.Is(r.dev.Err(), errdefs.ErrDeviceLost) {
 		t.Fatal("stream-injected loss did not lose the device")
 	}
 }
@@ -295,12 +296,12 @@ func TestLoseInFlight(t *testing.T) {
 	queued := r.submit(r.st, r.prog(r.dev, "noop"))
 	within(t, "kernel start", func() { <-started })
 	r.dev.Lose("in flight")
-	within(t, "Wait", func() { wantClass(t, c.Wait(context.Background()), hw.ErrDeviceLost, "in flight") })
-	wantClass(t, queued.Err(), hw.ErrDeviceLost)
+	within(t, "Wait", func() { wantClass(t, c.Wait(context.Background()), errdefs.ErrDeviceLost, "in flight") })
+	wantClass(t, queued.Err(), errdefs.ErrDeviceLost)
 	if r.st.RetiredCount() != 0 {
 		t.Fatalf("retired %d commands", r.st.RetiredCount())
 	}
 	// The buffer can still be freed; its memory goes once the kernel
 	// has returned (the budget is nil here, so just check it works).
-	within(t, "Close", func() { wantClass(t, r.st.Close(context.Background()), hw.ErrDeviceLost) })
+	within(t, "Close", func() { wantClass(t, r.st.Close(context.Background()), errdefs.ErrDeviceLost) })
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -48,7 +49,7 @@ func TestLoseWakesRegisteredWaiter(t *testing.T) {
 	d.Lose("while waiting")
 	select {
 	case err := <-got:
-		if !errors.Is(err, hw.ErrDeviceLost) {
+		if !errors.Is(err, errdefs.ErrDeviceLost) {
 			t.Fatalf("Wait returned %v", err)
 		}
 	case <-time.After(20 * time.Second):

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -15,7 +16,7 @@ import (
 // valid only until the kernel returns; slices obtained from l must not be
 // kept either.
 //
-// A returned error retires the command with an [hw.ErrFault] error that
+// A returned error retires the command with an [errdefs.ErrFault] error that
 // wraps it. Kernels must be deterministic: float32 math in a fixed order,
 // with explicit float32 conversions where a fused multiply-add would
 // otherwise be allowed. A kernel that may run for long (a resident
@@ -115,9 +116,9 @@ func (p *Program) Device() hw.Device { return p.dev }
 // The accessors check their use: asking for a missing argument, a scalar
 // as a buffer or the other way round, or a float32 view of a range whose
 // length is not a multiple of 4, panics with a launch error that the
-// stream recovers; the command then retires with an [hw.ErrFault] error
-// that also matches [hw.ErrInvalidArgument]. (Any other panic in a kernel
-// is recovered as well and retires the command with an [hw.ErrFault]
+// stream recovers; the command then retires with an [errdefs.ErrFault] error
+// that also matches [errdefs.ErrInvalidArgument]. (Any other panic in a kernel
+// is recovered as well and retires the command with an [errdefs.ErrFault]
 // error.)
 type Launch struct {
 	dev  *Device
@@ -130,7 +131,7 @@ type Launch struct {
 type launchError struct{ err error }
 
 func (l *Launch) fail(format string, args ...any) {
-	panic(launchError{hw.Errorf(hw.ErrInvalidArgument, format, args...)})
+	panic(launchError{errdefs.Errorf(errdefs.ErrInvalidArgument, format, args...)})
 }
 
 // Args returns the command's arguments. The slice must not be modified or

@@ -8,13 +8,14 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
 // The kernel library. Buffers hold float32 values in native byte order
 // (viewed through [Launch.Float32s]) unless said otherwise; matrices are
 // row-major. Every kernel checks its argument count and sizes and fails
-// with an error wrapping [hw.ErrInvalidArgument] when they do not fit.
+// with an error wrapping [errdefs.ErrInvalidArgument] when they do not fit.
 // Arithmetic is float32, in a fixed order, never fused.
 func init() {
 	registerInfo(infoNoop, kernelNoop)
@@ -36,7 +37,7 @@ var (
 )
 
 func badArgs(format string, args ...any) error {
-	return hw.Errorf(hw.ErrInvalidArgument, format, args...)
+	return errdefs.Errorf(errdefs.ErrInvalidArgument, format, args...)
 }
 
 func wantArgs(l *Launch, n int) error {
@@ -344,7 +345,7 @@ var infoSpin = hw.KernelInfo{
 
 // spin(buf, off, want): polls the uint32 at byte offset off of buf's range
 // (4-byte aligned) with atomic loads, yielding between polls, until it
-// equals uint32(want). It fails with an [hw.ErrDeviceLost] error if the
+// equals uint32(want). It fails with an [errdefs.ErrDeviceLost] error if the
 // device is lost first. A test kernel: a stand-in for a resident program
 // waiting for a startup word in shared memory.
 func kernelSpin(l *Launch) error {

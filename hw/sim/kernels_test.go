@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 )
@@ -143,12 +144,12 @@ func TestKernelArgumentErrors(t *testing.T) {
 	} {
 		c := r.submit(r.st, r.prog(r.dev, tc.kernel), tc.args...)
 		err := c.Wait(ctxT(t))
-		wantClass(t, err, hw.ErrFault, tc.words...)
-		if !errors.Is(err, hw.ErrInvalidArgument) {
+		wantClass(t, err, errdefs.ErrFault, tc.words...)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%s %v: error %v does not also match ErrInvalidArgument", tc.kernel, tc.args, err)
 		}
-		if hw.ClassOf(err) != hw.ErrFault {
-			t.Errorf("class of %v is %v", err, hw.ClassOf(err))
+		if errdefs.ClassOf(err) != errdefs.ErrFault {
+			t.Errorf("class of %v is %v", err, errdefs.ClassOf(err))
 		}
 	}
 	// Kernel failures are not losses: the stream goes on.

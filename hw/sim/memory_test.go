@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 )
@@ -23,7 +24,7 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("HostBytes len %d size %d", len(m), a.Size())
 	}
 	_, err = d.Alloc(41, 0, bud)
-	wantClass(t, err, hw.ErrOutOfBudget)
+	wantClass(t, err, errdefs.ErrOutOfBudget)
 	if bud.Used() != 60 {
 		t.Fatalf("failed alloc left %d used", bud.Used())
 	}
@@ -37,22 +38,22 @@ func TestBudget(t *testing.T) {
 	if err := a.Free(); err != nil {
 		t.Fatal(err)
 	}
-	wantClass(t, a.Free(), hw.ErrClosed)
+	wantClass(t, a.Free(), errdefs.ErrClosed)
 	_, err = a.HostBytes()
-	wantClass(t, err, hw.ErrClosed)
+	wantClass(t, err, errdefs.ErrClosed)
 	if err := sh.Free(); err != nil {
 		t.Fatal(err)
 	}
-	wantClass(t, sh.Free(), hw.ErrClosed)
+	wantClass(t, sh.Free(), errdefs.ErrClosed)
 	if bud.Used() != 0 {
 		t.Fatalf("used %d after freeing everything", bud.Used())
 	}
 	for _, size := range []int{0, -1} {
 		_, err := d.Alloc(size, 0, nil)
-		wantClass(t, err, hw.ErrInvalidArgument)
+		wantClass(t, err, errdefs.ErrInvalidArgument)
 	}
 	_, err = d.Alloc(8, 1<<7, nil)
-	wantClass(t, err, hw.ErrInvalidArgument)
+	wantClass(t, err, errdefs.ErrInvalidArgument)
 	// A nil budget is unlimited.
 	b, err := d.Alloc(1<<20, hw.AllocHostVisible, nil)
 	if err != nil {
@@ -90,7 +91,7 @@ func TestFreeWhileInUse(t *testing.T) {
 		t.Fatalf("charge released while commands use the buffer: %d", bud.Used())
 	}
 	_, err = r.st.Write(b, 0, out)
-	wantClass(t, err, hw.ErrClosed)
+	wantClass(t, err, errdefs.ErrClosed)
 	release()
 	if err := c.Wait(ctxT(t)); err != nil {
 		t.Fatal(err)
@@ -119,11 +120,11 @@ func TestAllocSharedErrors(t *testing.T) {
 		{8, []hw.Device{nil}},
 	} {
 		_, err := p.AllocShared(tc.size, tc.devs, nil)
-		wantClass(t, err, hw.ErrInvalidArgument)
+		wantClass(t, err, errdefs.ErrInvalidArgument)
 	}
 	bud := hw.NewBudget("tiny", 4)
 	_, err := p.AllocShared(8, []hw.Device{d}, bud)
-	wantClass(t, err, hw.ErrOutOfBudget)
+	wantClass(t, err, errdefs.ErrOutOfBudget)
 }
 
 func TestSharedView(t *testing.T) {
@@ -149,7 +150,7 @@ func TestSharedView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sh.View(d2); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := sh.View(d2); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("View of an unlisted device: %v", err)
 	}
 	if v0.Device() != hw.Device(d0) || v0.Size() != 64 {
@@ -234,7 +235,7 @@ func TestSharedMisuse(t *testing.T) {
 		dev      hw.Device
 		off, len int
 	}{{e, 0, 4}, {d, -1, 4}, {d, 8, 9}, {d, 0, -1}} {
-		if _, err := sh.PrepareRelease(tc.dev, tc.off, tc.len); !errors.Is(err, hw.ErrInvalidArgument) {
+		if _, err := sh.PrepareRelease(tc.dev, tc.off, tc.len); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("PrepareRelease(%v, %d, %d): %v", tc.dev, tc.off, tc.len, err)
 		}
 	}
@@ -243,9 +244,9 @@ func TestSharedMisuse(t *testing.T) {
 		t.Errorf("Execute allocates %v", n)
 	}
 	sh.Free()
-	wantClass(t, act.Execute(), hw.ErrClosed)
+	wantClass(t, act.Execute(), errdefs.ErrClosed)
 	_, err := sh.View(d)
-	wantClass(t, err, hw.ErrClosed)
+	wantClass(t, err, errdefs.ErrClosed)
 	func() {
 		defer func() {
 			if recover() == nil {

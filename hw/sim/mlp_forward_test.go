@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 )
@@ -205,8 +206,8 @@ func TestMLPForwardArgumentErrors(t *testing.T) {
 	} {
 		c := r.submit(r.st, r.prog(r.dev, "mlp_forward"), tc.args...)
 		err := c.Wait(ctxT(t))
-		wantClass(t, err, hw.ErrFault, tc.words...)
-		if !errors.Is(err, hw.ErrInvalidArgument) {
+		wantClass(t, err, errdefs.ErrFault, tc.words...)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%s: error %v does not also match ErrInvalidArgument", tc.name, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -66,7 +67,7 @@ func WithLatency(d time.Duration) DeviceOption {
 
 // WithQueueDepth sets how many commands (queued plus executing) one stream
 // of the device may hold; a submission beyond that fails with an
-// [hw.ErrBusy] error. Default [DefaultQueueDepth]. It must lie in
+// [errdefs.ErrBusy] error. Default [DefaultQueueDepth]. It must lie in
 // [1, MaxQueueDepth] or AddDevice fails. The depth is a limit, not an
 // allocation: a stream's ring starts at [WithInitialQueueDepth] slots and
 // doubles on demand up to it (it never shrinks).
@@ -88,8 +89,8 @@ func WithInitialQueueDepth(n int) DeviceOption {
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] for an empty or duplicate name or an invalid
-// option value; [hw.ErrClosed] once the platform is closed.
+// [errdefs.ErrInvalidArgument] for an empty or duplicate name or an invalid
+// option value; [errdefs.ErrClosed] once the platform is closed.
 func (p *Platform) AddDevice(name string, engine hw.Engine, opts ...DeviceOption) (*Device, error) {
 	cfg := deviceConfig{queueDepth: DefaultQueueDepth, initDepth: DefaultInitialQueueDepth}
 	for _, o := range opts {
@@ -99,22 +100,22 @@ func (p *Platform) AddDevice(name string, engine hw.Engine, opts ...DeviceOption
 	}
 	switch {
 	case name == "":
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: empty device name")
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: empty device name")
 	case cfg.latency < 0:
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: negative latency %v", name, cfg.latency)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: device %q: negative latency %v", name, cfg.latency)
 	case cfg.queueDepth < 1 || cfg.queueDepth > MaxQueueDepth:
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: queue depth %d outside [1, %d]", name, cfg.queueDepth, MaxQueueDepth)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: device %q: queue depth %d outside [1, %d]", name, cfg.queueDepth, MaxQueueDepth)
 	case cfg.initDepth < 1 || cfg.initDepth > MaxQueueDepth:
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: device %q: initial queue depth %d outside [1, %d]", name, cfg.initDepth, MaxQueueDepth)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: device %q: initial queue depth %d outside [1, %d]", name, cfg.initDepth, MaxQueueDepth)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, hw.Errorf(hw.ErrClosed, "sim: platform closed")
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "sim: platform closed")
 	}
 	for _, d := range p.devices {
 		if d.name == name {
-			return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: duplicate device name %q", name)
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: duplicate device name %q", name)
 		}
 	}
 	d := newDevice(p, name, engine, cfg)
@@ -133,7 +134,7 @@ func (p *Platform) Devices() []hw.Device {
 	return out
 }
 
-// Device returns the device called name, or an [hw.ErrNotFound] error.
+// Device returns the device called name, or an [errdefs.ErrNotFound] error.
 func (p *Platform) Device(name string) (hw.Device, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -142,7 +143,7 @@ func (p *Platform) Device(name string) (hw.Device, error) {
 			return d, nil
 		}
 	}
-	return nil, hw.Errorf(hw.ErrNotFound, "sim: no device %q", name)
+	return nil, errdefs.Errorf(errdefs.ErrNotFound, "sim: no device %q", name)
 }
 
 // AllocShared allocates size bytes of host-coherent memory that every
@@ -151,26 +152,26 @@ func (p *Platform) Device(name string) (hw.Device, error) {
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] for size ≤ 0, no devices, a duplicate device or
-// one that is not of this platform; [hw.ErrDeviceLost] or [hw.ErrClosed]
-// when a listed device is lost or closed; [hw.ErrOutOfBudget] when the
+// [errdefs.ErrInvalidArgument] for size ≤ 0, no devices, a duplicate device or
+// one that is not of this platform; [errdefs.ErrDeviceLost] or [errdefs.ErrClosed]
+// when a listed device is lost or closed; [errdefs.ErrOutOfBudget] when the
 // budget or the system cannot supply the memory.
 func (p *Platform) AllocShared(size int, devices []hw.Device, budget *hw.Budget) (hw.Shared, error) {
 	if size <= 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared allocation of %d bytes", size)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: shared allocation of %d bytes", size)
 	}
 	if len(devices) == 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared allocation needs at least one device")
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: shared allocation needs at least one device")
 	}
 	devs := make([]*Device, 0, len(devices))
 	for i, hd := range devices {
 		d, ok := hd.(*Device)
 		if !ok || d == nil || d.platform != p {
-			return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared allocation: device %d (%v) is not a device of this platform", i, hd)
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: shared allocation: device %d (%v) is not a device of this platform", i, hd)
 		}
 		for _, prev := range devs {
 			if prev == d {
-				return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared allocation: device %q listed twice", d.name)
+				return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: shared allocation: device %q listed twice", d.name)
 			}
 		}
 		if err := d.usable(); err != nil {
@@ -182,7 +183,7 @@ func (p *Platform) AllocShared(size int, devices []hw.Device, budget *hw.Budget)
 	closed := p.closed
 	p.mu.Unlock()
 	if closed {
-		return nil, hw.Errorf(hw.ErrClosed, "sim: platform closed")
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "sim: platform closed")
 	}
 	r, err := mapRegion(size, budget)
 	if err != nil {
@@ -193,20 +194,20 @@ func (p *Platform) AllocShared(size int, devices []hw.Device, budget *hw.Budget)
 
 // Close closes every device that is not closed yet (see [Device.Close])
 // and then the platform. It returns the devices' errors joined; the
-// platform is closed even then. Closing twice returns an [hw.ErrClosed]
+// platform is closed even then. Closing twice returns an [errdefs.ErrClosed]
 // error.
 func (p *Platform) Close() error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return hw.Errorf(hw.ErrClosed, "sim: platform closed twice")
+		return errdefs.Errorf(errdefs.ErrClosed, "sim: platform closed twice")
 	}
 	p.closed = true
 	devs := append([]*Device(nil), p.devices...)
 	p.mu.Unlock()
 	var errs []error
 	for _, d := range devs {
-		if err := d.Close(); err != nil && !errors.Is(err, hw.ErrClosed) {
+		if err := d.Close(); err != nil && !errors.Is(err, errdefs.ErrClosed) {
 			errs = append(errs, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -72,7 +73,7 @@ func TestLoseReleasesGrownRing(t *testing.T) {
 		if got := b.region.state.Load(); got != freedBit {
 			t.Fatalf("running %v: region state %d after the loss, want %d (freed, no pins)", running, got, freedBit)
 		}
-		if err := last.Wait(context.Background()); !errors.Is(err, hw.ErrDeviceLost) {
+		if err := last.Wait(context.Background()); !errors.Is(err, errdefs.ErrDeviceLost) {
 			t.Fatalf("last command: %v", err)
 		}
 		s.Close(context.Background())

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 )
@@ -63,7 +64,7 @@ func TestRingStartsSmall(t *testing.T) {
 		}
 	}
 	for _, n := range []int{0, -1, sim.MaxQueueDepth + 1} {
-		if _, err := p.AddDevice("bad", hw.EngineGPU, sim.WithInitialQueueDepth(n)); !errors.Is(err, hw.ErrInvalidArgument) {
+		if _, err := p.AddDevice("bad", hw.EngineGPU, sim.WithInitialQueueDepth(n)); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("WithInitialQueueDepth(%d): %v, want invalid argument", n, err)
 		}
 	}
@@ -102,7 +103,7 @@ func TestRingGrowsUnderHeldSlot(t *testing.T) {
 		}
 	}
 	_, err := r.st.Submit(&hw.Command{Program: log, Args: []hw.Arg{hw.Uint(tag), hw.Uint(n)}})
-	wantClass(t, err, hw.ErrBusy, "queue full (1000 commands)")
+	wantClass(t, err, errdefs.ErrBusy, "queue full (1000 commands)")
 	close(g.open)
 	if err := last.Wait(ctxT(t)); err != nil {
 		t.Fatal(err)
@@ -186,9 +187,9 @@ func TestQueueFullAtMaxDepth(t *testing.T) {
 			cs = append(cs, c)
 		}
 		_, err := r.st.Submit(&hw.Command{Program: noop})
-		wantClass(t, err, hw.ErrBusy, fmt.Sprintf("queue full (%d commands)", depth))
+		wantClass(t, err, errdefs.ErrBusy, fmt.Sprintf("queue full (%d commands)", depth))
 		_, err = r.st.SubmitBatch([]hw.Command{{Program: noop}})
-		wantClass(t, err, hw.ErrBusy)
+		wantClass(t, err, errdefs.ErrBusy)
 		release()
 		for _, c := range cs {
 			if err := c.Wait(ctxT(t)); err != nil {
@@ -223,12 +224,12 @@ func TestBatchLargerThanRing(t *testing.T) {
 	if _, err := r.st.SubmitBatch(batch(100)); err != nil { // 105 queued: 8 → 128 slots
 		t.Fatal(err)
 	}
-	if _, err := r.st.SubmitBatch(make([]hw.Command, 601)); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := r.st.SubmitBatch(make([]hw.Command, 601)); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("batch deeper than the queue: %v", err)
 	}
 	over := batch(496) // 105 + 496 = 601 > 600
 	seq -= 496
-	if _, err := r.st.SubmitBatch(over); !errors.Is(err, hw.ErrBusy) || r.st.Submitted() != 105 {
+	if _, err := r.st.SubmitBatch(over); !errors.Is(err, errdefs.ErrBusy) || r.st.Submitted() != 105 {
 		t.Fatalf("batch past the queue depth: %v, %d submitted", err, r.st.Submitted())
 	}
 	c, err := r.st.SubmitBatch(batch(495)) // exactly full: 128 → 600 slots

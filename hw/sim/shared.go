@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
@@ -74,15 +75,15 @@ func (sh *Shared) Load32Acquire(off int) uint32 { return atomic.LoadUint32(sh.wo
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] when dev was not listed at allocation;
-// [hw.ErrClosed] once the allocation is freed.
+// [errdefs.ErrInvalidArgument] when dev was not listed at allocation;
+// [errdefs.ErrClosed] once the allocation is freed.
 func (sh *Shared) View(dev hw.Device) (hw.Buffer, error) {
 	i := sh.index(dev)
 	if i < 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared allocation: device %v was not listed at allocation", dev)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: shared allocation: device %v was not listed at allocation", dev)
 	}
 	if sh.region.freed() {
-		return nil, hw.Errorf(hw.ErrClosed, "sim: shared allocation used after free")
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "sim: shared allocation used after free")
 	}
 	return sh.views[i], nil
 }
@@ -100,34 +101,34 @@ func (sh *Shared) index(dev hw.Device) int {
 // [off, off+length) visible to dev. On the simulator memory is fully
 // coherent, so executing it is a full memory barrier (an atomic add on the
 // device's visibility counter, see [Device.VisibilityReleases]); it fails
-// with an [hw.ErrFault] error for an injected FailVisibility fault, an
-// [hw.ErrDeviceLost] error once dev is lost and an [hw.ErrClosed] error
+// with an [errdefs.ErrFault] error for an injected FailVisibility fault, an
+// [errdefs.ErrDeviceLost] error once dev is lost and an [errdefs.ErrClosed] error
 // once the allocation is freed. Executing allocates nothing.
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] for a device not listed at allocation or a range
-// outside the allocation; [hw.ErrClosed] once freed.
+// [errdefs.ErrInvalidArgument] for a device not listed at allocation or a range
+// outside the allocation; [errdefs.ErrClosed] once freed.
 func (sh *Shared) PrepareRelease(dev hw.Device, off, length int) (hw.VisibilityAction, error) {
 	i := sh.index(dev)
 	if i < 0 {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared allocation: device %v was not listed at allocation", dev)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: shared allocation: device %v was not listed at allocation", dev)
 	}
 	if size := len(sh.region.mem); off < 0 || length < 0 || off > size || length > size-off {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "sim: shared release range offset %d length %d outside allocation of %d bytes", off, length, size)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: shared release range offset %d length %d outside allocation of %d bytes", off, length, size)
 	}
 	if sh.region.freed() {
-		return nil, hw.Errorf(hw.ErrClosed, "sim: shared allocation used after free")
+		return nil, errdefs.Errorf(errdefs.ErrClosed, "sim: shared allocation used after free")
 	}
 	return &visibilityAction{dev: sh.devices[i], region: sh.region}, nil
 }
 
 // Free unmaps the allocation and releases its budget charge (once no
 // queued command uses one of its views any more). Freeing twice returns an
-// [hw.ErrClosed] error.
+// [errdefs.ErrClosed] error.
 func (sh *Shared) Free() error {
 	if !sh.region.free() {
-		return hw.Errorf(hw.ErrClosed, "sim: shared allocation freed twice")
+		return errdefs.Errorf(errdefs.ErrClosed, "sim: shared allocation freed twice")
 	}
 	return nil
 }
@@ -139,13 +140,13 @@ type visibilityAction struct {
 
 func (a *visibilityAction) Execute() error {
 	if a.region.freed() {
-		return hw.Errorf(hw.ErrClosed, "sim: visibility action on a freed shared allocation")
+		return errdefs.Errorf(errdefs.ErrClosed, "sim: visibility action on a freed shared allocation")
 	}
 	if err := a.dev.Err(); err != nil {
 		return err
 	}
 	if take(&a.dev.faults.failVisibility) {
-		return hw.Errorf(hw.ErrFault, "sim: device %q: visibility action failed (injected fault)", a.dev.name)
+		return errdefs.Errorf(errdefs.ErrFault, "sim: device %q: visibility action failed (injected fault)", a.dev.name)
 	}
 	a.dev.visibility.Add(1) // a sequentially consistent RMW: a full barrier
 	return nil

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/internal/retire"
 )
@@ -132,7 +133,7 @@ func (s *Stream) Inject(f Fault) (release func()) {
 }
 
 func (s *Stream) errorf(class error, format string, args ...any) error {
-	return hw.Errorf(class, "sim: %s: "+format, append([]any{s}, args...)...)
+	return errdefs.Errorf(class, "sim: %s: "+format, append([]any{s}, args...)...)
 }
 
 // Submit copies cmd into the queue. The program must be a [*Program] of
@@ -142,27 +143,27 @@ func (s *Stream) errorf(class error, format string, args ...any) error {
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument] for a malformed command (naming the argument);
-// [hw.ErrClosed] for a freed buffer or a closed stream; [hw.ErrDeviceLost]
-// once the device is lost; [hw.ErrRejected] for an injected rejection;
-// [hw.ErrBusy] when the queue is full.
+// [errdefs.ErrInvalidArgument] for a malformed command (naming the argument);
+// [errdefs.ErrClosed] for a freed buffer or a closed stream; [errdefs.ErrDeviceLost]
+// once the device is lost; [errdefs.ErrRejected] for an injected rejection;
+// [errdefs.ErrBusy] when the queue is full.
 func (s *Stream) Submit(cmd *hw.Command) (hw.Completion, error) {
 	if err := s.dev.Err(); err != nil {
 		return hw.Completion{}, err
 	}
 	if cmd == nil {
-		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "nil command")
+		return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "nil command")
 	}
 	p, ok := cmd.Program.(*Program)
 	if !ok || p == nil {
-		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "program %v is not a sim program", cmd.Program)
+		return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "program %v is not a sim program", cmd.Program)
 	}
 	if p.dev != s.dev {
-		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "program %q was prepared for device %q", p.name, p.dev.name)
+		return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "program %q was prepared for device %q", p.name, p.dev.name)
 	}
 	n := len(cmd.Args)
 	if n > hw.MaxArgs {
-		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "%d arguments, at most %d allowed", n, hw.MaxArgs)
+		return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "%d arguments, at most %d allowed", n, hw.MaxArgs)
 	}
 	for i := range cmd.Args {
 		if err := s.checkArg(i, &cmd.Args[i]); err != nil {
@@ -197,16 +198,16 @@ func (s *Stream) checkArg(i int, a *hw.Arg) error {
 	}
 	b, ok := a.Buffer.(*Buffer)
 	if !ok || b == nil {
-		return s.errorf(hw.ErrInvalidArgument, "argument %d: buffer %v is not a sim buffer", i, a.Buffer)
+		return s.errorf(errdefs.ErrInvalidArgument, "argument %d: buffer %v is not a sim buffer", i, a.Buffer)
 	}
 	if b.dev != s.dev {
-		return s.errorf(hw.ErrInvalidArgument, "argument %d: buffer belongs to device %q", i, b.dev.name)
+		return s.errorf(errdefs.ErrInvalidArgument, "argument %d: buffer belongs to device %q", i, b.dev.name)
 	}
 	if size := len(b.region.mem); a.Offset < 0 || a.Length < 0 || a.Offset > size || a.Length > size-a.Offset {
-		return s.errorf(hw.ErrInvalidArgument, "argument %d: range offset %d length %d outside buffer of %d bytes", i, a.Offset, a.Length, size)
+		return s.errorf(errdefs.ErrInvalidArgument, "argument %d: range offset %d length %d outside buffer of %d bytes", i, a.Offset, a.Length, size)
 	}
 	if !b.region.pin() {
-		return s.errorf(hw.ErrClosed, "argument %d: buffer used after free", i)
+		return s.errorf(errdefs.ErrClosed, "argument %d: buffer used after free", i)
 	}
 	return nil
 }
@@ -239,7 +240,7 @@ func (s *Stream) transfer(kind opKind, buf hw.Buffer, off int, host []byte) (hw.
 	}
 	a := hw.Arg{Buffer: buf, Offset: off, Length: len(host)}
 	if buf == nil {
-		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "argument 0: nil buffer")
+		return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "argument 0: nil buffer")
 	}
 	if err := s.checkArg(0, &a); err != nil {
 		return hw.Completion{}, err
@@ -269,16 +270,16 @@ func (s *Stream) transfer(kind opKind, buf hw.Buffer, off int, host []byte) (hw.
 func (s *Stream) admitLocked() (uint64, error) {
 	switch {
 	case s.closing:
-		return 0, s.errorf(hw.ErrClosed, "stream closed")
+		return 0, s.errorf(errdefs.ErrClosed, "stream closed")
 	case s.dead.Load():
 		return 0, s.dev.Err()
 	case take(&s.faults.reject) || take(&s.dev.faults.reject):
-		return 0, s.errorf(hw.ErrRejected, "submission rejected (injected fault)")
+		return 0, s.errorf(errdefs.ErrRejected, "submission rejected (injected fault)")
 	}
 	sub := s.rec.Submitted()
 	if sub-s.rec.Retired() >= uint64(len(s.ring)) {
 		if len(s.ring) >= s.dev.depth {
-			return 0, s.errorf(hw.ErrBusy, "queue full (%d commands)", s.dev.depth)
+			return 0, s.errorf(errdefs.ErrBusy, "queue full (%d commands)", s.dev.depth)
 		}
 		s.growLocked(len(s.ring) + 1)
 	}
@@ -448,7 +449,7 @@ func (s *Stream) sleep(d time.Duration) bool {
 // execute runs the command in sl and returns its error.
 func (s *Stream) execute(sl *slot, seq uint64) error {
 	if take(&s.faults.failCompletion) || take(&s.dev.faults.failCompletion) {
-		return s.errorf(hw.ErrFault, "command %d failed (injected fault)", seq)
+		return s.errorf(errdefs.ErrFault, "command %d failed (injected fault)", seq)
 	}
 	switch sl.kind {
 	case opWrite:
@@ -472,14 +473,14 @@ func (s *Stream) runKernel(sl *slot, seq uint64) (err error) {
 		l.args = nil
 		if r := recover(); r != nil {
 			if le, ok := r.(launchError); ok {
-				err = s.errorf(hw.ErrFault, "command %d: %w", seq, le.err)
+				err = s.errorf(errdefs.ErrFault, "command %d: %w", seq, le.err)
 			} else {
-				err = s.errorf(hw.ErrFault, "command %d: kernel %q panicked: %v", seq, sl.prog.name, r)
+				err = s.errorf(errdefs.ErrFault, "command %d: kernel %q panicked: %v", seq, sl.prog.name, r)
 			}
 		}
 	}()
 	if kerr := sl.prog.kernel(l); kerr != nil {
-		return s.errorf(hw.ErrFault, "command %d: kernel %q: %w", seq, sl.prog.name, kerr)
+		return s.errorf(errdefs.ErrFault, "command %d: kernel %q: %w", seq, sl.prog.name, kerr)
 	}
 	return nil
 }
@@ -560,15 +561,15 @@ func (s *Stream) lostErr() error {
 }
 
 // WaitRetired blocks until command seq retires and returns its error, or
-// until the device is lost (an [hw.ErrDeviceLost] error) or ctx ends (an
-// [hw.ErrDeadlineExceeded] error). A seq never handed out is an
-// [hw.ErrInvalidArgument] error.
+// until the device is lost (an [errdefs.ErrDeviceLost] error) or ctx ends (an
+// [errdefs.ErrDeadlineExceeded] error). A seq never handed out is an
+// [errdefs.ErrInvalidArgument] error.
 func (s *Stream) WaitRetired(ctx context.Context, seq uint64) error {
 	if done, err := s.Retired(seq); done {
 		return err
 	}
 	if seq > s.rec.Submitted() {
-		return s.errorf(hw.ErrInvalidArgument, "command %d was never submitted", seq)
+		return s.errorf(errdefs.ErrInvalidArgument, "command %d was never submitted", seq)
 	}
 	if err := s.waitFor(ctx, seq); err != nil {
 		return err
@@ -588,9 +589,9 @@ func (s *Stream) Idle() bool { return s.rec.Idle(s.lostErr()) }
 
 // Sync waits until every command submitted so far has retired and returns
 // the first failure among them that no earlier Sync returned (each failure
-// is returned by Sync once), an [hw.ErrDeviceLost] error if the device is
-// or gets lost, or an [hw.ErrDeadlineExceeded] error if ctx ends first.
-// Sync on a closed stream returns an [hw.ErrClosed] error.
+// is returned by Sync once), an [errdefs.ErrDeviceLost] error if the device is
+// or gets lost, or an [errdefs.ErrDeadlineExceeded] error if ctx ends first.
+// Sync on a closed stream returns an [errdefs.ErrClosed] error.
 func (s *Stream) Sync(ctx context.Context) error {
 	if err := s.dev.Err(); err != nil {
 		return err
@@ -599,7 +600,7 @@ func (s *Stream) Sync(ctx context.Context) error {
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return s.errorf(hw.ErrClosed, "stream closed")
+		return s.errorf(errdefs.ErrClosed, "stream closed")
 	}
 	return s.drain(ctx)
 }
@@ -609,17 +610,17 @@ func (s *Stream) drain(ctx context.Context) error {
 }
 
 // Close stops accepting commands (later submissions fail with
-// [hw.ErrClosed]), waits for the queue to drain as [Stream.Sync] does, and
+// [errdefs.ErrClosed]), waits for the queue to drain as [Stream.Sync] does, and
 // stops the worker. It returns what that Sync would. If ctx ends first it
-// returns an [hw.ErrDeadlineExceeded] error, the stream stays closing and
+// returns an [errdefs.ErrDeadlineExceeded] error, the stream stays closing and
 // Close may be called again. On a lost device Close returns the loss error
 // at once, but still releases the stream. Closing a closed stream returns
-// an [hw.ErrClosed] error. Completions of a closed stream keep working.
+// an [errdefs.ErrClosed] error. Completions of a closed stream keep working.
 func (s *Stream) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return s.errorf(hw.ErrClosed, "stream closed twice")
+		return s.errorf(errdefs.ErrClosed, "stream closed twice")
 	}
 	s.closing = true
 	s.mu.Unlock()
@@ -629,7 +630,7 @@ func (s *Stream) Close(ctx context.Context) error {
 	}
 	err := s.drain(ctx)
 	if s.dev.Err() == nil {
-		if err != nil && hw.ClassOf(err) == hw.ErrDeadlineExceeded {
+		if err != nil && errdefs.ClassOf(err) == errdefs.ErrDeadlineExceeded {
 			return err
 		}
 		// Drained: the worker exits as soon as it sees closing.
@@ -637,7 +638,7 @@ func (s *Stream) Close(ctx context.Context) error {
 		case <-s.done:
 		case <-s.dev.lostCh:
 		case <-ctx.Done():
-			return hw.ContextError(ctx, fmt.Sprintf("sim: %s: closing", s))
+			return errdefs.ContextError(ctx, fmt.Sprintf("sim: %s: closing", s))
 		}
 	}
 	if lost := s.dev.Err(); lost != nil {
@@ -646,7 +647,7 @@ func (s *Stream) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed { // a concurrent Close finished first
 		s.mu.Unlock()
-		return s.errorf(hw.ErrClosed, "stream closed twice")
+		return s.errorf(errdefs.ErrClosed, "stream closed twice")
 	}
 	s.closed = true
 	s.mu.Unlock()
@@ -658,7 +659,7 @@ var _ hw.BatchSubmitter = (*Stream)(nil)
 
 // SubmitBatch enqueues cmds in order, contiguously and all or nothing: it
 // validates every command as [Stream.Submit] does, then takes queue slots
-// for all of them at once (or fails with [hw.ErrBusy], enqueuing nothing).
+// for all of them at once (or fails with [errdefs.ErrBusy], enqueuing nothing).
 // The returned completion is the last command's; like the others, each
 // command's failure is reported by Sync.
 func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
@@ -669,7 +670,7 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 		return hw.Completion{}, nil
 	}
 	if len(cmds) > s.dev.depth {
-		return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "batch of %d commands exceeds the queue depth %d", len(cmds), s.dev.depth)
+		return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "batch of %d commands exceeds the queue depth %d", len(cmds), s.dev.depth)
 	}
 	unpinUpTo := func(n int) {
 		for i := range n {
@@ -682,13 +683,13 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 		switch {
 		case !ok || p == nil:
 			unpinUpTo(i)
-			return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "command %d: program %v is not a sim program", i, cmd.Program)
+			return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "command %d: program %v is not a sim program", i, cmd.Program)
 		case p.dev != s.dev:
 			unpinUpTo(i)
-			return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "command %d: program %q was prepared for device %q", i, p.name, p.dev.name)
+			return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "command %d: program %q was prepared for device %q", i, p.name, p.dev.name)
 		case len(cmd.Args) > hw.MaxArgs:
 			unpinUpTo(i)
-			return hw.Completion{}, s.errorf(hw.ErrInvalidArgument, "command %d: %d arguments, at most %d allowed", i, len(cmd.Args), hw.MaxArgs)
+			return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "command %d: %d arguments, at most %d allowed", i, len(cmd.Args), hw.MaxArgs)
 		}
 		for j := range cmd.Args {
 			if err := s.checkArg(j, &cmd.Args[j]); err != nil {
@@ -703,7 +704,7 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 	if err == nil {
 		switch need := s.rec.Submitted() + uint64(len(cmds)) - s.rec.Retired(); {
 		case need > uint64(s.dev.depth):
-			err = s.errorf(hw.ErrBusy, "queue cannot take a batch of %d commands now", len(cmds))
+			err = s.errorf(errdefs.ErrBusy, "queue cannot take a batch of %d commands now", len(cmds))
 		case need > uint64(len(s.ring)):
 			s.growLocked(int(need))
 		}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 )
@@ -36,7 +37,7 @@ func TestPlatformDevices(t *testing.T) {
 		{"c", []sim.DeviceOption{sim.WithQueueDepth(sim.MaxQueueDepth + 1)}},
 		{"c", []sim.DeviceOption{sim.WithLatency(-1)}},
 	} {
-		if _, err := p.AddDevice(tc.name, hw.EngineCPU, tc.opts...); !errors.Is(err, hw.ErrInvalidArgument) {
+		if _, err := p.AddDevice(tc.name, hw.EngineCPU, tc.opts...); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Fatalf("AddDevice(%q): got %v, want invalid argument", tc.name, err)
 		}
 	}
@@ -47,24 +48,24 @@ func TestPlatformDevices(t *testing.T) {
 	if d, err := p.Device("b"); err != nil || d != hw.Device(b) || d.Engine() != hw.EngineNPU || d.Name() != "b" {
 		t.Fatalf("Device(b) = %v, %v", d, err)
 	}
-	if _, err := p.Device("zz"); !errors.Is(err, hw.ErrNotFound) {
+	if _, err := p.Device("zz"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Device(zz): %v", err)
 	}
-	if _, err := a.Prepare("no-such-kernel"); !errors.Is(err, hw.ErrNotFound) {
+	if _, err := a.Prepare("no-such-kernel"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Prepare(unknown): %v", err)
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	wantClass(t, p.Close(), hw.ErrClosed)
+	wantClass(t, p.Close(), errdefs.ErrClosed)
 	_, err = p.AddDevice("c", hw.EngineCPU)
-	wantClass(t, err, hw.ErrClosed)
+	wantClass(t, err, errdefs.ErrClosed)
 	_, err = a.NewStream()
-	wantClass(t, err, hw.ErrClosed)
+	wantClass(t, err, errdefs.ErrClosed)
 	_, err = a.Alloc(8, 0, nil)
-	wantClass(t, err, hw.ErrClosed)
+	wantClass(t, err, errdefs.ErrClosed)
 	_, err = a.Prepare("noop")
-	wantClass(t, err, hw.ErrClosed)
+	wantClass(t, err, errdefs.ErrClosed)
 }
 
 func TestInOrderExecution(t *testing.T) {
@@ -153,7 +154,7 @@ func TestConcurrentSubmitters(t *testing.T) {
 			for i := range each {
 				for {
 					c, err := r.st.Submit(&hw.Command{Program: log, Args: []hw.Arg{hw.Uint(tag), hw.Uint(uint64(w*each + i))}})
-					if errors.Is(err, hw.ErrBusy) {
+					if errors.Is(err, errdefs.ErrBusy) {
 						// Queue full: wait for some room by syncing.
 						if err := r.st.Sync(context.Background()); err != nil {
 							t.Error(err)
@@ -220,34 +221,34 @@ func TestValidation(t *testing.T) {
 		class error
 		words []string
 	}{
-		{"nil command", nil, hw.ErrInvalidArgument, nil},
-		{"nil program", &hw.Command{}, hw.ErrInvalidArgument, nil},
-		{"program of other device", &hw.Command{Program: fill1, Args: []hw.Arg{hw.BufferArg(buf, 0, -1), hw.Float32(1)}}, hw.ErrInvalidArgument, []string{"d1"}},
-		{"too many args", &hw.Command{Program: fill, Args: tooMany}, hw.ErrInvalidArgument, []string{"17"}},
-		{"buffer of other device", &hw.Command{Program: fill, Args: []hw.Arg{hw.Float32(1), hw.BufferArg(other, 0, -1)}}, hw.ErrInvalidArgument, []string{"argument 1", "d1"}},
-		{"view of other device", &hw.Command{Program: fill, Args: []hw.Arg{hw.BufferArg(view1, 0, -1)}}, hw.ErrInvalidArgument, []string{"argument 0"}},
-		{"negative offset", &hw.Command{Program: fill, Args: []hw.Arg{hw.Uint(0), hw.Uint(0), {Buffer: buf, Offset: -4, Length: 4}}}, hw.ErrInvalidArgument, []string{"argument 2"}},
-		{"negative length", &hw.Command{Program: fill, Args: []hw.Arg{{Buffer: buf, Offset: 0, Length: -1}}}, hw.ErrInvalidArgument, []string{"argument 0"}},
-		{"past the end", &hw.Command{Program: fill, Args: []hw.Arg{{Buffer: buf, Offset: 60, Length: 8}}}, hw.ErrInvalidArgument, []string{"argument 0"}},
-		{"offset past the end", &hw.Command{Program: fill, Args: []hw.Arg{{Buffer: buf, Offset: 65, Length: 0}}}, hw.ErrInvalidArgument, []string{"argument 0"}},
-		{"overflowing range", &hw.Command{Program: fill, Args: []hw.Arg{{Buffer: buf, Offset: 8, Length: int(^uint(0) >> 1)}}}, hw.ErrInvalidArgument, []string{"argument 0"}},
-		{"foreign buffer", &hw.Command{Program: fill, Args: []hw.Arg{{Buffer: fakeBuffer{}, Length: 1}}}, hw.ErrInvalidArgument, []string{"argument 0"}},
-		{"foreign program", &hw.Command{Program: fakeProgram{}}, hw.ErrInvalidArgument, nil},
+		{"nil command", nil, errdefs.ErrInvalidArgument, nil},
+		{"nil program", &hw.Command{}, errdefs.ErrInvalidArgument, nil},
+		{"program of other device", &hw.Command{Program: fill1, Args: []hw.Arg{hw.BufferArg(buf, 0, -1), hw.Float32(1)}}, errdefs.ErrInvalidArgument, []string{"d1"}},
+		{"too many args", &hw.Command{Program: fill, Args: tooMany}, errdefs.ErrInvalidArgument, []string{"17"}},
+		{"buffer of other device", &hw.Command{Program: fill, Args: []hw.Arg{hw.Float32(1), hw.BufferArg(other, 0, -1)}}, errdefs.ErrInvalidArgument, []string{"argument 1", "d1"}},
+		{"view of other device", &hw.Command{Program: fill, Args: []hw.Arg{hw.BufferArg(view1, 0, -1)}}, errdefs.ErrInvalidArgument, []string{"argument 0"}},
+		{"negative offset", &hw.Command{Program: fill, Args: []hw.Arg{hw.Uint(0), hw.Uint(0), {Buffer: buf, Offset: -4, Length: 4}}}, errdefs.ErrInvalidArgument, []string{"argument 2"}},
+		{"negative length", &hw.Command{Program: fill, Args: []hw.Arg{{Buffer: buf, Offset: 0, Length: -1}}}, errdefs.ErrInvalidArgument, []string{"argument 0"}},
+		{"past the end", &hw.Command{Program: fill, Args: []hw.Arg{{Buffer: buf, Offset: 60, Length: 8}}}, errdefs.ErrInvalidArgument, []string{"argument 0"}},
+		{"offset past the end", &hw.Command{Program: fill, Args: []hw.Arg{{Buffer: buf, Offset: 65, Length: 0}}}, errdefs.ErrInvalidArgument, []string{"argument 0"}},
+		{"overflowing range", &hw.Command{Program: fill, Args: []hw.Arg{{Buffer: buf, Offset: 8, Length: int(^uint(0) >> 1)}}}, errdefs.ErrInvalidArgument, []string{"argument 0"}},
+		{"foreign buffer", &hw.Command{Program: fill, Args: []hw.Arg{{Buffer: fakeBuffer{}, Length: 1}}}, errdefs.ErrInvalidArgument, []string{"argument 0"}},
+		{"foreign program", &hw.Command{Program: fakeProgram{}}, errdefs.ErrInvalidArgument, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wantClass(t, submit(tc.cmd), tc.class, tc.words...)
 		})
 	}
-	if _, err := st.Write(buf, 60, make([]byte, 8)); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := st.Write(buf, 60, make([]byte, 8)); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("write past the end: %v", err)
 	}
-	if _, err := st.Write(buf, -1, make([]byte, 1)); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := st.Write(buf, -1, make([]byte, 1)); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("write at -1: %v", err)
 	}
-	if _, err := st.Read(other, 0, make([]byte, 1)); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := st.Read(other, 0, make([]byte, 1)); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("read from other device: %v", err)
 	}
-	if _, err := st.Read(nil, 0, make([]byte, 1)); !errors.Is(err, hw.ErrInvalidArgument) {
+	if _, err := st.Read(nil, 0, make([]byte, 1)); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("read from nil: %v", err)
 	}
 	// A valid command at the exact end still goes through, and nothing
@@ -262,7 +263,7 @@ func TestValidation(t *testing.T) {
 	b2, _ := d0.Alloc(8, 0, nil)
 	b2.Free()
 	_, err = st.Submit(&hw.Command{Program: fill, Args: []hw.Arg{hw.BufferArg(b2, 0, 8), hw.Float32(1)}})
-	wantClass(t, err, hw.ErrClosed, "argument 0")
+	wantClass(t, err, errdefs.ErrClosed, "argument 0")
 	r.sync(st)
 }
 
@@ -278,9 +279,9 @@ func TestQueueFullBusy(t *testing.T) {
 	a := r.submit(r.st, noop)
 	b := r.submit(r.st, noop)
 	_, err := r.st.Submit(&hw.Command{Program: noop})
-	wantClass(t, err, hw.ErrBusy)
+	wantClass(t, err, errdefs.ErrBusy)
 	_, err = r.st.Write(r.alloc(r.dev, 4), 0, make([]byte, 4))
-	wantClass(t, err, hw.ErrBusy)
+	wantClass(t, err, errdefs.ErrBusy)
 	if a.Done() || b.Done() || r.st.Idle() {
 		t.Fatal("hung stream made progress")
 	}
@@ -303,17 +304,17 @@ func TestWaitDeadline(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := c.Wait(ctx)
-	wantClass(t, err, hw.ErrDeadlineExceeded)
+	wantClass(t, err, errdefs.ErrDeadlineExceeded)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("%v does not match context.Canceled", err)
 	}
-	wantClass(t, r.st.Sync(ctx), hw.ErrDeadlineExceeded)
+	wantClass(t, r.st.Sync(ctx), errdefs.ErrDeadlineExceeded)
 	release()
 	if err := c.Wait(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
 	// A never-submitted sequence number is refused rather than waited on.
-	wantClass(t, r.st.WaitRetired(ctxT(t), 1000), hw.ErrInvalidArgument)
+	wantClass(t, r.st.WaitRetired(ctxT(t), 1000), errdefs.ErrInvalidArgument)
 	// The zero completion is done.
 	var zero hw.Completion
 	if !zero.Done() || zero.Wait(ctx) != nil {
@@ -330,23 +331,23 @@ func TestSyncReportsEachFailureOnce(t *testing.T) {
 	ok2 := r.submit(r.st, noop)
 	f2 := r.submit(r.st, r.prog(r.dev, "test.panic"))
 	err := r.st.Sync(ctxT(t))
-	wantClass(t, err, hw.ErrFault, "test.fail always fails")
+	wantClass(t, err, errdefs.ErrFault, "test.fail always fails")
 	if got := f1.Err(); got != err {
 		t.Fatalf("f1.Err() = %v, want the error Sync returned", got)
 	}
 	if ok1.Err() != nil || ok2.Err() != nil || !ok2.Done() {
 		t.Fatal("successful commands report errors")
 	}
-	wantClass(t, f2.Wait(ctxT(t)), hw.ErrFault, "boom")
-	wantClass(t, r.st.Sync(ctxT(t)), hw.ErrFault, "boom")
+	wantClass(t, f2.Wait(ctxT(t)), errdefs.ErrFault, "boom")
+	wantClass(t, r.st.Sync(ctxT(t)), errdefs.ErrFault, "boom")
 	if err := r.st.Sync(ctxT(t)); err != nil {
 		t.Fatalf("third Sync: %v", err)
 	}
 	// Failures stay attached to their completions.
-	wantClass(t, f1.Wait(ctxT(t)), hw.ErrFault)
+	wantClass(t, f1.Wait(ctxT(t)), errdefs.ErrFault)
 	// A failure after the reported ones is reported by the next Sync.
 	r.submit(r.st, bad)
-	wantClass(t, r.st.Sync(ctxT(t)), hw.ErrFault)
+	wantClass(t, r.st.Sync(ctxT(t)), errdefs.ErrFault)
 }
 
 func TestClose(t *testing.T) {
@@ -362,11 +363,11 @@ func TestClose(t *testing.T) {
 	// Close with a finished context: the stream stays closing.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	wantClass(t, st.Close(ctx), hw.ErrDeadlineExceeded)
+	wantClass(t, st.Close(ctx), errdefs.ErrDeadlineExceeded)
 	_, err := st.Submit(&hw.Command{Program: noop})
-	wantClass(t, err, hw.ErrClosed)
+	wantClass(t, err, errdefs.ErrClosed)
 	// Device.Close refuses while the stream is open.
-	wantClass(t, r.dev.Close(), hw.ErrBusy)
+	wantClass(t, r.dev.Close(), errdefs.ErrBusy)
 	closed := make(chan error, 1)
 	go func() { closed <- st.Close(context.Background()) }()
 	release()
@@ -380,10 +381,10 @@ func TestClose(t *testing.T) {
 			t.Fatalf("command %d not drained by Close", i)
 		}
 	}
-	wantClass(t, st.Close(context.Background()), hw.ErrClosed)
-	wantClass(t, st.Sync(context.Background()), hw.ErrClosed)
+	wantClass(t, st.Close(context.Background()), errdefs.ErrClosed)
+	wantClass(t, st.Sync(context.Background()), errdefs.ErrClosed)
 	_, err = st.Write(r.alloc(r.dev, 4), 0, nil)
-	wantClass(t, err, hw.ErrClosed)
+	wantClass(t, err, errdefs.ErrClosed)
 }
 
 func TestDeviceCloseNeedsEverythingReleased(t *testing.T) {
@@ -392,11 +393,11 @@ func TestDeviceCloseNeedsEverythingReleased(t *testing.T) {
 	s, _ := d.NewStream()
 	b, _ := d.Alloc(8, 0, nil)
 	sh, _ := p.AllocShared(8, []hw.Device{d}, nil)
-	wantClass(t, d.Close(), hw.ErrBusy)
+	wantClass(t, d.Close(), errdefs.ErrBusy)
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	wantClass(t, d.Close(), hw.ErrBusy)
+	wantClass(t, d.Close(), errdefs.ErrBusy)
 	if err := b.Free(); err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +405,7 @@ func TestDeviceCloseNeedsEverythingReleased(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	wantClass(t, d.Close(), hw.ErrClosed)
+	wantClass(t, d.Close(), errdefs.ErrClosed)
 	if err := sh.Free(); err != nil {
 		t.Fatal(err)
 	}

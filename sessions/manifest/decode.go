@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -622,9 +623,9 @@ func (d *decoder) modules(root *table, m *Manifest) []modMeta {
 // moduleError reports a stages.Validate error at the module's path key,
 // one error per line of the message.
 func (d *decoder) moduleError(p keyPath, name string, err error) {
-	class := hw.ClassOf(err)
+	class := errdefs.ClassOf(err)
 	if class == nil {
-		class = hw.ErrInvalidArgument
+		class = errdefs.ErrInvalidArgument
 	}
 	msg := strings.TrimPrefix(err.Error(), fmt.Sprintf("module %q: ", name))
 	for _, line := range strings.Split(msg, "\n") {

@@ -5,16 +5,16 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Error is one problem found in a manifest.
 //
-// It belongs to an [hw] error class: [hw.ErrNotFound] for a file that
+// It belongs to an [hw] error class: [errdefs.ErrNotFound] for a file that
 // cannot be read, the class [stages.Validate] gave for a module check
-// (usually [hw.ErrInvalidArgument], [hw.ErrUnsupported] for another ABI
-// version), and [hw.ErrInvalidArgument] for everything else, so
-// errors.Is(err, hw.ErrInvalidArgument) works on it and on [*Errors].
+// (usually [errdefs.ErrInvalidArgument], [errdefs.ErrUnsupported] for another ABI
+// version), and [errdefs.ErrInvalidArgument] for everything else, so
+// errors.Is(err, errdefs.ErrInvalidArgument) works on it and on [*Errors].
 type Error struct {
 	File string // the manifest's name, as given to Load or Decode
 	Line int    // 1-based line; 0 when no line applies
@@ -45,7 +45,7 @@ func (e *Error) Error() string {
 // Unwrap returns the error's [hw] class.
 func (e *Error) Unwrap() error {
 	if e.class == nil {
-		return hw.ErrInvalidArgument
+		return errdefs.ErrInvalidArgument
 	}
 	return e.class
 }

@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -353,7 +354,7 @@ func (m *Manifest) Resident(name string) *Resident {
 // # Errors
 //
 // An [*Errors] listing every problem, or, only when the manifest itself
-// cannot be read, an [*Errors] holding that one (class [hw.ErrNotFound]
+// cannot be read, an [*Errors] holding that one (class [errdefs.ErrNotFound]
 // when it does not exist).
 func Load(path string) (*Manifest, error) {
 	data, err := ReadFile(path, MaxManifestSize)
@@ -424,12 +425,12 @@ func resolve(dir, p string) string {
 // readError is the error for a file that could not be read within its
 // limit.
 func readError(file string, line int, key, path string, limit fileLimit, err error) *Error {
-	class := hw.ErrInvalidArgument
+	class := errdefs.ErrInvalidArgument
 	msg := fmt.Sprintf("cannot read %s: %v", path, unwrapPathError(err))
 	var nr *notRegularError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		class = hw.ErrNotFound
+		class = errdefs.ErrNotFound
 		msg = fmt.Sprintf("file %s does not exist", path)
 	case errors.As(err, &nr):
 		msg = fmt.Sprintf("%s is not a regular file: it is %s", path, nr.kind)

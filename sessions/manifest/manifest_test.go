@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -81,7 +82,7 @@ func checkErrors(t *testing.T, file string, errs *Errors) {
 		if i > 0 && e.Line < errs.List[i-1].Line {
 			t.Errorf("errors not sorted by line: %d after %d", e.Line, errs.List[i-1].Line)
 		}
-		if hw.ClassOf(e) == nil {
+		if errdefs.ClassOf(e) == nil {
 			t.Errorf("error %d has no hw class: %s", i, e)
 		}
 	}
@@ -297,7 +298,7 @@ input = "in/x.bin"
 
 func TestLoadMissingManifest(t *testing.T) {
 	_, err := Load("testdata/nonexistent.toml")
-	if !errors.Is(err, hw.ErrNotFound) {
+	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("got %v, want an ErrNotFound", err)
 	}
 	if got, want := err.Error(), "testdata/nonexistent.toml: file testdata/nonexistent.toml does not exist"; got != want {
@@ -308,11 +309,11 @@ func TestLoadMissingManifest(t *testing.T) {
 // TestErrorClasses checks that errors.Is sees the classes through *Errors.
 func TestErrorClasses(t *testing.T) {
 	_, err := Load("testdata/bad/module_checks.toml")
-	if !errors.Is(err, hw.ErrInvalidArgument) || !errors.Is(err, hw.ErrUnsupported) {
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Errorf("module_checks: want InvalidArgument and Unsupported (wrong ABI version) in %v", err)
 	}
 	_, err = Load("testdata/bad/missing_files.toml")
-	if !errors.Is(err, hw.ErrNotFound) {
+	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("missing_files: want NotFound in %v", err)
 	}
 	var e *Error

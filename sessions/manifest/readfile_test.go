@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 func TestReadFile(t *testing.T) {
@@ -109,7 +109,7 @@ deadline = 5
 			t.Errorf("error %d: %q, want it to start with %q", i, line, want[i])
 		}
 	}
-	if !errors.Is(err, hw.ErrInvalidArgument) {
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("class: %v", err)
 	}
 }

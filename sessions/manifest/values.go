@@ -12,7 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // decoder walks the generic TOML tree against the schema, collecting
@@ -77,14 +77,14 @@ func (d *decoder) add(p keyPath, class error, msg string) {
 }
 
 func (d *decoder) errorf(p keyPath, format string, args ...any) {
-	d.add(p, hw.ErrInvalidArgument, fmt.Sprintf(format, args...))
+	d.add(p, errdefs.ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
 
 // parse parses the TOML, reporting a syntax error at the parser's line
 // with the key defined on that line, if any.
 func (d *decoder) parse(data []byte) (map[string]any, bool) {
 	if l := d.idx.deep; l > 0 {
-		d.errs = append(d.errs, &Error{File: d.file, Line: l, Key: d.idx.keyAt(l), class: hw.ErrInvalidArgument,
+		d.errs = append(d.errs, &Error{File: d.file, Line: l, Key: d.idx.keyAt(l), class: errdefs.ErrInvalidArgument,
 			Msg: fmt.Sprintf("nested too deeply: a manifest needs at most %d levels of tables, arrays and dotted keys", maxDepth)})
 		return nil, false
 	}
@@ -93,7 +93,7 @@ func (d *decoder) parse(data []byte) (map[string]any, bool) {
 	if err == nil {
 		return raw, true
 	}
-	e := &Error{File: d.file, Msg: err.Error(), class: hw.ErrInvalidArgument}
+	e := &Error{File: d.file, Msg: err.Error(), class: errdefs.ErrInvalidArgument}
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
 		e.Line = pe.Position.Line

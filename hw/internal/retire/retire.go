@@ -27,7 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // DefaultSpin is how long [Record.Wait] spins on the watermark before it
@@ -91,7 +91,7 @@ func (r *Record) Idle(devErr error) bool {
 
 // Wait returns nil once command seq retired, devErr's error once it
 // reports one (lost is closed when it may start to), or an
-// [hw.ErrDeadlineExceeded] error naming "backend: name" if ctx ends first.
+// [errdefs.ErrDeadlineExceeded] error naming "backend: name" if ctx ends first.
 // It spins on the watermark first (most waits end within microseconds),
 // looking at the clock, devErr and the context and yielding every 64
 // rounds (measured on the H200, run 2 vs run 3 in docs/gpu.md: this beat
@@ -144,7 +144,7 @@ func (r *Record) Wait(ctx context.Context, seq uint64, devErr func() error, lost
 			if err := devErr(); err != nil {
 				return err
 			}
-			return hw.ContextError(ctx, fmt.Sprintf("%s: %s: waiting for command %d", backend, name, seq))
+			return errdefs.ContextError(ctx, fmt.Sprintf("%s: %s: waiting for command %d", backend, name, seq))
 		}
 	}
 }

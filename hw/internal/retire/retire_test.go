@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // patience bounds every wait here: a test that would hang fails instead.
@@ -18,7 +18,7 @@ import (
 const patience = 20 * time.Second
 
 var (
-	errLost = hw.Errorf(hw.ErrDeviceLost, "test: lost")
+	errLost = errdefs.Errorf(errdefs.ErrDeviceLost, "test: lost")
 	errA    = errors.New("a failed")
 	errB    = errors.New("b failed")
 	errC    = errors.New("c failed")
@@ -242,7 +242,7 @@ func TestWaitContext(t *testing.T) {
 		cancel()
 		select {
 		case err := <-errs:
-			if !errors.Is(err, hw.ErrDeadlineExceeded) || !errors.Is(err, context.Canceled) ||
+			if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !errors.Is(err, context.Canceled) ||
 				!strings.Contains(err.Error(), "test: s0: waiting for command 5") {
 				t.Fatalf("spin %v: Wait = %v", spin, err)
 			}

@@ -1,4 +1,4 @@
-package hw_test
+package errdefs_test
 
 import (
 	"context"
@@ -6,26 +6,27 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 )
 
 func TestErrorsBelongToOneClassAndKeepTheirCause(t *testing.T) {
 	cause := errors.New("root cause")
-	err := hw.Errorf(hw.ErrDeviceLost, "fence failed: %w (while %v)", cause, hw.ErrBusy)
-	if !errors.Is(err, hw.ErrDeviceLost) || !errors.Is(err, cause) {
+	err := errdefs.Errorf(errdefs.ErrDeviceLost, "fence failed: %w (while %v)", cause, errdefs.ErrBusy)
+	if !errors.Is(err, errdefs.ErrDeviceLost) || !errors.Is(err, cause) {
 		t.Fatal("class or cause lost")
 	}
-	if hw.ClassOf(err) != hw.ErrDeviceLost || hw.ClassOf(fmt.Errorf("ctx: %w", err)) != hw.ErrDeviceLost {
+	if errdefs.ClassOf(err) != errdefs.ErrDeviceLost || errdefs.ClassOf(fmt.Errorf("ctx: %w", err)) != errdefs.ErrDeviceLost {
 		t.Fatal("ClassOf must report the primary class")
 	}
 	if err.Error() != "fence failed: root cause (while busy)" {
 		t.Fatalf("message %q", err)
 	}
-	if hw.ClassOf(errors.New("plain")) != nil {
+	if errdefs.ClassOf(errors.New("plain")) != nil {
 		t.Fatal("a plain error has no class")
 	}
-	for _, c := range hw.Classes {
-		if hw.ClassOf(hw.Errorf(c, "x")) != c {
+	for _, c := range errdefs.Classes {
+		if errdefs.ClassOf(errdefs.Errorf(c, "x")) != c {
 			t.Fatalf("class %v", c)
 		}
 	}
@@ -35,21 +36,21 @@ func TestContextErrorMatchesBothClassAndCause(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 0)
 	defer cancel()
 	<-ctx.Done()
-	err := hw.ContextError(ctx, "waiting")
-	if !errors.Is(err, hw.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
+	err := errdefs.ContextError(ctx, "waiting")
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("%v", err)
 	}
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	cancel2()
-	if err := hw.ContextError(ctx2, "waiting"); !errors.Is(err, context.Canceled) || !errors.Is(err, hw.ErrDeadlineExceeded) {
+	if err := errdefs.ContextError(ctx2, "waiting"); !errors.Is(err, context.Canceled) || !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("%v", err)
 	}
 }
 
 func TestErrorsIsAllocatesNothing(t *testing.T) {
-	err := hw.Errorf(hw.ErrBusy, "queue full")
+	err := errdefs.Errorf(errdefs.ErrBusy, "queue full")
 	if n := testing.AllocsPerRun(100, func() {
-		if errors.Is(err, hw.ErrDeviceLost) {
+		if errors.Is(err, errdefs.ErrDeviceLost) {
 			t.Fatal("wrong class")
 		}
 	}); n != 0 {
@@ -62,10 +63,10 @@ func TestBudgetChargesAndReleases(t *testing.T) {
 	if err := b.Charge(60); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Charge(41); !errors.Is(err, hw.ErrOutOfBudget) || b.Used() != 60 {
+	if err := b.Charge(41); !errors.Is(err, errdefs.ErrOutOfBudget) || b.Used() != 60 {
 		t.Fatalf("%v, used %d", err, b.Used())
 	}
-	if err := b.Charge(-1); !errors.Is(err, hw.ErrInvalidArgument) {
+	if err := b.Charge(-1); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatal(err)
 	}
 	b.Release(60)
