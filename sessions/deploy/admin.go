@@ -419,12 +419,16 @@ func (d *Deployment) SwapSession(ctx context.Context, name, ref string) (SwapRes
 	return res, nil
 }
 
-// slotDevices returns the device of each instance slot, as at start-up.
+// slotDevices returns the device of each instance slot, as at start-up:
+// the session's devices in turn, or with [Options.Device] only the slots
+// on that device.
 func (s *Session) slotDevices() []string {
 	n := max(s.Spec.Instances, 1)
-	devs := make([]string, n)
+	devs := make([]string, 0, n)
 	for i := range n {
-		devs[i] = s.Spec.Devices[i%len(s.Spec.Devices)]
+		if dev := s.Spec.Devices[i%len(s.Spec.Devices)]; s.d.device == "" || dev == s.d.device {
+			devs = append(devs, dev)
+		}
 	}
 	return devs
 }

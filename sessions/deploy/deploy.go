@@ -35,6 +35,14 @@ type Options struct {
 	// only the modules it needs are loaded, and the deployment has no
 	// other session or resident session. Devices are all opened.
 	Only string
+	// Device, when set, names the one device whose work the deployment
+	// runs (a `serve --supervise` worker): it opens that device only,
+	// plus the npu device of each resident session whose gpu it is; the
+	// sessions with an instance slot on it, each with only the instances
+	// that fall on it (a pooled session over several devices has its
+	// other instances in other workers); and the resident sessions whose
+	// gpu it is. Only the modules those sessions need are loaded.
+	Device string
 }
 
 // Deployment is a running manifest.
@@ -51,6 +59,8 @@ type Deployment struct {
 
 	sessions  map[string]*Session
 	residents map[string]*Resident
+
+	device string // Options.Device: "" for every device
 
 	admin adminState // model control (admin.go)
 }
@@ -129,7 +139,10 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	}
 	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.Logger,
 		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
-		sessions: map[string]*Session{}, residents: map[string]*Resident{}}
+		sessions: map[string]*Session{}, residents: map[string]*Resident{}, device: opt.Device}
+	if opt.Device != "" && m.Device(opt.Device) == nil {
+		return nil, hw.Errorf(hw.ErrNotFound, "no device %q in the manifest", opt.Device)
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -163,6 +176,9 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 		cacheDir = ""
 	}
 	needed := neededModules(m, opt.Only)
+	if opt.Device != "" {
+		needed = d.deviceModules(needed)
+	}
 	for i := range m.Modules {
 		mm := &m.Modules[i]
 		if needed != nil && !needed[mm.Name] {
@@ -201,7 +217,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	}
 	for i := range m.Sessions {
 		ms := &m.Sessions[i]
-		if opt.Only != "" && ms.Name != opt.Only {
+		if opt.Only != "" && ms.Name != opt.Only || !d.onDevice(ms) {
 			continue
 		}
 		s := d.newSession(ms)
@@ -216,7 +232,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	}
 	for i := range m.Residents {
 		r := &m.Residents[i]
-		if opt.Only != "" && r.Name != opt.Only {
+		if opt.Only != "" && r.Name != opt.Only || opt.Device != "" && r.GPU != opt.Device {
 			continue
 		}
 		d.residents[r.Name] = &Resident{Spec: r, d: d}
@@ -245,6 +261,53 @@ func neededModules(m *manifest.Manifest, only string) map[string]bool {
 	return needed
 }
 
+// onDevice reports whether session ms has an instance slot on the
+// deployment's device (always, without [Options.Device]).
+func (d *Deployment) onDevice(ms *manifest.Session) bool {
+	if d.device == "" {
+		return true
+	}
+	for i := range max(ms.Instances, 1) {
+		if ms.Devices[i%len(ms.Devices)] == d.device {
+			return true
+		}
+	}
+	return false
+}
+
+// deviceModules narrows needed (nil: all) to the modules of the sessions
+// on the deployment's device.
+func (d *Deployment) deviceModules(needed map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for i := range d.Manifest.Sessions {
+		ms := &d.Manifest.Sessions[i]
+		if !d.onDevice(ms) {
+			continue
+		}
+		for _, mod := range []string{ms.Stage, ms.Fence} {
+			if mod != manifest.FenceBuiltin && mod != manifest.FenceDrain && (needed == nil || needed[mod]) {
+				out[mod] = true
+			}
+		}
+	}
+	return out
+}
+
+// wantsDevice reports whether the deployment opens the named device:
+// every one without [Options.Device]; with it, that one and the npu
+// devices of its resident sessions.
+func (d *Deployment) wantsDevice(name string) bool {
+	if d.device == "" || name == d.device {
+		return true
+	}
+	for _, r := range d.Manifest.Residents {
+		if r.GPU == d.device && r.NPU == name {
+			return true
+		}
+	}
+	return false
+}
+
 // cacheEntries counts the files in a wazero file cache directory (it
 // keeps them one level down, in a directory per wazero version), or
 // returns 0 for "".
@@ -265,6 +328,9 @@ func cacheEntries(dir string) int {
 func (d *Deployment) openDevices() error {
 	for i := range d.Manifest.Devices {
 		md := &d.Manifest.Devices[i]
+		if !d.wantsDevice(md.Name) {
+			continue
+		}
 		switch md.Backend {
 		case manifest.BackendSim:
 			if d.simP == nil {
@@ -308,11 +374,7 @@ func (d *Deployment) newSession(ms *manifest.Session) *Session {
 // open makes the session's instances, one per slot over its devices in
 // turn, and its pool.
 func (s *Session) open(ctx context.Context) error {
-	n := max(s.Spec.Instances, 1)
-	devs := make([]string, n)
-	for i := range n {
-		devs[i] = s.Spec.Devices[i%len(s.Spec.Devices)]
-	}
+	devs := s.slotDevices()
 	insts, err := s.makeInstances(ctx, s.stage, devs)
 	if err != nil {
 		return err
@@ -459,7 +521,7 @@ func simFault(k manifest.FaultKind, count int) sim.Fault {
 func (d *Deployment) injectFaults() error {
 	for i := range d.Manifest.Devices {
 		md := &d.Manifest.Devices[i]
-		if md.Sim == nil {
+		if md.Sim == nil || d.devices[md.Name] == nil { // not opened (Options.Device)
 			continue
 		}
 		dev := d.devices[md.Name].(*sim.Device)
@@ -470,7 +532,7 @@ func (d *Deployment) injectFaults() error {
 			}
 			s := d.sessions[f.Session]
 			if s == nil && d.Manifest.Session(f.Session) != nil {
-				continue // not opened (Options.Only)
+				continue // not opened (Options.Only, Options.Device)
 			}
 			if s == nil {
 				return hw.Errorf(hw.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
@@ -488,11 +550,14 @@ func (d *Deployment) injectFaults() error {
 	return nil
 }
 
-// DeviceNames lists the devices in manifest order.
+// DeviceNames lists the devices opened, in manifest order: all of them,
+// or with [Options.Device] those it opens.
 func (d *Deployment) DeviceNames() []string {
 	names := make([]string, 0, len(d.Manifest.Devices))
 	for _, md := range d.Manifest.Devices {
-		names = append(names, md.Name)
+		if d.devices[md.Name] != nil {
+			names = append(names, md.Name)
+		}
 	}
 	return names
 }
