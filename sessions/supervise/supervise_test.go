@@ -297,6 +297,9 @@ func TestDeviceLostRestartsThatWorkerOnly(t *testing.T) {
 		!strings.HasPrefix(e.Cause, "device cuda0 lost") || e.Reason != "SIGTERM after device loss" {
 		t.Errorf("cuda0 last exit %+v; want pid %d, code 0, reported, caused by the device loss", e, first.PID)
 	}
+	if again.Exits != 1 || again.SyntheticExits != 0 {
+		t.Errorf("cuda0 exits %d, synthetic %d; want 1 reported exit", again.Exits, again.SyntheticExits)
+	}
 	// The restart went through restarting and backing_off.
 	var states []State
 	for _, c := range h.rec.of("cuda0") {
@@ -329,6 +332,9 @@ func TestSyntheticExitOnSignal(t *testing.T) {
 	}
 	if st.State != StateBackingOff || st.Backoff != time.Minute || st.PID != 0 {
 		t.Errorf("after the exit: %s backoff %s", describe([]WorkerStatus{st}), st.Backoff)
+	}
+	if st.Exits != 1 || st.SyntheticExits != 1 {
+		t.Errorf("exits %d, synthetic %d; want 1, 1", st.Exits, st.SyntheticExits)
 	}
 }
 
@@ -380,6 +386,16 @@ func TestBackoffGrows(t *testing.T) {
 	}
 	if st := h.status("w"); st.Restarts < 4 {
 		t.Errorf("restarts %d; want at least 4", st.Restarts)
+	}
+	// Each exit counts once, as synthetic (exit 3 without a report).
+	n := 0
+	for _, c := range h.rec.of("w") {
+		if c.State == StateBackingOff {
+			n++
+			if c.Exits != n || c.SyntheticExits != n {
+				t.Errorf("at backoff %d: exits %d, synthetic %d; want %d", n, c.Exits, c.SyntheticExits, n)
+			}
+		}
 	}
 }
 

@@ -102,6 +102,11 @@ type WorkerStatus struct {
 	// latest.
 	DeviceLosses   int         `json:"device_losses"`
 	LastDeviceLoss *DeviceLoss `json:"last_device_loss,omitempty"`
+	// Exits counts its processes' exits (a start that failed counts as
+	// one), SyntheticExits those of them that were synthetic
+	// ([Exit.Synthetic]).
+	Exits          int `json:"exits"`
+	SyntheticExits int `json:"synthetic_exits"`
 }
 
 // Supervisor runs worker processes and restarts them. It is safe for
@@ -371,6 +376,16 @@ func (s *Supervisor) run(w *worker, p *proc) {
 			delay = s.cfg.initial
 		}
 		failed := false // the last restart could not start a process
+		fresh := true   // exit is not counted yet
+		count := func(st *WorkerStatus) {
+			if fresh {
+				st.Exits++
+				if exit.Synthetic {
+					st.SyntheticExits++
+				}
+				fresh = false
+			}
+		}
 		for {
 			bump := failed
 			failed = false
@@ -379,6 +394,7 @@ func (s *Supervisor) run(w *worker, p *proc) {
 					if bump {
 						st.Restarts++
 					}
+					count(st)
 					st.PID, st.State, st.Reason, st.Started, st.ReadyAt = 0, StateStopped, "the supervisor stopped", time.Time{}, time.Time{}
 					st.Backoff, st.NextStart, st.LastExit = 0, time.Time{}, &exit
 				})
@@ -391,6 +407,7 @@ func (s *Supervisor) run(w *worker, p *proc) {
 				if bump {
 					st.Restarts++
 				}
+				count(st)
 				st.PID, st.State, st.Started, st.ReadyAt = 0, StateBackingOff, time.Time{}, time.Time{}
 				st.Reason = exit.Reason
 				if exit.Cause != "" {
@@ -417,7 +434,7 @@ func (s *Supervisor) run(w *worker, p *proc) {
 			s.log.Error("worker could not be started", "worker", name, "err", err)
 			// Recorded with the next backoff (or the stop), in one change.
 			exit = Exit{Code: -1, Reason: "could not start: " + err.Error(), StartFailed: true, Synthetic: true, Time: time.Now()}
-			failed = true
+			failed, fresh = true, true
 		}
 	}
 }
