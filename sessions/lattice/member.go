@@ -69,7 +69,9 @@ func DefaultHostID() string {
 
 // Join joins d to the lattice cfg describes: it starts the embedded
 // server (embedded = true), connects with the credentials, and starts
-// the host and the front. Leave, then Close, undo it.
+// the host and the front. With d nil the member is a front only (`serve
+// --supervise`): it serves no session, has no heartbeat and no Host, and
+// routes every call through the lattice. Leave, then Close, undo it.
 func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member, error) {
 	lt := cfg.Lattice
 	if cfg.Logger == nil {
@@ -173,9 +175,11 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 	if ff == 0 {
 		ff = -1 // never
 	}
-	if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, FenceFailures: ff,
-		NoDeviceLostQuarantine: !lt.QuarantineOnDeviceLost, Readiness: cfg.Readiness, Logger: cfg.Logger}); err != nil {
-		return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
+	if d != nil {
+		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, FenceFailures: ff,
+			NoDeviceLostQuarantine: !lt.QuarantineOnDeviceLost, Readiness: cfg.Readiness, Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
+		}
 	}
 	if m.front, err = NewFront(ctx, m.nc, FrontConfig{Lattice: lt.Name, TTL: lt.HeartbeatTTL, Local: m.host, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
@@ -204,7 +208,7 @@ func (m *Member) setErr(err error) {
 	m.mu.Unlock()
 }
 
-// Host is the member's host; Front its front.
+// Host is the member's host (nil for a front only); Front its front.
 func (m *Member) Host() *Host   { return m.host }
 func (m *Member) Front() *Front { return m.front }
 
@@ -270,7 +274,9 @@ func (m *Member) Clear(ctx context.Context, sha256 string) (bool, error) {
 	wctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_ = q.WaitFor(wctx, func() bool { _, in := q.Lookup(sha256); return !in })
-	_ = m.host.Quarantine().WaitFor(wctx, func() bool { _, in := m.host.Quarantine().Lookup(sha256); return !in })
+	if m.host != nil {
+		_ = m.host.Quarantine().WaitFor(wctx, func() bool { _, in := m.host.Quarantine().Lookup(sha256); return !in })
+	}
 	return true, nil
 }
 

@@ -166,3 +166,44 @@ func TestMemberEmbeddedNkey(t *testing.T) {
 		t.Fatalf("call: %q, %v", out, err)
 	}
 }
+
+// TestMemberFrontOnly: Join with no deployment (serve --supervise's
+// supervisor) embeds the server, publishes no heartbeat and routes every
+// call to the hosts that serve the session.
+func TestMemberFrontOnly(t *testing.T) {
+	dir := t.TempDir()
+	lt := manifest.Lattice{Name: "fo", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
+		HeartbeatTTL: time.Second, FenceFailures: 3}
+	ctx := context.Background()
+	front, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lt, HostID: "front", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer front.Close()
+	if front.Host() != nil || front.Ready() != nil {
+		t.Fatalf("front only: host %v, ready %v", front.Host(), front.Ready())
+	}
+	d := openDeployment(t, manifestOpts{instances: 1})
+	w, err := lattice.Join(ctx, d.Deployment, lattice.MemberConfig{Lattice: manifest.Lattice{Name: "fo", URL: front.ClientURL(), HeartbeatTTL: time.Second, FenceFailures: 3},
+		HostID: "worker", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := front.Front().WaitFor(ctx, func() bool { return len(front.Front().Serving("steady")) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if hosts := front.Front().Hosts(); len(hosts) != 1 || hosts[0].ID != "worker" {
+		t.Errorf("hosts %v; want the worker only (a front has no heartbeat)", hosts)
+	}
+	out, err := front.Call(ctx, "steady", nil, "")
+	if err != nil || string(out) != "ok" {
+		t.Fatalf("call through the front: %q, %v", out, err)
+	}
+	if st := front.Stats(); st["remote"] != 1 || st["local"] != 0 {
+		t.Errorf("stats %v; want 1 remote", st)
+	}
+	if err := front.Leave(ctx); err != nil {
+		t.Errorf("Leave of a front only: %v", err)
+	}
+}
