@@ -12,12 +12,17 @@ type Readiness struct {
 	Ready   bool     `json:"ready"`
 	Status  string   `json:"status"`            // "ready", "starting", "draining" or "not_ready"
 	Reasons []string `json:"reasons,omitempty"` // why not, one line each
+	// Degraded lists, on a supervisor (serve --supervise), each worker
+	// that is not ready and why, while another is (the service is ready).
+	Degraded []string `json:"degraded,omitempty"`
 }
 
 // Readiness reports whether the service should be sent traffic: not while
 // it starts (before [Server.Attach]) or drains after SIGTERM, nor while a device is lost, nor while
 // a session's quarantined or failed share of instances is above
-// Config.ReadyQuarantinedShare.
+// Config.ReadyQuarantinedShare; on a supervisor ([Server.SetWorkers]),
+// not while no worker is ready (those that are not are listed in
+// Degraded).
 func (s *Server) Readiness() Readiness {
 	if s.state.Load() == stateDraining {
 		return Readiness{Status: "draining", Reasons: []string{"the service is shutting down (SIGTERM)"}}
@@ -25,7 +30,10 @@ func (s *Server) Readiness() Readiness {
 	if !s.attached.Load() {
 		return Readiness{Status: "starting", Reasons: []string{"the service is starting: loading modules and creating sessions"}}
 	}
-	var reasons []string
+	var reasons, degraded []string
+	if wk := s.workersOf(); wk != nil {
+		reasons, degraded = workersReadiness(wk) // workers_http.go
+	}
 	for _, name := range s.d.DeviceNames() {
 		if err := s.d.DeviceErr(name); err != nil {
 			reasons = append(reasons, fmt.Sprintf("device %s is lost: %s", name, PublicMessage(err)))
@@ -53,9 +61,9 @@ func (s *Server) Readiness() Readiness {
 		}
 	}
 	if len(reasons) > 0 {
-		return Readiness{Status: "not_ready", Reasons: reasons}
+		return Readiness{Status: "not_ready", Reasons: reasons, Degraded: degraded}
 	}
-	return Readiness{Ready: true, Status: "ready"}
+	return Readiness{Ready: true, Status: "ready", Degraded: degraded}
 }
 
 func firstLine(s string) string {
@@ -80,6 +88,10 @@ type SessionReadiness struct {
 }
 
 func (s *Server) sessionReady(w http.ResponseWriter, r *http.Request) {
+	if wk := s.workersOf(); wk != nil {
+		s.supervisorSession(w, r, wk, true)
+		return
+	}
 	sess := s.d.Session(r.PathValue("name"))
 	if sess == nil {
 		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q", r.PathValue("name")))

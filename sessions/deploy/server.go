@@ -89,6 +89,7 @@ func ConfigFromService(s manifest.Service) Config {
 //	GET  /v1/lattice/hosts            admin   the lattice's live hosts (lattice_http.go; 404 outside a lattice)
 //	GET  /v1/lattice/quarantine       admin   the lattice's shared quarantine
 //	DELETE /v1/lattice/quarantine/{sha256} admin  clears one module
+//	GET  /v1/workers                  admin   a supervisor's workers (workers_http.go; 404 elsewhere)
 //	GET  /metrics                     admin   Prometheus metrics
 //	GET  /debug/trace                 admin   the trace as Chrome trace-event JSON
 //	GET  /                            admin   the status page (HTML; statuspage.go); POST / signs a browser in
@@ -119,6 +120,7 @@ type Server struct {
 
 	attached           atomic.Bool                // Attach has run: d, mux, registry and latency are set
 	lattice            atomic.Pointer[latticeBox] // SetLattice: run calls route through the lattice
+	workers            atomic.Pointer[workersBox] // SetWorkers: a supervisor's workers (workers_http.go)
 	state              atomic.Int32               // stateServing, then stateDraining
 	accepted, answered atomic.Uint64
 }
@@ -177,6 +179,7 @@ func (s *Server) Attach(d *Deployment) {
 	s.route("GET /v1/residents/{name}", ScopeAdmin, s.getResident)
 	s.adminRoutes()   // model control: admin_http.go
 	s.latticeRoutes() // the lattice: lattice_http.go
+	s.route("GET /v1/workers", ScopeAdmin, s.listWorkers) // a supervisor's: workers_http.go
 	s.route("GET /metrics", ScopeAdmin, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP)
 	s.route("GET /debug/trace", ScopeAdmin, s.trace)
 	s.route("GET /{$}", ScopeAdmin, s.statusPage)
@@ -504,10 +507,18 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, _ *http.Request) {
+	if wk := s.workersOf(); wk != nil {
+		writeJSON(w, http.StatusOK, map[string]any{"sessions": wk.Sessions()})
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"sessions": s.d.Statuses()})
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
+	if wk := s.workersOf(); wk != nil {
+		s.supervisorSession(w, r, wk, false)
+		return
+	}
 	sess := s.d.Session(r.PathValue("name"))
 	if sess == nil {
 		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q", r.PathValue("name")))

@@ -1,0 +1,175 @@
+package deploy
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stagehost/stagehost/hw"
+)
+
+// Workers is what the HTTP service of a supervisor (`stagehost serve
+// --supervise`, docs/lattice.md) needs of its workers and of the
+// sessions they serve through the lattice: `serve` sets it with
+// [Server.SetWorkers], over package supervise and the lattice's front,
+// so that this package imports neither.
+type Workers interface {
+	// WorkerStates lists each worker's state, for /readyz and /metrics.
+	WorkerStates() []WorkerState
+	// WorkerStatus is the body's "workers" of GET /v1/workers (JSON: the
+	// supervisor's full status of each worker).
+	WorkerStatus() any
+	// Sessions lists the sessions the lattice serves, by the front's view
+	// of the live hosts' heartbeats (and the manifest's sessions none
+	// serves now).
+	Sessions() []LatticeSession
+}
+
+// WorkerState is one worker of a supervisor, as readiness and metrics
+// see it.
+type WorkerState struct {
+	Name  string
+	Ready bool   // its process reported ready and runs
+	State string // supervise's state: starting, ready, restarting, backing_off, stopping, stopped
+	// Reason is why it is not ready, when it is not.
+	Reason         string
+	Restarts       int
+	SyntheticExits int
+	DeviceLosses   int
+}
+
+// LatticeSession is one session of /v1/sessions on a supervisor.
+type LatticeSession struct {
+	Name string `json:"name"`
+	// State is "ready" while a live host (a worker) serves the session,
+	// else "unavailable", with Reason.
+	State  string   `json:"state"`
+	Reason string   `json:"reason,omitempty"`
+	Hosts  []string `json:"hosts"` // the live hosts that serve it
+	// Sums over those hosts' heartbeats.
+	Instances int `json:"instances"`
+	Free      int `json:"free"`
+	InFlight  int `json:"in_flight"`
+	Waiting   int `json:"waiting"`
+}
+
+type workersBox struct{ w Workers }
+
+// SetWorkers makes the service a supervisor's: GET /v1/workers lists w's
+// workers, /v1/sessions the sessions the lattice serves, /readyz is not
+// ready only while no worker is ready (the others are listed in
+// "degraded"), and /metrics adds the workers' stagehost_worker_* series.
+// Call it once, after [Server.Attach] and with [Server.SetLattice].
+func (s *Server) SetWorkers(w Workers) {
+	s.registry.MustRegister(workersCollector{w})
+	s.workers.Store(&workersBox{w})
+}
+
+func (s *Server) workersOf() Workers {
+	if b := s.workers.Load(); b != nil {
+		return b.w
+	}
+	return nil
+}
+
+var errNoWorkers = &serviceError{ClassNotFound, "this process supervises no workers (serve --supervise)"}
+
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
+	wk := s.workersOf()
+	if wk == nil {
+		s.writeError(w, r, errNoWorkers)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workers": wk.WorkerStatus()})
+}
+
+// latticeSession finds a session of the supervisor's view, or nil.
+func latticeSession(wk Workers, name string) *LatticeSession {
+	for _, ls := range wk.Sessions() {
+		if ls.Name == name {
+			return &ls
+		}
+	}
+	return nil
+}
+
+// supervisorSession answers GET /v1/sessions/{name} and its /ready on a
+// supervisor.
+func (s *Server) supervisorSession(w http.ResponseWriter, r *http.Request, wk Workers, ready bool) {
+	name := r.PathValue("name")
+	ls := latticeSession(wk, name)
+	if ls == nil {
+		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q on any live host of the lattice", name))
+		return
+	}
+	if !ready {
+		writeJSON(w, http.StatusOK, ls)
+		return
+	}
+	rd := SessionReadiness{Name: ls.Name, State: ls.State, Ready: ls.State == "ready", Reason: ls.Reason}
+	if rd.Ready && s.state.Load() == stateDraining {
+		rd.Ready, rd.Reason = false, "the service is shutting down (SIGTERM)"
+	}
+	status := http.StatusOK
+	if !rd.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, rd)
+}
+
+// workersReadiness is the supervisor's rule: not ready only while no
+// worker is ready; each worker that is not is listed in degraded.
+func workersReadiness(wk Workers) (reasons, degraded []string) {
+	states := wk.WorkerStates()
+	ready := 0
+	for _, st := range states {
+		if st.Ready {
+			ready++
+			continue
+		}
+		line := fmt.Sprintf("worker %s is %s", st.Name, st.State)
+		if st.Reason != "" {
+			line += ": " + firstLine(st.Reason)
+		}
+		degraded = append(degraded, line)
+	}
+	if ready == 0 {
+		reasons = append(reasons, "no worker is ready ("+strings.Join(degraded, "; ")+")")
+	}
+	return reasons, degraded
+}
+
+var (
+	workerUp = prometheus.NewDesc("stagehost_worker_up",
+		"1 while the supervisor's worker is ready; 0 while it starts, restarts or backs off.", []string{"worker"}, nil)
+	workerRestarts = prometheus.NewDesc("stagehost_worker_restarts_total",
+		"Restarts of the supervisor's worker.", []string{"worker"}, nil)
+	workerSynthetic = prometheus.NewDesc("stagehost_worker_synthetic_exits_total",
+		"Exits of the worker it did not report (a crash, a kill): synthetic exits.", []string{"worker"}, nil)
+	workerLosses = prometheus.NewDesc("stagehost_worker_device_losses_total",
+		"Device losses the worker reported.", []string{"worker"}, nil)
+)
+
+type workersCollector struct{ w Workers }
+
+func (c workersCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- workerUp
+	ch <- workerRestarts
+	ch <- workerSynthetic
+	ch <- workerLosses
+}
+
+func (c workersCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.w.WorkerStates() {
+		up := 0.0
+		if st.Ready {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(workerUp, prometheus.GaugeValue, up, st.Name)
+		ch <- prometheus.MustNewConstMetric(workerRestarts, prometheus.CounterValue, float64(st.Restarts), st.Name)
+		ch <- prometheus.MustNewConstMetric(workerSynthetic, prometheus.CounterValue, float64(st.SyntheticExits), st.Name)
+		ch <- prometheus.MustNewConstMetric(workerLosses, prometheus.CounterValue, float64(st.DeviceLosses), st.Name)
+	}
+}
