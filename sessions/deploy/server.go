@@ -177,8 +177,8 @@ func (s *Server) Attach(d *Deployment) {
 	s.route("GET /v1/sessions/{name}/ready", ScopeInvoke, s.sessionReady)
 	s.route("POST /v1/residents/{name}/start", ScopeAdmin, s.startResident)
 	s.route("GET /v1/residents/{name}", ScopeAdmin, s.getResident)
-	s.adminRoutes()   // model control: admin_http.go
-	s.latticeRoutes() // the lattice: lattice_http.go
+	s.adminRoutes()                                       // model control: admin_http.go
+	s.latticeRoutes()                                     // the lattice: lattice_http.go
 	s.route("GET /v1/workers", ScopeAdmin, s.listWorkers) // a supervisor's: workers_http.go
 	s.route("GET /metrics", ScopeAdmin, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP)
 	s.route("GET /debug/trace", ScopeAdmin, s.trace)
