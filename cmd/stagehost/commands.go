@@ -342,11 +342,22 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	invokeFile := fs.String("invoke-token-file", "", "bearer tokens of scope invoke, one a line, in `file` (overrides service.invoke_token_file)")
 	hostID := fs.String("host-id", "", "this host's `id` in the manifest's [lattice] (overrides lattice.host_id; default the hostname and process id)")
 	insecure := fs.Bool("insecure-no-auth", false, "serve a non-loopback --addr without any token (every route open to anyone who can connect)")
+	supervised := fs.Bool("supervise", false, "supervise a worker process per [[device]] (serve --worker), joined over the lattice (an embedded NATS server unless the manifest has [lattice]); this process opens no device and routes every call through the lattice (docs/lattice.md)")
+	worker := fs.String("worker", "", "internal: run as serve --supervise's worker of `DEVICE`")
 	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
 	logger := newLogger(stderr, level.Level)
+	if *worker != "" {
+		if *supervised {
+			fmt.Fprintln(stderr, "stagehost serve: --supervise and --worker exclude each other")
+			return exitUsage
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return serveWorker(ctx, m, *worker, *hostID, *grace, *quiet, logger, stdout, stderr)
+	}
 	cfg, code := serviceConfig(m, *tlsCert, *tlsKey, *adminFile, *invokeFile, stderr)
 	if code >= 0 {
 		return code
@@ -360,6 +371,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *supervised {
+		return serveSupervisor(ctx, stop, m, path, *addr, cfg, supervisorFlags{hostID: *hostID, level: level.String(), grace: *grace, quiet: *quiet}, logger, stdout, stderr)
+	}
 	// Listen first: while modules load and sessions are made, /livez
 	// answers 200 and /readyz 503 "starting".
 	ln, err := net.Listen("tcp", *addr)

@@ -92,7 +92,10 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 		}
 	}()
 	opts := []nats.Option{nats.Name("stagehost " + id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // Close: not a disconnection
+			}
 			m.setErr(err)
 			cfg.Logger.Warn("lattice: disconnected from NATS", "lattice", lt.Name, "err", err)
 		}),

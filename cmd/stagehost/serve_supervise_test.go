@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/stages"
+)
+
+// superviseManifest writes a manifest of two sim gpus, session a on gpu0
+// and b on gpu1; with lose, gpu0 is lost at start-up (a lose fault).
+func superviseManifest(t *testing.T, path string, lose bool) {
+	t.Helper()
+	good, err := filepath.Abs("../../stages/testdata/hostile/good_stage.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault := ""
+	if lose {
+		fault = "[[device.sim.fault]]\nkind = \"lose\"\n"
+	}
+	body := fmt.Sprintf(`version = 1
+[runtime]
+cache_dir = "off"
+[[device]]
+name = "gpu0"
+backend = "sim"
+engine = "gpu"
+%s[[device]]
+name = "gpu1"
+backend = "sim"
+engine = "gpu"
+[[module]]
+name = "good"
+path = %q
+sha256 = %q
+[[session]]
+name = "a"
+stage = "good"
+device = "gpu0"
+programs = ["noop"]
+[[session]]
+name = "b"
+stage = "good"
+device = "gpu1"
+programs = ["noop"]
+`, fault, good, stages.SHA256(b))
+	// Written aside and renamed: a worker starting meanwhile reads the
+	// old manifest or the new one, never half of one.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// workerJSON is one worker of GET /v1/workers.
+type workerJSON struct {
+	Name           string
+	PID            int
+	State          string
+	Restarts       int
+	DeviceLosses   int `json:"device_losses"`
+	SyntheticExits int `json:"synthetic_exits"`
+	LastExit       *struct {
+		PID        int
+		Synthetic  bool
+		SignalName string `json:"signal_name"`
+		Reason     string
+	} `json:"last_exit"`
+}
+
+// TestServeSupervise runs `serve --supervise` over two sim gpus, one
+// worker process each, on its embedded NATS server: gpu0's device is
+// lost at start, so its worker reports device_lost and is restarted with
+// backoff while b (gpu1) is served and /readyz stays ready with gpu0 in
+// degraded; once the manifest no longer loses gpu0, its worker serves a.
+// A SIGKILL of gpu0's worker is a synthetic exit: that worker alone
+// restarts (new pid, one more restart; gpu1 keeps its pid), b answers
+// 200 throughout, and a serves again. SIGTERM stops it all, exit 0.
+func TestServeSupervise(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	path := filepath.Join(t.TempDir(), "supervise.toml")
+	superviseManifest(t, path, true)
+	cmd := exec.Command(stagehostBinary(t), "serve", path, "--supervise", "--addr", "127.0.0.1:0", "--host-id", "sv", "--quiet")
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &syncBuf{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	base := ""
+	for base == "" && lines.Scan() {
+		if m := servingLine.FindStringSubmatch(lines.Text()); m != nil {
+			base = m[1]
+		}
+	}
+	if base == "" {
+		t.Fatalf("no serving line; stderr:\n%s", stderr.String())
+	}
+	rest := make(chan string, 1)
+	go func() {
+		var sb strings.Builder
+		for lines.Scan() {
+			sb.WriteString(lines.Text() + "\n")
+		}
+		rest <- sb.String()
+	}()
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(path string) (int, string) {
+		resp, err := client.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		var sb strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
+		return resp.StatusCode, sb.String()
+	}
+	call := func(session string) (int, string) {
+		resp, err := client.Post(base+"/v1/sessions/"+session+"/run", "application/octet-stream", nil)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		var sb strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
+		return resp.StatusCode, sb.String()
+	}
+	workers := func() (map[string]workerJSON, string) {
+		code, body := get("/v1/workers")
+		var ws struct{ Workers []workerJSON }
+		if code != 200 || json.Unmarshal([]byte(body), &ws) != nil {
+			return nil, body
+		}
+		out := map[string]workerJSON{}
+		for _, w := range ws.Workers {
+			out[w.Name] = w
+		}
+		return out, body
+	}
+	const limit = 20 * time.Second
+
+	// 1. gpu0 is lost at start: its worker reports it and is restarted
+	// with backoff; gpu1's serves b, and the front is ready, degraded.
+	pollFor(t, limit, "gpu0's worker reports its device lost, gpu1's is ready", func() (bool, string) {
+		ws, body := workers()
+		return ws != nil && ws["gpu0"].DeviceLosses >= 1 && ws["gpu1"].State == "ready", body
+	})
+	if code, body := call("b"); code != 200 || body != "ok" {
+		t.Fatalf("b while gpu0 is lost: %d %s", code, body)
+	}
+	if code, body := get("/readyz"); code != 200 || !strings.Contains(body, `"degraded"`) || !strings.Contains(body, "worker gpu0 is") {
+		t.Errorf("/readyz while gpu0's worker restarts: %d %s", code, body)
+	}
+	if code, body := get("/v1/sessions/a/ready"); code != 503 {
+		t.Errorf("a's readiness while no worker serves it: %d %s", code, body)
+	}
+	if code, body := get("/v1/sessions/b/ready"); code != 200 {
+		t.Errorf("b's readiness: %d %s", code, body)
+	}
+	if code, body := call("a"); code != 503 {
+		t.Errorf("a while gpu0 is lost: %d %s", code, body)
+	}
+	if _, body := get("/metrics"); !strings.Contains(body, `stagehost_worker_up{worker="gpu1"} 1`) ||
+		strings.Contains(body, `stagehost_worker_device_losses_total{worker="gpu0"} 0`) {
+		t.Errorf("metrics while gpu0 is lost:\n%s", grepLines(body, "stagehost_worker"))
+	}
+
+	// 2. The manifest no longer loses gpu0: its next worker serves a.
+	superviseManifest(t, path, false)
+	pollFor(t, limit, "a served by gpu0's worker", func() (bool, string) {
+		code, body := call("a")
+		return code == 200 && body == "ok", body
+	})
+	before, body := workers()
+	if before["gpu0"].State != "ready" || before["gpu1"].Restarts != 0 {
+		t.Fatalf("before the kill: %s", body)
+	}
+	var list struct {
+		Sessions []struct {
+			Name  string
+			State string
+			Hosts []string
+		}
+	}
+	if code, body := get("/v1/sessions"); code != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list.Sessions) != 2 ||
+		fmt.Sprint(list.Sessions[0].Hosts) != "[sv-gpu0]" || fmt.Sprint(list.Sessions[1].Hosts) != "[sv-gpu1]" {
+		t.Errorf("/v1/sessions: %d %s", code, body)
+	}
+
+	// 3. SIGKILL gpu0's worker while b is called all along.
+	var bOK, bFailed atomic.Int64
+	var bErr atomic.Value
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if code, body := call("b"); code == 200 {
+				bOK.Add(1)
+			} else {
+				bFailed.Add(1)
+				bErr.Store(fmt.Sprintf("%d %s", code, body))
+			}
+		}
+	}()
+	if err := syscall.Kill(before["gpu0"].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := bOK.Load()
+	var after map[string]workerJSON
+	pollFor(t, limit, "gpu0's worker restarted after the SIGKILL", func() (bool, string) {
+		var body string
+		after, body = workers()
+		g := after["gpu0"]
+		return after != nil && g.State == "ready" && g.PID != before["gpu0"].PID && g.Restarts == before["gpu0"].Restarts+1, body
+	})
+	pollFor(t, limit, "a served again", func() (bool, string) {
+		code, body := call("a")
+		return code == 200 && body == "ok", body
+	})
+	duringRestart := bOK.Load() - killed
+	close(done)
+	wg.Wait()
+	g0, g1 := after["gpu0"], after["gpu1"]
+	if e := g0.LastExit; e == nil || e.PID != before["gpu0"].PID || !e.Synthetic || e.SignalName != "SIGKILL" || g0.SyntheticExits < 1 {
+		t.Errorf("gpu0's last exit %+v, synthetic exits %d; want pid %d's SIGKILL, synthetic", e, g0.SyntheticExits, before["gpu0"].PID)
+	}
+	if g1.PID != before["gpu1"].PID || g1.Restarts != 0 || g1.State != "ready" {
+		t.Errorf("gpu1's worker changed: %+v, before %+v", g1, before["gpu1"])
+	}
+	if n := bFailed.Load(); n != 0 || duringRestart == 0 {
+		t.Errorf("b: %d calls failed (last %v), %d answered 200 while gpu0's worker restarted; want none failed, some answered", n, bErr.Load(), duringRestart)
+	}
+	t.Logf("b answered %d calls in all, %d while gpu0's worker restarted", bOK.Load(), duringRestart)
+	if _, body := get("/metrics"); !strings.Contains(body, `stagehost_worker_synthetic_exits_total{worker="gpu0"} 1`) ||
+		!strings.Contains(body, `stagehost_worker_restarts_total{worker="gpu1"} 0`) || !strings.Contains(body, `stagehost_worker_up{worker="gpu0"} 1`) {
+		t.Errorf("metrics after the restart:\n%s", grepLines(body, "stagehost_worker"))
+	}
+
+	// 4. SIGTERM: the service drains, the workers stop, exit 0.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	out := <-rest
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve --supervise exited with %v\n%s%s", err, out, stderr.String())
+	}
+	if !strings.Contains(out, "stopped: ") || !strings.Contains(out, "worker gpu1 stopped: SIGTERM") {
+		t.Errorf("stdout after SIGTERM:\n%s", out)
+	}
+	for _, w := range after {
+		if err := syscall.Kill(w.PID, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("worker %s (pid %d) outlived its supervisor: %v", w.Name, w.PID, err)
+		}
+	}
+}
+
+// syncBuf is a bytes.Buffer safe for a process's writes and the test's
+// reads.
+type syncBuf struct {
+	mu sync.Mutex
+	sb strings.Builder
+}
+
+func (b *syncBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sb.Write(p)
+}
+
+func (b *syncBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sb.String()
+}

@@ -1,0 +1,381 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/stagehost/stagehost/sessions/deploy"
+	"github.com/stagehost/stagehost/sessions/lattice"
+	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/sessions/supervise"
+)
+
+// The environment `serve --supervise` gives its workers: the lattice's
+// NATS URL (overriding the manifest's [lattice] url, and embedded) and,
+// when the supervisor generated one, its token (overriding token_file,
+// token_env and nkey_seed_file). Never on a command line.
+const (
+	envLatticeURL   = "STAGEHOST_LATTICE_URL"
+	envLatticeToken = "STAGEHOST_LATTICE_TOKEN"
+)
+
+// supervisedLattice is the lattice name of `serve --supervise` on a
+// manifest without a [lattice] table (its embedded server is private to
+// the supervisor, so the name only has to agree between the two).
+const supervisedLattice = "stagehost"
+
+// supervisedDefaults is the lattice of a manifest without [lattice]:
+// the manifest's defaults, except that a lost device does not put the
+// module in the shared quarantine (a worker whose device was lost is
+// restarted, and serves its sessions again).
+func supervisedDefaults() manifest.Lattice {
+	return manifest.Lattice{Name: supervisedLattice, HeartbeatTTL: 3 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: false}
+}
+
+// workerLattice is the lattice a worker joins: the manifest's [lattice]
+// (or the supervised defaults) with the supervisor's URL and token from
+// the environment over it.
+func workerLattice(m *manifest.Manifest) (manifest.Lattice, error) {
+	lt := supervisedDefaults()
+	if m.Lattice != nil {
+		lt = *m.Lattice
+	}
+	if url := os.Getenv(envLatticeURL); url != "" {
+		lt.URL, lt.Embedded = url, false
+	}
+	if os.Getenv(envLatticeToken) != "" {
+		lt.TokenEnv, lt.TokenFile, lt.NkeySeedFile = envLatticeToken, "", ""
+	}
+	if lt.URL == "" || lt.Embedded {
+		return lt, fmt.Errorf("a worker needs its supervisor's lattice: %s is not set (serve --worker is started by serve --supervise)", envLatticeURL)
+	}
+	return lt, nil
+}
+
+// serveWorker is `serve FILE --worker DEVICE`: the supervisor's worker of
+// one device. It opens that device's work only (deploy.Options.Device),
+// joins the lattice as host id, reports ready to its supervisor, and
+// exits, after reporting device_lost, when one of its devices is lost;
+// on SIGTERM it leaves the lattice and exits 0.
+func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID string, grace time.Duration, quiet bool, logger *slog.Logger, stdout, stderr io.Writer) int {
+	rep := supervise.WorkerReporter()
+	if m.Device(device) == nil {
+		fmt.Fprintf(stderr, "stagehost serve: --worker %s: the manifest has no device %q\n", device, device)
+		return exitUsage
+	}
+	lt, err := workerLattice(m)
+	if err != nil {
+		fmt.Fprintf(stderr, "stagehost serve: --worker %s: %v\n", device, err)
+		return exitUsage
+	}
+	opt := deploy.Options{Logger: logger, Device: device}
+	if !quiet {
+		opt.Progress = func(msg string) { fmt.Fprintf(stderr, "worker %s: %s\n", device, msg) }
+	}
+	d, err := deploy.Open(ctx, m, opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "stagehost serve: worker %s cannot start: %v\n", device, err)
+		_ = rep.Exiting("cannot start: " + err.Error())
+		return exitStartup
+	}
+	// lost names a device of the worker's that is lost, and why.
+	lost := func() (string, error) {
+		for _, name := range d.DeviceNames() {
+			if err := d.DeviceErr(name); err != nil {
+				return name, err
+			}
+		}
+		return "", nil
+	}
+	closeDeployment := func() {
+		cctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		if err := d.Close(cctx); err != nil {
+			logger.Warn("worker: closing the deployment", "device", device, "err", err)
+		}
+	}
+	if name, err := lost(); err != nil { // lost already: never joins, so never offers its sessions
+		logger.Error("worker: device lost at start; exiting to be restarted", "device", name, "err", err)
+		_ = rep.DeviceLost(name, err.Error())
+		closeDeployment()
+		reason := fmt.Sprintf("device %s lost: %v", name, err)
+		_ = rep.Exiting(reason)
+		fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
+		return exitFailed
+	}
+	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: lt, HostID: hostID, Logger: logger})
+	if err != nil {
+		closeDeployment()
+		fmt.Fprintf(stderr, "stagehost serve: worker %s: %v\n", device, err)
+		_ = rep.Exiting("cannot join the lattice: " + err.Error())
+		return exitStartup
+	}
+	fmt.Fprintf(stdout, "worker %s joined lattice %s as host %s (%s, %s)\n", device, lt.Name, member.Host().ID(),
+		plural(len(d.SessionNames()), "session"), plural(len(d.ResidentNames()), "resident session"))
+	if err := rep.Ready(); err != nil {
+		logger.Warn("worker: reporting ready", "err", err)
+	}
+	reason, code := "SIGTERM", exitOK
+	tick := time.NewTicker(50 * time.Millisecond)
+watch:
+	for {
+		select {
+		case <-ctx.Done():
+			break watch
+		case <-tick.C:
+			if name, err := lost(); err != nil {
+				reason, code = fmt.Sprintf("device %s lost: %v", name, err), exitFailed
+				logger.Error("worker: device lost; exiting to be restarted", "device", name, "err", err)
+				if err := rep.DeviceLost(name, err.Error()); err != nil {
+					logger.Warn("worker: reporting device_lost", "err", err)
+				}
+				break watch
+			}
+		}
+	}
+	tick.Stop()
+	lctx, cancel := context.WithTimeout(context.Background(), grace)
+	if err := member.Leave(lctx); err != nil {
+		logger.Warn("worker: leaving the lattice", "err", err)
+	}
+	cancel()
+	member.Close()
+	closeDeployment()
+	_ = rep.Exiting(reason)
+	fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
+	return code
+}
+
+// supervisorFlags are the serve flags a supervisor passes on to its
+// workers.
+type supervisorFlags struct {
+	hostID, level string
+	grace         time.Duration
+	quiet         bool
+}
+
+// serveSupervisor is `serve FILE --supervise`: it opens no device, starts
+// a worker process (serve --worker) per device of the manifest, joins the
+// lattice as a front only (the manifest's [lattice], or an embedded NATS
+// server on loopback with a token it generates), and serves the HTTP API
+// with every call routed through the lattice and the workers' state in
+// /v1/workers, /v1/sessions, /readyz and /metrics. On SIGTERM it drains
+// the HTTP service, stops the workers (SIGTERM, then SIGKILL after the
+// stop timeout), closes the lattice and exits 0.
+func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, path, addr string, cfg deploy.Config, fl supervisorFlags, logger *slog.Logger, stdout, stderr io.Writer) int {
+	if len(m.Devices) == 0 {
+		fmt.Fprintln(stderr, "stagehost serve: --supervise: the manifest has no [[device]] to start a worker for")
+		return exitUsage
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "stagehost serve: --supervise: %v\n", err)
+		return exitStartup
+	}
+	manifestPath, err := filepath.Abs(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "stagehost serve: --supervise: %v\n", err)
+		return exitStartup
+	}
+	// The lattice: the manifest's, or a private embedded server.
+	var lt manifest.Lattice
+	var workerEnv []string
+	if m.Lattice != nil {
+		lt = *m.Lattice
+	} else {
+		dir, err := os.MkdirTemp("", "stagehost-supervise-*")
+		if err != nil {
+			fmt.Fprintf(stderr, "stagehost serve: --supervise: %v\n", err)
+			return exitStartup
+		}
+		defer os.RemoveAll(dir)
+		var b [32]byte
+		_, _ = rand.Read(b[:])
+		token := hex.EncodeToString(b[:])
+		// Join reads the token from the environment; the workers inherit
+		// it from there (and get it in Worker.Env too).
+		if err := os.Setenv(envLatticeToken, token); err != nil {
+			fmt.Fprintf(stderr, "stagehost serve: --supervise: %v\n", err)
+			return exitStartup
+		}
+		lt = supervisedDefaults()
+		lt.Embedded, lt.Listen, lt.StoreDir, lt.TokenEnv = true, "127.0.0.1:0", filepath.Join(dir, "nats"), envLatticeToken
+		workerEnv = append(workerEnv, envLatticeToken+"="+token)
+	}
+	baseID := fl.hostID
+	if baseID == "" {
+		baseID = lt.HostID
+	}
+	if baseID == "" {
+		baseID = lattice.DefaultHostID()
+	}
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "stagehost serve: %v\n", err)
+		return exitStartup
+	}
+	srv := deploy.NewStartingServer(logger, cfg)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln, fl.grace) }()
+	fail := func(format string, args ...any) int {
+		stop()
+		<-served
+		fmt.Fprintf(stderr, "stagehost serve: "+format+"\n", args...)
+		return exitStartup
+	}
+	// The supervisor's deployment has no device, session nor resident:
+	// the service routes every call through the lattice.
+	front := *m
+	front.Devices, front.Modules, front.Sessions, front.Residents = nil, nil, nil, nil
+	d, err := deploy.Open(ctx, &front, deploy.Options{Logger: logger})
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer d.Close(context.Background())
+	srv.Attach(d)
+	member, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lt, HostID: baseID, Logger: logger})
+	if err != nil {
+		return fail("%v", err)
+	}
+	if url := member.ClientURL(); url != "" {
+		workerEnv = append(workerEnv, envLatticeURL+"="+url)
+	}
+	srv.SetLattice(supervisedFront{member, m})
+
+	workers := make([]supervise.Worker, 0, len(m.Devices))
+	names := make([]string, 0, len(m.Devices))
+	for _, md := range m.Devices {
+		args := []string{"serve", manifestPath, "--worker", md.Name, "--host-id", baseID + "-" + md.Name,
+			"--log-level", fl.level, "--grace", fl.grace.String()}
+		if fl.quiet {
+			args = append(args, "--quiet")
+		}
+		workers = append(workers, supervise.Worker{Name: md.Name, Path: self, Args: args, Env: workerEnv})
+		names = append(names, md.Name)
+	}
+	sup, err := supervise.Start(supervise.NewConfig().WithWorkers(workers...).WithLogger(logger))
+	if err != nil {
+		member.Close()
+		return fail("--supervise: %v", err)
+	}
+	srv.SetWorkers(&workerView{sup: sup, front: member.Front(), m: m})
+	fmt.Fprintf(stdout, "supervising %s (%s) in lattice %s as front %s\n", plural(len(workers), "worker"), strings.Join(names, ", "), lt.Name, baseID)
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout, "serving %s on %s://%s (%s over %s, through the lattice)\n",
+		path, scheme, ln.Addr(), plural(len(m.Sessions), "session"), plural(len(workers), "worker"))
+	err = <-served
+	// Accepted requests are answered: now the workers stop (they leave
+	// the lattice), then the front and the NATS server.
+	sctx, cancel := context.WithTimeout(context.Background(), supervise.DefaultStopTimeout+5*time.Second)
+	if serr := sup.Stop(sctx); serr != nil {
+		logger.Warn("stopping the workers", "err", serr)
+	}
+	cancel()
+	member.Close()
+	if err != nil {
+		fmt.Fprintf(stderr, "stagehost serve: %v\n", err)
+		return exitFailed
+	}
+	accepted, answered := srv.Counts()
+	fmt.Fprintf(stdout, "stopped: %s accepted, %d answered\n", plural(int(accepted), "request"), answered)
+	return exitOK
+}
+
+// supervisedFront is the supervisor's deploy.Lattice: the member (a
+// front only), for which the manifest's sessions are known from the
+// start (a call to one that no worker serves yet is 503, not 404).
+type supervisedFront struct {
+	*lattice.Member
+	m *manifest.Manifest
+}
+
+func (f supervisedFront) Known(session string) bool {
+	return f.m.Session(session) != nil || f.Member.Known(session)
+}
+
+// workerView is the supervisor's deploy.Workers: the supervisor's status
+// of each worker, and the sessions as the front sees the workers'
+// heartbeats.
+type workerView struct {
+	sup   *supervise.Supervisor
+	front *lattice.Front
+	m     *manifest.Manifest
+}
+
+func (v *workerView) WorkerStatus() any { return v.sup.Status() }
+
+func (v *workerView) WorkerStates() []deploy.WorkerState {
+	sts := v.sup.Status()
+	out := make([]deploy.WorkerState, len(sts))
+	for i, st := range sts {
+		ws := deploy.WorkerState{Name: st.Name, State: string(st.State), Ready: st.State == supervise.StateReady,
+			Restarts: st.Restarts, SyntheticExits: st.SyntheticExits, DeviceLosses: st.DeviceLosses}
+		if !ws.Ready {
+			ws.Reason = st.Reason
+			if ws.Reason == "" && st.LastExit != nil {
+				ws.Reason = "last exit: " + st.LastExit.Reason
+			}
+		}
+		out[i] = ws
+	}
+	return out
+}
+
+func (v *workerView) Sessions() []deploy.LatticeSession {
+	byName := map[string]*deploy.LatticeSession{}
+	var order []string
+	add := func(name string) *deploy.LatticeSession {
+		ls := byName[name]
+		if ls == nil {
+			ls = &deploy.LatticeSession{Name: name, State: "unavailable", Hosts: []string{}}
+			byName[name] = ls
+			order = append(order, name)
+		}
+		return ls
+	}
+	for _, ms := range v.m.Sessions {
+		add(ms.Name)
+	}
+	notServing := map[string][]string{}
+	for _, rec := range v.front.Hosts() {
+		for _, sc := range rec.Sessions {
+			ls := add(sc.Name)
+			if !sc.Serving {
+				notServing[sc.Name] = append(notServing[sc.Name], fmt.Sprintf("host %s has it %s: %s", rec.ID, sc.State, sc.Reason))
+				continue
+			}
+			ls.Hosts = append(ls.Hosts, rec.ID)
+			ls.Instances += sc.Instances
+			ls.Free += sc.Free
+			ls.InFlight += sc.InFlight
+			ls.Waiting += sc.Waiting
+		}
+	}
+	out := make([]deploy.LatticeSession, 0, len(order))
+	for _, name := range order {
+		ls := byName[name]
+		switch {
+		case len(ls.Hosts) > 0:
+			ls.State = "ready"
+		case len(notServing[name]) > 0:
+			ls.Reason = "no live host serves it (" + strings.Join(notServing[name], "; ") + ")"
+		default:
+			ls.Reason = "no live host serves it"
+		}
+		out = append(out, *ls)
+	}
+	return out
+}
