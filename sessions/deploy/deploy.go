@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
@@ -141,7 +142,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
 		sessions: map[string]*Session{}, residents: map[string]*Resident{}, device: opt.Device}
 	if opt.Device != "" && m.Device(opt.Device) == nil {
-		return nil, hw.Errorf(hw.ErrNotFound, "no device %q in the manifest", opt.Device)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.Device)
 	}
 	ok := false
 	defer func() {

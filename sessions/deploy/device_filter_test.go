@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/manifest"
 )
@@ -114,7 +114,7 @@ func TestOpenDeviceOpensOnlyThatDevicesWork(t *testing.T) {
 	if got := d0.ResidentNames(); !slices.Equal(got, []string{"pp"}) {
 		t.Errorf("gpu0's residents: %v, want [pp]", got)
 	}
-	if err := d0.DeviceErr("gpu1"); !errors.Is(err, hw.ErrNotFound) {
+	if err := d0.DeviceErr("gpu1"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("gpu0's deployment has gpu1: %v", err)
 	}
 	if !slices.Equal(loaded, []string{"good"}) {
@@ -163,7 +163,7 @@ func TestOpenDeviceOpensOnlyThatDevicesWork(t *testing.T) {
 		t.Errorf("npu0's deployment loaded modules %v, want none", loaded)
 	}
 
-	if _, err := deploy.Open(context.Background(), m, deploy.Options{Device: "gpu9"}); !errors.Is(err, hw.ErrNotFound) {
+	if _, err := deploy.Open(context.Background(), m, deploy.Options{Device: "gpu9"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Open(Device gpu9): %v, want not found", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Workers is what the HTTP service of a supervisor (`stagehost serve
@@ -101,7 +101,7 @@ func (s *Server) supervisorSession(w http.ResponseWriter, r *http.Request, wk Wo
 	name := r.PathValue("name")
 	ls := latticeSession(wk, name)
 	if ls == nil {
-		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q on any live host of the lattice", name))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q on any live host of the lattice", name))
 		return
 	}
 	if !ready {
