@@ -307,3 +307,26 @@ func (b *syncBuf) String() string {
 	defer b.mu.Unlock()
 	return b.sb.String()
 }
+
+// TestServeWorkerFlags: --worker excludes --supervise, needs a device of
+// the manifest, and a lattice to join (its supervisor's URL in the
+// environment, or a [lattice] url).
+func TestServeWorkerFlags(t *testing.T) {
+	t.Setenv(envLatticeURL, "")
+	path := filepath.Join(t.TempDir(), "supervise.toml")
+	superviseManifest(t, path, false)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", path, "--worker", "gpu0", "--supervise"}, "exclude each other"},
+		{[]string{"serve", path, "--worker", "gpu9"}, `no device "gpu9"`},
+		{[]string{"serve", path, "--worker", "gpu0"}, envLatticeURL + " is not set"},
+	} {
+		code, _, stderr := runCLI(t, c.args...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, code, stderr, exitUsage, c.want)
+		}
+	}
+
+}
