@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/sessions/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -109,7 +109,7 @@ const (
 // under the admin lock.
 func (d *Deployment) loadSpecFor(req ModuleRequest) (loadSpec, error) {
 	if !moduleNameRE.MatchString(req.Name) {
-		return loadSpec{}, hw.Errorf(hw.ErrInvalidArgument, "module name %q: want 1 to 64 of A-Z a-z 0-9 _ . - (not starting with . or -)", req.Name)
+		return loadSpec{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "module name %q: want 1 to 64 of A-Z a-z 0-9 _ . - (not starting with . or -)", req.Name)
 	}
 	spec := loadSpec{kind: stages.StageModule, memoryLimit: 64 << 20, maxSize: d.Manifest.Runtime.MaxModuleSize, snapshot: true}
 	if vs := d.admin.versions[req.Name]; len(vs) > 0 {
@@ -125,11 +125,11 @@ func (d *Deployment) loadSpecFor(req ModuleRequest) (loadSpec, error) {
 	case "fence":
 		spec.kind = stages.FenceModule
 	default:
-		return loadSpec{}, hw.Errorf(hw.ErrInvalidArgument, "kind %q: want stage or fence", req.Kind)
+		return loadSpec{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "kind %q: want stage or fence", req.Kind)
 	}
 	if req.MemoryLimit != nil {
 		if n := *req.MemoryLimit; n <= 0 || n%wasmPage != 0 || n > maxMemoryLimit {
-			return loadSpec{}, hw.Errorf(hw.ErrInvalidArgument, "memory_limit %d: want a positive multiple of 65536 bytes, at most 4GiB", n)
+			return loadSpec{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "memory_limit %d: want a positive multiple of 65536 bytes, at most 4GiB", n)
 		}
 		spec.memoryLimit = *req.MemoryLimit
 	}
@@ -160,18 +160,18 @@ func (d *Deployment) MaxModuleSize(name string) int64 {
 // names, it must be a regular file within the size limit.
 func (d *Deployment) ReadModuleFile(name, path string) ([]byte, error) {
 	if path == "" {
-		return nil, hw.Errorf(hw.ErrInvalidArgument, "no path given")
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "no path given")
 	}
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(d.Manifest.Dir, path)
 	}
 	b, err := manifest.ReadFile(path, d.MaxModuleSize(name))
 	if err != nil {
-		class := hw.ErrInvalidArgument
+		class := errdefs.ErrInvalidArgument
 		if errors.Is(err, manifest.ErrTooLarge) {
-			class = hw.ErrOutOfBudget
+			class = errdefs.ErrOutOfBudget
 		}
-		return nil, hw.Errorf(class, "module %q: %v", name, err)
+		return nil, errdefs.Errorf(class, "module %q: %v", name, err)
 	}
 	return b, nil
 }
@@ -182,9 +182,9 @@ func (d *Deployment) ReadModuleFile(name, path string) ([]byte, error) {
 //
 // # Errors
 //
-// [hw.ErrInvalidArgument]: a bad name or option, a sha256 mismatch, a
+// [errdefs.ErrInvalidArgument]: a bad name or option, a sha256 mismatch, a
 // module that does not validate or compile (as [stages.Engine.Load]);
-// [hw.ErrOutOfBudget]: bin is larger than the size limit.
+// [errdefs.ErrOutOfBudget]: bin is larger than the size limit.
 func (d *Deployment) LoadModule(ctx context.Context, req ModuleRequest, bin []byte, source string) (ModuleInfo, bool, error) {
 	d.admin.mu.Lock()
 	defer d.admin.mu.Unlock()
@@ -193,10 +193,10 @@ func (d *Deployment) LoadModule(ctx context.Context, req ModuleRequest, bin []by
 		return ModuleInfo{}, false, err
 	}
 	if int64(len(bin)) > spec.maxSize {
-		return ModuleInfo{}, false, hw.Errorf(hw.ErrOutOfBudget, "module %q: %d bytes, above the size limit of %d bytes", req.Name, len(bin), spec.maxSize)
+		return ModuleInfo{}, false, errdefs.Errorf(errdefs.ErrOutOfBudget, "module %q: %d bytes, above the size limit of %d bytes", req.Name, len(bin), spec.maxSize)
 	}
 	if req.SHA256 == "" {
-		return ModuleInfo{}, false, hw.Errorf(hw.ErrInvalidArgument, "module %q: no sha256 given (the bytes hash to %s)", req.Name, stages.SHA256(bin))
+		return ModuleInfo{}, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "module %q: no sha256 given (the bytes hash to %s)", req.Name, stages.SHA256(bin))
 	}
 	sum := stages.SHA256(bin)
 	for _, v := range d.admin.versions[req.Name] {
@@ -274,13 +274,13 @@ func (d *Deployment) resolveLocked(ref string) (string, []*moduleVersion, error)
 	name, sum, hasSum := strings.Cut(ref, "@")
 	vs := d.admin.versions[name]
 	if len(vs) == 0 {
-		return "", nil, hw.Errorf(hw.ErrNotFound, "no module %q is loaded", name)
+		return "", nil, errdefs.Errorf(errdefs.ErrNotFound, "no module %q is loaded", name)
 	}
 	if !hasSum {
 		return name, vs, nil
 	}
 	if len(sum) < 8 {
-		return "", nil, hw.Errorf(hw.ErrInvalidArgument, "module %q: the sha256 after @ needs at least 8 hex digits", ref)
+		return "", nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "module %q: the sha256 after @ needs at least 8 hex digits", ref)
 	}
 	var found []*moduleVersion
 	for _, v := range vs {
@@ -290,11 +290,11 @@ func (d *Deployment) resolveLocked(ref string) (string, []*moduleVersion, error)
 	}
 	switch len(found) {
 	case 0:
-		return "", nil, hw.Errorf(hw.ErrNotFound, "module %q has no loaded version %s", name, sum)
+		return "", nil, errdefs.Errorf(errdefs.ErrNotFound, "module %q has no loaded version %s", name, sum)
 	case 1:
 		return name, found, nil
 	}
-	return "", nil, hw.Errorf(hw.ErrInvalidArgument, "module %q: %s is the prefix of %d versions' sha256", name, sum, len(found))
+	return "", nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "module %q: %s is the prefix of %d versions' sha256", name, sum, len(found))
 }
 
 // UnloadModule closes the versions ref names ("name": every version;
@@ -303,7 +303,7 @@ func (d *Deployment) resolveLocked(ref string) (string, []*moduleVersion, error)
 //
 // # Errors
 //
-// [hw.ErrNotFound] for an unknown module or version; an error of class
+// [errdefs.ErrNotFound] for an unknown module or version; an error of class
 // invalid_argument (400) naming the sessions that use it.
 func (d *Deployment) UnloadModule(ctx context.Context, ref string) ([]ModuleInfo, error) {
 	d.admin.mu.Lock()
@@ -364,14 +364,14 @@ type SwapResult struct {
 //
 // # Errors
 //
-// [hw.ErrNotFound] for an unknown session or module; [hw.ErrInvalidArgument]
+// [errdefs.ErrNotFound] for an unknown session or module; [errdefs.ErrInvalidArgument]
 // for a fence module; the error of an instance's creation.
 func (d *Deployment) SwapSession(ctx context.Context, name, ref string) (SwapResult, error) {
 	d.admin.mu.Lock()
 	defer d.admin.mu.Unlock()
 	s := d.sessions[name]
 	if s == nil {
-		return SwapResult{}, hw.Errorf(hw.ErrNotFound, "no session %q", name)
+		return SwapResult{}, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name)
 	}
 	modName, vs, err := d.resolveLocked(ref)
 	if err != nil {
@@ -379,7 +379,7 @@ func (d *Deployment) SwapSession(ctx context.Context, name, ref string) (SwapRes
 	}
 	v := vs[len(vs)-1]
 	if v.mod.Kind() != stages.StageModule {
-		return SwapResult{}, hw.Errorf(hw.ErrInvalidArgument, "module %s@%s is a %s module, not a stage module", modName, v.mod.SHA256(), v.mod.Kind())
+		return SwapResult{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "module %s@%s is a %s module, not a stage module", modName, v.mod.SHA256(), v.mod.Kind())
 	}
 	s.mu.Lock()
 	old, p := s.stage, s.pool
@@ -474,7 +474,7 @@ func (s *Session) healthyDevice(want string) (string, error) {
 //
 // # Errors
 //
-// [hw.ErrNotFound] for an unknown session; when an instance could not be
+// [errdefs.ErrNotFound] for an unknown session; when an instance could not be
 // made (the others are replaced) or no instance could be, the error of
 // the first one. The result is valid even then.
 func (d *Deployment) ResetSession(ctx context.Context, name string) (ResetResult, error) {
@@ -482,7 +482,7 @@ func (d *Deployment) ResetSession(ctx context.Context, name string) (ResetResult
 	defer d.admin.mu.Unlock()
 	s := d.sessions[name]
 	if s == nil {
-		return ResetResult{}, hw.Errorf(hw.ErrNotFound, "no session %q", name)
+		return ResetResult{}, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name)
 	}
 	res := ResetResult{Session: name, Replaced: []ResetInstance{}, Skipped: []ResetInstance{}}
 	s.mu.Lock()
@@ -491,7 +491,7 @@ func (d *Deployment) ResetSession(ctx context.Context, name string) (ResetResult
 	if p == nil {
 		if stage == nil {
 			res.Status = s.Status()
-			return res, hw.Errorf(hw.ErrNotFound, "session %q: its stage module %q is not loaded", name, s.Spec.Stage)
+			return res, errdefs.Errorf(errdefs.ErrNotFound, "session %q: its stage module %q is not loaded", name, s.Spec.Stage)
 		}
 		slots := s.slotDevices()
 		devs := make([]string, len(slots))
@@ -499,7 +499,7 @@ func (d *Deployment) ResetSession(ctx context.Context, name string) (ResetResult
 			dev, err := s.healthyDevice(want)
 			if err != nil {
 				res.Status = s.Status()
-				return res, hw.Errorf(hw.ErrDeviceLost, "session %q could not be created: instance %d: %v", name, i, err)
+				return res, errdefs.Errorf(errdefs.ErrDeviceLost, "session %q could not be created: instance %d: %v", name, i, err)
 			}
 			devs[i] = dev
 		}

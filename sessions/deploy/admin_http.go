@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // The model-control routes, all of scope admin (docs/service.md, "Model
@@ -40,12 +40,12 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return hw.Errorf(hw.ErrOutOfBudget, "the request body is larger than %d bytes", maxAdminJSON)
+			return errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body is larger than %d bytes", maxAdminJSON)
 		}
-		return hw.Errorf(hw.ErrInvalidArgument, "the request body is not the expected JSON: %v", err)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "the request body is not the expected JSON: %v", err)
 	}
 	if dec.More() {
-		return hw.Errorf(hw.ErrInvalidArgument, "the request body holds more than one JSON value")
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "the request body holds more than one JSON value")
 	}
 	return nil
 }
@@ -73,7 +73,7 @@ func (s *Server) loadModule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !moduleNameRE.MatchString(req.Name) {
-		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "module name %q: want 1 to 64 of A-Z a-z 0-9 _ . -", req.Name))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "module name %q: want 1 to 64 of A-Z a-z 0-9 _ . -", req.Name))
 		return
 	}
 	bin, err := s.d.ReadModuleFile(req.Name, req.Path)
@@ -92,17 +92,17 @@ func (s *Server) uploadModule(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := ModuleRequest{Name: r.PathValue("name"), SHA256: q.Get("sha256"), Kind: q.Get("kind")}
 	if !moduleNameRE.MatchString(req.Name) {
-		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "module name %q: want 1 to 64 of A-Z a-z 0-9 _ . -", req.Name))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "module name %q: want 1 to 64 of A-Z a-z 0-9 _ . -", req.Name))
 		return
 	}
 	if req.SHA256 == "" {
-		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "the sha256 query parameter is required (the hex sha256 of the body)"))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "the sha256 query parameter is required (the hex sha256 of the body)"))
 		return
 	}
 	if v := q.Get("memory_limit"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "memory_limit %q: want a number of bytes", v))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "memory_limit %q: want a number of bytes", v))
 			return
 		}
 		req.MemoryLimit = &n
@@ -110,7 +110,7 @@ func (s *Server) uploadModule(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("snapshot"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "snapshot %q: want true or false", v))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "snapshot %q: want true or false", v))
 			return
 		}
 		req.Snapshot = &b
@@ -121,17 +121,17 @@ func (s *Server) uploadModule(w http.ResponseWriter, r *http.Request) {
 	limit := s.d.MaxModuleSize(req.Name)
 	if r.ContentLength > limit {
 		w.Header().Set("Connection", "close")
-		s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the module of %d bytes is larger than the module size limit of %d bytes", r.ContentLength, limit))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the module of %d bytes is larger than the module size limit of %d bytes", r.ContentLength, limit))
 		return
 	}
 	bin, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the module is larger than the module size limit of %d bytes", limit))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the module is larger than the module size limit of %d bytes", limit))
 			return
 		}
-		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "reading the request body: %v", err))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the request body: %v", err))
 		return
 	}
 	info, created, err := s.d.LoadModule(r.Context(), req, bin, "upload")
@@ -158,7 +158,7 @@ type SwapRequest struct {
 func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if s.d.Session(name) == nil {
-		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q", name))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name))
 		return
 	}
 	var req SwapRequest
@@ -167,7 +167,7 @@ func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.TrimSpace(req.Stage) == "" {
-		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, `the body needs "stage": a module name or name@sha256`))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, `the body needs "stage": a module name or name@sha256`))
 		return
 	}
 	res, err := s.d.SwapSession(r.Context(), name, req.Stage)

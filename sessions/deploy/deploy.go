@@ -127,7 +127,7 @@ func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.r
 //
 // # Errors
 //
-// [hw.ErrUnsupported] when a cuda device is declared but no CUDA driver is
+// [errdefs.ErrUnsupported] when a cuda device is declared but no CUDA driver is
 // present; device errors; module load errors; the error of a session's
 // creation when ctx ends during it.
 func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, error) {
@@ -165,7 +165,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	}
 	ecfg := stages.NewEngineConfig().WithLogger(opt.Logger).WithMaxModuleSize(m.Runtime.MaxModuleSize).WithCacheDir(cacheDir)
 	if d.Engine, err = stages.NewEngine(ctx, ecfg); err != nil {
-		if m.Runtime.CacheDir != "" || !errors.Is(err, hw.ErrUnsupported) {
+		if m.Runtime.CacheDir != "" || !errors.Is(err, errdefs.ErrUnsupported) {
 			return nil, err
 		}
 		// The default cache directory is a convenience: without it every
@@ -356,7 +356,7 @@ func (d *Deployment) openDevices() error {
 			}
 			d.devices[md.Name] = dev
 		default:
-			return hw.Errorf(hw.ErrUnsupported, "device %q: backend %q", md.Name, md.Backend)
+			return errdefs.Errorf(errdefs.ErrUnsupported, "device %q: backend %q", md.Name, md.Backend)
 		}
 	}
 	return nil
@@ -484,7 +484,7 @@ func (s *Session) dispose(m *member[*instance]) {
 		failed := in.s.Failed()
 		err := in.s.Close(context.Background())
 		switch {
-		case errors.Is(err, hw.ErrDeviceLost): // quarantined as it closed: its resources stay
+		case errors.Is(err, errdefs.ErrDeviceLost): // quarantined as it closed: its resources stay
 			r.state, r.reason, r.kept = "quarantined", err.Error(), true
 		case failed != nil:
 			r.state, r.reason = "failed", failed.Error()
@@ -536,7 +536,7 @@ func (d *Deployment) injectFaults() error {
 				continue // not opened (Options.Only, Options.Device)
 			}
 			if s == nil {
-				return hw.Errorf(hw.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
+				return errdefs.Errorf(errdefs.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
 			}
 			for _, m := range s.members() { // none when failed
 				if m.device != md.Name {
@@ -564,12 +564,12 @@ func (d *Deployment) DeviceNames() []string {
 }
 
 // DeviceErr returns nil while the named device is healthy, and an
-// [hw.ErrDeviceLost] error naming the cause once it is lost (or an
-// [hw.ErrNotFound] error for an unknown name).
+// [errdefs.ErrDeviceLost] error naming the cause once it is lost (or an
+// [errdefs.ErrNotFound] error for an unknown name).
 func (d *Deployment) DeviceErr(name string) error {
 	dev := d.devices[name]
 	if dev == nil {
-		return hw.Errorf(hw.ErrNotFound, "no device %q", name)
+		return errdefs.Errorf(errdefs.ErrNotFound, "no device %q", name)
 	}
 	return dev.Err()
 }
@@ -679,11 +679,11 @@ type Turn struct {
 //
 //   - an error wrapping [ErrUnavailable] and the reason if the session
 //     could not be created;
-//   - [hw.ErrBusy] when queue_limit calls are already waiting, or no
+//   - [errdefs.ErrBusy] when queue_limit calls are already waiting, or no
 //     instance came free within queue_timeout;
-//   - [hw.ErrDeadlineExceeded] if ctx ends while waiting;
+//   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting;
 //   - the reason an instance is out of service (quarantined: class
-//     [hw.ErrDeviceLost]), when every instance is.
+//     [errdefs.ErrDeviceLost]), when every instance is.
 func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
 	s.mu.Lock()
 	p, failed := s.pool, s.failed
@@ -880,7 +880,7 @@ func (d *Deployment) Close(ctx context.Context) error {
 	var errs []error
 	for _, s := range d.sessions {
 		for _, m := range s.members() {
-			if err := m.val.s.Close(ctx); err != nil && !errors.Is(err, hw.ErrDeviceLost) {
+			if err := m.val.s.Close(ctx); err != nil && !errors.Is(err, errdefs.ErrDeviceLost) {
 				errs = append(errs, err)
 			}
 		}

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
-	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/manifest"
 	"github.com/stagehost/stagehost/stages"
@@ -183,13 +183,13 @@ func TestServerMapsErrorsToStatuses(t *testing.T) {
 		code int
 	}{
 		{&stages.ClientError{Code: 3}, http.StatusUnprocessableEntity},
-		{hw.Errorf(hw.ErrInvalidArgument, "x"), http.StatusBadRequest},
-		{hw.Errorf(hw.ErrNotFound, "x"), http.StatusNotFound},
-		{hw.Errorf(hw.ErrOutOfBudget, "x"), http.StatusRequestEntityTooLarge},
-		{hw.Errorf(hw.ErrBusy, "x"), http.StatusTooManyRequests},
-		{hw.Errorf(hw.ErrDeadlineExceeded, "x"), http.StatusGatewayTimeout},
-		{hw.Errorf(hw.ErrDeviceLost, "x"), http.StatusServiceUnavailable},
-		{hw.Errorf(hw.ErrFault, "x"), http.StatusInternalServerError},
+		{errdefs.Errorf(errdefs.ErrInvalidArgument, "x"), http.StatusBadRequest},
+		{errdefs.Errorf(errdefs.ErrNotFound, "x"), http.StatusNotFound},
+		{errdefs.Errorf(errdefs.ErrOutOfBudget, "x"), http.StatusRequestEntityTooLarge},
+		{errdefs.Errorf(errdefs.ErrBusy, "x"), http.StatusTooManyRequests},
+		{errdefs.Errorf(errdefs.ErrDeadlineExceeded, "x"), http.StatusGatewayTimeout},
+		{errdefs.Errorf(errdefs.ErrDeviceLost, "x"), http.StatusServiceUnavailable},
+		{errdefs.Errorf(errdefs.ErrFault, "x"), http.StatusInternalServerError},
 	} {
 		if got := deploy.HTTPStatus(tc.err); got != tc.code {
 			t.Errorf("%v: %d, want %d", tc.err, got, tc.code)

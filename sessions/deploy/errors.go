@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -18,16 +18,16 @@ import (
 // bodies all use these names.
 const (
 	ClassOK               = "ok"
-	ClassBusy             = "busy"              // hw.ErrBusy, and the service's own limits: 429
-	ClassDeviceLost       = "device_lost"       // hw.ErrDeviceLost (the session is quarantined or its device lost): 503
-	ClassUnsupported      = "unsupported"       // hw.ErrUnsupported: 501
-	ClassInvalidArgument  = "invalid_argument"  // hw.ErrInvalidArgument: 400
-	ClassNotFound         = "not_found"         // hw.ErrNotFound, and unknown routes: 404
-	ClassOutOfBudget      = "out_of_budget"     // hw.ErrOutOfBudget, and a request body over the session's max_input: 413
-	ClassDeadlineExceeded = "deadline_exceeded" // hw.ErrDeadlineExceeded: 504
-	ClassRejected         = "rejected"          // hw.ErrRejected (the device refused the submission; retry): 503
-	ClassFault            = "fault"             // hw.ErrFault (a trap, a failed command): 500
-	ClassClosed           = "closed"            // hw.ErrClosed (the session is closing): 503
+	ClassBusy             = "busy"              // errdefs.ErrBusy, and the service's own limits: 429
+	ClassDeviceLost       = "device_lost"       // errdefs.ErrDeviceLost (the session is quarantined or its device lost): 503
+	ClassUnsupported      = "unsupported"       // errdefs.ErrUnsupported: 501
+	ClassInvalidArgument  = "invalid_argument"  // errdefs.ErrInvalidArgument: 400
+	ClassNotFound         = "not_found"         // errdefs.ErrNotFound, and unknown routes: 404
+	ClassOutOfBudget      = "out_of_budget"     // errdefs.ErrOutOfBudget, and a request body over the session's max_input: 413
+	ClassDeadlineExceeded = "deadline_exceeded" // errdefs.ErrDeadlineExceeded: 504
+	ClassRejected         = "rejected"          // errdefs.ErrRejected (the device refused the submission; retry): 503
+	ClassFault            = "fault"             // errdefs.ErrFault (a trap, a failed command): 500
+	ClassClosed           = "closed"            // errdefs.ErrClosed (the session is closing): 503
 	ClassClientError      = "client_error"      // *stages.ClientError (the stage returned non-zero): 422
 	ClassUnavailable      = "unavailable"       // ErrUnavailable (the session could not be created): 503
 	ClassClientClosed     = "client_closed"     // the client went away before the answer: 499 (never delivered)
@@ -64,16 +64,16 @@ var classStatus = map[string]int{
 
 // hwClasses names the hw error classes.
 var hwClasses = map[error]string{
-	hw.ErrBusy:             ClassBusy,
-	hw.ErrDeviceLost:       ClassDeviceLost,
-	hw.ErrUnsupported:      ClassUnsupported,
-	hw.ErrInvalidArgument:  ClassInvalidArgument,
-	hw.ErrNotFound:         ClassNotFound,
-	hw.ErrOutOfBudget:      ClassOutOfBudget,
-	hw.ErrDeadlineExceeded: ClassDeadlineExceeded,
-	hw.ErrRejected:         ClassRejected,
-	hw.ErrFault:            ClassFault,
-	hw.ErrClosed:           ClassClosed,
+	errdefs.ErrBusy:             ClassBusy,
+	errdefs.ErrDeviceLost:       ClassDeviceLost,
+	errdefs.ErrUnsupported:      ClassUnsupported,
+	errdefs.ErrInvalidArgument:  ClassInvalidArgument,
+	errdefs.ErrNotFound:         ClassNotFound,
+	errdefs.ErrOutOfBudget:      ClassOutOfBudget,
+	errdefs.ErrDeadlineExceeded: ClassDeadlineExceeded,
+	errdefs.ErrRejected:         ClassRejected,
+	errdefs.ErrFault:            ClassFault,
+	errdefs.ErrClosed:           ClassClosed,
 }
 
 // Class returns the service's class name of err: ClassOK for nil.
@@ -90,7 +90,7 @@ func Class(err error) string {
 	case errors.Is(err, ErrUnavailable):
 		return ClassUnavailable
 	}
-	if name, ok := hwClasses[hw.ClassOf(err)]; ok {
+	if name, ok := hwClasses[errdefs.ClassOf(err)]; ok {
 		return name
 	}
 	return ClassInternal

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/sessions/deploy"
 )
 
@@ -67,7 +67,7 @@ func TestSessionThatCannotBeCreatedFailsAlone(t *testing.T) {
 		t.Fatalf("steady: %q %v", out, err)
 	}
 	bad := d.Session("boot_trap")
-	if err := bad.Failed(); err == nil || !strings.Contains(err.Error(), "stagehost_init") || !errors.Is(err, hw.ErrFault) {
+	if err := bad.Failed(); err == nil || !strings.Contains(err.Error(), "stagehost_init") || !errors.Is(err, errdefs.ErrFault) {
 		t.Fatalf("Failed: %v", err)
 	}
 	if d.Session("steady").Failed() != nil {
@@ -91,7 +91,7 @@ func TestSessionThatCannotBeCreatedFailsAlone(t *testing.T) {
 func TestSessionWhoseInitLoopsFails(t *testing.T) {
 	d := open(t, strings.Replace(brokenSessions, "@LOOP@", loopSession, 1))
 	err := d.Session("boot_loop").Failed()
-	if !errors.Is(err, hw.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "deadline") {
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "deadline") {
 		t.Fatalf("boot_loop: %v", err)
 	}
 	if out, err := d.Session("steady").Run(context.Background(), nil); err != nil || string(out) != "ok" {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Readiness is the body of /readyz and /v2/health/ready.
@@ -94,7 +94,7 @@ func (s *Server) sessionReady(w http.ResponseWriter, r *http.Request) {
 	}
 	sess := s.d.Session(r.PathValue("name"))
 	if sess == nil {
-		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q", r.PathValue("name")))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", r.PathValue("name")))
 		return
 	}
 	st := sess.Status()

@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Lattice is what the HTTP service needs of the lattice its process
@@ -124,7 +124,7 @@ func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
 	}
 	sha := r.PathValue("sha256")
 	if b, err := hex.DecodeString(sha); err != nil || len(b) != 32 {
-		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "%q is not a module sha256 (64 hex digits)", sha))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "%q is not a module sha256 (64 hex digits)", sha))
 		return
 	}
 	found, err := l.Clear(r.Context(), sha)
@@ -132,7 +132,7 @@ func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.writeError(w, r, &serviceError{ClassUnavailable, fmt.Sprintf("clearing module %s: %v", sha, err)})
 	case !found:
-		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "module %s is not in the lattice's quarantine", sha))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "module %s is not in the lattice's quarantine", sha))
 	default:
 		s.logger.Warn("lattice quarantine cleared", "sha256", sha, "request_id", RequestID(r.Context()))
 		writeJSON(w, http.StatusOK, map[string]any{"cleared": sha})
@@ -146,7 +146,7 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 	name := r.PathValue("name")
 	sess := s.d.Session(name)
 	if sess == nil && !l.Known(name) {
-		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q on this host or on any live host of its lattice", name))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q on this host or on any live host of its lattice", name))
 		return
 	}
 	limit, manifestDeadline := int64(MaxRequestBody), time.Duration(0)
@@ -155,14 +155,14 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 	}
 	if r.ContentLength > limit {
 		w.Header().Set("Connection", "close")
-		s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
 		return
 	}
 	ctx := r.Context()
 	if v := r.Header.Get(DeadlineHeader); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v))
 			return
 		}
 		// Shortens a local session's manifest deadline, never lengthens
@@ -177,10 +177,10 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the request body is larger than session %q's max_input of %d bytes", name, limit))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body is larger than session %q's max_input of %d bytes", name, limit))
 			return
 		}
-		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "reading the request body: %v", err))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the request body: %v", err))
 		return
 	}
 	tp := r.Header.Get(TraceparentHeader)

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // member is one instance of a session's pool: a Wasm stage session (with
@@ -220,9 +220,9 @@ func (p *pool[T]) tryAcquire() *member[T] {
 //
 // # Errors
 //
-//   - [hw.ErrBusy] when limit callers are already waiting (nothing was
+//   - [errdefs.ErrBusy] when limit callers are already waiting (nothing was
 //     queued), or after waiting the pool's timeout;
-//   - [hw.ErrDeadlineExceeded] when ctx ends first;
+//   - [errdefs.ErrDeadlineExceeded] when ctx ends first;
 //   - the reason an instance is out of service, when every instance is.
 func (p *pool[T]) acquire(ctx context.Context) (*member[T], error) {
 	p.mu.Lock()
@@ -239,7 +239,7 @@ func (p *pool[T]) acquire(ctx context.Context) (*member[T], error) {
 	if len(p.waiting) >= p.limit {
 		n := len(p.waiting)
 		p.mu.Unlock()
-		return nil, hw.Errorf(hw.ErrBusy, "session %q: queue full (%d calls waiting, queue_limit %d)", p.name, n, p.limit)
+		return nil, errdefs.Errorf(errdefs.ErrBusy, "session %q: queue full (%d calls waiting, queue_limit %d)", p.name, n, p.limit)
 	}
 	w := &poolWaiter[T]{ch: make(chan *member[T], 1)}
 	p.waiting = append(p.waiting, w)
@@ -264,9 +264,9 @@ func (p *pool[T]) acquire(ctx context.Context) (*member[T], error) {
 		}
 		return m, nil
 	case <-ctx.Done():
-		err = hw.ContextError(ctx, fmt.Sprintf("waiting for session %q", p.name))
+		err = errdefs.ContextError(ctx, fmt.Sprintf("waiting for session %q", p.name))
 	case <-expired:
-		err = hw.Errorf(hw.ErrBusy, "session %q: no instance free within queue_timeout %v", p.name, p.timeout)
+		err = errdefs.Errorf(errdefs.ErrBusy, "session %q: no instance free within queue_timeout %v", p.name, p.timeout)
 	}
 	p.mu.Lock()
 	for i, x := range p.waiting {
@@ -339,7 +339,7 @@ func (p *pool[T]) allDownLocked() error {
 			return fmt.Errorf("session %q: all %d instances are out of service; instance %d: %w", p.name, len(p.all), m.index, err)
 		}
 	}
-	return hw.Errorf(hw.ErrClosed, "session %q has no instance", p.name)
+	return errdefs.Errorf(errdefs.ErrClosed, "session %q has no instance", p.name)
 }
 
 // stats reports the instances in service, free, and the callers waiting.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // disposals records the pool's dispose calls, checking each is the
@@ -148,7 +148,7 @@ func TestPoolReplaceAtRevivesAnOutOfServicePool(t *testing.T) {
 	p, old, queued := newFakePool(t, 2, 4, 0, nil)
 	disp := watchDisposals(t, p)
 	ctx := context.Background()
-	errQ := hw.Errorf(hw.ErrDeviceLost, "quarantined")
+	errQ := errdefs.Errorf(errdefs.ErrDeviceLost, "quarantined")
 	a, _ := p.acquire(ctx)
 	b, _ := p.acquire(ctx)
 	old[0].fail(errQ)
@@ -202,7 +202,7 @@ func TestPoolReplaceAtRevivesAnOutOfServicePool(t *testing.T) {
 	qi[0].fail(errQ)
 	n, _ := q.acquire(ctx)
 	q.release(n)
-	if _, err := q.acquire(ctx); !errors.Is(err, hw.ErrDeviceLost) {
+	if _, err := q.acquire(ctx); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("all out: %v", err)
 	}
 	fresh3, _ := fakes("z")
@@ -281,7 +281,7 @@ func TestPoolHammerWithReplacements(t *testing.T) {
 				m, err := p.acquire(ctx)
 				cancel()
 				if err != nil {
-					if !errors.Is(err, hw.ErrDeadlineExceeded) {
+					if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 						t.Error(err)
 					}
 					continue

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/sessions/deploy"
 )
 
@@ -98,7 +98,7 @@ func TestPooledSessionSpreadsItsInstancesOverItsDevices(t *testing.T) {
 	}
 	// All three are held and no caller may wait (queue_limit 0): refused
 	// at once. (Waiting in order is pool_test.go's.)
-	if _, err := s.Acquire(ctx); !errors.Is(err, hw.ErrBusy) {
+	if _, err := s.Acquire(ctx); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("past queue_limit: %v, want ErrBusy", err)
 	}
 	turns[0].Release()

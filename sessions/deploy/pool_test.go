@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // fakeInst is a pool member whose health the test sets.
@@ -90,7 +90,7 @@ func TestPoolQueueIsFIFOAndBounded(t *testing.T) {
 	// queued, it would wait for the bound and fail otherwise).
 	bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := p.acquire(bounded); !errors.Is(err, hw.ErrBusy) {
+	if _, err := p.acquire(bounded); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("third waiter: %v, want ErrBusy", err)
 	}
 	if live, free, waiting := p.stats(); live != 1 || free != 0 || waiting != 2 {
@@ -114,7 +114,7 @@ func TestPoolWaitEndsWithTheTimeoutOrTheContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.acquire(context.Background()); !errors.Is(err, hw.ErrBusy) {
+	if _, err := p.acquire(context.Background()); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("after the queue timeout: %v, want ErrBusy", err)
 	}
 	<-queued
@@ -124,7 +124,7 @@ func TestPoolWaitEndsWithTheTimeoutOrTheContext(t *testing.T) {
 	go func() { _, err := p.acquire(ctx); done <- err }()
 	recvWithin(t, queued, "the caller queued")
 	cancel()
-	if err := <-done; !errors.Is(err, hw.ErrDeadlineExceeded) {
+	if err := <-done; !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("cancelled: %v, want ErrDeadlineExceeded", err)
 	}
 	// Nobody is left waiting: the released instance goes back to the free list.
@@ -139,7 +139,7 @@ func TestPoolOutOfServiceInstancesLeaveAndTheLastOneFailsWaiters(t *testing.T) {
 	ctx := context.Background()
 	a, _ := p.acquire(ctx)
 	b, _ := p.acquire(ctx)
-	errQ := hw.Errorf(hw.ErrDeviceLost, "quarantined: fence timed out")
+	errQ := errdefs.Errorf(errdefs.ErrDeviceLost, "quarantined: fence timed out")
 	insts[0].fail(errQ)
 	p.release(a) // leaves service
 	if live, free, _ := p.stats(); live != 1 || free != 0 {
@@ -150,14 +150,14 @@ func TestPoolOutOfServiceInstancesLeaveAndTheLastOneFailsWaiters(t *testing.T) {
 	recvWithin(t, queued, "the caller queued")
 	insts[1].fail(errQ)
 	p.release(b) // the last one: the waiter is told at once
-	if err := <-done; !errors.Is(err, hw.ErrDeviceLost) {
+	if err := <-done; !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("waiter: %v, want the quarantine's ErrDeviceLost", err)
 	}
-	if _, err := p.acquire(ctx); !errors.Is(err, hw.ErrDeviceLost) {
+	if _, err := p.acquire(ctx); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("after: %v", err)
 	}
 	// A pool made of out-of-service instances refuses from the start.
-	if _, err := newPool("t", insts[:1], []string{"gpu0"}, 1, 0, nil, fakeDown).acquire(ctx); !errors.Is(err, hw.ErrDeviceLost) {
+	if _, err := newPool("t", insts[:1], []string{"gpu0"}, 1, 0, nil, fakeDown).acquire(ctx); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("single: %v", err)
 	}
 }
@@ -186,7 +186,7 @@ func TestPoolHammerLosesNoInstance(t *testing.T) {
 				m, err := p.acquire(ctx)
 				cancel()
 				if err != nil {
-					if !errors.Is(err, hw.ErrDeadlineExceeded) {
+					if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 						t.Error(err)
 					}
 					continue

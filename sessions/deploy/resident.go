@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
@@ -101,12 +102,12 @@ func (r *Resident) set(run *ResidentRun, f func(*ResidentRun)) {
 //
 // # Errors
 //
-//   - [hw.ErrBusy] when Spec.MaxRuns runs are already running, when the
+//   - [errdefs.ErrBusy] when Spec.MaxRuns runs are already running, when the
 //     GPU's max_parked participants are parked, or when the runtime's
 //     capacity cannot be had within the startup deadline (no run is
 //     started).
-//   - [hw.ErrDeviceLost] when Spec.MaxQuarantined runs are quarantined.
-//   - [hw.ErrUnsupported] for a resident whose two devices are not both
+//   - [errdefs.ErrDeviceLost] when Spec.MaxQuarantined runs are quarantined.
+//   - [errdefs.ErrUnsupported] for a resident whose two devices are not both
 //     sim devices or both cuda devices (a cuda GPU and the cuda host
 //     device, engine "cpu"), or whose payload is not the exchange's.
 //   - Errors of the devices.
@@ -115,12 +116,12 @@ func (r *Resident) Start(ctx context.Context) (*ResidentRun, error) {
 	if r.Spec.MaxRuns > 0 && r.running >= r.Spec.MaxRuns {
 		r.mu.Unlock()
 		return &ResidentRun{State: "refused", Rounds: r.Spec.Rounds},
-			hw.Errorf(hw.ErrBusy, "resident %q already has its max_runs of %d runs running; retry when one finishes", r.Spec.Name, r.Spec.MaxRuns)
+			errdefs.Errorf(errdefs.ErrBusy, "resident %q already has its max_runs of %d runs running; retry when one finishes", r.Spec.Name, r.Spec.MaxRuns)
 	}
 	if q := len(r.quarantined); r.Spec.MaxQuarantined > 0 && q >= r.Spec.MaxQuarantined {
 		r.mu.Unlock()
 		return &ResidentRun{State: "refused", Rounds: r.Spec.Rounds},
-			hw.Errorf(hw.ErrDeviceLost, "resident %q: %d quarantined runs keep their resources; the cap is %d (max_quarantined): restart the process to free them", r.Spec.Name, q, r.Spec.MaxQuarantined)
+			errdefs.Errorf(errdefs.ErrDeviceLost, "resident %q: %d quarantined runs keep their resources; the cap is %d (max_quarantined): restart the process to free them", r.Spec.Name, q, r.Spec.MaxQuarantined)
 	}
 	r.running++
 	r.mu.Unlock()
@@ -144,8 +145,8 @@ func (r *Resident) Start(ctx context.Context) (*ResidentRun, error) {
 	defer cancel()
 	l := &liveRun{slots: slots}
 	if l.admission, err = r.d.Runtime.Reserve(sctx, host.Op{Owner: residentOwnerName(r.Spec.Name, run.ID), Device: r.Spec.GPU}); err != nil {
-		if errors.Is(err, hw.ErrDeadlineExceeded) {
-			err = hw.Errorf(hw.ErrBusy, "resident %q: not admitted within its startup deadline %v: the runtime's capacity of %d is in use; retry later", r.Spec.Name, r.Spec.StartupDeadline, r.d.Runtime.Capacity())
+		if errors.Is(err, errdefs.ErrDeadlineExceeded) {
+			err = errdefs.Errorf(errdefs.ErrBusy, "resident %q: not admitted within its startup deadline %v: the runtime's capacity of %d is in use; retry later", r.Spec.Name, r.Spec.StartupDeadline, r.d.Runtime.Capacity())
 		}
 		r.end(run, l, nil, err)
 		return run, err
@@ -222,12 +223,12 @@ func (r *Resident) Run(ctx context.Context) (ResidentRun, error) {
 	select {
 	case <-run.done:
 	case <-ctx.Done():
-		return *run, hw.ContextError(ctx, "waiting for resident run")
+		return *run, errdefs.ContextError(ctx, "waiting for resident run")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if run.State != "verified" {
-		return *run, hw.Errorf(hw.ErrFault, "resident %q run %d: %s: %s", r.Spec.Name, run.ID, run.State, run.Error)
+		return *run, errdefs.Errorf(errdefs.ErrFault, "resident %q run %d: %s: %s", r.Spec.Name, run.ID, run.State, run.Error)
 	}
 	return *run, nil
 }
@@ -236,16 +237,16 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun, l *liveRun) (*s
 	d, spec := r.d, r.Spec
 	gb, nb := d.Manifest.Device(spec.GPU).Backend, d.Manifest.Device(spec.NPU).Backend
 	if gb != nb || (gb != manifest.BackendSim && gb != manifest.BackendCUDA) {
-		return nil, nil, hw.Errorf(hw.ErrUnsupported, "resident %q: gpu %q (%s) and npu %q (%s) must both be sim or both cuda devices", spec.Name, spec.GPU, gb, spec.NPU, nb)
+		return nil, nil, errdefs.Errorf(errdefs.ErrUnsupported, "resident %q: gpu %q (%s) and npu %q (%s) must both be sim or both cuda devices", spec.Name, spec.GPU, gb, spec.NPU, nb)
 	}
 	if spec.Payload != sessions.PayloadSize {
-		return nil, nil, hw.Errorf(hw.ErrUnsupported, "resident %q: the resident participants exchange exactly %d payload bytes, the manifest asks for %d", spec.Name, sessions.PayloadSize, spec.Payload)
+		return nil, nil, errdefs.Errorf(errdefs.ErrUnsupported, "resident %q: the resident participants exchange exactly %d payload bytes, the manifest asks for %d", spec.Name, sessions.PayloadSize, spec.Payload)
 	}
 	gpu, npu := d.devices[spec.GPU], d.devices[spec.NPU]
 	var p hw.Platform = d.simP
 	if gb == manifest.BackendCUDA {
 		if npu != hw.Device(d.cudaP.Host()) {
-			return nil, nil, hw.Errorf(hw.ErrUnsupported, "resident %q: on cuda the npu must be the host device (engine \"cpu\"), not %q", spec.Name, spec.NPU)
+			return nil, nil, errdefs.Errorf(errdefs.ErrUnsupported, "resident %q: on cuda the npu must be the host device (engine \"cpu\"), not %q", spec.Name, spec.NPU)
 		}
 		p = d.cudaP
 	}
@@ -298,7 +299,7 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun, l *liveRun) (*s
 	}
 	if ctx.Err() != nil { // the startup deadline (Start's context)
 		_ = rs.Abort()
-		return rs, nil, hw.Errorf(hw.ErrDeadlineExceeded, "resident %q: participants not accepted within the startup deadline %v", spec.Name, spec.StartupDeadline)
+		return rs, nil, errdefs.Errorf(errdefs.ErrDeadlineExceeded, "resident %q: participants not accepted within the startup deadline %v", spec.Name, spec.StartupDeadline)
 	}
 	if err := rs.Start(); err != nil {
 		return rs, nil, err
@@ -315,10 +316,10 @@ func (r *Resident) finish(run *ResidentRun, l *liveRun, rs *sessions.ResidentSes
 		want := sessions.ExpectedPayload(r.Spec.Rounds)
 		verified = derr == nil && equalFloats(got, want)
 		if !verified {
-			err = hw.Errorf(hw.ErrFault, "payload after %d rounds does not match the expected exchange", r.Spec.Rounds)
+			err = errdefs.Errorf(errdefs.ErrFault, "payload after %d rounds does not match the expected exchange", r.Spec.Rounds)
 		}
 	} else if err == nil {
-		err = hw.Errorf(hw.ErrDeadlineExceeded, "participants did not retire within the join deadline %v", r.Spec.JoinDeadline)
+		err = errdefs.Errorf(errdefs.ErrDeadlineExceeded, "participants did not retire within the join deadline %v", r.Spec.JoinDeadline)
 	}
 	cerr := rs.Close()
 	r.release(l, rs)

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
-	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/sessions/deploy"
 )
 
@@ -64,7 +64,7 @@ func TestResidentQuarantineCap(t *testing.T) {
 		t.Fatalf("Quarantined() = %v, want [1 2]", q)
 	}
 	_, err := r.Start(context.Background())
-	if !errors.Is(err, hw.ErrDeviceLost) || !strings.Contains(err.Error(), "2 quarantined runs keep their resources; the cap is 2") {
+	if !errors.Is(err, errdefs.ErrDeviceLost) || !strings.Contains(err.Error(), "2 quarantined runs keep their resources; the cap is 2") {
 		t.Fatalf("start past the cap: %v", err)
 	}
 	s := &served{t: t, srv: deploy.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
@@ -96,7 +96,7 @@ func TestResidentMaxParked(t *testing.T) {
 		t.Fatalf("run: %+v, %v; want quarantined", run, err)
 	}
 	_, err := r.Start(context.Background())
-	if !errors.Is(err, hw.ErrBusy) || !strings.Contains(err.Error(), `parked on "gpu0", its max_parked`) {
+	if !errors.Is(err, errdefs.ErrBusy) || !strings.Contains(err.Error(), `parked on "gpu0", its max_parked`) {
 		t.Fatalf("start past max_parked: %v", err)
 	}
 	s := &served{t: t, srv: deploy.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
@@ -125,7 +125,7 @@ func TestResidentAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = r.Start(context.Background())
-	if !errors.Is(err, hw.ErrBusy) || !strings.Contains(err.Error(), "not admitted within its startup deadline 30ms") {
+	if !errors.Is(err, errdefs.ErrBusy) || !strings.Contains(err.Error(), "not admitted within its startup deadline 30ms") {
 		t.Fatalf("start with no capacity: %v", err)
 	}
 	s := &served{t: t, srv: deploy.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
@@ -157,7 +157,7 @@ func TestResidentAdmission(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20e6)
 	defer cancel()
 	err = d.Runtime.Submit(ctx, host.Op{Lane: host.LaneUpload, Owner: "stage"}, func(context.Context) error { return nil })
-	if !errors.Is(err, hw.ErrDeadlineExceeded) {
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Errorf("a submission while the run holds the capacity: %v, want ErrDeadlineExceeded", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/sessions/manifest"
 )
@@ -49,7 +50,7 @@ func (d *Deployment) gpuSlots(name string) (*gpuSlots, error) {
 	dev := d.devices[name]
 	md := d.Manifest.Device(name)
 	if dev == nil || md == nil {
-		return nil, hw.Errorf(hw.ErrNotFound, "no device %q", name)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q", name)
 	}
 	gpuSlotsMu.Lock()
 	defer gpuSlotsMu.Unlock()
@@ -71,7 +72,7 @@ func (g *gpuSlots) take(resident string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.parked >= g.limit {
-		return hw.Errorf(hw.ErrBusy, "resident %q: %d resident GPU participants are parked on %q, its max_parked (quarantined runs whose kernel never retired included); retry when one retires",
+		return errdefs.Errorf(errdefs.ErrBusy, "resident %q: %d resident GPU participants are parked on %q, its max_parked (quarantined runs whose kernel never retired included); retry when one retires",
 			resident, g.parked, g.dev.Name())
 	}
 	if g.prefill && !g.filled && g.parked == 0 {
@@ -103,7 +104,7 @@ func (g *gpuSlots) stream() (hw.Stream, error) {
 		return s, nil
 	}
 	if g.prefill && g.parked > 1 {
-		return nil, hw.Errorf(hw.ErrBusy, "%q has no pre-created resident stream left and %d other resident runs hold slots: creating a stream while resident kernels are parked can hang the driver; retry when one ends",
+		return nil, errdefs.Errorf(errdefs.ErrBusy, "%q has no pre-created resident stream left and %d other resident runs hold slots: creating a stream while resident kernels are parked can hang the driver; retry when one ends",
 			g.dev.Name(), g.parked-1)
 	}
 	s, err := g.dev.NewStream()

@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host/metrics"
-	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/sessions/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -453,21 +453,21 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	sess := s.d.Session(name)
 	if sess == nil {
-		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q", name))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name))
 		return
 	}
 	limit := sess.Spec.MaxInput
 	if r.ContentLength > limit {
 		// Refused before a byte of the body is read; the connection closes.
 		w.Header().Set("Connection", "close")
-		s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
 		return
 	}
 	ctx := r.Context()
 	if v := r.Header.Get(DeadlineHeader); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v))
 			return
 		}
 		if d < sess.Spec.Deadline { // shortens the manifest's deadline, never lengthens it
@@ -489,10 +489,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			s.writeError(w, r, hw.Errorf(hw.ErrOutOfBudget, "the request body is larger than session %q's max_input of %d bytes", name, limit))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body is larger than session %q's max_input of %d bytes", name, limit))
 			return
 		}
-		s.writeError(w, r, hw.Errorf(hw.ErrInvalidArgument, "reading the request body: %v", err))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the request body: %v", err))
 		return
 	}
 	out, err := turn.Run(ctx, input)
@@ -521,7 +521,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	}
 	sess := s.d.Session(r.PathValue("name"))
 	if sess == nil {
-		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no session %q", r.PathValue("name")))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", r.PathValue("name")))
 		return
 	}
 	writeJSON(w, http.StatusOK, sess.Status())
@@ -530,7 +530,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 func (s *Server) startResident(w http.ResponseWriter, r *http.Request) {
 	res := s.d.Resident(r.PathValue("name"))
 	if res == nil {
-		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no resident session %q", r.PathValue("name")))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no resident session %q", r.PathValue("name")))
 		return
 	}
 	// The run outlives the request: its joins continue in the background.
@@ -545,7 +545,7 @@ func (s *Server) startResident(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getResident(w http.ResponseWriter, r *http.Request) {
 	res := s.d.Resident(r.PathValue("name"))
 	if res == nil {
-		s.writeError(w, r, hw.Errorf(hw.ErrNotFound, "no resident session %q", r.PathValue("name")))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no resident session %q", r.PathValue("name")))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"resident": res.Spec.Name, "rounds": res.Spec.Rounds,

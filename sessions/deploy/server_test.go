@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -159,16 +159,16 @@ func TestErrorClasses(t *testing.T) {
 	}{
 		{nil, "ok", 500},
 		{&stages.ClientError{Code: 3}, "client_error", 422},
-		{hw.Errorf(hw.ErrBusy, "x"), "busy", 429},
-		{hw.Errorf(hw.ErrDeviceLost, "x"), "device_lost", 503},
-		{hw.Errorf(hw.ErrUnsupported, "x"), "unsupported", 501},
-		{hw.Errorf(hw.ErrInvalidArgument, "x"), "invalid_argument", 400},
-		{hw.Errorf(hw.ErrNotFound, "x"), "not_found", 404},
-		{hw.Errorf(hw.ErrOutOfBudget, "x"), "out_of_budget", 413},
-		{hw.Errorf(hw.ErrDeadlineExceeded, "x"), "deadline_exceeded", 504},
-		{hw.Errorf(hw.ErrRejected, "x"), "rejected", 503},
-		{hw.Errorf(hw.ErrFault, "x"), "fault", 500},
-		{hw.Errorf(hw.ErrClosed, "x"), "closed", 503},
+		{errdefs.Errorf(errdefs.ErrBusy, "x"), "busy", 429},
+		{errdefs.Errorf(errdefs.ErrDeviceLost, "x"), "device_lost", 503},
+		{errdefs.Errorf(errdefs.ErrUnsupported, "x"), "unsupported", 501},
+		{errdefs.Errorf(errdefs.ErrInvalidArgument, "x"), "invalid_argument", 400},
+		{errdefs.Errorf(errdefs.ErrNotFound, "x"), "not_found", 404},
+		{errdefs.Errorf(errdefs.ErrOutOfBudget, "x"), "out_of_budget", 413},
+		{errdefs.Errorf(errdefs.ErrDeadlineExceeded, "x"), "deadline_exceeded", 504},
+		{errdefs.Errorf(errdefs.ErrRejected, "x"), "rejected", 503},
+		{errdefs.Errorf(errdefs.ErrFault, "x"), "fault", 500},
+		{errdefs.Errorf(errdefs.ErrClosed, "x"), "closed", 503},
 		{deploy.ErrUnavailable, "unavailable", 503},
 		{errors.New("no class"), "internal", 500},
 	} {
@@ -183,7 +183,7 @@ func TestErrorClasses(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if got := deploy.Outcome(ctx, hw.ContextError(ctx, "waiting")); got != "client_closed" {
+	if got := deploy.Outcome(ctx, errdefs.ContextError(ctx, "waiting")); got != "client_closed" {
 		t.Errorf("a cancelled caller's outcome is %q", got)
 	}
 	if got := deploy.Outcome(ctx, nil); got != "ok" {

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -397,7 +397,7 @@ func (h *Host) run(ctx context.Context, hs *hostSession, turn *deploy.Turn, inpu
 	out, err := turn.Run(ctx, input)
 	turn.Release()
 	if err != nil {
-		if !lostBefore && !h.cfg.NoDeviceLostQuarantine && hw.ClassOf(err) == hw.ErrDeviceLost {
+		if !lostBefore && !h.cfg.NoDeviceLostQuarantine && errdefs.ClassOf(err) == errdefs.ErrDeviceLost {
 			if derr := h.d.DeviceErr(dev); derr != nil {
 				h.poison(hs, fmt.Sprintf("a call to session %s made device %s on host %s lost: %s", hs.name, dev, h.cfg.ID, deploy.PublicMessage(derr)))
 			}
@@ -484,7 +484,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	if v := hdr.Get(DeadlineHeader); v != "" {
 		d, perr := time.ParseDuration(v)
 		if perr != nil || d <= 0 {
-			err = hw.Errorf(hw.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v)
+			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v)
 		} else {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d)
