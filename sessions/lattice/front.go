@@ -36,6 +36,12 @@ type FrontConfig struct {
 	// Grace is how long past a call's deadline the front waits for the
 	// host's own deadline_exceeded answer. Default 250ms.
 	Grace time.Duration
+	// AckTimeout is how long the front waits for a host to acknowledge a
+	// call it sent (a host acknowledges on receipt, before it runs the
+	// call). A call no host acknowledged in that time reached none that
+	// will run it (the host that got it died first), so the front sends
+	// it again, until the deadline. Default 1s.
+	AckTimeout time.Duration
 	// Logger: default slog.Default().
 	Logger *slog.Logger
 }
@@ -53,6 +59,9 @@ type FrontStats struct {
 	HostGone uint64 `json:"host_gone"`
 	// Unanswered: no host acked or answered before the deadline (503).
 	Unanswered uint64 `json:"unanswered"`
+	// Resent: calls sent again because no host acknowledged them within
+	// AckTimeout.
+	Resent uint64 `json:"resent"`
 }
 
 // Front routes session calls: to a free local instance, or through the
@@ -74,7 +83,7 @@ type Front struct {
 	next    uint64
 	changed notifier
 
-	stats struct{ local, remote, refused, noResp, gone, unanswered atomic.Uint64 }
+	stats struct{ local, remote, refused, noResp, gone, unanswered, resent atomic.Uint64 }
 	stop  chan struct{}
 	done  sync.WaitGroup
 }
@@ -103,6 +112,9 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = 250 * time.Millisecond
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -274,7 +286,7 @@ func (f *Front) Known(session string) bool {
 // Stats counts the front's calls.
 func (f *Front) Stats() FrontStats {
 	return FrontStats{Local: f.stats.local.Load(), Remote: f.stats.remote.Load(), Refused: f.stats.refused.Load(),
-		NoResponders: f.stats.noResp.Load(), HostGone: f.stats.gone.Load(), Unanswered: f.stats.unanswered.Load()}
+		NoResponders: f.stats.noResp.Load(), HostGone: f.stats.gone.Load(), Unanswered: f.stats.unanswered.Load(), Resent: f.stats.resent.Load()}
 }
 
 // Quarantine is the lattice's shared quarantine, as the front sees it.
@@ -385,11 +397,28 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) ([]byt
 	}
 	timer := time.NewTimer(remaining + f.cfg.Grace)
 	defer timer.Stop()
+	ack := time.NewTimer(f.cfg.AckTimeout)
+	defer ack.Stop()
 	ctxDone := ctx.Done()
 	for {
 		select {
 		case m := <-c.ch:
 			return f.decode(session, m)
+		case <-ack.C:
+			left := time.Until(deadline)
+			if f.ackedBy(c) != "" || left <= 0 {
+				continue
+			}
+			// No host took it: the one the server gave it to died before
+			// it could, so another may. (At least once for such calls: a
+			// host whose acknowledgement was lost with its connection
+			// may have run it too.)
+			msg.Header.Set(DeadlineHeader, left.String())
+			if err := f.nc.PublishMsg(msg); err == nil {
+				f.stats.resent.Add(1)
+				f.cfg.Logger.Info("lattice call sent again: no host acknowledged it", "session", session, "traceparent", tp, "after", f.cfg.AckTimeout)
+			}
+			ack.Reset(f.cfg.AckTimeout)
 		case <-c.gone:
 			host := f.ackedBy(c)
 			f.stats.gone.Add(1)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/lattice"
 )
@@ -372,5 +374,39 @@ func TestPlacementCAS(t *testing.T) {
 	}
 	if _, err := b.h.ClaimPlacement(ctx, "solo"); err != nil {
 		t.Fatalf("claiming a released key: %v", err)
+	}
+}
+
+// TestUnacknowledgedCallsAreSentAgain: a call that reaches a member of
+// the session's queue group that never acknowledges it (a host that died
+// as it got the call) is sent again after AckTimeout and answered by a
+// live host, instead of failing at its deadline.
+func TestUnacknowledgedCallsAreSentAgain(t *testing.T) {
+	url := startServer(t)
+	const lat = "t9"
+	join(t, url, lat, "h1", manifestOpts{}, lattice.HostConfig{TTL: ttl})
+	// A black hole in the session's queue group: it takes calls and never
+	// acknowledges or answers them.
+	hole := connect(t, url)
+	var swallowed atomic.Int64
+	sub, err := hole.QueueSubscribe(lattice.SessionSubject(lat, "steady"), lattice.QueueGroup(lat, "steady"), func(*nats.Msg) { swallowed.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := hole.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: ttl, AckTimeout: 20 * time.Millisecond})
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := f.Call(ctx, "steady", nil)
+		cancel()
+		if err != nil || string(out) != "ok" {
+			t.Fatalf("call %d: %q, %v (stats %+v)", i, out, err, f.Stats())
+		}
+	}
+	if swallowed.Load() == 0 || f.Stats().Resent != uint64(swallowed.Load()) {
+		t.Fatalf("swallowed %d, resent %d: the queue group should have given the hole some calls, each sent again once", swallowed.Load(), f.Stats().Resent)
 	}
 }
