@@ -202,6 +202,12 @@ func TestServeSupervise(t *testing.T) {
 		code, body := call("a")
 		return code == 200 && body == "ok", body
 	})
+	// The worker joins the lattice, then reports ready: a call can reach
+	// it a moment before the supervisor has read the report.
+	pollFor(t, limit, "gpu0's worker ready", func() (bool, string) {
+		ws, body := workers()
+		return ws != nil && ws["gpu0"].State == "ready", body
+	})
 	before, body := workers()
 	if before["gpu0"].State != "ready" || before["gpu1"].Restarts != 0 {
 		t.Fatalf("before the kill: %s", body)
