@@ -105,8 +105,10 @@ func TestResidentMaxParked(t *testing.T) {
 		t.Errorf("HTTP start past max_parked: %d %+v", rec.Code, e)
 	}
 
-	// Healthy runs, one after another, never exceed a bound of one.
-	d = open(t, residentManifest("", "max_parked = 1\n", "", ""))
+	// Healthy runs, one after another, never exceed a bound of one (with
+	// a join deadline that a loaded machine meets: 20ms is for the runs
+	// that must quarantine).
+	d = open(t, residentManifest("", "max_parked = 1\n", "", "join_deadline = \"10s\"\n"))
 	for i := 1; i <= 5; i++ {
 		if _, err := d.Resident("pp").Run(context.Background()); err != nil {
 			t.Fatalf("healthy run %d with max_parked = 1: %v", i, err)
