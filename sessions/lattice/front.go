@@ -36,6 +36,9 @@ type FrontConfig struct {
 	// Grace is how long past a call's deadline the front waits for the
 	// host's own deadline_exceeded answer. Default 250ms.
 	Grace time.Duration
+	// Replicas: as [HostConfig.Replicas], for the buckets the front opens
+	// (it may be the first member to make them). Default 1.
+	Replicas int
 	// AckTimeout is how long the front waits for a host to acknowledge a
 	// call it sent (a host acknowledges on receipt, before it runs the
 	// call). A call no host acknowledged in that time reached none that
@@ -126,13 +129,13 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	if err != nil {
 		return nil, err
 	}
-	kv, err := openHosts(ctx, js, cfg.Lattice, cfg.TTL)
+	kv, err := openHosts(ctx, js, cfg.Lattice, cfg.TTL, cfg.Replicas)
 	if err != nil {
 		return nil, err
 	}
 	f := &Front{cfg: cfg, nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{}, known: map[string]bool{},
 		pending: map[string]*call{}, stop: make(chan struct{})}
-	if f.q, err = OpenQuarantine(ctx, js, cfg.Lattice); err != nil {
+	if f.q, err = OpenQuarantine(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
 		return nil, err
 	}
 	if f.sub, err = nc.Subscribe(f.inbox+".*", f.answer); err != nil {

@@ -42,6 +42,11 @@ type HostConfig struct {
 	// ClaimTTL is the placement bucket's TTL (how long an unrenewed claim
 	// lasts). Default 10s; one value for the whole lattice.
 	ClaimTTL time.Duration
+	// Replicas is how many NATS servers keep each of the lattice's KV
+	// buckets (1 to 5, at most the JetStream cluster's size): with 3, a
+	// bucket survives the loss of one server. Default 1. One value for
+	// the whole lattice: the first member to make a bucket sets it.
+	Replicas int
 	// Readiness reports the host's readiness for its heartbeat (the HTTP
 	// service passes its Server.Readiness). Default: from the deployment's
 	// devices and sessions, as Server.Readiness with
@@ -61,6 +66,9 @@ func (c *HostConfig) defaults() {
 	}
 	if c.ClaimTTL <= 0 {
 		c.ClaimTTL = 10 * time.Second
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -169,10 +177,10 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 	}
 	h := &Host{cfg: cfg, nc: nc, d: d, started: time.Now().UTC(), sessions: map[string]*hostSession{},
 		poisoned: map[string]bool{}, stop: make(chan struct{}), beatDone: make(chan struct{})}
-	if h.hosts, err = openHosts(ctx, js, cfg.Lattice, cfg.TTL); err != nil {
+	if h.hosts, err = openHosts(ctx, js, cfg.Lattice, cfg.TTL, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	if h.q, err = OpenQuarantine(ctx, js, cfg.Lattice); err != nil {
+	if h.q, err = OpenQuarantine(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
 		return nil, err
 	}
 	ok := false
@@ -184,7 +192,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 			}
 		}
 	}()
-	if h.claims, err = OpenClaims(ctx, js, cfg.Lattice, cfg.ClaimTTL); err != nil {
+	if h.claims, err = OpenClaims(ctx, js, cfg.Lattice, cfg.ClaimTTL, cfg.Replicas); err != nil {
 		return nil, err
 	}
 	h.svc, err = micro.AddService(nc, micro.Config{Name: ServiceName(cfg.Lattice), Version: "1.0.0",
@@ -225,10 +233,11 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 
 // openHosts opens (creating it if needed) a lattice's hosts bucket. Its
 // limit markers make an expired heartbeat visible to watchers.
-func openHosts(ctx context.Context, js jetstream.JetStream, lattice string, ttl time.Duration) (jetstream.KeyValue, error) {
+func openHosts(ctx context.Context, js jetstream.JetStream, lattice string, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: HostsBucket(lattice), Description: "stagehost lattice " + lattice + ": host heartbeats",
 		History: 1, TTL: ttl, LimitMarkerTTL: max(ttl, time.Second), Storage: jetstream.MemoryStorage,
+		Replicas: max(replicas, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lattice: hosts bucket: %w", err)

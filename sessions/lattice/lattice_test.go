@@ -410,3 +410,26 @@ func TestUnacknowledgedCallsAreSentAgain(t *testing.T) {
 		t.Fatalf("swallowed %d, resent %d: the queue group should have given the hole some calls, each sent again once", swallowed.Load(), f.Stats().Resent)
 	}
 }
+
+// TestReplicasReachTheBuckets: HostConfig.Replicas is what the lattice's
+// KV buckets are made with. A single embedded server cannot keep a
+// bucket on two servers, so asking for 2 fails to make it, naming the
+// bucket; 1 (the default) works.
+func TestReplicasReachTheBuckets(t *testing.T) {
+	url := startServer(t)
+	d := openDeployment(t, manifestOpts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := lattice.NewHost(ctx, connect(t, url), d.Deployment, lattice.HostConfig{Lattice: "r2", ID: "h", Replicas: 2, Logger: quietLogger()})
+	if err == nil || !strings.Contains(err.Error(), "bucket") {
+		t.Fatalf("two replicas on one server: %v, want the bucket refused", err)
+	}
+	h, err := lattice.NewHost(ctx, connect(t, url), d.Deployment, lattice.HostConfig{Lattice: "r1", ID: "h", Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("the default, one replica: %v", err)
+	}
+	_ = h.Close(ctx)
+	if _, err := lattice.NewFront(ctx, connect(t, url), lattice.FrontConfig{Lattice: "r3", Replicas: 2, Logger: quietLogger()}); err == nil {
+		t.Fatal("a front asking for two replicas on one server made its buckets")
+	}
+}

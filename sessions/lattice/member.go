@@ -179,12 +179,12 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 		ff = -1 // never
 	}
 	if d != nil {
-		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, FenceFailures: ff,
+		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, FenceFailures: ff, Replicas: lt.Replicas,
 			NoDeviceLostQuarantine: !lt.QuarantineOnDeviceLost, Readiness: cfg.Readiness, Logger: cfg.Logger}); err != nil {
 			return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
 		}
 	}
-	if m.front, err = NewFront(ctx, m.nc, FrontConfig{Lattice: lt.Name, TTL: lt.HeartbeatTTL, Local: m.host, Logger: cfg.Logger}); err != nil {
+	if m.front, err = NewFront(ctx, m.nc, FrontConfig{Lattice: lt.Name, TTL: lt.HeartbeatTTL, Replicas: lt.Replicas, Local: m.host, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
 	}
 	ok = true

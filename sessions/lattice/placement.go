@@ -33,11 +33,11 @@ type Claim struct {
 
 // OpenClaims opens (creating it if needed) a lattice's placement bucket;
 // ttl is how long an unrenewed claim lasts (0: until released).
-func OpenClaims(ctx context.Context, js jetstream.JetStream, lattice string, ttl time.Duration) (*Claims, error) {
+func OpenClaims(ctx context.Context, js jetstream.JetStream, lattice string, ttl time.Duration, replicas int) (*Claims, error) {
 	if err := checkName("lattice", lattice); err != nil {
 		return nil, err
 	}
-	cfg := jetstream.KeyValueConfig{Bucket: PlacementBucket(lattice), History: 1, TTL: ttl,
+	cfg := jetstream.KeyValueConfig{Bucket: PlacementBucket(lattice), History: 1, TTL: ttl, Replicas: max(replicas, 1),
 		Description: "stagehost lattice " + lattice + ": placement claims", Storage: jetstream.FileStorage}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 	if err != nil {

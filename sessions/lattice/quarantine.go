@@ -37,13 +37,13 @@ type Quarantine struct {
 
 // OpenQuarantine opens (creating it if needed) a lattice's shared
 // quarantine and loads it.
-func OpenQuarantine(ctx context.Context, js jetstream.JetStream, lattice string) (*Quarantine, error) {
+func OpenQuarantine(ctx context.Context, js jetstream.JetStream, lattice string, replicas int) (*Quarantine, error) {
 	if err := checkName("lattice", lattice); err != nil {
 		return nil, err
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: QuarantineBucket(lattice), Description: "stagehost lattice " + lattice + ": quarantined module sha256s",
-		History: 1, Storage: jetstream.FileStorage,
+		History: 1, Storage: jetstream.FileStorage, Replicas: max(replicas, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lattice: quarantine bucket: %w", err)

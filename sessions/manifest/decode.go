@@ -61,6 +61,7 @@ const (
 	minHeartbeatTTL        = 100 * time.Millisecond
 	maxHeartbeatTTL        = time.Hour
 	defaultFenceFailures   = 3
+	maxLatticeReplicas     = 5
 	maxFenceFailures       = 1 << 16
 )
 
@@ -296,6 +297,8 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 	n, _ := t.integer("fence_failures", defaultFenceFailures, 0, maxFenceFailures)
 	lt.FenceFailures = int(n)
 	lt.QuarantineOnDeviceLost, _ = t.boolean("quarantine_on_device_lost", true)
+	n, _ = t.integer("replicas", 1, 1, maxLatticeReplicas)
+	lt.Replicas = int(n)
 	t.finish()
 }
 

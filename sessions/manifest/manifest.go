@@ -130,6 +130,9 @@ type Lattice struct {
 	// QuarantineOnDeviceLost puts a module in the shared quarantine when a
 	// call to it made a device lost; default true.
 	QuarantineOnDeviceLost bool
+	// Replicas is how many NATS servers keep each of the lattice's KV
+	// buckets (1 to 5); default 1.
+	Replicas int
 }
 
 // DefaultLatticeListen is the [lattice] listen default of an embedded

@@ -113,7 +113,7 @@ func TestGood(t *testing.T) {
 		Lattice: &Lattice{Name: "prod", HostID: "host-1", Embedded: true, Listen: "127.0.0.1:4333", StoreDir: filepath.Join("testdata", "nats"),
 			TokenFile: filepath.Join("testdata", "service", "lattice.token"), TLSCA: filepath.Join("testdata", "service", "cert.pem"),
 			TLSCert: filepath.Join("testdata", "service", "cert.pem"), TLSKey: filepath.Join("testdata", "service", "key.pem"),
-			HeartbeatTTL: time.Second, FenceFailures: 0, QuarantineOnDeviceLost: false},
+			HeartbeatTTL: time.Second, FenceFailures: 0, QuarantineOnDeviceLost: false, Replicas: 3},
 		Devices: []Device{
 			{Name: "gpu0", Backend: BackendSim, Engine: hw.EngineGPU, MaxParked: 32,
 				Sim: &Sim{QueueDepth: 1024, Faults: []Fault{}}},
@@ -231,7 +231,7 @@ func TestLattice(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Lattice{Name: "l", URL: "nats://10.0.0.5:4222,tls://10.0.0.6:4222", TokenEnv: "NATS_TOKEN", Listen: DefaultLatticeListen,
-		HeartbeatTTL: 3 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true}
+		HeartbeatTTL: 3 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true, Replicas: 1}
 	if *m.Lattice != want {
 		t.Errorf("url form:\n got %+v\nwant %+v", *m.Lattice, want)
 	}
@@ -239,7 +239,7 @@ func TestLattice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = Lattice{Name: "l", Embedded: true, Listen: "127.0.0.1:4222", HeartbeatTTL: 3 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true}
+	want = Lattice{Name: "l", Embedded: true, Listen: "127.0.0.1:4222", HeartbeatTTL: 3 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true, Replicas: 1}
 	if *m.Lattice != want {
 		t.Errorf("embedded defaults:\n got %+v\nwant %+v", *m.Lattice, want)
 	}
