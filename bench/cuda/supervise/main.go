@@ -1,0 +1,182 @@
+// Command supervise drives `stagehost serve --supervise` for
+// bench/cuda/supervise.sh (issue 11's H200 run): a GPU worker and a host
+// worker serve one session each; the GPU worker's device is made to fail
+// (-mode kernel: a call launches the CUDA "fault" kernel, a sticky fault
+// that loses the GPU for that process; -mode kill: SIGKILL of the worker),
+// and the client measures the time from the fault until the GPU session
+// serves again, while it keeps calling the host session (none of those
+// calls may fail). It checks that only the GPU worker restarted and
+// prints a table. Every request has a timeout, so it never hangs.
+//
+//	supervise -addr 127.0.0.1:18081 -gpu-session gpu -gpu-worker gpu0 -host-session host -host-worker host0 -mode kernel
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+type worker struct {
+	Name     string `json:"name"`
+	PID      int    `json:"pid"`
+	State    string `json:"state"`
+	Restarts int    `json:"restarts"`
+	LastExit *struct {
+		Synthetic  bool   `json:"synthetic"`
+		SignalName string `json:"signal_name"`
+		Code       int    `json:"code"`
+		Reason     string `json:"reason"`
+	} `json:"last_exit"`
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:18081", "the supervisor's address")
+	gpuSession := flag.String("gpu-session", "gpu", "the session on the GPU worker's device (its stage is fault_stage)")
+	gpuWorker := flag.String("gpu-worker", "gpu0", "the GPU worker (its device's name)")
+	hostSession := flag.String("host-session", "host", "the session on the host worker's device")
+	hostWorker := flag.String("host-worker", "host0", "the host worker")
+	mode := flag.String("mode", "kernel", "kernel: launch the fault kernel; kill: SIGKILL the GPU worker")
+	wait := flag.Duration("wait", 60*time.Second, "how long each step may take")
+	flag.Parse()
+	c := &http.Client{Timeout: 20 * time.Second}
+	base := "http://" + *addr
+	fail := func(format string, args ...any) {
+		fmt.Printf("FAIL: "+format+"\n", args...)
+		os.Exit(1)
+	}
+	get := func(path string) (int, []byte) {
+		resp, err := c.Get(base + path)
+		if err != nil {
+			return 0, []byte(err.Error())
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	call := func(session string, in byte) (int, []byte) {
+		resp, err := c.Post(base+"/v1/sessions/"+session+"/run", "application/octet-stream", bytes.NewReader([]byte{in}))
+		if err != nil {
+			return 0, []byte(err.Error())
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	workers := func() map[string]worker {
+		code, b := get("/v1/workers")
+		var ws struct{ Workers []worker }
+		if code != 200 || json.Unmarshal(b, &ws) != nil {
+			return nil
+		}
+		out := map[string]worker{}
+		for _, w := range ws.Workers {
+			out[w.Name] = w
+		}
+		return out
+	}
+	until := func(what string, cond func() bool) time.Duration {
+		start := time.Now()
+		for deadline := start.Add(*wait); ; time.Sleep(2 * time.Millisecond) {
+			if cond() {
+				return time.Since(start)
+			}
+			if time.Now().After(deadline) {
+				fail("%s: not within %v", what, *wait)
+			}
+		}
+	}
+
+	// 1. Both workers ready, both sessions served.
+	until("both sessions served", func() bool {
+		a, _ := call(*gpuSession, 0)
+		b, _ := call(*hostSession, 0)
+		return a == 200 && b == 200
+	})
+	before := workers()
+	if before == nil || before[*gpuWorker].State != "ready" || before[*hostWorker].State != "ready" {
+		fail("workers before: %+v", before)
+	}
+
+	// 2. The host session is called all along.
+	var hostOK, hostFailed atomic.Int64
+	var lastHostErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if code, b := call(*hostSession, 0); code == 200 {
+				hostOK.Add(1)
+			} else {
+				hostFailed.Add(1)
+				lastHostErr.Store(fmt.Sprintf("%d %s", code, b))
+			}
+		}
+	}()
+
+	// 3. The fault.
+	t0 := time.Now()
+	var faultAnswer string
+	switch *mode {
+	case "kernel":
+		code, b := call(*gpuSession, 1)
+		faultAnswer = fmt.Sprintf("%d %s", code, bytes.TrimSpace(b))
+	case "kill":
+		if err := syscall.Kill(before[*gpuWorker].PID, syscall.SIGKILL); err != nil {
+			fail("kill %d: %v", before[*gpuWorker].PID, err)
+		}
+		faultAnswer = "SIGKILL"
+	default:
+		fail("unknown -mode %q", *mode)
+	}
+	hostAtFault := hostOK.Load()
+	restarted := until("the GPU worker restarted and ready", func() bool {
+		w := workers()[*gpuWorker]
+		return w.State == "ready" && w.PID != before[*gpuWorker].PID
+	})
+	serving := until("the GPU session served again", func() bool {
+		code, _ := call(*gpuSession, 0)
+		return code == 200
+	})
+	total := time.Since(t0)
+	close(stop)
+	wg.Wait()
+	after := workers()
+	g, h := after[*gpuWorker], after[*hostWorker]
+
+	fmt.Printf("\n%-28s %s\n", "mode", *mode)
+	fmt.Printf("%-28s %s\n", "fault call answered", faultAnswer)
+	fmt.Printf("%-28s %v\n", "fault → worker ready", restarted.Round(time.Millisecond))
+	fmt.Printf("%-28s %v\n", "fault → GPU session serves", total.Round(time.Millisecond))
+	fmt.Printf("%-28s %v\n", "  (then polling)", serving.Round(time.Millisecond))
+	fmt.Printf("%-28s %d ok, %d failed (%d ok after the fault)\n", "host session calls", hostOK.Load(), hostFailed.Load(), hostOK.Load()-hostAtFault)
+	fmt.Printf("%-28s pid %d → %d, restarts %d → %d\n", "GPU worker", before[*gpuWorker].PID, g.PID, before[*gpuWorker].Restarts, g.Restarts)
+	if g.LastExit != nil {
+		fmt.Printf("%-28s synthetic %v, signal %q, code %d, %s\n", "GPU worker's last exit", g.LastExit.Synthetic, g.LastExit.SignalName, g.LastExit.Code, g.LastExit.Reason)
+	}
+	fmt.Printf("%-28s pid %d → %d, restarts %d → %d\n", "host worker", before[*hostWorker].PID, h.PID, before[*hostWorker].Restarts, h.Restarts)
+	switch {
+	case hostFailed.Load() != 0:
+		fail("%d host session calls failed (last: %v)", hostFailed.Load(), lastHostErr.Load())
+	case h.PID != before[*hostWorker].PID || h.Restarts != before[*hostWorker].Restarts:
+		fail("the host worker restarted too")
+	case g.Restarts != before[*gpuWorker].Restarts+1:
+		fail("the GPU worker restarted %d times, want 1", g.Restarts-before[*gpuWorker].Restarts)
+	}
+	fmt.Println("PASS")
+}
