@@ -652,13 +652,28 @@ func TestServeWriteTimeout(t *testing.T) {
 // Retry-After; health still answers; closing the first frees the slot.
 func TestServeMaxInFlight(t *testing.T) {
 	s := startServe(t, prodManifest(t, "[service]\nmax_in_flight = 1"))
-	holder, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
+	// The holder sends a run whose body never ends, so it holds the one
+	// slot. A poll that the server happens to take first makes the
+	// holder's request the one refused: then it is sent again.
+	var holder net.Conn
+	hold := func() {
+		if holder != nil {
+			holder.Close()
+		}
+		var err error
+		if holder, err = net.Dial("tcp", s.addr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(holder, "POST /v1/sessions/steady/run HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer holder.Close()
-	if _, err := io.WriteString(holder, "POST /v1/sessions/steady/run HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab"); err != nil {
-		t.Fatal(err)
+	hold()
+	defer func() { holder.Close() }()
+	refused := func() bool { // the holder's request was answered (429)
+		_ = holder.SetReadDeadline(time.Now().Add(time.Millisecond))
+		n, _ := holder.Read(make([]byte, 1))
+		return n > 0
 	}
 	var a answer
 	for deadline := time.Now().Add(20 * time.Second); ; {
@@ -667,6 +682,9 @@ func TestServeMaxInFlight(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("never 429: %d %s", a.code, a.body)
+		}
+		if refused() {
+			hold()
 		}
 		time.Sleep(10 * time.Millisecond) // polling an HTTP status until the holder's request is in flight
 	}
