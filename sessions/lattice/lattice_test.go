@@ -433,3 +433,31 @@ func TestReplicasReachTheBuckets(t *testing.T) {
 		t.Fatal("a front asking for two replicas on one server made its buckets")
 	}
 }
+
+// TestPoisonReadsItsOwnWrite: once Poison returns, the same view shows
+// the module, so the host that quarantined it refuses its next call.
+func TestPoisonReadsItsOwnWrite(t *testing.T) {
+	url := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a := join(t, url, "t10", "a", manifestOpts{}, lattice.HostConfig{TTL: ttl})
+	sha := a.d.Manifest.Module("good").SHA256
+	for i := range 20 { // the watcher's lag is a race: try it often
+		q := a.h.Quarantine()
+		if err := q.Poison(ctx, lattice.Poison{SHA256: sha, Reason: "test", Host: "a", Session: "steady"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := q.Lookup(sha); !ok {
+			t.Fatalf("round %d: Poison returned before its own view showed the module", i)
+		}
+		if _, err := a.h.Call(ctx, "steady", nil); lattice.Class(err) != deploy.ClassUnavailable {
+			t.Fatalf("round %d: the call after Poison: %v, want unavailable", i, err)
+		}
+		if err := q.Clear(ctx, sha); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.WaitFor(ctx, func() bool { _, ok := q.Lookup(sha); return !ok }); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

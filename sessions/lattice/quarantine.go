@@ -87,7 +87,9 @@ func (q *Quarantine) watch(loaded chan struct{}) {
 }
 
 // Poison puts a module in the quarantine. The first reason recorded wins:
-// poisoning a module already in it changes nothing.
+// poisoning a module already in it changes nothing. It returns once this
+// view has the module too (read your writes: a host that quarantines a
+// module refuses the very next call to it), or when ctx ends.
 func (q *Quarantine) Poison(ctx context.Context, p Poison) error {
 	if p.At.IsZero() {
 		p.At = time.Now().UTC()
@@ -98,6 +100,9 @@ func (q *Quarantine) Poison(ctx context.Context, p Poison) error {
 	}
 	if _, err := q.kv.Create(ctx, p.SHA256, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("lattice: quarantining module %s: %w", p.SHA256, err)
+	}
+	if err := q.WaitFor(ctx, func() bool { _, ok := q.Lookup(p.SHA256); return ok }); err != nil {
+		return fmt.Errorf("lattice: quarantined module %s, but this host's view did not show it: %w", p.SHA256, err)
 	}
 	return nil
 }
