@@ -154,11 +154,20 @@ func (g *gpuSlots) closePool() {
 	gpuSlotsMu.Unlock()
 }
 
-// residentCollector exports the residents' runs, quarantined runs and
-// the parked resident GPU participants per device.
+// residentCollector exports, per resident, its runs started, running,
+// retained by state and quarantined, and the parked resident GPU
+// participants per device.
 type residentCollector struct{ d *Deployment }
 
+// residentRunStates are the states a resident run is in (ResidentRun.State).
+var residentRunStates = []string{"starting", "running", "verified", "failed", "quarantined"}
+
 var (
+	residentRunsStarted = prometheus.NewDesc("stagehost_resident_runs_started_total",
+		"Runs of the resident started since the service started (a start refused at admission is not a run).", []string{"resident"}, nil)
+	residentRunsByState = prometheus.NewDesc("stagehost_resident_runs",
+		"Runs of the resident in its retained history (the last `history` runs; GET /v1/residents/{name}) by state: starting, running, verified, failed, quarantined.",
+		[]string{"resident", "state"}, nil)
 	residentRunning = prometheus.NewDesc("stagehost_resident_running",
 		"Runs of the resident started and not yet finished.", []string{"resident"}, nil)
 	residentQuarantined = prometheus.NewDesc("stagehost_resident_quarantined_runs",
@@ -168,6 +177,8 @@ var (
 )
 
 func (c residentCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- residentRunsStarted
+	ch <- residentRunsByState
 	ch <- residentRunning
 	ch <- residentQuarantined
 	ch <- residentParked
@@ -177,6 +188,17 @@ func (c residentCollector) Collect(ch chan<- prometheus.Metric) {
 	gpus := map[string]bool{}
 	for _, name := range c.d.ResidentNames() {
 		r := c.d.Resident(name)
+		r.mu.Lock()
+		started := r.nextID // run ids count from 1 in start order
+		r.mu.Unlock()
+		byState := make(map[string]int, len(residentRunStates))
+		for _, run := range r.Runs() {
+			byState[run.State]++
+		}
+		ch <- prometheus.MustNewConstMetric(residentRunsStarted, prometheus.CounterValue, float64(started), name)
+		for _, st := range residentRunStates {
+			ch <- prometheus.MustNewConstMetric(residentRunsByState, prometheus.GaugeValue, float64(byState[st]), name, st)
+		}
 		ch <- prometheus.MustNewConstMetric(residentRunning, prometheus.GaugeValue, float64(r.Running()), name)
 		ch <- prometheus.MustNewConstMetric(residentQuarantined, prometheus.GaugeValue, float64(len(r.Quarantined())), name)
 		gpus[r.Spec.GPU] = true

@@ -170,7 +170,7 @@ func (s *Server) Attach(d *Deployment) {
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
 	}, []string{"session"})
 	s.registry.MustRegister(s.latency, sessionCollector{d}, residentCollector{d}, metrics.NewCollector(d.Runtime, d.DeviceNames()...),
-		residentRunsCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.route("POST /v1/sessions/{name}/run", ScopeInvoke, s.run)
 	s.route("GET /v1/sessions", ScopeInvoke, s.listSessions)
 	s.route("GET /v1/sessions/{name}", ScopeInvoke, s.getSession)
