@@ -106,6 +106,17 @@ func Outcome(ctx context.Context, err error) string {
 	return Class(err)
 }
 
+// setRetryAfter sets Retry-After: 1 on an answer of a class worth
+// retrying soon: 429, and 503 rejected and closed (not device_lost or
+// unavailable: those need an operator).
+func setRetryAfter(w http.ResponseWriter, class string) {
+	if ClassStatus(class) == http.StatusTooManyRequests || class == ClassRejected || class == ClassClosed {
+		if w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", "1")
+		}
+	}
+}
+
 // HTTPStatus maps an error to the HTTP status the service answers with
 // (see Class).
 func HTTPStatus(err error) int { return ClassStatus(Class(err)) }

@@ -101,8 +101,8 @@ func (s *Server) sessionReady(w http.ResponseWriter, r *http.Request) {
 	rd := SessionReadiness{Name: st.Name, State: st.State, Ready: st.State == "ready"}
 	if !rd.Ready {
 		rd.Reason = firstLine(st.Reason)
-	} else if err := s.d.DeviceErr(sess.Spec.Device); err != nil {
-		rd.Ready, rd.Reason = false, fmt.Sprintf("device %s is lost: %s", sess.Spec.Device, PublicMessage(err))
+	} else if dev, err := s.lostDevices(st); err != nil {
+		rd.Ready, rd.Reason = false, fmt.Sprintf("device %s is lost: %s", dev, PublicMessage(err))
 	} else if s.state.Load() == stateDraining {
 		rd.Ready, rd.Reason = false, "the service is shutting down (SIGTERM)"
 	}
@@ -111,4 +111,25 @@ func (s *Server) sessionReady(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, rd)
+}
+
+// lostDevices returns nil when at least one of a session's instances in
+// service runs on a healthy device; else a lost device of the session
+// and its error.
+func (s *Server) lostDevices(st SessionStatus) (string, error) {
+	var dev string
+	var lost error
+	for _, in := range st.Instances {
+		if in.State != "ready" {
+			continue
+		}
+		err := s.d.DeviceErr(in.Device)
+		if err == nil {
+			return "", nil
+		}
+		if lost == nil {
+			dev, lost = in.Device, err
+		}
+	}
+	return dev, lost
 }

@@ -216,6 +216,8 @@ func (s *Server) writeClassError(w http.ResponseWriter, r *http.Request, ce *Cla
 	if body.Error == "" {
 		body.Error = class
 	}
+	// Through the lattice every 503 may pass: another host, or this one
+	// restarted, may serve the next try.
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		if w.Header().Get("Retry-After") == "" {
 			w.Header().Set("Retry-After", "1")

@@ -259,3 +259,22 @@ func TestTryAcquireNeverWaitsAndCountsNothing(t *testing.T) {
 		t.Fatal("a single-instance session's free instance")
 	}
 }
+
+// TestAPoolIsReadyWhileOneOfItsDevicesServes: a pooled session's
+// readiness is 200 while an instance of it on a healthy device serves,
+// even when the first of its devices is lost; a session only on that
+// device is 503.
+func TestAPoolIsReadyWhileOneOfItsDevicesServes(t *testing.T) {
+	r := strings.NewReplacer("@QUEUE@", "",
+		"@LIARSHA@", sha(t, "stages/testdata/hostile/lying_fence.wasm"),
+		"@LOOPSHA@", sha(t, "stages/testdata/hostile/loop_stage.wasm"))
+	body := strings.Replace(r.Replace(pooled), "kind = \"hang\"\nsession = \"liars\"", "kind = \"lose\"", 1) // gpu0 is lost
+	d := open(t, body)
+	s := &served{t: t, srv: deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest)), d: d, log: &syncBuffer{}, header: http.Header{}}
+	if rec := s.do("GET", "/v1/sessions/pooled/ready", nil); rec.Code != 200 {
+		t.Errorf("pooled over gpu0 (lost) and gpu1: %d %s", rec.Code, rec.Body)
+	}
+	if rec := s.do("GET", "/v1/sessions/spin/ready", nil); rec.Code != 503 || !strings.Contains(rec.Body.String(), "device gpu0 is lost") {
+		t.Errorf("spin, on gpu0 only: %d %s", rec.Code, rec.Body)
+	}
+}

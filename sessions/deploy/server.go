@@ -578,11 +578,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &ce) {
 		body.Code = &ce.Code
 	}
-	if status == http.StatusTooManyRequests || class == ClassRejected || class == ClassClosed {
-		if w.Header().Get("Retry-After") == "" {
-			w.Header().Set("Retry-After", "1")
-		}
-	}
+	setRetryAfter(w, class)
 	level := slog.LevelInfo
 	if status >= 500 || body.Error != err.Error() {
 		level = slog.LevelWarn
