@@ -5,19 +5,48 @@
 #   mkdir -p .carry
 #   (cd bench/extism && GOWORK=off CGO_ENABLED=0 go test -c -o ../../.carry/extism.test .)
 #   CGO_ENABLED=0 go test -c -o .carry/stages.test ./stages
+#   CGO_ENABLED=0 go test -c -o .carry/lattice.test ./sessions/lattice
+#   CGO_ENABLED=0 go test -c -o .carry/deploy.test ./sessions/deploy
 #
 # then, on the host, from the repository root: bench/cpu16.sh [COUNT]
+# SUITES (default "extism stages lattice pool") picks the suites; a suite
+# whose test binary is missing is skipped with a line saying so.
 # Logs go to $OUT (or ./.out); a short summary is printed last.
 set -euo pipefail
 count=${1:-5}
 out=${OUT:-.out}
+suites=${SUITES:-extism stages lattice pool}
 mkdir -p "$out"
 root=$(pwd)
 nproc > "$out/nproc.txt"
-(cd bench/extism && "$root/.carry/extism.test" -test.run '^$' -test.bench 'EmptyStage' -test.count "$count" -test.benchmem) | tee "$out/extism.txt"
-(cd stages && "$root/.carry/stages.test" -test.run '^$' \
-  -test.bench 'InterruptLoops|InterruptDeadlineToReturn|InterruptGCWhileSpinning|WasmStageEmpty$' \
-  -test.count "$count" -test.benchmem) | tee "$out/stages.txt"
-echo "== summary ($(nproc) CPUs)"
-grep -h '^Benchmark' "$out/extism.txt" "$out/stages.txt" | awk '{print $1, $3, $4, $5, $6, $7, $8, $9}' | sort | awk '
-  { k=$1; v[k]=v[k] " " $2 } END { for (k in v) print k, v[k] }' | sort
+# run SUITE DIR BINARY BENCH: one suite's benchmarks, from DIR.
+run() {
+  if [ ! -x "$root/.carry/$3" ]; then
+    echo "== $1: skipped, .carry/$3 is missing"
+    return
+  fi
+  (cd "$2" && "$root/.carry/$3" -test.run '^$' -test.bench "$4" -test.count "$count" -test.benchmem) | tee "$out/$1.txt"
+}
+for s in $suites; do
+  case $s in
+  extism) run extism bench/extism extism.test 'EmptyStage' ;;
+  stages) run stages stages stages.test 'InterruptLoops|InterruptDeadlineToReturn|InterruptGCWhileSpinning|WasmStageEmpty$' ;;
+  lattice) run lattice sessions/lattice lattice.test 'CallOverhead|Throughput' ;;
+  pool) run pool sessions/deploy deploy.test 'PoolThroughput' ;;
+  *) echo "unknown suite $s"; exit 2 ;;
+  esac
+done
+echo "== summary ($(nproc) CPUs; medians of $count runs)"
+for f in "$out"/*.txt; do
+  case $f in */nproc.txt) continue ;; esac
+  grep -h '^Benchmark' "$f" || true
+done | awk '{
+  k=$1; sub(/-[0-9]+$/, "", k)
+  for (i = 3; i < NF; i += 2) { m=k " " $(i+1); n[m]++; v[m, n[m]]=$i }
+} END {
+  for (m in n) {
+    c=n[m]; for (i = 1; i <= c; i++) a[i]=v[m, i]
+    for (i = 1; i <= c; i++) for (j = i+1; j <= c; j++) if (a[j] < a[i]) { t=a[i]; a[i]=a[j]; a[j]=t }
+    print m, a[int((c+1)/2)]
+  }
+}' | sort

@@ -5,7 +5,8 @@
 // that loses the GPU for that process; -mode kill: SIGKILL of the worker),
 // and the client measures the time from the fault until the GPU session
 // serves again, while it keeps calling the host session (none of those
-// calls may fail). It checks that only the GPU worker restarted and
+// calls may fail, and /readyz and the host session's /ready must
+// answer 200 throughout). It checks that only the GPU worker restarted and
 // prints a table. Every request has a timeout, so it never hangs.
 //
 //	supervise -addr 127.0.0.1:18081 -gpu-session gpu -gpu-worker gpu0 -host-session host -host-worker host0 -mode kernel
@@ -95,20 +96,23 @@ func main() {
 		}
 	}
 
-	// 1. Both workers ready, both sessions served.
-	until("both sessions served", func() bool {
+	// 1. Both workers reported ready, both sessions served. A worker can
+	// serve a call a moment before the supervisor reads its ready report,
+	// so both conditions are waited for.
+	var before map[string]worker
+	until("both sessions served and both workers ready", func() bool {
 		a, _ := call(*gpuSession, 0)
 		b, _ := call(*hostSession, 0)
-		return a == 200 && b == 200
+		before = workers()
+		return a == 200 && b == 200 && before != nil &&
+			before[*gpuWorker].State == "ready" && before[*hostWorker].State == "ready"
 	})
-	before := workers()
-	if before == nil || before[*gpuWorker].State != "ready" || before[*hostWorker].State != "ready" {
-		fail("workers before: %+v", before)
-	}
 
 	// 2. The host session is called all along.
 	var hostOK, hostFailed atomic.Int64
 	var lastHostErr atomic.Value
+	var readyOK, readyFailed atomic.Int64
+	var lastReadyErr atomic.Value
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -125,6 +129,15 @@ func main() {
 			} else {
 				hostFailed.Add(1)
 				lastHostErr.Store(fmt.Sprintf("%d %s", code, b))
+			}
+			// The front stays ready, and so does the host session.
+			for _, p := range []string{"/readyz", "/v1/sessions/" + *hostSession + "/ready"} {
+				if code, b := get(p); code == 200 {
+					readyOK.Add(1)
+				} else {
+					readyFailed.Add(1)
+					lastReadyErr.Store(fmt.Sprintf("%s: %d %s", p, code, b))
+				}
 			}
 		}
 	}()
@@ -144,6 +157,7 @@ func main() {
 	default:
 		fail("unknown -mode %q", *mode)
 	}
+	answered := time.Since(t0)
 	hostAtFault := hostOK.Load()
 	restarted := until("the GPU worker restarted and ready", func() bool {
 		w := workers()[*gpuWorker]
@@ -161,10 +175,12 @@ func main() {
 
 	fmt.Printf("\n%-28s %s\n", "mode", *mode)
 	fmt.Printf("%-28s %s\n", "fault call answered", faultAnswer)
-	fmt.Printf("%-28s %v\n", "fault → worker ready", restarted.Round(time.Millisecond))
+	fmt.Printf("%-28s %v\n", "fault call took", answered.Round(time.Millisecond))
+	fmt.Printf("%-28s %v\n", "answer → GPU worker ready", restarted.Round(time.Millisecond))
 	fmt.Printf("%-28s %v\n", "fault → GPU session serves", total.Round(time.Millisecond))
 	fmt.Printf("%-28s %v\n", "  (then polling)", serving.Round(time.Millisecond))
 	fmt.Printf("%-28s %d ok, %d failed (%d ok after the fault)\n", "host session calls", hostOK.Load(), hostFailed.Load(), hostOK.Load()-hostAtFault)
+	fmt.Printf("%-28s %d ok, %d not ready\n", "/readyz, host's /ready", readyOK.Load(), readyFailed.Load())
 	fmt.Printf("%-28s pid %d → %d, restarts %d → %d\n", "GPU worker", before[*gpuWorker].PID, g.PID, before[*gpuWorker].Restarts, g.Restarts)
 	if g.LastExit != nil {
 		fmt.Printf("%-28s synthetic %v, signal %q, code %d, %s\n", "GPU worker's last exit", g.LastExit.Synthetic, g.LastExit.SignalName, g.LastExit.Code, g.LastExit.Reason)
@@ -173,6 +189,8 @@ func main() {
 	switch {
 	case hostFailed.Load() != 0:
 		fail("%d host session calls failed (last: %v)", hostFailed.Load(), lastHostErr.Load())
+	case readyFailed.Load() != 0:
+		fail("%d readiness probes said not ready (last: %v)", readyFailed.Load(), lastReadyErr.Load())
 	case h.PID != before[*hostWorker].PID || h.Restarts != before[*hostWorker].Restarts:
 		fail("the host worker restarted too")
 	case g.Restarts != before[*gpuWorker].Restarts+1:
