@@ -23,6 +23,7 @@ import (
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/host"
+	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/manifest"
 )
@@ -139,6 +140,13 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		plural(len(m.Modules), "module"), plural(len(m.Sessions), "session"), plural(len(m.Residents), "resident session"))
 	for _, mod := range m.Modules {
 		fmt.Fprintf(stdout, "  module %-12s %-5s %8d bytes  sha256 %s…  ABI v%d ok\n", mod.Name, mod.Kind, len(mod.Bytes), mod.SHA256[:12], abi.Version)
+	}
+	if tr := m.Tracing; tr != nil {
+		to := tr.Endpoint + tracing.OTLPPath
+		if tr.Exporter == manifest.TracingFile {
+			to = tr.File
+		}
+		fmt.Fprintf(stdout, "  tracing %s to %s, sample_ratio %g, service.name %s\n", tr.Exporter, to, tr.SampleRatio, tr.ServiceName)
 	}
 	return exitOK
 }
@@ -374,6 +382,18 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if *supervised {
 		return serveSupervisor(ctx, stop, m, path, *addr, cfg, supervisorFlags{hostID: *hostID, level: level.String(), grace: *grace, quiet: *quiet}, logger, stdout, stderr)
 	}
+	// Spans (the manifest's [tracing]) are flushed when serve returns:
+	// after the service has drained and the host has left its lattice.
+	id, latticeName := memberID(m, *hostID), ""
+	if m.Lattice != nil {
+		latticeName = m.Lattice.Name
+	}
+	tp, code := startTracing(m, id, latticeName, logger, stderr)
+	if code >= 0 {
+		return code
+	}
+	defer stopTracing(tp, stderr)
+	cfg.TracerProvider = tp.TracerProvider()
 	// Listen first: while modules load and sessions are made, /livez
 	// answers 200 and /readyz 503 "starting".
 	ln, err := net.Listen("tcp", *addr)
@@ -405,7 +425,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	finishLattice := func() {}
 	if m.Lattice != nil && !ended {
-		member, finish, err := joinLattice(ctx, m, d, srv, *hostID, *grace, logger)
+		member, finish, err := joinLattice(ctx, m, d, srv, id, *grace, tp.TracerProvider(), logger)
 		if err != nil {
 			stop()
 			<-served

@@ -5,20 +5,23 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/lattice"
 	"github.com/stagehost/stagehost/sessions/manifest"
 )
 
 // joinLattice joins d to the lattice of m's [lattice] table (serve,
-// docs/lattice.md) and routes srv's run calls through it. When ctx ends
-// (SIGTERM), the host leaves at once: its endpoints stop and its
-// heartbeat is deleted, then the calls it took through the lattice
-// finish (up to grace). finish, called once the HTTP service has
+// docs/lattice.md) as host hostID and routes srv's run calls through it;
+// tp records the host's and the front's spans. When ctx ends (SIGTERM),
+// the host leaves at once: its endpoints stop and its heartbeat is
+// deleted, then the calls it took through the lattice finish (up to
+// grace). finish, called once the HTTP service has
 // answered its own calls, waits for that and then closes the connection
 // (and the embedded server).
-func joinLattice(ctx context.Context, m *manifest.Manifest, d *deploy.Deployment, srv *deploy.Server, hostID string, grace time.Duration, logger *slog.Logger) (*lattice.Member, func(), error) {
-	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: *m.Lattice, HostID: hostID, Readiness: srv.Readiness, Logger: logger})
+func joinLattice(ctx context.Context, m *manifest.Manifest, d *deploy.Deployment, srv *deploy.Server, hostID string, grace time.Duration, tp trace.TracerProvider, logger *slog.Logger) (*lattice.Member, func(), error) {
+	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: *m.Lattice, HostID: hostID, Readiness: srv.Readiness, Logger: logger, TracerProvider: tp})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -229,3 +229,79 @@ fence_failures = 1
 		t.Errorf("the disconnected second took %v to stop", took)
 	}
 }
+
+// TestServeLatticeExclusive runs three `stagehost serve` in one lattice:
+// the first starts the embedded NATS server; the second and the third
+// both have session solo with placement = "exclusive". The second joins
+// first and holds it; the third stands by (its heartbeat says so in
+// /v1/lattice/hosts) and sends calls to solo through the lattice to the
+// second. On SIGTERM the second lets solo go, and the third serves it
+// within a heartbeat TTL.
+func TestServeLatticeExclusive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three serve processes")
+	}
+	port := freePort(t)
+	const ttl = time.Second
+	table := func(id, how string) string {
+		return fmt.Sprintf("[lattice]\nname = \"ex\"\nhost_id = %q\n%s\nheartbeat_ttl = \"1s\"\nclaim_ttl = \"2s\"\n", id, how)
+	}
+	const solo = "[[session]]\nname = \"solo\"\nstage = \"good\"\ndevice = \"gpu0\"\nprograms = [\"noop\"]\nplacement = \"exclusive\"\n"
+	startServe(t, latticeManifest(t, table("first", fmt.Sprintf("embedded = true\nlisten = \"127.0.0.1:%d\"\nstore_dir = %q", port, t.TempDir())), "own"))
+	url := fmt.Sprintf("url = \"nats://127.0.0.1:%d\"", port)
+	second := startServe(t, latticeManifest(t, table("second", url)+solo))
+	third := startServe(t, latticeManifest(t, table("third", url)+solo))
+
+	type hosts struct {
+		Hosts []struct {
+			ID       string
+			Sessions []struct {
+				Name, State, Reason, Placement string
+				Serving                        bool
+			}
+		}
+	}
+	soloOf := func(s *server) map[string]string {
+		var h hosts
+		out := map[string]string{}
+		if err := json.Unmarshal(s.request(nil, "GET", "/v1/lattice/hosts", nil).body, &h); err != nil {
+			return out
+		}
+		for _, rec := range h.Hosts {
+			for _, sc := range rec.Sessions {
+				if sc.Name == "solo" && sc.Placement == "exclusive" {
+					out[rec.ID] = fmt.Sprintf("%s serving=%v %s", sc.State, sc.Serving, sc.Reason)
+				}
+			}
+		}
+		return out
+	}
+	pollFor(t, 5*time.Second, "second holds solo, third stands by", func() (bool, string) {
+		m := soloOf(third)
+		return strings.HasPrefix(m["second"], "ready serving=true") &&
+			strings.HasPrefix(m["third"], "standby serving=false placement is exclusive and held by host second"), fmt.Sprint(m)
+	})
+	for _, s := range []*server{second, third} {
+		if a := s.request(nil, "POST", "/v1/sessions/solo/run", strings.NewReader("x")); a.code != 200 || string(a.body) != "ok" {
+			t.Fatalf("solo: %d %s", a.code, a.body)
+		}
+	}
+	if b := string(third.request(nil, "GET", "/metrics", nil).body); !strings.Contains(b, `stagehost_lattice_calls_total{route="remote"} 1`) {
+		t.Errorf("the third's call to solo did not go through the lattice: %s", grepLines(b, "stagehost_lattice_calls"))
+	}
+
+	// SIGTERM the holder: the third takes solo over within a heartbeat.
+	t0 := time.Now()
+	second.stop()
+	took := pollFor(t, 5*ttl, "the third serves solo", func() (bool, string) {
+		a := third.request(nil, "POST", "/v1/sessions/solo/run", strings.NewReader("x"), "Stagehost-Deadline", "500ms")
+		return a.code == 200, fmt.Sprintf("%d %s", a.code, a.body)
+	})
+	t.Logf("the third served solo %v after the second's SIGTERM", time.Since(t0))
+	if took > ttl {
+		t.Errorf("the third served solo %v after the holder's SIGTERM, want within the heartbeat TTL %v", took, ttl)
+	}
+	if m := soloOf(third); !strings.HasPrefix(m["third"], "ready serving=true") {
+		t.Errorf("after the takeover: %v", m)
+	}
+}

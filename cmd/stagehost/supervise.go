@@ -38,7 +38,7 @@ const supervisedLattice = "stagehost"
 // module in the shared quarantine (a worker whose device was lost is
 // restarted, and serves its sessions again).
 func supervisedDefaults() manifest.Lattice {
-	return manifest.Lattice{Name: supervisedLattice, HeartbeatTTL: 3 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: false}
+	return manifest.Lattice{Name: supervisedLattice, HeartbeatTTL: 3 * time.Second, ClaimTTL: 10 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: false}
 }
 
 // workerLattice is the lattice a worker joins: the manifest's [lattice]
@@ -77,6 +77,17 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID strin
 		fmt.Fprintf(stderr, "stagehost serve: --worker %s: %v\n", device, err)
 		return exitUsage
 	}
+	if hostID == "" {
+		hostID = lt.HostID
+	}
+	if hostID == "" {
+		hostID = lattice.DefaultHostID()
+	}
+	tp, code := startTracing(m, hostID, lt.Name, logger, stderr)
+	if code >= 0 {
+		return code
+	}
+	defer stopTracing(tp, stderr) // after the worker left the lattice
 	opt := deploy.Options{Logger: logger, Device: device}
 	if !quiet {
 		opt.Progress = func(msg string) { fmt.Fprintf(stderr, "worker %s: %s\n", device, msg) }
@@ -112,7 +123,7 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID strin
 		fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
 		return exitFailed
 	}
-	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: lt, HostID: hostID, Logger: logger})
+	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: lt, HostID: hostID, Logger: logger, TracerProvider: tp.TracerProvider()})
 	if err != nil {
 		closeDeployment()
 		fmt.Fprintf(stderr, "stagehost serve: worker %s: %v\n", device, err)
@@ -218,6 +229,12 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	if baseID == "" {
 		baseID = lattice.DefaultHostID()
 	}
+	tp, code := startTracing(m, baseID, lt.Name, logger, stderr)
+	if code >= 0 {
+		return code
+	}
+	defer stopTracing(tp, stderr) // after the service drained and the workers stopped
+	cfg.TracerProvider = tp.TracerProvider()
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -243,7 +260,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	}
 	defer d.Close(context.Background())
 	srv.Attach(d)
-	member, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lt, HostID: baseID, Logger: logger})
+	member, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lt, HostID: baseID, Logger: logger, TracerProvider: tp.TracerProvider()})
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -24,9 +24,13 @@ import (
 // does not import the lattice's.
 type Lattice interface {
 	// Call runs a call to a session: on a free local instance, else
-	// through the lattice on another host that serves the session. Errors
+	// through the lattice on another host that serves the session, with
+	// ctx's trace context (the run's span; docs/lattice.md, "Tracing").
+	// traceparent is the W3C traceparent the call was sent to the other
+	// host with (the front makes one when ctx has none), or ctx's when it
+	// was sent to no host ("" without one): the service logs it. Errors
 	// of another host (or of the lattice) are [*ClassError]s.
-	Call(ctx context.Context, session string, input []byte, traceparent string) ([]byte, error)
+	Call(ctx context.Context, session string, input []byte) (out []byte, traceparent string, err error)
 	// Known reports whether a live host of the lattice has the session, or
 	// one had it since this process joined (a call to it is then routed,
 	// or refused 503 unavailable with the reason).
@@ -86,8 +90,8 @@ func WithRequestID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, ctxKey{}, id)
 }
 
-// TraceparentHeader is the W3C trace context request header, passed to
-// the lattice with a call.
+// TraceparentHeader is the W3C trace context request header: the parent
+// of a run's span, passed to the lattice with a call.
 const TraceparentHeader = "traceparent"
 
 func (s *Server) latticeRoutes() {
@@ -183,9 +187,8 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the request body: %v", err))
 		return
 	}
-	tp := r.Header.Get(TraceparentHeader)
 	start := time.Now()
-	out, err := l.Call(ctx, name, input, tp)
+	out, tp, err := l.Call(ctx, name, input)
 	if sess != nil {
 		s.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	}
@@ -227,6 +230,7 @@ func (s *Server) writeClassError(w http.ResponseWriter, r *http.Request, ce *Cla
 	if status >= 500 {
 		level = slog.LevelWarn
 	}
+	spanError(r.Context(), class, ce.Message, ce.Host)
 	s.logger.Log(r.Context(), level, "request failed", "request_id", body.RequestID, "method", r.Method, "path", r.URL.Path,
 		"class", class, "status", status, "host", ce.Host, "traceparent", tp, "err", ce.Message)
 	writeJSON(w, status, body)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/stagehost/stagehost/sessions/deploy"
 )
 
@@ -18,16 +20,23 @@ type fakeLattice struct {
 	calls   []string // session|traceparent|request id
 	cleared []string
 	answer  error
+	made    string // the traceparent it "sends" when ctx has none
 }
 
-func (f *fakeLattice) Call(ctx context.Context, session string, input []byte, tp string) ([]byte, error) {
+func (f *fakeLattice) Call(ctx context.Context, session string, input []byte) ([]byte, string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	hdr := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, hdr)
+	tp := hdr.Get("traceparent")
 	f.calls = append(f.calls, session+"|"+tp+"|"+deploy.RequestID(ctx))
-	if f.answer != nil {
-		return nil, f.answer
+	if tp == "" {
+		tp = f.made // as a front makes one
 	}
-	return []byte(session + " ok"), nil
+	if f.answer != nil {
+		return nil, tp, f.answer
+	}
+	return []byte(session + " ok"), tp, nil
 }
 func (f *fakeLattice) Known(session string) bool { return session == "far" }
 func (f *fakeLattice) Ready() error {

@@ -20,9 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host/metrics"
+	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/sessions/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -55,6 +57,11 @@ type Config struct {
 	// TLSCert and TLSKey are PEM files; with both set the service speaks
 	// HTTPS only.
 	TLSCert, TLSKey string
+	// TracerProvider records a server span of each session run, a child
+	// of the request's traceparent (docs/lattice.md, "Tracing"). Default
+	// nil: a no-op provider (the incoming traceparent is still passed to
+	// the lattice).
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults of docs/manifest.md's [service].
@@ -117,6 +124,7 @@ type Server struct {
 	auth     *authenticator
 	inFlight chan struct{}
 	handler  http.Handler
+	tracer   trace.Tracer // Config.TracerProvider's (trace.go)
 
 	attached           atomic.Bool                // Attach has run: d, mux, registry and latency are set
 	lattice            atomic.Pointer[latticeBox] // SetLattice: run calls route through the lattice
@@ -153,7 +161,7 @@ func NewStartingServer(logger *slog.Logger, cfg Config) *Server {
 		logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, logger: logger, scopes: map[string]Scope{}, limited: map[string]bool{},
-		auth: newAuthenticator(cfg.AdminTokens, cfg.InvokeTokens)}
+		auth: newAuthenticator(cfg.AdminTokens, cfg.InvokeTokens), tracer: tracing.Tracer(cfg.TracerProvider)}
 	if cfg.MaxInFlight > 0 {
 		s.inFlight = make(chan struct{}, cfg.MaxInFlight)
 	}
@@ -446,6 +454,8 @@ func (p *probeWriter) WriteHeader(code int) { p.status = code }
 const DeadlineHeader = "Stagehost-Deadline"
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	w, r, end := s.startRun(w, r) // its span: trace.go
+	defer end()
 	if l := s.latticeOf(); l != nil {
 		s.runLattice(w, r, l) // lattice_http.go
 		return
@@ -579,6 +589,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		body.Code = &ce.Code
 	}
 	setRetryAfter(w, class)
+	spanError(r.Context(), class, body.Error, "")
 	level := slog.LevelInfo
 	if status >= 500 || body.Error != err.Error() {
 		level = slog.LevelWarn

@@ -8,6 +8,11 @@
 // compare-and-swap, and [Quarantine] is the lattice-wide list of poisoned
 // module sha256s.
 //
+// A call carries the W3C trace context in its NATS headers: with a
+// TracerProvider ([FrontConfig], [HostConfig]) the front records a client
+// span of it and the host a server span, the front's child; without one
+// the caller's traceparent reaches the host unchanged.
+//
 // Each host stays authoritative for its own state: the KV buckets are a
 // TTL'd cache of it, never a central reconciler's plan. docs/lattice.md
 // lists the subjects, headers, buckets and keys.

@@ -15,7 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/sessions/deploy"
 )
 
@@ -47,6 +50,11 @@ type FrontConfig struct {
 	AckTimeout time.Duration
 	// Logger: default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider records the front's client span of each call it
+	// sends through the lattice (docs/lattice.md, "Tracing"). Default
+	// nil: a no-op provider, with which a call carries its context's
+	// traceparent to the host unchanged (or one the front makes).
+	TracerProvider trace.TracerProvider
 }
 
 // FrontStats counts a front's calls.
@@ -72,12 +80,13 @@ type FrontStats struct {
 // know which live hosts serve which session, and refuses (503, class
 // unavailable, with the reason) a call to a session no live host serves.
 type Front struct {
-	cfg   FrontConfig
-	nc    *nats.Conn
-	q     *Quarantine
-	w     jetstream.KeyWatcher
-	inbox string
-	sub   *nats.Subscription
+	cfg    FrontConfig
+	tracer trace.Tracer
+	nc     *nats.Conn
+	q      *Quarantine
+	w      jetstream.KeyWatcher
+	inbox  string
+	sub    *nats.Subscription
 
 	mu      sync.Mutex
 	hosts   map[string]*liveHost
@@ -102,6 +111,7 @@ type call struct {
 	host   string         // who acked, "" before
 	gone   chan struct{}  // closed when that host's heartbeat expires
 	closed bool
+	span   trace.Span // the call's client span
 }
 
 // NewFront starts a front over nc: it loads the live hosts before it
@@ -133,7 +143,7 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	if err != nil {
 		return nil, err
 	}
-	f := &Front{cfg: cfg, nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{}, known: map[string]bool{},
+	f := &Front{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{}, known: map[string]bool{},
 		pending: map[string]*call{}, stop: make(chan struct{})}
 	if f.q, err = OpenQuarantine(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
 		return nil, err
@@ -247,6 +257,9 @@ func (f *Front) answer(m *nats.Msg) {
 	if c != nil && m.Header.Get(AckHeader) != "" {
 		c.host = m.Header.Get(HostHeader)
 		f.mu.Unlock()
+		if c.span.IsRecording() {
+			c.span.AddEvent("acknowledged", trace.WithAttributes(tracing.HostKey.String(c.host)))
+		}
 		return
 	}
 	f.mu.Unlock()
@@ -302,24 +315,11 @@ func (f *Front) WaitFor(ctx context.Context, cond func() bool) error {
 	return f.changed.waitFor(ctx, cond)
 }
 
-type traceKey struct{}
-
-// WithTraceparent returns ctx carrying a W3C traceparent for the front's
-// calls.
-func WithTraceparent(ctx context.Context, tp string) context.Context {
-	return context.WithValue(ctx, traceKey{}, tp)
-}
-
-// Traceparent returns the traceparent ctx carries, or "".
-func Traceparent(ctx context.Context) string {
-	tp, _ := ctx.Value(traceKey{}).(string)
-	return tp
-}
-
 // Call runs a call to a session: on a free local instance (Local), or
 // through the lattice to a host that serves the session, with ctx's
-// deadline (or DefaultDeadline) and traceparent (a new one if ctx has
-// none or a malformed one).
+// deadline (or DefaultDeadline) and trace context: the front's client
+// span's with a TracerProvider, else ctx's span context (see
+// [WithTraceparent]) unchanged, else a new one.
 //
 // # Errors
 //
@@ -329,15 +329,22 @@ func Traceparent(ctx context.Context) string {
 // or the host that took the call went away; deadline_exceeded when the
 // host did not answer within the deadline.
 func (f *Front) Call(ctx context.Context, session string, input []byte) ([]byte, error) {
+	out, _, err := f.call(ctx, session, input)
+	return out, err
+}
+
+// call is Call, and returns the traceparent the call was sent with: ""
+// when it was sent to no host (it ran locally, or was refused).
+func (f *Front) call(ctx context.Context, session string, input []byte) ([]byte, string, error) {
 	if f.cfg.Local != nil {
 		if out, err, ok := f.cfg.Local.tryCall(ctx, session, input); ok {
 			f.stats.local.Add(1)
-			return out, err
+			return out, "", err
 		}
 	}
 	if err := f.refuse(session); err != nil {
 		f.stats.refused.Add(1)
-		return nil, err
+		return nil, "", err
 	}
 	f.stats.remote.Add(1)
 	return f.remote(ctx, session, input)
@@ -366,20 +373,22 @@ func (f *Front) refuse(session string) *Error {
 	return unavailable("", "session %q is served by no live host of lattice %s", session, f.cfg.Lattice)
 }
 
-func (f *Front) remote(ctx context.Context, session string, input []byte) ([]byte, error) {
+// remote sends a call through the lattice, under the front's client
+// span, and returns the traceparent it sent.
+func (f *Front) remote(ctx context.Context, session string, input []byte) (out []byte, tp string, err error) {
+	rid := deploy.RequestID(ctx)
+	ctx, span := f.startCall(ctx, session, rid)
+	c := &call{ch: make(chan *nats.Msg, 1), gone: make(chan struct{}), span: span}
+	resends := 0
+	defer func() { endCall(span, f.ackedBy(c), resends, err) }()
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(f.cfg.DefaultDeadline)
 	}
 	remaining := time.Until(deadline)
 	if remaining <= 0 {
-		return nil, &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed before the call was sent", session)}
+		return nil, "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed before the call was sent", session)}
 	}
-	tp := Traceparent(ctx)
-	if !ValidTraceparent(tp) {
-		tp = NewTraceparent()
-	}
-	c := &call{ch: make(chan *nats.Msg, 1), gone: make(chan struct{})}
 	f.mu.Lock()
 	f.next++
 	token := strconv.FormatUint(f.next, 36)
@@ -391,12 +400,13 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) ([]byt
 		f.mu.Unlock()
 	}()
 	msg := &nats.Msg{Subject: SessionSubject(f.cfg.Lattice, session), Reply: f.inbox + "." + token, Data: input,
-		Header: nats.Header{DeadlineHeader: {remaining.String()}, TraceparentHeader: {tp}, AckHeader: {"1"}}}
-	if rid := deploy.RequestID(ctx); rid != "" {
+		Header: nats.Header{DeadlineHeader: {remaining.String()}, AckHeader: {"1"}}}
+	tp = injectCall(ctx, msg.Header)
+	if rid != "" {
 		msg.Header.Set(RequestIDHeader, rid)
 	}
 	if err := f.nc.PublishMsg(msg); err != nil {
-		return nil, unavailable("", "session %q: sending the call: %v", session, err)
+		return nil, tp, unavailable("", "session %q: sending the call: %v", session, err)
 	}
 	timer := time.NewTimer(remaining + f.cfg.Grace)
 	defer timer.Stop()
@@ -406,7 +416,8 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) ([]byt
 	for {
 		select {
 		case m := <-c.ch:
-			return f.decode(session, m)
+			out, err = f.decode(session, m)
+			return out, tp, err
 		case <-ack.C:
 			left := time.Until(deadline)
 			if f.ackedBy(c) != "" || left <= 0 {
@@ -419,6 +430,10 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) ([]byt
 			msg.Header.Set(DeadlineHeader, left.String())
 			if err := f.nc.PublishMsg(msg); err == nil {
 				f.stats.resent.Add(1)
+				resends++
+				if span.IsRecording() {
+					span.AddEvent("sent again: no host acknowledged it", trace.WithAttributes(attribute.String("stagehost.deadline_left", left.String())))
+				}
 				f.cfg.Logger.Info("lattice call sent again: no host acknowledged it", "session", session, "traceparent", tp, "after", f.cfg.AckTimeout)
 			}
 			ack.Reset(f.cfg.AckTimeout)
@@ -426,21 +441,21 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) ([]byt
 			host := f.ackedBy(c)
 			f.stats.gone.Add(1)
 			f.cfg.Logger.Info("lattice call lost with its host", "session", session, "host", host, "traceparent", tp)
-			return nil, unavailable(host, "session %q: host %s went away with the call in flight", session, host)
+			return nil, tp, unavailable(host, "session %q: host %s went away with the call in flight", session, host)
 		case <-timer.C:
 			if host := f.ackedBy(c); host != "" {
-				return nil, &Error{Class: deploy.ClassDeadlineExceeded, Host: host,
+				return nil, tp, &Error{Class: deploy.ClassDeadlineExceeded, Host: host,
 					Message: fmt.Sprintf("session %q: host %s did not answer within the deadline of %v", session, host, remaining.Round(time.Millisecond))}
 			}
 			f.stats.unanswered.Add(1)
-			return nil, unavailable("", "session %q: no host took the call within the deadline of %v", session, remaining.Round(time.Millisecond))
+			return nil, tp, unavailable("", "session %q: no host took the call within the deadline of %v", session, remaining.Round(time.Millisecond))
 		case <-ctxDone:
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// The host has the deadline too: wait (Grace) for its answer.
 				ctxDone = nil
 				continue
 			}
-			return nil, &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
+			return nil, tp, &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
 		}
 	}
 }

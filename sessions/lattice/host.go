@@ -15,9 +15,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/sessions/deploy"
+	"github.com/stagehost/stagehost/sessions/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -39,8 +41,13 @@ type HostConfig struct {
 	// NoDeviceLostQuarantine: a call that made a device lost does not put
 	// its module in the shared quarantine.
 	NoDeviceLostQuarantine bool
-	// ClaimTTL is the placement bucket's TTL (how long an unrenewed claim
-	// lasts). Default 10s; one value for the whole lattice.
+	// ClaimTTL is the placement bucket's TTL: how long a claim of a
+	// session with placement "exclusive" lasts without a renewal. The
+	// holder renews it with each heartbeat and serves only while its
+	// last renewal is younger than ClaimTTL/2, so ClaimTTL must be at
+	// least 2 × TTL. It bounds how long an exclusive session whose holder
+	// died is served by no host. Default [DefaultClaimTTL], or 2 × TTL
+	// where that is longer; one value for the whole lattice.
 	ClaimTTL time.Duration
 	// Replicas is how many NATS servers keep each of the lattice's KV
 	// buckets (1 to 5, at most the JetStream cluster's size): with 3, a
@@ -55,6 +62,11 @@ type HostConfig struct {
 	// Logger receives one debug line per call (with its traceparent) and
 	// the host's warnings. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider records the host's server span of each call it
+	// takes from the lattice, a child of the span context the call
+	// carries (docs/lattice.md, "Tracing"). Default nil: a no-op
+	// provider.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *HostConfig) defaults() {
@@ -65,7 +77,7 @@ func (c *HostConfig) defaults() {
 		c.FenceFailures = 3
 	}
 	if c.ClaimTTL <= 0 {
-		c.ClaimTTL = 10 * time.Second
+		c.ClaimTTL = max(DefaultClaimTTL, 2*c.TTL)
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
@@ -107,12 +119,15 @@ type SessionCapacity struct {
 	// Serving: the host takes calls to the session (its endpoint is
 	// registered and the session is neither failed, fully out of
 	// service, nor refused).
-	Serving   bool `json:"serving"`
-	Instances int  `json:"instances"`
-	Out       int  `json:"instances_out"`
-	InFlight  int  `json:"in_flight"` // calls through the lattice or a front on this host
-	Free      int  `json:"free"`      // instances - out - in flight, at least 0
-	Waiting   int  `json:"waiting"`
+	Serving bool `json:"serving"`
+	// Placement is "exclusive" for a session served by one host at a
+	// time (the others have it "standby"); "" for the others.
+	Placement string `json:"placement,omitempty"`
+	Instances int    `json:"instances"`
+	Out       int    `json:"instances_out"`
+	InFlight  int    `json:"in_flight"` // calls through the lattice or a front on this host
+	Free      int    `json:"free"`      // instances - out - in flight, at least 0
+	Waiting   int    `json:"waiting"`
 }
 
 // InstanceQuarantine is one instance out of service.
@@ -157,6 +172,9 @@ type hostSession struct {
 	fence    string // the fence module's sha256, or ""
 	inflight atomic.Int64
 	live     atomic.Int64 // instances in service at the last look
+	// place is the claim state of a session with placement "exclusive";
+	// nil for the others.
+	place *placement
 }
 
 // NewHost joins d to a lattice over nc: it opens (creating them if
@@ -170,6 +188,9 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 	}
 	if err := checkName("host id", cfg.ID); err != nil {
 		return nil, err
+	}
+	if cfg.ClaimTTL < 2*cfg.TTL {
+		return nil, fmt.Errorf("lattice: ClaimTTL %v is less than twice TTL %v: a holder renews its claims with each heartbeat", cfg.ClaimTTL, cfg.TTL)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -212,15 +233,20 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		hs.live.Store(int64(max(s.Spec.Instances, 1)))
 		h.sessions[name] = hs
 		h.names = append(h.names, name)
+		if s.Spec.Placement == manifest.PlacementExclusive {
+			hs.place = &placement{}
+			continue // served while this host holds its claim (place)
+		}
 		if s.Failed() != nil {
 			continue // never served: the heartbeat says why
 		}
-		err := h.svc.AddEndpoint(name, micro.HandlerFunc(func(req micro.Request) { h.handle(hs, req) }),
-			micro.WithEndpointSubject(SessionSubject(cfg.Lattice, name)),
-			micro.WithEndpointQueueGroup(QueueGroup(cfg.Lattice, name)),
-			micro.WithEndpointMetadata(map[string]string{"session": name, "stage_sha256": hs.stage}))
-		if err != nil {
-			return nil, fmt.Errorf("lattice: endpoint for session %q: %w", name, err)
+		if err := h.addEndpoint(h.svc, hs); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range h.names {
+		if hs := h.sessions[name]; hs.place != nil {
+			h.place(ctx, hs)
 		}
 	}
 	if err := h.beat(ctx); err != nil {
@@ -229,6 +255,19 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 	ok = true
 	go h.heartbeats()
 	return h, nil
+}
+
+// addEndpoint adds hs's endpoint to svc: its session subject, in its
+// queue group.
+func (h *Host) addEndpoint(svc micro.Service, hs *hostSession) error {
+	err := svc.AddEndpoint(hs.name, micro.HandlerFunc(func(req micro.Request) { h.handle(hs, req) }),
+		micro.WithEndpointSubject(SessionSubject(h.cfg.Lattice, hs.name)),
+		micro.WithEndpointQueueGroup(QueueGroup(h.cfg.Lattice, hs.name)),
+		micro.WithEndpointMetadata(map[string]string{"session": hs.name, "stage_sha256": hs.stage}))
+	if err != nil {
+		return fmt.Errorf("lattice: endpoint for session %q: %w", hs.name, err)
+	}
+	return nil
 }
 
 // openHosts opens (creating it if needed) a lattice's hosts bucket. Its
@@ -268,10 +307,13 @@ func (h *Host) heartbeats() {
 		case <-h.stop:
 			return
 		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
 			for _, name := range h.names {
 				h.checkFences(h.sessions[name])
+				if hs := h.sessions[name]; hs.place != nil {
+					h.place(ctx, hs)
+				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
 			if err := h.beat(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 				h.cfg.Logger.Warn("lattice heartbeat failed", "host", h.cfg.ID, "err", err)
 			}
@@ -309,6 +351,12 @@ func (h *Host) Record() HostRecord {
 		sc.Free = max(sc.Instances-sc.Out-sc.InFlight, 0)
 		if p, ok := h.refused(hs); ok {
 			sc.State, sc.Reason = "refused", refusal(h.cfg.ID, p).Message
+		}
+		if hs.place != nil {
+			sc.Placement = manifest.PlacementExclusive
+			if sc.State == "ready" && !hs.place.holds() {
+				sc.State, sc.Reason = "standby", hs.place.standby(h)
+			}
 		}
 		sc.Serving = sc.State == "ready"
 		rec.Sessions = append(rec.Sessions, sc)
@@ -371,6 +419,10 @@ func (h *Host) Call(ctx context.Context, session string, input []byte) ([]byte, 
 	if p, ok := h.refused(hs); ok {
 		return nil, refusal(h.cfg.ID, p)
 	}
+	if hs.place != nil && !hs.place.holds() {
+		return nil, &Error{Class: deploy.ClassUnavailable, Host: h.cfg.ID,
+			Message: fmt.Sprintf("session %q on host %s: %s", session, h.cfg.ID, hs.place.standby(h))}
+	}
 	hs.inflight.Add(1)
 	defer hs.inflight.Add(-1)
 	turn, err := hs.sess.Acquire(ctx)
@@ -389,6 +441,9 @@ func (h *Host) tryCall(ctx context.Context, session string, input []byte) (out [
 	}
 	if _, refused := h.refused(hs); refused {
 		return nil, nil, false
+	}
+	if hs.place != nil && !hs.place.holds() {
+		return nil, nil, false // another host serves it: through the lattice
 	}
 	turn := hs.sess.TryAcquire() // a free instance now, or nil; counts nothing
 	if turn == nil {
@@ -466,6 +521,12 @@ func (h *Host) handle(hs *hostSession, req micro.Request) {
 	h.mu.Lock()
 	if h.closing {
 		h.mu.Unlock()
+		if req.Headers().Get(AckHeader) != "" {
+			// Not acknowledged, so its front sends it again, to a host
+			// that stays (the server stops handing this host calls once
+			// its endpoints stopped, a moment from now).
+			return
+		}
 		_ = req.Error("503", fmt.Sprintf("host %s is leaving the lattice", h.cfg.ID), nil,
 			micro.WithHeaders(micro.Headers{ClassHeader: {deploy.ClassUnavailable}, HostHeader: {h.cfg.ID}}))
 		return
@@ -482,12 +543,13 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	start := time.Now()
 	hdr := req.Headers()
 	tp := hdr.Get(TraceparentHeader)
+	ctx, span := h.startServe(hs, hdr) // trace.go
 	hostHdr := micro.Headers{HostHeader: {h.cfg.ID}}
 	if hdr.Get(AckHeader) != "" {
 		_ = req.Respond(nil, micro.WithHeaders(micro.Headers{HostHeader: {h.cfg.ID}, AckHeader: {"1"}}))
 	}
 	rid := hdr.Get(RequestIDHeader)
-	ctx := deploy.WithRequestID(context.Background(), rid)
+	ctx = deploy.WithRequestID(ctx, rid)
 	var err error
 	var out []byte
 	if v := hdr.Get(DeadlineHeader); v != "" {
@@ -504,6 +566,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 		out, err = h.Call(ctx, hs.name, req.Data())
 	}
 	class := Class(err)
+	endServe(span, time.Since(start), err) // before the answer: the caller sees it ended
 	if err == nil {
 		h.cfg.Logger.Debug("lattice call", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "request_id", rid, "class", class, "took", time.Since(start))
 		_ = req.Respond(out, micro.WithHeaders(hostHdr))
@@ -541,6 +604,7 @@ func (h *Host) Close(ctx context.Context) error {
 	_ = h.svc.Stop()
 	close(h.stop)
 	<-h.beatDone
+	h.stopExclusive()
 	var err error
 	if !h.nc.IsClosed() {
 		// Past the TTL the heartbeat has expired anyway (a disconnected
@@ -555,7 +619,13 @@ func (h *Host) Close(ctx context.Context) error {
 	go func() { h.calls.Wait(); close(done) }()
 	select {
 	case <-done:
+		if !h.nc.IsClosed() {
+			rctx, cancel := context.WithTimeout(ctx, h.cfg.TTL)
+			h.releaseClaims(rctx)
+			cancel()
+		}
 	case <-ctx.Done():
+		// Claims of calls still running are left to expire.
 		err = errors.Join(err, fmt.Errorf("lattice: host %s: calls still in flight: %w", h.cfg.ID, ctx.Err()))
 	}
 	return errors.Join(err, h.q.Close())

@@ -53,6 +53,7 @@ func startLoad(f *lattice.Front, workers int) *load {
 					l.mu.Lock()
 					l.unavailableMsgs = append(l.unavailableMsgs, err.Error())
 					l.mu.Unlock()
+					time.Sleep(time.Millisecond) // a client's pause before it tries again
 				default:
 					if err == nil {
 						err = errors.New("answer " + string(out))

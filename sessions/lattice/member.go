@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/manifest"
@@ -31,6 +32,10 @@ type MemberConfig struct {
 	// heartbeat; nil for the host's own rule.
 	Readiness func() deploy.Readiness
 	Logger    *slog.Logger
+	// TracerProvider records the host's and the front's spans
+	// ([HostConfig.TracerProvider], [FrontConfig.TracerProvider]); nil
+	// for none.
+	TracerProvider trace.TracerProvider
 }
 
 // Member is a process's membership of a lattice, as `stagehost serve`
@@ -179,12 +184,12 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 		ff = -1 // never
 	}
 	if d != nil {
-		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, FenceFailures: ff, Replicas: lt.Replicas,
-			NoDeviceLostQuarantine: !lt.QuarantineOnDeviceLost, Readiness: cfg.Readiness, Logger: cfg.Logger}); err != nil {
+		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, ClaimTTL: lt.ClaimTTL, FenceFailures: ff, Replicas: lt.Replicas,
+			NoDeviceLostQuarantine: !lt.QuarantineOnDeviceLost, Readiness: cfg.Readiness, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
 			return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
 		}
 	}
-	if m.front, err = NewFront(ctx, m.nc, FrontConfig{Lattice: lt.Name, TTL: lt.HeartbeatTTL, Replicas: lt.Replicas, Local: m.host, Logger: cfg.Logger}); err != nil {
+	if m.front, err = NewFront(ctx, m.nc, FrontConfig{Lattice: lt.Name, TTL: lt.HeartbeatTTL, Replicas: lt.Replicas, Local: m.host, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
 		return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
 	}
 	ok = true
@@ -223,19 +228,22 @@ func (m *Member) ClientURL() string {
 	return m.srv.ClientURL()
 }
 
-// Call routes a call through the front. An error of another host or of
-// the lattice is a [*deploy.ClassError]; a local session's errors are its
+// Call routes a call through the front, with ctx's trace context (the
+// HTTP service's span, or the traceparent that came in). tp is the
+// traceparent the call was sent to another host with, or ctx's when it
+// was sent to none ("" without one). An error of another host or of the
+// lattice is a [*deploy.ClassError]; a local session's errors are its
 // own.
-func (m *Member) Call(ctx context.Context, session string, input []byte, traceparent string) ([]byte, error) {
-	if traceparent != "" {
-		ctx = WithTraceparent(ctx, traceparent)
+func (m *Member) Call(ctx context.Context, session string, input []byte) (out []byte, tp string, err error) {
+	out, tp, err = m.front.call(ctx, session, input)
+	if tp == "" { // sent to no host
+		tp = Traceparent(ctx)
 	}
-	out, err := m.front.Call(ctx, session, input)
 	var le *Error
 	if errors.As(err, &le) {
-		return nil, &deploy.ClassError{Class: le.Class, Message: le.Message, Host: le.Host, Code: le.Code}
+		return nil, tp, &deploy.ClassError{Class: le.Class, Message: le.Message, Host: le.Host, Code: le.Code}
 	}
-	return out, err
+	return out, tp, err
 }
 
 // Known reports whether a heartbeat named the session since the member

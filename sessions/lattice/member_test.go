@@ -59,9 +59,12 @@ func TestMemberEmbeddedToken(t *testing.T) {
 	if err := m1.Front().WaitFor(ctx, func() bool { return len(m1.Front().Serving("other")) == 1 }); err != nil {
 		t.Fatal(err)
 	}
-	out, err := m1.Call(ctx, "other", nil, "")
+	out, tp, err := m1.Call(ctx, "other", nil)
 	if err != nil || string(out) != "ok" {
 		t.Fatalf("call through the lattice: %q, %v", out, err)
+	}
+	if !lattice.ValidTraceparent(tp) { // none came in: the one the front made and sent
+		t.Errorf("traceparent sent: %q", tp)
 	}
 	if st := m1.Stats(); st["remote"] != 1 {
 		t.Errorf("stats: %v", st)
@@ -76,7 +79,7 @@ func TestMemberEmbeddedToken(t *testing.T) {
 	if err := m1.Front().WaitFor(wctx, func() bool { return len(m1.Front().Serving("other")) == 0 }); err != nil {
 		t.Fatalf("m2's heartbeat still listed after Leave: %v", err)
 	}
-	_, err = m1.Call(ctx, "other", nil, "")
+	_, _, err = m1.Call(ctx, "other", nil)
 	var ce *deploy.ClassError
 	if !errors.As(err, &ce) || ce.Class != deploy.ClassUnavailable {
 		t.Fatalf("after m2 left: %v", err)
@@ -162,7 +165,7 @@ func TestMemberEmbeddedNkey(t *testing.T) {
 		nc.Close()
 		t.Fatal("the embedded server took another nkey")
 	}
-	if out, err := m.Call(context.Background(), "steady", nil, ""); err != nil || string(out) != "ok" {
+	if out, _, err := m.Call(context.Background(), "steady", nil); err != nil || string(out) != "ok" {
 		t.Fatalf("call: %q, %v", out, err)
 	}
 }
@@ -196,7 +199,7 @@ func TestMemberFrontOnly(t *testing.T) {
 	if hosts := front.Front().Hosts(); len(hosts) != 1 || hosts[0].ID != "worker" {
 		t.Errorf("hosts %v; want the worker only (a front has no heartbeat)", hosts)
 	}
-	out, err := front.Call(ctx, "steady", nil, "")
+	out, _, err := front.Call(ctx, "steady", nil)
 	if err != nil || string(out) != "ok" {
 		t.Fatalf("call through the front: %q, %v", out, err)
 	}

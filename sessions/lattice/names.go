@@ -18,8 +18,10 @@ const (
 	// host applies it as the call's context deadline (the wait for an
 	// instance included).
 	DeadlineHeader = "Stagehost-Deadline"
-	// TraceparentHeader is the W3C trace context header, passed through
-	// unchanged and logged with the request by the host.
+	// TraceparentHeader is the W3C trace context header (with
+	// "tracestate"): the front's client span's context, or with no
+	// tracer provider the caller's unchanged (or one the front makes).
+	// The host parents its span on it and logs it with the call.
 	TraceparentHeader = "traceparent"
 	// AckHeader, on a request, asks the host that takes it to answer at
 	// once with an empty message carrying HostHeader (the ack), before the
@@ -42,6 +44,10 @@ const (
 // DefaultTTL is the default heartbeat bucket TTL. Hosts heartbeat every
 // TTL/3.
 const DefaultTTL = 3 * time.Second
+
+// DefaultClaimTTL is the default TTL of placement claims (HostConfig's
+// ClaimTTL, [lattice] claim_ttl).
+const DefaultClaimTTL = 10 * time.Second
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 

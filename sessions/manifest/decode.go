@@ -58,6 +58,7 @@ const (
 	maxTokenFileSize       = 64 << 10
 	maxTLSFileSize         = 1 << 20
 	defaultHeartbeatTTL    = 3 * time.Second
+	defaultClaimTTL        = 10 * time.Second
 	minHeartbeatTTL        = 100 * time.Millisecond
 	maxHeartbeatTTL        = time.Hour
 	defaultFenceFailures   = 3
@@ -121,6 +122,7 @@ func (d *decoder) decode(data []byte) *Manifest {
 	d.runtime(root, m)
 	d.service(root, m)
 	d.lattice(root, m)
+	d.tracing(root, m)
 	devs := d.devices(root, m)
 	mods := d.modules(root, m)
 	sess := d.sessions(root, m)
@@ -211,7 +213,7 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 	if t == nil {
 		return
 	}
-	lt := &Lattice{HeartbeatTTL: defaultHeartbeatTTL, FenceFailures: defaultFenceFailures, QuarantineOnDeviceLost: true}
+	lt := &Lattice{HeartbeatTTL: defaultHeartbeatTTL, ClaimTTL: defaultClaimTTL, FenceFailures: defaultFenceFailures, QuarantineOnDeviceLost: true}
 	m.Lattice = lt
 	if name, ok := t.name("name"); ok {
 		if validLatticeName(name) {
@@ -292,6 +294,20 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 			d.errorf(t.path.key("heartbeat_ttl"), "must be between %v and %v, not %v", minHeartbeatTTL, maxHeartbeatTTL, ttl)
 		} else {
 			lt.HeartbeatTTL = ttl
+		}
+	}
+	if ttl, ok := t.duration("claim_ttl", defaultClaimTTL, true); ok {
+		switch {
+		case ttl > maxHeartbeatTTL:
+			d.errorf(t.path.key("claim_ttl"), "must be at most %v, not %v", maxHeartbeatTTL, ttl)
+		case ttl < 2*lt.HeartbeatTTL:
+			// A holder renews its claims with each heartbeat (every
+			// heartbeat_ttl/3) and stops serving once half of claim_ttl
+			// passed without a renewal: below 2 × heartbeat_ttl a healthy
+			// holder would drop its claims between two heartbeats.
+			d.errorf(t.path.key("claim_ttl"), "must be at least twice heartbeat_ttl (%v), not %v: a holder renews its placement claims with each heartbeat", lt.HeartbeatTTL, ttl)
+		default:
+			lt.ClaimTTL = ttl
 		}
 	}
 	n, _ := t.integer("fence_failures", defaultFenceFailures, 0, maxFenceFailures)
@@ -667,6 +683,10 @@ func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
 		var resetOK bool
 		if s.Reset, resetOK = t.str("reset", ResetNone, false); resetOK && !slices.Contains(ResetModes, s.Reset) {
 			d.errorf(t.path.key("reset"), "unknown reset mode %q (want %s)", s.Reset, strings.Join(ResetModes, " or "))
+		}
+		var placeOK bool
+		if s.Placement, placeOK = t.str("placement", PlacementAny, false); placeOK && !slices.Contains(Placements, s.Placement) {
+			d.errorf(t.path.key("placement"), "unknown placement %q (want %s)", s.Placement, strings.Join(Placements, " or "))
 		}
 		var entryOK bool
 		if s.Entry, entryOK = t.str("entry", defaultEntry, false); entryOK && s.Entry == "" {

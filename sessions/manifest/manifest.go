@@ -49,6 +49,7 @@ type Manifest struct {
 	Runtime   Runtime
 	Service   Service
 	Lattice   *Lattice // the [lattice] table; nil without one
+	Tracing   *Tracing // the [tracing] table; nil without one
 	Devices   []Device
 	Modules   []Module
 	Sessions  []Session
@@ -123,6 +124,10 @@ type Lattice struct {
 	// the client's certificate, and an embedded server's.
 	TLSCA, TLSCert, TLSKey string
 	HeartbeatTTL           time.Duration // default 3s
+	// ClaimTTL is how long a placement claim (a session with placement
+	// "exclusive") lasts without a renewal; default 10s, at least twice
+	// HeartbeatTTL.
+	ClaimTTL time.Duration
 	// FenceFailures is how many quarantined instances of a module's
 	// sessions on one host put the module in the lattice's shared
 	// quarantine; default 3, 0 never.
@@ -251,6 +256,7 @@ type Session struct {
 	FenceTimeout time.Duration // default 10s
 	InitTimeout  time.Duration // default 5s: bounds making each instance (start function, _initialize, stagehost_init)
 	Reset        string        // ResetNone (default) or ResetCall
+	Placement    string        // PlacementAny (default) or PlacementExclusive: how many hosts of a lattice serve it at once
 	Entry        string        // default "main"
 	OutputFormat string        // how the CLI prints the output: one of OutputFormats, default OutputHex
 	Input        string        // resolved path of the default input file; "" for none
@@ -266,6 +272,17 @@ const (
 
 // ResetModes lists the reset modes.
 var ResetModes = []string{ResetNone, ResetCall}
+
+// Placements: how many hosts of a lattice serve a session at once
+// (docs/lattice.md, "Exclusive sessions"). Without a lattice a session is
+// served by its one process either way.
+const (
+	PlacementAny       = "any"       // every host that has the session serves it (default)
+	PlacementExclusive = "exclusive" // one host at a time: the holder of its placement claim; the others stand by
+)
+
+// Placements lists the placements.
+var Placements = []string{PlacementAny, PlacementExclusive}
 
 // Output formats: how `stagehost run` prints a session's output.
 const (

@@ -113,7 +113,8 @@ func TestGood(t *testing.T) {
 		Lattice: &Lattice{Name: "prod", HostID: "host-1", Embedded: true, Listen: "127.0.0.1:4333", StoreDir: filepath.Join("testdata", "nats"),
 			TokenFile: filepath.Join("testdata", "service", "lattice.token"), TLSCA: filepath.Join("testdata", "service", "cert.pem"),
 			TLSCert: filepath.Join("testdata", "service", "cert.pem"), TLSKey: filepath.Join("testdata", "service", "key.pem"),
-			HeartbeatTTL: time.Second, FenceFailures: 0, QuarantineOnDeviceLost: false, Replicas: 3},
+			HeartbeatTTL: time.Second, ClaimTTL: 4 * time.Second, FenceFailures: 0, QuarantineOnDeviceLost: false, Replicas: 3},
+		Tracing: &Tracing{Exporter: "otlp", Endpoint: "https://collector.example:4318/otlp", SampleRatio: 0.25, ServiceName: "stagehost-prod"},
 		Devices: []Device{
 			{Name: "gpu0", Backend: BackendSim, Engine: hw.EngineGPU, MaxParked: 32,
 				Sim: &Sim{QueueDepth: 1024, Faults: []Fault{}}},
@@ -143,21 +144,21 @@ func TestGood(t *testing.T) {
 			{Name: "minimal", Stage: "stage", Fence: FenceBuiltin, Device: "gpu0", Devices: []string{"gpu0"},
 				Instances: 1, QueueLimit: 256, QueueTimeout: 10 * time.Second,
 				Streams: []string{"s0"}, Programs: []string{}, Budget: 64 << 20, OutputLimit: 16 << 20,
-				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Reset: "none", Entry: "main", OutputFormat: "hex", MaxInput: 64 << 20, Buffers: []Buffer{}},
+				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Reset: "none", Placement: "any", Entry: "main", OutputFormat: "hex", MaxInput: 64 << 20, Buffers: []Buffer{}},
 			{Name: "full", Stage: "go_stage", Fence: "fence", Device: "npu0", Devices: []string{"npu0"},
 				Instances: 1, QueueLimit: 256, QueueTimeout: 10 * time.Second,
 				Streams: []string{"s0", "s1"}, Programs: []string{"matmul", "relu"}, Budget: 4 << 20, OutputLimit: 1_000_000,
-				Deadline: 250 * time.Millisecond, FenceTimeout: 2 * time.Second, InitTimeout: 750 * time.Millisecond, Reset: "call", Entry: "classify", OutputFormat: "class",
+				Deadline: 250 * time.Millisecond, FenceTimeout: 2 * time.Second, InitTimeout: 750 * time.Millisecond, Reset: "call", Placement: "any", Entry: "classify", OutputFormat: "class",
 				Input: filepath.Join("testdata", "inputs", "sample.bin"), MaxInput: 1 << 20,
 				Buffers: []Buffer{{Name: "weights", Size: 4096}, {Name: "bias", Size: 512}}},
 			{Name: "drained", Stage: "stage", Fence: FenceDrain, Device: "cuda1", Devices: []string{"cuda1"},
 				Instances: 1, QueueLimit: 256, QueueTimeout: 10 * time.Second,
 				Streams: []string{}, Programs: []string{}, Budget: 64 << 20, OutputLimit: 16 << 20,
-				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Reset: "none", Entry: "main", OutputFormat: "hex", MaxInput: 64 << 20, Buffers: []Buffer{}},
+				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Reset: "none", Placement: "any", Entry: "main", OutputFormat: "hex", MaxInput: 64 << 20, Buffers: []Buffer{}},
 			{Name: "pooled", Stage: "stage", Fence: FenceBuiltin, Device: "gpu0", Devices: []string{"gpu0"},
 				Instances: 3, QueueLimit: 0, QueueTimeout: 250 * time.Millisecond,
 				Streams: []string{"s0"}, Programs: []string{}, Budget: 64 << 20, OutputLimit: 16 << 20,
-				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Reset: "none", Entry: "main", OutputFormat: "hex", MaxInput: 64 << 20, Buffers: []Buffer{}},
+				Deadline: 5 * time.Second, FenceTimeout: 10 * time.Second, InitTimeout: 5 * time.Second, Reset: "none", Placement: "exclusive", Entry: "main", OutputFormat: "hex", MaxInput: 64 << 20, Buffers: []Buffer{}},
 		},
 		Residents: []Resident{
 			{Name: "pingpong", GPU: "gpu0", NPU: "npu0", Rounds: 16, Payload: 192,
@@ -231,7 +232,7 @@ func TestLattice(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Lattice{Name: "l", URL: "nats://10.0.0.5:4222,tls://10.0.0.6:4222", TokenEnv: "NATS_TOKEN", Listen: DefaultLatticeListen,
-		HeartbeatTTL: 3 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true, Replicas: 1}
+		HeartbeatTTL: 3 * time.Second, ClaimTTL: 10 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true, Replicas: 1}
 	if *m.Lattice != want {
 		t.Errorf("url form:\n got %+v\nwant %+v", *m.Lattice, want)
 	}
@@ -239,7 +240,7 @@ func TestLattice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = Lattice{Name: "l", Embedded: true, Listen: "127.0.0.1:4222", HeartbeatTTL: 3 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true, Replicas: 1}
+	want = Lattice{Name: "l", Embedded: true, Listen: "127.0.0.1:4222", HeartbeatTTL: 3 * time.Second, ClaimTTL: 10 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true, Replicas: 1}
 	if *m.Lattice != want {
 		t.Errorf("embedded defaults:\n got %+v\nwant %+v", *m.Lattice, want)
 	}
