@@ -36,7 +36,15 @@ type EmbeddedConfig struct {
 	NkeyPublic string
 	// TLS, when set, makes the server speak TLS only.
 	TLS *tls.Config
+	// MaxPayload is the largest message the server takes, headers
+	// included: it bounds a call's input and output through the lattice.
+	// Default [DefaultMaxPayload].
+	MaxPayload int32
 }
+
+// DefaultMaxPayload is an embedded server's max_payload: 8 MiB, the
+// largest NATS recommends (its own default is 1 MiB).
+const DefaultMaxPayload = 8 << 20
 
 // StartEmbedded starts a nats-server inside the process, JetStream on,
 // with cfg's listen address, store and client credentials.
@@ -56,6 +64,10 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 		NoLog:         true,
 		NoSigs:        true,
 		Authorization: cfg.Token,
+		MaxPayload:    cfg.MaxPayload,
+	}
+	if opts.MaxPayload <= 0 {
+		opts.MaxPayload = DefaultMaxPayload
 	}
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)

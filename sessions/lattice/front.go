@@ -405,6 +405,9 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	if rid != "" {
 		msg.Header.Set(RequestIDHeader, rid)
 	}
+	if err := checkPayload(f.nc, fmt.Sprintf("session %q: an input", session), len(input)); err != nil {
+		return nil, tp, err
+	}
 	if err := f.nc.PublishMsg(msg); err != nil {
 		return nil, tp, unavailable("", "session %q: sending the call: %v", session, err)
 	}

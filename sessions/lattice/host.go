@@ -565,11 +565,16 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	if err == nil {
 		out, err = h.Call(ctx, hs.name, req.Data())
 	}
+	if err == nil {
+		err = checkPayload(h.nc, "session "+strconv.Quote(hs.name)+": an output", len(out))
+	}
 	class := Class(err)
 	endServe(span, time.Since(start), err) // before the answer: the caller sees it ended
 	if err == nil {
 		h.cfg.Logger.Debug("lattice call", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "request_id", rid, "class", class, "took", time.Since(start))
-		_ = req.Respond(out, micro.WithHeaders(hostHdr))
+		if rerr := req.Respond(out, micro.WithHeaders(hostHdr)); rerr != nil {
+			h.cfg.Logger.Warn("lattice: answering a call failed", "host", h.cfg.ID, "session", hs.name, "request_id", rid, "err", rerr)
+		}
 		return
 	}
 	// The full error (a guest stack trace included) goes to the log; the

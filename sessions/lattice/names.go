@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/stagehost/stagehost/sessions/deploy"
 )
 
@@ -121,3 +123,22 @@ var traceparentRE = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[
 
 // ValidTraceparent reports whether s is a well-formed traceparent.
 func ValidTraceparent(s string) bool { return traceparentRE.MatchString(s) }
+
+// PayloadHeadroom is what a call's input or output leaves of the NATS
+// server's max_payload for the message's headers (deadline, trace
+// context, request id, host, class).
+const PayloadHeadroom = 4 << 10
+
+// checkPayload refuses a call's input or output (what: "session "x": an
+// input") of n bytes that one NATS message of nc cannot carry: an
+// out_of_budget *Error (413) naming the server's max_payload. NATS
+// itself would refuse the input at publish, and drop an answer the
+// host could not send, leaving its caller to wait for its deadline.
+func checkPayload(nc *nats.Conn, what string, n int) error {
+	limit := nc.MaxPayload()
+	if limit <= 0 || int64(n)+PayloadHeadroom <= limit {
+		return nil
+	}
+	return &Error{Class: deploy.ClassOutOfBudget,
+		Message: fmt.Sprintf("%s of %d bytes is more than the lattice carries in one message: the NATS server's max_payload is %d bytes, %d of them kept for headers", what, n, limit, PayloadHeadroom)}
+}
