@@ -312,8 +312,9 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 }
 
 // supervisedFront is the supervisor's deploy.Lattice: the member (a
-// front only), for which the manifest's sessions are known from the
-// start (a call to one that no worker serves yet is 503, not 404).
+// front only), for which the manifest's sessions and residents are known
+// from the start (a call to one that no worker serves yet is 503, not
+// 404).
 type supervisedFront struct {
 	*lattice.Member
 	m *manifest.Manifest
@@ -321,6 +322,10 @@ type supervisedFront struct {
 
 func (f supervisedFront) Known(session string) bool {
 	return f.m.Session(session) != nil || f.Member.Known(session)
+}
+
+func (f supervisedFront) KnownResident(resident string) bool {
+	return f.m.Resident(resident) != nil || f.Member.KnownResident(resident)
 }
 
 // workerView is the supervisor's deploy.Workers: the supervisor's status

@@ -35,6 +35,25 @@ type Lattice interface {
 	// one had it since this process joined (a call to it is then routed,
 	// or refused 503 unavailable with the reason).
 	Known(session string) bool
+	// StartResident starts a run of a resident session that a live host
+	// of the lattice has (this process's host first, when it has it),
+	// sending the start once: a start is not idempotent. out is the
+	// host's answer, a [ResidentStart] as JSON. Errors are
+	// [*ClassError]s: unavailable when no live host has the resident or
+	// none responds, deadline_exceeded when the host did not answer in
+	// time (the run may have started), or the host's refusal (busy,
+	// device_lost, …).
+	StartResident(ctx context.Context, resident string) (out []byte, err error)
+	// ResidentStatus is a resident session's state, a [ResidentStatus]
+	// as JSON, from a live host that has it (this process's host first).
+	// Run ids are the host's own: with several hosts having the resident,
+	// each answers for its own runs. Errors as StartResident's.
+	ResidentStatus(ctx context.Context, resident string) (out []byte, err error)
+	// KnownResident reports whether a live host of the lattice has the
+	// resident session, or one had it since this process joined (a start
+	// or status request for it is then routed, or refused 503
+	// unavailable with the reason).
+	KnownResident(resident string) bool
 	// Ready is nil while the process is connected to the lattice, else
 	// why not.
 	Ready() error
@@ -64,8 +83,9 @@ func (e *ClassError) Error() string { return e.Message }
 
 type latticeBox struct{ l Lattice }
 
-// SetLattice routes POST /v1/sessions/{name}/run through l, serves
-// /v1/lattice/hosts and /v1/lattice/quarantine from it, adds its
+// SetLattice routes POST /v1/sessions/{name}/run through l, and the
+// /v1/residents/{name} routes of a resident this process does not have;
+// serves /v1/lattice/hosts and /v1/lattice/quarantine from it, adds its
 // connection state to /readyz and its counts to /metrics. Call it once,
 // after [Server.Attach].
 func (s *Server) SetLattice(l Lattice) {
@@ -162,21 +182,13 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
 		return
 	}
-	ctx := r.Context()
-	if v := r.Header.Get(DeadlineHeader); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v))
-			return
-		}
-		// Shortens a local session's manifest deadline, never lengthens
-		// it; the host that runs the call applies its own as well.
-		if manifestDeadline == 0 || d < manifestDeadline {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, d)
-			defer cancel()
-		}
+	// The host that runs the call applies its own manifest deadline too.
+	ctx, cancel, err := callContext(r, manifestDeadline)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
+	defer cancel()
 	input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError

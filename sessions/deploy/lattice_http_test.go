@@ -21,6 +21,10 @@ type fakeLattice struct {
 	cleared []string
 	answer  error
 	made    string // the traceparent it "sends" when ctx has none
+	// resident requests: op|resident|request id; status is the status
+	// answer of resident "far-pp".
+	residents []string
+	status    []byte
 }
 
 func (f *fakeLattice) Call(ctx context.Context, session string, input []byte) ([]byte, string, error) {
@@ -39,6 +43,27 @@ func (f *fakeLattice) Call(ctx context.Context, session string, input []byte) ([
 	return []byte(session + " ok"), tp, nil
 }
 func (f *fakeLattice) Known(session string) bool { return session == "far" }
+
+// StartResident starts run 7 of resident "far-pp" (or answers f.answer).
+func (f *fakeLattice) StartResident(ctx context.Context, resident string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.residents = append(f.residents, "start|"+resident+"|"+deploy.RequestID(ctx))
+	if f.answer != nil {
+		return nil, f.answer
+	}
+	return []byte(`{"id":7,"resident":"` + resident + `","state":"running"}`), nil
+}
+func (f *fakeLattice) ResidentStatus(ctx context.Context, resident string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.residents = append(f.residents, "status|"+resident+"|"+deploy.RequestID(ctx))
+	if f.answer != nil {
+		return nil, f.answer
+	}
+	return f.status, nil
+}
+func (f *fakeLattice) KnownResident(resident string) bool { return resident == "far-pp" }
 func (f *fakeLattice) Ready() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

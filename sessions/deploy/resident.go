@@ -42,6 +42,56 @@ type ResidentRun struct {
 	done     chan struct{}
 }
 
+// ResidentStatus is a resident session's state: the body of GET
+// /v1/residents/{name}, whether this process has the resident or another
+// host of its lattice answered for it. Its fields are in the order of
+// their JSON keys.
+type ResidentStatus struct {
+	History        int `json:"history"`
+	MaxQuarantined int `json:"max_quarantined"`
+	MaxRuns        int `json:"max_runs"`
+	// Quarantined holds the ids of every quarantined run, oldest first,
+	// also those History dropped from Runs.
+	Quarantined []int         `json:"quarantined"`
+	Resident    string        `json:"resident"`
+	Rounds      int           `json:"rounds"`
+	Running     int           `json:"running"`
+	Runs        []ResidentRun `json:"runs"` // the last History runs, oldest first
+}
+
+// ResidentStart is the answer to a start of a resident run: the body of
+// POST /v1/residents/{name}/start, here or through the lattice. State is
+// "running": the run joins and verifies in the background.
+type ResidentStart struct {
+	ID       int    `json:"id"`
+	Resident string `json:"resident"`
+	State    string `json:"state"`
+}
+
+// Status returns the resident's state: its limits, and its runs as of
+// now, in one snapshot.
+func (r *Resident) Status() ResidentStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	runs := make([]ResidentRun, len(r.runs))
+	for i, run := range r.runs {
+		runs[i] = *run
+	}
+	return ResidentStatus{History: r.Spec.History, MaxQuarantined: r.Spec.MaxQuarantined, MaxRuns: r.Spec.MaxRuns,
+		Quarantined: append([]int{}, r.quarantined...), Resident: r.Spec.Name, Rounds: r.Spec.Rounds,
+		Running: r.running, Runs: runs}
+}
+
+// StartRun starts a run as [Resident.Start] does, and returns the
+// answer to the start.
+func (r *Resident) StartRun(ctx context.Context) (ResidentStart, error) {
+	run, err := r.Start(ctx)
+	if err != nil {
+		return ResidentStart{}, err
+	}
+	return ResidentStart{ID: run.ID, Resident: r.Spec.Name, State: "running"}, nil
+}
+
 // Running returns how many runs are started and not yet finished.
 func (r *Resident) Running() int {
 	r.mu.Lock()

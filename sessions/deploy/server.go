@@ -91,7 +91,7 @@ func ConfigFromService(s manifest.Service) Config {
 //	GET  /v1/sessions                 invoke  every session with its state
 //	GET  /v1/sessions/{name}          invoke  one session
 //	GET  /v1/sessions/{name}/ready    invoke  200 when the session can run, else 503 and why
-//	POST /v1/residents/{name}/start   admin   202 with the run's id and state
+//	POST /v1/residents/{name}/start   admin   202 with the run's id and state (another host's: resident_http.go)
 //	GET  /v1/residents/{name}         admin   the resident's runs
 //	GET  /v1/lattice/hosts            admin   the lattice's live hosts (lattice_http.go; 404 outside a lattice)
 //	GET  /v1/lattice/quarantine       admin   the lattice's shared quarantine
@@ -453,6 +453,26 @@ func (p *probeWriter) WriteHeader(code int) { p.status = code }
 // session's manifest deadline changes nothing.
 const DeadlineHeader = "Stagehost-Deadline"
 
+// callContext is a run call's context: the request's, with the
+// Stagehost-Deadline header's deadline where it is shorter than the
+// session's manifest deadline (0: unknown here, any is shorter). The
+// header shortens a deadline, never lengthens it.
+func callContext(r *http.Request, manifestDeadline time.Duration) (context.Context, context.CancelFunc, error) {
+	v := r.Header.Get(DeadlineHeader)
+	if v == "" {
+		return r.Context(), func() {}, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return nil, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v)
+	}
+	if manifestDeadline > 0 && d >= manifestDeadline {
+		return r.Context(), func() {}, nil
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	return ctx, cancel, nil
+}
+
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	w, r, end := s.startRun(w, r) // its span: trace.go
 	defer end()
@@ -473,19 +493,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
 		return
 	}
-	ctx := r.Context()
-	if v := r.Header.Get(DeadlineHeader); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v))
-			return
-		}
-		if d < sess.Spec.Deadline { // shortens the manifest's deadline, never lengthens it
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, d)
-			defer cancel()
-		}
+	ctx, cancel, err := callContext(r, sess.Spec.Deadline)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
+	defer cancel()
 	start := time.Now()
 	// Admission first: a call that will be refused (queue full, every
 	// instance out of service) reads no body and runs nothing.
@@ -540,26 +553,25 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 func (s *Server) startResident(w http.ResponseWriter, r *http.Request) {
 	res := s.d.Resident(r.PathValue("name"))
 	if res == nil {
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no resident session %q", r.PathValue("name")))
+		s.remoteResident(w, r, true) // resident_http.go
 		return
 	}
 	// The run outlives the request: its joins continue in the background.
-	run, err := res.Start(context.WithoutCancel(r.Context()))
+	started, err := res.StartRun(context.WithoutCancel(r.Context()))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"resident": res.Spec.Name, "id": run.ID, "state": "running"})
+	writeJSON(w, http.StatusAccepted, started)
 }
 
 func (s *Server) getResident(w http.ResponseWriter, r *http.Request) {
 	res := s.d.Resident(r.PathValue("name"))
 	if res == nil {
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no resident session %q", r.PathValue("name")))
+		s.remoteResident(w, r, false) // resident_http.go
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"resident": res.Spec.Name, "rounds": res.Spec.Rounds,
-		"max_runs": res.Spec.MaxRuns, "history": res.Spec.History, "running": res.Running(), "runs": res.Runs(), "quarantined": res.Quarantined(), "max_quarantined": res.Spec.MaxQuarantined})
+	writeJSON(w, http.StatusOK, res.Status())
 }
 
 func (s *Server) trace(w http.ResponseWriter, _ *http.Request) {

@@ -4,7 +4,10 @@
 // it) and publishes heartbeats to a JetStream KV bucket with a bucket TTL;
 // a [Front] routes a session call to a free local instance or through the
 // lattice, and knows from the heartbeats which live hosts serve which
-// session. [Claims] are exclusive placement keys won by KV
+// session. A host's resident sessions have a start and a status endpoint
+// each, which [Front.StartResident] and [Front.ResidentStatus] reach
+// (a start sent once: it is not idempotent). [Claims] are exclusive
+// placement keys won by KV
 // compare-and-swap, and [Quarantine] is the lattice-wide list of poisoned
 // module sha256s.
 //

@@ -95,6 +95,10 @@ type Front struct {
 	next    uint64
 	changed notifier
 
+	// knownResidents (under mu): every resident session a heartbeat named
+	// since the front started; made at the first.
+	knownResidents map[string]bool
+
 	stats struct{ local, remote, refused, noResp, gone, unanswered, resent atomic.Uint64 }
 	stop  chan struct{}
 	done  sync.WaitGroup
@@ -190,6 +194,12 @@ func (f *Front) watch(loaded chan struct{}) {
 			f.hosts[id] = &liveHost{rec: rec, seen: time.Now()}
 			for _, sc := range rec.Sessions {
 				f.known[sc.Name] = true
+			}
+			for _, rc := range rec.Residents {
+				if f.knownResidents == nil {
+					f.knownResidents = map[string]bool{}
+				}
+				f.knownResidents[rc.Name] = true
 			}
 			f.mu.Unlock()
 		} else {
@@ -475,6 +485,12 @@ func (f *Front) decode(session string, m *nats.Msg) ([]byte, error) {
 		f.stats.noResp.Add(1)
 		return nil, unavailable("", "session %q: no host of lattice %s responds (no responders)", session, f.cfg.Lattice)
 	}
+	return decodeAnswer(m)
+}
+
+// decodeAnswer is a host's answer: its data, or its error answer as an
+// [*Error] (from the JSON body, else from the headers).
+func decodeAnswer(m *nats.Msg) ([]byte, error) {
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
 		e := &Error{}
 		if json.Unmarshal(m.Data, e) != nil || e.Class == "" {

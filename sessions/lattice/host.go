@@ -99,6 +99,9 @@ type HostRecord struct {
 	Readiness deploy.Readiness  `json:"readiness"`
 	Devices   []DeviceHealth    `json:"devices"`
 	Sessions  []SessionCapacity `json:"sessions"`
+	// Residents lists the host's resident sessions (resident.go); a
+	// front sends their start and status requests to these hosts.
+	Residents []ResidentCapacity `json:"residents"`
 	// Quarantines lists the host's own quarantined or failed instances.
 	Quarantines []InstanceQuarantine `json:"quarantines,omitempty"`
 }
@@ -140,10 +143,11 @@ type InstanceQuarantine struct {
 
 // Host serves a deployment's sessions to a lattice: each session is a NATS
 // micro endpoint on SessionSubject in the session's queue group, so calls
-// spread over the hosts that serve it; it heartbeats to the hosts bucket,
-// refuses sessions whose module is in the shared quarantine, and puts
-// modules in it (a device lost by a call; FenceFailures quarantined
-// instances).
+// spread over the hosts that serve it, and each resident session a start
+// and a status endpoint in the resident's queue group (resident.go). It
+// heartbeats to the hosts bucket, refuses sessions whose module is in the
+// shared quarantine, and puts modules in it (a device lost by a call;
+// FenceFailures quarantined instances).
 type Host struct {
 	cfg      HostConfig
 	nc       *nats.Conn
@@ -179,7 +183,8 @@ type hostSession struct {
 
 // NewHost joins d to a lattice over nc: it opens (creating them if
 // needed) the lattice's buckets, registers an endpoint per session that
-// could be created, and publishes its first heartbeat before it returns.
+// could be created and two per resident session (start, status), and
+// publishes its first heartbeat before it returns.
 // Close leaves the lattice; nc stays the caller's.
 func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostConfig) (*Host, error) {
 	cfg.defaults()
@@ -243,6 +248,9 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		if err := h.addEndpoint(h.svc, hs); err != nil {
 			return nil, err
 		}
+	}
+	if err := h.addResidents(); err != nil { // resident.go
+		return nil, err
 	}
 	for _, name := range h.names {
 		if hs := h.sessions[name]; hs.place != nil {
@@ -366,6 +374,7 @@ func (h *Host) Record() HostRecord {
 			}
 		}
 	}
+	rec.Residents = h.residents() // resident.go
 	if h.cfg.Readiness != nil {
 		rec.Readiness = h.cfg.Readiness()
 	} else {
@@ -580,18 +589,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	// The full error (a guest stack trace included) goes to the log; the
 	// caller gets the public message.
 	h.cfg.Logger.Info("lattice call failed", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "request_id", rid, "class", class, "took", time.Since(start), "err", err)
-	body := Error{Class: class, Message: deploy.PublicMessage(err), Host: h.cfg.ID}
-	if le := (*Error)(nil); errors.As(err, &le) {
-		body.Code = le.Code
-	} else if code, ok := stageCode(err); ok {
-		body.Code = &code
-	}
-	if body.Message == "" {
-		body.Message = class
-	}
-	b, _ := json.Marshal(body)
-	hostHdr[ClassHeader] = []string{class}
-	_ = req.Error(strconv.Itoa(deploy.ClassStatus(class)), body.Message, b, micro.WithHeaders(hostHdr))
+	h.respondError(req, err)
 }
 
 // Close leaves the lattice: the host takes no new call (its endpoints

@@ -250,6 +250,39 @@ func (m *Member) Call(ctx context.Context, session string, input []byte) (out []
 // joined.
 func (m *Member) Known(session string) bool { return m.front.Known(session) }
 
+// StartResident starts a resident session's run through the front
+// ([Front.StartResident]): on this process's host when it has the
+// resident, else on a live host that has it, sent once. out is the
+// host's [deploy.ResidentStart] as JSON. An error of another host or of
+// the lattice is a [*deploy.ClassError]; a local resident's errors are
+// its own.
+func (m *Member) StartResident(ctx context.Context, resident string) ([]byte, error) {
+	out, err := m.front.StartResident(ctx, resident)
+	return out, classError(err)
+}
+
+// ResidentStatus is a resident session's [deploy.ResidentStatus] as
+// JSON, through the front ([Front.ResidentStatus]); errors as
+// StartResident's.
+func (m *Member) ResidentStatus(ctx context.Context, resident string) ([]byte, error) {
+	out, err := m.front.ResidentStatus(ctx, resident)
+	return out, classError(err)
+}
+
+// KnownResident reports whether a heartbeat named the resident session
+// since the member joined.
+func (m *Member) KnownResident(resident string) bool { return m.front.KnownResident(resident) }
+
+// classError is err as the HTTP service takes it: an [*Error] becomes a
+// [*deploy.ClassError]; any other error, nil included, is unchanged.
+func classError(err error) error {
+	var le *Error
+	if errors.As(err, &le) {
+		return &deploy.ClassError{Class: le.Class, Message: le.Message, Host: le.Host, Code: le.Code}
+	}
+	return err
+}
+
 // Ready is nil while the connection to NATS is up.
 func (m *Member) Ready() error {
 	st := m.nc.Status()

@@ -53,8 +53,8 @@ const DefaultClaimTTL = 10 * time.Second
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// checkName checks a lattice name, host id or session name: each is one
-// NATS subject token and one KV key token.
+// checkName checks a lattice name, host id, session or resident name:
+// each is one NATS subject token and one KV key token.
 func checkName(what, s string) error {
 	if !nameRE.MatchString(s) {
 		return fmt.Errorf("lattice: %s %q must be letters, digits, '-' or '_'", what, s)
@@ -71,6 +71,25 @@ func SessionSubject(lattice, session string) string {
 // QueueGroup is the queue group of a session's endpoint.
 func QueueGroup(lattice, session string) string {
 	return "stagehost." + lattice + ".session." + session
+}
+
+// ResidentStartSubject is the subject of a resident session's start
+// endpoint, and ResidentStatusSubject of its status endpoint: every host
+// that has the resident subscribes to both in the resident's queue group
+// ([ResidentQueueGroup]), so one of them answers each request.
+func ResidentStartSubject(lattice, resident string) string {
+	return "stagehost." + lattice + ".resident." + resident + ".start"
+}
+
+// ResidentStatusSubject: see [ResidentStartSubject].
+func ResidentStatusSubject(lattice, resident string) string {
+	return "stagehost." + lattice + ".resident." + resident + ".status"
+}
+
+// ResidentQueueGroup is the queue group of a resident session's
+// endpoints.
+func ResidentQueueGroup(lattice, resident string) string {
+	return "stagehost." + lattice + ".resident." + resident
 }
 
 // ServiceName is the micro service name of a lattice's hosts
