@@ -17,7 +17,11 @@
 #
 # BACKEND=sim is a dry run anywhere (sim devices, and a SIGKILL of the
 # GPU worker instead of the fault kernel, which sim does not have).
-# REPEAT (3) faults in a row, each measured. Everything runs under a hard
+# REPEAT (3) faults in a row, each measured; then five runs of the
+# resident pp (gpu0 with host0 as its npu) started through the
+# supervisor, which routes them over the lattice to gpu0's worker.
+# TRACING=1 adds a [tracing] table: every process appends its spans to
+# $OUT/spans.json. Everything runs under a hard
 # `timeout` of LIMIT (240) seconds; the logs are $OUT/supervise.log and
 # $OUT/serve.log, and the tables are printed last.
 set -u
@@ -47,8 +51,17 @@ engine = "npu"'
 	MODE=kill
 fi
 sha() { sha256sum "$1" | cut -d' ' -f1; }
+TRACING_TABLE=
+if [ -n "${TRACING:-}" ]; then
+	TRACING_TABLE="[tracing]
+exporter = \"file\"
+file = \"$OUT/spans.json\"
+"
+	rm -f "$OUT/spans.json"
+fi
 cat >"$M" <<TOML
 version = 1
+$TRACING_TABLE
 
 [runtime]
 cache_dir = "off"
@@ -82,6 +95,12 @@ name = "host"
 stage = "good"
 device = "host0"
 programs = ["noop"]
+
+[[resident]]
+name = "pp"
+gpu = "gpu0"
+npu = "host0"
+rounds = 64
 TOML
 
 {
@@ -95,6 +114,10 @@ TOML
 			echo "== fault $i"
 			"$0/supervise" -addr "$2" -mode "$4" -wait 60s || { rc=1; break; }
 		done
+		if [ $rc = 0 ]; then
+			echo "== resident pp through the supervisor, after the faults"
+			"$0/supervise" -addr "$2" -mode resident -resident pp -starts 5 -wait 60s || rc=2
+		fi
 		kill -TERM $pid 2>/dev/null
 		for i in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.2; done
 		kill -0 $pid 2>/dev/null && { echo "serve --supervise did not exit within 20s of SIGTERM"; kill -KILL $pid; rc=3; }

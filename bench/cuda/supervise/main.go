@@ -45,7 +45,9 @@ func main() {
 	gpuWorker := flag.String("gpu-worker", "gpu0", "the GPU worker (its device's name)")
 	hostSession := flag.String("host-session", "host", "the session on the host worker's device")
 	hostWorker := flag.String("host-worker", "host0", "the host worker")
-	mode := flag.String("mode", "kernel", "kernel: launch the fault kernel; kill: SIGKILL the GPU worker")
+	mode := flag.String("mode", "kernel", "kernel: launch the fault kernel; kill: SIGKILL the GPU worker; resident: start the resident through the supervisor")
+	resident := flag.String("resident", "pp", "with -mode resident: the resident session on the GPU worker's device")
+	starts := flag.Int("starts", 5, "with -mode resident: runs started one after another")
 	wait := flag.Duration("wait", 60*time.Second, "how long each step may take")
 	flag.Parse()
 	c := &http.Client{Timeout: 20 * time.Second}
@@ -107,6 +109,11 @@ func main() {
 		return a == 200 && b == 200 && before != nil &&
 			before[*gpuWorker].State == "ready" && before[*hostWorker].State == "ready"
 	})
+
+	if *mode == "resident" {
+		residentRuns(c, base, *resident, *starts, *wait, until, fail)
+		return
+	}
 
 	// 2. The host session is called all along.
 	var hostOK, hostFailed atomic.Int64
@@ -195,6 +202,68 @@ func main() {
 		fail("the host worker restarted too")
 	case g.Restarts != before[*gpuWorker].Restarts+1:
 		fail("the GPU worker restarted %d times, want 1", g.Restarts-before[*gpuWorker].Restarts)
+	}
+	fmt.Println("PASS")
+}
+
+// residentRuns starts runs of a resident session through the supervisor
+// (which has no resident: the lattice takes each start to the worker of
+// the resident's gpu), one after another, each polled until it ends, and
+// prints a line a run: the start's answer time and the run's end. Every
+// run must end verified.
+func residentRuns(c *http.Client, base, name string, starts int, wait time.Duration,
+	until func(string, func() bool) time.Duration, fail func(string, ...any)) {
+	type run struct {
+		ID       int    `json:"id"`
+		State    string `json:"state"`
+		Error    string `json:"error"`
+		Rounds   int    `json:"rounds"`
+		Duration int64  `json:"duration_ns"`
+		Verified bool   `json:"verified"`
+	}
+	fmt.Printf("\n%-6s %-10s %-14s %-10s %-8s %s\n", "start", "answer", "start→ended", "run", "rounds", "state")
+	for i := 1; i <= starts; i++ {
+		t0 := time.Now()
+		resp, err := c.Post(base+"/v1/residents/"+name+"/start", "application/json", nil)
+		if err != nil {
+			fail("start %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answered := time.Since(t0)
+		var st struct {
+			ID int `json:"id"`
+		}
+		if resp.StatusCode != http.StatusAccepted || json.Unmarshal(b, &st) != nil {
+			fail("start %d: %d %s", i, resp.StatusCode, bytes.TrimSpace(b))
+		}
+		var last run
+		until(fmt.Sprintf("run %d ended", st.ID), func() bool {
+			resp, err := c.Get(base + "/v1/residents/" + name)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var rs struct {
+				Runs []run `json:"runs"`
+			}
+			if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&rs) != nil {
+				return false
+			}
+			for _, r := range rs.Runs {
+				if r.ID == st.ID && r.State != "starting" && r.State != "running" {
+					last = r
+					return true
+				}
+			}
+			return false
+		})
+		ended := time.Since(t0)
+		fmt.Printf("%-6d %-10v %-14v %-10v %-8d %s %s\n", i, answered.Round(time.Microsecond), ended.Round(time.Millisecond),
+			time.Duration(last.Duration).Round(time.Microsecond), last.Rounds, last.State, last.Error)
+		if last.State != "verified" || !last.Verified {
+			fail("run %d of %s ended %s: %s", last.ID, name, last.State, last.Error)
+		}
 	}
 	fmt.Println("PASS")
 }
