@@ -147,7 +147,27 @@ func (d *decoder) decode(data []byte) *Manifest {
 	d.checkFaults(m, devs, sess)
 	d.checkResidents(m, devs, res)
 	d.checkDeviceMemory(m, devs, sess, res)
+	d.checkLatticeNames(m, sess, res)
 	return m
+}
+
+// checkLatticeNames: in a lattice every session and resident name is a
+// NATS subject token (its subjects and KV keys hold it), so such a name
+// is letters, digits, '-' and '_'.
+func (d *decoder) checkLatticeNames(m *Manifest, sess []sessMeta, res []resMeta) {
+	if m.Lattice == nil {
+		return
+	}
+	for i, x := range sess {
+		if x.name && !validLatticeName(m.Sessions[i].Name) {
+			d.errorf(x.p.key("name"), "%q: in a lattice a session name is letters, digits, '-' and '_' (one NATS subject token)", m.Sessions[i].Name)
+		}
+	}
+	for i, x := range res {
+		if x.name && !validLatticeName(m.Residents[i].Name) {
+			d.errorf(x.p.key("name"), "%q: in a lattice a resident name is letters, digits, '-' and '_' (one NATS subject token)", m.Residents[i].Name)
+		}
+	}
 }
 
 func (d *decoder) runtime(root *table, m *Manifest) {
