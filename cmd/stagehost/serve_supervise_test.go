@@ -319,11 +319,21 @@ func (b *syncBuf) String() string {
 
 // TestServeWorkerFlags: --worker excludes --supervise, needs a device of
 // the manifest, and a lattice to join (its supervisor's URL in the
-// environment, or a [lattice] url).
+// environment, or a [lattice] url); --supervise refuses a session name
+// that cannot be a NATS subject token.
 func TestServeWorkerFlags(t *testing.T) {
 	t.Setenv(envLatticeURL, "")
 	path := filepath.Join(t.TempDir(), "supervise.toml")
 	superviseManifest(t, path, false)
+	// The same manifest with session b named "b.v2".
+	body, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dotted := filepath.Join(t.TempDir(), "dotted.toml")
+	if err := os.WriteFile(dotted, []byte(strings.Replace(string(body), `name = "b"`, `name = "b.v2"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -331,6 +341,7 @@ func TestServeWorkerFlags(t *testing.T) {
 		{[]string{"serve", path, "--worker", "gpu0", "--supervise"}, "exclude each other"},
 		{[]string{"serve", path, "--worker", "gpu9"}, `no device "gpu9"`},
 		{[]string{"serve", path, "--worker", "gpu0"}, envLatticeURL + " is not set"},
+		{[]string{"serve", dotted, "--supervise"}, `session "b.v2": under a supervisor`},
 	} {
 		code, _, stderr := runCLI(t, c.args...)
 		if code != exitUsage || !strings.Contains(stderr, c.want) {

@@ -187,6 +187,24 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		fmt.Fprintln(stderr, "stagehost serve: --supervise: the manifest has no [[device]] to start a worker for")
 		return exitUsage
 	}
+	// The workers join a lattice: their sessions' and residents' names
+	// become NATS subject tokens (a manifest with [lattice] has them
+	// checked when it is read).
+	var bad []string
+	for _, s := range m.Sessions {
+		if !lattice.ValidName(s.Name) {
+			bad = append(bad, fmt.Sprintf("session %q", s.Name))
+		}
+	}
+	for _, r := range m.Residents {
+		if !lattice.ValidName(r.Name) {
+			bad = append(bad, fmt.Sprintf("resident %q", r.Name))
+		}
+	}
+	if len(bad) > 0 {
+		fmt.Fprintf(stderr, "stagehost serve: --supervise: %s: under a supervisor a session or resident name is letters, digits, '-' and '_' (one NATS subject token)\n", strings.Join(bad, ", "))
+		return exitUsage
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "stagehost serve: --supervise: %v\n", err)

@@ -53,6 +53,11 @@ const DefaultClaimTTL = 10 * time.Second
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
+// ValidName reports whether s may name a lattice, a host, a session or a
+// resident session in a lattice: one NATS subject token and one KV key
+// token, letters, digits, '-' or '_'.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
 // checkName checks a lattice name, host id, session or resident name:
 // each is one NATS subject token and one KV key token.
 func checkName(what, s string) error {
