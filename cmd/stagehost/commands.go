@@ -370,7 +370,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
-	if len(cfg.AdminTokens)+len(cfg.InvokeTokens) == 0 && !loopback(*addr) {
+	if len(cfg.AdminTokens)+len(cfg.InvokeTokens) == 0 && !manifest.LoopbackAddr(*addr) {
 		if !*insecure {
 			fmt.Fprintf(stderr, "stagehost serve: refusing to serve %s without authentication: it is not a loopback address. Configure tokens (--admin-token-file, --invoke-token-file, or service.*_token_file/_env in the manifest), or pass --insecure-no-auth\n", *addr)
 			return exitUsage
@@ -506,21 +506,6 @@ func serviceConfig(m *manifest.Manifest, tlsCert, tlsKey, adminFile, invokeFile 
 		}
 	}
 	return cfg, -1
-}
-
-// loopback reports whether addr (host:port) listens on a loopback address
-// only: 127.0.0.0/8, ::1 or localhost. An empty host (every interface) is
-// not.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func cmdTrace(args []string, stdout, stderr io.Writer) int {

@@ -306,7 +306,7 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 	case t.has("tls_key") && !t.has("tls_cert"):
 		d.errorf(t.path.key("tls_key"), "tls_key needs tls_cert too")
 	}
-	if lt.Embedded && t.has("listen") && len(creds) == 0 && !loopbackAddr(lt.Listen) {
+	if lt.Embedded && t.has("listen") && len(creds) == 0 && !LoopbackAddr(lt.Listen) {
 		d.errorf(t.path.key("listen"), "an embedded server on the non-loopback address %q needs credentials (token_file, token_env or nkey_seed_file)", lt.Listen)
 	}
 	if ttl, ok := t.duration("heartbeat_ttl", defaultHeartbeatTTL, true); ok {
@@ -356,8 +356,10 @@ func validPort(s string) bool {
 	return err == nil && n >= 0 && n <= 65535
 }
 
-// loopbackAddr reports whether a host:port listens on loopback only.
-func loopbackAddr(addr string) bool {
+// LoopbackAddr reports whether addr (host:port) listens on a loopback
+// address only: 127.0.0.0/8, ::1 or localhost. An empty host (every
+// interface) is not.
+func LoopbackAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
