@@ -694,6 +694,31 @@ func TestServeMaxInFlight(t *testing.T) {
 	if a := s.request(nil, "GET", "/readyz", nil); a.code != 200 {
 		t.Errorf("readyz: %d", a.code)
 	}
+	// A second run whose body has not come yet is refused at once (the
+	// connection closes), not when the server's read timeout (30s) gives
+	// up on the rest of its body.
+	second, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if _, err := io.WriteString(second, "POST /v1/sessions/steady/run HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab"); err != nil {
+		t.Fatal(err)
+	}
+	_ = second.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(second), nil)
+	if err != nil {
+		t.Fatalf("a run refused before its body came got no answer within 10s: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || !resp.Close {
+		t.Errorf("a run refused before its body came: %d, close %v", resp.StatusCode, resp.Close)
+	}
+	// And the server closes the connection: it waits for no more of the
+	// body (a graceful stop would wait for it).
+	if n, err := second.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Errorf("after the refusal the connection stays open: read %d, %v", n, err)
+	}
 	holder.Close()
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		if a = s.request(nil, "GET", "/v1/sessions", nil); a.code == 200 {

@@ -120,7 +120,7 @@ func (s *Server) uploadModule(w http.ResponseWriter, r *http.Request) {
 	}
 	limit := s.d.MaxModuleSize(req.Name)
 	if r.ContentLength > limit {
-		w.Header().Set("Connection", "close")
+		refuseUnread(w, r)
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the module of %d bytes is larger than the module size limit of %d bytes", r.ContentLength, limit))
 		return
 	}

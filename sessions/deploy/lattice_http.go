@@ -178,7 +178,7 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 		limit, manifestDeadline = sess.Spec.MaxInput, sess.Spec.Deadline
 	}
 	if r.ContentLength > limit {
-		w.Header().Set("Connection", "close")
+		refuseUnread(w, r)
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
 		return
 	}

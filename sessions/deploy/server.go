@@ -423,6 +423,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 			defer func() { <-s.inFlight }()
 		default:
 			w.Header().Set("Retry-After", "1")
+			refuseUnread(w, r)
 			s.writeError(w, r, &serviceError{ClassBusy, fmt.Sprintf("the service is handling its max_in_flight of %d requests; retry later", s.cfg.MaxInFlight)})
 			return
 		}
@@ -452,6 +453,22 @@ func (p *probeWriter) WriteHeader(code int) { p.status = code }
 // over the wait for an instance and the call. One at or above the
 // session's manifest deadline changes nothing.
 const DeadlineHeader = "Stagehost-Deadline"
+
+// refuseUnread marks an answer given before the request's body was
+// read: the connection closes right after it. Otherwise net/http reads
+// the rest of a small body before it writes the answer, and after it,
+// so a client whose body is slow to come (or never comes) would get its
+// refusal only at the read timeout, and hold its connection (and a
+// graceful shutdown) until then.
+func refuseUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
+	w.Header().Set("Connection", "close")
+	// Nothing more is read from this connection: the server's discard of
+	// the unread body fails at once, and the connection closes.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
 
 // callContext is a run call's context: the request's, with the
 // Stagehost-Deadline header's deadline where it is shorter than the
@@ -489,7 +506,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	limit := sess.Spec.MaxInput
 	if r.ContentLength > limit {
 		// Refused before a byte of the body is read; the connection closes.
-		w.Header().Set("Connection", "close")
+		refuseUnread(w, r)
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
 		return
 	}
@@ -504,6 +521,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	// instance out of service) reads no body and runs nothing.
 	turn, err := sess.Acquire(ctx)
 	if err != nil {
+		refuseUnread(w, r)
 		s.writeError(w, r, err)
 		return
 	}
