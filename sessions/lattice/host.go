@@ -553,9 +553,8 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	hdr := req.Headers()
 	tp := hdr.Get(TraceparentHeader)
 	ctx, span := h.startServe(hs, hdr) // trace.go
-	hostHdr := micro.Headers{HostHeader: {h.cfg.ID}}
 	if hdr.Get(AckHeader) != "" {
-		_ = req.Respond(nil, micro.WithHeaders(micro.Headers{HostHeader: {h.cfg.ID}, AckHeader: {"1"}}))
+		_ = h.respond(req, nil, nats.Header{HostHeader: {h.cfg.ID}, AckHeader: {"1"}})
 	}
 	rid := hdr.Get(RequestIDHeader)
 	ctx = deploy.WithRequestID(ctx, rid)
@@ -581,7 +580,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	endServe(span, time.Since(start), err) // before the answer: the caller sees it ended
 	if err == nil {
 		h.cfg.Logger.Debug("lattice call", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "request_id", rid, "class", class, "took", time.Since(start))
-		if rerr := req.Respond(out, micro.WithHeaders(hostHdr)); rerr != nil {
+		if rerr := h.respond(req, out, nats.Header{HostHeader: {h.cfg.ID}}); rerr != nil {
 			h.cfg.Logger.Warn("lattice: answering a call failed", "host", h.cfg.ID, "session", hs.name, "request_id", rid, "err", rerr)
 		}
 		return

@@ -109,7 +109,7 @@ func (h *Host) serveResident(name string, start bool, req micro.Request) {
 		return
 	}
 	h.cfg.Logger.Debug("lattice resident request", "host", h.cfg.ID, "resident", name, "op", op, "request_id", rid, "took", time.Since(begin))
-	_ = req.Respond(out, micro.WithHeaders(micro.Headers{HostHeader: {h.cfg.ID}}))
+	_ = h.respond(req, out, nats.Header{HostHeader: {h.cfg.ID}})
 }
 
 // respondError answers a lattice request (a session call or a resident
@@ -129,8 +129,20 @@ func (h *Host) respondError(req micro.Request, err error) {
 		body.Message = class
 	}
 	b, _ := json.Marshal(body)
-	_ = req.Error(strconv.Itoa(deploy.ClassStatus(class)), body.Message, b,
-		micro.WithHeaders(micro.Headers{HostHeader: {h.cfg.ID}, ClassHeader: {class}}))
+	_ = h.respond(req, b, nats.Header{HostHeader: {h.cfg.ID}, ClassHeader: {class},
+		micro.ErrorHeader: {body.Message}, micro.ErrorCodeHeader: {strconv.Itoa(deploy.ClassStatus(class))}})
+}
+
+// respond publishes a lattice request's answer (or error answer: micro's
+// error headers, as micro.Request.Error writes them) to its reply
+// subject. The requests are answered by goroutines of their own, after
+// micro's handler returned, and micro's Request methods are not made for
+// that: they record an error for the endpoint's statistics, which micro
+// reads once the handler returns (a data race). So the host answers on
+// the connection itself; the endpoint's statistics count requests, not
+// their errors.
+func (h *Host) respond(req micro.Request, data []byte, hdr nats.Header) error {
+	return h.nc.PublishMsg(&nats.Msg{Subject: req.Reply(), Data: data, Header: hdr})
 }
 
 // startResident starts a run of one of the host's resident sessions and
