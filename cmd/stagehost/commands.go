@@ -148,6 +148,11 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "  tracing %s to %s, sample_ratio %g, service.name %s\n", tr.Exporter, to, tr.SampleRatio, tr.ServiceName)
 	}
+	// Without [lattice] such names are fine, except under a supervisor
+	// (its workers join a lattice of its own): say so, without failing.
+	for _, name := range supervisedNameErrors(m) {
+		fmt.Fprintf(stdout, "  note: %s is not a NATS subject token (letters, digits, '-', '_'): serve --supervise refuses it; a plain serve runs it\n", name)
+	}
 	return exitOK
 }
 

@@ -334,6 +334,10 @@ func TestServeWorkerFlags(t *testing.T) {
 	if err := os.WriteFile(dotted, []byte(strings.Replace(string(body), `name = "b"`, `name = "b.v2"`, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// check passes it, with a note.
+	if code, out, _ := runCLI(t, "check", dotted); code != exitOK || !strings.Contains(out, `note: session "b.v2" is not a NATS subject token`) {
+		t.Errorf("check of a dotted name: exit %d\n%s", code, out)
+	}
 	for _, c := range []struct {
 		args []string
 		want string

@@ -33,6 +33,23 @@ const (
 // the supervisor, so the name only has to agree between the two).
 const supervisedLattice = "stagehost"
 
+// supervisedNameErrors names the sessions and residents of m whose names
+// cannot be NATS subject tokens, which a supervisor's workers need.
+func supervisedNameErrors(m *manifest.Manifest) []string {
+	var bad []string
+	for _, s := range m.Sessions {
+		if !lattice.ValidName(s.Name) {
+			bad = append(bad, fmt.Sprintf("session %q", s.Name))
+		}
+	}
+	for _, r := range m.Residents {
+		if !lattice.ValidName(r.Name) {
+			bad = append(bad, fmt.Sprintf("resident %q", r.Name))
+		}
+	}
+	return bad
+}
+
 // supervisedDefaults is the lattice of a manifest without [lattice]:
 // the manifest's defaults, except that a lost device does not put the
 // module in the shared quarantine (a worker whose device was lost is
@@ -190,18 +207,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	// The workers join a lattice: their sessions' and residents' names
 	// become NATS subject tokens (a manifest with [lattice] has them
 	// checked when it is read).
-	var bad []string
-	for _, s := range m.Sessions {
-		if !lattice.ValidName(s.Name) {
-			bad = append(bad, fmt.Sprintf("session %q", s.Name))
-		}
-	}
-	for _, r := range m.Residents {
-		if !lattice.ValidName(r.Name) {
-			bad = append(bad, fmt.Sprintf("resident %q", r.Name))
-		}
-	}
-	if len(bad) > 0 {
+	if bad := supervisedNameErrors(m); len(bad) > 0 {
 		fmt.Fprintf(stderr, "stagehost serve: --supervise: %s: under a supervisor a session or resident name is letters, digits, '-' and '_' (one NATS subject token)\n", strings.Join(bad, ", "))
 		return exitUsage
 	}
