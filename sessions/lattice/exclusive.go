@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -264,4 +266,51 @@ func (h *Host) releaseClaims(ctx context.Context) {
 		h.letGo(ctx, hs, "the host is leaving the lattice")
 		hs.place.mu.Unlock()
 	}
+}
+
+// watchClaims follows the placement bucket while the host has exclusive
+// sessions: when a claim of one of them goes (its holder released it,
+// or it expired: a limit marker), the host tries to claim it at once, and
+// heartbeats at once if it won, instead of at its next heartbeat.
+func (h *Host) watchClaims(ctx context.Context) (stop func(), err error) {
+	w, err := h.claims.kv.Watch(ctx, PlacementKey("*"), jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, fmt.Errorf("lattice: watching the placement claims: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.Updates() {
+			if e == nil || e.Operation() == jetstream.KeyValuePut {
+				continue
+			}
+			hs := h.sessions[strings.TrimPrefix(e.Key(), PlacementKey(""))]
+			if hs == nil || hs.place == nil {
+				continue
+			}
+			h.mu.Lock()
+			closing := h.closing
+			h.mu.Unlock()
+			if closing {
+				continue
+			}
+			// A claim this host holds that goes (deleted by hand, say)
+			// is no longer its: it stops at once, then claims again.
+			hs.place.mu.Lock()
+			if hs.place.claim != nil {
+				h.stopServing(hs, "its placement claim was deleted or expired")
+				hs.place.claim = nil
+			}
+			hs.place.mu.Unlock()
+			cctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
+			h.place(cctx, hs)
+			if hs.place.holds() {
+				if err := h.beat(cctx); err != nil {
+					h.cfg.Logger.Warn("lattice heartbeat failed", "host", h.cfg.ID, "err", err)
+				}
+			}
+			cancel()
+		}
+	}()
+	return func() { _ = w.Stop(); <-done }, nil
 }

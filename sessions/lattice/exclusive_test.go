@@ -284,3 +284,37 @@ func TestExclusiveLetsGo(t *testing.T) {
 		t.Errorf("h1's heartbeat: %s %q (serves %v), want quarantined and not serving", state, reason, h1.h.Serves("steady"))
 	}
 }
+
+// TestExclusiveHandoverWatch: a standby claims a released claim as soon
+// as its watch of the placement bucket sees the release, not at its next
+// heartbeat: with a 3s TTL (a heartbeat every second) the holder leaves
+// right after the standby joined, and the standby serves within 500ms,
+// well before its first heartbeat.
+func TestExclusiveHandoverWatch(t *testing.T) {
+	url := startServer(t)
+	const lat = "x4"
+	cfg := lattice.HostConfig{TTL: 3 * time.Second, ClaimTTL: 6 * time.Second}
+	h1 := join(t, url, lat, "h1", exclusive, cfg)
+	h2 := join(t, url, lat, "h2", exclusive, cfg)
+	joined := time.Now()
+	if !h1.h.Serves("steady") || h2.h.Serves("steady") {
+		t.Fatalf("serves: h1 %v, h2 %v; want h1 only", h1.h.Serves("steady"), h2.h.Serves("steady"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	left := time.Now()
+	if err := h1.h.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for !h2.h.Serves("steady") {
+		if time.Since(left) > 5*time.Second {
+			t.Fatal("h2 does not serve 5s after h1 left")
+		}
+		time.Sleep(time.Millisecond) // polling, not synchronising
+	}
+	took := time.Since(left)
+	t.Logf("h1 left %v after h2 joined; h2 serves %v later", left.Sub(joined), took)
+	if took > 500*time.Millisecond {
+		t.Errorf("h2 served %v after h1 left: it waited for its heartbeat (every %v) instead of seeing the release", took, cfg.TTL/3)
+	}
+}

@@ -167,6 +167,9 @@ type Host struct {
 	calls    sync.WaitGroup
 	stop     chan struct{}
 	beatDone chan struct{}
+	// stopWatch stops the watch of the placement claims (exclusive
+	// sessions only; nil without).
+	stopWatch func()
 }
 
 type hostSession struct {
@@ -252,12 +255,22 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 	if err := h.addResidents(); err != nil { // resident.go
 		return nil, err
 	}
+	exclusive := false
 	for _, name := range h.names {
 		if hs := h.sessions[name]; hs.place != nil {
 			h.place(ctx, hs)
+			exclusive = true
+		}
+	}
+	if exclusive {
+		if h.stopWatch, err = h.watchClaims(context.WithoutCancel(ctx)); err != nil { // exclusive.go
+			return nil, err
 		}
 	}
 	if err := h.beat(ctx); err != nil {
+		if h.stopWatch != nil {
+			h.stopWatch()
+		}
 		return nil, err
 	}
 	ok = true
@@ -606,6 +619,9 @@ func (h *Host) Close(ctx context.Context) error {
 	_ = h.svc.Stop()
 	close(h.stop)
 	<-h.beatDone
+	if h.stopWatch != nil {
+		h.stopWatch()
+	}
 	h.stopExclusive()
 	var err error
 	if !h.nc.IsClosed() {

@@ -39,6 +39,11 @@ func OpenClaims(ctx context.Context, js jetstream.JetStream, lattice string, ttl
 	}
 	cfg := jetstream.KeyValueConfig{Bucket: PlacementBucket(lattice), History: 1, TTL: ttl, Replicas: max(replicas, 1),
 		Description: "stagehost lattice " + lattice + ": placement claims", Storage: jetstream.FileStorage}
+	if ttl > 0 {
+		// Limit markers make an expired claim visible to watchers (hosts
+		// standing by claim it at once).
+		cfg.LimitMarkerTTL = max(ttl, time.Second)
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("lattice: placement bucket: %w", err)
