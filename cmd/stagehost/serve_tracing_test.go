@@ -74,10 +74,11 @@ func TestServeTracingFile(t *testing.T) {
 
 // TestServeSuperviseTracing runs `serve --supervise` over one sim gpu
 // with [tracing] exporter = "file": one run through the supervisor gives
-// three spans of the client's trace in the file once it stops, each the
-// child of the one before: the supervisor's run span (its parent the
-// client's span), its lattice.call, and the worker's lattice.serve, each
-// process with its own host id in its resource.
+// five spans of the client's trace in the file once it stops: the
+// supervisor's run span (its parent the client's span), its
+// lattice.call, the worker's lattice.serve, each the child of the one
+// before, and the serve span's children session.acquire and session.run;
+// each process with its own host id in its resource.
 func TestServeSuperviseTracing(t *testing.T) {
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "600000") // milliseconds: only the shutdowns export
 	good, err := filepath.Abs("../../stages/testdata/hostile/good_stage.wasm")
@@ -171,8 +172,10 @@ programs = ["noop"]
 		byName[sp.name] = sp
 	}
 	run, call, serve := byName["POST /v1/sessions/{name}/run"], byName["lattice.call"], byName["lattice.serve"]
-	if len(spans) != 3 || run.parent != "a3ce929d0e0e4736" || call.parent != run.id || serve.parent != call.id ||
-		run.hostID != "sv" || call.hostID != "sv" || call.host != "sv-gpu0" || serve.hostID != "sv-gpu0" || serve.host != "sv-gpu0" {
+	acquire, stage := byName["session.acquire"], byName["session.run"]
+	if len(spans) != 5 || run.parent != "a3ce929d0e0e4736" || call.parent != run.id || serve.parent != call.id ||
+		run.hostID != "sv" || call.hostID != "sv" || call.host != "sv-gpu0" || serve.hostID != "sv-gpu0" || serve.host != "sv-gpu0" ||
+		acquire.parent != serve.id || stage.parent != serve.id || acquire.hostID != "sv-gpu0" || stage.hostID != "sv-gpu0" {
 		t.Fatalf("spans of the trace: %+v", spans)
 	}
 }

@@ -80,6 +80,10 @@ const (
 	// TookKey is how long a host took over a call, from its arrival to
 	// its answer, in milliseconds.
 	TookKey = attribute.Key("stagehost.took_ms")
+	// InstanceKey and DeviceKey name the instance of a session that a
+	// call got (its index) and the device it runs on.
+	InstanceKey = attribute.Key("stagehost.instance")
+	DeviceKey   = attribute.Key("stagehost.device")
 )
 
 // ClassOK is ClassKey's value for a call that succeeded.
@@ -96,6 +100,12 @@ const (
 	// SpanLatticeServe is a host's server span of a call it took from
 	// the lattice.
 	SpanLatticeServe = "lattice.serve"
+	// SpanAcquire is a call's wait for a free instance of its session
+	// (deploy.Session.Acquire), a child of the call's span.
+	SpanAcquire = "session.acquire"
+	// SpanStage is a call's run on its instance: the stage, then its
+	// fence (deploy.Turn.Run), a child of the call's span.
+	SpanStage = "session.run"
 )
 
 // Options describe the process in the spans' resource, where known.

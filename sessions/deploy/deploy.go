@@ -21,6 +21,7 @@ import (
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/sessions/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -685,6 +686,10 @@ type Turn struct {
 //   - the reason an instance is out of service (quarantined: class
 //     [errdefs.ErrDeviceLost]), when every instance is.
 func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
+	sctx, span := childSpan(ctx, tracing.SpanAcquire) // trace.go
+	if span.IsRecording() {
+		span.SetAttributes(tracing.SessionKey.String(s.Spec.Name))
+	}
 	s.mu.Lock()
 	p, failed := s.pool, s.failed
 	s.mu.Unlock()
@@ -693,10 +698,15 @@ func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
 		err = &unavailableError{s.Spec.Name, failed}
 	} else {
 		var m *member[*instance]
-		if m, err = p.acquire(ctx); err == nil {
+		if m, err = p.acquire(sctx); err == nil {
+			if span.IsRecording() {
+				span.SetAttributes(tracing.InstanceKey.Int(m.index), tracing.DeviceKey.String(m.device))
+			}
+			endChild(ctx, span, nil)
 			return &Turn{s: s, p: p, m: m}, nil
 		}
 	}
+	endChild(ctx, span, err)
 	s.count(Outcome(ctx, err))
 	return nil, err
 }
@@ -728,8 +738,15 @@ func (t *Turn) Instance() (index int, device string) { return t.m.index, t.m.dev
 //
 // As for [stages.Session.RunEntry].
 func (t *Turn) Run(ctx context.Context, input []byte) (out []byte, err error) {
-	defer func() { t.s.count(Outcome(ctx, err)) }()
-	return t.m.val.s.RunEntry(ctx, t.s.Spec.Entry, input, nil)
+	sctx, span := childSpan(ctx, tracing.SpanStage) // trace.go
+	if span.IsRecording() {
+		span.SetAttributes(tracing.SessionKey.String(t.s.Spec.Name), tracing.InstanceKey.Int(t.m.index), tracing.DeviceKey.String(t.m.device))
+	}
+	defer func() {
+		endChild(ctx, span, err)
+		t.s.count(Outcome(ctx, err))
+	}()
+	return t.m.val.s.RunEntry(sctx, t.s.Spec.Entry, input, nil)
 }
 
 // Release gives the instance back: to the next caller waiting, or to the

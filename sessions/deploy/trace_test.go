@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,14 +37,33 @@ func TestRunSpan(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
 	s := serveHostile(t, "", "", func(c *deploy.Config) { c.TracerProvider = tp })
+	// only returns the run's span; kids holds its children's names,
+	// instances, devices and classes (the session's spans), each checked
+	// to be the run span's child.
+	var kids []string
 	only := func(what string) tracetest.SpanStub {
 		t.Helper()
-		spans := exp.GetSpans()
-		if len(spans) != 1 {
-			t.Fatalf("%s: %d spans, want 1: %+v", what, len(spans), spans)
+		var top []tracetest.SpanStub
+		var children []tracetest.SpanStub
+		for _, s := range exp.GetSpans() {
+			if s.Name == tracing.SpanAcquire || s.Name == tracing.SpanStage {
+				children = append(children, s)
+			} else {
+				top = append(top, s)
+			}
 		}
 		exp.Reset()
-		return spans[0]
+		if len(top) != 1 {
+			t.Fatalf("%s: %d run spans, want 1: %+v", what, len(top), top)
+		}
+		kids = nil
+		for _, c := range children {
+			if c.Parent.SpanID() != top[0].SpanContext.SpanID() {
+				t.Errorf("%s: %s is not the run span's child", what, c.Name)
+			}
+			kids = append(kids, c.Name+" "+spanAttr(c, tracing.InstanceKey)+" "+spanAttr(c, tracing.DeviceKey)+" "+spanAttr(c, tracing.ClassKey))
+		}
+		return top[0]
 	}
 	check := func(what string, sp tracetest.SpanStub, want map[attribute.Key]string) {
 		t.Helper()
@@ -65,6 +85,9 @@ func TestRunSpan(t *testing.T) {
 	}
 	check("a local run", sp, map[attribute.Key]string{tracing.SessionKey: "steady", tracing.RequestIDKey: "rid-span",
 		"http.response.status_code": "200", "http.route": "/v1/sessions/{name}/run", tracing.ClassKey: "ok", tracing.ErrorTypeKey: ""})
+	if want := []string{"session.acquire 0 gpu0 ok", "session.run 0 gpu0 ok"}; !slices.Equal(kids, want) {
+		t.Errorf("a local run's session spans: %q, want %q", kids, want)
+	}
 
 	rec = s.do("POST", "/v1/sessions/trap/run", nil)
 	sp = only("a trap")
@@ -72,6 +95,9 @@ func TestRunSpan(t *testing.T) {
 		t.Errorf("trap: %d, span parent %s status %+v", rec.Code, sp.Parent.SpanID(), sp.Status)
 	}
 	check("a trap", sp, map[attribute.Key]string{tracing.ClassKey: "fault", tracing.ErrorTypeKey: "fault", "http.response.status_code": "500"})
+	if len(kids) != 2 || !strings.HasPrefix(kids[0], "session.acquire ") || !strings.HasPrefix(kids[1], "session.run ") || !strings.HasSuffix(kids[1], " fault") {
+		t.Errorf("a trap's session spans: %q, want its run with class fault", kids)
+	}
 
 	rec = s.do("POST", "/v1/sessions/nope/run", nil)
 	sp = only("an unknown session")

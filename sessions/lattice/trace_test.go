@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,14 +40,40 @@ func newRecorder(t *testing.T) *recorder {
 	return &recorder{tp: tp, exp: exp}
 }
 
-// only returns the one span recorded, failing the test otherwise.
+// only returns the one call span recorded (a front's or a host's),
+// failing the test otherwise. The spans of the call's session (its wait
+// for an instance and its run, deploy's) must be that span's children.
 func (r *recorder) only(t *testing.T, who string) tracetest.SpanStub {
 	t.Helper()
-	spans := r.exp.GetSpans()
-	if len(spans) != 1 {
-		t.Fatalf("%s recorded %d spans, want 1: %+v", who, len(spans), spans)
+	var top, kids []tracetest.SpanStub
+	for _, s := range r.exp.GetSpans() {
+		if s.Name == tracing.SpanAcquire || s.Name == tracing.SpanStage {
+			kids = append(kids, s)
+		} else {
+			top = append(top, s)
+		}
 	}
-	return spans[0]
+	if len(top) != 1 {
+		t.Fatalf("%s recorded %d call spans, want 1: %+v", who, len(top), top)
+	}
+	for _, k := range kids {
+		if k.Parent.SpanID() != top[0].SpanContext.SpanID() {
+			t.Errorf("%s: %s is not a child of %s", who, k.Name, top[0].Name)
+		}
+	}
+	return top[0]
+}
+
+// children returns the names of the session spans recorded, with their
+// instance and device, in order.
+func (r *recorder) children() []string {
+	var out []string
+	for _, s := range r.exp.GetSpans() {
+		if s.Name == tracing.SpanAcquire || s.Name == tracing.SpanStage {
+			out = append(out, s.Name+" "+attr(s, tracing.InstanceKey)+" "+attr(s, tracing.DeviceKey)+" "+attr(s, tracing.ClassKey))
+		}
+	}
+	return out
 }
 
 // attr is a span's attribute's value ("" when absent).
@@ -122,6 +149,11 @@ func TestTracingAcrossHosts(t *testing.T) {
 		tracing.RequestIDKey: "rid-1", tracing.LatticeKey: "tr1"})
 	if attr(server, tracing.TookKey) == "" {
 		t.Errorf("server span has no %s", tracing.TookKey)
+	}
+	// The host's call has the session's spans as children: its wait for
+	// an instance, then its run on it.
+	if got, want := hostSpans.children(), []string{"session.acquire 0 gpu0 ok", "session.run 0 gpu0 ok"}; !slices.Equal(got, want) {
+		t.Errorf("the host's session spans: %q, want %q", got, want)
 	}
 	if len(client.Events) != 1 || client.Events[0].Name != "acknowledged" {
 		t.Errorf("client span events: %+v", client.Events)
