@@ -94,12 +94,7 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID strin
 		fmt.Fprintf(stderr, "stagehost serve: --worker %s: %v\n", device, err)
 		return exitUsage
 	}
-	if hostID == "" {
-		hostID = lt.HostID
-	}
-	if hostID == "" {
-		hostID = lattice.DefaultHostID()
-	}
+	hostID = lattice.HostID(hostID, lt)
 	tp, code := startTracing(m, hostID, lt.Name, logger, stderr)
 	if code >= 0 {
 		return code
@@ -246,13 +241,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		lt.Embedded, lt.Listen, lt.StoreDir, lt.TokenEnv = true, "127.0.0.1:0", filepath.Join(dir, "nats"), envLatticeToken
 		workerEnv = append(workerEnv, envLatticeToken+"="+token)
 	}
-	baseID := fl.hostID
-	if baseID == "" {
-		baseID = lt.HostID
-	}
-	if baseID == "" {
-		baseID = lattice.DefaultHostID()
-	}
+	baseID := lattice.HostID(fl.hostID, lt)
 	tp, code := startTracing(m, baseID, lt.Name, logger, stderr)
 	if code >= 0 {
 		return code

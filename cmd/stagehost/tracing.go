@@ -42,13 +42,8 @@ func stopTracing(p *tracing.Provider, stderr io.Writer) {
 // (serve's --host-id), else the table's host_id, else
 // lattice.DefaultHostID; "" outside a lattice.
 func memberID(m *manifest.Manifest, flag string) string {
-	switch {
-	case m.Lattice == nil:
+	if m.Lattice == nil {
 		return ""
-	case flag != "":
-		return flag
-	case m.Lattice.HostID != "":
-		return m.Lattice.HostID
 	}
-	return lattice.DefaultHostID()
+	return lattice.HostID(flag, *m.Lattice)
 }

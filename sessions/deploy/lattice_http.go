@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -189,14 +188,9 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 		return
 	}
 	defer cancel()
-	input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	input, err := readRunBody(w, r, name, limit)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body is larger than session %q's max_input of %d bytes", name, limit))
-			return
-		}
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the request body: %v", err))
+		s.writeError(w, r, err)
 		return
 	}
 	start := time.Now()

@@ -470,6 +470,20 @@ func refuseUnread(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
+// readRunBody reads a run's body, at most limit (the session's
+// max_input) bytes: past it an out_of_budget error, as a streamed body
+// passes the limit.
+func readRunBody(w http.ResponseWriter, r *http.Request, session string, limit int64) ([]byte, error) {
+	input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return nil, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body is larger than session %q's max_input of %d bytes", session, limit)
+		}
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the request body: %v", err)
+	}
+	return input, nil
+}
+
 // callContext is a run call's context: the request's, with the
 // Stagehost-Deadline header's deadline where it is shorter than the
 // session's manifest deadline (0: unknown here, any is shorter). The
@@ -526,14 +540,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer turn.Release()
-	input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	input, err := readRunBody(w, r, name, limit)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body is larger than session %q's max_input of %d bytes", name, limit))
-			return
-		}
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the request body: %v", err))
+		s.writeError(w, r, err)
 		return
 	}
 	out, err := turn.Run(ctx, input)

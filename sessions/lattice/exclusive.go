@@ -2,7 +2,6 @@ package lattice
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -97,11 +96,11 @@ func (h *Host) place(ctx context.Context, hs *hostSession) {
 			p.until.Store(sent.Add(h.cfg.ClaimTTL / 2).UnixNano())
 			return
 		}
-		if holder, ok := h.claimHolder(ctx, hs.name); ok && holder != h.cfg.ID {
+		if cur, gerr := h.claims.Get(ctx, p.claim.Key); gerr == nil && cur.Owner != h.cfg.ID {
 			// Taken over: the claim expired (this host could not renew
 			// it for a whole TTL) and another host holds it now.
-			h.stopServing(hs, "another host holds its placement: "+holder)
-			p.claim, p.holder, p.why = nil, holder, ""
+			h.stopServing(hs, "another host holds its placement: "+cur.Owner)
+			p.claim, p.holder, p.why = nil, cur.Owner, ""
 			return
 		}
 		if !p.holds() {
@@ -119,18 +118,18 @@ func (h *Host) place(ctx context.Context, hs *hostSession) {
 	sent := time.Now()
 	cl, err := h.claims.Claim(ctx, PlacementKey(hs.name), h.cfg.ID)
 	if errors.Is(err, ErrClaimed) {
-		holder, ok := h.claimHolder(ctx, hs.name)
-		if !ok || holder != h.cfg.ID {
-			p.holder, p.why = holder, ""
+		cur, gerr := h.claims.Get(ctx, PlacementKey(hs.name))
+		if gerr != nil || cur.Owner != h.cfg.ID {
+			p.holder, p.why = "", ""
+			if cur != nil {
+				p.holder = cur.Owner
+			}
 			return
 		}
 		// This host's own claim, whose renewal it lost track of (an
 		// update that reached the server but whose answer did not
 		// return): adopt it, then renew it.
-		cl, err = h.ownClaim(ctx, hs.name)
-		if err == nil {
-			err = h.claims.Renew(ctx, cl)
-		}
+		cl, err = cur, h.claims.Renew(ctx, cur)
 	}
 	if err != nil {
 		h.cfg.Logger.Warn("lattice: claiming a placement failed", "host", h.cfg.ID, "session", hs.name, "err", err)
@@ -206,33 +205,6 @@ func (h *Host) stopServing(hs *hostSession, why string) {
 	_ = p.svc.Stop()
 	p.svc = nil
 	h.cfg.Logger.Info("lattice: stopped serving an exclusive session", "host", h.cfg.ID, "session", hs.name, "why", why)
-}
-
-// claimHolder reads who holds a session's placement claim.
-func (h *Host) claimHolder(ctx context.Context, session string) (string, bool) {
-	e, err := h.claims.kv.Get(ctx, PlacementKey(session))
-	if err != nil {
-		return "", false
-	}
-	var c Claim
-	if json.Unmarshal(e.Value(), &c) != nil {
-		return "", false
-	}
-	return c.Owner, true
-}
-
-// ownClaim reads this host's own claim of a session, with its revision.
-func (h *Host) ownClaim(ctx context.Context, session string) (*Claim, error) {
-	e, err := h.claims.kv.Get(ctx, PlacementKey(session))
-	if err != nil {
-		return nil, fmt.Errorf("lattice: reading the claim of %s: %w", session, err)
-	}
-	var c Claim
-	if err := json.Unmarshal(e.Value(), &c); err != nil || c.Owner != h.cfg.ID {
-		return nil, fmt.Errorf("%w: %s is held by %s", ErrClaimed, PlacementKey(session), c.Owner)
-	}
-	c.Key, c.Revision = e.Key(), e.Revision()
-	return &c, nil
 }
 
 // stopExclusive stops serving every exclusive session, keeping the

@@ -318,3 +318,47 @@ func TestExclusiveHandoverWatch(t *testing.T) {
 		t.Errorf("h2 served %v after h1 left: it waited for its heartbeat (every %v) instead of seeing the release", took, cfg.TTL/3)
 	}
 }
+
+// TestExclusiveAdoptsOwnClaim: a renewal whose answer the holder lost
+// (here the test renews the holder's claim behind its back, so the
+// holder's revision is stale) makes the holder's renewals fail; it stops
+// serving once its lease ends, then finds the claim still its own and
+// adopts it, serving again, while the host standing by never serves.
+func TestExclusiveAdoptsOwnClaim(t *testing.T) {
+	url := startServer(t)
+	const lat = "x5"
+	cfg := lattice.HostConfig{TTL: ttl, ClaimTTL: 2 * ttl}
+	h1 := join(t, url, lat, "h1", exclusive, cfg)
+	h2 := join(t, url, lat, "h2", exclusive, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl, err := h1.h.Claims().Get(ctx, lattice.PlacementKey("steady"))
+	if err != nil || cl.Owner != "h1" {
+		t.Fatalf("the claim: %+v %v", cl, err)
+	}
+	if err := h1.h.Claims().Renew(ctx, cl); err != nil { // h1's revision is stale now
+		t.Fatal(err)
+	}
+	renewed := time.Now()
+	stopped, adopted := false, false
+	for deadline := time.Now().Add(10 * time.Second); !adopted; {
+		if time.Now().After(deadline) {
+			t.Fatalf("h1 did not adopt its claim within 10s (stopped %v)", stopped)
+		}
+		serves := h1.h.Serves("steady")
+		stopped = stopped || !serves
+		adopted = stopped && serves
+		if h2.h.Serves("steady") {
+			t.Fatal("h2 serves: the claim was h1's all along")
+		}
+		time.Sleep(time.Millisecond) // polling, not synchronising
+	}
+	// Before the claim could expire (claim_ttl after that renewal), so it
+	// was adopted, not claimed anew.
+	if took := time.Since(renewed); took >= cfg.ClaimTTL {
+		t.Errorf("h1 served again %v after the renewal behind its back: not before the claim expired (%v)", took, cfg.ClaimTTL)
+	}
+	if cur, err := h1.h.Claims().Get(ctx, lattice.PlacementKey("steady")); err != nil || cur.Owner != "h1" {
+		t.Errorf("the claim after the adoption: %+v %v", cur, err)
+	}
+}

@@ -56,6 +56,18 @@ type Member struct {
 
 var _ deploy.Lattice = (*Member)(nil)
 
+// HostID is the host id of a process in lattice lt: flag (serve's
+// --host-id) if set, else lt's host_id, else [DefaultHostID].
+func HostID(flag string, lt manifest.Lattice) string {
+	switch {
+	case flag != "":
+		return flag
+	case lt.HostID != "":
+		return lt.HostID
+	}
+	return DefaultHostID()
+}
+
 // DefaultHostID is a host id from the hostname and the process id, with
 // every character a host id may not hold replaced by '-'.
 func DefaultHostID() string {
@@ -82,13 +94,7 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	id := cfg.HostID
-	if id == "" {
-		id = lt.HostID
-	}
-	if id == "" {
-		id = DefaultHostID()
-	}
+	id := HostID(cfg.HostID, lt)
 	m := &Member{name: lt.Name, log: cfg.Logger}
 	ok := false
 	defer func() {

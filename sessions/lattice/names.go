@@ -1,8 +1,6 @@
 package lattice
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -135,18 +133,6 @@ func Class(err error) string {
 func unavailable(host, format string, args ...any) *Error {
 	return &Error{Class: deploy.ClassUnavailable, Message: fmt.Sprintf(format, args...), Host: host}
 }
-
-// NewTraceparent returns a new W3C traceparent (version 00, sampled).
-func NewTraceparent() string {
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
-}
-
-var traceparentRE = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
-
-// ValidTraceparent reports whether s is a well-formed traceparent.
-func ValidTraceparent(s string) bool { return traceparentRE.MatchString(s) }
 
 // PayloadHeadroom is what a call's input or output leaves of the NATS
 // server's max_payload for the message's headers (deadline, trace

@@ -62,11 +62,8 @@ func (c *Claims) Claim(ctx context.Context, key, owner string) (*Claim, error) {
 	rev, err := c.kv.Create(ctx, key, b)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		holder := "?"
-		if e, gerr := c.kv.Get(ctx, key); gerr == nil {
-			var h Claim
-			if json.Unmarshal(e.Value(), &h) == nil {
-				holder = h.Owner
-			}
+		if h, gerr := c.Get(ctx, key); gerr == nil {
+			holder = h.Owner
 		}
 		return nil, fmt.Errorf("%w: %s is held by %s", ErrClaimed, key, holder)
 	}
@@ -75,6 +72,21 @@ func (c *Claims) Claim(ctx context.Context, key, owner string) (*Claim, error) {
 	}
 	cl.Revision = rev
 	return cl, nil
+}
+
+// Get reads the claim of key as it is now, with its revision: who
+// holds it. The error wraps jetstream.ErrKeyNotFound when no one does.
+func (c *Claims) Get(ctx context.Context, key string) (*Claim, error) {
+	e, err := c.kv.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("lattice: reading the claim %s: %w", key, err)
+	}
+	var cl Claim
+	if err := json.Unmarshal(e.Value(), &cl); err != nil {
+		return nil, fmt.Errorf("lattice: the claim %s: %w", key, err)
+	}
+	cl.Key, cl.Revision = e.Key(), e.Revision()
+	return &cl, nil
 }
 
 // Renew refreshes a held claim (its TTL starts again), if it is still the

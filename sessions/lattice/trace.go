@@ -63,7 +63,7 @@ func Traceparent(ctx context.Context) string {
 
 // newSpanContext is a span context of the front's own, for a call that
 // came with none while no SDK records spans: a random trace id and span
-// id, sampled (as NewTraceparent).
+// id, sampled (flags 01).
 func newSpanContext() trace.SpanContext {
 	var tid trace.TraceID
 	var sid trace.SpanID
