@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/manifest"
 	"github.com/stagehost/stagehost/stages"
@@ -150,6 +151,7 @@ type InstanceQuarantine struct {
 // FenceFailures quarantined instances).
 type Host struct {
 	cfg      HostConfig
+	tracer   trace.Tracer // cfg.TracerProvider's, looked up once
 	nc       *nats.Conn
 	d        *deploy.Deployment
 	hosts    jetstream.KeyValue
@@ -204,7 +206,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{cfg: cfg, nc: nc, d: d, started: time.Now().UTC(), sessions: map[string]*hostSession{},
+	h := &Host{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, d: d, started: time.Now().UTC(), sessions: map[string]*hostSession{},
 		poisoned: map[string]bool{}, stop: make(chan struct{}), beatDone: make(chan struct{})}
 	if h.hosts, err = openHosts(ctx, js, cfg.Lattice, cfg.TTL, cfg.Replicas); err != nil {
 		return nil, err
@@ -540,24 +542,30 @@ func (h *Host) poison(hs *hostSession, reason string) {
 // handle takes one lattice request: the call runs in a goroutine of its
 // own, so one session's calls run in parallel on its instances.
 func (h *Host) handle(hs *hostSession, req micro.Request) {
+	h.goServe(req, func() { h.serve(hs, req) })
+}
+
+// goServe runs one lattice request (a session call, a resident request)
+// in a goroutine of its own, counted in the calls Close waits for. While
+// the host is leaving it runs nothing: a request that asked for an
+// acknowledgement is neither acknowledged nor answered, so its front
+// sends it again, to a host that stays (the server stops handing this
+// host requests once its endpoints stopped, a moment from now); any
+// other is answered 503 unavailable.
+func (h *Host) goServe(req micro.Request, serve func()) {
 	h.mu.Lock()
 	if h.closing {
 		h.mu.Unlock()
-		if req.Headers().Get(AckHeader) != "" {
-			// Not acknowledged, so its front sends it again, to a host
-			// that stays (the server stops handing this host calls once
-			// its endpoints stopped, a moment from now).
-			return
+		if req.Headers().Get(AckHeader) == "" {
+			h.respondError(req, unavailable(h.cfg.ID, "host %s is leaving the lattice", h.cfg.ID))
 		}
-		_ = req.Error("503", fmt.Sprintf("host %s is leaving the lattice", h.cfg.ID), nil,
-			micro.WithHeaders(micro.Headers{ClassHeader: {deploy.ClassUnavailable}, HostHeader: {h.cfg.ID}}))
 		return
 	}
 	h.calls.Add(1)
 	h.mu.Unlock()
 	go func() {
 		defer h.calls.Done()
-		h.serve(hs, req)
+		serve()
 	}()
 }
 

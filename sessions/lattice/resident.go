@@ -74,18 +74,7 @@ func (h *Host) residents() []ResidentCapacity {
 // goroutine of its own (a start waits for its run to be admitted and
 // started), refused unavailable while the host is leaving.
 func (h *Host) handleResident(name string, start bool, req micro.Request) {
-	h.mu.Lock()
-	if h.closing {
-		h.mu.Unlock()
-		h.respondError(req, unavailable(h.cfg.ID, "host %s is leaving the lattice", h.cfg.ID))
-		return
-	}
-	h.calls.Add(1)
-	h.mu.Unlock()
-	go func() {
-		defer h.calls.Done()
-		h.serveResident(name, start, req)
-	}()
+	h.goServe(req, func() { h.serveResident(name, start, req) }) // host.go
 }
 
 func (h *Host) serveResident(name string, start bool, req micro.Request) {

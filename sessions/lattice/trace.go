@@ -135,7 +135,7 @@ func setOutcome(span trace.Span, err error) {
 // lattice, with the span context of the call's headers as its parent.
 func (h *Host) startServe(hs *hostSession, hdr map[string][]string) (context.Context, trace.Span) {
 	ctx := traceContext.Extract(context.Background(), natsCarrier(hdr))
-	ctx, span := tracing.Tracer(h.cfg.TracerProvider).Start(ctx, tracing.SpanLatticeServe, trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := h.tracer.Start(ctx, tracing.SpanLatticeServe, trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
 		span.SetAttributes(tracing.SessionKey.String(hs.name), tracing.HostKey.String(h.cfg.ID), tracing.LatticeKey.String(h.cfg.Lattice))
 		if rid := natsCarrier(hdr).Get(RequestIDHeader); rid != "" {
