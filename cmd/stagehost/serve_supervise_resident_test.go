@@ -1,15 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -49,46 +44,10 @@ func TestServeSuperviseResident(t *testing.T) {
 	if err := os.WriteFile(path, []byte(residentSuperviseManifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(stagehostBinary(t), "serve", path, "--supervise", "--addr", "127.0.0.1:0", "--host-id", "sv", "--quiet")
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &syncBuf{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
-	base := ""
-	for base == "" && lines.Scan() {
-		if m := servingLine.FindStringSubmatch(lines.Text()); m != nil {
-			base = m[1]
-		}
-	}
-	if base == "" {
-		t.Fatalf("no serving line; stderr:\n%s", stderr.String())
-	}
-	rest := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(stdout)
-		rest <- string(b)
-	}()
-	client := &http.Client{Timeout: 10 * time.Second}
+	s := startServe(t, path, "--supervise", "--host-id", "sv", "--quiet")
 	do := func(method, path string) (int, string) {
-		req, err := http.NewRequest(method, base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		a := s.request(nil, method, path, nil)
+		return a.code, string(a.body)
 	}
 	const limit = 20 * time.Second
 
@@ -141,14 +100,7 @@ func TestServeSuperviseResident(t *testing.T) {
 		t.Errorf("/v1/lattice/hosts lacks gpu0's resident: %d %s", code, body)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	out := <-rest
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("serve --supervise exited with %v\n%s%s", err, out, stderr.String())
-	}
-	if !strings.Contains(out, "stopped: ") {
+	if out, _ := s.stop(); !strings.Contains(out, "stopped: ") { // exit 0 after SIGTERM, or stop fails the test
 		t.Errorf("stdout after SIGTERM:\n%s", out)
 	}
 }
