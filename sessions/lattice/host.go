@@ -180,7 +180,6 @@ type hostSession struct {
 	stage    string // the stage module's sha256
 	fence    string // the fence module's sha256, or ""
 	inflight atomic.Int64
-	live     atomic.Int64 // instances in service at the last look
 	// place is the claim state of a session with placement "exclusive";
 	// nil for the others.
 	place *placement
@@ -240,7 +239,6 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		if m := d.Manifest.Module(s.Spec.Fence); m != nil {
 			hs.fence = m.SHA256
 		}
-		hs.live.Store(int64(max(s.Spec.Instances, 1)))
 		h.sessions[name] = hs
 		h.names = append(h.names, name)
 		if s.Spec.Placement == manifest.PlacementExclusive {
@@ -370,7 +368,6 @@ func (h *Host) Record() HostRecord {
 		st := hs.sess.Status()
 		sc := SessionCapacity{Name: name, StageSHA256: hs.stage, State: st.State, Reason: publicLine(st.Reason),
 			Instances: len(st.Instances), Out: st.InstancesOut, Waiting: st.Waiting, InFlight: int(hs.inflight.Load())}
-		hs.live.Store(int64(sc.Instances - sc.Out))
 		sc.Free = max(sc.Instances-sc.Out-sc.InFlight, 0)
 		if p, ok := h.refused(hs); ok {
 			sc.State, sc.Reason = "refused", refusal(h.cfg.ID, p).Message
