@@ -31,7 +31,10 @@ type FrontConfig struct {
 	TTL time.Duration
 	// Local, when set, is this process's host: a call runs on it when one
 	// of the session's instances is free at once, and goes through the
-	// lattice otherwise.
+	// lattice otherwise. The front then reads the host's view of the
+	// shared quarantine instead of watching one of its own, so that the
+	// process has one view: what its host has quarantined or seen
+	// cleared, its front has too.
 	Local *Host
 	// DefaultDeadline bounds a call whose context has no deadline.
 	// Default 30s.
@@ -84,6 +87,7 @@ type Front struct {
 	tracer trace.Tracer
 	nc     *nats.Conn
 	q      *Quarantine
+	ownQ   bool // q is the front's own (no Local), closed with it
 	w      jetstream.KeyWatcher
 	inbox  string
 	sub    *nats.Subscription
@@ -149,16 +153,21 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	}
 	f := &Front{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{}, known: map[string]bool{},
 		pending: map[string]*call{}, stop: make(chan struct{})}
-	if f.q, err = OpenQuarantine(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
-		return nil, err
+	if cfg.Local != nil {
+		f.q = cfg.Local.q
+	} else {
+		if f.q, err = OpenQuarantine(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
+			return nil, err
+		}
+		f.ownQ = true
 	}
 	if f.sub, err = nc.Subscribe(f.inbox+".*", f.answer); err != nil {
-		_ = f.q.Close()
+		f.closeQ()
 		return nil, err
 	}
 	if f.w, err = kv.WatchAll(context.WithoutCancel(ctx)); err != nil {
 		_ = f.sub.Unsubscribe()
-		_ = f.q.Close()
+		f.closeQ()
 		return nil, err
 	}
 	loaded := make(chan struct{})
@@ -519,5 +528,12 @@ func (f *Front) Close() {
 		_ = f.sub.Unsubscribe()
 	}
 	f.done.Wait()
-	_ = f.q.Close()
+	f.closeQ()
+}
+
+// closeQ closes the front's view of the quarantine if it is its own.
+func (f *Front) closeQ() {
+	if f.ownQ {
+		_ = f.q.Close()
+	}
 }
