@@ -34,7 +34,8 @@ type FrontConfig struct {
 	// lattice otherwise. The front then reads the host's view of the
 	// shared quarantine instead of watching one of its own, so that the
 	// process has one view: what its host has quarantined or seen
-	// cleared, its front has too.
+	// cleared, its front has too. Once the host has closed (the process
+	// is leaving), that view stops following the bucket.
 	Local *Host
 	// DefaultDeadline bounds a call whose context has no deadline.
 	// Default 30s.

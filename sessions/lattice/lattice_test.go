@@ -2,6 +2,7 @@ package lattice_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/lattice"
@@ -460,5 +462,60 @@ func TestPoisonReadsItsOwnWrite(t *testing.T) {
 		if err := q.WaitFor(ctx, func() bool { _, ok := q.Lookup(sha); return !ok }); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestLeavingHostAnswers covers the moment between a host starting to
+// leave and its endpoints stopping: a request that asked for an
+// acknowledgement is neither acknowledged nor answered (its front sends
+// it again, elsewhere), and one that did not is answered 503 unavailable
+// naming the host, in the JSON error answer every other refusal uses.
+// Nothing runs on the session either way.
+func TestLeavingHostAnswers(t *testing.T) {
+	url := startServer(t)
+	const lat = "leaving"
+	m := join(t, url, lat, "h1", manifestOpts{}, lattice.HostConfig{TTL: time.Second})
+	client := connect(t, url)
+	subj := lattice.SessionSubject(lat, "steady")
+	runsBefore := m.d.Session("steady").Status().Outcomes["ok"]
+
+	lattice.SetLeaving(m.h, true)
+	answer, err := client.Request(subj, []byte("x"), 5*time.Second)
+	if err != nil {
+		t.Fatalf("no answer without an acknowledgement asked for: %v", err)
+	}
+	if answer.Header.Get(micro.ErrorCodeHeader) != "503" {
+		t.Fatalf("answer headers %v, body %s; want the 503 error answer", answer.Header, answer.Data)
+	}
+	var e lattice.Error
+	if err := json.Unmarshal(answer.Data, &e); err != nil || e.Class != deploy.ClassUnavailable || e.Host != "h1" || !strings.Contains(e.Message, "leaving") {
+		t.Fatalf("error answer %s (%v)", answer.Data, err)
+	}
+
+	// With an acknowledgement asked for: silence (the front's ack timeout
+	// then sends it to another host). 200 ms of silence is the check.
+	inbox := nats.NewInbox()
+	sub, err := client.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := nats.NewMsg(subj)
+	req.Reply = inbox
+	req.Data = []byte("x")
+	req.Header.Set(lattice.AckHeader, "1")
+	if err := client.PublishMsg(req); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := sub.NextMsg(200 * time.Millisecond); err == nil {
+		t.Fatalf("a leaving host answered a request that asked for an acknowledgement: %v %s", got.Header, got.Data)
+	}
+
+	lattice.SetLeaving(m.h, false)
+	if n := m.d.Session("steady").Status().Outcomes["ok"]; n != runsBefore {
+		t.Fatalf("the session ran %d calls while its host was leaving", n-runsBefore)
+	}
+	// Not leaving: the same request is served (the check above can fail).
+	if answer, err := client.Request(subj, []byte("x"), 5*time.Second); err != nil || answer.Header.Get(micro.ErrorCodeHeader) != "" {
+		t.Fatalf("a staying host's answer: %v %v", answer, err)
 	}
 }
