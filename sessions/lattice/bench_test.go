@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/sessions/lattice"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // reportLatency reports the p50 and p99 of ds.
@@ -23,11 +24,19 @@ func reportLatency(b *testing.B, ds []time.Duration) {
 
 // BenchmarkCallOverhead: one call at a time to the good stage on a sim
 // device with no latency, run locally (Host.Call) and through the lattice
-// (Front.Call to one host over in-process NATS: request, ack, answer).
+// (Front.Call to one host over in-process NATS: request, ack, answer);
+// lattice_traced is the lattice call with tracing on, every call sampled
+// (the front's lattice.call, the host's lattice.serve, session.acquire
+// and session.run: four spans a call), batched to an exporter that
+// drops them, so the cost is recording and batching, not exporting.
 func BenchmarkCallOverhead(b *testing.B) {
 	url := startServer(b)
 	m := join(b, url, "bo", "h1", manifestOpts{}, lattice.HostConfig{TTL: 3 * time.Second})
 	f := newFront(b, url, "bo", lattice.FrontConfig{TTL: 3 * time.Second})
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	join(b, url, "bt", "h1", manifestOpts{}, lattice.HostConfig{TTL: 3 * time.Second, TracerProvider: tp})
+	ft := newFront(b, url, "bt", lattice.FrontConfig{TTL: 3 * time.Second, TracerProvider: tp})
 	ctx := context.Background()
 	for _, bc := range []struct {
 		name string
@@ -35,6 +44,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 	}{
 		{"local", func() ([]byte, error) { return m.h.Call(ctx, "steady", nil) }},
 		{"lattice", func() ([]byte, error) { return f.Call(ctx, "steady", nil) }},
+		{"lattice_traced", func() ([]byte, error) { return ft.Call(ctx, "steady", nil) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			ds := make([]time.Duration, 0, b.N)
@@ -91,3 +101,9 @@ func BenchmarkThroughput(b *testing.B) {
 		})
 	}
 }
+
+// discardSpans is a span exporter that drops what it is given.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
