@@ -227,6 +227,18 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+// Records reports whether tp can record spans: false for nil and for
+// OpenTelemetry's no-op provider (what [New] gives without [tracing]).
+// A process whose provider records nothing has no use for an incoming
+// trace context beyond passing it on, so it can skip decoding one.
+func Records(tp trace.TracerProvider) bool {
+	if tp == nil {
+		return false
+	}
+	_, off := tp.(noop.TracerProvider)
+	return !off
+}
+
 // Tracer is the tracer of tp under [TracerName]; a nil tp gives a no-op
 // tracer, which records nothing and passes a span context in its
 // context on unchanged.

@@ -49,6 +49,17 @@ func TestOff(t *testing.T) {
 	if _, span := tracing.Tracer(nil).Start(context.Background(), "x"); span.SpanContext().IsValid() {
 		t.Errorf("a nil provider's span has a context: %v", span.SpanContext())
 	}
+	if tracing.Records(p.TracerProvider()) || tracing.Records(nil) {
+		t.Error("Records is true for a no-op or nil provider")
+	}
+	on, err := tracing.New(&manifest.Tracing{Exporter: manifest.TracingFile, File: filepath.Join(t.TempDir(), "spans.jsonl"), SampleRatio: 1, ServiceName: "s"}, tracing.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = on.Shutdown(context.Background()) }()
+	if !tracing.Records(on.TracerProvider()) {
+		t.Error("Records is false for the [tracing] provider")
+	}
 }
 
 // TestOTLP: the OTLP exporter posts protobuf to the endpoint's path +

@@ -152,6 +152,7 @@ type InstanceQuarantine struct {
 type Host struct {
 	cfg      HostConfig
 	tracer   trace.Tracer // cfg.TracerProvider's, looked up once
+	traced   bool         // cfg.TracerProvider records spans (tracing.Records)
 	nc       *nats.Conn
 	d        *deploy.Deployment
 	hosts    jetstream.KeyValue
@@ -167,6 +168,7 @@ type Host struct {
 	closing  bool
 	poisoned map[string]bool
 	calls    sync.WaitGroup
+	runners  *runners // run the requests calls counts
 	stop     chan struct{}
 	beatDone chan struct{}
 	// stopWatch stops the watch of the placement claims (exclusive
@@ -205,8 +207,9 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, d: d, started: time.Now().UTC(), sessions: map[string]*hostSession{},
+	h := &Host{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), traced: tracing.Records(cfg.TracerProvider), nc: nc, d: d, started: time.Now().UTC(), sessions: map[string]*hostSession{},
 		poisoned: map[string]bool{}, stop: make(chan struct{}), beatDone: make(chan struct{})}
+	h.runners = newRunners(h.stop)
 	if h.hosts, err = openHosts(ctx, js, cfg.Lattice, cfg.TTL, cfg.Replicas); err != nil {
 		return nil, err
 	}
@@ -543,7 +546,7 @@ func (h *Host) handle(hs *hostSession, req micro.Request) {
 }
 
 // goServe runs one lattice request (a session call, a resident request)
-// in a goroutine of its own, counted in the calls Close waits for. While
+// in a goroutine of its own (a runner's), counted in the calls Close waits for. While
 // the host is leaving it runs nothing: a request that asked for an
 // acknowledgement is neither acknowledged nor answered, so its front
 // sends it again, to a host that stays (the server stops handing this
@@ -560,10 +563,10 @@ func (h *Host) goServe(req micro.Request, serve func()) {
 	}
 	h.calls.Add(1)
 	h.mu.Unlock()
-	go func() {
+	h.runners.run(func() {
 		defer h.calls.Done()
 		serve()
-	}()
+	})
 }
 
 func (h *Host) serve(hs *hostSession, req micro.Request) {
