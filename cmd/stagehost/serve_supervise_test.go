@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,17 +22,23 @@ import (
 )
 
 // superviseManifest writes a manifest of two sim gpus, session a on gpu0
-// and b on gpu1; with lose, gpu0 is lost at start-up (a lose fault).
+// and b and echo (the echo module) on gpu1; with lose, gpu0 is lost at
+// start-up (a lose fault).
 func superviseManifest(t *testing.T, path string, lose bool) {
 	t.Helper()
-	good, err := filepath.Abs("../../stages/testdata/hostile/good_stage.wasm")
-	if err != nil {
-		t.Fatal(err)
+	module := func(name string) (string, string) {
+		abs, err := filepath.Abs("../../stages/testdata/hostile/" + name + ".wasm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(abs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return abs, stages.SHA256(b)
 	}
-	b, err := os.ReadFile(good)
-	if err != nil {
-		t.Fatal(err)
-	}
+	good, goodSHA := module("good_stage")
+	echo, echoSHA := module("echo")
 	fault := ""
 	if lose {
 		fault = "[[device.sim.fault]]\nkind = \"lose\"\n"
@@ -60,7 +68,15 @@ name = "b"
 stage = "good"
 device = "gpu1"
 programs = ["noop"]
-`, fault, good, stages.SHA256(b))
+[[module]]
+name = "echo"
+path = %q
+sha256 = %q
+[[session]]
+name = "echo"
+stage = "echo"
+device = "gpu1"
+`, fault, good, goodSHA, echo, echoSHA)
 	// Written aside and renamed: a worker starting meanwhile reads the
 	// old manifest or the new one, never half of one.
 	tmp := path + ".tmp"
@@ -191,6 +207,22 @@ func TestServeSupervise(t *testing.T) {
 	if code, body := call("a"); code != 503 {
 		t.Errorf("a while gpu0 is lost: %d %s", code, body)
 	}
+	// Every call goes through the lattice here: an input and an output
+	// larger than the embedded server's 8 MiB messages go through its
+	// payload store, unchanged.
+	big := make([]byte, 12<<20)
+	for i := range big {
+		big[i] = byte(i * 7 / 5)
+	}
+	if resp, err := client.Post(base+"/v1/sessions/echo/run", "application/octet-stream", bytes.NewReader(big)); err != nil {
+		t.Errorf("a 12 MiB echo: %v", err)
+	} else {
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || err != nil || !bytes.Equal(out, big) {
+			t.Errorf("a 12 MiB echo: %d, %d bytes back, equal %v, %v", resp.StatusCode, len(out), bytes.Equal(out, big), err)
+		}
+	}
 	if _, body := get("/metrics"); !strings.Contains(body, `stagehost_worker_up{worker="gpu1"} 1`) ||
 		strings.Contains(body, `stagehost_worker_device_losses_total{worker="gpu0"} 0`) {
 		t.Errorf("metrics while gpu0 is lost:\n%s", grepLines(body, "stagehost_worker"))
@@ -219,8 +251,8 @@ func TestServeSupervise(t *testing.T) {
 			Hosts []string
 		}
 	}
-	if code, body := get("/v1/sessions"); code != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list.Sessions) != 2 ||
-		fmt.Sprint(list.Sessions[0].Hosts) != "[sv-gpu0]" || fmt.Sprint(list.Sessions[1].Hosts) != "[sv-gpu1]" {
+	if code, body := get("/v1/sessions"); code != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list.Sessions) != 3 ||
+		fmt.Sprint(list.Sessions[0].Hosts) != "[sv-gpu0]" || fmt.Sprint(list.Sessions[1].Hosts) != "[sv-gpu1]" || fmt.Sprint(list.Sessions[2].Hosts) != "[sv-gpu1]" {
 		t.Errorf("/v1/sessions: %d %s", code, body)
 	}
 

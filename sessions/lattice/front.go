@@ -84,14 +84,15 @@ type FrontStats struct {
 // know which live hosts serve which session, and refuses (503, class
 // unavailable, with the reason) a call to a session no live host serves.
 type Front struct {
-	cfg    FrontConfig
-	tracer trace.Tracer
-	nc     *nats.Conn
-	q      *Quarantine
-	ownQ   bool // q is the front's own (no Local), closed with it
-	w      jetstream.KeyWatcher
-	inbox  string
-	sub    *nats.Subscription
+	cfg      FrontConfig
+	tracer   trace.Tracer
+	nc       *nats.Conn
+	q        *Quarantine
+	payloads *payloads
+	ownQ     bool // q is the front's own (no Local), closed with it
+	w        jetstream.KeyWatcher
+	inbox    string
+	sub      *nats.Subscription
 
 	mu      sync.Mutex
 	hosts   map[string]*liveHost
@@ -154,6 +155,9 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	}
 	f := &Front{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{}, known: map[string]bool{},
 		pending: map[string]*call{}, stop: make(chan struct{})}
+	if f.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas); err != nil {
+		return nil, err
+	}
 	if cfg.Local != nil {
 		f.q = cfg.Local.q
 	} else {
@@ -405,9 +409,22 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	if !ok {
 		deadline = time.Now().Add(f.cfg.DefaultDeadline)
 	}
+	if time.Until(deadline) <= 0 {
+		return nil, "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed before the call was sent", session)}
+	}
+	var inputObject string
+	if !f.payloads.fits(len(input)) {
+		if inputObject, err = f.storeInput(ctx, session, deadline, input); err != nil {
+			return nil, "", err
+		}
+		// Deleted once the call ended, however it ended: a call sent
+		// again to another host reads the object again.
+		defer f.payloads.remove(inputObject)
+		input = nil
+	}
 	remaining := time.Until(deadline)
 	if remaining <= 0 {
-		return nil, "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed before the call was sent", session)}
+		return nil, "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed while its input was stored", session)}
 	}
 	f.mu.Lock()
 	f.next++
@@ -425,8 +442,8 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	if rid != "" {
 		msg.Header.Set(RequestIDHeader, rid)
 	}
-	if err := checkPayload(f.nc, fmt.Sprintf("session %q: an input", session), len(input)); err != nil {
-		return nil, tp, err
+	if inputObject != "" {
+		msg.Header.Set(PayloadHeader, inputObject)
 	}
 	if err := f.nc.PublishMsg(msg); err != nil {
 		return nil, tp, unavailable("", "session %q: sending the call: %v", session, err)
@@ -495,7 +512,40 @@ func (f *Front) decode(session string, m *nats.Msg) ([]byte, error) {
 		f.stats.noResp.Add(1)
 		return nil, unavailable("", "session %q: no host of lattice %s responds (no responders)", session, f.cfg.Lattice)
 	}
-	return decodeAnswer(m)
+	out, err := decodeAnswer(m)
+	if name := m.Header.Get(PayloadHeader); err == nil && name != "" {
+		return f.readOutput(session, m.Header.Get(HostHeader), name)
+	}
+	return out, err
+}
+
+// storeInput puts a call's input that one message cannot carry in the
+// payload store, within the call's deadline, and returns the object's
+// name for the request.
+func (f *Front) storeInput(ctx context.Context, session string, deadline time.Time, input []byte) (string, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	name, err := f.payloads.put(ctx, input)
+	if err == nil {
+		return name, nil
+	}
+	if ctx.Err() != nil {
+		return "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed while its input of %d bytes was stored in the lattice's payload store", session, len(input))}
+	}
+	return "", unavailable("", "session %q: storing an input of %d bytes in the lattice's payload store: %v", session, len(input), err)
+}
+
+// readOutput reads a call's output that its host put in the payload
+// store, then deletes it.
+func (f *Front) readOutput(session, host, name string) ([]byte, error) {
+	defer f.payloads.remove(name)
+	ctx, cancel := context.WithTimeout(context.Background(), payloadTimeout)
+	defer cancel()
+	out, err := f.payloads.get(ctx, name)
+	if err != nil {
+		return nil, unavailable(host, "session %q: reading the output (object %s) from the lattice's payload store: %v", session, name, err)
+	}
+	return out, nil
 }
 
 // decodeAnswer is a host's answer: its data, or its error answer as an

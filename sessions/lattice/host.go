@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,6 +156,7 @@ type Host struct {
 	d        *deploy.Deployment
 	hosts    jetstream.KeyValue
 	q        *Quarantine
+	payloads *payloads
 	claims   *Claims
 	svc      micro.Service
 	started  time.Time
@@ -214,6 +214,10 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		return nil, err
 	}
 	if h.q, err = OpenQuarantine(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	if h.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas); err != nil {
+		_ = h.q.Close()
 		return nil, err
 	}
 	ok := false
@@ -591,17 +595,25 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 			defer cancel()
 		}
 	}
-	if err == nil {
-		out, err = h.Call(ctx, hs.name, req.Data())
+	input := req.Data()
+	if name := hdr.Get(PayloadHeader); name != "" && err == nil {
+		input, err = h.readInput(ctx, hs.name, name)
 	}
 	if err == nil {
-		err = checkPayload(h.nc, "session "+strconv.Quote(hs.name)+": an output", len(out))
+		out, err = h.Call(ctx, hs.name, input)
+	}
+	answer := nats.Header{HostHeader: {h.cfg.ID}}
+	if err == nil && !h.payloads.fits(len(out)) {
+		var name string
+		if name, err = h.storeOutput(ctx, hs.name, out); err == nil {
+			out, answer[PayloadHeader] = nil, []string{name}
+		}
 	}
 	class := Class(err)
 	endServe(span, time.Since(start), err) // before the answer: the caller sees it ended
 	if err == nil {
 		h.cfg.Logger.Debug("lattice call", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "request_id", rid, "class", class, "took", time.Since(start))
-		if rerr := h.respond(req, out, nats.Header{HostHeader: {h.cfg.ID}}); rerr != nil {
+		if rerr := h.respond(req, out, answer); rerr != nil {
 			h.cfg.Logger.Warn("lattice: answering a call failed", "host", h.cfg.ID, "session", hs.name, "request_id", rid, "err", rerr)
 		}
 		return
@@ -610,6 +622,34 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	// caller gets the public message.
 	h.cfg.Logger.Info("lattice call failed", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "request_id", rid, "class", class, "took", time.Since(start), "err", err)
 	h.respondError(req, err)
+}
+
+// readInput reads a call's input from the payload store (the request
+// named its object), within the call's deadline.
+func (h *Host) readInput(ctx context.Context, session, name string) ([]byte, error) {
+	b, err := h.payloads.get(ctx, name)
+	if err == nil {
+		return b, nil
+	}
+	if ctx.Err() != nil {
+		return nil, &Error{Class: deploy.ClassDeadlineExceeded, Host: h.cfg.ID,
+			Message: fmt.Sprintf("session %q: the deadline passed while reading the call's input from the lattice's payload store", session)}
+	}
+	return nil, unavailable(h.cfg.ID, "session %q: reading the call's input (object %s) from the lattice's payload store: %v", session, name, err)
+}
+
+// storeOutput puts a call's output that one message cannot carry in the
+// payload store, and returns the object's name for the answer. It is
+// not bound by the call's deadline, which the call may have used up: the
+// output is there to be read.
+func (h *Host) storeOutput(ctx context.Context, session string, out []byte) (string, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), payloadTimeout)
+	defer cancel()
+	name, err := h.payloads.put(ctx, out)
+	if err != nil {
+		return "", unavailable(h.cfg.ID, "session %q: storing an output of %d bytes in the lattice's payload store: %v", session, len(out), err)
+	}
+	return name, nil
 }
 
 // Close leaves the lattice: the host takes no new call (its endpoints

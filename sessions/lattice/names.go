@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/stagehost/stagehost/sessions/deploy"
 )
 
@@ -136,19 +134,6 @@ func unavailable(host, format string, args ...any) *Error {
 
 // PayloadHeadroom is what a call's input or output leaves of the NATS
 // server's max_payload for the message's headers (deadline, trace
-// context, request id, host, class).
+// context, request id, host, class). A payload that does not fit in the
+// rest goes through the payload store ([PayloadHeader]).
 const PayloadHeadroom = 4 << 10
-
-// checkPayload refuses a call's input or output (what: "session "x": an
-// input") of n bytes that one NATS message of nc cannot carry: an
-// out_of_budget *Error (413) naming the server's max_payload. NATS
-// itself would refuse the input at publish, and drop an answer the
-// host could not send, leaving its caller to wait for its deadline.
-func checkPayload(nc *nats.Conn, what string, n int) error {
-	limit := nc.MaxPayload()
-	if limit <= 0 || int64(n)+PayloadHeadroom <= limit {
-		return nil
-	}
-	return &Error{Class: deploy.ClassOutOfBudget,
-		Message: fmt.Sprintf("%s of %d bytes is more than the lattice carries in one message: the NATS server's max_payload is %d bytes, %d of them kept for headers", what, n, limit, PayloadHeadroom)}
-}
