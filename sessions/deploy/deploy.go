@@ -6,6 +6,7 @@ package deploy
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -237,7 +238,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 		if opt.Only != "" && r.Name != opt.Only || opt.Device != "" && r.GPU != opt.Device {
 			continue
 		}
-		d.residents[r.Name] = &Resident{Spec: r, d: d}
+		d.residents[r.Name] = &Resident{Spec: r, d: d, epoch: rand.Text()}
 	}
 	if err := d.injectFaults(); err != nil {
 		return nil, err

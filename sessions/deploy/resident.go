@@ -21,6 +21,10 @@ import (
 type Resident struct {
 	Spec *manifest.Resident
 	d    *Deployment
+	// epoch names this Resident's set of runs: random, made when the
+	// deployment opened, so that run ids, which count from 1 in each
+	// process, name one run only together with it.
+	epoch string
 
 	mu          sync.Mutex
 	runs        []*ResidentRun // the last Spec.History runs, oldest first
@@ -47,9 +51,13 @@ type ResidentRun struct {
 // host of its lattice answered for it. Its fields are in the order of
 // their JSON keys.
 type ResidentStatus struct {
-	History        int `json:"history"`
-	MaxQuarantined int `json:"max_quarantined"`
-	MaxRuns        int `json:"max_runs"`
+	// Epoch names the set of runs Runs belongs to: a new one in each
+	// process that has the resident (a restarted worker, another host
+	// of a lattice). A run is its Epoch and its ID.
+	Epoch          string `json:"epoch"`
+	History        int    `json:"history"`
+	MaxQuarantined int    `json:"max_quarantined"`
+	MaxRuns        int    `json:"max_runs"`
 	// Quarantined holds the ids of every quarantined run, oldest first,
 	// also those History dropped from Runs.
 	Quarantined []int         `json:"quarantined"`
@@ -63,6 +71,7 @@ type ResidentStatus struct {
 // POST /v1/residents/{name}/start, here or through the lattice. State is
 // "running": the run joins and verifies in the background.
 type ResidentStart struct {
+	Epoch    string `json:"epoch"` // as ResidentStatus.Epoch: the run is this epoch's run ID
 	ID       int    `json:"id"`
 	Resident string `json:"resident"`
 	State    string `json:"state"`
@@ -77,7 +86,7 @@ func (r *Resident) Status() ResidentStatus {
 	for i, run := range r.runs {
 		runs[i] = *run
 	}
-	return ResidentStatus{History: r.Spec.History, MaxQuarantined: r.Spec.MaxQuarantined, MaxRuns: r.Spec.MaxRuns,
+	return ResidentStatus{Epoch: r.epoch, History: r.Spec.History, MaxQuarantined: r.Spec.MaxQuarantined, MaxRuns: r.Spec.MaxRuns,
 		Quarantined: append([]int{}, r.quarantined...), Resident: r.Spec.Name, Rounds: r.Spec.Rounds,
 		Running: r.running, Runs: runs}
 }
@@ -89,7 +98,7 @@ func (r *Resident) StartRun(ctx context.Context) (ResidentStart, error) {
 	if err != nil {
 		return ResidentStart{}, err
 	}
-	return ResidentStart{ID: run.ID, Resident: r.Spec.Name, State: "running"}, nil
+	return ResidentStart{Epoch: r.epoch, ID: run.ID, Resident: r.Spec.Name, State: "running"}, nil
 }
 
 // Running returns how many runs are started and not yet finished.

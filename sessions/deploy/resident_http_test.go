@@ -42,9 +42,14 @@ func TestResidentLattice(t *testing.T) {
 		}
 	}
 
-	// The local resident's status, as the map of old encoded it.
+	// The local resident's status, as the map of old encoded it, with
+	// the runs' epoch.
 	local := s.do("GET", "/v1/residents/pp", nil)
-	want := oldJSON(t, map[string]any{"resident": res.Spec.Name, "rounds": res.Spec.Rounds,
+	epoch := res.Status().Epoch
+	if epoch == "" {
+		t.Fatal("a resident with no epoch")
+	}
+	want := oldJSON(t, map[string]any{"epoch": epoch, "resident": res.Spec.Name, "rounds": res.Spec.Rounds,
 		"max_runs": res.Spec.MaxRuns, "history": res.Spec.History, "running": res.Running(), "runs": res.Runs(),
 		"quarantined": res.Quarantined(), "max_quarantined": res.Spec.MaxQuarantined})
 	if local.Code != 200 || local.Body.String() != want {
@@ -73,7 +78,7 @@ func TestResidentLattice(t *testing.T) {
 
 	// The local resident stays local, its start answer as before.
 	rec = s.do("POST", "/v1/residents/pp/start", nil)
-	if rec.Code != 202 || rec.Body.String() != oldJSON(t, map[string]any{"resident": "pp", "id": 2, "state": "running"}) {
+	if rec.Code != 202 || rec.Body.String() != oldJSON(t, map[string]any{"epoch": epoch, "resident": "pp", "id": 2, "state": "running"}) {
 		t.Fatalf("local start: %d %s", rec.Code, rec.Body)
 	}
 	if rec := s.do("GET", "/v1/residents/pp", nil); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"id": 2`) {

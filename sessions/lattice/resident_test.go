@@ -135,8 +135,11 @@ func TestResidentThroughLattice(t *testing.T) {
 		t.Fatalf("start: %v", err)
 	}
 	var started deploy.ResidentStart
-	if err := json.Unmarshal(out, &started); err != nil || started != (deploy.ResidentStart{ID: 1, Resident: "pp", State: "running"}) {
+	if err := json.Unmarshal(out, &started); err != nil || started.Epoch == "" || started != (deploy.ResidentStart{Epoch: started.Epoch, ID: 1, Resident: "pp", State: "running"}) {
 		t.Fatalf("start answer %s (%v)", out, err)
+	}
+	if epoch := h1.d.Resident("pp").Status().Epoch; started.Epoch != epoch {
+		t.Fatalf("the start's epoch %q, the host's resident's %q", started.Epoch, epoch)
 	}
 	if err := nc.Publish("stagehost."+lat+".resident.pp.marker", nil); err != nil {
 		t.Fatal(err)
@@ -160,7 +163,7 @@ func TestResidentThroughLattice(t *testing.T) {
 	if run := waitRun(t, f, "pp", 1); run.State != "verified" || !run.Verified || run.Rounds != 4 {
 		t.Fatalf("run 1: %+v", run)
 	}
-	if st := residentStatus(t, f, "pp"); st.Resident != "pp" || st.Rounds != 4 || st.MaxRuns != 4 || st.Running != 0 || len(st.Runs) != 1 {
+	if st := residentStatus(t, f, "pp"); st.Epoch != started.Epoch || st.Resident != "pp" || st.Rounds != 4 || st.MaxRuns != 4 || st.Running != 0 || len(st.Runs) != 1 {
 		t.Fatalf("status: %+v", st)
 	}
 
