@@ -76,6 +76,7 @@ sha256 = %q
 name = "echo"
 stage = "echo"
 device = "gpu1"
+max_input = "16MiB"
 `, fault, good, goodSHA, echo, echoSHA)
 	// Written aside and renamed: a worker starting meanwhile reads the
 	// old manifest or the new one, never half of one.
@@ -221,6 +222,24 @@ func TestServeSupervise(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != 200 || err != nil || !bytes.Equal(out, big) {
 			t.Errorf("a 12 MiB echo: %d, %d bytes back, equal %v, %v", resp.StatusCode, len(out), bytes.Equal(out, big), err)
+		}
+	}
+	// The supervisor applies the manifest session's max_input (16 MiB)
+	// before it routes a call: at once from Content-Length, and as a
+	// streamed body passes it.
+	over := bytes.NewReader(make([]byte, 16<<20+1))
+	for _, body := range []io.Reader{over, io.MultiReader(bytes.NewReader(make([]byte, 16<<20)), strings.NewReader("x"))} {
+		resp, err := client.Post(base+"/v1/sessions/echo/run", "application/octet-stream", body)
+		if err != nil {
+			t.Errorf("16 MiB + 1 byte: %v", err)
+			continue
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		// "the request body": the supervisor's refusal, not the worker's
+		// ("the input of N bytes").
+		if resp.StatusCode != 413 || !strings.Contains(string(out), `the request body`) || !strings.Contains(string(out), `session \"echo\"'s max_input of 16777216 bytes`) {
+			t.Errorf("16 MiB + 1 byte: %d %s", resp.StatusCode, out)
 		}
 	}
 	if _, body := get("/metrics"); !strings.Contains(body, `stagehost_worker_up{worker="gpu1"} 1`) ||

@@ -337,6 +337,12 @@ func (f supervisedFront) Known(session string) bool {
 	return f.m.Session(session) != nil || f.Member.Known(session)
 }
 
+var _ deploy.SessionSpecs = supervisedFront{}
+
+// SessionSpec is the manifest's session: its max_input and deadline
+// apply at the supervisor, before a call is routed to a worker.
+func (f supervisedFront) SessionSpec(session string) *manifest.Session { return f.m.Session(session) }
+
 func (f supervisedFront) KnownResident(resident string) bool {
 	return f.m.Resident(resident) != nil || f.Member.KnownResident(resident)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/sessions/manifest"
 )
 
 // Lattice is what the HTTP service needs of the lattice its process
@@ -66,6 +67,15 @@ type Lattice interface {
 	// Stats counts the calls routed, by route: local, remote, refused,
 	// no_responders, host_gone, unanswered.
 	Stats() map[string]uint64
+}
+
+// SessionSpecs is what a [Lattice] may offer besides: the manifest
+// spec of a session this process routes but does not have (a
+// supervisor's, from the manifest its workers read), so that the
+// session's max_input and deadline apply where the call arrives, as on
+// the host that runs it. nil for a session it has no spec of.
+type SessionSpecs interface {
+	SessionSpec(session string) *manifest.Session
 }
 
 // ClassError is an error with its class, as another host of the lattice
@@ -172,13 +182,24 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q on this host or on any live host of its lattice", name))
 		return
 	}
-	limit, manifestDeadline := int64(MaxRequestBody), time.Duration(0)
+	// The session's own limits where this process knows its spec (its
+	// own session, or a supervisor's from the manifest); else the
+	// default max_input, and the host that runs the call applies the
+	// session's.
+	limit, manifestDeadline, limitName := int64(MaxRequestBody), time.Duration(0),
+		fmt.Sprintf("the default max_input (session %q is another host's, whose own max_input applies there)", name)
+	spec := (*manifest.Session)(nil)
 	if sess != nil {
-		limit, manifestDeadline = sess.Spec.MaxInput, sess.Spec.Deadline
+		spec = sess.Spec
+	} else if ss, ok := l.(SessionSpecs); ok {
+		spec = ss.SessionSpec(name)
+	}
+	if spec != nil {
+		limit, manifestDeadline, limitName = spec.MaxInput, spec.Deadline, maxInputName(name)
 	}
 	if r.ContentLength > limit {
 		refuseUnread(w, r)
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than %s of %d bytes", r.ContentLength, limitName, limit))
 		return
 	}
 	// The host that runs the call applies its own manifest deadline too.
@@ -188,7 +209,7 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 		return
 	}
 	defer cancel()
-	input, err := readRunBody(w, r, name, limit)
+	input, err := readRunBody(w, r, limitName, limit)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

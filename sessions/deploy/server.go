@@ -470,19 +470,22 @@ func refuseUnread(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
-// readRunBody reads a run's body, at most limit (the session's
-// max_input) bytes: past it an out_of_budget error, as a streamed body
-// passes the limit.
-func readRunBody(w http.ResponseWriter, r *http.Request, session string, limit int64) ([]byte, error) {
+// readRunBody reads a run's body, at most limit bytes: past it an
+// out_of_budget error, as a streamed body passes the limit. limitName
+// names the limit in the error (`session "s"'s max_input`).
+func readRunBody(w http.ResponseWriter, r *http.Request, limitName string, limit int64) ([]byte, error) {
 	input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return nil, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body is larger than session %q's max_input of %d bytes", session, limit)
+			return nil, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body is larger than %s of %d bytes", limitName, limit)
 		}
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the request body: %v", err)
 	}
 	return input, nil
 }
+
+// maxInputName names a session's max_input in an error.
+func maxInputName(session string) string { return fmt.Sprintf("session %q's max_input", session) }
 
 // callContext is a run call's context: the request's, with the
 // Stagehost-Deadline header's deadline where it is shorter than the
@@ -521,7 +524,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > limit {
 		// Refused before a byte of the body is read; the connection closes.
 		refuseUnread(w, r)
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than session %q's max_input of %d bytes", r.ContentLength, name, limit))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than %s of %d bytes", r.ContentLength, maxInputName(name), limit))
 		return
 	}
 	ctx, cancel, err := callContext(r, sess.Spec.Deadline)
@@ -540,7 +543,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer turn.Release()
-	input, err := readRunBody(w, r, name, limit)
+	input, err := readRunBody(w, r, maxInputName(name), limit)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -6,7 +6,8 @@
 // lattice, and knows from the heartbeats which live hosts serve which
 // session. A host's resident sessions have a start and a status endpoint
 // each, which [Front.StartResident] and [Front.ResidentStatus] reach
-// (a start sent once: it is not idempotent). [Claims] are exclusive
+// (with an acknowledgement, as a call; a start sent once: it is not
+// idempotent). [Claims] are exclusive
 // placement keys won by KV
 // compare-and-swap, and [Quarantine] is the lattice-wide list of poisoned
 // module sha256s.

@@ -426,6 +426,46 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	if remaining <= 0 {
 		return nil, "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed while its input was stored", session)}
 	}
+	msg := &nats.Msg{Subject: SessionSubject(f.cfg.Lattice, session), Data: input, Header: nats.Header{}}
+	tp = injectCall(ctx, msg.Header)
+	if rid != "" {
+		msg.Header.Set(RequestIDHeader, rid)
+	}
+	if inputObject != "" {
+		msg.Header.Set(PayloadHeader, inputObject)
+	}
+	m, err := f.roundTrip(ctx, c, msg, deadline, exchange{what: fmt.Sprintf("session %q", session), noun: "call", resend: true, resends: &resends, counted: true})
+	if err != nil {
+		return nil, tp, err
+	}
+	out, err = f.decode(session, m)
+	return out, tp, err
+}
+
+// exchange describes one request for roundTrip.
+type exchange struct {
+	what string // whose request, the start of its errors: `session "s"`
+	noun string // what it is: "call", "start", "status request"
+	// resend: a request no host acknowledged within AckTimeout is sent
+	// again (it is idempotent, or no host began it).
+	resend  bool
+	resends *int // counts the resends, when set
+	// counted: the request counts in Front.Stats (session calls; not
+	// resident requests).
+	counted bool
+	// deadlineNote is added to a deadline_exceeded error of a request
+	// a host acknowledged (" (the run may have started)").
+	deadlineNote string
+}
+
+// roundTrip sends msg (a session call or a resident request) through
+// the lattice with an acknowledgement asked for and the deadline's
+// remainder, and waits for the answer: until deadline plus Grace, the
+// acknowledging host's heartbeat expiring ("went away"), or ctx being
+// canceled. With x.resend, a request no host acknowledged within
+// AckTimeout is sent again. The answer is not decoded.
+func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline time.Time, x exchange) (*nats.Msg, error) {
+	remaining := time.Until(deadline)
 	f.mu.Lock()
 	f.next++
 	token := strconv.FormatUint(f.next, 36)
@@ -436,17 +476,11 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 		delete(f.pending, token)
 		f.mu.Unlock()
 	}()
-	msg := &nats.Msg{Subject: SessionSubject(f.cfg.Lattice, session), Reply: f.inbox + "." + token, Data: input,
-		Header: nats.Header{DeadlineHeader: {remaining.String()}, AckHeader: {"1"}}}
-	tp = injectCall(ctx, msg.Header)
-	if rid != "" {
-		msg.Header.Set(RequestIDHeader, rid)
-	}
-	if inputObject != "" {
-		msg.Header.Set(PayloadHeader, inputObject)
-	}
+	msg.Reply = f.inbox + "." + token
+	msg.Header.Set(DeadlineHeader, remaining.String())
+	msg.Header.Set(AckHeader, "1")
 	if err := f.nc.PublishMsg(msg); err != nil {
-		return nil, tp, unavailable("", "session %q: sending the call: %v", session, err)
+		return nil, unavailable("", "%s: sending the %s: %v", x.what, x.noun, err)
 	}
 	timer := time.NewTimer(remaining + f.cfg.Grace)
 	defer timer.Stop()
@@ -456,11 +490,10 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	for {
 		select {
 		case m := <-c.ch:
-			out, err = f.decode(session, m)
-			return out, tp, err
+			return m, nil
 		case <-ack.C:
 			left := time.Until(deadline)
-			if f.ackedBy(c) != "" || left <= 0 {
+			if !x.resend || f.ackedBy(c) != "" || left <= 0 {
 				continue
 			}
 			// No host took it: the one the server gave it to died before
@@ -469,33 +502,41 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 			// may have run it too.)
 			msg.Header.Set(DeadlineHeader, left.String())
 			if err := f.nc.PublishMsg(msg); err == nil {
-				f.stats.resent.Add(1)
-				resends++
-				if span.IsRecording() {
-					span.AddEvent("sent again: no host acknowledged it", trace.WithAttributes(attribute.String("stagehost.deadline_left", left.String())))
+				if x.counted {
+					f.stats.resent.Add(1)
 				}
-				f.cfg.Logger.Info("lattice call sent again: no host acknowledged it", "session", session, "traceparent", tp, "after", f.cfg.AckTimeout)
+				if x.resends != nil {
+					*x.resends++
+				}
+				if c.span.IsRecording() {
+					c.span.AddEvent("sent again: no host acknowledged it", trace.WithAttributes(attribute.String("stagehost.deadline_left", left.String())))
+				}
+				f.cfg.Logger.Info("lattice request sent again: no host acknowledged it", "what", x.what, "request", x.noun, "traceparent", msg.Header.Get(TraceparentHeader), "after", f.cfg.AckTimeout)
 			}
 			ack.Reset(f.cfg.AckTimeout)
 		case <-c.gone:
 			host := f.ackedBy(c)
-			f.stats.gone.Add(1)
-			f.cfg.Logger.Info("lattice call lost with its host", "session", session, "host", host, "traceparent", tp)
-			return nil, tp, unavailable(host, "session %q: host %s went away with the call in flight", session, host)
+			if x.counted {
+				f.stats.gone.Add(1)
+			}
+			f.cfg.Logger.Info("lattice request lost with its host", "what", x.what, "request", x.noun, "host", host, "traceparent", msg.Header.Get(TraceparentHeader))
+			return nil, unavailable(host, "%s: host %s went away with the %s in flight%s", x.what, host, x.noun, x.deadlineNote)
 		case <-timer.C:
 			if host := f.ackedBy(c); host != "" {
-				return nil, tp, &Error{Class: deploy.ClassDeadlineExceeded, Host: host,
-					Message: fmt.Sprintf("session %q: host %s did not answer within the deadline of %v", session, host, remaining.Round(time.Millisecond))}
+				return nil, &Error{Class: deploy.ClassDeadlineExceeded, Host: host,
+					Message: fmt.Sprintf("%s: host %s did not answer within the deadline of %v%s", x.what, host, remaining.Round(time.Millisecond), x.deadlineNote)}
 			}
-			f.stats.unanswered.Add(1)
-			return nil, tp, unavailable("", "session %q: no host took the call within the deadline of %v", session, remaining.Round(time.Millisecond))
+			if x.counted {
+				f.stats.unanswered.Add(1)
+			}
+			return nil, unavailable("", "%s: no host took the %s within the deadline of %v", x.what, x.noun, remaining.Round(time.Millisecond))
 		case <-ctxDone:
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// The host has the deadline too: wait (Grace) for its answer.
 				ctxDone = nil
 				continue
 			}
-			return nil, tp, &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
+			return nil, &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("%s: %v", x.what, ctx.Err())}
 		}
 	}
 }
@@ -541,7 +582,7 @@ func (f *Front) readOutput(session, host, name string) ([]byte, error) {
 	defer f.payloads.remove(name)
 	ctx, cancel := context.WithTimeout(context.Background(), payloadTimeout)
 	defer cancel()
-	out, err := f.payloads.get(ctx, name)
+	out, err := f.payloads.get(ctx, name, maxPayloadObject)
 	if err != nil {
 		return nil, unavailable(host, "session %q: reading the output (object %s) from the lattice's payload store: %v", session, name, err)
 	}

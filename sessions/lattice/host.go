@@ -597,7 +597,10 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	}
 	input := req.Data()
 	if name := hdr.Get(PayloadHeader); name != "" && err == nil {
-		input, err = h.readInput(ctx, hs.name, name)
+		input, err = h.readInput(ctx, hs, name)
+	}
+	if err == nil && int64(len(input)) > hs.sess.Spec.MaxInput {
+		err = h.overMaxInput(hs, uint64(len(input)))
 	}
 	if err == nil {
 		out, err = h.Call(ctx, hs.name, input)
@@ -624,12 +627,25 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	h.respondError(req, err)
 }
 
+// overMaxInput is the error of a call whose input is larger than its
+// session's max_input. The limit holds whoever sent the call: a front
+// that does not know the session's spec applies only the default.
+func (h *Host) overMaxInput(hs *hostSession, n uint64) error {
+	return &Error{Class: deploy.ClassOutOfBudget, Host: h.cfg.ID,
+		Message: fmt.Sprintf("the input of %d bytes is larger than session %q's max_input of %d bytes (on host %s)", n, hs.name, hs.sess.Spec.MaxInput, h.cfg.ID)}
+}
+
 // readInput reads a call's input from the payload store (the request
-// named its object), within the call's deadline.
-func (h *Host) readInput(ctx context.Context, session, name string) ([]byte, error) {
-	b, err := h.payloads.get(ctx, name)
+// named its object), within the call's deadline; an object larger than
+// the session's max_input is refused before it is read.
+func (h *Host) readInput(ctx context.Context, hs *hostSession, name string) ([]byte, error) {
+	session := hs.name
+	b, err := h.payloads.get(ctx, name, hs.sess.Spec.MaxInput)
 	if err == nil {
 		return b, nil
+	}
+	if tl := (*tooLarge)(nil); errors.As(err, &tl) {
+		return nil, h.overMaxInput(hs, tl.size)
 	}
 	if ctx.Err() != nil {
 		return nil, &Error{Class: deploy.ClassDeadlineExceeded, Host: h.cfg.ID,

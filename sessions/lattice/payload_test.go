@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -164,5 +165,37 @@ func TestLargeInputGone(t *testing.T) {
 	}
 	if n := m.d.Session("echo").Status().Calls; n != 0 {
 		t.Fatalf("the session ran %d calls", n)
+	}
+}
+
+// TestMaxInputOnTheHost: the host that runs a call applies its
+// session's max_input, whoever sent the call (a front that does not
+// know the session's spec applies only the default): an input over it,
+// in the message or in the payload store, is refused out_of_budget
+// naming the limit and the host, the session runs nothing, and the
+// stored input is deleted all the same.
+func TestMaxInputOnTheHost(t *testing.T) {
+	url := smallServer(t)
+	const lat = "plm"
+	m := join(t, url, lat, "h1", manifestOpts{extra: moduleSession(t, "echo") + "max_input = \"1KiB\"\n"}, lattice.HostConfig{TTL: ttl})
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: ttl})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := f.Call(ctx, "echo", make([]byte, 1024)); err != nil || len(out) != 1024 {
+		t.Fatalf("1 KiB: %d bytes, %v", len(out), err)
+	}
+	for _, n := range []int{1025, 64 << 10} {
+		_, err := f.Call(ctx, "echo", make([]byte, n))
+		var le *lattice.Error
+		if !errors.As(err, &le) || le.Class != deploy.ClassOutOfBudget || le.Host != "h1" ||
+			!strings.Contains(le.Message, `session "echo"'s max_input of 1024 bytes`) || !strings.Contains(le.Message, strconv.Itoa(n)) {
+			t.Fatalf("%d bytes: %#v", n, err)
+		}
+	}
+	if n := m.d.Session("echo").Status().Calls; n != 1 {
+		t.Fatalf("the session ran %d calls, want 1", n)
+	}
+	if left := payloadObjects(t, url, lat); len(left) != 0 {
+		t.Fatalf("objects left in the payload store: %v", left)
 	}
 }

@@ -76,11 +76,19 @@ func (p *payloads) put(ctx context.Context, data []byte) (string, error) {
 // input is at most 4 GiB, max_input's limit).
 const maxPayloadObject = 4 << 30
 
-// get reads an object, into one buffer of the size its info gives, and
-// to its end, where the object store checks its SHA-256 digest; a
-// missing object is errPayloadGone. (GetBytes would grow a buffer as it
-// reads: a third of the CPU time of a 9 MiB call, profiled.)
-func (p *payloads) get(ctx context.Context, name string) ([]byte, error) {
+// tooLarge is get's error for an object larger than its limit.
+type tooLarge struct{ size uint64 }
+
+func (e *tooLarge) Error() string {
+	return fmt.Sprintf("the object holds %d bytes, more than its limit", e.size)
+}
+
+// get reads an object of at most limit bytes (else a *tooLarge, before
+// reading it), into one buffer of the size its info gives, and to its
+// end, where the object store checks its SHA-256 digest; a missing
+// object is errPayloadGone. (GetBytes would grow a buffer as it reads:
+// a third of the CPU time of a 9 MiB call, profiled.)
+func (p *payloads) get(ctx context.Context, name string, limit int64) ([]byte, error) {
 	r, err := p.obs.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, errPayloadGone
@@ -93,8 +101,8 @@ func (p *payloads) get(ctx context.Context, name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if info.Size > maxPayloadObject {
-		return nil, fmt.Errorf("object %s claims %d bytes, more than a call carries", name, info.Size)
+	if info.Size > uint64(min(limit, maxPayloadObject)) {
+		return nil, &tooLarge{size: info.Size}
 	}
 	b := make([]byte, info.Size)
 	if _, err := io.ReadFull(r, b); err != nil {

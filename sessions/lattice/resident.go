@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehost/stagehost/sessions/deploy"
 )
@@ -79,6 +80,9 @@ func (h *Host) handleResident(name string, start bool, req micro.Request) {
 
 func (h *Host) serveResident(name string, start bool, req micro.Request) {
 	begin := time.Now()
+	if req.Headers().Get(AckHeader) != "" {
+		_ = h.respond(req, nil, nats.Header{HostHeader: {h.cfg.ID}, AckHeader: {"1"}})
+	}
 	rid := req.Headers().Get(RequestIDHeader)
 	op := "status"
 	var out []byte
@@ -188,18 +192,21 @@ func (f *Front) ResidentHosts(name string) []string {
 
 // StartResident starts a run of a resident session: on the local host
 // (FrontConfig.Local) when it has the resident, else on a live host that
-// has it, through the lattice. The request is sent once, never again (a
-// start is not idempotent), with ctx's deadline or DefaultDeadline; the
-// run outlives ctx. The answer is the host's [deploy.ResidentStart] as
-// JSON.
+// has it, through the lattice, with an acknowledgement asked for, and
+// ctx's deadline or DefaultDeadline; the run outlives ctx. The request
+// is sent once, never again, even when no host acknowledged it (a start
+// is not idempotent). The answer is the host's [deploy.ResidentStart]
+// as JSON.
 //
 // # Errors
 //
 // An [*Error] with the service's class: unavailable (503) when no live
-// host has the resident, or no host responds; deadline_exceeded when the
-// host did not answer within the deadline (the run may have started);
-// client_closed when ctx was canceled first; or the host's refusal
-// (busy, device_lost, …). A start on the local host fails with the
+// host has the resident, no host responds, no host acknowledged the
+// start within the deadline, or the host that acknowledged it went away
+// (its heartbeat expired; the run may have started); deadline_exceeded
+// when the host that acknowledged it did not answer within the deadline
+// (the run may have started); client_closed when ctx was canceled
+// first; or the host's refusal (busy, device_lost, …). A start on the local host fails with the
 // resident's own errors (classify them with [Class]).
 func (f *Front) StartResident(ctx context.Context, name string) ([]byte, error) {
 	if l := f.cfg.Local; l != nil && l.d.Resident(name) != nil {
@@ -219,40 +226,34 @@ func (f *Front) ResidentStatus(ctx context.Context, name string) ([]byte, error)
 	return f.residentRequest(ctx, name, "status", ResidentStatusSubject(f.cfg.Lattice, name))
 }
 
-// residentRequest sends one request to a resident's endpoint (a plain
-// NATS request: no acknowledgement, never sent again) and decodes the
-// answer.
+// residentRequest sends one request to a resident's endpoint, as a
+// session call is sent (roundTrip: an acknowledgement asked for, so a
+// request on a host that dies is answered "went away" when its heartbeat
+// expires), and decodes the answer. A status request no host
+// acknowledged within AckTimeout is sent again; a start never is.
 func (f *Front) residentRequest(ctx context.Context, name, op, subject string) ([]byte, error) {
 	if len(f.ResidentHosts(name)) == 0 {
 		return nil, unavailable("", "resident %q is on no live host of lattice %s", name, f.cfg.Lattice)
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, f.cfg.DefaultDeadline)
-		defer cancel()
-		deadline, _ = ctx.Deadline()
+		deadline = time.Now().Add(f.cfg.DefaultDeadline)
 	}
-	remaining := time.Until(deadline)
 	msg := nats.NewMsg(subject)
 	if rid := deploy.RequestID(ctx); rid != "" {
 		msg.Header.Set(RequestIDHeader, rid)
 	}
-	m, err := f.nc.RequestMsgWithContext(ctx, msg)
-	switch {
-	case err == nil:
-	case errors.Is(err, nats.ErrNoResponders):
+	x := exchange{what: fmt.Sprintf("resident %q", name), noun: "status request", resend: true}
+	if op == "start" {
+		x = exchange{what: fmt.Sprintf("resident %q", name), noun: "start", deadlineNote: " (the run may have started)"}
+	}
+	c := &call{ch: make(chan *nats.Msg, 1), gone: make(chan struct{}), span: trace.SpanFromContext(ctx)}
+	m, err := f.roundTrip(ctx, c, msg, deadline, x)
+	if err != nil {
+		return nil, err
+	}
+	if m.Header.Get("Status") == "503" { // the server's no-responders answer
 		return nil, unavailable("", "resident %q: no host of lattice %s responds (no responders)", name, f.cfg.Lattice)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		msg := fmt.Sprintf("resident %q: no host answered the %s within the deadline of %v", name, op, remaining.Round(time.Millisecond))
-		if op == "start" {
-			msg += " (the run may have started)"
-		}
-		return nil, &Error{Class: deploy.ClassDeadlineExceeded, Message: msg}
-	case errors.Is(err, context.Canceled):
-		return nil, &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("resident %q: %v", name, err)}
-	default:
-		return nil, unavailable("", "resident %q: sending the %s: %v", name, op, err)
 	}
 	return decodeAnswer(m)
 }

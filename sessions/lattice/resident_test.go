@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,5 +301,69 @@ func TestMemberResident(t *testing.T) {
 	}
 	if _, err := front.ResidentStatus(ctx, "pp"); !errors.As(err, &ce) || ce.Class != deploy.ClassUnavailable || !front.KnownResident("pp") {
 		t.Fatalf("status after the worker left: %#v (known %v)", err, front.KnownResident("pp"))
+	}
+}
+
+// TestResidentRequestsSentAgain: a resident's status request that
+// reaches a member of its queue group that never acknowledges it (a
+// host that died as it got the request) is sent again after AckTimeout
+// and answered by the live host, instead of waiting for its deadline; a
+// start that no host acknowledged is never sent again, and is answered
+// unavailable at its deadline, naming that no host took it.
+func TestResidentRequestsSentAgain(t *testing.T) {
+	url := startServer(t)
+	const lat = "resa"
+	join(t, url, lat, "h1", manifestOpts{extra: residentsTOML}, lattice.HostConfig{TTL: ttl})
+	hole := connect(t, url)
+	var swallowed atomic.Int64
+	for _, subj := range []string{lattice.ResidentStatusSubject(lat, "pp"), lattice.ResidentStartSubject(lat, "pp")} {
+		sub, err := hole.QueueSubscribe(subj, lattice.ResidentQueueGroup(lat, "pp"), func(*nats.Msg) { swallowed.Add(1) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	if err := hole.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f, err := lattice.NewFront(ctx, connect(t, url), lattice.FrontConfig{Lattice: lat, TTL: ttl, AckTimeout: 20 * time.Millisecond, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	for i := range 20 {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := f.ResidentStatus(cctx, "pp")
+		cancel()
+		if err != nil {
+			t.Fatalf("status %d: %v (stats %+v)", i, err, f.Stats())
+		}
+	}
+	if swallowed.Load() == 0 {
+		t.Fatal("the hole took no status request: nothing was sent again")
+	}
+	if st := f.Stats(); st != (lattice.FrontStats{}) {
+		t.Fatalf("resident requests counted in the front's stats: %+v", st)
+	}
+	// Starts: those the hole takes are not sent again.
+	before := swallowed.Load()
+	holeStarts := 0
+	for range 20 {
+		cctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := f.StartResident(cctx, "pp")
+		cancel()
+		if err == nil {
+			continue
+		}
+		var le *lattice.Error
+		if !errors.As(err, &le) || le.Class != deploy.ClassUnavailable || !strings.Contains(le.Message, "no host took the start") {
+			t.Fatalf("a start the hole took: %#v", err)
+		}
+		holeStarts++
+	}
+	if holeStarts == 0 || int64(holeStarts) != swallowed.Load()-before {
+		t.Fatalf("%d starts failed, the hole took %d: each start is sent once", holeStarts, swallowed.Load()-before)
 	}
 }
