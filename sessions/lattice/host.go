@@ -331,9 +331,19 @@ func (h *Host) heartbeats() {
 	t := time.NewTicker(h.cfg.TTL / 3)
 	defer t.Stop()
 	for {
+		// A change to the shared quarantine changes which sessions the
+		// host refuses: the heartbeat says so at once, so that fronts
+		// route to (or away from) them without waiting for the tick.
+		quarantined := h.q.changed.wait()
 		select {
 		case <-h.stop:
 			return
+		case <-quarantined:
+			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
+			if err := h.beat(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				h.cfg.Logger.Warn("lattice heartbeat failed", "host", h.cfg.ID, "err", err)
+			}
+			cancel()
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
 			for _, name := range h.names {

@@ -519,3 +519,54 @@ func TestLeavingHostAnswers(t *testing.T) {
 		t.Fatalf("a staying host's answer: %v %v", answer, err)
 	}
 }
+
+// TestQuarantineChangeBeatsAtOnce: a host heartbeats as soon as the
+// shared quarantine changes, not at its next tick, so a front routes to
+// a session again right after its module was cleared (and refuses it
+// right after it was poisoned). The heartbeat TTL is 30 s (a tick every
+// 10 s); the test waits at most 5 s for each change.
+func TestQuarantineChangeBeatsAtOnce(t *testing.T) {
+	url := startServer(t)
+	const lat = "qb"
+	cfg := lattice.HostConfig{TTL: 30 * time.Second}
+	m := join(t, url, lat, "h1", manifestOpts{}, cfg)
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: 30 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	state := func() string {
+		for _, rec := range f.Hosts() {
+			for _, sc := range rec.Sessions {
+				if sc.Name == "steady" {
+					return sc.State
+				}
+			}
+		}
+		return ""
+	}
+	waitState := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for state() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("the front's heartbeat of h1 says steady is %q, not %q, 5 s after the change", state(), want)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the front's view of the heartbeats
+		}
+	}
+	waitState("ready")
+	sha := m.h.Record().Sessions[0].StageSHA256
+	if err := m.h.Quarantine().Poison(ctx, lattice.Poison{SHA256: sha, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	waitState("refused")
+	if _, err := f.Call(ctx, "steady", nil); lattice.Class(err) != deploy.ClassUnavailable || !strings.Contains(err.Error(), "quarantined lattice-wide") {
+		t.Fatalf("a call while poisoned: %v", err)
+	}
+	if err := m.h.Quarantine().Clear(ctx, sha); err != nil {
+		t.Fatal(err)
+	}
+	waitState("ready")
+	if out, err := f.Call(ctx, "steady", nil); err != nil || string(out) != "ok" {
+		t.Fatalf("a call after the clear: %q %v", out, err)
+	}
+}
