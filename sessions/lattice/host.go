@@ -170,6 +170,7 @@ type Host struct {
 	calls    sync.WaitGroup
 	runners  *runners // run the requests calls counts
 	stop     chan struct{}
+	kick     chan struct{} // a heartbeat now: a session's endpoint started or stopped
 	beatDone chan struct{}
 	// stopWatch stops the watch of the placement claims (exclusive
 	// sessions only; nil without).
@@ -185,6 +186,9 @@ type hostSession struct {
 	// place is the claim state of a session with placement "exclusive";
 	// nil for the others.
 	place *placement
+	// ep is the endpoint of a session that is not exclusive
+	// (endpoints.go).
+	ep sessionEndpoint
 }
 
 // NewHost joins d to a lattice over nc: it opens (creating them if
@@ -208,7 +212,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		return nil, err
 	}
 	h := &Host{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), traced: tracing.Records(cfg.TracerProvider), nc: nc, d: d, started: time.Now().UTC(), sessions: map[string]*hostSession{},
-		poisoned: map[string]bool{}, stop: make(chan struct{}), beatDone: make(chan struct{})}
+		poisoned: map[string]bool{}, stop: make(chan struct{}), kick: make(chan struct{}, 1), beatDone: make(chan struct{})}
 	h.runners = newRunners(h.stop)
 	if h.hosts, err = openHosts(ctx, js, cfg.Lattice, cfg.TTL, cfg.Replicas); err != nil {
 		return nil, err
@@ -227,6 +231,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 			if h.svc != nil {
 				_ = h.svc.Stop()
 			}
+			h.stopEndpoints()
 		}
 	}()
 	if h.claims, err = OpenClaims(ctx, js, cfg.Lattice, cfg.ClaimTTL, cfg.Replicas); err != nil {
@@ -252,12 +257,15 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 			hs.place = &placement{}
 			continue // served while this host holds its claim (place)
 		}
-		if s.Failed() != nil {
-			continue // never served: the heartbeat says why
+		if ok, why := h.canServe(hs); !ok {
+			hs.ep.why = why // not served until it can: the heartbeat says why
+			continue
 		}
-		if err := h.addEndpoint(h.svc, hs); err != nil {
+		svc, err := h.startEndpoint(hs) // endpoints.go
+		if err != nil {
 			return nil, err
 		}
+		hs.ep.svc = svc
 	}
 	if err := h.addResidents(); err != nil { // resident.go
 		return nil, err
@@ -338,7 +346,16 @@ func (h *Host) heartbeats() {
 		select {
 		case <-h.stop:
 			return
+		case <-h.kick:
+			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
+			if err := h.beat(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				h.cfg.Logger.Warn("lattice heartbeat failed", "host", h.cfg.ID, "err", err)
+			}
+			cancel()
 		case <-quarantined:
+			for _, name := range h.names {
+				h.syncEndpoint(h.sessions[name])
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
 			if err := h.beat(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 				h.cfg.Logger.Warn("lattice heartbeat failed", "host", h.cfg.ID, "err", err)
@@ -350,6 +367,8 @@ func (h *Host) heartbeats() {
 				h.checkFences(h.sessions[name])
 				if hs := h.sessions[name]; hs.place != nil {
 					h.place(ctx, hs)
+				} else {
+					h.syncEndpoint(hs) // endpoints.go: after a reset or a swap, serving again
 				}
 			}
 			if err := h.beat(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -396,6 +415,15 @@ func (h *Host) Record() HostRecord {
 			}
 		}
 		sc.Serving = sc.State == "ready"
+		if hs.place == nil && sc.Serving {
+			// Ready, and taking the lattice's calls only with its
+			// endpoint started (endpoints.go).
+			hs.ep.mu.Lock()
+			if hs.ep.svc == nil {
+				sc.Serving, sc.Reason = false, "its endpoint is not started: "+hs.ep.why
+			}
+			hs.ep.mu.Unlock()
+		}
 		rec.Sessions = append(rec.Sessions, sc)
 		for _, is := range st.Instances {
 			if is.State != "ready" {
@@ -505,6 +533,7 @@ func (h *Host) run(ctx context.Context, hs *hostSession, turn *deploy.Turn, inpu
 			}
 		}
 		h.checkFences(hs)
+		h.syncEndpoint(hs) // the call may have taken the last instance out of service
 	}
 	return out, err
 }
@@ -691,6 +720,7 @@ func (h *Host) Close(ctx context.Context) error {
 	h.closing = true
 	h.mu.Unlock()
 	_ = h.svc.Stop()
+	h.stopEndpoints()
 	close(h.stop)
 	<-h.beatDone
 	if h.stopWatch != nil {

@@ -570,3 +570,44 @@ func TestQuarantineChangeBeatsAtOnce(t *testing.T) {
 		t.Fatalf("a call after the clear: %q %v", out, err)
 	}
 }
+
+// TestEndpointFollowsServing: a host whose instances of a session are
+// all out of service leaves the session's queue group, so the lattice's
+// calls go to the host that can run them instead of being answered 503
+// there; once the session is reset it joins again (at its next
+// heartbeat) and takes calls.
+func TestEndpointFollowsServing(t *testing.T) {
+	url := startServer(t)
+	const lat = "ep"
+	cfg := lattice.HostConfig{TTL: ttl, FenceFailures: -1} // no lattice-wide quarantine
+	a := join(t, url, lat, "a", manifestOpts{fence: "spin"}, cfg)
+	b := join(t, url, lat, "b", manifestOpts{}, cfg)
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: ttl})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// a's fence never returns: its one instance is quarantined.
+	if _, err := a.h.Call(ctx, "steady", nil); lattice.Class(err) != deploy.ClassDeviceLost {
+		t.Fatalf("a's call: %v", err)
+	}
+	for i := range 20 {
+		if out, err := f.Call(ctx, "steady", nil); err != nil || string(out) != "ok" {
+			t.Fatalf("call %d through the lattice: %q %v", i, out, err)
+		}
+	}
+	if n := b.d.Session("steady").Status().Outcomes["ok"]; n != 20 {
+		t.Fatalf("b ran %d of the 20 calls", n)
+	}
+	// A reset puts a fresh instance in service: a takes calls again.
+	if _, err := a.d.ResetSession(ctx, "steady"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for a.d.Session("steady").Status().Calls == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a took no call within 5 s of its reset")
+		}
+		if _, err := f.Call(ctx, "steady", nil); err != nil && lattice.Class(err) != deploy.ClassDeviceLost {
+			t.Fatalf("a call after the reset: %v", err)
+		}
+	}
+}
