@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -246,6 +247,14 @@ func TestServeSupervise(t *testing.T) {
 		strings.Contains(body, `stagehost_worker_device_losses_total{worker="gpu0"} 0`) {
 		t.Errorf("metrics while gpu0 is lost:\n%s", grepLines(body, "stagehost_worker"))
 	}
+	// The sessions' series, from the workers' heartbeats: b is up and
+	// gpu1's worker counts its calls (a heartbeat after them), a is down.
+	pollFor(t, limit, "b's calls in the supervisor's metrics", func() (bool, string) {
+		_, body := get("/metrics")
+		return regexp.MustCompile(`stagehost_lattice_session_runs_total\{host="sv-gpu1",outcome="ok",session="b"\} [1-9]`).MatchString(body) &&
+				strings.Contains(body, `stagehost_lattice_session_up{session="b"} 1`) && strings.Contains(body, `stagehost_lattice_session_up{session="a"} 0`),
+			grepLines(body, "stagehost_lattice_session")
+	})
 
 	// 2. The manifest no longer loses gpu0: its next worker serves a.
 	superviseManifest(t, path, false)

@@ -381,7 +381,7 @@ func (v *workerView) Sessions() []deploy.LatticeSession {
 	add := func(name string) *deploy.LatticeSession {
 		ls := byName[name]
 		if ls == nil {
-			ls = &deploy.LatticeSession{Name: name, State: "unavailable", Hosts: []string{}}
+			ls = &deploy.LatticeSession{Name: name, State: "unavailable", Hosts: []string{}, HostOutcomes: map[string]map[string]uint64{}}
 			byName[name] = ls
 			order = append(order, name)
 		}
@@ -394,6 +394,9 @@ func (v *workerView) Sessions() []deploy.LatticeSession {
 	for _, rec := range v.front.Hosts() {
 		for _, sc := range rec.Sessions {
 			ls := add(sc.Name)
+			if len(sc.Outcomes) > 0 {
+				ls.HostOutcomes[rec.ID] = sc.Outcomes
+			}
 			if !sc.Serving {
 				notServing[sc.Name] = append(notServing[sc.Name], fmt.Sprintf("host %s has it %s: %s", rec.ID, sc.State, sc.Reason))
 				continue

@@ -53,6 +53,10 @@ type LatticeSession struct {
 	Free      int `json:"free"`
 	InFlight  int `json:"in_flight"`
 	Waiting   int `json:"waiting"`
+	// HostOutcomes counts each live host's calls of the session since
+	// that host started, by outcome ("ok" or an error class), from its
+	// heartbeat: a worker that restarts counts from 0 again.
+	HostOutcomes map[string]map[string]uint64 `json:"host_outcomes"`
 }
 
 type workersBox struct{ w Workers }
@@ -152,6 +156,18 @@ var (
 		"Device losses the worker reported.", []string{"worker"}, nil)
 )
 
+// The sessions' series of a supervisor, from the workers' heartbeats.
+var (
+	latticeSessionUp = prometheus.NewDesc("stagehost_lattice_session_up",
+		"1 while a live worker (host) serves the session, else 0.", []string{"session"}, nil)
+	latticeSessionRuns = prometheus.NewDesc("stagehost_lattice_session_runs_total",
+		"Session runs on each live host since that host started, by outcome (ok, or an error class), from its heartbeat.", []string{"session", "host", "outcome"}, nil)
+	latticeSessionInFlight = prometheus.NewDesc("stagehost_lattice_session_in_flight",
+		"Calls of the session running on the live hosts that serve it.", []string{"session"}, nil)
+	latticeSessionWaiting = prometheus.NewDesc("stagehost_lattice_session_waiting",
+		"Calls of the session waiting for an instance on the live hosts that serve it.", []string{"session"}, nil)
+)
+
 type workersCollector struct{ w Workers }
 
 func (c workersCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -159,6 +175,10 @@ func (c workersCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- workerRestarts
 	ch <- workerSynthetic
 	ch <- workerLosses
+	ch <- latticeSessionUp
+	ch <- latticeSessionRuns
+	ch <- latticeSessionInFlight
+	ch <- latticeSessionWaiting
 }
 
 func (c workersCollector) Collect(ch chan<- prometheus.Metric) {
@@ -171,5 +191,19 @@ func (c workersCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(workerRestarts, prometheus.CounterValue, float64(st.Restarts), st.Name)
 		ch <- prometheus.MustNewConstMetric(workerSynthetic, prometheus.CounterValue, float64(st.SyntheticExits), st.Name)
 		ch <- prometheus.MustNewConstMetric(workerLosses, prometheus.CounterValue, float64(st.DeviceLosses), st.Name)
+	}
+	for _, ls := range c.w.Sessions() {
+		up := 0.0
+		if ls.State == "ready" {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(latticeSessionUp, prometheus.GaugeValue, up, ls.Name)
+		ch <- prometheus.MustNewConstMetric(latticeSessionInFlight, prometheus.GaugeValue, float64(ls.InFlight), ls.Name)
+		ch <- prometheus.MustNewConstMetric(latticeSessionWaiting, prometheus.GaugeValue, float64(ls.Waiting), ls.Name)
+		for host, outcomes := range ls.HostOutcomes {
+			for outcome, n := range outcomes {
+				ch <- prometheus.MustNewConstMetric(latticeSessionRuns, prometheus.CounterValue, float64(n), ls.Name, host, outcome)
+			}
+		}
 	}
 }

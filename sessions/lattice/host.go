@@ -131,6 +131,9 @@ type SessionCapacity struct {
 	InFlight  int    `json:"in_flight"` // calls through the lattice or a front on this host
 	Free      int    `json:"free"`      // instances - out - in flight, at least 0
 	Waiting   int    `json:"waiting"`
+	// Outcomes counts the session's calls on this host since it started,
+	// by outcome ("ok" or an error class), as its /v1/sessions does.
+	Outcomes map[string]uint64 `json:"outcomes,omitempty"`
 }
 
 // InstanceQuarantine is one instance out of service.
@@ -403,7 +406,7 @@ func (h *Host) Record() HostRecord {
 		hs := h.sessions[name]
 		st := hs.sess.Status()
 		sc := SessionCapacity{Name: name, StageSHA256: hs.stage, State: st.State, Reason: publicLine(st.Reason),
-			Instances: len(st.Instances), Out: st.InstancesOut, Waiting: st.Waiting, InFlight: int(hs.inflight.Load())}
+			Instances: len(st.Instances), Out: st.InstancesOut, Waiting: st.Waiting, InFlight: int(hs.inflight.Load()), Outcomes: st.Outcomes}
 		sc.Free = max(sc.Instances-sc.Out-sc.InFlight, 0)
 		if p, ok := h.refused(hs); ok {
 			sc.State, sc.Reason = "refused", refusal(h.cfg.ID, p).Message
