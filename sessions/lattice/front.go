@@ -570,7 +570,10 @@ func (f *Front) storeInput(ctx context.Context, session string, deadline time.Ti
 	if err == nil {
 		return name, nil
 	}
-	if ctx.Err() != nil {
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		return "", &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
+	case ctx.Err() != nil:
 		return "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed while its input of %d bytes was stored in the lattice's payload store", session, len(input))}
 	}
 	return "", unavailable("", "session %q: storing an input of %d bytes in the lattice's payload store: %v", session, len(input), err)

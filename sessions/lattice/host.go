@@ -350,20 +350,12 @@ func (h *Host) heartbeats() {
 		case <-h.stop:
 			return
 		case <-h.kick:
-			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
-			if err := h.beat(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-				h.cfg.Logger.Warn("lattice heartbeat failed", "host", h.cfg.ID, "err", err)
-			}
-			cancel()
+			h.beatNow()
 		case <-quarantined:
 			for _, name := range h.names {
 				h.syncEndpoint(h.sessions[name])
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
-			if err := h.beat(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-				h.cfg.Logger.Warn("lattice heartbeat failed", "host", h.cfg.ID, "err", err)
-			}
-			cancel()
+			h.beatNow()
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
 			for _, name := range h.names {
@@ -374,11 +366,18 @@ func (h *Host) heartbeats() {
 					h.syncEndpoint(hs) // endpoints.go: after a reset or a swap, serving again
 				}
 			}
-			if err := h.beat(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-				h.cfg.Logger.Warn("lattice heartbeat failed", "host", h.cfg.ID, "err", err)
-			}
 			cancel()
+			h.beatNow()
 		}
+	}
+}
+
+// beatNow writes the heartbeat at once, logging a failure (within TTL/3).
+func (h *Host) beatNow() {
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTL/3)
+	defer cancel()
+	if err := h.beat(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.cfg.Logger.Warn("lattice heartbeat failed", "host", h.cfg.ID, "err", err)
 	}
 }
 
