@@ -57,6 +57,10 @@ func (h *Host) syncEndpointLocked(hs *hostSession) (changed bool) {
 		return true
 	case !ok && e.svc != nil:
 		_ = e.svc.Stop()
+		// A round trip: the server has processed the unsubscription
+		// before this returns, so a call published after it (by any
+		// front) goes to the other hosts.
+		_ = h.nc.FlushTimeout(h.cfg.TTL / 3)
 		e.svc, e.why = nil, why
 		h.cfg.Logger.Info("lattice: stopped taking a session's calls: it cannot serve on this host", "host", h.cfg.ID, "session", hs.name, "why", why)
 		return true

@@ -382,11 +382,14 @@ func (f *Front) refuse(session string) *Error {
 			if sc.Name != session {
 				continue
 			}
-			if sc.Serving {
-				return nil
-			}
+			// The front's view of the quarantine first: a heartbeat
+			// written before the poison still says serving, while the
+			// host has stopped taking the session's calls.
 			if p, ok := f.q.Lookup(sc.StageSHA256); ok {
 				return refusal("", p)
+			}
+			if sc.Serving {
+				return nil
 			}
 			known = append(known, fmt.Sprintf("host %s has it %s: %s", rec.ID, sc.State, sc.Reason))
 		}
@@ -551,6 +554,11 @@ func (f *Front) ackedBy(c *call) string {
 func (f *Front) decode(session string, m *nats.Msg) ([]byte, error) {
 	if m.Header.Get("Status") == "503" { // the server's no-responders answer
 		f.stats.noResp.Add(1)
+		if err := f.refuse(session); err != nil {
+			// Why, by the heartbeats since: the hosts stopped taking
+			// the session's calls (quarantined, out of service, gone).
+			return nil, err
+		}
 		return nil, unavailable("", "session %q: no host of lattice %s responds (no responders)", session, f.cfg.Lattice)
 	}
 	out, err := decodeAnswer(m)
