@@ -163,7 +163,7 @@ var (
 	latticeSessionRuns = prometheus.NewDesc("stagehost_lattice_session_runs_total",
 		"Session runs on each live host since that host started, by outcome (ok, or an error class), from its heartbeat.", []string{"session", "host", "outcome"}, nil)
 	latticeSessionInFlight = prometheus.NewDesc("stagehost_lattice_session_in_flight",
-		"Calls of the session running on the live hosts that serve it.", []string{"session"}, nil)
+		"Calls of the session on the live hosts that serve it, waiting for an instance or running.", []string{"session"}, nil)
 	latticeSessionWaiting = prometheus.NewDesc("stagehost_lattice_session_waiting",
 		"Calls of the session waiting for an instance on the live hosts that serve it.", []string{"session"}, nil)
 )

@@ -490,10 +490,36 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 	ack := time.NewTimer(f.cfg.AckTimeout)
 	defer ack.Stop()
 	ctxDone := ctx.Done()
+	notRun := 0
 	for {
 		select {
 		case m := <-c.ch:
-			return m, nil
+			left := time.Until(deadline)
+			if !x.resend || m.Header.Get(NotRunHeader) == "" || notRun >= MaxNotRunResends || left <= 0 {
+				return m, nil
+			}
+			// The host that took it ran it nowhere (every instance there
+			// went out of service while it waited) and left the
+			// session's queue group: send it again, to another host.
+			notRun++
+			f.mu.Lock()
+			c.host = ""
+			f.mu.Unlock()
+			msg.Header.Set(DeadlineHeader, left.String())
+			if err := f.nc.PublishMsg(msg); err != nil {
+				return m, nil
+			}
+			if x.counted {
+				f.stats.resent.Add(1)
+			}
+			if x.resends != nil {
+				*x.resends++
+			}
+			if c.span.IsRecording() {
+				c.span.AddEvent("sent again: the host ran it nowhere", trace.WithAttributes(tracing.HostKey.String(m.Header.Get(HostHeader))))
+			}
+			f.cfg.Logger.Info("lattice request sent again: the host ran it nowhere", "what", x.what, "host", m.Header.Get(HostHeader), "traceparent", msg.Header.Get(TraceparentHeader))
+			ack.Reset(f.cfg.AckTimeout)
 		case <-ack.C:
 			left := time.Until(deadline)
 			if !x.resend || f.ackedBy(c) != "" || left <= 0 {

@@ -480,24 +480,32 @@ func (h *Host) refused(hs *hostSession) (Poison, bool) {
 // [Class]), or an [*Error]: not_found for an unknown session, unavailable
 // for a module in the shared quarantine.
 func (h *Host) Call(ctx context.Context, session string, input []byte) ([]byte, error) {
+	out, _, err := h.call(ctx, session, input)
+	return out, err
+}
+
+// call is Call, and says whether the call ran: false when it failed
+// before it had an instance.
+func (h *Host) call(ctx context.Context, session string, input []byte) (out []byte, ran bool, err error) {
 	hs := h.sessions[session]
 	if hs == nil {
-		return nil, &Error{Class: deploy.ClassNotFound, Message: fmt.Sprintf("no session %q on host %s", session, h.cfg.ID), Host: h.cfg.ID}
+		return nil, false, &Error{Class: deploy.ClassNotFound, Message: fmt.Sprintf("no session %q on host %s", session, h.cfg.ID), Host: h.cfg.ID}
 	}
 	if p, ok := h.refused(hs); ok {
-		return nil, refusal(h.cfg.ID, p)
+		return nil, false, refusal(h.cfg.ID, p)
 	}
 	if hs.place != nil && !hs.place.holds() {
-		return nil, &Error{Class: deploy.ClassUnavailable, Host: h.cfg.ID,
+		return nil, false, &Error{Class: deploy.ClassUnavailable, Host: h.cfg.ID,
 			Message: fmt.Sprintf("session %q on host %s: %s", session, h.cfg.ID, hs.place.standby(h))}
 	}
 	hs.inflight.Add(1)
 	defer hs.inflight.Add(-1)
 	turn, err := hs.sess.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return h.run(ctx, hs, turn, input)
+	out, err = h.run(ctx, hs, turn, input)
+	return out, true, err
 }
 
 // tryCall runs a call locally only if an instance of the session is free
@@ -643,10 +651,20 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	if err == nil && int64(len(input)) > hs.sess.Spec.MaxInput {
 		err = h.overMaxInput(hs, uint64(len(input)))
 	}
-	if err == nil {
-		out, err = h.Call(ctx, hs.name, input)
-	}
 	answer := nats.Header{HostHeader: {h.cfg.ID}}
+	if err == nil {
+		var ran bool
+		out, ran, err = h.call(ctx, hs.name, input)
+		if !ran && Class(err) == deploy.ClassDeviceLost {
+			// Every instance went out of service while the call waited
+			// for one: it ran nowhere. This host leaves the session's
+			// queue group (flushed) before it answers, and the answer
+			// tells the front to send the call again, to a host that
+			// can run it.
+			h.syncEndpoint(hs)
+			answer[NotRunHeader] = []string{"1"}
+		}
+	}
 	if err == nil && !h.payloads.fits(len(out)) {
 		var name string
 		if name, err = h.storeOutput(ctx, hs.name, out); err == nil {
@@ -665,7 +683,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	// The full error (a guest stack trace included) goes to the log; the
 	// caller gets the public message.
 	h.cfg.Logger.Info("lattice call failed", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "request_id", rid, "class", class, "took", time.Since(start), "err", err)
-	h.respondError(req, err)
+	h.respondErrorWith(req, err, answer)
 }
 
 // overMaxInput is the error of a call whose input is larger than its

@@ -611,3 +611,50 @@ func TestEndpointFollowsServing(t *testing.T) {
 		}
 	}
 }
+
+// TestNotRunCallsGoElsewhere: a call that waited on a host for an
+// instance of its session, until every instance there went out of
+// service, ran nowhere: the host answers so (Stagehost-Not-Run) after it
+// left the session's queue group, and the front sends the call again,
+// to a host that runs it.
+func TestNotRunCallsGoElsewhere(t *testing.T) {
+	url := startServer(t)
+	const lat = "nr"
+	cfg := lattice.HostConfig{TTL: ttl, FenceFailures: -1}
+	// a: one instance, a call holds it 1 s, then its fence never
+	// returns and the instance is quarantined.
+	a := join(t, url, lat, "a", manifestOpts{fence: "spin", latency: time.Second}, cfg)
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: ttl})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type result struct {
+		out []byte
+		err error
+	}
+	first, second := make(chan result, 1), make(chan result, 1)
+	go func() { out, err := f.Call(ctx, "steady", nil); first <- result{out, err} }()
+	waitFor := func(what string, cond func(deploy.SessionStatus) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond(a.d.Session("steady").Status()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %+v", what, a.d.Session("steady").Status())
+			}
+			time.Sleep(time.Millisecond) // polling a's session status
+		}
+	}
+	waitFor("the first call running on a", func(deploy.SessionStatus) bool { return a.h.Record().Sessions[0].InFlight == 1 })
+	go func() { out, err := f.Call(ctx, "steady", nil); second <- result{out, err} }()
+	waitFor("the second call waiting on a", func(st deploy.SessionStatus) bool { return st.Waiting == 1 })
+	b := join(t, url, lat, "b", manifestOpts{}, cfg) // within the first call's second (about 20 ms)
+
+	if r := <-first; lattice.Class(r.err) != deploy.ClassDeviceLost {
+		t.Fatalf("the first call: %q %v", r.out, r.err)
+	}
+	if r := <-second; r.err != nil || string(r.out) != "ok" {
+		t.Fatalf("the second call: %q %v", r.out, r.err)
+	}
+	if n := b.d.Session("steady").Status().Outcomes["ok"]; n != 1 {
+		t.Fatalf("b ran %d calls, want the second", n)
+	}
+}

@@ -37,7 +37,17 @@ const (
 	// names); the micro service's Nats-Service-Error-Code header holds its
 	// HTTP status and Nats-Service-Error the public message.
 	ClassHeader = "Stagehost-Class"
+	// NotRunHeader, on an error answer, says that the call ran nowhere:
+	// every instance of the session on that host went out of service
+	// while it waited for one, and the host left the session's queue
+	// group. The front sends such a call again (at most
+	// MaxNotRunResends times, within its deadline).
+	NotRunHeader = "Stagehost-Not-Run"
 )
+
+// MaxNotRunResends bounds how many times a front sends a call again
+// after NotRunHeader answers.
+const MaxNotRunResends = 3
 
 // DefaultTTL is the default heartbeat bucket TTL. Hosts heartbeat every
 // TTL/3.

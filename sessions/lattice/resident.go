@@ -111,6 +111,12 @@ func (h *Host) serveResident(name string, start bool, req micro.Request) {
 // with the stage's code of a client_error. The full error stays in the
 // host's log.
 func (h *Host) respondError(req micro.Request, err error) {
+	h.respondErrorWith(req, err, nats.Header{HostHeader: {h.cfg.ID}})
+}
+
+// respondErrorWith is respondError with more headers (HostHeader among
+// them).
+func (h *Host) respondErrorWith(req micro.Request, err error, hdr nats.Header) {
 	class := Class(err)
 	body := Error{Class: class, Message: deploy.PublicMessage(err), Host: h.cfg.ID}
 	if le := (*Error)(nil); errors.As(err, &le) {
@@ -122,8 +128,10 @@ func (h *Host) respondError(req micro.Request, err error) {
 		body.Message = class
 	}
 	b, _ := json.Marshal(body)
-	_ = h.respond(req, b, nats.Header{HostHeader: {h.cfg.ID}, ClassHeader: {class},
-		micro.ErrorHeader: {body.Message}, micro.ErrorCodeHeader: {strconv.Itoa(deploy.ClassStatus(class))}})
+	hdr.Set(ClassHeader, class)
+	hdr.Set(micro.ErrorHeader, body.Message)
+	hdr.Set(micro.ErrorCodeHeader, strconv.Itoa(deploy.ClassStatus(class)))
+	_ = h.respond(req, b, hdr)
 }
 
 // respond publishes a lattice request's answer (or error answer: micro's
