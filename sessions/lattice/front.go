@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -376,9 +377,15 @@ func (f *Front) call(ctx context.Context, session string, input []byte) ([]byte,
 
 // refuse returns why the front will not send a call to session, or nil.
 func (f *Front) refuse(session string) *Error {
+	// Every call sent through the lattice asks this: the live hosts
+	// are read in place, unsorted and uncopied.
 	var known []string
-	for _, rec := range f.Hosts() {
-		for _, sc := range rec.Sessions {
+	var poisoned *Poison
+	poisonedOn := ""
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, lh := range f.hosts {
+		for _, sc := range lh.rec.Sessions {
 			if sc.Name != session {
 				continue
 			}
@@ -386,15 +393,22 @@ func (f *Front) refuse(session string) *Error {
 			// written before the poison still says serving, while the
 			// host has stopped taking the session's calls.
 			if p, ok := f.q.Lookup(sc.StageSHA256); ok {
-				return refusal("", p)
+				if poisoned == nil || id < poisonedOn {
+					poisoned, poisonedOn = &p, id
+				}
+				continue
 			}
 			if sc.Serving {
 				return nil
 			}
-			known = append(known, fmt.Sprintf("host %s has it %s: %s", rec.ID, sc.State, sc.Reason))
+			known = append(known, fmt.Sprintf("host %s has it %s: %s", id, sc.State, sc.Reason))
 		}
 	}
-	if len(known) > 0 {
+	switch {
+	case poisoned != nil:
+		return refusal("", *poisoned)
+	case len(known) > 0:
+		sort.Strings(known)
 		return unavailable("", "session %q is served by no live host of lattice %s (%s)", session, f.cfg.Lattice, strings.Join(known, "; "))
 	}
 	return unavailable("", "session %q is served by no live host of lattice %s", session, f.cfg.Lattice)
@@ -437,7 +451,7 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	if inputObject != "" {
 		msg.Header.Set(PayloadHeader, inputObject)
 	}
-	m, err := f.roundTrip(ctx, c, msg, deadline, exchange{what: fmt.Sprintf("session %q", session), noun: "call", resend: true, resends: &resends, counted: true})
+	m, err := f.roundTrip(ctx, c, msg, deadline, exchange{kind: "session", name: session, noun: "call", resend: true, resends: &resends, counted: true})
 	if err != nil {
 		return nil, tp, err
 	}
@@ -447,8 +461,10 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 
 // exchange describes one request for roundTrip.
 type exchange struct {
-	what string // whose request, the start of its errors: `session "s"`
-	noun string // what it is: "call", "start", "status request"
+	// kind and name say whose request it is ("session", "s"): the
+	// start of its errors (what), formatted only for one.
+	kind, name string
+	noun       string // what it is: "call", "start", "status request"
 	// resend: a request no host acknowledged within AckTimeout is sent
 	// again (it is idempotent, or no host began it).
 	resend  bool
@@ -460,6 +476,9 @@ type exchange struct {
 	// a host acknowledged (" (the run may have started)").
 	deadlineNote string
 }
+
+// what is the start of the request's errors: `session "s"`.
+func (x exchange) what() string { return fmt.Sprintf("%s %q", x.kind, x.name) }
 
 // roundTrip sends msg (a session call or a resident request) through
 // the lattice with an acknowledgement asked for and the deadline's
@@ -483,7 +502,7 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 	msg.Header.Set(DeadlineHeader, remaining.String())
 	msg.Header.Set(AckHeader, "1")
 	if err := f.nc.PublishMsg(msg); err != nil {
-		return nil, unavailable("", "%s: sending the %s: %v", x.what, x.noun, err)
+		return nil, unavailable("", "%s: sending the %s: %v", x.what(), x.noun, err)
 	}
 	timer := time.NewTimer(remaining + f.cfg.Grace)
 	defer timer.Stop()
@@ -518,7 +537,7 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 			if c.span.IsRecording() {
 				c.span.AddEvent("sent again: the host ran it nowhere", trace.WithAttributes(tracing.HostKey.String(m.Header.Get(HostHeader))))
 			}
-			f.cfg.Logger.Info("lattice request sent again: the host ran it nowhere", "what", x.what, "host", m.Header.Get(HostHeader), "traceparent", msg.Header.Get(TraceparentHeader))
+			f.cfg.Logger.Info("lattice request sent again: the host ran it nowhere", "what", x.what(), "host", m.Header.Get(HostHeader), "traceparent", msg.Header.Get(TraceparentHeader))
 			ack.Reset(f.cfg.AckTimeout)
 		case <-ack.C:
 			left := time.Until(deadline)
@@ -540,7 +559,7 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 				if c.span.IsRecording() {
 					c.span.AddEvent("sent again: no host acknowledged it", trace.WithAttributes(attribute.String("stagehost.deadline_left", left.String())))
 				}
-				f.cfg.Logger.Info("lattice request sent again: no host acknowledged it", "what", x.what, "request", x.noun, "traceparent", msg.Header.Get(TraceparentHeader), "after", f.cfg.AckTimeout)
+				f.cfg.Logger.Info("lattice request sent again: no host acknowledged it", "what", x.what(), "request", x.noun, "traceparent", msg.Header.Get(TraceparentHeader), "after", f.cfg.AckTimeout)
 			}
 			ack.Reset(f.cfg.AckTimeout)
 		case <-c.gone:
@@ -548,24 +567,24 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 			if x.counted {
 				f.stats.gone.Add(1)
 			}
-			f.cfg.Logger.Info("lattice request lost with its host", "what", x.what, "request", x.noun, "host", host, "traceparent", msg.Header.Get(TraceparentHeader))
-			return nil, unavailable(host, "%s: host %s went away with the %s in flight%s", x.what, host, x.noun, x.deadlineNote)
+			f.cfg.Logger.Info("lattice request lost with its host", "what", x.what(), "request", x.noun, "host", host, "traceparent", msg.Header.Get(TraceparentHeader))
+			return nil, unavailable(host, "%s: host %s went away with the %s in flight%s", x.what(), host, x.noun, x.deadlineNote)
 		case <-timer.C:
 			if host := f.ackedBy(c); host != "" {
 				return nil, &Error{Class: deploy.ClassDeadlineExceeded, Host: host,
-					Message: fmt.Sprintf("%s: host %s did not answer within the deadline of %v%s", x.what, host, remaining.Round(time.Millisecond), x.deadlineNote)}
+					Message: fmt.Sprintf("%s: host %s did not answer within the deadline of %v%s", x.what(), host, remaining.Round(time.Millisecond), x.deadlineNote)}
 			}
 			if x.counted {
 				f.stats.unanswered.Add(1)
 			}
-			return nil, unavailable("", "%s: no host took the %s within the deadline of %v", x.what, x.noun, remaining.Round(time.Millisecond))
+			return nil, unavailable("", "%s: no host took the %s within the deadline of %v", x.what(), x.noun, remaining.Round(time.Millisecond))
 		case <-ctxDone:
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// The host has the deadline too: wait (Grace) for its answer.
 				ctxDone = nil
 				continue
 			}
-			return nil, &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("%s: %v", x.what, ctx.Err())}
+			return nil, &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("%s: %v", x.what(), ctx.Err())}
 		}
 	}
 }

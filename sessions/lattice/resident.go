@@ -251,9 +251,9 @@ func (f *Front) residentRequest(ctx context.Context, name, op, subject string) (
 	if rid := deploy.RequestID(ctx); rid != "" {
 		msg.Header.Set(RequestIDHeader, rid)
 	}
-	x := exchange{what: fmt.Sprintf("resident %q", name), noun: "status request", resend: true}
+	x := exchange{kind: "resident", name: name, noun: "status request", resend: true}
 	if op == "start" {
-		x = exchange{what: fmt.Sprintf("resident %q", name), noun: "start", deadlineNote: " (the run may have started)"}
+		x = exchange{kind: "resident", name: name, noun: "start", deadlineNote: " (the run may have started)"}
 	}
 	c := &call{ch: make(chan *nats.Msg, 1), gone: make(chan struct{}), span: trace.SpanFromContext(ctx)}
 	m, err := f.roundTrip(ctx, c, msg, deadline, x)
