@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/micro"
+	"github.com/stagehost/stagehost/sessions/manifest"
 )
 
 // sessionEndpoint is a session's endpoint on a host, for a session that
@@ -22,12 +23,10 @@ type sessionEndpoint struct {
 	why     string        // why it is stopped, "" while serving
 }
 
-// syncEndpoint starts or stops hs's endpoint as the session can serve
-// on this host or not (canServe), and asks for a heartbeat at once when
-// it did, so that fronts route by it. Exclusive sessions are left to
-// their placement.
+// syncEndpoint is updateEndpoint from a call's goroutine: a change asks
+// the heartbeat loop for a heartbeat at once, so that fronts route by it.
 func (h *Host) syncEndpoint(hs *hostSession) {
-	if h.syncEndpointLocked(hs) {
+	if h.updateEndpoint(hs) {
 		select {
 		case h.kick <- struct{}{}:
 		default: // one is due already
@@ -35,7 +34,11 @@ func (h *Host) syncEndpoint(hs *hostSession) {
 	}
 }
 
-func (h *Host) syncEndpointLocked(hs *hostSession) (changed bool) {
+// updateEndpoint starts or stops hs's endpoint as the session can serve
+// on this host or not (canServe), and says whether it did. Exclusive
+// sessions are left to their placement. The heartbeat loop calls it
+// directly, and writes the heartbeat after.
+func (h *Host) updateEndpoint(hs *hostSession) (changed bool) {
 	if hs.place != nil {
 		return false
 	}
@@ -68,11 +71,15 @@ func (h *Host) syncEndpointLocked(hs *hostSession) (changed bool) {
 	return false
 }
 
-// startEndpoint registers hs's endpoint as a micro service of its own.
+// startEndpoint registers hs's endpoint as a micro service of its own
+// (an exclusive session's too, while its placement is held).
 func (h *Host) startEndpoint(hs *hostSession) (micro.Service, error) {
+	meta := map[string]string{"host": h.cfg.ID, "session": hs.name}
+	if hs.place != nil {
+		meta["placement"] = manifest.PlacementExclusive
+	}
 	svc, err := micro.AddService(h.nc, micro.Config{Name: ServiceName(h.cfg.Lattice), Version: "1.0.0",
-		Description: "stagehost session " + hs.name,
-		Metadata:    map[string]string{"host": h.cfg.ID, "session": hs.name}})
+		Description: "stagehost session " + hs.name, Metadata: meta})
 	if err != nil {
 		return nil, fmt.Errorf("lattice: micro service for session %q: %w", hs.name, err)
 	}

@@ -179,14 +179,8 @@ func (h *Host) letGo(ctx context.Context, hs *hostSession, why string) {
 
 // startServing registers the exclusive session's endpoint. p.mu held.
 func (h *Host) startServing(hs *hostSession) error {
-	svc, err := micro.AddService(h.nc, micro.Config{Name: ServiceName(h.cfg.Lattice), Version: "1.0.0",
-		Description: "stagehost exclusive session " + hs.name,
-		Metadata:    map[string]string{"host": h.cfg.ID, "session": hs.name, "placement": "exclusive"}})
+	svc, err := h.startEndpoint(hs) // endpoints.go
 	if err != nil {
-		return fmt.Errorf("lattice: micro service for session %q: %w", hs.name, err)
-	}
-	if err := h.addEndpoint(svc, hs); err != nil {
-		_ = svc.Stop()
 		return err
 	}
 	hs.place.svc = svc

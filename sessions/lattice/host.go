@@ -353,7 +353,7 @@ func (h *Host) heartbeats() {
 			h.beatNow()
 		case <-quarantined:
 			for _, name := range h.names {
-				h.syncEndpoint(h.sessions[name])
+				h.updateEndpoint(h.sessions[name])
 			}
 			h.beatNow()
 		case <-t.C:
@@ -363,7 +363,7 @@ func (h *Host) heartbeats() {
 				if hs := h.sessions[name]; hs.place != nil {
 					h.place(ctx, hs)
 				} else {
-					h.syncEndpoint(hs) // endpoints.go: after a reset or a swap, serving again
+					h.updateEndpoint(hs) // endpoints.go: after a reset or a swap, serving again
 				}
 			}
 			cancel()
