@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/stagehost/stagehost/stages"
 )
 
 // latticeManifest writes a manifest with a [lattice] table and sessions
@@ -19,19 +17,8 @@ import (
 // fence lies: a call quarantines its instance; gpu1 hangs under it).
 func latticeManifest(t *testing.T, lattice string, good ...string) string {
 	t.Helper()
-	abs := func(p string) (string, string) {
-		a, err := filepath.Abs(filepath.Join("../..", p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a, stages.SHA256(b)
-	}
-	goodPath, goodSHA := abs("stages/testdata/hostile/good_stage.wasm")
-	liarPath, liarSHA := abs("stages/testdata/hostile/lying_fence.wasm")
+	goodPath, goodSHA := hostileModule(t, "good_stage")
+	liarPath, liarSHA := hostileModule(t, "lying_fence")
 	var sb strings.Builder
 	fmt.Fprintf(&sb, `version = 1
 [runtime]

@@ -37,22 +37,26 @@ import (
 // none) and four sessions: steady (the good stage, max_input 1KiB), trap
 // (its stage traps), liar (its fence lies, so its first call quarantines
 // it) and stuck (its device hangs: a call waits for its 3s deadline).
+// hostileModule is the absolute path and sha256 of the test module
+// stages/testdata/hostile/<name>.wasm, for a manifest's [[module]].
+func hostileModule(t *testing.T, name string) (path, sha256 string) {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join("../../stages/testdata/hostile", name+".wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, stages.SHA256(b)
+}
+
 func prodManifest(t *testing.T, service string) string {
 	t.Helper()
-	abs := func(p string) (string, string) {
-		a, err := filepath.Abs(filepath.Join("../..", p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a, stages.SHA256(b)
-	}
-	good, goodSHA := abs("stages/testdata/hostile/good_stage.wasm")
-	trap, trapSHA := abs("stages/testdata/hostile/trap_stage.wasm")
-	liar, liarSHA := abs("stages/testdata/hostile/lying_fence.wasm")
+	good, goodSHA := hostileModule(t, "good_stage")
+	trap, trapSHA := hostileModule(t, "trap_stage")
+	liar, liarSHA := hostileModule(t, "lying_fence")
 	src := fmt.Sprintf(`version = 1
 %s
 [runtime]

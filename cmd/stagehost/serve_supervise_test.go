@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/stagehost/stagehost/stages"
 )
 
 // superviseManifest writes a manifest of two sim gpus, session a on gpu0
@@ -27,19 +25,8 @@ import (
 // start-up (a lose fault).
 func superviseManifest(t *testing.T, path string, lose bool) {
 	t.Helper()
-	module := func(name string) (string, string) {
-		abs, err := filepath.Abs("../../stages/testdata/hostile/" + name + ".wasm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(abs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return abs, stages.SHA256(b)
-	}
-	good, goodSHA := module("good_stage")
-	echo, echoSHA := module("echo")
+	good, goodSHA := hostileModule(t, "good_stage")
+	echo, echoSHA := hostileModule(t, "echo")
 	fault := ""
 	if lose {
 		fault = "[[device.sim.fault]]\nkind = \"lose\"\n"

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/stagehost/stagehost/stages"
 )
 
 // TestServeTracingFile runs `stagehost serve` with [tracing] exporter =
@@ -81,14 +79,7 @@ func TestServeTracingFile(t *testing.T) {
 // each process with its own host id in its resource.
 func TestServeSuperviseTracing(t *testing.T) {
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "600000") // milliseconds: only the shutdowns export
-	good, err := filepath.Abs("../../stages/testdata/hostile/good_stage.wasm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(good)
-	if err != nil {
-		t.Fatal(err)
-	}
+	good, goodSHA := hostileModule(t, "good_stage")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "supervise.toml")
 	body := fmt.Sprintf(`version = 1
@@ -110,7 +101,7 @@ name = "a"
 stage = "good"
 device = "gpu0"
 programs = ["noop"]
-`, good, stages.SHA256(b))
+`, good, goodSHA)
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}

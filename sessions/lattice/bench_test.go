@@ -120,7 +120,7 @@ func BenchmarkLargePayload(b *testing.B) {
 	}
 	b.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	url := srv.ClientURL()
-	m := join(b, url, "bl", "h1", manifestOpts{extra: moduleSession(b, "echo")}, lattice.HostConfig{TTL: 3 * time.Second})
+	m := join(b, url, "bl", "h1", manifestOpts{extra: moduleSession(b, "echo", "echo")}, lattice.HostConfig{TTL: 3 * time.Second})
 	f := newFront(b, url, "bl", lattice.FrontConfig{TTL: 3 * time.Second})
 	ctx := context.Background()
 	for _, n := range []int{1 << 20, 9 << 20} {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,4 +198,37 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// moduleSession is manifest TOML for a [[module]] and a [[session]] on
+// gpu0, both called name, of the test module
+// stages/testdata/hostile/<file>.wasm.
+func moduleSession(t testing.TB, file, name string) string {
+	t.Helper()
+	abs, err := filepath.Abs(filepath.Join(repo, "stages/testdata/hostile", file+".wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "[[module]]\nname = \"" + name + "\"\npath = \"" + abs + "\"\nsha256 = \"" + stages.SHA256(b) + "\"\n" +
+		"[[session]]\nname = \"" + name + "\"\nstage = \"" + name + "\"\ndevice = \"gpu0\"\n"
+}
+
+// blackHole joins the queue group of subject with a member that takes
+// every request the server gives it and never acknowledges or answers
+// one (a host that died as it got them), and counts them.
+func blackHole(t testing.TB, url, subject, queue string) *atomic.Int64 {
+	t.Helper()
+	nc := connect(t, url)
+	var swallowed atomic.Int64
+	if _, err := nc.QueueSubscribe(subject, queue, func(*nats.Msg) { swallowed.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &swallowed
 }

@@ -390,16 +390,7 @@ func TestUnacknowledgedCallsAreSentAgain(t *testing.T) {
 	join(t, url, lat, "h1", manifestOpts{}, lattice.HostConfig{TTL: ttl})
 	// A black hole in the session's queue group: it takes calls and never
 	// acknowledges or answers them.
-	hole := connect(t, url)
-	var swallowed atomic.Int64
-	sub, err := hole.QueueSubscribe(lattice.SessionSubject(lat, "steady"), lattice.QueueGroup(lat, "steady"), func(*nats.Msg) { swallowed.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := hole.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	swallowed := blackHole(t, url, lattice.SessionSubject(lat, "steady"), lattice.QueueGroup(lat, "steady"))
 	f := newFront(t, url, lat, lattice.FrontConfig{TTL: ttl, AckTimeout: 20 * time.Millisecond})
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -5,11 +5,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,25 +16,7 @@ import (
 
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/lattice"
-	"github.com/stagehost/stagehost/stages"
 )
-
-// moduleSession is a [[module]] table for a test module of
-// stages/testdata/hostile and a [[session]] of it on gpu0, both named
-// name.
-func moduleSession(t testing.TB, name string) string {
-	t.Helper()
-	abs, err := filepath.Abs(filepath.Join(repo, "stages/testdata/hostile", name+".wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(abs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "[[module]]\nname = \"" + name + "\"\npath = \"" + abs + "\"\nsha256 = \"" + stages.SHA256(b) + "\"\n" +
-		"[[session]]\nname = \"" + name + "\"\nstage = \"" + name + "\"\ndevice = \"gpu0\"\n"
-}
 
 // smallServer starts an embedded server whose max_payload is 32 KiB.
 func smallServer(t *testing.T) string {
@@ -83,7 +62,7 @@ func payloadObjects(t *testing.T, url, lat string) []string {
 // a 64 KiB output. Every object is deleted by the time the call returns.
 func TestLargePayloads(t *testing.T) {
 	url := smallServer(t)
-	join(t, url, "pl", "h1", manifestOpts{extra: moduleSession(t, "echo") + moduleSession(t, "big_output")}, lattice.HostConfig{TTL: ttl})
+	join(t, url, "pl", "h1", manifestOpts{extra: moduleSession(t, "echo", "echo") + moduleSession(t, "big_output", "big_output")}, lattice.HostConfig{TTL: ttl})
 	f := newFront(t, url, "pl", lattice.FrontConfig{TTL: ttl})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -116,17 +95,8 @@ func TestLargePayloads(t *testing.T) {
 func TestLargeInputSentAgain(t *testing.T) {
 	url := smallServer(t)
 	const lat = "plr"
-	join(t, url, lat, "h1", manifestOpts{extra: moduleSession(t, "echo")}, lattice.HostConfig{TTL: ttl})
-	hole := connect(t, url)
-	var swallowed atomic.Int64
-	sub, err := hole.QueueSubscribe(lattice.SessionSubject(lat, "echo"), lattice.QueueGroup(lat, "echo"), func(*nats.Msg) { swallowed.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := hole.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	join(t, url, lat, "h1", manifestOpts{extra: moduleSession(t, "echo", "echo")}, lattice.HostConfig{TTL: ttl})
+	swallowed := blackHole(t, url, lattice.SessionSubject(lat, "echo"), lattice.QueueGroup(lat, "echo"))
 	f := newFront(t, url, lat, lattice.FrontConfig{TTL: ttl, AckTimeout: 20 * time.Millisecond})
 	in := bytes.Repeat([]byte("0123456789abcdef"), 4<<10) // 64 KiB
 	for i := range 10 {
@@ -151,7 +121,7 @@ func TestLargeInputSentAgain(t *testing.T) {
 func TestLargeInputGone(t *testing.T) {
 	url := smallServer(t)
 	const lat = "plg"
-	m := join(t, url, lat, "h1", manifestOpts{extra: moduleSession(t, "echo")}, lattice.HostConfig{TTL: ttl})
+	m := join(t, url, lat, "h1", manifestOpts{extra: moduleSession(t, "echo", "echo")}, lattice.HostConfig{TTL: ttl})
 	client := connect(t, url)
 	req := nats.NewMsg(lattice.SessionSubject(lat, "echo"))
 	req.Header.Set(lattice.PayloadHeader, "NOSUCHOBJECT")
@@ -177,7 +147,7 @@ func TestLargeInputGone(t *testing.T) {
 func TestMaxInputOnTheHost(t *testing.T) {
 	url := smallServer(t)
 	const lat = "plm"
-	m := join(t, url, lat, "h1", manifestOpts{extra: moduleSession(t, "echo") + "max_input = \"1KiB\"\n"}, lattice.HostConfig{TTL: ttl})
+	m := join(t, url, lat, "h1", manifestOpts{extra: moduleSession(t, "echo", "echo") + "max_input = \"1KiB\"\n"}, lattice.HostConfig{TTL: ttl})
 	f := newFront(t, url, lat, lattice.FrontConfig{TTL: ttl})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -3,16 +3,13 @@ package lattice_test
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -23,7 +20,6 @@ import (
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/lattice"
 	"github.com/stagehost/stagehost/sessions/manifest"
-	"github.com/stagehost/stagehost/stages"
 )
 
 // recorder is an SDK tracer provider that exports every span to memory
@@ -99,22 +95,6 @@ func checkAttrs(t *testing.T, who string, s tracetest.SpanStub, want map[attribu
 // ids formats a span context as trace id/span id.
 func ids(sc trace.SpanContext) string { return sc.TraceID().String() + "/" + sc.SpanID().String() }
 
-// trapSession is manifest TOML for session "trap", whose stage traps on
-// every call (class fault).
-func trapSession(t *testing.T) string {
-	t.Helper()
-	path, err := filepath.Abs(filepath.Join(repo, "stages/testdata/hostile/trap_stage.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "[[module]]\nname = \"trap\"\npath = \"" + path + "\"\nsha256 = \"" + stages.SHA256(b) + "\"\n" +
-		"[[session]]\nname = \"trap\"\nstage = \"trap\"\ndevice = \"gpu0\"\n"
-}
-
 const incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 // TestTracingAcrossHosts: a front and a host, each with an SDK tracer
@@ -125,7 +105,7 @@ const incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 func TestTracingAcrossHosts(t *testing.T) {
 	url := startServer(t)
 	hostSpans, frontSpans := newRecorder(t), newRecorder(t)
-	join(t, url, "tr1", "h1", manifestOpts{extra: trapSession(t)}, lattice.HostConfig{TTL: ttl, TracerProvider: hostSpans.tp})
+	join(t, url, "tr1", "h1", manifestOpts{extra: moduleSession(t, "trap_stage", "trap")}, lattice.HostConfig{TTL: ttl, TracerProvider: hostSpans.tp})
 	f := newFront(t, url, "tr1", lattice.FrontConfig{TTL: ttl, TracerProvider: frontSpans.tp})
 
 	// A call with no trace context: the front's span starts a trace.
@@ -209,16 +189,7 @@ func TestTracingResends(t *testing.T) {
 	url := startServer(t)
 	const lat = "tr2"
 	join(t, url, lat, "h1", manifestOpts{}, lattice.HostConfig{TTL: ttl})
-	hole := connect(t, url)
-	var swallowed atomic.Int64
-	sub, err := hole.QueueSubscribe(lattice.SessionSubject(lat, "steady"), lattice.QueueGroup(lat, "steady"), func(*nats.Msg) { swallowed.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := hole.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	swallowed := blackHole(t, url, lattice.SessionSubject(lat, "steady"), lattice.QueueGroup(lat, "steady"))
 	spans := newRecorder(t)
 	f := newFront(t, url, lat, lattice.FrontConfig{TTL: ttl, AckTimeout: 20 * time.Millisecond, TracerProvider: spans.tp})
 	for i := 0; swallowed.Load() == 0 && i < 64; i++ { // the queue group picks the hole half the time
