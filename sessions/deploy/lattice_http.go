@@ -72,8 +72,9 @@ type Lattice interface {
 // SessionSpecs is what a [Lattice] may offer besides: the manifest
 // spec of a session this process routes but does not have (a
 // supervisor's, from the manifest its workers read), so that the
-// session's max_input and deadline apply where the call arrives, as on
-// the host that runs it. nil for a session it has no spec of.
+// session's max_input applies where the call arrives, before its body is
+// routed (and a Stagehost-Deadline is read against its deadline, as on
+// the host that runs it). nil for a session it has no spec of.
 type SessionSpecs interface {
 	SessionSpec(session string) *manifest.Session
 }
