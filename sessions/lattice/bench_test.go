@@ -2,12 +2,14 @@ package lattice_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/lattice"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -23,7 +25,8 @@ func reportLatency(b *testing.B, ds []time.Duration) {
 }
 
 // BenchmarkCallOverhead: one call at a time to the good stage on a sim
-// device with no latency, run locally (Host.Call) and through the lattice
+// device with no latency (local_client_error: to a stage that fails
+// every call), run locally (Host.Call) and through the lattice
 // (Front.Call to one host over in-process NATS: request, ack, answer);
 // lattice_traced is the lattice call with tracing on, every call sampled
 // (the front's lattice.call, the host's lattice.serve, session.acquire
@@ -31,7 +34,7 @@ func reportLatency(b *testing.B, ds []time.Duration) {
 // drops them, so the cost is recording and batching, not exporting.
 func BenchmarkCallOverhead(b *testing.B) {
 	url := startServer(b)
-	m := join(b, url, "bo", "h1", manifestOpts{}, lattice.HostConfig{TTL: 3 * time.Second})
+	m := join(b, url, "bo", "h1", manifestOpts{extra: moduleSession(b, "client_error", "ce")}, lattice.HostConfig{TTL: 3 * time.Second})
 	f := newFront(b, url, "bo", lattice.FrontConfig{TTL: 3 * time.Second})
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -43,6 +46,14 @@ func BenchmarkCallOverhead(b *testing.B) {
 		call func() ([]byte, error)
 	}{
 		{"local", func() ([]byte, error) { return m.h.Call(ctx, "steady", nil) }},
+		// A stage that fails every call (client_error): the failing
+		// call's own cost on the host.
+		{"local_client_error", func() ([]byte, error) {
+			if _, err := m.h.Call(ctx, "ce", nil); lattice.Class(err) != deploy.ClassClientError {
+				return nil, fmt.Errorf("want a client_error, got %v", err)
+			}
+			return nil, nil
+		}},
 		{"lattice", func() ([]byte, error) { return f.Call(ctx, "steady", nil) }},
 		{"lattice_traced", func() ([]byte, error) { return ft.Call(ctx, "steady", nil) }},
 	} {

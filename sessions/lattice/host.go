@@ -536,8 +536,12 @@ func (h *Host) run(ctx context.Context, hs *hostSession, turn *deploy.Turn, inpu
 	lostBefore := h.d.DeviceErr(dev) != nil
 	out, err := turn.Run(ctx, input)
 	turn.Release()
-	if err != nil {
-		if !lostBefore && !h.cfg.NoDeviceLostQuarantine && errdefs.ClassOf(err) == errdefs.ErrDeviceLost {
+	// Only a device_lost error, a quarantine or a lost device (a
+	// quarantine is always one: stages.Session.Run), changes what the
+	// session can serve: a stage's own errors (client_error, a trap,
+	// whose instance is replaced) cost no status read.
+	if err != nil && errdefs.ClassOf(err) == errdefs.ErrDeviceLost {
+		if !lostBefore && !h.cfg.NoDeviceLostQuarantine {
 			if derr := h.d.DeviceErr(dev); derr != nil {
 				h.poison(hs, fmt.Sprintf("a call to session %s made device %s on host %s lost: %s", hs.name, dev, h.cfg.ID, deploy.PublicMessage(derr)))
 			}

@@ -588,6 +588,11 @@ func TestEndpointFollowsServing(t *testing.T) {
 	if n := b.d.Session("steady").Status().Outcomes["ok"]; n != 20 {
 		t.Fatalf("b ran %d of the 20 calls", n)
 	}
+	// a left the group as its call ended, before the 20 were sent: none
+	// reached it to be answered not-run and sent again.
+	if st := f.Stats(); st.Resent != 0 {
+		t.Fatalf("%d calls went to a and were sent again: %+v", st.Resent, st)
+	}
 	// A reset puts a fresh instance in service: a takes calls again.
 	if _, err := a.d.ResetSession(ctx, "steady"); err != nil {
 		t.Fatal(err)
