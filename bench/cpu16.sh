@@ -5,8 +5,8 @@
 #   mkdir -p .carry
 #   (cd bench/extism && GOWORK=off CGO_ENABLED=0 go test -c -o ../../.carry/extism.test .)
 #   CGO_ENABLED=0 go test -c -o .carry/stages.test ./stages
-#   CGO_ENABLED=0 go test -c -o .carry/lattice.test ./sessions/lattice
-#   CGO_ENABLED=0 go test -c -o .carry/deploy.test ./sessions/deploy
+#   CGO_ENABLED=0 go test -c -o .carry/lattice.test ./internal/lattice
+#   CGO_ENABLED=0 go test -c -o .carry/deploy.test ./deploy
 #
 # then, on the host, from the repository root: bench/cpu16.sh [COUNT]
 # SUITES (default "extism stages lattice pool") picks the suites; a suite
@@ -31,8 +31,8 @@ for s in $suites; do
   case $s in
   extism) run extism bench/extism extism.test 'EmptyStage' ;;
   stages) run stages stages stages.test 'InterruptLoops|InterruptDeadlineToReturn|InterruptGCWhileSpinning|WasmStageEmpty$' ;;
-  lattice) run lattice sessions/lattice lattice.test 'CallOverhead|Throughput' ;;
-  pool) run pool sessions/deploy deploy.test 'PoolThroughput' ;;
+  lattice) run lattice internal/lattice lattice.test 'CallOverhead|Throughput' ;;
+  pool) run pool deploy deploy.test 'PoolThroughput' ;;
   *) echo "unknown suite $s"; exit 2 ;;
   esac
 done

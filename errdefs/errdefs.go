@@ -2,7 +2,7 @@
 // the host returns wraps exactly one of them, and callers classify errors
 // with errors.Is, as containerd's errdefs does. Package abi maps them to
 // guest status codes (abi/status.go) and the HTTP service to statuses
-// (sessions/deploy/errors.go); nothing else translates them.
+// (deploy/errors.go); nothing else translates them.
 package errdefs
 
 import (

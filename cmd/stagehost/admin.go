@@ -17,8 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/stagehost/stagehost/sessions/deploy"
-	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 // exitUnreachable is admin's exit code when the server cannot be reached

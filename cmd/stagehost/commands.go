@@ -24,8 +24,8 @@ import (
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/internal/tracing"
-	"github.com/stagehost/stagehost/sessions/deploy"
-	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 // command is one subcommand's flags and usage.

@@ -7,9 +7,9 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stagehost/stagehost/sessions/deploy"
-	"github.com/stagehost/stagehost/sessions/lattice"
-	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 // joinLattice joins d to the lattice of m's [lattice] table (serve,

@@ -816,7 +816,7 @@ func TestServeStarting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	loop, err := filepath.Abs("../../sessions/deploy/testdata/init_loop.wasm")
+	loop, err := filepath.Abs("../../deploy/testdata/init_loop.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}

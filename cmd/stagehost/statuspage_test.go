@@ -54,7 +54,7 @@ engine = "npu"
 ` + mod("good", "stages/testdata/hostile/good_stage.wasm") +
 		mod("trap", "stages/testdata/hostile/trap_stage.wasm") +
 		mod("lying_fence", "stages/testdata/hostile/lying_fence.wasm") +
-		mod("init_trap", "sessions/deploy/testdata/init_trap.wasm") + `
+		mod("init_trap", "deploy/testdata/init_trap.wasm") + `
 [[session]]
 name = "steady"
 stage = "good"

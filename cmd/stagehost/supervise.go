@@ -13,10 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stagehost/stagehost/sessions/deploy"
-	"github.com/stagehost/stagehost/sessions/lattice"
-	"github.com/stagehost/stagehost/sessions/manifest"
-	"github.com/stagehost/stagehost/sessions/supervise"
+	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/internal/supervise"
 )
 
 // The environment `serve --supervise` gives its workers: the lattice's

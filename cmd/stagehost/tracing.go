@@ -7,8 +7,8 @@ import (
 	"log/slog"
 
 	"github.com/stagehost/stagehost/internal/tracing"
-	"github.com/stagehost/stagehost/sessions/lattice"
-	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 // startTracing builds the tracer provider of m's [tracing] table for a

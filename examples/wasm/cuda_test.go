@@ -19,8 +19,8 @@ import (
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
-	"github.com/stagehost/stagehost/sessions/deploy"
-	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
 

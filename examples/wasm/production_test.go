@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
-	"github.com/stagehost/stagehost/sessions/deploy"
-	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 // TestProductionManifest: examples/production.toml, which README.md shows

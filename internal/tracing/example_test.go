@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehost/stagehost/internal/tracing"
-	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 // ExampleNew builds the tracer provider of a manifest whose [tracing]

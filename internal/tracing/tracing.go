@@ -9,7 +9,7 @@
 // sampled by trace id at sample_ratio unless their parent decided
 // (parent-based), and [Provider.Shutdown] flushes what is queued.
 //
-// The packages that record spans (sessions/deploy, sessions/lattice)
+// The packages that record spans (deploy, internal/lattice)
 // take a trace.TracerProvider in their configuration and use
 // [TracerName]; none of them touches OpenTelemetry's globals, and the
 // W3C trace context is injected and extracted with
@@ -33,7 +33,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 // TracerName is the instrumentation scope of every span stagehost

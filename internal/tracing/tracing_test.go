@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehost/stagehost/internal/tracing"
-	"github.com/stagehost/stagehost/sessions/manifest"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 // remote is a sampled span context as a traceparent header carries it.

@@ -1,0 +1,922 @@
+// Package deploy builds a running host from a validated manifest: the
+// runtime, devices on their backends, compiled modules, Wasm sessions and
+// resident session templates, and runs them. The CLI and the HTTP service
+// are thin layers over a [Deployment].
+package deploy
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/host"
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/cuda"
+	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/tracing"
+	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/stages"
+)
+
+// Options tune how a deployment starts.
+type Options struct {
+	// Logger receives host and guest logs. Default slog.Default().
+	Logger *slog.Logger
+	// Progress, when set, is told about slow start-up steps (module
+	// compilation), one line each.
+	Progress func(msg string)
+	// Only, when set, names the one session or resident session to open:
+	// only the modules it needs are loaded, and the deployment has no
+	// other session or resident session. Devices are all opened.
+	Only string
+	// Device, when set, names the one device whose work the deployment
+	// runs (a `serve --supervise` worker): it opens that device only,
+	// plus the npu device of each resident session whose gpu it is; the
+	// sessions with an instance slot on it, each with only the instances
+	// that fall on it (a pooled session over several devices has its
+	// other instances in other workers); and the resident sessions whose
+	// gpu it is. Only the modules those sessions need are loaded.
+	Device string
+}
+
+// Deployment is a running manifest.
+type Deployment struct {
+	Manifest *manifest.Manifest
+	Runtime  *host.Runtime
+	Engine   *stages.Engine
+
+	logger  *slog.Logger
+	simP    *sim.Platform
+	cudaP   *cuda.Platform
+	devices map[string]hw.Device
+	modules map[string]*stages.Module
+
+	sessions  map[string]*Session
+	residents map[string]*Resident
+
+	device string // Options.Device: "" for every device
+
+	admin adminState // model control (admin.go)
+}
+
+// Session is the service's handle on one named manifest session: a pool
+// of one or more instances ([manifest.Session.Instances]), each a
+// [stages.Session] (the Wasm stage session that runs calls, with its own
+// owner, streams and budget) on one of the session's devices.
+// [manifest.Session] is the declaration it was made from; resident
+// GPU–NPU sessions are [sessions.ResidentSession]. A [stages.Session]
+// runs one call at a time, so a call takes a free instance, preferring
+// one whose device's compute lane is free, or waits for one in arrival
+// order, within the session's queue_limit and queue_timeout.
+//
+// A session that could not be created at start-up has failed: it has no
+// instances, [Session.Failed] says why, and every call returns an error
+// that wraps [ErrUnavailable].
+//
+// Its instances can be swapped to another version of the stage module,
+// and its out-of-service instances replaced (admin.go): an instance
+// replaced while a call runs on it finishes that call first (the drain);
+// a quarantined one is never closed, and is listed as retired.
+type Session struct {
+	Spec *manifest.Session
+	d    *Deployment
+
+	mu      sync.Mutex
+	pool    *pool[*instance] // nil while failed; once set, never replaced (its members are)
+	failed  error            // why the session could not be created
+	stage   *stages.Module   // the stage module of the current instances
+	fence   *stages.Module   // the fence module, or nil
+	retired []*retiredInstance
+	gen     int // instance generations made, for owner names (under the deployment's admin lock)
+	calls   uint64
+	fails   uint64
+	// outcomes counts calls by outcome (Outcome's class names): the
+	// counts of /v1/sessions and stagehost_session_runs_total alike.
+	outcomes map[string]uint64
+}
+
+// ErrUnavailable is wrapped by the error of every call to a session that
+// could not be created. The HTTP service answers it with 503.
+var ErrUnavailable = errors.New("session unavailable")
+
+// unavailableError is the error of a call to a failed session.
+type unavailableError struct {
+	name   string
+	reason error
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("session %q is unavailable: it could not be created: %v", e.name, e.reason)
+}
+
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.reason} }
+
+// Open builds the deployment. Nothing runs until Run or RunResident.
+//
+// A session whose creation fails (its module traps or runs past the init
+// timeout in stagehost_init, say) does not stop the others: it is
+// recorded as failed, with the error as its reason (see
+// [Session.Failed] and [Deployment.FailedSessions]), and logged.
+//
+// # Errors
+//
+// [errdefs.ErrUnsupported] when a cuda device is declared but no CUDA driver is
+// present; device errors; module load errors; the error of a session's
+// creation when ctx ends during it.
+func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, error) {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	rt, err := host.NewRuntime(host.NewConfig().WithCapacity(m.Runtime.Capacity).WithTraceCapacity(m.Runtime.TraceBuffer))
+	if err != nil {
+		return nil, err
+	}
+	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.Logger,
+		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
+		sessions: map[string]*Session{}, residents: map[string]*Resident{}, device: opt.Device}
+	if opt.Device != "" && m.Device(opt.Device) == nil {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.Device)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = d.Close(context.Background())
+		}
+	}()
+	if err := d.openDevices(); err != nil {
+		return nil, err
+	}
+	cacheDir := "" // the file cache's directory, "" when it is off
+	switch dir := m.Runtime.CacheDir; {
+	case dir == manifest.CacheOff:
+	case dir == "":
+		cacheDir = stages.DefaultCacheDir()
+	case filepath.IsAbs(dir):
+		cacheDir = dir
+	default:
+		cacheDir = filepath.Join(m.Dir, dir)
+	}
+	ecfg := stages.NewEngineConfig().WithLogger(opt.Logger).WithMaxModuleSize(m.Runtime.MaxModuleSize).WithCacheDir(cacheDir)
+	if d.Engine, err = stages.NewEngine(ctx, ecfg); err != nil {
+		if m.Runtime.CacheDir != "" || !errors.Is(err, errdefs.ErrUnsupported) {
+			return nil, err
+		}
+		// The default cache directory is a convenience: without it every
+		// start compiles again, but nothing else changes.
+		opt.Logger.Warn("compilation cache unavailable, compiling without it", "err", err)
+		if d.Engine, err = stages.NewEngine(ctx, ecfg.WithCacheDir("")); err != nil {
+			return nil, err
+		}
+		cacheDir = ""
+	}
+	needed := neededModules(m, opt.Only)
+	if opt.Device != "" {
+		needed = d.deviceModules(needed)
+	}
+	for i := range m.Modules {
+		mm := &m.Modules[i]
+		if needed != nil && !needed[mm.Name] {
+			continue
+		}
+		if opt.Progress != nil {
+			opt.Progress(fmt.Sprintf("loading module %s (%d KiB)", mm.Name, len(mm.Bytes)>>10))
+		}
+		// stages' compile-progress callback cannot tell a file-cache hit
+		// (its cached argument is always false: wazero consults the file
+		// cache inside CompileModule), and timing would guess. wazero's
+		// file cache writes one file per compiled module and never
+		// rewrites one it read, so the load compiled if the cache
+		// directory gained an entry, and was a hit if it did not. (Another
+		// process filling the same directory at the same moment can make
+		// a hit read as a compilation; never the other way round.)
+		before := cacheEntries(cacheDir)
+		start := time.Now()
+		mod, err := d.Engine.Load(ctx, mm.Bytes, mm.SHA256, mm.LoadConfig())
+		if err != nil {
+			return nil, err
+		}
+		if opt.Progress != nil {
+			took := time.Since(start).Round(time.Millisecond)
+			switch {
+			case cacheDir == "":
+				opt.Progress(fmt.Sprintf("module %s compiled in %v (the compilation cache is off)", mm.Name, took))
+			case cacheEntries(cacheDir) > before:
+				opt.Progress(fmt.Sprintf("module %s compiled in %v (cached for the next start)", mm.Name, took))
+			default:
+				opt.Progress(fmt.Sprintf("module %s read from the compilation cache in %v", mm.Name, took))
+			}
+		}
+		d.modules[mm.Name] = mod
+		d.registerModule(mm, mod)
+	}
+	for i := range m.Sessions {
+		ms := &m.Sessions[i]
+		if opt.Only != "" && ms.Name != opt.Only || !d.onDevice(ms) {
+			continue
+		}
+		s := d.newSession(ms)
+		if err := s.open(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, err // start-up was cancelled: no session is to blame
+			}
+			opt.Logger.Error("session could not be created; the others run", "session", ms.Name, "err", err)
+			s.failed = err
+		}
+		d.sessions[ms.Name] = s
+	}
+	for i := range m.Residents {
+		r := &m.Residents[i]
+		if opt.Only != "" && r.Name != opt.Only || opt.Device != "" && r.GPU != opt.Device {
+			continue
+		}
+		d.residents[r.Name] = &Resident{Spec: r, d: d, epoch: rand.Text()}
+	}
+	if err := d.injectFaults(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return d, nil
+}
+
+// neededModules returns the modules that session or resident only needs
+// (its stage and fence module; a resident needs none), or nil, meaning
+// all, when only is "".
+func neededModules(m *manifest.Manifest, only string) map[string]bool {
+	if only == "" {
+		return nil
+	}
+	needed := map[string]bool{}
+	if ms := m.Session(only); ms != nil {
+		needed[ms.Stage] = true
+		if ms.Fence != manifest.FenceBuiltin && ms.Fence != manifest.FenceDrain {
+			needed[ms.Fence] = true
+		}
+	}
+	return needed
+}
+
+// onDevice reports whether session ms has an instance slot on the
+// deployment's device (always, without [Options.Device]).
+func (d *Deployment) onDevice(ms *manifest.Session) bool {
+	if d.device == "" {
+		return true
+	}
+	for i := range max(ms.Instances, 1) {
+		if ms.Devices[i%len(ms.Devices)] == d.device {
+			return true
+		}
+	}
+	return false
+}
+
+// deviceModules narrows needed (nil: all) to the modules of the sessions
+// on the deployment's device.
+func (d *Deployment) deviceModules(needed map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for i := range d.Manifest.Sessions {
+		ms := &d.Manifest.Sessions[i]
+		if !d.onDevice(ms) {
+			continue
+		}
+		for _, mod := range []string{ms.Stage, ms.Fence} {
+			if mod != manifest.FenceBuiltin && mod != manifest.FenceDrain && (needed == nil || needed[mod]) {
+				out[mod] = true
+			}
+		}
+	}
+	return out
+}
+
+// wantsDevice reports whether the deployment opens the named device:
+// every one without [Options.Device]; with it, that one and the npu
+// devices of its resident sessions.
+func (d *Deployment) wantsDevice(name string) bool {
+	if d.device == "" || name == d.device {
+		return true
+	}
+	for _, r := range d.Manifest.Residents {
+		if r.GPU == d.device && r.NPU == name {
+			return true
+		}
+	}
+	return false
+}
+
+// cacheEntries counts the files in a wazero file cache directory (it
+// keeps them one level down, in a directory per wazero version), or
+// returns 0 for "".
+func cacheEntries(dir string) int {
+	if dir == "" {
+		return 0
+	}
+	n := 0
+	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() && !strings.HasSuffix(e.Name(), ".tmp") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+func (d *Deployment) openDevices() error {
+	for i := range d.Manifest.Devices {
+		md := &d.Manifest.Devices[i]
+		if !d.wantsDevice(md.Name) {
+			continue
+		}
+		switch md.Backend {
+		case manifest.BackendSim:
+			if d.simP == nil {
+				d.simP = sim.New()
+			}
+			dev, err := d.simP.AddDevice(md.Name, md.Engine, sim.WithLatency(md.Sim.Latency), sim.WithQueueDepth(md.Sim.QueueDepth))
+			if err != nil {
+				return fmt.Errorf("device %q: %w", md.Name, err)
+			}
+			d.devices[md.Name] = dev
+		case manifest.BackendCUDA:
+			if d.cudaP == nil {
+				p, err := cuda.Open()
+				if err != nil {
+					return fmt.Errorf("device %q: %w", md.Name, err)
+				}
+				d.cudaP = p
+			}
+			dev, err := d.cudaP.Device(cudaDeviceName(md))
+			if err != nil {
+				return fmt.Errorf("device %q: %w", md.Name, err)
+			}
+			d.devices[md.Name] = dev
+		default:
+			return errdefs.Errorf(errdefs.ErrUnsupported, "device %q: backend %q", md.Name, md.Backend)
+		}
+	}
+	return nil
+}
+
+// newSession makes the session's handle, before its instances: its
+// stage and fence modules are the manifest's.
+func (d *Deployment) newSession(ms *manifest.Session) *Session {
+	s := &Session{Spec: ms, d: d, stage: d.modules[ms.Stage]}
+	if ms.Fence != manifest.FenceBuiltin && ms.Fence != manifest.FenceDrain {
+		s.fence = d.modules[ms.Fence]
+	}
+	return s
+}
+
+// open makes the session's instances, one per slot over its devices in
+// turn, and its pool.
+func (s *Session) open(ctx context.Context) error {
+	devs := s.slotDevices()
+	insts, err := s.makeInstances(ctx, s.stage, devs)
+	if err != nil {
+		return err
+	}
+	s.setPool(insts, devs)
+	return nil
+}
+
+// setPool gives a session with no pool yet (at start, or a failed one
+// that is reset) its instances.
+func (s *Session) setPool(insts []*instance, devs []string) {
+	d := s.d
+	busy := func(dev string) bool { return d.Runtime.LaneBusy(dev, host.LaneCompute) }
+	p := newPool(s.Spec.Name, insts, devs, s.Spec.QueueLimit, s.Spec.QueueTimeout, busy, instanceDown)
+	p.dispose = s.dispose
+	s.mu.Lock()
+	s.pool, s.failed = p, nil
+	s.mu.Unlock()
+}
+
+// makeInstances makes one instance of stage per device of devs; if one
+// cannot be made, it closes those it made and returns the error.
+func (s *Session) makeInstances(ctx context.Context, stage *stages.Module, devs []string) ([]*instance, error) {
+	insts := make([]*instance, 0, len(devs))
+	for i, dev := range devs {
+		in, err := s.makeInstance(ctx, stage, i, len(devs), dev)
+		if err != nil {
+			for _, made := range insts {
+				_ = made.s.Close(context.WithoutCancel(ctx))
+			}
+			if len(devs) > 1 {
+				err = fmt.Errorf("instance %d of %d, on device %q: %w", i, len(devs), dev, err)
+			}
+			return nil, err
+		}
+		insts = append(insts, in)
+	}
+	s.gen++
+	return insts, nil
+}
+
+// makeInstance makes the instance at index i of n, of stage, on dev, with
+// a fresh owner. Owners are named apart: the session's name, /i when it
+// has more than one instance, and .G for the instances made after the
+// first generation (traces, quarantine).
+func (s *Session) makeInstance(ctx context.Context, stage *stages.Module, i, n int, dev string) (*instance, error) {
+	ms, d := s.Spec, s.d
+	name := ms.Name
+	if n > 1 {
+		name = fmt.Sprintf("%s/%d", ms.Name, i)
+	}
+	if s.gen > 0 {
+		name = fmt.Sprintf("%s.%d", name, s.gen)
+	}
+	cfg := stages.NewSessionConfig(name, d.devices[dev]).
+		WithStreams(ms.Streams...).WithPrograms(ms.Programs...).
+		WithBudget(ms.Budget).WithOutputLimit(int(ms.OutputLimit)).
+		WithDeadline(ms.Deadline).WithFenceTimeout(ms.FenceTimeout).WithInitTimeout(ms.InitTimeout).
+		WithResetPerCall(ms.Reset == manifest.ResetCall)
+	for _, b := range ms.Buffers {
+		cfg = cfg.WithBuffer(b.Name, int(b.Size))
+	}
+	switch ms.Fence {
+	case manifest.FenceBuiltin:
+	case manifest.FenceDrain:
+		cfg = cfg.WithDrainFence()
+	default:
+		cfg = cfg.WithFenceModule(s.fence)
+	}
+	ss, err := d.Engine.NewSession(ctx, d.Runtime, stage, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &instance{s: ss, stage: stage}, nil
+}
+
+// instance is one member of a session's pool: a Wasm stage session and
+// the stage module it was made from.
+type instance struct {
+	s     *stages.Session
+	stage *stages.Module
+}
+
+// retiredInstance is an instance taken out of service and out of the
+// pool: a quarantined one keeps its resources (never closed), a failed
+// one was closed.
+type retiredInstance struct {
+	in     *instance
+	index  int
+	device string
+	state  string // "quarantined" or "failed"
+	reason string
+	kept   bool // its owner's resources stay kept and counted
+	at     time.Time
+}
+
+// dispose takes a retired instance that no call holds: a healthy or
+// failed one is closed; a quarantined one keeps its resources. Out of
+// service ones are listed in the session's status.
+func (s *Session) dispose(m *member[*instance]) {
+	in := m.val
+	r := &retiredInstance{in: in, index: m.index, device: m.device, at: time.Now()}
+	if q := in.s.Quarantined(); q != nil {
+		r.state, r.reason, r.kept = "quarantined", q.Error(), true
+	} else {
+		failed := in.s.Failed()
+		err := in.s.Close(context.Background())
+		switch {
+		case errors.Is(err, errdefs.ErrDeviceLost): // quarantined as it closed: its resources stay
+			r.state, r.reason, r.kept = "quarantined", err.Error(), true
+		case failed != nil:
+			r.state, r.reason = "failed", failed.Error()
+		default:
+			if err != nil {
+				s.d.logger.Warn("closing a retired instance", "session", s.Spec.Name, "instance", m.index, "err", err)
+			}
+			return
+		}
+	}
+	s.mu.Lock()
+	s.retired = append(s.retired, r)
+	s.mu.Unlock()
+}
+
+// instanceDown reports why an instance is out of service: quarantined,
+// or failed (a replacement that could not be made); nil while it serves.
+func instanceDown(in *instance) error {
+	if q := in.s.Quarantined(); q != nil {
+		return q
+	}
+	return in.s.Failed()
+}
+
+func simFault(k manifest.FaultKind, count int) sim.Fault {
+	kinds := map[manifest.FaultKind]sim.FaultKind{
+		manifest.FaultReject: sim.RejectSubmit, manifest.FaultFailCompletion: sim.FailCompletion,
+		manifest.FaultHang: sim.Hang, manifest.FaultFailVisibility: sim.FailVisibility, manifest.FaultLose: sim.Lose,
+	}
+	return sim.Fault{Kind: kinds[k], Count: count}
+}
+
+// injectFaults applies the manifest's start-up faults. Hangs are never
+// released: they model a device that stopped responding.
+func (d *Deployment) injectFaults() error {
+	for i := range d.Manifest.Devices {
+		md := &d.Manifest.Devices[i]
+		if md.Sim == nil || d.devices[md.Name] == nil { // not opened (Options.Device)
+			continue
+		}
+		dev := d.devices[md.Name].(*sim.Device)
+		for _, f := range md.Sim.Faults {
+			if f.Session == "" {
+				dev.Inject(simFault(f.Kind, f.Count))
+				continue
+			}
+			s := d.sessions[f.Session]
+			if s == nil && d.Manifest.Session(f.Session) != nil {
+				continue // not opened (Options.Only, Options.Device)
+			}
+			if s == nil {
+				return errdefs.Errorf(errdefs.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
+			}
+			for _, m := range s.members() { // none when failed
+				if m.device != md.Name {
+					continue
+				}
+				for _, st := range m.val.s.Owner().Streams() {
+					st.(*sim.Stream).Inject(simFault(f.Kind, f.Count))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// DeviceNames lists the devices opened, in manifest order: all of them,
+// or with [Options.Device] those it opens.
+func (d *Deployment) DeviceNames() []string {
+	names := make([]string, 0, len(d.Manifest.Devices))
+	for _, md := range d.Manifest.Devices {
+		if d.devices[md.Name] != nil {
+			names = append(names, md.Name)
+		}
+	}
+	return names
+}
+
+// DeviceErr returns nil while the named device is healthy, and an
+// [errdefs.ErrDeviceLost] error naming the cause once it is lost (or an
+// [errdefs.ErrNotFound] error for an unknown name).
+func (d *Deployment) DeviceErr(name string) error {
+	dev := d.devices[name]
+	if dev == nil {
+		return errdefs.Errorf(errdefs.ErrNotFound, "no device %q", name)
+	}
+	return dev.Err()
+}
+
+// Session returns a session by name, or nil.
+func (d *Deployment) Session(name string) *Session { return d.sessions[name] }
+
+// Resident returns a resident session template by name, or nil.
+func (d *Deployment) Resident(name string) *Resident { return d.residents[name] }
+
+// FailedSessions lists, in manifest order, the sessions that could not be
+// created.
+func (d *Deployment) FailedSessions() []string {
+	var names []string
+	for _, name := range d.SessionNames() {
+		if d.sessions[name].Failed() != nil {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// SessionNames lists the sessions in manifest order (with
+// [Options.Only], at most that one).
+func (d *Deployment) SessionNames() []string {
+	var names []string
+	for _, s := range d.Manifest.Sessions {
+		if d.sessions[s.Name] != nil {
+			names = append(names, s.Name)
+		}
+	}
+	return names
+}
+
+// ResidentNames lists the resident sessions in manifest order (with
+// [Options.Only], at most that one).
+func (d *Deployment) ResidentNames() []string {
+	var names []string
+	for _, r := range d.Manifest.Residents {
+		if d.residents[r.Name] != nil {
+			names = append(names, r.Name)
+		}
+	}
+	return names
+}
+
+// DefaultInput reads the session's default input file, or returns nil.
+// Like every file a manifest names, it must be a regular file of at most
+// [manifest.MaxInputSize] bytes.
+func (s *Session) DefaultInput() ([]byte, error) {
+	if s.Spec.Input == "" {
+		return nil, nil
+	}
+	return manifest.ReadFile(s.Spec.Input, manifest.MaxInputSize)
+}
+
+// Failed returns why the session could not be created, or nil.
+func (s *Session) Failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// members returns the session's current instances (none when failed).
+func (s *Session) members() []*member[*instance] {
+	s.mu.Lock()
+	p := s.pool
+	s.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.members()
+}
+
+// Run calls the session's stage with input on a free instance: it
+// takes one ([Session.Acquire]), runs the call and gives it back.
+//
+// # Errors
+//
+// As for [Session.Acquire] and [Turn.Run].
+//
+// Every call is counted by its [Outcome]: ok, an error class, or
+// client_closed when ctx was cancelled (the caller went away).
+func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
+	t, err := s.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Release()
+	return t.Run(ctx, input)
+}
+
+// Turn is one call's hold on one instance of a session, from
+// [Session.Acquire] to [Turn.Release]. It runs at most one call.
+type Turn struct {
+	s *Session
+	p *pool[*instance]
+	m *member[*instance]
+}
+
+// Acquire takes a free instance of the session for one call, waiting for
+// one in arrival order if none is free. The service acquires before it
+// reads a request's body, so a call that will be refused costs nothing.
+// A failed acquisition is counted as the call's outcome.
+//
+// # Errors
+//
+//   - an error wrapping [ErrUnavailable] and the reason if the session
+//     could not be created;
+//   - [errdefs.ErrBusy] when queue_limit calls are already waiting, or no
+//     instance came free within queue_timeout;
+//   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting;
+//   - the reason an instance is out of service (quarantined: class
+//     [errdefs.ErrDeviceLost]), when every instance is.
+func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
+	sctx, span := childSpan(ctx, tracing.SpanAcquire) // trace.go
+	if span.IsRecording() {
+		span.SetAttributes(tracing.SessionKey.String(s.Spec.Name))
+	}
+	s.mu.Lock()
+	p, failed := s.pool, s.failed
+	s.mu.Unlock()
+	var err error
+	if failed != nil {
+		err = &unavailableError{s.Spec.Name, failed}
+	} else {
+		var m *member[*instance]
+		if m, err = p.acquire(sctx); err == nil {
+			if span.IsRecording() {
+				span.SetAttributes(tracing.InstanceKey.Int(m.index), tracing.DeviceKey.String(m.device))
+			}
+			endChild(ctx, span, nil)
+			return &Turn{s: s, p: p, m: m}, nil
+		}
+	}
+	endChild(ctx, span, err)
+	s.count(Outcome(ctx, err))
+	return nil, err
+}
+
+// TryAcquire takes a free instance of the session for one call if one is
+// free now and no caller is waiting, and returns nil otherwise (a session
+// that failed, or whose instances are all busy or out of service). It
+// never waits and counts no outcome: a router tries the local session
+// first and sends the call elsewhere when it gets nil.
+func (s *Session) TryAcquire() *Turn {
+	s.mu.Lock()
+	p, failed := s.pool, s.failed
+	s.mu.Unlock()
+	if failed != nil || p == nil {
+		return nil
+	}
+	if m := p.tryAcquire(); m != nil {
+		return &Turn{s: s, p: p, m: m}
+	}
+	return nil
+}
+
+// Instance names the instance the turn holds: its index and device.
+func (t *Turn) Instance() (index int, device string) { return t.m.index, t.m.device }
+
+// Run calls the stage on the turn's instance, and counts the outcome.
+//
+// # Errors
+//
+// As for [stages.Session.RunEntry].
+func (t *Turn) Run(ctx context.Context, input []byte) (out []byte, err error) {
+	sctx, span := childSpan(ctx, tracing.SpanStage) // trace.go
+	if span.IsRecording() {
+		span.SetAttributes(tracing.SessionKey.String(t.s.Spec.Name), tracing.InstanceKey.Int(t.m.index), tracing.DeviceKey.String(t.m.device))
+	}
+	defer func() {
+		endChild(ctx, span, err)
+		t.s.count(Outcome(ctx, err))
+	}()
+	return t.m.val.s.RunEntry(sctx, t.s.Spec.Entry, input, nil)
+}
+
+// Release gives the instance back: to the next caller waiting, or to the
+// free instances. An instance quarantined by the call leaves service; one
+// replaced during the call (a swap, a reset) is closed now, unless it is
+// quarantined.
+func (t *Turn) Release() { t.p.release(t.m) }
+
+func (s *Session) count(outcome string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if outcome != ClassOK {
+		s.fails++
+	}
+	if s.outcomes == nil {
+		s.outcomes = map[string]uint64{}
+	}
+	s.outcomes[outcome]++
+}
+
+// SessionStatus describes a session for listings.
+type SessionStatus struct {
+	Name   string `json:"name"`
+	Stage  string `json:"stage"`
+	Device string `json:"device"` // the first of its devices
+	// State is "ready" while at least one instance serves,
+	// "quarantined" when every instance is quarantined or failed, and
+	// "failed" when the session could not be created.
+	State    string `json:"state"`
+	Reason   string `json:"reason,omitempty"`
+	Calls    uint64 `json:"calls"`
+	Failures uint64 `json:"failures"`
+	// Outcomes counts the calls by outcome: "ok", or an error class of
+	// the service (docs/service.md), "client_closed" included.
+	Outcomes map[string]uint64 `json:"outcomes"`
+	// Replaced and BudgetBytes are summed over the instances.
+	Replaced    int   `json:"instances_replaced"`
+	BudgetBytes int64 `json:"budget_used_bytes"`
+	// InstancesOut counts the instances out of service (quarantined or
+	// failed); Waiting the calls waiting for a free instance.
+	InstancesOut int              `json:"instances_out"`
+	Waiting      int              `json:"waiting"`
+	Instances    []InstanceStatus `json:"instances"`
+	// StageSHA256 is the sha256 of the current instances' stage module
+	// (Stage names it); Draining counts the instances replaced by a swap
+	// or a reset whose call still runs.
+	StageSHA256 string `json:"stage_sha256"`
+	Draining    int    `json:"instances_draining"`
+	// Retired lists the instances taken out of the pool while out of
+	// service (by a reset, or a swap): a quarantined one keeps its
+	// resources, counted in its budget and the runtime's quarantine.
+	Retired []RetiredStatus `json:"instances_retired"`
+}
+
+// RetiredStatus describes an instance retired out of service.
+type RetiredStatus struct {
+	Index       int       `json:"index"`
+	Device      string    `json:"device"`
+	Owner       string    `json:"owner"`
+	StageSHA256 string    `json:"stage_sha256"`
+	State       string    `json:"state"` // "quarantined" (resources kept) or "failed" (closed)
+	Reason      string    `json:"reason"`
+	Kept        bool      `json:"resources_kept"`
+	BudgetBytes int64     `json:"budget_used_bytes"`
+	At          time.Time `json:"retired_at"`
+}
+
+// InstanceStatus describes one instance of a session.
+type InstanceStatus struct {
+	Index       int    `json:"index"`
+	Device      string `json:"device"`
+	State       string `json:"state"` // "ready", "quarantined" or "failed"
+	Reason      string `json:"reason,omitempty"`
+	Replaced    int    `json:"instances_replaced"`
+	BudgetBytes int64  `json:"budget_used_bytes"`
+}
+
+// Status reports the session's state.
+func (s *Session) Status() SessionStatus {
+	s.mu.Lock()
+	calls, fails := s.calls, s.fails
+	outcomes := make(map[string]uint64, len(s.outcomes))
+	for k, v := range s.outcomes {
+		outcomes[k] = v
+	}
+	p, failed, stage := s.pool, s.failed, s.stage
+	retired := append([]*retiredInstance(nil), s.retired...)
+	s.mu.Unlock()
+	st := SessionStatus{Name: s.Spec.Name, Stage: s.Spec.Stage, Device: s.Spec.Device, State: "ready",
+		Calls: calls, Failures: fails, Outcomes: outcomes, Instances: []InstanceStatus{}, Retired: []RetiredStatus{}}
+	if stage != nil {
+		st.Stage, st.StageSHA256 = stage.Name(), stage.SHA256()
+	}
+	for _, r := range retired {
+		st.Retired = append(st.Retired, RetiredStatus{Index: r.index, Device: r.device, Owner: r.in.s.Name(),
+			StageSHA256: r.in.stage.SHA256(), State: r.state, Reason: r.reason, Kept: r.kept,
+			BudgetBytes: r.in.s.Owner().Budget().Used(), At: r.at})
+	}
+	if failed != nil {
+		st.State, st.Reason = "failed", failed.Error()
+		return st
+	}
+	members := p.members()
+	for _, m := range members {
+		inst := m.val.s
+		is := InstanceStatus{Index: m.index, Device: m.device, State: "ready",
+			Replaced: inst.Replacements(), BudgetBytes: inst.Owner().Budget().Used()}
+		if q := inst.Quarantined(); q != nil {
+			is.State, is.Reason = "quarantined", q.Error()
+		} else if f := inst.Failed(); f != nil {
+			is.State, is.Reason = "failed", f.Error()
+		}
+		if is.State != "ready" {
+			st.InstancesOut++
+			if st.Reason == "" {
+				st.Reason = is.Reason
+				if len(members) > 1 {
+					st.Reason = fmt.Sprintf("instance %d: %s", m.index, is.Reason)
+				}
+			}
+		}
+		st.Replaced += is.Replaced
+		st.BudgetBytes += is.BudgetBytes
+		st.Instances = append(st.Instances, is)
+	}
+	if st.InstancesOut == len(members) {
+		st.State = "quarantined"
+	}
+	_, _, st.Waiting = p.stats()
+	st.Draining = len(p.drainingMembers())
+	return st
+}
+
+// Statuses lists every session's status, sorted by name.
+func (d *Deployment) Statuses() []SessionStatus {
+	out := make([]SessionStatus, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		out = append(out, s.Status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Close closes every session (a quarantined one keeps its resources), the
+// engine and the platforms.
+func (d *Deployment) Close(ctx context.Context) error {
+	var errs []error
+	for _, s := range d.sessions {
+		for _, m := range s.members() {
+			if err := m.val.s.Close(ctx); err != nil && !errors.Is(err, errdefs.ErrDeviceLost) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, r := range d.residents {
+		r.closeAll()
+	}
+	if d.Engine != nil {
+		errs = append(errs, d.Engine.Close(ctx))
+	}
+	if d.simP != nil {
+		_ = d.simP.Close()
+	}
+	if d.cudaP != nil {
+		_ = d.cudaP.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// residentOwnerName names the owner of one resident run.
+func residentOwnerName(name string, run int) string { return fmt.Sprintf("%s#%d", name, run) }

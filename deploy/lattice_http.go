@@ -1,0 +1,297 @@
+package deploy
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/manifest"
+)
+
+// Lattice is what the HTTP service needs of the lattice its process
+// joined (docs/lattice.md): `stagehost serve` sets it with
+// [Server.SetLattice] when the manifest has a [lattice] table. Package
+// internal/lattice implements it (lattice.Member), so that this package
+// does not import the lattice's.
+type Lattice interface {
+	// Call runs a call to a session: on a free local instance, else
+	// through the lattice on another host that serves the session, with
+	// ctx's trace context (the run's span; docs/lattice.md, "Tracing").
+	// traceparent is the W3C traceparent the call was sent to the other
+	// host with (the front makes one when ctx has none), or ctx's when it
+	// was sent to no host ("" without one): the service logs it. Errors
+	// of another host (or of the lattice) are [*ClassError]s.
+	Call(ctx context.Context, session string, input []byte) (out []byte, traceparent string, err error)
+	// Known reports whether a live host of the lattice has the session, or
+	// one had it since this process joined (a call to it is then routed,
+	// or refused 503 unavailable with the reason).
+	Known(session string) bool
+	// StartResident starts a run of a resident session that a live host
+	// of the lattice has (this process's host first, when it has it),
+	// sending the start once: a start is not idempotent. out is the
+	// host's answer, a [ResidentStart] as JSON. Errors are
+	// [*ClassError]s: unavailable when no live host has the resident or
+	// none responds, deadline_exceeded when the host did not answer in
+	// time (the run may have started), or the host's refusal (busy,
+	// device_lost, …).
+	StartResident(ctx context.Context, resident string) (out []byte, err error)
+	// ResidentStatus is a resident session's state, a [ResidentStatus]
+	// as JSON, from a live host that has it (this process's host first).
+	// Run ids are the host's own: with several hosts having the resident,
+	// each answers for its own runs. Errors as StartResident's.
+	ResidentStatus(ctx context.Context, resident string) (out []byte, err error)
+	// KnownResident reports whether a live host of the lattice has the
+	// resident session, or one had it since this process joined (a start
+	// or status request for it is then routed, or refused 503
+	// unavailable with the reason).
+	KnownResident(resident string) bool
+	// Ready is nil while the process is connected to the lattice, else
+	// why not.
+	Ready() error
+	// Hosts lists the live hosts' heartbeat records (JSON).
+	Hosts() any
+	// Quarantined lists the lattice's shared quarantine (JSON).
+	Quarantined() any
+	// Clear takes a module out of the shared quarantine; found is false
+	// when it was not in it.
+	Clear(ctx context.Context, sha256 string) (found bool, err error)
+	// Stats counts the calls routed, by route: local, remote, refused,
+	// no_responders, host_gone, unanswered.
+	Stats() map[string]uint64
+}
+
+// SessionSpecs is what a [Lattice] may offer besides: the manifest
+// spec of a session this process routes but does not have (a
+// supervisor's, from the manifest its workers read), so that the
+// session's max_input applies where the call arrives, before its body is
+// routed (and a Stagehost-Deadline is read against its deadline, as on
+// the host that runs it). nil for a session it has no spec of.
+type SessionSpecs interface {
+	SessionSpec(session string) *manifest.Session
+}
+
+// ClassError is an error with its class, as another host of the lattice
+// (or the lattice itself) answered it: its public message, and the
+// stage's code for class client_error.
+type ClassError struct {
+	Class   string
+	Message string
+	Host    string // the host that answered, if any
+	Code    *int32
+}
+
+func (e *ClassError) Error() string { return e.Message }
+
+type latticeBox struct{ l Lattice }
+
+// SetLattice routes POST /v1/sessions/{name}/run through l, and the
+// /v1/residents/{name} routes of a resident this process does not have;
+// serves /v1/lattice/hosts and /v1/lattice/quarantine from it, adds its
+// connection state to /readyz and its counts to /metrics. Call it once,
+// after [Server.Attach].
+func (s *Server) SetLattice(l Lattice) {
+	s.registry.MustRegister(latticeCollector{l})
+	s.lattice.Store(&latticeBox{l})
+}
+
+func (s *Server) latticeOf() Lattice {
+	if b := s.lattice.Load(); b != nil {
+		return b.l
+	}
+	return nil
+}
+
+// WithRequestID returns ctx carrying a request id, as the service's own
+// requests do (the lattice carries it to the host that runs a call, so
+// that the call's logs there carry it too). An invalid id is ignored.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	if !validRequestID(id) {
+		return ctx
+	}
+	return context.WithValue(ctx, ctxKey{}, id)
+}
+
+// TraceparentHeader is the W3C trace context request header: the parent
+// of a run's span, passed to the lattice with a call.
+const TraceparentHeader = "traceparent"
+
+func (s *Server) latticeRoutes() {
+	s.route("GET /v1/lattice/hosts", ScopeAdmin, s.latticeHosts)
+	s.route("GET /v1/lattice/quarantine", ScopeAdmin, s.latticeQuarantine)
+	s.route("DELETE /v1/lattice/quarantine/{sha256}", ScopeAdmin, s.latticeClear)
+}
+
+var errNoLattice = &serviceError{ClassNotFound, "this host is not in a lattice (its manifest has no [lattice] table)"}
+
+func (s *Server) latticeHosts(w http.ResponseWriter, r *http.Request) {
+	l := s.latticeOf()
+	if l == nil {
+		s.writeError(w, r, errNoLattice)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"hosts": l.Hosts()})
+}
+
+func (s *Server) latticeQuarantine(w http.ResponseWriter, r *http.Request) {
+	l := s.latticeOf()
+	if l == nil {
+		s.writeError(w, r, errNoLattice)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"quarantine": l.Quarantined()})
+}
+
+func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
+	l := s.latticeOf()
+	if l == nil {
+		s.writeError(w, r, errNoLattice)
+		return
+	}
+	sha := r.PathValue("sha256")
+	if b, err := hex.DecodeString(sha); err != nil || len(b) != 32 {
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "%q is not a module sha256 (64 hex digits)", sha))
+		return
+	}
+	found, err := l.Clear(r.Context(), sha)
+	switch {
+	case err != nil:
+		s.writeError(w, r, &serviceError{ClassUnavailable, fmt.Sprintf("clearing module %s: %v", sha, err)})
+	case !found:
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "module %s is not in the lattice's quarantine", sha))
+	default:
+		s.logger.Warn("lattice quarantine cleared", "sha256", sha, "request_id", RequestID(r.Context()))
+		writeJSON(w, http.StatusOK, map[string]any{"cleared": sha})
+	}
+}
+
+// runLattice is POST /v1/sessions/{name}/run in a lattice: a session
+// this host does not have is routed too, when a live host of the lattice
+// has it (404 only when none had it since this process joined).
+func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
+	name := r.PathValue("name")
+	sess := s.d.Session(name)
+	if sess == nil && !l.Known(name) {
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q on this host or on any live host of its lattice", name))
+		return
+	}
+	// The session's own limits where this process knows its spec (its
+	// own session, or a supervisor's from the manifest); else the
+	// default max_input, and the host that runs the call applies the
+	// session's.
+	limit, manifestDeadline, limitName := int64(MaxRequestBody), time.Duration(0),
+		fmt.Sprintf("the default max_input (session %q is another host's, whose own max_input applies there)", name)
+	spec := (*manifest.Session)(nil)
+	if sess != nil {
+		spec = sess.Spec
+	} else if ss, ok := l.(SessionSpecs); ok {
+		spec = ss.SessionSpec(name)
+	}
+	if spec != nil {
+		limit, manifestDeadline, limitName = spec.MaxInput, spec.Deadline, maxInputName(name)
+	}
+	if r.ContentLength > limit {
+		refuseUnread(w, r)
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than %s of %d bytes", r.ContentLength, limitName, limit))
+		return
+	}
+	// The host that runs the call applies its own manifest deadline too.
+	ctx, cancel, err := callContext(r, manifestDeadline)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer cancel()
+	input, err := readRunBody(w, r, limitName, limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	start := time.Now()
+	out, tp, err := l.Call(ctx, name, input)
+	if sess != nil {
+		s.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	}
+	s.logger.Log(ctx, slog.LevelDebug, "lattice run", "session", name, "traceparent", tp, "request_id", RequestID(ctx), "took", time.Since(start))
+	if err != nil {
+		var ce *ClassError
+		if errors.As(err, &ce) {
+			s.writeClassError(w, r, ce, tp)
+			return
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+	_, _ = w.Write(out)
+}
+
+// writeClassError answers an error another host (or the lattice) gave,
+// as writeError answers the service's own.
+func (s *Server) writeClassError(w http.ResponseWriter, r *http.Request, ce *ClassError, tp string) {
+	class := ce.Class
+	if r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled) {
+		class = ClassClientClosed
+	}
+	status := ClassStatus(class)
+	body := ErrorBody{Error: ce.Message, Class: class, Code: ce.Code, RequestID: RequestID(r.Context())}
+	if body.Error == "" {
+		body.Error = class
+	}
+	// Through the lattice every 503 may pass: another host, or this one
+	// restarted, may serve the next try.
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		if w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", "1")
+		}
+	}
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelWarn
+	}
+	spanError(r.Context(), class, ce.Message, ce.Host)
+	s.logger.Log(r.Context(), level, "request failed", "request_id", body.RequestID, "method", r.Method, "path", r.URL.Path,
+		"class", class, "status", status, "host", ce.Host, "traceparent", tp, "err", ce.Message)
+	writeJSON(w, status, body)
+}
+
+var (
+	latticeCalls = prometheus.NewDesc("stagehost_lattice_calls_total",
+		"Session calls routed by this host's lattice front, by route: local (a free local instance), remote (through the lattice), refused (no live host serves the session, or its module is quarantined lattice-wide), no_responders, host_gone (lost with the host that took it), unanswered.",
+		[]string{"route"}, nil)
+	latticeConnected = prometheus.NewDesc("stagehost_lattice_connected",
+		"1 while the process is connected to its lattice's NATS server.", nil, nil)
+)
+
+type latticeCollector struct{ l Lattice }
+
+func (c latticeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- latticeCalls
+	ch <- latticeConnected
+}
+
+func (c latticeCollector) Collect(ch chan<- prometheus.Metric) {
+	stats := c.l.Stats()
+	routes := make([]string, 0, len(stats))
+	for k := range stats {
+		routes = append(routes, k)
+	}
+	sort.Strings(routes)
+	for _, k := range routes {
+		ch <- prometheus.MustNewConstMetric(latticeCalls, prometheus.CounterValue, float64(stats[k]), k)
+	}
+	up := 0.0
+	if c.l.Ready() == nil {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(latticeConnected, prometheus.GaugeValue, up)
+}

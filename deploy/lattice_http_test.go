@@ -1,0 +1,134 @@
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/stagehost/stagehost/deploy"
+)
+
+// fakeLattice is a deploy.Lattice that knows the session "far" and
+// answers it with a remote error or "far ok".
+type fakeLattice struct {
+	mu      sync.Mutex
+	ready   error
+	calls   []string // session|traceparent|request id
+	cleared []string
+	answer  error
+	made    string // the traceparent it "sends" when ctx has none
+	// resident requests: op|resident|request id; status is the status
+	// answer of resident "far-pp".
+	residents []string
+	status    []byte
+}
+
+func (f *fakeLattice) Call(ctx context.Context, session string, input []byte) ([]byte, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	hdr := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, hdr)
+	tp := hdr.Get("traceparent")
+	f.calls = append(f.calls, session+"|"+tp+"|"+deploy.RequestID(ctx))
+	if tp == "" {
+		tp = f.made // as a front makes one
+	}
+	if f.answer != nil {
+		return nil, tp, f.answer
+	}
+	return []byte(session + " ok"), tp, nil
+}
+func (f *fakeLattice) Known(session string) bool { return session == "far" }
+
+// StartResident starts run 7 of resident "far-pp" (or answers f.answer).
+func (f *fakeLattice) StartResident(ctx context.Context, resident string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.residents = append(f.residents, "start|"+resident+"|"+deploy.RequestID(ctx))
+	if f.answer != nil {
+		return nil, f.answer
+	}
+	return []byte(`{"id":7,"resident":"` + resident + `","state":"running"}`), nil
+}
+func (f *fakeLattice) ResidentStatus(ctx context.Context, resident string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.residents = append(f.residents, "status|"+resident+"|"+deploy.RequestID(ctx))
+	if f.answer != nil {
+		return nil, f.answer
+	}
+	return f.status, nil
+}
+func (f *fakeLattice) KnownResident(resident string) bool { return resident == "far-pp" }
+func (f *fakeLattice) Ready() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ready
+}
+func (f *fakeLattice) Hosts() any       { return []string{"h1"} }
+func (f *fakeLattice) Quarantined() any { return []string{} }
+func (f *fakeLattice) Clear(_ context.Context, sha string) (bool, error) {
+	f.cleared = append(f.cleared, sha)
+	return sha == strings.Repeat("a", 64), nil
+}
+func (f *fakeLattice) Stats() map[string]uint64 { return map[string]uint64{"remote": 7} }
+
+func TestLatticeRoutes(t *testing.T) {
+	s := serveHostile(t, "", "", nil)
+	// Outside a lattice the lattice routes are 404.
+	if rec := s.do("GET", "/v1/lattice/hosts", nil); rec.Code != 404 || errorBody(t, rec).Class != "not_found" {
+		t.Fatalf("no lattice: %d %s", rec.Code, rec.Body)
+	}
+	if rec := s.do("POST", "/v1/sessions/far/run", strings.NewReader("x")); rec.Code != 404 {
+		t.Fatalf("no lattice, remote session: %d %s", rec.Code, rec.Body)
+	}
+	f := &fakeLattice{}
+	s.srv.SetLattice(f)
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	rec := s.do("POST", "/v1/sessions/far/run", strings.NewReader("x"), "traceparent", tp, "X-Request-Id", "rid-1")
+	if rec.Code != 200 || rec.Body.String() != "far ok" || f.calls[0] != "far|"+tp+"|rid-1" {
+		t.Fatalf("routed: %d %s %v", rec.Code, rec.Body, f.calls)
+	}
+	if rec := s.do("POST", "/v1/sessions/nowhere/run", strings.NewReader("x")); rec.Code != 404 || errorBody(t, rec).Class != "not_found" {
+		t.Fatalf("unknown: %d %s", rec.Code, rec.Body)
+	}
+	code := int32(3)
+	f.answer = &deploy.ClassError{Class: deploy.ClassClientError, Message: "stage failed with code 3", Host: "h1", Code: &code}
+	rec = s.do("POST", "/v1/sessions/far/run", strings.NewReader("x"))
+	if e := errorBody(t, rec); rec.Code != 422 || e.Class != "client_error" || e.Code == nil || *e.Code != 3 {
+		t.Fatalf("remote client error: %d %s", rec.Code, rec.Body)
+	}
+	f.answer = &deploy.ClassError{Class: deploy.ClassUnavailable, Message: "session \"far\" is served by no live host"}
+	rec = s.do("POST", "/v1/sessions/far/run", strings.NewReader("x"))
+	if e := errorBody(t, rec); rec.Code != 503 || e.Class != "unavailable" || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("unavailable: %d %s", rec.Code, rec.Body)
+	}
+	if rec := s.do("GET", "/v1/lattice/hosts", nil); rec.Code != 200 || !strings.Contains(rec.Body.String(), "h1") {
+		t.Fatalf("hosts: %d %s", rec.Code, rec.Body)
+	}
+	if rec := s.do("DELETE", "/v1/lattice/quarantine/xyz", nil); rec.Code != 400 {
+		t.Fatalf("bad sha: %d %s", rec.Code, rec.Body)
+	}
+	if rec := s.do("DELETE", "/v1/lattice/quarantine/"+strings.Repeat("b", 64), nil); rec.Code != 404 {
+		t.Fatalf("not quarantined: %d %s", rec.Code, rec.Body)
+	}
+	if rec := s.do("DELETE", "/v1/lattice/quarantine/"+strings.Repeat("a", 64), nil); rec.Code != 200 {
+		t.Fatalf("clear: %d %s", rec.Code, rec.Body)
+	}
+	if rec := s.do("GET", "/metrics", nil); !strings.Contains(rec.Body.String(), `stagehost_lattice_calls_total{route="remote"} 7`) {
+		t.Fatalf("metrics lack the lattice counts")
+	}
+	if rec := s.do("GET", "/readyz", nil); rec.Code != 200 {
+		t.Fatalf("ready: %d %s", rec.Code, rec.Body)
+	}
+	f.mu.Lock()
+	f.ready = errors.New("disconnected from the NATS server of lattice l")
+	f.mu.Unlock()
+	if rec := s.do("GET", "/readyz", nil); rec.Code != 503 || !strings.Contains(rec.Body.String(), "lattice: disconnected") {
+		t.Fatalf("not ready: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -1,0 +1,687 @@
+package lattice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stagehost/stagehost/internal/tracing"
+	"github.com/stagehost/stagehost/deploy"
+)
+
+// FrontConfig configures a [Front].
+type FrontConfig struct {
+	// Lattice names the lattice.
+	Lattice string
+	// TTL is the lattice's heartbeat TTL (the hosts bucket's): a host not
+	// heard from for longer is gone. Default [DefaultTTL].
+	TTL time.Duration
+	// Local, when set, is this process's host: a call runs on it when one
+	// of the session's instances is free at once, and goes through the
+	// lattice otherwise. The front then reads the host's view of the
+	// shared quarantine instead of watching one of its own, so that the
+	// process has one view: what its host has quarantined or seen
+	// cleared, its front has too. Once the host has closed (the process
+	// is leaving), that view stops following the bucket.
+	Local *Host
+	// DefaultDeadline bounds a call whose context has no deadline.
+	// Default 30s.
+	DefaultDeadline time.Duration
+	// Grace is how long past a call's deadline the front waits for the
+	// host's own deadline_exceeded answer. Default 250ms.
+	Grace time.Duration
+	// Replicas: as [HostConfig.Replicas], for the buckets the front opens
+	// (it may be the first member to make them). Default 1.
+	Replicas int
+	// AckTimeout is how long the front waits for a host to acknowledge a
+	// call it sent (a host acknowledges on receipt, before it runs the
+	// call). A call no host acknowledged in that time reached none that
+	// will run it (the host that got it died first), so the front sends
+	// it again, until the deadline. Default 1s.
+	AckTimeout time.Duration
+	// Logger: default slog.Default().
+	Logger *slog.Logger
+	// TracerProvider records the front's client span of each call it
+	// sends through the lattice (docs/lattice.md, "Tracing"). Default
+	// nil: a no-op provider, with which a call carries its context's
+	// traceparent to the host unchanged (or one the front makes).
+	TracerProvider trace.TracerProvider
+}
+
+// FrontStats counts a front's calls.
+type FrontStats struct {
+	Local  uint64 `json:"local"`  // run on a free local instance
+	Remote uint64 `json:"remote"` // sent through the lattice
+	// Refused: no live host serves the session, or its module is
+	// quarantined lattice-wide (503, sent nowhere).
+	Refused uint64 `json:"refused"`
+	// NoResponders: sent, but no host subscribed to the session (503).
+	NoResponders uint64 `json:"no_responders"`
+	// HostGone: in flight on a host whose heartbeat expired (503).
+	HostGone uint64 `json:"host_gone"`
+	// Unanswered: no host acked or answered before the deadline (503).
+	Unanswered uint64 `json:"unanswered"`
+	// Resent: calls sent again because no host acknowledged them within
+	// AckTimeout.
+	Resent uint64 `json:"resent"`
+}
+
+// Front routes session calls: to a free local instance, or through the
+// lattice to the session's queue group. It watches the hosts bucket to
+// know which live hosts serve which session, and refuses (503, class
+// unavailable, with the reason) a call to a session no live host serves.
+type Front struct {
+	cfg      FrontConfig
+	tracer   trace.Tracer
+	nc       *nats.Conn
+	q        *Quarantine
+	payloads *payloads
+	ownQ     bool // q is the front's own (no Local), closed with it
+	w        jetstream.KeyWatcher
+	inbox    string
+	sub      *nats.Subscription
+
+	mu      sync.Mutex
+	hosts   map[string]*liveHost
+	known   map[string]bool // every session a heartbeat named since the front started
+	pending map[string]*call
+	next    uint64
+	changed notifier
+
+	// knownResidents (under mu): every resident session a heartbeat named
+	// since the front started; made at the first.
+	knownResidents map[string]bool
+
+	stats struct{ local, remote, refused, noResp, gone, unanswered, resent atomic.Uint64 }
+	stop  chan struct{}
+	done  sync.WaitGroup
+}
+
+type liveHost struct {
+	rec  HostRecord
+	seen time.Time // when the front last heard its heartbeat
+}
+
+// call is one request in flight through the lattice.
+type call struct {
+	ch     chan *nats.Msg // the ack and the answer
+	host   string         // who acked, "" before
+	gone   chan struct{}  // closed when that host's heartbeat expires
+	closed bool
+	span   trace.Span // the call's client span
+}
+
+// NewFront starts a front over nc: it loads the live hosts before it
+// returns.
+func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, error) {
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.DefaultDeadline <= 0 {
+		cfg.DefaultDeadline = 30 * time.Second
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = 250 * time.Millisecond
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := checkName("lattice", cfg.Lattice); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := openHosts(ctx, js, cfg.Lattice, cfg.TTL, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	f := &Front{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{}, known: map[string]bool{},
+		pending: map[string]*call{}, stop: make(chan struct{})}
+	if f.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	if cfg.Local != nil {
+		f.q = cfg.Local.q
+	} else {
+		if f.q, err = OpenQuarantine(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
+			return nil, err
+		}
+		f.ownQ = true
+	}
+	if f.sub, err = nc.Subscribe(f.inbox+".*", f.answer); err != nil {
+		f.closeQ()
+		return nil, err
+	}
+	if f.w, err = kv.WatchAll(context.WithoutCancel(ctx)); err != nil {
+		_ = f.sub.Unsubscribe()
+		f.closeQ()
+		return nil, err
+	}
+	loaded := make(chan struct{})
+	f.done.Add(2)
+	go f.watch(loaded)
+	go f.expire()
+	select {
+	case <-loaded:
+		return f, nil
+	case <-ctx.Done():
+		f.Close()
+		return nil, ctx.Err()
+	}
+}
+
+// watch follows the hosts bucket: a put is a heartbeat, a delete (a host
+// that left) or a limit marker (an expired heartbeat) a host gone.
+func (f *Front) watch(loaded chan struct{}) {
+	defer f.done.Done()
+	for e := range f.w.Updates() {
+		if e == nil {
+			close(loaded)
+			continue
+		}
+		id := e.Key()
+		if e.Operation() == jetstream.KeyValuePut {
+			var rec HostRecord
+			if err := json.Unmarshal(e.Value(), &rec); err != nil {
+				f.cfg.Logger.Warn("lattice: bad heartbeat", "host", id, "err", err)
+				continue
+			}
+			f.mu.Lock()
+			f.hosts[id] = &liveHost{rec: rec, seen: time.Now()}
+			for _, sc := range rec.Sessions {
+				f.known[sc.Name] = true
+			}
+			for _, rc := range rec.Residents {
+				if f.knownResidents == nil {
+					f.knownResidents = map[string]bool{}
+				}
+				f.knownResidents[rc.Name] = true
+			}
+			f.mu.Unlock()
+		} else {
+			// A delete is a host leaving (Host.Close): its calls in flight
+			// still get their answers. A purge or limit marker is an
+			// expired heartbeat: the host is gone, and its calls with it.
+			f.mu.Lock()
+			f.dropHost(id, e.Operation() != jetstream.KeyValueDelete)
+			f.mu.Unlock()
+		}
+		f.changed.notify()
+	}
+}
+
+// expire drops the hosts not heard from within the TTL, whether or not
+// the bucket's limit marker has come yet.
+func (f *Front) expire() {
+	defer f.done.Done()
+	t := time.NewTicker(max(f.cfg.TTL/20, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case now := <-t.C:
+			f.mu.Lock()
+			n := 0
+			for id, lh := range f.hosts {
+				if now.Sub(lh.seen) > f.cfg.TTL {
+					f.dropHost(id, true)
+					n++
+				}
+			}
+			f.mu.Unlock()
+			if n > 0 {
+				f.changed.notify()
+			}
+		}
+	}
+}
+
+// dropHost forgets a host and, when it is gone (not leaving), fails its
+// calls in flight. Called under f.mu.
+func (f *Front) dropHost(id string, gone bool) {
+	if _, ok := f.hosts[id]; !ok {
+		return
+	}
+	delete(f.hosts, id)
+	if !gone {
+		return
+	}
+	for _, c := range f.pending {
+		if c.host == id && !c.closed {
+			close(c.gone)
+			c.closed = true
+		}
+	}
+}
+
+// answer receives the acks and answers of the calls in flight.
+func (f *Front) answer(m *nats.Msg) {
+	token := m.Subject[len(f.inbox)+1:]
+	f.mu.Lock()
+	c := f.pending[token]
+	if c != nil && m.Header.Get(AckHeader) != "" {
+		c.host = m.Header.Get(HostHeader)
+		f.mu.Unlock()
+		if c.span.IsRecording() {
+			c.span.AddEvent("acknowledged", trace.WithAttributes(tracing.HostKey.String(c.host)))
+		}
+		return
+	}
+	f.mu.Unlock()
+	if c != nil {
+		select {
+		case c.ch <- m:
+		default:
+		}
+	}
+}
+
+// Hosts lists the live hosts' latest heartbeats, sorted by id.
+func (f *Front) Hosts() []HostRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return sortedHosts(f.hosts)
+}
+
+// Serving lists the live hosts that serve a session.
+func (f *Front) Serving(session string) []string {
+	var ids []string
+	for _, rec := range f.Hosts() {
+		for _, sc := range rec.Sessions {
+			if sc.Name == session && sc.Serving {
+				ids = append(ids, rec.ID)
+			}
+		}
+	}
+	return ids
+}
+
+// Known reports whether a heartbeat named the session since the front
+// started (a live host has it, or had it).
+func (f *Front) Known(session string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.known[session]
+}
+
+// Stats counts the front's calls.
+func (f *Front) Stats() FrontStats {
+	return FrontStats{Local: f.stats.local.Load(), Remote: f.stats.remote.Load(), Refused: f.stats.refused.Load(),
+		NoResponders: f.stats.noResp.Load(), HostGone: f.stats.gone.Load(), Unanswered: f.stats.unanswered.Load(), Resent: f.stats.resent.Load()}
+}
+
+// Quarantine is the lattice's shared quarantine, as the front sees it.
+func (f *Front) Quarantine() *Quarantine { return f.q }
+
+// WaitFor waits until cond holds, checking it at every change in the
+// front's view of the hosts (a heartbeat, a host gone), or until ctx
+// ends.
+func (f *Front) WaitFor(ctx context.Context, cond func() bool) error {
+	return f.changed.waitFor(ctx, cond)
+}
+
+// Call runs a call to a session: on a free local instance (Local), or
+// through the lattice to a host that serves the session, with ctx's
+// deadline (or DefaultDeadline) and trace context: the front's client
+// span's with a TracerProvider, else ctx's span context (see
+// [WithTraceparent]) unchanged, else a new one.
+//
+// # Errors
+//
+// The local session's errors, or an [*Error] with the service's class:
+// the answering host's error; unavailable (503) when no live host serves
+// the session, its module is quarantined lattice-wide, no host responds,
+// or the host that took the call went away; deadline_exceeded when the
+// host did not answer within the deadline.
+func (f *Front) Call(ctx context.Context, session string, input []byte) ([]byte, error) {
+	out, _, err := f.call(ctx, session, input)
+	return out, err
+}
+
+// call is Call, and returns the traceparent the call was sent with: ""
+// when it was sent to no host (it ran locally, or was refused).
+func (f *Front) call(ctx context.Context, session string, input []byte) ([]byte, string, error) {
+	if f.cfg.Local != nil {
+		if out, err, ok := f.cfg.Local.tryCall(ctx, session, input); ok {
+			f.stats.local.Add(1)
+			return out, "", err
+		}
+	}
+	if err := f.refuse(session); err != nil {
+		f.stats.refused.Add(1)
+		return nil, "", err
+	}
+	f.stats.remote.Add(1)
+	return f.remote(ctx, session, input)
+}
+
+// refuse returns why the front will not send a call to session, or nil.
+func (f *Front) refuse(session string) *Error {
+	// Every call sent through the lattice asks this: the live hosts
+	// are read in place, unsorted and uncopied.
+	var known []string
+	var poisoned *Poison
+	poisonedOn := ""
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, lh := range f.hosts {
+		for _, sc := range lh.rec.Sessions {
+			if sc.Name != session {
+				continue
+			}
+			// The front's view of the quarantine first: a heartbeat
+			// written before the poison still says serving, while the
+			// host has stopped taking the session's calls.
+			if p, ok := f.q.Lookup(sc.StageSHA256); ok {
+				if poisoned == nil || id < poisonedOn {
+					poisoned, poisonedOn = &p, id
+				}
+				continue
+			}
+			if sc.Serving {
+				return nil
+			}
+			known = append(known, fmt.Sprintf("host %s has it %s: %s", id, sc.State, sc.Reason))
+		}
+	}
+	switch {
+	case poisoned != nil:
+		return refusal("", *poisoned)
+	case len(known) > 0:
+		sort.Strings(known)
+		return unavailable("", "session %q is served by no live host of lattice %s (%s)", session, f.cfg.Lattice, strings.Join(known, "; "))
+	}
+	return unavailable("", "session %q is served by no live host of lattice %s", session, f.cfg.Lattice)
+}
+
+// remote sends a call through the lattice, under the front's client
+// span, and returns the traceparent it sent.
+func (f *Front) remote(ctx context.Context, session string, input []byte) (out []byte, tp string, err error) {
+	rid := deploy.RequestID(ctx)
+	ctx, span := f.startCall(ctx, session, rid)
+	c := &call{ch: make(chan *nats.Msg, 1), gone: make(chan struct{}), span: span}
+	resends := 0
+	defer func() { endCall(span, f.ackedBy(c), resends, err) }()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(f.cfg.DefaultDeadline)
+	}
+	if time.Until(deadline) <= 0 {
+		return nil, "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed before the call was sent", session)}
+	}
+	var inputObject string
+	if !f.payloads.fits(len(input)) {
+		if inputObject, err = f.storeInput(ctx, session, deadline, input); err != nil {
+			return nil, "", err
+		}
+		// Deleted once the call ended, however it ended: a call sent
+		// again to another host reads the object again.
+		defer f.payloads.remove(inputObject)
+		input = nil
+	}
+	remaining := time.Until(deadline)
+	if remaining <= 0 {
+		return nil, "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed while its input was stored", session)}
+	}
+	msg := &nats.Msg{Subject: SessionSubject(f.cfg.Lattice, session), Data: input, Header: nats.Header{}}
+	tp = injectCall(ctx, msg.Header)
+	if rid != "" {
+		msg.Header.Set(RequestIDHeader, rid)
+	}
+	if inputObject != "" {
+		msg.Header.Set(PayloadHeader, inputObject)
+	}
+	m, err := f.roundTrip(ctx, c, msg, deadline, exchange{kind: "session", name: session, noun: "call", resend: true, resends: &resends, counted: true})
+	if err != nil {
+		return nil, tp, err
+	}
+	out, err = f.decode(session, m)
+	return out, tp, err
+}
+
+// exchange describes one request for roundTrip.
+type exchange struct {
+	// kind and name say whose request it is ("session", "s"): the
+	// start of its errors (what), formatted only for one.
+	kind, name string
+	noun       string // what it is: "call", "start", "status request"
+	// resend: a request no host acknowledged within AckTimeout is sent
+	// again (it is idempotent, or no host began it).
+	resend  bool
+	resends *int // counts the resends, when set
+	// counted: the request counts in Front.Stats (session calls; not
+	// resident requests).
+	counted bool
+	// deadlineNote is added to a deadline_exceeded error of a request
+	// a host acknowledged (" (the run may have started)").
+	deadlineNote string
+}
+
+// what is the start of the request's errors: `session "s"`.
+func (x exchange) what() string { return fmt.Sprintf("%s %q", x.kind, x.name) }
+
+// roundTrip sends msg (a session call or a resident request) through
+// the lattice with an acknowledgement asked for and the deadline's
+// remainder, and waits for the answer: until deadline plus Grace, the
+// acknowledging host's heartbeat expiring ("went away"), or ctx being
+// canceled. With x.resend, a request no host acknowledged within
+// AckTimeout is sent again. The answer is not decoded.
+func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline time.Time, x exchange) (*nats.Msg, error) {
+	remaining := time.Until(deadline)
+	f.mu.Lock()
+	f.next++
+	token := strconv.FormatUint(f.next, 36)
+	f.pending[token] = c
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.pending, token)
+		f.mu.Unlock()
+	}()
+	msg.Reply = f.inbox + "." + token
+	msg.Header.Set(DeadlineHeader, remaining.String())
+	msg.Header.Set(AckHeader, "1")
+	if err := f.nc.PublishMsg(msg); err != nil {
+		return nil, unavailable("", "%s: sending the %s: %v", x.what(), x.noun, err)
+	}
+	timer := time.NewTimer(remaining + f.cfg.Grace)
+	defer timer.Stop()
+	ack := time.NewTimer(f.cfg.AckTimeout)
+	defer ack.Stop()
+	ctxDone := ctx.Done()
+	notRun := 0
+	for {
+		select {
+		case m := <-c.ch:
+			left := time.Until(deadline)
+			if !x.resend || m.Header.Get(NotRunHeader) == "" || notRun >= MaxNotRunResends || left <= 0 {
+				return m, nil
+			}
+			// The host that took it ran it nowhere (every instance there
+			// went out of service while it waited) and left the
+			// session's queue group: send it again, to another host.
+			notRun++
+			f.mu.Lock()
+			c.host = ""
+			f.mu.Unlock()
+			msg.Header.Set(DeadlineHeader, left.String())
+			if err := f.nc.PublishMsg(msg); err != nil {
+				return m, nil
+			}
+			if x.counted {
+				f.stats.resent.Add(1)
+			}
+			if x.resends != nil {
+				*x.resends++
+			}
+			if c.span.IsRecording() {
+				c.span.AddEvent("sent again: the host ran it nowhere", trace.WithAttributes(tracing.HostKey.String(m.Header.Get(HostHeader))))
+			}
+			f.cfg.Logger.Info("lattice request sent again: the host ran it nowhere", "what", x.what(), "host", m.Header.Get(HostHeader), "traceparent", msg.Header.Get(TraceparentHeader))
+			ack.Reset(f.cfg.AckTimeout)
+		case <-ack.C:
+			left := time.Until(deadline)
+			if !x.resend || f.ackedBy(c) != "" || left <= 0 {
+				continue
+			}
+			// No host took it: the one the server gave it to died before
+			// it could, so another may. (At least once for such calls: a
+			// host whose acknowledgement was lost with its connection
+			// may have run it too.)
+			msg.Header.Set(DeadlineHeader, left.String())
+			if err := f.nc.PublishMsg(msg); err == nil {
+				if x.counted {
+					f.stats.resent.Add(1)
+				}
+				if x.resends != nil {
+					*x.resends++
+				}
+				if c.span.IsRecording() {
+					c.span.AddEvent("sent again: no host acknowledged it", trace.WithAttributes(attribute.String("stagehost.deadline_left", left.String())))
+				}
+				f.cfg.Logger.Info("lattice request sent again: no host acknowledged it", "what", x.what(), "request", x.noun, "traceparent", msg.Header.Get(TraceparentHeader), "after", f.cfg.AckTimeout)
+			}
+			ack.Reset(f.cfg.AckTimeout)
+		case <-c.gone:
+			host := f.ackedBy(c)
+			if x.counted {
+				f.stats.gone.Add(1)
+			}
+			f.cfg.Logger.Info("lattice request lost with its host", "what", x.what(), "request", x.noun, "host", host, "traceparent", msg.Header.Get(TraceparentHeader))
+			return nil, unavailable(host, "%s: host %s went away with the %s in flight%s", x.what(), host, x.noun, x.deadlineNote)
+		case <-timer.C:
+			if host := f.ackedBy(c); host != "" {
+				return nil, &Error{Class: deploy.ClassDeadlineExceeded, Host: host,
+					Message: fmt.Sprintf("%s: host %s did not answer within the deadline of %v%s", x.what(), host, remaining.Round(time.Millisecond), x.deadlineNote)}
+			}
+			if x.counted {
+				f.stats.unanswered.Add(1)
+			}
+			return nil, unavailable("", "%s: no host took the %s within the deadline of %v", x.what(), x.noun, remaining.Round(time.Millisecond))
+		case <-ctxDone:
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The host has the deadline too: wait (Grace) for its answer.
+				ctxDone = nil
+				continue
+			}
+			return nil, &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("%s: %v", x.what(), ctx.Err())}
+		}
+	}
+}
+
+// ackedBy names the host that acked c ("" if none).
+func (f *Front) ackedBy(c *call) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return c.host
+}
+
+func (f *Front) decode(session string, m *nats.Msg) ([]byte, error) {
+	if m.Header.Get("Status") == "503" { // the server's no-responders answer
+		f.stats.noResp.Add(1)
+		if err := f.refuse(session); err != nil {
+			// Why, by the heartbeats since: the hosts stopped taking
+			// the session's calls (quarantined, out of service, gone).
+			return nil, err
+		}
+		return nil, unavailable("", "session %q: no host of lattice %s responds (no responders)", session, f.cfg.Lattice)
+	}
+	out, err := decodeAnswer(m)
+	if name := m.Header.Get(PayloadHeader); err == nil && name != "" {
+		return f.readOutput(session, m.Header.Get(HostHeader), name)
+	}
+	return out, err
+}
+
+// storeInput puts a call's input that one message cannot carry in the
+// payload store, within the call's deadline, and returns the object's
+// name for the request.
+func (f *Front) storeInput(ctx context.Context, session string, deadline time.Time, input []byte) (string, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	name, err := f.payloads.put(ctx, input)
+	if err == nil {
+		return name, nil
+	}
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		return "", &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
+	case ctx.Err() != nil:
+		return "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed while its input of %d bytes was stored in the lattice's payload store", session, len(input))}
+	}
+	return "", unavailable("", "session %q: storing an input of %d bytes in the lattice's payload store: %v", session, len(input), err)
+}
+
+// readOutput reads a call's output that its host put in the payload
+// store, then deletes it.
+func (f *Front) readOutput(session, host, name string) ([]byte, error) {
+	defer f.payloads.remove(name)
+	ctx, cancel := context.WithTimeout(context.Background(), payloadTimeout)
+	defer cancel()
+	out, err := f.payloads.get(ctx, name, maxPayloadObject)
+	if err != nil {
+		return nil, unavailable(host, "session %q: reading the output (object %s) from the lattice's payload store: %v", session, name, err)
+	}
+	return out, nil
+}
+
+// decodeAnswer is a host's answer: its data, or its error answer as an
+// [*Error] (from the JSON body, else from the headers).
+func decodeAnswer(m *nats.Msg) ([]byte, error) {
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+		e := &Error{}
+		if json.Unmarshal(m.Data, e) != nil || e.Class == "" {
+			e = &Error{Class: m.Header.Get(ClassHeader), Message: m.Header.Get(micro.ErrorHeader), Host: m.Header.Get(HostHeader)}
+			if e.Class == "" {
+				e.Class = deploy.ClassInternal
+			}
+		}
+		return nil, e
+	}
+	return m.Data, nil
+}
+
+// Close stops the front. Calls in flight end at their deadlines.
+func (f *Front) Close() {
+	select {
+	case <-f.stop:
+		return
+	default:
+	}
+	close(f.stop)
+	if f.w != nil {
+		_ = f.w.Stop()
+	}
+	if f.sub != nil {
+		_ = f.sub.Unsubscribe()
+	}
+	f.done.Wait()
+	f.closeQ()
+}
+
+// closeQ closes the front's view of the quarantine if it is its own.
+func (f *Front) closeQ() {
+	if f.ownQ {
+		_ = f.q.Close()
+	}
+}

@@ -1,0 +1,379 @@
+package lattice
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/manifest"
+)
+
+// MemberConfig configures [Join]: a manifest's [lattice] table and what
+// the process adds to it.
+type MemberConfig struct {
+	Lattice manifest.Lattice
+	// HostID overrides the table's host_id; with neither, [DefaultHostID].
+	HostID string
+	// Readiness is the HTTP service's (Server.Readiness), for the
+	// heartbeat; nil for the host's own rule.
+	Readiness func() deploy.Readiness
+	Logger    *slog.Logger
+	// TracerProvider records the host's and the front's spans
+	// ([HostConfig.TracerProvider], [FrontConfig.TracerProvider]); nil
+	// for none.
+	TracerProvider trace.TracerProvider
+}
+
+// Member is a process's membership of a lattice, as `stagehost serve`
+// runs it: the embedded NATS server if the manifest asks for one, the
+// connection, a [Host] serving the process's deployment and a [Front]
+// routing its HTTP calls. It implements [deploy.Lattice].
+type Member struct {
+	name  string
+	srv   *server.Server // nil unless embedded
+	nc    *nats.Conn
+	host  *Host
+	front *Front
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	lastErr error // the connection's last error, for Ready
+}
+
+var _ deploy.Lattice = (*Member)(nil)
+
+// HostID is the host id of a process in lattice lt: flag (serve's
+// --host-id) if set, else lt's host_id, else [DefaultHostID].
+func HostID(flag string, lt manifest.Lattice) string {
+	switch {
+	case flag != "":
+		return flag
+	case lt.HostID != "":
+		return lt.HostID
+	}
+	return DefaultHostID()
+}
+
+// DefaultHostID is a host id from the hostname and the process id, with
+// every character a host id may not hold replaced by '-'.
+func DefaultHostID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "host"
+	}
+	h = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '-'
+	}, h)
+	return fmt.Sprintf("%s-%d", h, os.Getpid())
+}
+
+// Join joins d to the lattice cfg describes: it starts the embedded
+// server (embedded = true), connects with the credentials, and starts
+// the host and the front. With d nil the member is a front only (`serve
+// --supervise`): it serves no session, has no heartbeat and no Host, and
+// routes every call through the lattice. Leave, then Close, undo it.
+func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member, error) {
+	lt := cfg.Lattice
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	id := HostID(cfg.HostID, lt)
+	m := &Member{name: lt.Name, log: cfg.Logger}
+	ok := false
+	defer func() {
+		if !ok {
+			m.Close()
+		}
+	}()
+	opts := []nats.Option{nats.Name("stagehost " + id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // Close: not a disconnection
+			}
+			m.setErr(err)
+			cfg.Logger.Warn("lattice: disconnected from NATS", "lattice", lt.Name, "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			m.setErr(nil)
+			cfg.Logger.Info("lattice: reconnected to NATS", "lattice", lt.Name, "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			cfg.Logger.Warn("lattice: NATS error", "lattice", lt.Name, "err", err)
+		})}
+	emb := EmbeddedConfig{Listen: lt.Listen}
+	if lt.TokenFile != "" || lt.TokenEnv != "" {
+		toks, err := deploy.ReadTokens(lt.TokenFile, lt.TokenEnv)
+		if err != nil {
+			return nil, fmt.Errorf("lattice %s: token: %w", lt.Name, err)
+		}
+		emb.Token = toks[0]
+		opts = append(opts, nats.Token(toks[0]))
+	}
+	if lt.NkeySeedFile != "" {
+		seed, err := os.ReadFile(lt.NkeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("lattice %s: nkey seed: %w", lt.Name, err)
+		}
+		kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+		if err != nil {
+			return nil, fmt.Errorf("lattice %s: nkey seed file %s: %w", lt.Name, lt.NkeySeedFile, err)
+		}
+		if emb.NkeyPublic, err = kp.PublicKey(); err != nil {
+			return nil, fmt.Errorf("lattice %s: nkey seed file %s: %w", lt.Name, lt.NkeySeedFile, err)
+		}
+		opts = append(opts, nats.Nkey(emb.NkeyPublic, kp.Sign))
+	}
+	if lt.TLSCA != "" || lt.TLSCert != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if lt.TLSCA != "" {
+			pem, err := os.ReadFile(lt.TLSCA)
+			if err != nil {
+				return nil, fmt.Errorf("lattice %s: tls_ca: %w", lt.Name, err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("lattice %s: tls_ca %s holds no PEM certificate", lt.Name, lt.TLSCA)
+			}
+		}
+		if lt.TLSCert != "" {
+			cert, err := tls.LoadX509KeyPair(lt.TLSCert, lt.TLSKey)
+			if err != nil {
+				return nil, fmt.Errorf("lattice %s: TLS certificate %s and key %s: %w", lt.Name, lt.TLSCert, lt.TLSKey, err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+			if lt.Embedded {
+				emb.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+			}
+		}
+		opts = append(opts, nats.Secure(tc))
+	}
+	url := lt.URL
+	if lt.Embedded {
+		emb.StoreDir = lt.StoreDir
+		if emb.StoreDir == "" {
+			dir, err := os.UserCacheDir()
+			if err != nil {
+				return nil, fmt.Errorf("lattice %s: no store_dir and no user cache directory: %w", lt.Name, err)
+			}
+			emb.StoreDir = filepath.Join(dir, "stagehost", "nats", lt.Name)
+		}
+		var err error
+		if m.srv, err = StartEmbedded(emb); err != nil {
+			return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
+		}
+		url = m.srv.ClientURL()
+		cfg.Logger.Info("lattice: embedded NATS server started", "lattice", lt.Name, "url", url, "store_dir", emb.StoreDir)
+	}
+	var err error
+	if m.nc, err = nats.Connect(url, opts...); err != nil {
+		return nil, fmt.Errorf("lattice %s: connecting to %s: %w", lt.Name, redactURLs(url), err)
+	}
+	ff := lt.FenceFailures
+	if ff == 0 {
+		ff = -1 // never
+	}
+	if d != nil {
+		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, ClaimTTL: lt.ClaimTTL, FenceFailures: ff, Replicas: lt.Replicas,
+			NoDeviceLostQuarantine: !lt.QuarantineOnDeviceLost, Readiness: cfg.Readiness, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
+			return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
+		}
+	}
+	if m.front, err = NewFront(ctx, m.nc, FrontConfig{Lattice: lt.Name, TTL: lt.HeartbeatTTL, Replicas: lt.Replicas, Local: m.host, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
+		return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
+	}
+	ok = true
+	cfg.Logger.Info("lattice: joined", "lattice", lt.Name, "host", id, "url", m.nc.ConnectedUrlRedacted())
+	return m, nil
+}
+
+// redactURLs drops any user part of a URL list.
+func redactURLs(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		if at := strings.LastIndex(p, "@"); at >= 0 {
+			if sch := strings.Index(p, "://"); sch >= 0 && sch < at {
+				parts[i] = p[:sch+3] + "redacted@" + p[at+1:]
+			}
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func (m *Member) setErr(err error) {
+	m.mu.Lock()
+	m.lastErr = err
+	m.mu.Unlock()
+}
+
+// Host is the member's host (nil for a front only); Front its front.
+func (m *Member) Host() *Host   { return m.host }
+func (m *Member) Front() *Front { return m.front }
+
+// ClientURL is the embedded server's client URL ("" without one).
+func (m *Member) ClientURL() string {
+	if m.srv == nil {
+		return ""
+	}
+	return m.srv.ClientURL()
+}
+
+// Call routes a call through the front, with ctx's trace context (the
+// HTTP service's span, or the traceparent that came in). tp is the
+// traceparent the call was sent to another host with, or ctx's when it
+// was sent to none ("" without one). An error of another host or of the
+// lattice is a [*deploy.ClassError]; a local session's errors are its
+// own.
+func (m *Member) Call(ctx context.Context, session string, input []byte) (out []byte, tp string, err error) {
+	out, tp, err = m.front.call(ctx, session, input)
+	if tp == "" { // sent to no host
+		tp = Traceparent(ctx)
+	}
+	var le *Error
+	if errors.As(err, &le) {
+		return nil, tp, &deploy.ClassError{Class: le.Class, Message: le.Message, Host: le.Host, Code: le.Code}
+	}
+	return out, tp, err
+}
+
+// Known reports whether a heartbeat named the session since the member
+// joined.
+func (m *Member) Known(session string) bool { return m.front.Known(session) }
+
+// StartResident starts a resident session's run through the front
+// ([Front.StartResident]): on this process's host when it has the
+// resident, else on a live host that has it, sent once. out is the
+// host's [deploy.ResidentStart] as JSON. An error of another host or of
+// the lattice is a [*deploy.ClassError]; a local resident's errors are
+// its own.
+func (m *Member) StartResident(ctx context.Context, resident string) ([]byte, error) {
+	out, err := m.front.StartResident(ctx, resident)
+	return out, classError(err)
+}
+
+// ResidentStatus is a resident session's [deploy.ResidentStatus] as
+// JSON, through the front ([Front.ResidentStatus]); errors as
+// StartResident's.
+func (m *Member) ResidentStatus(ctx context.Context, resident string) ([]byte, error) {
+	out, err := m.front.ResidentStatus(ctx, resident)
+	return out, classError(err)
+}
+
+// KnownResident reports whether a heartbeat named the resident session
+// since the member joined.
+func (m *Member) KnownResident(resident string) bool { return m.front.KnownResident(resident) }
+
+// classError is err as the HTTP service takes it: an [*Error] becomes a
+// [*deploy.ClassError]; any other error, nil included, is unchanged.
+func classError(err error) error {
+	var le *Error
+	if errors.As(err, &le) {
+		return &deploy.ClassError{Class: le.Class, Message: le.Message, Host: le.Host, Code: le.Code}
+	}
+	return err
+}
+
+// Ready is nil while the connection to NATS is up.
+func (m *Member) Ready() error {
+	st := m.nc.Status()
+	if st == nats.CONNECTED {
+		return nil
+	}
+	m.mu.Lock()
+	err := m.lastErr
+	m.mu.Unlock()
+	why := strings.ToLower(st.String())
+	if err != nil {
+		return fmt.Errorf("%s from the NATS server of lattice %s: %v", why, m.name, err)
+	}
+	return fmt.Errorf("%s from the NATS server of lattice %s", why, m.name)
+}
+
+// Hosts lists the live hosts' heartbeats.
+func (m *Member) Hosts() any { return m.front.Hosts() }
+
+// Quarantined lists the shared quarantine.
+func (m *Member) Quarantined() any { return m.front.Quarantine().List() }
+
+// Clear takes a module out of the shared quarantine, and waits (up to a
+// second) until this process's view of it shows it (the front and the
+// host share one view).
+func (m *Member) Clear(ctx context.Context, sha256 string) (bool, error) {
+	q := m.front.Quarantine()
+	if _, ok := q.Lookup(sha256); !ok {
+		return false, nil
+	}
+	if err := q.Clear(ctx, sha256); err != nil {
+		return true, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_ = q.WaitFor(wctx, func() bool { _, in := q.Lookup(sha256); return !in })
+	return true, nil
+}
+
+// Stats are the front's counts by route.
+func (m *Member) Stats() map[string]uint64 {
+	st := m.front.Stats()
+	return map[string]uint64{"local": st.Local, "remote": st.Remote, "refused": st.Refused,
+		"no_responders": st.NoResponders, "host_gone": st.HostGone, "unanswered": st.Unanswered}
+}
+
+// Leave stops the host: its endpoints stop and its heartbeat is deleted
+// at once, then the calls it took through the lattice finish (or ctx
+// ends). The front keeps routing this process's HTTP calls until Close.
+// Disconnected, there is nothing to tell the lattice and no way to answer
+// its calls: the connection closes first, so that leaving does not wait
+// on requests that cannot be sent.
+func (m *Member) Leave(ctx context.Context) error {
+	if m.host == nil {
+		return nil
+	}
+	m.closeIfDisconnected()
+	return m.host.Close(ctx)
+}
+
+func (m *Member) closeIfDisconnected() {
+	if m.nc != nil && m.nc.Status() != nats.CONNECTED {
+		m.nc.Close()
+	}
+}
+
+// Close stops the front, closes the connection (flushing what it has to
+// send) and shuts the embedded server down. Call it after Leave and once
+// the HTTP calls in flight are answered.
+func (m *Member) Close() {
+	m.closeIfDisconnected()
+	if m.host != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = m.host.Close(ctx) // a no-op after Leave
+		cancel()
+	}
+	if m.front != nil {
+		m.front.Close()
+	}
+	if m.nc != nil && !m.nc.IsClosed() {
+		_ = m.nc.FlushTimeout(time.Second)
+		m.nc.Close()
+	}
+	if m.srv != nil {
+		m.srv.Shutdown()
+		m.srv.WaitForShutdown()
+	}
+}
