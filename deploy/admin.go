@@ -100,6 +100,10 @@ type ModuleRequest struct {
 
 var moduleNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
 
+// ValidModuleName accepts a module name a request may load: 1 to 64 of
+// A-Z a-z 0-9 _ . - (not starting with . or -).
+func ValidModuleName(name string) bool { return moduleNameRE.MatchString(name) }
+
 const (
 	wasmPage       = 64 << 10
 	maxMemoryLimit = 4 << 30
@@ -314,9 +318,9 @@ func (d *Deployment) UnloadModule(ctx context.Context, ref string) ([]ModuleInfo
 	}
 	for _, v := range vs {
 		if users := d.usersOf(v.mod); len(users) > 0 {
-			return nil, &serviceError{ClassInvalidArgument, fmt.Sprintf(
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"module %s@%s is in use by session %s: swap the session to another module first",
-				name, v.mod.SHA256(), strings.Join(users, ", "))}
+				name, v.mod.SHA256(), strings.Join(users, ", "))
 		}
 	}
 	var out []ModuleInfo

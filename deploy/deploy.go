@@ -553,6 +553,10 @@ func (d *Deployment) injectFaults() error {
 	return nil
 }
 
+// Device is the device opened for a manifest device name (nil for a
+// name not opened).
+func (d *Deployment) Device(name string) hw.Device { return d.devices[name] }
+
 // DeviceNames lists the devices opened, in manifest order: all of them,
 // or with [Options.Device] those it opens.
 func (d *Deployment) DeviceNames() []string {
@@ -760,7 +764,7 @@ func (s *Session) count(outcome string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
-	if outcome != ClassOK {
+	if outcome != errdefs.ClassOK {
 		s.fails++
 	}
 	if s.outcomes == nil {

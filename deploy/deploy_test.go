@@ -16,10 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
-	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/service"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -191,7 +192,7 @@ func TestServerMapsErrorsToStatuses(t *testing.T) {
 		{errdefs.Errorf(errdefs.ErrDeviceLost, "x"), http.StatusServiceUnavailable},
 		{errdefs.Errorf(errdefs.ErrFault, "x"), http.StatusInternalServerError},
 	} {
-		if got := deploy.HTTPStatus(tc.err); got != tc.code {
+		if got := service.HTTPStatus(tc.err); got != tc.code {
 			t.Errorf("%v: %d, want %d", tc.err, got, tc.code)
 		}
 	}
@@ -199,7 +200,7 @@ func TestServerMapsErrorsToStatuses(t *testing.T) {
 
 func TestServerRoutes(t *testing.T) {
 	d := open(t, twoSessions)
-	srv := httptest.NewServer(deploy.NewServer(d, nil).Handler())
+	srv := httptest.NewServer(service.NewServer(d, nil).Handler())
 	defer srv.Close()
 	for _, tc := range []struct {
 		method, path string
@@ -260,7 +261,7 @@ budget = "1MiB"
 // reports requests per second and the p99 latency.
 func BenchmarkHTTPRunMLP8Clients(b *testing.B) {
 	d := open(b, mlpManifest)
-	srv := httptest.NewServer(deploy.NewServer(d, nil).Handler())
+	srv := httptest.NewServer(service.NewServer(d, nil).Handler())
 	defer srv.Close()
 	in := model.EncodeInput(model.TestInputs(1)[0])
 	want, _ := model.Predict(in)

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/manifest"
 )
 

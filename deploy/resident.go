@@ -11,8 +11,8 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
-	"github.com/stagehost/stagehost/sessions"
 	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/sessions"
 )
 
 // Resident is a manifest resident session: a template from which runs are

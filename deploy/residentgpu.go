@@ -159,6 +159,10 @@ func (g *gpuSlots) closePool() {
 // participants per device.
 type residentCollector struct{ d *Deployment }
 
+// ResidentCollector is the Prometheus collector of d's resident sessions'
+// runs (residentCollector).
+func (d *Deployment) ResidentCollector() prometheus.Collector { return residentCollector{d} }
+
 // residentRunStates are the states a resident run is in (ResidentRun.State).
 var residentRunStates = []string{"starting", "running", "verified", "failed", "quarantined"}
 

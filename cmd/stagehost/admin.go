@@ -19,6 +19,7 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/service"
 )
 
 // exitUnreachable is admin's exit code when the server cannot be reached
@@ -124,7 +125,7 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	case "unload":
 		return a.do("DELETE", "/v1/modules/"+url.PathEscape(arg[0]), "", nil, -1, nil)
 	case "swap":
-		body, _ := json.Marshal(deploy.SwapRequest{Stage: arg[1]})
+		body, _ := json.Marshal(service.SwapRequest{Stage: arg[1]})
 		return a.do("POST", "/v1/sessions/"+url.PathEscape(arg[0])+"/swap", "application/json", bytes.NewReader(body), int64(len(body)), nil)
 	case "reset":
 		return a.do("POST", "/v1/sessions/"+url.PathEscape(arg[0])+"/reset", "", nil, 0, nil)
@@ -169,7 +170,7 @@ func (a *adminClient) do(method, path, contentType string, body io.Reader, lengt
 		return exitUnreachable
 	}
 	if resp.StatusCode >= 300 {
-		var e deploy.ErrorBody
+		var e service.ErrorBody
 		if json.Unmarshal(b, &e) != nil || e.Class == "" {
 			fmt.Fprintf(a.stderr, "stagehost admin: %s %s: HTTP %d, not the service's JSON error: %.200s\n", method, path, resp.StatusCode, b)
 			return exitUnreachable

@@ -22,10 +22,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/internal/tracing"
-	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/service"
 )
 
 // command is one subcommand's flags and usage.
@@ -179,7 +180,7 @@ func logLevelFlag(fs *flag.FlagSet) *logLevel {
 // newLogger logs on stderr from level up; a record logged while serving
 // a request (a guest's log included) carries the request's request_id.
 func newLogger(stderr io.Writer, level slog.Level) *slog.Logger {
-	return slog.New(deploy.RequestIDHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	return slog.New(service.RequestIDHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 }
 
 // open opens the deployment; with only set, just that session or
@@ -406,7 +407,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stagehost serve: %v\n", err)
 		return exitStartup
 	}
-	srv := deploy.NewStartingServer(logger, cfg)
+	srv := service.NewStartingServer(logger, cfg)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln, *grace) }()
 	d, code := open(ctx, m, "", *quiet, logger, stderr)
@@ -475,8 +476,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 // tokens read and its TLS pair checked. On failure it returns the exit
 // code (-1 on success): 64 for a flag without its partner, 65 for a file
 // or variable that cannot be used.
-func serviceConfig(m *manifest.Manifest, tlsCert, tlsKey, adminFile, invokeFile string, stderr io.Writer) (deploy.Config, int) {
-	cfg := deploy.ConfigFromManifest(m)
+func serviceConfig(m *manifest.Manifest, tlsCert, tlsKey, adminFile, invokeFile string, stderr io.Writer) (service.Config, int) {
+	cfg := service.ConfigFromManifest(m)
 	sv := m.Service
 	if (tlsCert == "") != (tlsKey == "") {
 		fmt.Fprintln(stderr, "stagehost serve: --tls-cert and --tls-key go together")

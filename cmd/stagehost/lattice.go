@@ -10,6 +10,7 @@ import (
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/service"
 )
 
 // joinLattice joins d to the lattice of m's [lattice] table (serve,
@@ -20,7 +21,7 @@ import (
 // grace). finish, called once the HTTP service has
 // answered its own calls, waits for that and then closes the connection
 // (and the embedded server).
-func joinLattice(ctx context.Context, m *manifest.Manifest, d *deploy.Deployment, srv *deploy.Server, hostID string, grace time.Duration, tp trace.TracerProvider, logger *slog.Logger) (*lattice.Member, func(), error) {
+func joinLattice(ctx context.Context, m *manifest.Manifest, d *deploy.Deployment, srv *service.Server, hostID string, grace time.Duration, tp trace.TracerProvider, logger *slog.Logger) (*lattice.Member, func(), error) {
 	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: *m.Lattice, HostID: hostID, Readiness: srv.Readiness, Logger: logger, TracerProvider: tp})
 	if err != nil {
 		return nil, nil, err

@@ -15,8 +15,9 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/internal/lattice"
-	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/internal/supervise"
+	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/service"
 )
 
 // The environment `serve --supervise` gives its workers: the lattice's
@@ -194,7 +195,7 @@ type supervisorFlags struct {
 // /v1/workers, /v1/sessions, /readyz and /metrics. On SIGTERM it drains
 // the HTTP service, stops the workers (SIGTERM, then SIGKILL after the
 // stop timeout), closes the lattice and exits 0.
-func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, path, addr string, cfg deploy.Config, fl supervisorFlags, logger *slog.Logger, stdout, stderr io.Writer) int {
+func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, path, addr string, cfg service.Config, fl supervisorFlags, logger *slog.Logger, stdout, stderr io.Writer) int {
 	if len(m.Devices) == 0 {
 		fmt.Fprintln(stderr, "stagehost serve: --supervise: the manifest has no [[device]] to start a worker for")
 		return exitUsage
@@ -254,7 +255,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		fmt.Fprintf(stderr, "stagehost serve: %v\n", err)
 		return exitStartup
 	}
-	srv := deploy.NewStartingServer(logger, cfg)
+	srv := service.NewStartingServer(logger, cfg)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln, fl.grace) }()
 	fail := func(format string, args ...any) int {
@@ -324,7 +325,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	return exitOK
 }
 
-// supervisedFront is the supervisor's deploy.Lattice: the member (a
+// supervisedFront is the supervisor's service.Lattice: the member (a
 // front only), for which the manifest's sessions and residents are known
 // from the start (a call to one that no worker serves yet is 503, not
 // 404).
@@ -337,7 +338,7 @@ func (f supervisedFront) Known(session string) bool {
 	return f.m.Session(session) != nil || f.Member.Known(session)
 }
 
-var _ deploy.SessionSpecs = supervisedFront{}
+var _ service.SessionSpecs = supervisedFront{}
 
 // SessionSpec is the manifest's session: its max_input and deadline
 // apply at the supervisor, before a call is routed to a worker.
@@ -347,7 +348,7 @@ func (f supervisedFront) KnownResident(resident string) bool {
 	return f.m.Resident(resident) != nil || f.Member.KnownResident(resident)
 }
 
-// workerView is the supervisor's deploy.Workers: the supervisor's status
+// workerView is the supervisor's service.Workers: the supervisor's status
 // of each worker, and the sessions as the front sees the workers'
 // heartbeats.
 type workerView struct {
@@ -356,13 +357,13 @@ type workerView struct {
 	m     *manifest.Manifest
 }
 
-func (v *workerView) WorkerStatus() any { return v.sup.Status() }
+func (v *workerView) WorkerStatus() []supervise.WorkerStatus { return v.sup.Status() }
 
-func (v *workerView) WorkerStates() []deploy.WorkerState {
+func (v *workerView) WorkerStates() []service.WorkerState {
 	sts := v.sup.Status()
-	out := make([]deploy.WorkerState, len(sts))
+	out := make([]service.WorkerState, len(sts))
 	for i, st := range sts {
-		ws := deploy.WorkerState{Name: st.Name, State: string(st.State), Ready: st.State == supervise.StateReady,
+		ws := service.WorkerState{Name: st.Name, State: string(st.State), Ready: st.State == supervise.StateReady,
 			Restarts: st.Restarts, SyntheticExits: st.SyntheticExits, DeviceLosses: st.DeviceLosses}
 		if !ws.Ready {
 			ws.Reason = st.Reason
@@ -375,13 +376,13 @@ func (v *workerView) WorkerStates() []deploy.WorkerState {
 	return out
 }
 
-func (v *workerView) Sessions() []deploy.LatticeSession {
-	byName := map[string]*deploy.LatticeSession{}
+func (v *workerView) Sessions() []service.LatticeSession {
+	byName := map[string]*service.LatticeSession{}
 	var order []string
-	add := func(name string) *deploy.LatticeSession {
+	add := func(name string) *service.LatticeSession {
 		ls := byName[name]
 		if ls == nil {
-			ls = &deploy.LatticeSession{Name: name, State: "unavailable", Hosts: []string{}, HostOutcomes: map[string]map[string]uint64{}}
+			ls = &service.LatticeSession{Name: name, State: "unavailable", Hosts: []string{}, HostOutcomes: map[string]map[string]uint64{}}
 			byName[name] = ls
 			order = append(order, name)
 		}
@@ -408,7 +409,7 @@ func (v *workerView) Sessions() []deploy.LatticeSession {
 			ls.Waiting += sc.Waiting
 		}
 	}
-	out := make([]deploy.LatticeSession, 0, len(order))
+	out := make([]service.LatticeSession, 0, len(order))
 	for _, name := range order {
 		ls := byName[name]
 		switch {

@@ -6,8 +6,8 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/manifest"
 )
 

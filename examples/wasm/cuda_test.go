@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
-	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
 )

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
 	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/service"
 )
 
 // TestProductionManifest: examples/production.toml, which README.md shows
@@ -47,14 +48,14 @@ func TestProductionManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close(context.Background()) })
-	cfg := deploy.ConfigFromManifest(m)
+	cfg := service.ConfigFromManifest(m)
 	if cfg.AdminTokens, err = deploy.ReadTokens(m.Service.AdminTokenFile, m.Service.AdminTokenEnv); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.InvokeTokens, err = deploy.ReadTokens(m.Service.InvokeTokenFile, m.Service.InvokeTokenEnv); err != nil {
 		t.Fatal(err)
 	}
-	h := deploy.NewServerConfig(d, nil, cfg).Handler()
+	h := service.NewServerConfig(d, nil, cfg).Handler()
 	do := func(token string, body []byte) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("POST", "/v1/sessions/classify/run", bytes.NewReader(body))
 		if token != "" {

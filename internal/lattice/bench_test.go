@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -49,7 +49,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 		// A stage that fails every call (client_error): the failing
 		// call's own cost on the host.
 		{"local_client_error", func() ([]byte, error) {
-			if _, err := m.h.Call(ctx, "ce", nil); lattice.Class(err) != deploy.ClassClientError {
+			if _, err := m.h.Call(ctx, "ce", nil); lattice.Class(err) != errdefs.ClassClientError {
 				return nil, fmt.Errorf("want a client_error, got %v", err)
 			}
 			return nil, nil

@@ -19,8 +19,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/tracing"
 )
 
 // FrontConfig configures a [Front].
@@ -427,7 +428,7 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 		deadline = time.Now().Add(f.cfg.DefaultDeadline)
 	}
 	if time.Until(deadline) <= 0 {
-		return nil, "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed before the call was sent", session)}
+		return nil, "", &Error{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed before the call was sent", session)}
 	}
 	var inputObject string
 	if !f.payloads.fits(len(input)) {
@@ -441,7 +442,7 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	}
 	remaining := time.Until(deadline)
 	if remaining <= 0 {
-		return nil, "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed while its input was stored", session)}
+		return nil, "", &Error{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed while its input was stored", session)}
 	}
 	msg := &nats.Msg{Subject: SessionSubject(f.cfg.Lattice, session), Data: input, Header: nats.Header{}}
 	tp = injectCall(ctx, msg.Header)
@@ -571,7 +572,7 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 			return nil, unavailable(host, "%s: host %s went away with the %s in flight%s", x.what(), host, x.noun, x.deadlineNote)
 		case <-timer.C:
 			if host := f.ackedBy(c); host != "" {
-				return nil, &Error{Class: deploy.ClassDeadlineExceeded, Host: host,
+				return nil, &Error{Class: errdefs.ClassDeadlineExceeded, Host: host,
 					Message: fmt.Sprintf("%s: host %s did not answer within the deadline of %v%s", x.what(), host, remaining.Round(time.Millisecond), x.deadlineNote)}
 			}
 			if x.counted {
@@ -584,7 +585,7 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 				ctxDone = nil
 				continue
 			}
-			return nil, &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("%s: %v", x.what(), ctx.Err())}
+			return nil, &Error{Class: errdefs.ClassClientClosed, Message: fmt.Sprintf("%s: %v", x.what(), ctx.Err())}
 		}
 	}
 }
@@ -625,9 +626,9 @@ func (f *Front) storeInput(ctx context.Context, session string, deadline time.Ti
 	}
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
-		return "", &Error{Class: deploy.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
+		return "", &Error{Class: errdefs.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
 	case ctx.Err() != nil:
-		return "", &Error{Class: deploy.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed while its input of %d bytes was stored in the lattice's payload store", session, len(input))}
+		return "", &Error{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the deadline passed while its input of %d bytes was stored in the lattice's payload store", session, len(input))}
 	}
 	return "", unavailable("", "session %q: storing an input of %d bytes in the lattice's payload store: %v", session, len(input), err)
 }
@@ -653,7 +654,7 @@ func decodeAnswer(m *nats.Msg) ([]byte, error) {
 		if json.Unmarshal(m.Data, e) != nil || e.Class == "" {
 			e = &Error{Class: m.Header.Get(ClassHeader), Message: m.Header.Get(micro.ErrorHeader), Host: m.Header.Get(HostHeader)}
 			if e.Class == "" {
-				e.Class = deploy.ClassInternal
+				e.Class = errdefs.ClassInternal
 			}
 		}
 		return nil, e

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/tracing"
-	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -489,13 +489,13 @@ func (h *Host) Call(ctx context.Context, session string, input []byte) ([]byte, 
 func (h *Host) call(ctx context.Context, session string, input []byte) (out []byte, ran bool, err error) {
 	hs := h.sessions[session]
 	if hs == nil {
-		return nil, false, &Error{Class: deploy.ClassNotFound, Message: fmt.Sprintf("no session %q on host %s", session, h.cfg.ID), Host: h.cfg.ID}
+		return nil, false, &Error{Class: errdefs.ClassNotFound, Message: fmt.Sprintf("no session %q on host %s", session, h.cfg.ID), Host: h.cfg.ID}
 	}
 	if p, ok := h.refused(hs); ok {
 		return nil, false, refusal(h.cfg.ID, p)
 	}
 	if hs.place != nil && !hs.place.holds() {
-		return nil, false, &Error{Class: deploy.ClassUnavailable, Host: h.cfg.ID,
+		return nil, false, &Error{Class: errdefs.ClassUnavailable, Host: h.cfg.ID,
 			Message: fmt.Sprintf("session %q on host %s: %s", session, h.cfg.ID, hs.place.standby(h))}
 	}
 	hs.inflight.Add(1)
@@ -659,7 +659,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	if err == nil {
 		var ran bool
 		out, ran, err = h.call(ctx, hs.name, input)
-		if !ran && Class(err) == deploy.ClassDeviceLost {
+		if !ran && Class(err) == errdefs.ClassDeviceLost {
 			// Every instance went out of service while the call waited
 			// for one: it ran nowhere. This host leaves the session's
 			// queue group (flushed) before it answers, and the answer
@@ -694,7 +694,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 // session's max_input. The limit holds whoever sent the call: a front
 // that does not know the session's spec applies only the default.
 func (h *Host) overMaxInput(hs *hostSession, n uint64) error {
-	return &Error{Class: deploy.ClassOutOfBudget, Host: h.cfg.ID,
+	return &Error{Class: errdefs.ClassOutOfBudget, Host: h.cfg.ID,
 		Message: fmt.Sprintf("the input of %d bytes is larger than session %q's max_input of %d bytes (on host %s)", n, hs.name, hs.sess.Spec.MaxInput, h.cfg.ID)}
 }
 
@@ -711,7 +711,7 @@ func (h *Host) readInput(ctx context.Context, hs *hostSession, name string) ([]b
 		return nil, h.overMaxInput(hs, tl.size)
 	}
 	if ctx.Err() != nil {
-		return nil, &Error{Class: deploy.ClassDeadlineExceeded, Host: h.cfg.ID,
+		return nil, &Error{Class: errdefs.ClassDeadlineExceeded, Host: h.cfg.ID,
 			Message: fmt.Sprintf("session %q: the deadline passed while reading the call's input from the lattice's payload store", session)}
 	}
 	return nil, unavailable(h.cfg.ID, "session %q: reading the call's input (object %s) from the lattice's payload store: %v", session, name, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
 )
 
@@ -50,7 +51,7 @@ func startLoad(f *lattice.Front, workers int) *load {
 				switch {
 				case err == nil && string(out) == "ok":
 					l.ok.Add(1)
-				case lattice.Class(err) == deploy.ClassUnavailable:
+				case lattice.Class(err) == errdefs.ClassUnavailable:
 					l.unavailable.Add(1)
 					l.mu.Lock()
 					l.unavailableMsgs = append(l.unavailableMsgs, err.Error())
@@ -189,7 +190,7 @@ func TestNoLiveHostServes(t *testing.T) {
 	f := newFront(t, url, "t2", lattice.FrontConfig{TTL: ttl})
 	_, err := f.Call(context.Background(), "absent", nil)
 	var le *lattice.Error
-	if !errors.As(err, &le) || le.Class != deploy.ClassUnavailable || le.Status() != 503 ||
+	if !errors.As(err, &le) || le.Class != errdefs.ClassUnavailable || le.Status() != 503 ||
 		!strings.Contains(le.Message, `session "absent" is served by no live host of lattice t2`) {
 		t.Fatalf("call to an unserved session: %v", err)
 	}
@@ -202,7 +203,7 @@ func TestNoLiveHostServes(t *testing.T) {
 	if err := f.WaitFor(ctx, func() bool { return len(f.Hosts()) == 0 }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Call(context.Background(), "steady", nil); lattice.Class(err) != deploy.ClassUnavailable ||
+	if _, err := f.Call(context.Background(), "steady", nil); lattice.Class(err) != errdefs.ClassUnavailable ||
 		!strings.Contains(err.Error(), "served by no live host") {
 		t.Fatalf("call after the only host died: %v", err)
 	}
@@ -234,7 +235,7 @@ func TestDeadlineAndTraceparentCrossHosts(t *testing.T) {
 	// returned its code 103, which past the deadline is DeadlineExceeded
 	// too (ABI.md §4.2).
 	if !errors.As(err, &le) || le.Host != "h1" ||
-		le.Class != deploy.ClassDeadlineExceeded || !strings.Contains(le.Message, "interrupted") {
+		le.Class != errdefs.ClassDeadlineExceeded || !strings.Contains(le.Message, "interrupted") {
 		t.Fatalf("call past its deadline: %#v (%v)", le, err)
 	}
 	if !strings.Contains(logs.String(), "traceparent="+tp) {
@@ -264,7 +265,7 @@ func TestFrontPrefersLocal(t *testing.T) {
 	if st := f.Stats(); st.Local != 20 || st.Remote != 0 {
 		t.Errorf("stats %+v, want 20 local calls", st)
 	}
-	if st := local.d.Session("steady").Status(); st.Outcomes[deploy.ClassOK] != 20 || st.Calls != 20 {
+	if st := local.d.Session("steady").Status(); st.Outcomes[errdefs.ClassOK] != 20 || st.Calls != 20 {
 		t.Errorf("local session outcomes %v", st.Outcomes)
 	}
 }
@@ -297,14 +298,14 @@ func TestSharedQuarantine(t *testing.T) {
 		}
 		_, err := m.h.Call(ctx, "steady", nil)
 		var le *lattice.Error
-		if !errors.As(err, &le) || le.Class != deploy.ClassUnavailable || le.Status() != 503 ||
+		if !errors.As(err, &le) || le.Class != errdefs.ClassUnavailable || le.Status() != 503 ||
 			!strings.HasPrefix(le.Message, "module "+sha+" is quarantined lattice-wide: ") || !strings.Contains(le.Message, "host a") {
 			t.Fatalf("host %s call to a quarantined module: %v", m.id, err)
 		}
 	}
 	// Through the front and NATS, once the heartbeats say so or not: the
 	// answer is the refusal either way.
-	if _, err := f.Call(ctx, "steady", nil); lattice.Class(err) != deploy.ClassUnavailable || !strings.Contains(err.Error(), "quarantined lattice-wide") {
+	if _, err := f.Call(ctx, "steady", nil); lattice.Class(err) != errdefs.ClassUnavailable || !strings.Contains(err.Error(), "quarantined lattice-wide") {
 		t.Fatalf("front call to a quarantined module: %v", err)
 	}
 	list := b.h.Quarantine().List()
@@ -444,7 +445,7 @@ func TestPoisonReadsItsOwnWrite(t *testing.T) {
 		if _, ok := q.Lookup(sha); !ok {
 			t.Fatalf("round %d: Poison returned before its own view showed the module", i)
 		}
-		if _, err := a.h.Call(ctx, "steady", nil); lattice.Class(err) != deploy.ClassUnavailable {
+		if _, err := a.h.Call(ctx, "steady", nil); lattice.Class(err) != errdefs.ClassUnavailable {
 			t.Fatalf("round %d: the call after Poison: %v, want unavailable", i, err)
 		}
 		if err := q.Clear(ctx, sha); err != nil {
@@ -479,7 +480,7 @@ func TestLeavingHostAnswers(t *testing.T) {
 		t.Fatalf("answer headers %v, body %s; want the 503 error answer", answer.Header, answer.Data)
 	}
 	var e lattice.Error
-	if err := json.Unmarshal(answer.Data, &e); err != nil || e.Class != deploy.ClassUnavailable || e.Host != "h1" || !strings.Contains(e.Message, "leaving") {
+	if err := json.Unmarshal(answer.Data, &e); err != nil || e.Class != errdefs.ClassUnavailable || e.Host != "h1" || !strings.Contains(e.Message, "leaving") {
 		t.Fatalf("error answer %s (%v)", answer.Data, err)
 	}
 
@@ -550,7 +551,7 @@ func TestQuarantineChangeBeatsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState("refused")
-	if _, err := f.Call(ctx, "steady", nil); lattice.Class(err) != deploy.ClassUnavailable || !strings.Contains(err.Error(), "quarantined lattice-wide") {
+	if _, err := f.Call(ctx, "steady", nil); lattice.Class(err) != errdefs.ClassUnavailable || !strings.Contains(err.Error(), "quarantined lattice-wide") {
 		t.Fatalf("a call while poisoned: %v", err)
 	}
 	if err := m.h.Quarantine().Clear(ctx, sha); err != nil {
@@ -577,7 +578,7 @@ func TestEndpointFollowsServing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	// a's fence never returns: its one instance is quarantined.
-	if _, err := a.h.Call(ctx, "steady", nil); lattice.Class(err) != deploy.ClassDeviceLost {
+	if _, err := a.h.Call(ctx, "steady", nil); lattice.Class(err) != errdefs.ClassDeviceLost {
 		t.Fatalf("a's call: %v", err)
 	}
 	for i := range 20 {
@@ -602,7 +603,7 @@ func TestEndpointFollowsServing(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("a took no call within 5 s of its reset")
 		}
-		if _, err := f.Call(ctx, "steady", nil); err != nil && lattice.Class(err) != deploy.ClassDeviceLost {
+		if _, err := f.Call(ctx, "steady", nil); err != nil && lattice.Class(err) != errdefs.ClassDeviceLost {
 			t.Fatalf("a call after the reset: %v", err)
 		}
 	}
@@ -644,7 +645,7 @@ func TestNotRunCallsGoElsewhere(t *testing.T) {
 	waitFor("the second call waiting on a", func(st deploy.SessionStatus) bool { return st.Waiting == 1 })
 	b := join(t, url, lat, "b", manifestOpts{}, cfg) // within the first call's second (about 20 ms)
 
-	if r := <-first; lattice.Class(r.err) != deploy.ClassDeviceLost {
+	if r := <-first; lattice.Class(r.err) != errdefs.ClassDeviceLost {
 		t.Fatalf("the first call: %q %v", r.out, r.err)
 	}
 	if r := <-second; r.err != nil || string(r.out) != "ok" {

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/manifest"
 )
 
@@ -41,7 +42,7 @@ type MemberConfig struct {
 // Member is a process's membership of a lattice, as `stagehost serve`
 // runs it: the embedded NATS server if the manifest asks for one, the
 // connection, a [Host] serving the process's deployment and a [Front]
-// routing its HTTP calls. It implements [deploy.Lattice].
+// routing its HTTP calls. It implements service.Lattice.
 type Member struct {
 	name  string
 	srv   *server.Server // nil unless embedded
@@ -53,8 +54,6 @@ type Member struct {
 	mu      sync.Mutex
 	lastErr error // the connection's last error, for Ready
 }
-
-var _ deploy.Lattice = (*Member)(nil)
 
 // HostID is the host id of a process in lattice lt: flag (serve's
 // --host-id) if set, else lt's host_id, else [DefaultHostID].
@@ -238,7 +237,7 @@ func (m *Member) ClientURL() string {
 // HTTP service's span, or the traceparent that came in). tp is the
 // traceparent the call was sent to another host with, or ctx's when it
 // was sent to none ("" without one). An error of another host or of the
-// lattice is a [*deploy.ClassError]; a local session's errors are its
+// lattice is a [*errdefs.RemoteError]; a local session's errors are its
 // own.
 func (m *Member) Call(ctx context.Context, session string, input []byte) (out []byte, tp string, err error) {
 	out, tp, err = m.front.call(ctx, session, input)
@@ -247,7 +246,7 @@ func (m *Member) Call(ctx context.Context, session string, input []byte) (out []
 	}
 	var le *Error
 	if errors.As(err, &le) {
-		return nil, tp, &deploy.ClassError{Class: le.Class, Message: le.Message, Host: le.Host, Code: le.Code}
+		return nil, tp, &errdefs.RemoteError{Class: le.Class, Message: le.Message, Host: le.Host, Code: le.Code}
 	}
 	return out, tp, err
 }
@@ -260,7 +259,7 @@ func (m *Member) Known(session string) bool { return m.front.Known(session) }
 // ([Front.StartResident]): on this process's host when it has the
 // resident, else on a live host that has it, sent once. out is the
 // host's [deploy.ResidentStart] as JSON. An error of another host or of
-// the lattice is a [*deploy.ClassError]; a local resident's errors are
+// the lattice is a [*errdefs.RemoteError]; a local resident's errors are
 // its own.
 func (m *Member) StartResident(ctx context.Context, resident string) ([]byte, error) {
 	out, err := m.front.StartResident(ctx, resident)
@@ -280,11 +279,11 @@ func (m *Member) ResidentStatus(ctx context.Context, resident string) ([]byte, e
 func (m *Member) KnownResident(resident string) bool { return m.front.KnownResident(resident) }
 
 // classError is err as the HTTP service takes it: an [*Error] becomes a
-// [*deploy.ClassError]; any other error, nil included, is unchanged.
+// [*errdefs.RemoteError]; any other error, nil included, is unchanged.
 func classError(err error) error {
 	var le *Error
 	if errors.As(err, &le) {
-		return &deploy.ClassError{Class: le.Class, Message: le.Message, Host: le.Host, Code: le.Code}
+		return &errdefs.RemoteError{Class: le.Class, Message: le.Message, Host: le.Host, Code: le.Code}
 	}
 	return err
 }
@@ -306,10 +305,10 @@ func (m *Member) Ready() error {
 }
 
 // Hosts lists the live hosts' heartbeats.
-func (m *Member) Hosts() any { return m.front.Hosts() }
+func (m *Member) Hosts() []HostRecord { return m.front.Hosts() }
 
 // Quarantined lists the shared quarantine.
-func (m *Member) Quarantined() any { return m.front.Quarantine().List() }
+func (m *Member) Quarantined() []Poison { return m.front.Quarantine().List() }
 
 // Clear takes a module out of the shared quarantine, and waits (up to a
 // second) until this process's view of it shows it (the front and the

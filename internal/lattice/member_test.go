@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/manifest"
 )
@@ -72,7 +72,7 @@ func TestMemberEmbeddedToken(t *testing.T) {
 		t.Errorf("stats: %v", st)
 	}
 	// Leaving deletes m2's heartbeat at once: m1 refuses "other" with a
-	// deploy.ClassError of class unavailable.
+	// errdefs.RemoteError of class unavailable.
 	if err := m2.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +82,8 @@ func TestMemberEmbeddedToken(t *testing.T) {
 		t.Fatalf("m2's heartbeat still listed after Leave: %v", err)
 	}
 	_, _, err = m1.Call(ctx, "other", nil)
-	var ce *deploy.ClassError
-	if !errors.As(err, &ce) || ce.Class != deploy.ClassUnavailable {
+	var ce *errdefs.RemoteError
+	if !errors.As(err, &ce) || ce.Class != errdefs.ClassUnavailable {
 		t.Fatalf("after m2 left: %v", err)
 	}
 }

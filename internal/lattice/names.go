@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Headers of lattice requests and answers.
@@ -126,7 +127,7 @@ type Error struct {
 func (e *Error) Error() string { return e.Message }
 
 // Status is the HTTP status of the error's class.
-func (e *Error) Status() int { return deploy.ClassStatus(e.Class) }
+func (e *Error) Status() int { return errdefs.HTTPStatus(e.Class) }
 
 // Class returns the service's error class of err: an [*Error]'s class, or
 // deploy.Class of a local error.
@@ -139,7 +140,7 @@ func Class(err error) string {
 }
 
 func unavailable(host, format string, args ...any) *Error {
-	return &Error{Class: deploy.ClassUnavailable, Message: fmt.Sprintf(format, args...), Host: host}
+	return &Error{Class: errdefs.ClassUnavailable, Message: fmt.Sprintf(format, args...), Host: host}
 }
 
 // PayloadHeadroom is what a call's input or output leaves of the NATS

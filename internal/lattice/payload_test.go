@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
 )
 
@@ -129,7 +129,7 @@ func TestLargeInputGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if answer.Header.Get(micro.ErrorCodeHeader) != "503" || answer.Header.Get(lattice.ClassHeader) != deploy.ClassUnavailable ||
+	if answer.Header.Get(micro.ErrorCodeHeader) != "503" || answer.Header.Get(lattice.ClassHeader) != errdefs.ClassUnavailable ||
 		!strings.Contains(string(answer.Data), "NOSUCHOBJECT") || !strings.Contains(string(answer.Data), "payload store") {
 		t.Fatalf("answer %v %s", answer.Header, answer.Data)
 	}
@@ -157,7 +157,7 @@ func TestMaxInputOnTheHost(t *testing.T) {
 	for _, n := range []int{1025, 64 << 10} {
 		_, err := f.Call(ctx, "echo", make([]byte, n))
 		var le *lattice.Error
-		if !errors.As(err, &le) || le.Class != deploy.ClassOutOfBudget || le.Host != "h1" ||
+		if !errors.As(err, &le) || le.Class != errdefs.ClassOutOfBudget || le.Host != "h1" ||
 			!strings.Contains(le.Message, `session "echo"'s max_input of 1024 bytes`) || !strings.Contains(le.Message, strconv.Itoa(n)) {
 			t.Fatalf("%d bytes: %#v", n, err)
 		}

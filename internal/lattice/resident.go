@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // ResidentCapacity is one resident session of a heartbeat.
@@ -130,7 +131,7 @@ func (h *Host) respondErrorWith(req micro.Request, err error, hdr nats.Header) {
 	b, _ := json.Marshal(body)
 	hdr.Set(ClassHeader, class)
 	hdr.Set(micro.ErrorHeader, body.Message)
-	hdr.Set(micro.ErrorCodeHeader, strconv.Itoa(deploy.ClassStatus(class)))
+	hdr.Set(micro.ErrorCodeHeader, strconv.Itoa(errdefs.HTTPStatus(class)))
 	_ = h.respond(req, b, hdr)
 }
 
@@ -172,7 +173,7 @@ func (h *Host) residentStatus(name string) ([]byte, error) {
 }
 
 func (h *Host) noResident(name string) *Error {
-	return &Error{Class: deploy.ClassNotFound, Message: fmt.Sprintf("no resident session %q on host %s", name, h.cfg.ID), Host: h.cfg.ID}
+	return &Error{Class: errdefs.ClassNotFound, Message: fmt.Sprintf("no resident session %q on host %s", name, h.cfg.ID), Host: h.cfg.ID}
 }
 
 // KnownResident reports whether a heartbeat named the resident session

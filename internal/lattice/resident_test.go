@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/manifest"
 )
@@ -179,7 +180,7 @@ func TestResidentThroughLattice(t *testing.T) {
 	}
 	_, err = f.StartResident(ctx, "stuck")
 	var le *lattice.Error
-	if !errors.As(err, &le) || le.Class != deploy.ClassDeviceLost || le.Host != "h1" || !strings.Contains(le.Message, "the cap is 1") || le.Status() != 503 {
+	if !errors.As(err, &le) || le.Class != errdefs.ClassDeviceLost || le.Host != "h1" || !strings.Contains(le.Message, "the cap is 1") || le.Status() != 503 {
 		t.Fatalf("start past max_quarantined: %#v", err)
 	}
 	if rc := h1.h.Record().Residents; len(rc) != 2 || rc[1].Quarantined != 1 {
@@ -194,14 +195,14 @@ func TestResidentThroughLattice(t *testing.T) {
 	}
 	t.Cleanup(local.Close)
 	_, err = local.StartResident(ctx, "stuck")
-	if errors.As(err, &le) || lattice.Class(err) != deploy.ClassDeviceLost {
+	if errors.As(err, &le) || lattice.Class(err) != errdefs.ClassDeviceLost {
 		t.Fatalf("local start past max_quarantined: %#v", err)
 	}
 
 	// No live host has it: unavailable, sent nowhere.
 	for _, name := range []string{"nope", "steady"} {
 		_, err = f.StartResident(ctx, name)
-		if !errors.As(err, &le) || le.Class != deploy.ClassUnavailable || !strings.Contains(le.Message, "on no live host of lattice res") {
+		if !errors.As(err, &le) || le.Class != errdefs.ClassUnavailable || !strings.Contains(le.Message, "on no live host of lattice res") {
 			t.Fatalf("start of %s: %v", name, err)
 		}
 	}
@@ -224,7 +225,7 @@ func TestResidentThroughLattice(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = f.StartResident(ctx, "gone")
-	if !errors.As(err, &le) || le.Class != deploy.ClassUnavailable || !strings.Contains(le.Message, "(no responders)") {
+	if !errors.As(err, &le) || le.Class != errdefs.ClassUnavailable || !strings.Contains(le.Message, "(no responders)") {
 		t.Fatalf("start of a resident no host subscribes to: %v", err)
 	}
 
@@ -236,10 +237,10 @@ func TestResidentThroughLattice(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = f.StartResident(ctx, "pp")
-	if !errors.As(err, &le) || le.Class != deploy.ClassUnavailable || !strings.Contains(le.Message, `resident "pp" is on no live host`) {
+	if !errors.As(err, &le) || le.Class != errdefs.ClassUnavailable || !strings.Contains(le.Message, `resident "pp" is on no live host`) {
 		t.Fatalf("start after the host left: %v", err)
 	}
-	if _, err = f.ResidentStatus(ctx, "pp"); lattice.Class(err) != deploy.ClassUnavailable {
+	if _, err = f.ResidentStatus(ctx, "pp"); lattice.Class(err) != errdefs.ClassUnavailable {
 		t.Fatalf("status after the host left: %v", err)
 	}
 	if !f.KnownResident("pp") {
@@ -288,8 +289,8 @@ func TestMemberResident(t *testing.T) {
 		t.Fatalf("status through the member: %s, %v", out, err)
 	}
 	_, err = front.StartResident(ctx, "nope")
-	var ce *deploy.ClassError
-	if !errors.As(err, &ce) || ce.Class != deploy.ClassUnavailable {
+	var ce *errdefs.RemoteError
+	if !errors.As(err, &ce) || ce.Class != errdefs.ClassUnavailable {
 		t.Fatalf("start of a resident no host has: %#v", err)
 	}
 	if err := w.Leave(ctx); err != nil {
@@ -298,7 +299,7 @@ func TestMemberResident(t *testing.T) {
 	if err := front.Front().WaitFor(ctx, func() bool { return len(front.Front().Hosts()) == 0 }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := front.ResidentStatus(ctx, "pp"); !errors.As(err, &ce) || ce.Class != deploy.ClassUnavailable || !front.KnownResident("pp") {
+	if _, err := front.ResidentStatus(ctx, "pp"); !errors.As(err, &ce) || ce.Class != errdefs.ClassUnavailable || !front.KnownResident("pp") {
 		t.Fatalf("status after the worker left: %#v (known %v)", err, front.KnownResident("pp"))
 	}
 }
@@ -346,7 +347,7 @@ func TestResidentRequestsSentAgain(t *testing.T) {
 			continue
 		}
 		var le *lattice.Error
-		if !errors.As(err, &le) || le.Class != deploy.ClassUnavailable || !strings.Contains(le.Message, "no host took the start") {
+		if !errors.As(err, &le) || le.Class != errdefs.ClassUnavailable || !strings.Contains(le.Message, "no host took the start") {
 			t.Fatalf("a start the hole took: %#v", err)
 		}
 		holeStarts++

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/internal/tracing"
 )
 
 // traceContext injects and extracts the W3C trace context (traceparent,

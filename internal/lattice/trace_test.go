@@ -16,9 +16,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/manifest"
 )
 
@@ -158,7 +159,7 @@ func TestTracingAcrossHosts(t *testing.T) {
 	frontSpans.exp.Reset()
 	hostSpans.exp.Reset()
 	_, err := f.Call(context.Background(), "trap", nil)
-	if lattice.Class(err) != deploy.ClassFault {
+	if lattice.Class(err) != errdefs.ClassFault {
 		t.Fatalf("call to trap: %v (class %s)", err, lattice.Class(err))
 	}
 	client, server = frontSpans.only(t, "the front"), hostSpans.only(t, "the host")
@@ -174,7 +175,7 @@ func TestTracingAcrossHosts(t *testing.T) {
 
 	// A call no host serves is refused before it is sent: no span.
 	frontSpans.exp.Reset()
-	if _, err := f.Call(context.Background(), "nowhere", nil); lattice.Class(err) != deploy.ClassUnavailable {
+	if _, err := f.Call(context.Background(), "nowhere", nil); lattice.Class(err) != errdefs.ClassUnavailable {
 		t.Fatalf("call to nowhere: %v", err)
 	}
 	if spans := frontSpans.exp.GetSpans(); len(spans) != 0 {

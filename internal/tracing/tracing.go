@@ -194,7 +194,7 @@ func New(cfg *manifest.Tracing, opt Options) (*Provider, error) {
 }
 
 // TracerProvider is the provider to pass to the packages that record
-// spans (deploy.Config, lattice.HostConfig, lattice.FrontConfig,
+// spans (service.Config, lattice.HostConfig, lattice.FrontConfig,
 // lattice.MemberConfig).
 func (p *Provider) TracerProvider() trace.TracerProvider { return p.tp }
 

@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"context"
@@ -12,8 +12,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/tracing"
-	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/service"
 )
 
 const clientTP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -36,7 +37,7 @@ func TestRunSpan(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
-	s := serveHostile(t, "", "", func(c *deploy.Config) { c.TracerProvider = tp })
+	s := serveHostile(t, "", "", func(c *service.Config) { c.TracerProvider = tp })
 	// only returns the run's span; kids holds its children's names,
 	// instances, devices and classes (the session's spans), each checked
 	// to be the run span's child.
@@ -115,7 +116,7 @@ func TestRunSpan(t *testing.T) {
 	if want := "far|00-0af7651916cd43dd8448eb211c80319c-" + sp.SpanContext.SpanID().String() + "-01|"; !strings.HasPrefix(f.calls[0], want) {
 		t.Errorf("the lattice call's context is not the run span's: %q, want %s…", f.calls[0], want)
 	}
-	f.answer = &deploy.ClassError{Class: deploy.ClassUnavailable, Message: "host h2 went away with the call in flight", Host: "h2"}
+	f.answer = &errdefs.RemoteError{Class: errdefs.ClassUnavailable, Message: "host h2 went away with the call in flight", Host: "h2"}
 	if rec := s.do("POST", "/v1/sessions/far/run", strings.NewReader("x")); rec.Code != 503 {
 		t.Fatalf("lattice error: %d %s", rec.Code, rec.Body)
 	}
@@ -139,7 +140,7 @@ func TestRunSpan(t *testing.T) {
 func TestLatticeLogsSentTraceparent(t *testing.T) {
 	s := serveHostile(t, "", "", nil)
 	const made = "00-11111111111111111111111111111111-2222222222222222-01"
-	f := &fakeLattice{made: made, answer: &deploy.ClassError{Class: deploy.ClassUnavailable, Message: "no host took the call"}}
+	f := &fakeLattice{made: made, answer: &errdefs.RemoteError{Class: errdefs.ClassUnavailable, Message: "no host took the call"}}
 	s.srv.SetLattice(f)
 	if rec := s.do("POST", "/v1/sessions/far/run", strings.NewReader("x")); rec.Code != 503 {
 		t.Fatalf("%d %s", rec.Code, rec.Body)

@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // oldJSON encodes v as the service did before the resident answers had
@@ -97,12 +97,12 @@ func TestResidentLattice(t *testing.T) {
 	}
 
 	// The host's errors keep their class.
-	f.answer = &deploy.ClassError{Class: deploy.ClassBusy, Message: `resident "far-pp" already has its max_runs of 4 runs running`, Host: "h1"}
+	f.answer = &errdefs.RemoteError{Class: errdefs.ClassBusy, Message: `resident "far-pp" already has its max_runs of 4 runs running`, Host: "h1"}
 	rec = s.do("POST", "/v1/residents/far-pp/start", nil)
 	if e := errorBody(t, rec); rec.Code != 429 || e.Class != "busy" || !strings.Contains(e.Error, "max_runs") || rec.Header().Get("Retry-After") == "" {
 		t.Fatalf("busy: %d %s", rec.Code, rec.Body)
 	}
-	f.answer = &deploy.ClassError{Class: deploy.ClassUnavailable, Message: `resident "far-pp" is on no live host of lattice l`}
+	f.answer = &errdefs.RemoteError{Class: errdefs.ClassUnavailable, Message: `resident "far-pp" is on no live host of lattice l`}
 	rec = s.do("GET", "/v1/residents/far-pp", nil)
 	if e := errorBody(t, rec); rec.Code != 503 || e.Class != "unavailable" || !strings.Contains(e.Error, "no live host") {
 		t.Fatalf("unavailable: %d %s", rec.Code, rec.Body)

@@ -1,4 +1,4 @@
-package deploy
+package service
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/manifest"
 )
 
@@ -29,7 +31,7 @@ type Lattice interface {
 	// traceparent is the W3C traceparent the call was sent to the other
 	// host with (the front makes one when ctx has none), or ctx's when it
 	// was sent to no host ("" without one): the service logs it. Errors
-	// of another host (or of the lattice) are [*ClassError]s.
+	// of another host (or of the lattice) are [*errdefs.RemoteError]s.
 	Call(ctx context.Context, session string, input []byte) (out []byte, traceparent string, err error)
 	// Known reports whether a live host of the lattice has the session, or
 	// one had it since this process joined (a call to it is then routed,
@@ -38,13 +40,13 @@ type Lattice interface {
 	// StartResident starts a run of a resident session that a live host
 	// of the lattice has (this process's host first, when it has it),
 	// sending the start once: a start is not idempotent. out is the
-	// host's answer, a [ResidentStart] as JSON. Errors are
-	// [*ClassError]s: unavailable when no live host has the resident or
+	// host's answer, a [deploy.ResidentStart] as JSON. Errors are
+	// [*errdefs.RemoteError]s: unavailable when no live host has the resident or
 	// none responds, deadline_exceeded when the host did not answer in
 	// time (the run may have started), or the host's refusal (busy,
 	// device_lost, …).
 	StartResident(ctx context.Context, resident string) (out []byte, err error)
-	// ResidentStatus is a resident session's state, a [ResidentStatus]
+	// ResidentStatus is a resident session's state, a [deploy.ResidentStatus]
 	// as JSON, from a live host that has it (this process's host first).
 	// Run ids are the host's own: with several hosts having the resident,
 	// each answers for its own runs. Errors as StartResident's.
@@ -57,10 +59,10 @@ type Lattice interface {
 	// Ready is nil while the process is connected to the lattice, else
 	// why not.
 	Ready() error
-	// Hosts lists the live hosts' heartbeat records (JSON).
-	Hosts() any
-	// Quarantined lists the lattice's shared quarantine (JSON).
-	Quarantined() any
+	// Hosts lists the live hosts' heartbeat records.
+	Hosts() []lattice.HostRecord
+	// Quarantined lists the lattice's shared quarantine.
+	Quarantined() []lattice.Poison
 	// Clear takes a module out of the shared quarantine; found is false
 	// when it was not in it.
 	Clear(ctx context.Context, sha256 string) (found bool, err error)
@@ -78,18 +80,6 @@ type Lattice interface {
 type SessionSpecs interface {
 	SessionSpec(session string) *manifest.Session
 }
-
-// ClassError is an error with its class, as another host of the lattice
-// (or the lattice itself) answered it: its public message, and the
-// stage's code for class client_error.
-type ClassError struct {
-	Class   string
-	Message string
-	Host    string // the host that answered, if any
-	Code    *int32
-}
-
-func (e *ClassError) Error() string { return e.Message }
 
 type latticeBox struct{ l Lattice }
 
@@ -110,16 +100,6 @@ func (s *Server) latticeOf() Lattice {
 	return nil
 }
 
-// WithRequestID returns ctx carrying a request id, as the service's own
-// requests do (the lattice carries it to the host that runs a call, so
-// that the call's logs there carry it too). An invalid id is ignored.
-func WithRequestID(ctx context.Context, id string) context.Context {
-	if !validRequestID(id) {
-		return ctx
-	}
-	return context.WithValue(ctx, ctxKey{}, id)
-}
-
 // TraceparentHeader is the W3C trace context request header: the parent
 // of a run's span, passed to the lattice with a call.
 const TraceparentHeader = "traceparent"
@@ -130,7 +110,7 @@ func (s *Server) latticeRoutes() {
 	s.route("DELETE /v1/lattice/quarantine/{sha256}", ScopeAdmin, s.latticeClear)
 }
 
-var errNoLattice = &serviceError{ClassNotFound, "this host is not in a lattice (its manifest has no [lattice] table)"}
+var errNoLattice = &serviceError{errdefs.ClassNotFound, "this host is not in a lattice (its manifest has no [lattice] table)"}
 
 func (s *Server) latticeHosts(w http.ResponseWriter, r *http.Request) {
 	l := s.latticeOf()
@@ -164,11 +144,11 @@ func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
 	found, err := l.Clear(r.Context(), sha)
 	switch {
 	case err != nil:
-		s.writeError(w, r, &serviceError{ClassUnavailable, fmt.Sprintf("clearing module %s: %v", sha, err)})
+		s.writeError(w, r, &serviceError{errdefs.ClassUnavailable, fmt.Sprintf("clearing module %s: %v", sha, err)})
 	case !found:
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "module %s is not in the lattice's quarantine", sha))
 	default:
-		s.logger.Warn("lattice quarantine cleared", "sha256", sha, "request_id", RequestID(r.Context()))
+		s.logger.Warn("lattice quarantine cleared", "sha256", sha, "request_id", deploy.RequestID(r.Context()))
 		writeJSON(w, http.StatusOK, map[string]any{"cleared": sha})
 	}
 }
@@ -220,9 +200,9 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 	if sess != nil {
 		s.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	}
-	s.logger.Log(ctx, slog.LevelDebug, "lattice run", "session", name, "traceparent", tp, "request_id", RequestID(ctx), "took", time.Since(start))
+	s.logger.Log(ctx, slog.LevelDebug, "lattice run", "session", name, "traceparent", tp, "request_id", deploy.RequestID(ctx), "took", time.Since(start))
 	if err != nil {
-		var ce *ClassError
+		var ce *errdefs.RemoteError
 		if errors.As(err, &ce) {
 			s.writeClassError(w, r, ce, tp)
 			return
@@ -237,13 +217,13 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 
 // writeClassError answers an error another host (or the lattice) gave,
 // as writeError answers the service's own.
-func (s *Server) writeClassError(w http.ResponseWriter, r *http.Request, ce *ClassError, tp string) {
+func (s *Server) writeClassError(w http.ResponseWriter, r *http.Request, ce *errdefs.RemoteError, tp string) {
 	class := ce.Class
 	if r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled) {
-		class = ClassClientClosed
+		class = errdefs.ClassClientClosed
 	}
 	status := ClassStatus(class)
-	body := ErrorBody{Error: ce.Message, Class: class, Code: ce.Code, RequestID: RequestID(r.Context())}
+	body := ErrorBody{Error: ce.Message, Class: class, Code: ce.Code, RequestID: deploy.RequestID(r.Context())}
 	if body.Error == "" {
 		body.Error = class
 	}

@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"context"
@@ -10,8 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/service"
 )
 
 // brokenSessions has a good session between two that cannot be created:
@@ -77,7 +78,7 @@ func TestSessionThatCannotBeCreatedFailsAlone(t *testing.T) {
 		t.Fatalf("FailedSessions %v", got)
 	}
 	_, err := bad.Run(context.Background(), nil)
-	if !errors.Is(err, deploy.ErrUnavailable) || !strings.Contains(err.Error(), "trapped") || deploy.HTTPStatus(err) != http.StatusServiceUnavailable {
+	if !errors.Is(err, deploy.ErrUnavailable) || !strings.Contains(err.Error(), "trapped") || service.HTTPStatus(err) != http.StatusServiceUnavailable {
 		t.Fatalf("run on the failed session: %v", err)
 	}
 	st := d.Statuses()
@@ -101,7 +102,7 @@ func TestSessionWhoseInitLoopsFails(t *testing.T) {
 
 func TestServerShowsFailedSessions(t *testing.T) {
 	d := open(t, strings.Replace(brokenSessions, "@LOOP@", "", 1))
-	srv := httptest.NewServer(deploy.NewServer(d, nil).Handler())
+	srv := httptest.NewServer(service.NewServer(d, nil).Handler())
 	defer srv.Close()
 	get := func(method, path string) (int, string) {
 		t.Helper()

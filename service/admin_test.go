@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/service"
 )
 
 // The model-control routes (admin.go, admin_http.go): load, swap with a
@@ -36,7 +37,7 @@ func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 	return v
 }
 
-func servePooled(t *testing.T, cfg func(*deploy.Config)) *served {
+func servePooled(t *testing.T, cfg func(*service.Config)) *served {
 	t.Helper()
 	// The liars' instances hold a buffer each: the budget a quarantine
 	// keeps charged.
@@ -45,11 +46,11 @@ func servePooled(t *testing.T, cfg func(*deploy.Config)) *served {
 		"@LOOPSHA@", sha(t, "stages/testdata/hostile/loop_stage.wasm"),
 		"[[session]]\nname = \"spin\"", "[[session.buffer]]\nname = \"w\"\nsize = \"64KiB\"\n[[session]]\nname = \"spin\"")
 	d := open(t, r.Replace(pooled))
-	c := deploy.ConfigFromManifest(d.Manifest)
+	c := service.ConfigFromManifest(d.Manifest)
 	if cfg != nil {
 		cfg(&c)
 	}
-	return &served{t: t, srv: deploy.NewServerConfig(d, nil, c), d: d, log: &syncBuffer{}, header: http.Header{}}
+	return &served{t: t, srv: service.NewServerConfig(d, nil, c), d: d, log: &syncBuffer{}, header: http.Header{}}
 }
 
 // upload PUTs a repository file as a version of module name.
@@ -296,7 +297,7 @@ func TestResetReplacesQuarantinedInstances(t *testing.T) {
 // another module creates it.
 func TestResetOrSwapOfASessionThatCouldNotBeCreated(t *testing.T) {
 	d := open(t, strings.ReplaceAll(brokenSessions, "@LOOP@", ""))
-	s := &served{t: t, srv: deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest)), d: d, log: &syncBuffer{}, header: http.Header{}}
+	s := &served{t: t, srv: service.NewServerConfig(d, nil, service.ConfigFromManifest(d.Manifest)), d: d, log: &syncBuffer{}, header: http.Header{}}
 	rec := s.do("POST", "/v1/sessions/boot_trap/reset", nil)
 	if e := errorBody(t, rec); rec.Code < 400 || !strings.Contains(e.Error, "could not be created") {
 		t.Fatalf("reset: %d %s", rec.Code, rec.Body)
@@ -324,7 +325,7 @@ func TestResetOrSwapOfASessionThatCouldNotBeCreated(t *testing.T) {
 // TestModelControlNeedsAdmin: an invoke token gets 403 on every route.
 func TestModelControlNeedsAdmin(t *testing.T) {
 	const admin, invoke = "admin-token-0123456789", "invoke-token-0123456789"
-	s := servePooled(t, func(c *deploy.Config) { c.AdminTokens, c.InvokeTokens = []string{admin}, []string{invoke} })
+	s := servePooled(t, func(c *service.Config) { c.AdminTokens, c.InvokeTokens = []string{admin}, []string{invoke} })
 	for _, r := range [][2]string{{"GET", "/v1/modules"}, {"POST", "/v1/modules"}, {"PUT", "/v1/modules/x"}, {"DELETE", "/v1/modules/good"},
 		{"POST", "/v1/sessions/pooled/swap"}, {"POST", "/v1/sessions/liars/reset"}} {
 		if rec := s.do(r[0], r[1], strings.NewReader("{}"), "Authorization", "Bearer "+invoke); rec.Code != 403 || errorBody(t, rec).Class != "permission_denied" {
@@ -353,7 +354,7 @@ func TestUploadIsBoundedByTheModuleSizeLimit(t *testing.T) {
 		"@LIARSHA@", sha(t, "stages/testdata/hostile/lying_fence.wasm"),
 		"@LOOPSHA@", sha(t, "stages/testdata/hostile/loop_stage.wasm"),
 		"[runtime]\n", "[runtime]\nmax_module_size = \"1KiB\"\n").Replace(pooled))
-	s := &served{t: t, srv: deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest)), d: d, log: &syncBuffer{}, header: http.Header{}}
+	s := &served{t: t, srv: service.NewServerConfig(d, nil, service.ConfigFromManifest(d.Manifest)), d: d, log: &syncBuffer{}, header: http.Header{}}
 	big := bytes.Repeat([]byte{0}, 4<<10)
 	rec := s.do("PUT", "/v1/modules/big?sha256="+strings.Repeat("0", 64), bytes.NewReader(big))
 	if e := errorBody(t, rec); rec.Code != 413 || e.Class != "out_of_budget" || !strings.Contains(e.Error, "4096 bytes") {

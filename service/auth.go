@@ -1,12 +1,12 @@
-package deploy
+package service
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"fmt"
 	"net/http"
-	"os"
 	"strings"
+
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // Scope is what a bearer token may do.
@@ -30,54 +30,6 @@ func (s Scope) String() string {
 		return "admin"
 	}
 	return "public"
-}
-
-// maxTokenFile bounds a token file.
-const maxTokenFile = 64 << 10
-
-// ReadTokens reads bearer tokens from a file (one per line; blank lines
-// and lines starting with # are skipped) and from an environment variable
-// (tokens separated by commas or white space). Either may be "".
-//
-// # Errors
-//
-// The file cannot be read or is larger than 64KiB; the variable is named
-// but unset or empty; a token is shorter than 16 bytes.
-func ReadTokens(file, env string) ([]string, error) {
-	var toks []string
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("token file: %w", err)
-		}
-		if len(b) > maxTokenFile {
-			return nil, fmt.Errorf("token file %s: larger than %d bytes", file, maxTokenFile)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			line = strings.TrimSpace(line)
-			if line == "" || strings.HasPrefix(line, "#") {
-				continue
-			}
-			toks = append(toks, line)
-		}
-		if len(toks) == 0 {
-			return nil, fmt.Errorf("token file %s holds no token", file)
-		}
-	}
-	if env != "" {
-		v := os.Getenv(env)
-		f := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
-		if len(f) == 0 {
-			return nil, fmt.Errorf("token variable %s is unset or empty", env)
-		}
-		toks = append(toks, f...)
-	}
-	for _, t := range toks {
-		if len(t) < 16 {
-			return nil, fmt.Errorf("a token of %d bytes is too short: tokens must have at least 16", len(t))
-		}
-	}
-	return toks, nil
 }
 
 // authenticator checks bearer tokens. With no token at all, it lets
@@ -118,10 +70,10 @@ func (a *authenticator) check(r *http.Request, need Scope) error {
 	auth := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(auth, " ")
 	if auth == "" {
-		return &serviceError{ClassUnauthenticated, "this route needs a bearer token (Authorization: Bearer TOKEN)"}
+		return &serviceError{errdefs.ClassUnauthenticated, "this route needs a bearer token (Authorization: Bearer TOKEN)"}
 	}
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return &serviceError{ClassUnauthenticated, "the Authorization header must be \"Bearer TOKEN\""}
+		return &serviceError{errdefs.ClassUnauthenticated, "the Authorization header must be \"Bearer TOKEN\""}
 	}
 	h := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	isAdmin, isInvoke := matches(a.admin, h), matches(a.invoke, h)
@@ -131,7 +83,7 @@ func (a *authenticator) check(r *http.Request, need Scope) error {
 	case isInvoke && need == ScopeInvoke:
 		return nil
 	case isInvoke:
-		return &serviceError{ClassPermissionDenied, "this route needs a token of scope admin; the token has scope invoke"}
+		return &serviceError{errdefs.ClassPermissionDenied, "this route needs a token of scope admin; the token has scope invoke"}
 	}
-	return &serviceError{ClassUnauthenticated, "the bearer token is not valid"}
+	return &serviceError{errdefs.ClassUnauthenticated, "the bearer token is not valid"}
 }

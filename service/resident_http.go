@@ -1,4 +1,4 @@
-package deploy
+package service
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ func (s *Server) remoteResident(w http.ResponseWriter, r *http.Request, start bo
 		out, err = l.ResidentStatus(r.Context(), name)
 	}
 	if err != nil {
-		var ce *ClassError
+		var ce *errdefs.RemoteError
 		if errors.As(err, &ce) {
 			s.writeClassError(w, r, ce, "")
 			return
@@ -46,7 +46,7 @@ func (s *Server) remoteResident(w http.ResponseWriter, r *http.Request, start bo
 	}
 	var body bytes.Buffer
 	if err := json.Indent(&body, out, "", "  "); err != nil {
-		s.writeError(w, r, &serviceError{ClassInternal, "resident " + name + ": the lattice's answer is not JSON: " + err.Error()})
+		s.writeError(w, r, &serviceError{errdefs.ClassInternal, "resident " + name + ": the lattice's answer is not JSON: " + err.Error()})
 		return
 	}
 	body.WriteByte('\n') // as writeJSON's encoder ends its value

@@ -1,21 +1,23 @@
-package deploy
+package service
 
 import (
 	"bytes"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stagehost/stagehost/deploy"
 )
 
 // TestStatusPageEscapes: names, reasons and guest-provided error text
 // are HTML-escaped wherever the page shows them.
 func TestStatusPageEscapes(t *testing.T) {
 	const evil = `<script>alert("x")</script><img src=x onerror=alert(1)>`
-	v := statusView{Generated: "now", Refresh: 5, Readiness: Readiness{Status: "not_ready", Reasons: []string{"session x is failed: " + evil}},
+	v := statusView{Generated: "now", Refresh: 5, Readiness: deploy.Readiness{Status: "not_ready", Reasons: []string{"session x is failed: " + evil}},
 		Devices:   []deviceView{{Name: "gpu0" + evil, Backend: "sim", Engine: "gpu", Health: "lost", Error: evil}},
 		Window:    "1m0s",
 		Lanes:     LaneOccupancy(nil, time.Time{}, OccupancyWindow, []string{"dev" + evil}),
-		Sessions:  []sessionView{sessionFromStatus(SessionStatus{Name: "s" + evil, Stage: evil, Device: evil, State: "failed", Reason: "trap: " + evil + "\nwasm stack trace:\n" + evil, Outcomes: map[string]uint64{evil: 1}})},
+		Sessions:  []sessionView{sessionFromStatus(deploy.SessionStatus{Name: "s" + evil, Stage: evil, Device: evil, State: "failed", Reason: "trap: " + evil + "\nwasm stack trace:\n" + evil, Outcomes: map[string]uint64{evil: 1}})},
 		Residents: []residentView{{Name: "r" + evil, GPU: evil, NPU: evil, Runs: []runView{{ID: 1, State: "failed", Error: evil}}}},
 		Script:    "",
 	}

@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/host"
-	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/service"
 )
 
 // TestStatusPageShowsEverySection: devices, lanes of every device,
@@ -91,7 +91,7 @@ func TestStatusPageShowsEverySection(t *testing.T) {
 // opens only GET / and GET /debug/trace.
 func TestStatusPageAuth(t *testing.T) {
 	const admin, invoke = "admin-token-0123456789", "invoke-token-0123456789"
-	s := serveHostile(t, "", "", func(c *deploy.Config) {
+	s := serveHostile(t, "", "", func(c *service.Config) {
 		c.AdminTokens, c.InvokeTokens = []string{admin}, []string{invoke}
 	})
 	// A browser without credentials gets the sign-in form.
@@ -188,11 +188,11 @@ func TestLaneOccupancy(t *testing.T) {
 		// 1ms of 1m: busy, but under 0.1%.
 		{Start: at(time.Second), Dur: time.Millisecond, Lane: host.LaneDownload, Device: "gpu1"},
 	}
-	got := deploy.LaneOccupancy(recs, now, time.Minute, []string{"gpu0", "gpu1"})
+	got := service.LaneOccupancy(recs, now, time.Minute, []string{"gpu0", "gpu1"})
 	if len(got) != 4 || got[0].Device != "gpu0" || got[1].Device != "gpu1" || got[2].Device != "runtime" || got[3].Device != "zz" {
 		t.Fatalf("devices: %+v", got)
 	}
-	check := func(d deploy.DeviceLanes, l host.Lane, pct string, count, failed int) {
+	check := func(d service.DeviceLanes, l host.Lane, pct string, count, failed int) {
 		t.Helper()
 		o := d.Lanes[l]
 		if o.Lane != l.String() || o.Percent() != pct || o.Count != count || o.Failed != failed {

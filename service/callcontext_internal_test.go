@@ -1,9 +1,11 @@
-package deploy
+package service
 
 import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/stagehost/stagehost/errdefs"
 )
 
 // TestCallContext: Stagehost-Deadline shortens a session's manifest
@@ -42,7 +44,7 @@ func TestCallContext(t *testing.T) {
 	for _, bad := range []string{"soon", "0s", "-1s"} {
 		r := httptest.NewRequest("POST", "/v1/sessions/x/run", nil)
 		r.Header.Set(DeadlineHeader, bad)
-		if _, _, err := callContext(r, time.Second); Class(err) != ClassInvalidArgument {
+		if _, _, err := callContext(r, time.Second); Class(err) != errdefs.ClassInvalidArgument {
 			t.Errorf("%q: %v, want invalid_argument", bad, err)
 		}
 	}

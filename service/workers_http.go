@@ -1,4 +1,4 @@
-package deploy
+package service
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/supervise"
 )
 
 // Workers is what the HTTP service of a supervisor (`stagehost serve
@@ -18,9 +19,9 @@ import (
 type Workers interface {
 	// WorkerStates lists each worker's state, for /readyz and /metrics.
 	WorkerStates() []WorkerState
-	// WorkerStatus is the body's "workers" of GET /v1/workers (JSON: the
-	// supervisor's full status of each worker).
-	WorkerStatus() any
+	// WorkerStatus is the body's "workers" of GET /v1/workers: the
+	// supervisor's full status of each worker.
+	WorkerStatus() []supervise.WorkerStatus
 	// Sessions lists the sessions the lattice serves, by the front's view
 	// of the live hosts' heartbeats (and the manifest's sessions none
 	// serves now).
@@ -78,7 +79,7 @@ func (s *Server) workersOf() Workers {
 	return nil
 }
 
-var errNoWorkers = &serviceError{ClassNotFound, "this process supervises no workers (serve --supervise)"}
+var errNoWorkers = &serviceError{errdefs.ClassNotFound, "this process supervises no workers (serve --supervise)"}
 
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	wk := s.workersOf()

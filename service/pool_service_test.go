@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"context"
@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/service"
 )
 
 // pooled is a manifest with a session of three instances over two sim
@@ -125,7 +126,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 
 func TestAFullQueueIsRefusedBeforeTheBodyIsRead(t *testing.T) {
 	d := openPooled(t, "queue_limit = 0")
-	srv := deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest))
+	srv := service.NewServerConfig(d, nil, service.ConfigFromManifest(d.Manifest))
 	s := &served{t: t, srv: srv, d: d, log: &syncBuffer{}, header: http.Header{}}
 	var turns []*deploy.Turn
 	for range 3 {
@@ -153,7 +154,7 @@ func TestAFullQueueIsRefusedBeforeTheBodyIsRead(t *testing.T) {
 
 func TestAQuarantinedInstanceLeavesTheRotation(t *testing.T) {
 	d := openPooled(t, "")
-	srv := deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest))
+	srv := service.NewServerConfig(d, nil, service.ConfigFromManifest(d.Manifest))
 	s := &served{t: t, srv: srv, d: d, log: &syncBuffer{}, header: http.Header{}}
 	// Each call's fence lies about its hung work: the instance it ran on
 	// is quarantined, and the other serves the next call.
@@ -179,9 +180,9 @@ func TestAQuarantinedInstanceLeavesTheRotation(t *testing.T) {
 			if rec := s.do("GET", "/readyz", nil); rec.Code != 503 || !strings.Contains(rec.Body.String(), "session liars has 1 of 2 instances out of service: instance 0: ") {
 				t.Fatalf("readyz, share 0: %d %s", rec.Code, rec.Body)
 			}
-			c := deploy.ConfigFromManifest(d.Manifest)
+			c := service.ConfigFromManifest(d.Manifest)
 			c.ReadyQuarantinedShare = 0.5
-			half := &served{t: t, srv: deploy.NewServerConfig(d, nil, c), d: d, log: &syncBuffer{}, header: http.Header{}}
+			half := &served{t: t, srv: service.NewServerConfig(d, nil, c), d: d, log: &syncBuffer{}, header: http.Header{}}
 			if rec := half.do("GET", "/readyz", nil); rec.Code != 200 {
 				t.Fatalf("readyz, share 0.5: %d %s", rec.Code, rec.Body)
 			}
@@ -202,10 +203,10 @@ func TestAQuarantinedInstanceLeavesTheRotation(t *testing.T) {
 
 func TestTheDeadlineHeaderShortensNeverLengthens(t *testing.T) {
 	d := openPooled(t, "")
-	srv := deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest))
+	srv := service.NewServerConfig(d, nil, service.ConfigFromManifest(d.Manifest))
 	s := &served{t: t, srv: srv, d: d, log: &syncBuffer{}, header: http.Header{}}
 	start := time.Now()
-	rec := s.do("POST", "/v1/sessions/spin/run", nil, deploy.DeadlineHeader, "50ms")
+	rec := s.do("POST", "/v1/sessions/spin/run", nil, service.DeadlineHeader, "50ms")
 	if e := errorBody(t, rec); rec.Code != http.StatusGatewayTimeout || e.Class != "deadline_exceeded" {
 		t.Fatalf("a spinning stage under a 50ms header: %d %s", rec.Code, rec.Body)
 	}
@@ -216,12 +217,12 @@ func TestTheDeadlineHeaderShortensNeverLengthens(t *testing.T) {
 		t.Fatalf("outcome counted as %v, want deadline_exceeded", d.Session("spin").Status().Outcomes)
 	}
 	for _, bad := range []string{"soon", "0s", "-1s"} {
-		rec := s.do("POST", "/v1/sessions/pooled/run", nil, deploy.DeadlineHeader, bad)
-		if e := errorBody(t, rec); rec.Code != 400 || e.Class != "invalid_argument" || !strings.Contains(e.Error, deploy.DeadlineHeader) {
+		rec := s.do("POST", "/v1/sessions/pooled/run", nil, service.DeadlineHeader, bad)
+		if e := errorBody(t, rec); rec.Code != 400 || e.Class != "invalid_argument" || !strings.Contains(e.Error, service.DeadlineHeader) {
 			t.Fatalf("header %q: %d %s", bad, rec.Code, rec.Body)
 		}
 	}
-	if rec := s.do("POST", "/v1/sessions/pooled/run", nil, deploy.DeadlineHeader, "1h"); rec.Code != 200 {
+	if rec := s.do("POST", "/v1/sessions/pooled/run", nil, service.DeadlineHeader, "1h"); rec.Code != 200 {
 		t.Fatalf("a header above the manifest's deadline: %d %s", rec.Code, rec.Body)
 	}
 }
@@ -270,7 +271,7 @@ func TestAPoolIsReadyWhileOneOfItsDevicesServes(t *testing.T) {
 		"@LOOPSHA@", sha(t, "stages/testdata/hostile/loop_stage.wasm"))
 	body := strings.Replace(r.Replace(pooled), "kind = \"hang\"\nsession = \"liars\"", "kind = \"lose\"", 1) // gpu0 is lost
 	d := open(t, body)
-	s := &served{t: t, srv: deploy.NewServerConfig(d, nil, deploy.ConfigFromManifest(d.Manifest)), d: d, log: &syncBuffer{}, header: http.Header{}}
+	s := &served{t: t, srv: service.NewServerConfig(d, nil, service.ConfigFromManifest(d.Manifest)), d: d, log: &syncBuffer{}, header: http.Header{}}
 	if rec := s.do("GET", "/v1/sessions/pooled/ready", nil); rec.Code != 200 {
 		t.Errorf("pooled over gpu0 (lost) and gpu1: %d %s", rec.Code, rec.Body)
 	}

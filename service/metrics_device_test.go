@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"context"
@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/service"
 )
 
 // scrape serves GET /metrics in process and returns every sample by its
 // series, as the text format writes it (name{labels}).
-func scrape(t *testing.T, srv *deploy.Server) map[string]float64 {
+func scrape(t *testing.T, srv *service.Server) map[string]float64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -39,7 +39,7 @@ func scrape(t *testing.T, srv *deploy.Server) map[string]float64 {
 // zeros. A resident's runs are counted: started, and by state.
 func TestMetricsArePerDeviceAndCountResidentRuns(t *testing.T) {
 	d := open(t, twoSessions) // steady on gpu0; flaky on gpu1, its first command fails; resident pp on gpu0 and npu0
-	srv := deploy.NewServer(d, nil)
+	srv := service.NewServer(d, nil)
 	m := scrape(t, srv)
 	for _, dev := range []string{"gpu0", "gpu1", "npu0"} {
 		for _, lane := range []string{"compute", "upload", "download", "npu"} {

@@ -1,4 +1,4 @@
-package deploy
+package service
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host/metrics"
 	"github.com/stagehost/stagehost/internal/tracing"
@@ -113,7 +114,7 @@ func ConfigFromService(s manifest.Service) Config {
 // stagehost_session_up{session}: 1 while the session is ready, 0 when it
 // is quarantined or could not be created.
 type Server struct {
-	d        *Deployment
+	d        *deploy.Deployment
 	cfg      Config
 	logger   *slog.Logger
 	registry *prometheus.Registry
@@ -140,12 +141,12 @@ const (
 
 // NewServer builds the service's handler over d with d's manifest's
 // [service] configuration and no tokens.
-func NewServer(d *Deployment, logger *slog.Logger) *Server {
+func NewServer(d *deploy.Deployment, logger *slog.Logger) *Server {
 	return NewServerConfig(d, logger, ConfigFromManifest(d.Manifest))
 }
 
 // NewServerConfig builds the service's handler over d with cfg.
-func NewServerConfig(d *Deployment, logger *slog.Logger, cfg Config) *Server {
+func NewServerConfig(d *deploy.Deployment, logger *slog.Logger, cfg Config) *Server {
 	s := NewStartingServer(logger, cfg)
 	s.Attach(d)
 	return s
@@ -171,13 +172,13 @@ func NewStartingServer(logger *slog.Logger, cfg Config) *Server {
 
 // Attach gives a server made by [NewStartingServer] its deployment: from
 // then on it serves every route. Call it once.
-func (s *Server) Attach(d *Deployment) {
+func (s *Server) Attach(d *deploy.Deployment) {
 	s.d, s.registry, s.mux = d, prometheus.NewRegistry(), http.NewServeMux()
 	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "stagehost_session_run_seconds", Help: "Session run latency, including the wait for the session.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
 	}, []string{"session"})
-	s.registry.MustRegister(s.latency, sessionCollector{d}, residentCollector{d}, metrics.NewCollector(d.Runtime, d.DeviceNames()...),
+	s.registry.MustRegister(s.latency, sessionCollector{d}, d.ResidentCollector(), metrics.NewCollector(d.Runtime, d.DeviceNames()...),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.route("POST /v1/sessions/{name}/run", ScopeInvoke, s.run)
 	s.route("GET /v1/sessions", ScopeInvoke, s.listSessions)
@@ -217,7 +218,7 @@ func (s *Server) starting(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, s.Readiness())
 	default:
 		w.Header().Set("Retry-After", "1")
-		s.writeError(w, r, &serviceError{ClassUnavailable, "the service is starting: loading modules and creating sessions"})
+		s.writeError(w, r, &serviceError{errdefs.ClassUnavailable, "the service is starting: loading modules and creating sessions"})
 	}
 }
 
@@ -285,29 +286,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 
 // --- the request pipeline ---
 
-type ctxKey struct{}
-
-// RequestID returns the request id the service gave r ("" outside it).
-func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(ctxKey{}).(string)
-	return id
-}
-
-// validRequestID accepts an incoming X-Request-Id: 1 to 128 of
-// A-Z a-z 0-9 - _ . :
-func validRequestID(id string) bool {
-	if id == "" || len(id) > 128 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return false
-		}
-	}
-	return true
-}
-
 func newRequestID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -344,11 +322,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.answered.Add(1)
 	start := time.Now()
 	id := r.Header.Get("X-Request-Id")
-	if !validRequestID(id) {
+	if !deploy.ValidRequestID(id) {
 		id = newRequestID()
 	}
 	w.Header().Set("X-Request-Id", id)
-	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, id))
+	r = r.WithContext(deploy.WithRequestID(r.Context(), id))
 	rec := &recorder{ResponseWriter: w}
 	defer func() {
 		if p := recover(); p != nil {
@@ -357,7 +335,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			s.logger.Error("handler panicked", "request_id", id, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			if rec.status == 0 {
-				s.writeError(rec, r, &serviceError{ClassInternal, "internal error (request " + id + ")"})
+				s.writeError(rec, r, &serviceError{errdefs.ClassInternal, "internal error (request " + id + ")"})
 			}
 		}
 		status := rec.status
@@ -365,7 +343,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusOK
 		}
 		if r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled) && status >= 400 {
-			status = StatusClientClosed
+			status = errdefs.StatusClientClosed
 		}
 		// Probes come every few seconds: a successful one is logged at
 		// debug only.
@@ -395,7 +373,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(probe, r)
 		if probe.status == http.StatusMethodNotAllowed {
 			w.Header().Set("Allow", probe.header.Get("Allow"))
-			s.writeError(w, r, &serviceError{ClassMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, probe.header.Get("Allow"))})
+			s.writeError(w, r, &serviceError{errdefs.ClassMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, probe.header.Get("Allow"))})
 			return
 		}
 		if probe.status >= 300 && probe.status < 400 { // the mux's redirect of a path to its clean form
@@ -405,11 +383,11 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(probe.status)
 			return
 		}
-		s.writeError(w, r, &serviceError{ClassNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+		s.writeError(w, r, &serviceError{errdefs.ClassNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
 		return
 	}
 	if err := s.authorize(r, pattern); err != nil {
-		if Class(err) == ClassUnauthenticated {
+		if Class(err) == errdefs.ClassUnauthenticated {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="stagehost"`)
 		}
 		if !s.signInInstead(w, r, pattern, err) {
@@ -424,7 +402,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 		default:
 			w.Header().Set("Retry-After", "1")
 			refuseUnread(w, r)
-			s.writeError(w, r, &serviceError{ClassBusy, fmt.Sprintf("the service is handling its max_in_flight of %d requests; retry later", s.cfg.MaxInFlight)})
+			s.writeError(w, r, &serviceError{errdefs.ClassBusy, fmt.Sprintf("the service is handling its max_in_flight of %d requests; retry later", s.cfg.MaxInFlight)})
 			return
 		}
 	}
@@ -625,7 +603,7 @@ type ErrorBody struct {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	class := Outcome(r.Context(), err)
 	status := ClassStatus(class)
-	body := ErrorBody{Error: PublicMessage(err), Class: class, RequestID: RequestID(r.Context())}
+	body := ErrorBody{Error: deploy.PublicMessage(err), Class: class, RequestID: deploy.RequestID(r.Context())}
 	var ce *stages.ClientError
 	if errors.As(err, &ce) {
 		body.Code = &ce.Code
@@ -659,7 +637,7 @@ var sessionRuns = prometheus.NewDesc("stagehost_session_runs_total",
 
 // sessionCollector exports every session's state and outcome counts at
 // scrape time.
-type sessionCollector struct{ d *Deployment }
+type sessionCollector struct{ d *deploy.Deployment }
 
 func (c sessionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionUp; ch <- sessionRuns }
 
@@ -684,7 +662,7 @@ func RequestIDHandler(h slog.Handler) slog.Handler { return requestIDHandler{h} 
 type requestIDHandler struct{ slog.Handler }
 
 func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
-	if id := RequestID(ctx); id != "" {
+	if id := deploy.RequestID(ctx); id != "" {
 		has := false
 		r.Attrs(func(a slog.Attr) bool {
 			has = has || a.Key == "request_id"

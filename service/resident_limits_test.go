@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
-	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/service"
 )
 
 // residents is a deployment with resident "pp" only; @GPU@, @NPU@,
@@ -67,7 +67,7 @@ func TestResidentQuarantineCap(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrDeviceLost) || !strings.Contains(err.Error(), "2 quarantined runs keep their resources; the cap is 2") {
 		t.Fatalf("start past the cap: %v", err)
 	}
-	s := &served{t: t, srv: deploy.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
+	s := &served{t: t, srv: service.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
 	rec := s.do("POST", "/v1/residents/pp/start", nil)
 	if e := errorBody(t, rec); rec.Code != 503 || e.Class != "device_lost" || !strings.Contains(e.Error, "the cap is 2") {
 		t.Errorf("HTTP start past the cap: %d %+v", rec.Code, e)
@@ -99,7 +99,7 @@ func TestResidentMaxParked(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrBusy) || !strings.Contains(err.Error(), `parked on "gpu0", its max_parked`) {
 		t.Fatalf("start past max_parked: %v", err)
 	}
-	s := &served{t: t, srv: deploy.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
+	s := &served{t: t, srv: service.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
 	rec := s.do("POST", "/v1/residents/pp/start", nil)
 	if e := errorBody(t, rec); rec.Code != 429 || e.Class != "busy" {
 		t.Errorf("HTTP start past max_parked: %d %+v", rec.Code, e)
@@ -130,7 +130,7 @@ func TestResidentAdmission(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrBusy) || !strings.Contains(err.Error(), "not admitted within its startup deadline 30ms") {
 		t.Fatalf("start with no capacity: %v", err)
 	}
-	s := &served{t: t, srv: deploy.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
+	s := &served{t: t, srv: service.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
 	rec := s.do("POST", "/v1/residents/pp/start", nil)
 	if e := errorBody(t, rec); rec.Code != 429 || e.Class != "busy" {
 		t.Errorf("HTTP start with no capacity: %d %+v", rec.Code, e)

@@ -1,4 +1,4 @@
-package deploy
+package service
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 )
 
@@ -54,7 +55,7 @@ func (s *Server) listModules(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"modules": s.d.Modules()})
 }
 
-func (s *Server) answerLoad(w http.ResponseWriter, r *http.Request, info ModuleInfo, created bool, err error) {
+func (s *Server) answerLoad(w http.ResponseWriter, r *http.Request, info deploy.ModuleInfo, created bool, err error) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -67,12 +68,12 @@ func (s *Server) answerLoad(w http.ResponseWriter, r *http.Request, info ModuleI
 }
 
 func (s *Server) loadModule(w http.ResponseWriter, r *http.Request) {
-	var req ModuleRequest
+	var req deploy.ModuleRequest
 	if err := readJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if !moduleNameRE.MatchString(req.Name) {
+	if !deploy.ValidModuleName(req.Name) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "module name %q: want 1 to 64 of A-Z a-z 0-9 _ . -", req.Name))
 		return
 	}
@@ -90,8 +91,8 @@ func (s *Server) loadModule(w http.ResponseWriter, r *http.Request) {
 // wasi (a grant; repeated for several).
 func (s *Server) uploadModule(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	req := ModuleRequest{Name: r.PathValue("name"), SHA256: q.Get("sha256"), Kind: q.Get("kind")}
-	if !moduleNameRE.MatchString(req.Name) {
+	req := deploy.ModuleRequest{Name: r.PathValue("name"), SHA256: q.Get("sha256"), Kind: q.Get("kind")}
+	if !deploy.ValidModuleName(req.Name) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "module name %q: want 1 to 64 of A-Z a-z 0-9 _ . -", req.Name))
 		return
 	}

@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"encoding/json"
@@ -7,27 +7,31 @@ import (
 	"testing"
 
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/internal/supervise"
+	"github.com/stagehost/stagehost/service"
 )
 
 type fakeWorkers struct {
 	mu     sync.Mutex
-	states []deploy.WorkerState
+	states []service.WorkerState
 }
 
-func (f *fakeWorkers) set(states ...deploy.WorkerState) {
+func (f *fakeWorkers) set(states ...service.WorkerState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.states = states
 }
 
-func (f *fakeWorkers) WorkerStates() []deploy.WorkerState {
+func (f *fakeWorkers) WorkerStates() []service.WorkerState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]deploy.WorkerState(nil), f.states...)
+	return append([]service.WorkerState(nil), f.states...)
 }
-func (f *fakeWorkers) WorkerStatus() any { return []map[string]any{{"name": "gpu0", "pid": 42}} }
-func (f *fakeWorkers) Sessions() []deploy.LatticeSession {
-	return []deploy.LatticeSession{
+func (f *fakeWorkers) WorkerStatus() []supervise.WorkerStatus {
+	return []supervise.WorkerStatus{{Name: "gpu0", PID: 42}}
+}
+func (f *fakeWorkers) Sessions() []service.LatticeSession {
+	return []service.LatticeSession{
 		{Name: "a", State: "ready", Hosts: []string{"h-gpu0"}, Instances: 1, Free: 1},
 		{Name: "b", State: "unavailable", Reason: "no live host serves it", Hosts: []string{}},
 	}
@@ -43,8 +47,8 @@ func TestWorkersRoutes(t *testing.T) {
 		t.Fatalf("no supervisor: %d %s", rec.Code, rec.Body)
 	}
 	f := &fakeWorkers{}
-	up := deploy.WorkerState{Name: "gpu1", Ready: true, State: "ready"}
-	down := deploy.WorkerState{Name: "gpu0", State: "backing_off", Reason: "device gpu0 lost: injected\nmore", Restarts: 2, SyntheticExits: 1, DeviceLosses: 1}
+	up := service.WorkerState{Name: "gpu1", Ready: true, State: "ready"}
+	down := service.WorkerState{Name: "gpu0", State: "backing_off", Reason: "device gpu0 lost: injected\nmore", Restarts: 2, SyntheticExits: 1, DeviceLosses: 1}
 	f.set(down, up)
 	s.srv.SetWorkers(f)
 
@@ -57,7 +61,7 @@ func TestWorkersRoutes(t *testing.T) {
 		len(rd.Degraded) != 1 || rd.Degraded[0] != "worker gpu0 is backing_off: device gpu0 lost: injected" {
 		t.Errorf("one worker ready: %d %s", rec.Code, rec.Body)
 	}
-	f.set(down, deploy.WorkerState{Name: "gpu1", State: "starting"})
+	f.set(down, service.WorkerState{Name: "gpu1", State: "starting"})
 	rec = s.do("GET", "/readyz", nil)
 	if err := json.Unmarshal(rec.Body.Bytes(), &rd); err != nil || rec.Code != 503 || rd.Ready || len(rd.Degraded) != 2 ||
 		len(rd.Reasons) != 1 || !strings.HasPrefix(rd.Reasons[0], "no worker is ready") {
@@ -65,7 +69,7 @@ func TestWorkersRoutes(t *testing.T) {
 	}
 	f.set(down, up)
 
-	var list struct{ Sessions []deploy.LatticeSession }
+	var list struct{ Sessions []service.LatticeSession }
 	rec = s.do("GET", "/v1/sessions", nil)
 	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list.Sessions) != 2 || list.Sessions[0].Hosts[0] != "h-gpu0" {
 		t.Errorf("/v1/sessions: %d %s", rec.Code, rec.Body)

@@ -1,4 +1,4 @@
-package deploy
+package service
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 )
 
@@ -164,12 +166,12 @@ func setPageHeaders(w http.ResponseWriter) {
 // button (signout=1).
 func (s *Server) statusSignIn(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
-		s.writeError(w, r, &serviceError{ClassPermissionDenied, "a cross-site form may not sign in to the status page"})
+		s.writeError(w, r, &serviceError{errdefs.ClassPermissionDenied, "a cross-site form may not sign in to the status page"})
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	if err := r.ParseForm(); err != nil {
-		s.writeError(w, r, &serviceError{ClassInvalidArgument, "the sign-in form is malformed or larger than 4KiB"})
+		s.writeError(w, r, &serviceError{errdefs.ClassInvalidArgument, "the sign-in form is malformed or larger than 4KiB"})
 		return
 	}
 	secure := r.TLS != nil
@@ -201,7 +203,7 @@ func (s *Server) statusSignIn(w http.ResponseWriter, r *http.Request) {
 type statusView struct {
 	Generated   string
 	Refresh     int // seconds; 0: off
-	Readiness   Readiness
+	Readiness   deploy.Readiness
 	AuthOn      bool // tokens are configured
 	ViaCookie   bool // the page was authorised by the status cookie
 	Devices     []deviceView
@@ -276,7 +278,7 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 			dv.Health, dv.Error = "lost", err.Error()
 		}
 		v.Devices = append(v.Devices, dv)
-		if dev := s.d.devices[md.Name]; dev != nil {
+		if dev := s.d.Device(md.Name); dev != nil {
 			labels[dev.Name()] = md.Name
 		}
 		order = append(order, md.Name)
@@ -326,7 +328,7 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 
 // sessionFromStatus converts a status through its JSON form, so that
 // fields this page does not know are shown too.
-func sessionFromStatus(st SessionStatus) sessionView {
+func sessionFromStatus(st deploy.SessionStatus) sessionView {
 	b, _ := json.Marshal(st)
 	return sessionFromJSON(b)
 }
@@ -448,7 +450,7 @@ func stateClass(state string) string {
 // summary is a reason's first line, without a Wasm stack trace: the
 // page shows it, and the whole text when it is opened.
 func summary(reason string) string {
-	if s := PublicMessage(&serviceError{msg: reason}); s != "" {
+	if s := deploy.PublicMessage(&serviceError{msg: reason}); s != "" {
 		return s
 	}
 	return reason

@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"context"
@@ -10,9 +10,11 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/lattice"
 )
 
-// fakeLattice is a deploy.Lattice that knows the session "far" and
+// fakeLattice is a service.Lattice that knows the session "far" and
 // answers it with a remote error or "far ok".
 type fakeLattice struct {
 	mu      sync.Mutex
@@ -69,8 +71,8 @@ func (f *fakeLattice) Ready() error {
 	defer f.mu.Unlock()
 	return f.ready
 }
-func (f *fakeLattice) Hosts() any       { return []string{"h1"} }
-func (f *fakeLattice) Quarantined() any { return []string{} }
+func (f *fakeLattice) Hosts() []lattice.HostRecord   { return []lattice.HostRecord{{ID: "h1"}} }
+func (f *fakeLattice) Quarantined() []lattice.Poison { return []lattice.Poison{} }
 func (f *fakeLattice) Clear(_ context.Context, sha string) (bool, error) {
 	f.cleared = append(f.cleared, sha)
 	return sha == strings.Repeat("a", 64), nil
@@ -97,12 +99,12 @@ func TestLatticeRoutes(t *testing.T) {
 		t.Fatalf("unknown: %d %s", rec.Code, rec.Body)
 	}
 	code := int32(3)
-	f.answer = &deploy.ClassError{Class: deploy.ClassClientError, Message: "stage failed with code 3", Host: "h1", Code: &code}
+	f.answer = &errdefs.RemoteError{Class: errdefs.ClassClientError, Message: "stage failed with code 3", Host: "h1", Code: &code}
 	rec = s.do("POST", "/v1/sessions/far/run", strings.NewReader("x"))
 	if e := errorBody(t, rec); rec.Code != 422 || e.Class != "client_error" || e.Code == nil || *e.Code != 3 {
 		t.Fatalf("remote client error: %d %s", rec.Code, rec.Body)
 	}
-	f.answer = &deploy.ClassError{Class: deploy.ClassUnavailable, Message: "session \"far\" is served by no live host"}
+	f.answer = &errdefs.RemoteError{Class: errdefs.ClassUnavailable, Message: "session \"far\" is served by no live host"}
 	rec = s.do("POST", "/v1/sessions/far/run", strings.NewReader("x"))
 	if e := errorBody(t, rec); rec.Code != 503 || e.Class != "unavailable" || rec.Header().Get("Retry-After") == "" {
 		t.Fatalf("unavailable: %d %s", rec.Code, rec.Body)

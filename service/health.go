@@ -1,21 +1,12 @@
-package deploy
+package service
 
 import (
 	"fmt"
 	"net/http"
 
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 )
-
-// Readiness is the body of /readyz and /v2/health/ready.
-type Readiness struct {
-	Ready   bool     `json:"ready"`
-	Status  string   `json:"status"`            // "ready", "starting", "draining" or "not_ready"
-	Reasons []string `json:"reasons,omitempty"` // why not, one line each
-	// Degraded lists, on a supervisor (serve --supervise), each worker
-	// that is not ready and why, while another is (the service is ready).
-	Degraded []string `json:"degraded,omitempty"`
-}
 
 // Readiness reports whether the service should be sent traffic: not while
 // it starts (before [Server.Attach]) or drains after SIGTERM, nor while a device is lost, nor while
@@ -23,12 +14,12 @@ type Readiness struct {
 // Config.ReadyQuarantinedShare; on a supervisor ([Server.SetWorkers]),
 // not while no worker is ready (those that are not are listed in
 // Degraded).
-func (s *Server) Readiness() Readiness {
+func (s *Server) Readiness() deploy.Readiness {
 	if s.state.Load() == stateDraining {
-		return Readiness{Status: "draining", Reasons: []string{"the service is shutting down (SIGTERM)"}}
+		return deploy.Readiness{Status: "draining", Reasons: []string{"the service is shutting down (SIGTERM)"}}
 	}
 	if !s.attached.Load() {
-		return Readiness{Status: "starting", Reasons: []string{"the service is starting: loading modules and creating sessions"}}
+		return deploy.Readiness{Status: "starting", Reasons: []string{"the service is starting: loading modules and creating sessions"}}
 	}
 	var reasons, degraded []string
 	if wk := s.workersOf(); wk != nil {
@@ -36,7 +27,7 @@ func (s *Server) Readiness() Readiness {
 	}
 	for _, name := range s.d.DeviceNames() {
 		if err := s.d.DeviceErr(name); err != nil {
-			reasons = append(reasons, fmt.Sprintf("device %s is lost: %s", name, PublicMessage(err)))
+			reasons = append(reasons, fmt.Sprintf("device %s is lost: %s", name, deploy.PublicMessage(err)))
 		}
 	}
 	if l := s.latticeOf(); l != nil {
@@ -61,13 +52,13 @@ func (s *Server) Readiness() Readiness {
 		}
 	}
 	if len(reasons) > 0 {
-		return Readiness{Status: "not_ready", Reasons: reasons, Degraded: degraded}
+		return deploy.Readiness{Status: "not_ready", Reasons: reasons, Degraded: degraded}
 	}
-	return Readiness{Ready: true, Status: "ready", Degraded: degraded}
+	return deploy.Readiness{Ready: true, Status: "ready", Degraded: degraded}
 }
 
 func firstLine(s string) string {
-	return PublicMessage(&serviceError{msg: s})
+	return deploy.PublicMessage(&serviceError{msg: s})
 }
 
 func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
@@ -102,7 +93,7 @@ func (s *Server) sessionReady(w http.ResponseWriter, r *http.Request) {
 	if !rd.Ready {
 		rd.Reason = firstLine(st.Reason)
 	} else if dev, err := s.lostDevices(st); err != nil {
-		rd.Ready, rd.Reason = false, fmt.Sprintf("device %s is lost: %s", dev, PublicMessage(err))
+		rd.Ready, rd.Reason = false, fmt.Sprintf("device %s is lost: %s", dev, deploy.PublicMessage(err))
 	} else if s.state.Load() == stateDraining {
 		rd.Ready, rd.Reason = false, "the service is shutting down (SIGTERM)"
 	}
@@ -116,7 +107,7 @@ func (s *Server) sessionReady(w http.ResponseWriter, r *http.Request) {
 // lostDevices returns nil when at least one of a session's instances in
 // service runs on a healthy device; else a lost device of the session
 // and its error.
-func (s *Server) lostDevices(st SessionStatus) (string, error) {
+func (s *Server) lostDevices(st deploy.SessionStatus) (string, error) {
 	var dev string
 	var lost error
 	for _, in := range st.Instances {

@@ -1,4 +1,4 @@
-package deploy_test
+package service_test
 
 import (
 	"bytes"
@@ -17,8 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/service"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -78,9 +79,9 @@ gpu = "gpu0"
 npu = "npu0"
 `
 
-func hostileManifest(t *testing.T, service, session string) string {
+func hostileManifest(t *testing.T, svc, session string) string {
 	t.Helper()
-	r := strings.NewReplacer("@SERVICE@", service, "@SESSION@", session,
+	r := strings.NewReplacer("@SERVICE@", svc, "@SESSION@", session,
 		"@TRAPSHA@", sha(t, "stages/testdata/hostile/trap_stage.wasm"),
 		"@LIARSHA@", sha(t, "stages/testdata/hostile/lying_fence.wasm"))
 	return r.Replace(hostile)
@@ -106,22 +107,22 @@ func (b *syncBuffer) String() string {
 
 type served struct {
 	t      *testing.T
-	srv    *deploy.Server
+	srv    *service.Server
 	d      *deploy.Deployment
 	log    *syncBuffer
 	header http.Header // sent with every request
 }
 
-func serveHostile(t *testing.T, service, session string, cfg func(*deploy.Config)) *served {
+func serveHostile(t *testing.T, svc, session string, cfg func(*service.Config)) *served {
 	t.Helper()
-	d := open(t, hostileManifest(t, service, session))
-	c := deploy.ConfigFromManifest(d.Manifest)
+	d := open(t, hostileManifest(t, svc, session))
+	c := service.ConfigFromManifest(d.Manifest)
 	if cfg != nil {
 		cfg(&c)
 	}
 	log := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	return &served{t: t, srv: deploy.NewServerConfig(d, logger, c), d: d, log: log, header: http.Header{}}
+	return &served{t: t, srv: service.NewServerConfig(d, logger, c), d: d, log: log, header: http.Header{}}
 }
 
 // do serves one request in process and returns the recorded response.
@@ -139,9 +140,9 @@ func (s *served) do(method, path string, body io.Reader, header ...string) *http
 	return rec
 }
 
-func errorBody(t *testing.T, rec *httptest.ResponseRecorder) deploy.ErrorBody {
+func errorBody(t *testing.T, rec *httptest.ResponseRecorder) service.ErrorBody {
 	t.Helper()
-	var e deploy.ErrorBody
+	var e service.ErrorBody
 	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Class == "" || e.RequestID == "" {
 		t.Fatalf("not a JSON error body (%v): %d %s", err, rec.Code, rec.Body)
 	}
@@ -172,21 +173,21 @@ func TestErrorClasses(t *testing.T) {
 		{deploy.ErrUnavailable, "unavailable", 503},
 		{errors.New("no class"), "internal", 500},
 	} {
-		if got := deploy.Class(tc.err); got != tc.class {
+		if got := service.Class(tc.err); got != tc.class {
 			t.Errorf("%v: class %q, want %q", tc.err, got, tc.class)
 		}
 		if tc.err != nil {
-			if got := deploy.HTTPStatus(tc.err); got != tc.status {
+			if got := service.HTTPStatus(tc.err); got != tc.status {
 				t.Errorf("%v: status %d, want %d", tc.err, got, tc.status)
 			}
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if got := deploy.Outcome(ctx, errdefs.ContextError(ctx, "waiting")); got != "client_closed" {
+	if got := service.Outcome(ctx, errdefs.ContextError(ctx, "waiting")); got != "client_closed" {
 		t.Errorf("a cancelled caller's outcome is %q", got)
 	}
-	if got := deploy.Outcome(ctx, nil); got != "ok" {
+	if got := service.Outcome(ctx, nil); got != "ok" {
 		t.Errorf("a cancelled caller's success is %q", got)
 	}
 }
@@ -354,7 +355,7 @@ func TestMaxInFlight(t *testing.T) {
 
 func TestAuthScopes(t *testing.T) {
 	const admin, invoke = "admin-token-0123456789", "invoke-token-0123456789"
-	s := serveHostile(t, "", "", func(c *deploy.Config) {
+	s := serveHostile(t, "", "", func(c *service.Config) {
 		c.AdminTokens, c.InvokeTokens = []string{admin}, []string{invoke}
 	})
 	for _, tc := range []struct {
@@ -478,7 +479,7 @@ func TestReadinessFlipsOnQuarantine(t *testing.T) {
 func TestReadinessOnDeviceLoss(t *testing.T) {
 	body := strings.Replace(hostileManifest(t, "", ""), "kind = \"hang\"\nsession = \"liar\"", "kind = \"lose\"", 1)
 	d := open(t, body)
-	s := &served{t: t, srv: deploy.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
+	s := &served{t: t, srv: service.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
 	code, r := readyz(t, s, "/readyz")
 	if code != 503 || len(r.Reasons) != 1 || !strings.Contains(r.Reasons[0], "device gpu1 is lost") {
 		t.Errorf("readyz: %d %+v", code, r)
@@ -540,7 +541,7 @@ func TestResidentLimits(t *testing.T) {
 	// its join deadline.
 	body = strings.Replace(body, "engine = \"npu\"\n", "engine = \"npu\"\n[[device.sim.fault]]\nkind = \"hang\"\n", 1)
 	d = open(t, body)
-	s := &served{t: t, srv: deploy.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
+	s := &served{t: t, srv: service.NewServer(d, slog.New(slog.DiscardHandler)), d: d}
 	rec := s.do("POST", "/v1/residents/pp/start", nil)
 	if rec.Code != 202 {
 		t.Fatalf("start: %d %s", rec.Code, rec.Body)
@@ -558,7 +559,7 @@ func TestLimitListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := deploy.LimitListener(inner, 1)
+	ln := service.LimitListener(inner, 1)
 	defer ln.Close()
 	accepted := make(chan net.Conn, 2)
 	go func() {
@@ -599,7 +600,7 @@ func TestLimitListener(t *testing.T) {
 // TestStartingServer: before Attach, liveness is 200, readiness 503
 // starting, and other routes 503 unavailable; after it, all serve.
 func TestStartingServer(t *testing.T) {
-	srv := deploy.NewStartingServer(slog.New(slog.DiscardHandler), deploy.DefaultConfig())
+	srv := service.NewStartingServer(slog.New(slog.DiscardHandler), service.DefaultConfig())
 	s := &served{t: t, srv: srv}
 	if rec := s.do("GET", "/livez", nil); rec.Code != 200 {
 		t.Errorf("livez: %d", rec.Code)
