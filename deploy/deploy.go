@@ -632,6 +632,10 @@ func (s *Session) DefaultInput() ([]byte, error) {
 	return manifest.ReadFile(s.Spec.Input, manifest.MaxInputSize)
 }
 
+// Exclusive reports whether the session's placement is exclusive: in a
+// lattice, one host at a time serves it.
+func (s *Session) Exclusive() bool { return s.Spec.Placement == manifest.PlacementExclusive }
+
 // Failed returns why the session could not be created, or nil.
 func (s *Session) Failed() error {
 	s.mu.Lock()

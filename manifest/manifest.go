@@ -144,6 +144,23 @@ type Lattice struct {
 // server: loopback only.
 const DefaultLatticeListen = "127.0.0.1:4222"
 
+// Defaults of the [lattice] table's timers and quarantine, the values a
+// [Lattice] decoded without those keys holds. Code that builds a Lattice
+// or a lattice host without a manifest uses them too, so that every
+// process of a lattice agrees on them.
+const (
+	// DefaultHeartbeatTTL is the default heartbeat_ttl: a host that has
+	// not beaten for 3s is gone (it beats every 1s).
+	DefaultHeartbeatTTL = 3 * time.Second
+	// DefaultClaimTTL is the default claim_ttl: an exclusive session's
+	// placement claim not renewed for 10s lapses.
+	DefaultClaimTTL = 10 * time.Second
+	// DefaultFenceFailures is the default fence_failures: 3 quarantined
+	// instances of a module's sessions on one host put the module in the
+	// lattice's shared quarantine.
+	DefaultFenceFailures = 3
+)
+
 // CacheOff is the cache_dir value that disables the file cache.
 const CacheOff = "off"
 

@@ -151,7 +151,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	// Without [lattice] such names are fine, except under a supervisor
 	// (its workers join a lattice of its own): say so, without failing.
-	for _, name := range supervisedNameErrors(m) {
+	for _, name := range service.SupervisedNameErrors(m) {
 		fmt.Fprintf(stdout, "  note: %s is not a NATS subject token (letters, digits, '-', '_'): serve --supervise refuses it; a plain serve runs it\n", name)
 	}
 	return exitOK
@@ -431,7 +431,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	finishLattice := func() {}
 	if m.Lattice != nil && !ended {
-		member, finish, err := joinLattice(ctx, m, d, srv, id, *grace, tp.TracerProvider(), logger)
+		member, finish, err := service.JoinLattice(ctx, m, d, srv, id, *grace, tp.TracerProvider(), logger)
 		if err != nil {
 			stop()
 			<-served

@@ -34,36 +34,11 @@ const (
 // the supervisor, so the name only has to agree between the two).
 const supervisedLattice = "stagehost"
 
-// supervisedNameErrors names the sessions and residents of m whose names
-// cannot be NATS subject tokens, which a supervisor's workers need.
-func supervisedNameErrors(m *manifest.Manifest) []string {
-	var bad []string
-	for _, s := range m.Sessions {
-		if !lattice.ValidName(s.Name) {
-			bad = append(bad, fmt.Sprintf("session %q", s.Name))
-		}
-	}
-	for _, r := range m.Residents {
-		if !lattice.ValidName(r.Name) {
-			bad = append(bad, fmt.Sprintf("resident %q", r.Name))
-		}
-	}
-	return bad
-}
-
-// supervisedDefaults is the lattice of a manifest without [lattice]:
-// the manifest's defaults, except that a lost device does not put the
-// module in the shared quarantine (a worker whose device was lost is
-// restarted, and serves its sessions again).
-func supervisedDefaults() manifest.Lattice {
-	return manifest.Lattice{Name: supervisedLattice, HeartbeatTTL: 3 * time.Second, ClaimTTL: 10 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: false}
-}
-
 // workerLattice is the lattice a worker joins: the manifest's [lattice]
 // (or the supervised defaults) with the supervisor's URL and token from
 // the environment over it.
 func workerLattice(m *manifest.Manifest) (manifest.Lattice, error) {
-	lt := supervisedDefaults()
+	lt := service.SupervisedLattice(supervisedLattice)
 	if m.Lattice != nil {
 		lt = *m.Lattice
 	}
@@ -95,7 +70,7 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID strin
 		fmt.Fprintf(stderr, "stagehost serve: --worker %s: %v\n", device, err)
 		return exitUsage
 	}
-	hostID = lattice.HostID(hostID, lt)
+	hostID = lattice.HostID(hostID, service.LatticeConfig(lt))
 	tp, code := startTracing(m, hostID, lt.Name, logger, stderr)
 	if code >= 0 {
 		return code
@@ -136,7 +111,7 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID strin
 		fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
 		return exitFailed
 	}
-	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: lt, HostID: hostID, Logger: logger, TracerProvider: tp.TracerProvider()})
+	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: service.LatticeConfig(lt), HostID: hostID, Logger: logger, TracerProvider: tp.TracerProvider()})
 	if err != nil {
 		closeDeployment()
 		fmt.Fprintf(stderr, "stagehost serve: worker %s: %v\n", device, err)
@@ -203,7 +178,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	// The workers join a lattice: their sessions' and residents' names
 	// become NATS subject tokens (a manifest with [lattice] has them
 	// checked when it is read).
-	if bad := supervisedNameErrors(m); len(bad) > 0 {
+	if bad := service.SupervisedNameErrors(m); len(bad) > 0 {
 		fmt.Fprintf(stderr, "stagehost serve: --supervise: %s: under a supervisor a session or resident name is letters, digits, '-' and '_' (one NATS subject token)\n", strings.Join(bad, ", "))
 		return exitUsage
 	}
@@ -238,11 +213,11 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 			fmt.Fprintf(stderr, "stagehost serve: --supervise: %v\n", err)
 			return exitStartup
 		}
-		lt = supervisedDefaults()
+		lt = service.SupervisedLattice(supervisedLattice)
 		lt.Embedded, lt.Listen, lt.StoreDir, lt.TokenEnv = true, "127.0.0.1:0", filepath.Join(dir, "nats"), envLatticeToken
 		workerEnv = append(workerEnv, envLatticeToken+"="+token)
 	}
-	baseID := lattice.HostID(fl.hostID, lt)
+	baseID := lattice.HostID(fl.hostID, service.LatticeConfig(lt))
 	tp, code := startTracing(m, baseID, lt.Name, logger, stderr)
 	if code >= 0 {
 		return code
@@ -274,14 +249,14 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	}
 	defer d.Close(context.Background())
 	srv.Attach(d)
-	member, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lt, HostID: baseID, Logger: logger, TracerProvider: tp.TracerProvider()})
+	member, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: service.LatticeConfig(lt), HostID: baseID, Logger: logger, TracerProvider: tp.TracerProvider()})
 	if err != nil {
 		return fail("%v", err)
 	}
 	if url := member.ClientURL(); url != "" {
 		workerEnv = append(workerEnv, envLatticeURL+"="+url)
 	}
-	srv.SetLattice(supervisedFront{member, m})
+	srv.SetLattice(service.SupervisorFront(member, m))
 
 	workers := make([]supervise.Worker, 0, len(m.Devices))
 	names := make([]string, 0, len(m.Devices))
@@ -299,7 +274,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		member.Close()
 		return fail("--supervise: %v", err)
 	}
-	srv.SetWorkers(&workerView{sup: sup, front: member.Front(), m: m})
+	srv.SetWorkers(service.SupervisorWorkers(sup, member.Front(), m))
 	fmt.Fprintf(stdout, "supervising %s (%s) in lattice %s as front %s\n", plural(len(workers), "worker"), strings.Join(names, ", "), lt.Name, baseID)
 	scheme := "http"
 	if cfg.TLSCert != "" {
@@ -323,104 +298,4 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	accepted, answered := srv.Counts()
 	fmt.Fprintf(stdout, "stopped: %s accepted, %d answered\n", plural(int(accepted), "request"), answered)
 	return exitOK
-}
-
-// supervisedFront is the supervisor's service.Lattice: the member (a
-// front only), for which the manifest's sessions and residents are known
-// from the start (a call to one that no worker serves yet is 503, not
-// 404).
-type supervisedFront struct {
-	*lattice.Member
-	m *manifest.Manifest
-}
-
-func (f supervisedFront) Known(session string) bool {
-	return f.m.Session(session) != nil || f.Member.Known(session)
-}
-
-var _ service.SessionSpecs = supervisedFront{}
-
-// SessionSpec is the manifest's session: its max_input and deadline
-// apply at the supervisor, before a call is routed to a worker.
-func (f supervisedFront) SessionSpec(session string) *manifest.Session { return f.m.Session(session) }
-
-func (f supervisedFront) KnownResident(resident string) bool {
-	return f.m.Resident(resident) != nil || f.Member.KnownResident(resident)
-}
-
-// workerView is the supervisor's service.Workers: the supervisor's status
-// of each worker, and the sessions as the front sees the workers'
-// heartbeats.
-type workerView struct {
-	sup   *supervise.Supervisor
-	front *lattice.Front
-	m     *manifest.Manifest
-}
-
-func (v *workerView) WorkerStatus() []supervise.WorkerStatus { return v.sup.Status() }
-
-func (v *workerView) WorkerStates() []service.WorkerState {
-	sts := v.sup.Status()
-	out := make([]service.WorkerState, len(sts))
-	for i, st := range sts {
-		ws := service.WorkerState{Name: st.Name, State: string(st.State), Ready: st.State == supervise.StateReady,
-			Restarts: st.Restarts, SyntheticExits: st.SyntheticExits, DeviceLosses: st.DeviceLosses}
-		if !ws.Ready {
-			ws.Reason = st.Reason
-			if ws.Reason == "" && st.LastExit != nil {
-				ws.Reason = "last exit: " + st.LastExit.Reason
-			}
-		}
-		out[i] = ws
-	}
-	return out
-}
-
-func (v *workerView) Sessions() []service.LatticeSession {
-	byName := map[string]*service.LatticeSession{}
-	var order []string
-	add := func(name string) *service.LatticeSession {
-		ls := byName[name]
-		if ls == nil {
-			ls = &service.LatticeSession{Name: name, State: "unavailable", Hosts: []string{}, HostOutcomes: map[string]map[string]uint64{}}
-			byName[name] = ls
-			order = append(order, name)
-		}
-		return ls
-	}
-	for _, ms := range v.m.Sessions {
-		add(ms.Name)
-	}
-	notServing := map[string][]string{}
-	for _, rec := range v.front.Hosts() {
-		for _, sc := range rec.Sessions {
-			ls := add(sc.Name)
-			if len(sc.Outcomes) > 0 {
-				ls.HostOutcomes[rec.ID] = sc.Outcomes
-			}
-			if !sc.Serving {
-				notServing[sc.Name] = append(notServing[sc.Name], fmt.Sprintf("host %s has it %s: %s", rec.ID, sc.State, sc.Reason))
-				continue
-			}
-			ls.Hosts = append(ls.Hosts, rec.ID)
-			ls.Instances += sc.Instances
-			ls.Free += sc.Free
-			ls.InFlight += sc.InFlight
-			ls.Waiting += sc.Waiting
-		}
-	}
-	out := make([]service.LatticeSession, 0, len(order))
-	for _, name := range order {
-		ls := byName[name]
-		switch {
-		case len(ls.Hosts) > 0:
-			ls.State = "ready"
-		case len(notServing[name]) > 0:
-			ls.Reason = "no live host serves it (" + strings.Join(notServing[name], "; ") + ")"
-		default:
-			ls.Reason = "no live host serves it"
-		}
-		out = append(out, *ls)
-	}
-	return out
 }

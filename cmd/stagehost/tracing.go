@@ -9,6 +9,7 @@ import (
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/service"
 )
 
 // startTracing builds the tracer provider of m's [tracing] table for a
@@ -45,5 +46,5 @@ func memberID(m *manifest.Manifest, flag string) string {
 	if m.Lattice == nil {
 		return ""
 	}
-	return lattice.HostID(flag, *m.Lattice)
+	return lattice.HostID(flag, service.LatticeConfig(*m.Lattice))
 }

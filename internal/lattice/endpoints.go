@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/micro"
-	"github.com/stagehost/stagehost/manifest"
 )
 
 // sessionEndpoint is a session's endpoint on a host, for a session that
@@ -76,7 +75,7 @@ func (h *Host) updateEndpoint(hs *hostSession) (changed bool) {
 func (h *Host) startEndpoint(hs *hostSession) (micro.Service, error) {
 	meta := map[string]string{"host": h.cfg.ID, "session": hs.name}
 	if hs.place != nil {
-		meta["placement"] = manifest.PlacementExclusive
+		meta["placement"] = placementExclusive
 	}
 	svc, err := micro.AddService(h.nc, micro.Config{Name: ServiceName(h.cfg.Lattice), Version: "1.0.0",
 		Description: "stagehost session " + hs.name, Metadata: meta})

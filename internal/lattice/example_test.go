@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -67,7 +68,7 @@ programs = ["noop"]
 
 	hostConn, _ := nats.Connect(srv.ClientURL())
 	defer hostConn.Close()
-	h, err := lattice.NewHost(ctx, hostConn, d, lattice.HostConfig{Lattice: "demo", ID: "h1", Logger: quiet})
+	h, err := lattice.NewHost(ctx, hostConn, d, lattice.HostConfig{Lattice: "demo", ID: "h1", TTL: 3 * time.Second, ClaimTTL: 10 * time.Second, Logger: quiet})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -76,7 +77,7 @@ programs = ["noop"]
 
 	frontConn, _ := nats.Connect(srv.ClientURL())
 	defer frontConn.Close()
-	f, err := lattice.NewFront(ctx, frontConn, lattice.FrontConfig{Lattice: "demo", Logger: quiet})
+	f, err := lattice.NewFront(ctx, frontConn, lattice.FrontConfig{Lattice: "demo", TTL: 3 * time.Second, Logger: quiet})
 	if err != nil {
 		fmt.Println(err)
 		return

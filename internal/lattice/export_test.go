@@ -8,3 +8,7 @@ func SetLeaving(h *Host, on bool) {
 	h.closing = on
 	h.mu.Unlock()
 }
+
+// AsServiceError is the error a [Member] gives the HTTP service for err
+// (classError).
+func AsServiceError(err error) error { return classError(err) }

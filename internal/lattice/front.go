@@ -29,7 +29,8 @@ type FrontConfig struct {
 	// Lattice names the lattice.
 	Lattice string
 	// TTL is the lattice's heartbeat TTL (the hosts bucket's): a host not
-	// heard from for longer is gone. Default [DefaultTTL].
+	// heard from for longer is gone. Required: the [lattice] table's
+	// heartbeat_ttl, as the hosts'.
 	TTL time.Duration
 	// Local, when set, is this process's host: a call runs on it when one
 	// of the session's instances is free at once, and goes through the
@@ -130,7 +131,7 @@ type call struct {
 // returns.
 func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, error) {
 	if cfg.TTL <= 0 {
-		cfg.TTL = DefaultTTL
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "lattice %s: the front's TTL must be set (the [lattice] table's heartbeat_ttl)", cfg.Lattice)
 	}
 	if cfg.DefaultDeadline <= 0 {
 		cfg.DefaultDeadline = 30 * time.Second

@@ -137,6 +137,7 @@ func join(t testing.TB, url, lat, id string, o manifestOpts, cfg lattice.HostCon
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
+	cfg = hostDefaults(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	h, err := lattice.NewHost(ctx, nc, d.Deployment, cfg)
@@ -162,6 +163,9 @@ func newFront(t testing.TB, url, lat string, cfg lattice.FrontConfig) *lattice.F
 	cfg.Lattice = lat
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = manifest.DefaultHeartbeatTTL
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -231,4 +235,21 @@ func blackHole(t testing.TB, url, subject, queue string) *atomic.Int64 {
 		t.Fatal(err)
 	}
 	return &swallowed
+}
+
+// hostDefaults fills in what a [lattice] table without those keys would
+// give a host (the lattice has no defaults of its own): the manifest's
+// heartbeat_ttl, claim_ttl (or twice the TTL, where that is longer) and
+// fence_failures. A negative FenceFailures stays: never.
+func hostDefaults(cfg lattice.HostConfig) lattice.HostConfig {
+	if cfg.TTL <= 0 {
+		cfg.TTL = manifest.DefaultHeartbeatTTL
+	}
+	if cfg.ClaimTTL <= 0 {
+		cfg.ClaimTTL = max(manifest.DefaultClaimTTL, 2*cfg.TTL)
+	}
+	if cfg.FenceFailures == 0 {
+		cfg.FenceFailures = manifest.DefaultFenceFailures
+	}
+	return cfg
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/tracing"
-	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -30,12 +29,16 @@ type HostConfig struct {
 	Lattice, ID string
 	// TTL is the heartbeat bucket's TTL: a host whose heartbeat is older
 	// is gone. The host heartbeats every TTL/3. Every member of a lattice
-	// must use one TTL (it is the bucket's). Default [DefaultTTL].
+	// must use one TTL (it is the bucket's). Required: the caller passes
+	// its [lattice] table's heartbeat_ttl (manifest.DefaultHeartbeatTTL
+	// when the table has none), so that the defaults live in one place.
 	TTL time.Duration
 	// FenceFailures is how many instances of a module's sessions on this
 	// host may be quarantined (their fence failed: the device could not be
 	// proven idle) before the host puts the module in the lattice's shared
-	// quarantine. Default 3; negative: never. A module whose call made a
+	// quarantine. 0 or negative: never (the caller passes its [lattice]
+	// table's fence_failures, manifest.DefaultFenceFailures when the
+	// table has none). A module whose call made a
 	// device lost is quarantined at once, unless NoDeviceLostQuarantine.
 	FenceFailures int
 	// NoDeviceLostQuarantine: a call that made a device lost does not put
@@ -46,8 +49,8 @@ type HostConfig struct {
 	// holder renews it with each heartbeat and serves only while its
 	// last renewal is younger than ClaimTTL/2, so ClaimTTL must be at
 	// least 2 × TTL. It bounds how long an exclusive session whose holder
-	// died is served by no host. Default [DefaultClaimTTL], or 2 × TTL
-	// where that is longer; one value for the whole lattice.
+	// died is served by no host. Required, like TTL (the [lattice]
+	// table's claim_ttl); one value for the whole lattice.
 	ClaimTTL time.Duration
 	// Replicas is how many NATS servers keep each of the lattice's KV
 	// buckets (1 to 5, at most the JetStream cluster's size): with 3, a
@@ -70,15 +73,6 @@ type HostConfig struct {
 }
 
 func (c *HostConfig) defaults() {
-	if c.TTL <= 0 {
-		c.TTL = DefaultTTL
-	}
-	if c.FenceFailures == 0 {
-		c.FenceFailures = 3
-	}
-	if c.ClaimTTL <= 0 {
-		c.ClaimTTL = max(DefaultClaimTTL, 2*c.TTL)
-	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
@@ -207,6 +201,9 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 	if err := checkName("host id", cfg.ID); err != nil {
 		return nil, err
 	}
+	if cfg.TTL <= 0 || cfg.ClaimTTL <= 0 {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "lattice %s: TTL %v and ClaimTTL %v must be set (the [lattice] table's heartbeat_ttl and claim_ttl)", cfg.Lattice, cfg.TTL, cfg.ClaimTTL)
+	}
 	if cfg.ClaimTTL < 2*cfg.TTL {
 		return nil, fmt.Errorf("lattice: ClaimTTL %v is less than twice TTL %v: a holder renews its claims with each heartbeat", cfg.ClaimTTL, cfg.TTL)
 	}
@@ -256,7 +253,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		}
 		h.sessions[name] = hs
 		h.names = append(h.names, name)
-		if s.Spec.Placement == manifest.PlacementExclusive {
+		if s.Exclusive() {
 			hs.place = &placement{}
 			continue // served while this host holds its claim (place)
 		}
@@ -411,7 +408,7 @@ func (h *Host) Record() HostRecord {
 			sc.State, sc.Reason = "refused", refusal(h.cfg.ID, p).Message
 		}
 		if hs.place != nil {
-			sc.Placement = manifest.PlacementExclusive
+			sc.Placement = placementExclusive
 			if sc.State == "ready" && !hs.place.holds() {
 				sc.State, sc.Reason = "standby", hs.place.standby(h)
 			}
@@ -555,7 +552,7 @@ func (h *Host) run(ctx context.Context, hs *hostSession, turn *deploy.Turn, inpu
 // checkFences puts hs's stage module in the shared quarantine once
 // FenceFailures instances of its sessions on this host are quarantined.
 func (h *Host) checkFences(hs *hostSession) {
-	if h.cfg.FenceFailures < 0 {
+	if h.cfg.FenceFailures <= 0 {
 		return
 	}
 	n, first := 0, ""

@@ -17,6 +17,7 @@ import (
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 const ttl = time.Second
@@ -415,16 +416,16 @@ func TestReplicasReachTheBuckets(t *testing.T) {
 	d := openDeployment(t, manifestOpts{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := lattice.NewHost(ctx, connect(t, url), d.Deployment, lattice.HostConfig{Lattice: "r2", ID: "h", Replicas: 2, Logger: quietLogger()})
+	_, err := lattice.NewHost(ctx, connect(t, url), d.Deployment, hostDefaults(lattice.HostConfig{Lattice: "r2", ID: "h", Replicas: 2, Logger: quietLogger()}))
 	if err == nil || !strings.Contains(err.Error(), "bucket") {
 		t.Fatalf("two replicas on one server: %v, want the bucket refused", err)
 	}
-	h, err := lattice.NewHost(ctx, connect(t, url), d.Deployment, lattice.HostConfig{Lattice: "r1", ID: "h", Logger: quietLogger()})
+	h, err := lattice.NewHost(ctx, connect(t, url), d.Deployment, hostDefaults(lattice.HostConfig{Lattice: "r1", ID: "h", Logger: quietLogger()}))
 	if err != nil {
 		t.Fatalf("the default, one replica: %v", err)
 	}
 	_ = h.Close(ctx)
-	if _, err := lattice.NewFront(ctx, connect(t, url), lattice.FrontConfig{Lattice: "r3", Replicas: 2, Logger: quietLogger()}); err == nil {
+	if _, err := lattice.NewFront(ctx, connect(t, url), lattice.FrontConfig{Lattice: "r3", TTL: manifest.DefaultHeartbeatTTL, Replicas: 2, Logger: quietLogger()}); err == nil {
 		t.Fatal("a front asking for two replicas on one server made its buckets")
 	}
 }

@@ -20,13 +20,12 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
-	"github.com/stagehost/stagehost/manifest"
 )
 
 // MemberConfig configures [Join]: a manifest's [lattice] table and what
 // the process adds to it.
 type MemberConfig struct {
-	Lattice manifest.Lattice
+	Lattice Config
 	// HostID overrides the table's host_id; with neither, [DefaultHostID].
 	HostID string
 	// Readiness is the HTTP service's (Server.Readiness), for the
@@ -57,7 +56,7 @@ type Member struct {
 
 // HostID is the host id of a process in lattice lt: flag (serve's
 // --host-id) if set, else lt's host_id, else [DefaultHostID].
-func HostID(flag string, lt manifest.Lattice) string {
+func HostID(flag string, lt Config) string {
 	switch {
 	case flag != "":
 		return flag
@@ -184,10 +183,7 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 	if m.nc, err = nats.Connect(url, opts...); err != nil {
 		return nil, fmt.Errorf("lattice %s: connecting to %s: %w", lt.Name, redactURLs(url), err)
 	}
-	ff := lt.FenceFailures
-	if ff == 0 {
-		ff = -1 // never
-	}
+	ff := lt.FenceFailures // 0: never
 	if d != nil {
 		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, ClaimTTL: lt.ClaimTTL, FenceFailures: ff, Replicas: lt.Replicas,
 			NoDeviceLostQuarantine: !lt.QuarantineOnDeviceLost, Readiness: cfg.Readiness, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {

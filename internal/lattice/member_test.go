@@ -27,8 +27,8 @@ func TestMemberEmbeddedToken(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte("a-lattice-token-of-some-length\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	lt := manifest.Lattice{Name: "tok", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
-		TokenFile: tokFile, HeartbeatTTL: time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true}
+	lt := lattice.Config{Name: "tok", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
+		TokenFile: tokFile, HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL, FenceFailures: 3, QuarantineOnDeviceLost: true}
 	ctx := context.Background()
 	d1 := openDeployment(t, manifestOpts{instances: 1})
 	m1, err := lattice.Join(ctx, d1.Deployment, lattice.MemberConfig{Lattice: lt, HostID: "one", Logger: quietLogger()})
@@ -43,9 +43,9 @@ func TestMemberEmbeddedToken(t *testing.T) {
 		nc.Close()
 		t.Fatal("the embedded server took a client without the token")
 	}
-	other := manifest.Lattice{Name: "tok", URL: m1.ClientURL(), TokenFile: tokFile, HeartbeatTTL: time.Second, FenceFailures: 3}
+	other := lattice.Config{Name: "tok", URL: m1.ClientURL(), TokenFile: tokFile, HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL, FenceFailures: 3}
 	d2 := openDeployment(t, manifestOpts{instances: 1, extra: "[[session]]\nname = \"other\"\nstage = \"good\"\ndevice = \"gpu0\"\nprograms = [\"noop\"]\n"})
-	if _, err := lattice.Join(ctx, d2.Deployment, lattice.MemberConfig{Lattice: manifest.Lattice{Name: "tok", URL: m1.ClientURL(), HeartbeatTTL: time.Second}, HostID: "nocreds", Logger: quietLogger()}); err == nil {
+	if _, err := lattice.Join(ctx, d2.Deployment, lattice.MemberConfig{Lattice: lattice.Config{Name: "tok", URL: m1.ClientURL(), HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL}, HostID: "nocreds", Logger: quietLogger()}); err == nil {
 		t.Fatal("a member without the token joined")
 	}
 	m2, err := lattice.Join(ctx, d2.Deployment, lattice.MemberConfig{Lattice: other, HostID: "two", Logger: quietLogger()})
@@ -149,8 +149,8 @@ func TestMemberEmbeddedNkey(t *testing.T) {
 	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	lt := manifest.Lattice{Name: "nk", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
-		NkeySeedFile: seedFile, HeartbeatTTL: time.Second, FenceFailures: 3}
+	lt := lattice.Config{Name: "nk", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
+		NkeySeedFile: seedFile, HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL, FenceFailures: 3}
 	d := openDeployment(t, manifestOpts{instances: 1})
 	m, err := lattice.Join(context.Background(), d.Deployment, lattice.MemberConfig{Lattice: lt, HostID: "one", Logger: quietLogger()})
 	if err != nil {
@@ -177,8 +177,8 @@ func TestMemberEmbeddedNkey(t *testing.T) {
 // call to the hosts that serve the session.
 func TestMemberFrontOnly(t *testing.T) {
 	dir := t.TempDir()
-	lt := manifest.Lattice{Name: "fo", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
-		HeartbeatTTL: time.Second, FenceFailures: 3}
+	lt := lattice.Config{Name: "fo", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
+		HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL, FenceFailures: 3}
 	ctx := context.Background()
 	front, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lt, HostID: "front", Logger: quietLogger()})
 	if err != nil {
@@ -189,7 +189,7 @@ func TestMemberFrontOnly(t *testing.T) {
 		t.Fatalf("front only: host %v, ready %v", front.Host(), front.Ready())
 	}
 	d := openDeployment(t, manifestOpts{instances: 1})
-	w, err := lattice.Join(ctx, d.Deployment, lattice.MemberConfig{Lattice: manifest.Lattice{Name: "fo", URL: front.ClientURL(), HeartbeatTTL: time.Second, FenceFailures: 3},
+	w, err := lattice.Join(ctx, d.Deployment, lattice.MemberConfig{Lattice: lattice.Config{Name: "fo", URL: front.ClientURL(), HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL, FenceFailures: 3},
 		HostID: "worker", Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"time"
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
@@ -46,17 +45,14 @@ const (
 	NotRunHeader = "Stagehost-Not-Run"
 )
 
+// placementExclusive is the placement a heartbeat and an endpoint's
+// metadata name for a session one host at a time serves (the session's
+// placement = "exclusive", deploy.Session.Exclusive).
+const placementExclusive = "exclusive"
+
 // MaxNotRunResends bounds how many times a front sends a call again
 // after NotRunHeader answers.
 const MaxNotRunResends = 3
-
-// DefaultTTL is the default heartbeat bucket TTL. Hosts heartbeat every
-// TTL/3.
-const DefaultTTL = 3 * time.Second
-
-// DefaultClaimTTL is the default TTL of placement claims (HostConfig's
-// ClaimTTL, [lattice] claim_ttl).
-const DefaultClaimTTL = 10 * time.Second
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 

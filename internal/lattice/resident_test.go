@@ -254,8 +254,8 @@ func TestResidentThroughLattice(t *testing.T) {
 // heartbeats.
 func TestMemberResident(t *testing.T) {
 	dir := t.TempDir()
-	lt := manifest.Lattice{Name: "mr", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
-		HeartbeatTTL: ttl, FenceFailures: 3}
+	lt := lattice.Config{Name: "mr", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
+		HeartbeatTTL: ttl, ClaimTTL: max(manifest.DefaultClaimTTL, 2*ttl), FenceFailures: 3}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	front, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lt, HostID: "front", Logger: quietLogger()})
@@ -267,7 +267,7 @@ func TestMemberResident(t *testing.T) {
 		t.Fatal("pp known before any heartbeat named it")
 	}
 	d := openDeployment(t, manifestOpts{extra: residentsTOML})
-	w, err := lattice.Join(ctx, d.Deployment, lattice.MemberConfig{Lattice: manifest.Lattice{Name: "mr", URL: front.ClientURL(), HeartbeatTTL: ttl, FenceFailures: 3},
+	w, err := lattice.Join(ctx, d.Deployment, lattice.MemberConfig{Lattice: lattice.Config{Name: "mr", URL: front.ClientURL(), HeartbeatTTL: ttl, ClaimTTL: max(manifest.DefaultClaimTTL, 2*ttl), FenceFailures: 3},
 		HostID: "worker", Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)

@@ -63,8 +63,8 @@ func selfSigned(t *testing.T, dir, name string) (certFile, keyFile string) {
 func TestMemberEmbeddedTLS(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := selfSigned(t, dir, "lattice")
-	lt := manifest.Lattice{Name: "tls", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
-		TLSCA: cert, TLSCert: cert, TLSKey: key, HeartbeatTTL: time.Second, FenceFailures: 3}
+	lt := lattice.Config{Name: "tls", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
+		TLSCA: cert, TLSCert: cert, TLSKey: key, HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL, FenceFailures: 3}
 	d := openDeployment(t, manifestOpts{instances: 1})
 	ctx := context.Background()
 	m, err := lattice.Join(ctx, d.Deployment, lattice.MemberConfig{Lattice: lt, HostID: "one", Logger: quietLogger()})
@@ -93,8 +93,8 @@ func TestMemberEmbeddedTLS(t *testing.T) {
 	}
 	nc.Close()
 
-	front, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: manifest.Lattice{Name: "tls", URL: m.ClientURL(), TLSCA: cert,
-		HeartbeatTTL: time.Second, FenceFailures: 3}, HostID: "front", Logger: quietLogger()})
+	front, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lattice.Config{Name: "tls", URL: m.ClientURL(), TLSCA: cert,
+		HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL, FenceFailures: 3}, HostID: "front", Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("a member with tls_ca: %v", err)
 	}
@@ -110,8 +110,8 @@ func TestMemberEmbeddedTLS(t *testing.T) {
 	}
 	// A member whose tls_ca does not hold the server's certificate cannot
 	// join.
-	if bad, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: manifest.Lattice{Name: "tls", URL: m.ClientURL(), TLSCA: otherCert,
-		HeartbeatTTL: time.Second, FenceFailures: 3}, HostID: "bad", Logger: quietLogger()}); err == nil {
+	if bad, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lattice.Config{Name: "tls", URL: m.ClientURL(), TLSCA: otherCert,
+		HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL, FenceFailures: 3}, HostID: "bad", Logger: quietLogger()}); err == nil {
 		bad.Close()
 		t.Fatal("a member that does not trust the server joined")
 	}

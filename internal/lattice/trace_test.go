@@ -232,7 +232,7 @@ func TestTracingResends(t *testing.T) {
 // service's log lines and the host logs and parents its span on.
 func TestTraceparentWithoutProvider(t *testing.T) {
 	dir := t.TempDir()
-	lt := manifest.Lattice{Name: "tr3", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"), HeartbeatTTL: time.Second, FenceFailures: 3}
+	lt := lattice.Config{Name: "tr3", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"), HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL, FenceFailures: 3}
 	ctx := context.Background()
 	front, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lt, HostID: "front", Logger: quietLogger()})
 	if err != nil {
@@ -242,7 +242,7 @@ func TestTraceparentWithoutProvider(t *testing.T) {
 	var logs syncBuffer
 	hostSpans := newRecorder(t)
 	d := openDeployment(t, manifestOpts{})
-	w, err := lattice.Join(ctx, d.Deployment, lattice.MemberConfig{Lattice: manifest.Lattice{Name: "tr3", URL: front.ClientURL(), HeartbeatTTL: time.Second, FenceFailures: 3},
+	w, err := lattice.Join(ctx, d.Deployment, lattice.MemberConfig{Lattice: lattice.Config{Name: "tr3", URL: front.ClientURL(), HeartbeatTTL: time.Second, ClaimTTL: manifest.DefaultClaimTTL, FenceFailures: 3},
 		HostID: "worker", Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), TracerProvider: hostSpans.tp})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -10,10 +10,9 @@ import (
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/manifest"
-	"github.com/stagehost/stagehost/service"
 )
 
-// joinLattice joins d to the lattice of m's [lattice] table (serve,
+// JoinLattice joins d to the lattice of m's [lattice] table (serve,
 // docs/lattice.md) as host hostID and routes srv's run calls through it;
 // tp records the host's and the front's spans. When ctx ends (SIGTERM),
 // the host leaves at once: its endpoints stop and its heartbeat is
@@ -21,8 +20,8 @@ import (
 // grace). finish, called once the HTTP service has
 // answered its own calls, waits for that and then closes the connection
 // (and the embedded server).
-func joinLattice(ctx context.Context, m *manifest.Manifest, d *deploy.Deployment, srv *service.Server, hostID string, grace time.Duration, tp trace.TracerProvider, logger *slog.Logger) (*lattice.Member, func(), error) {
-	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: *m.Lattice, HostID: hostID, Readiness: srv.Readiness, Logger: logger, TracerProvider: tp})
+func JoinLattice(ctx context.Context, m *manifest.Manifest, d *deploy.Deployment, srv *Server, hostID string, grace time.Duration, tp trace.TracerProvider, logger *slog.Logger) (*lattice.Member, func(), error) {
+	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: LatticeConfig(*m.Lattice), HostID: hostID, Readiness: srv.Readiness, Logger: logger, TracerProvider: tp})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -48,3 +47,9 @@ func joinLattice(ctx context.Context, m *manifest.Manifest, d *deploy.Deployment
 	}
 	return member, finish, nil
 }
+
+// LatticeConfig translates a manifest's [lattice] table into the
+// lattice's own configuration (package internal/lattice does not read
+// manifests): the same fields, defaults already filled in by the
+// manifest's decoder.
+func LatticeConfig(lt manifest.Lattice) lattice.Config { return lattice.Config(lt) }

@@ -1,0 +1,154 @@
+package service
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/supervise"
+	"github.com/stagehost/stagehost/manifest"
+)
+
+// SupervisedNameErrors names the sessions and residents of m whose names
+// cannot be NATS subject tokens, which a supervisor's workers need.
+func SupervisedNameErrors(m *manifest.Manifest) []string {
+	var bad []string
+	for _, s := range m.Sessions {
+		if !lattice.ValidName(s.Name) {
+			bad = append(bad, fmt.Sprintf("session %q", s.Name))
+		}
+	}
+	for _, r := range m.Residents {
+		if !lattice.ValidName(r.Name) {
+			bad = append(bad, fmt.Sprintf("resident %q", r.Name))
+		}
+	}
+	return bad
+}
+
+// SupervisedLattice is the lattice, named name, of `serve --supervise` on
+// a manifest without [lattice]: the manifest's defaults
+// (manifest.DefaultHeartbeatTTL, DefaultClaimTTL, DefaultFenceFailures),
+// except that a lost device does not put the module in the shared
+// quarantine (a worker whose device was lost is restarted, and serves
+// its sessions again).
+func SupervisedLattice(name string) manifest.Lattice {
+	return manifest.Lattice{Name: name, HeartbeatTTL: manifest.DefaultHeartbeatTTL, ClaimTTL: manifest.DefaultClaimTTL,
+		FenceFailures: manifest.DefaultFenceFailures, QuarantineOnDeviceLost: false}
+}
+
+// supervisedFront is the supervisor's Lattice: the member (a
+// front only), for which the manifest's sessions and residents are known
+// from the start (a call to one that no worker serves yet is 503, not
+// 404).
+type supervisedFront struct {
+	*lattice.Member
+	m *manifest.Manifest
+}
+
+// SupervisorFront is the Lattice of `serve --supervise`: member (a front
+// only, joined with no deployment), for which m's sessions and residents
+// are known from the start (a call to one that no worker serves yet is
+// 503 unavailable, not 404), and which offers m's session specs
+// ([SessionSpecs]).
+func SupervisorFront(member *lattice.Member, m *manifest.Manifest) Lattice {
+	return supervisedFront{member, m}
+}
+
+func (f supervisedFront) Known(session string) bool {
+	return f.m.Session(session) != nil || f.Member.Known(session)
+}
+
+var _ SessionSpecs = supervisedFront{}
+
+// SessionSpec is the manifest's session: its max_input and deadline
+// apply at the supervisor, before a call is routed to a worker.
+func (f supervisedFront) SessionSpec(session string) *manifest.Session { return f.m.Session(session) }
+
+func (f supervisedFront) KnownResident(resident string) bool {
+	return f.m.Resident(resident) != nil || f.Member.KnownResident(resident)
+}
+
+// workerView is the supervisor's Workers: the supervisor's status
+// of each worker, and the sessions as the front sees the workers'
+// heartbeats.
+type workerView struct {
+	sup   *supervise.Supervisor
+	front *lattice.Front
+	m     *manifest.Manifest
+}
+
+// SupervisorWorkers is the Workers of `serve --supervise`: sup's status
+// of each worker, and m's sessions as front sees the workers'
+// heartbeats.
+func SupervisorWorkers(sup *supervise.Supervisor, front *lattice.Front, m *manifest.Manifest) Workers {
+	return &workerView{sup: sup, front: front, m: m}
+}
+
+func (v *workerView) WorkerStatus() []supervise.WorkerStatus { return v.sup.Status() }
+
+func (v *workerView) WorkerStates() []WorkerState {
+	sts := v.sup.Status()
+	out := make([]WorkerState, len(sts))
+	for i, st := range sts {
+		ws := WorkerState{Name: st.Name, State: string(st.State), Ready: st.State == supervise.StateReady,
+			Restarts: st.Restarts, SyntheticExits: st.SyntheticExits, DeviceLosses: st.DeviceLosses}
+		if !ws.Ready {
+			ws.Reason = st.Reason
+			if ws.Reason == "" && st.LastExit != nil {
+				ws.Reason = "last exit: " + st.LastExit.Reason
+			}
+		}
+		out[i] = ws
+	}
+	return out
+}
+
+func (v *workerView) Sessions() []LatticeSession {
+	byName := map[string]*LatticeSession{}
+	var order []string
+	add := func(name string) *LatticeSession {
+		ls := byName[name]
+		if ls == nil {
+			ls = &LatticeSession{Name: name, State: "unavailable", Hosts: []string{}, HostOutcomes: map[string]map[string]uint64{}}
+			byName[name] = ls
+			order = append(order, name)
+		}
+		return ls
+	}
+	for _, ms := range v.m.Sessions {
+		add(ms.Name)
+	}
+	notServing := map[string][]string{}
+	for _, rec := range v.front.Hosts() {
+		for _, sc := range rec.Sessions {
+			ls := add(sc.Name)
+			if len(sc.Outcomes) > 0 {
+				ls.HostOutcomes[rec.ID] = sc.Outcomes
+			}
+			if !sc.Serving {
+				notServing[sc.Name] = append(notServing[sc.Name], fmt.Sprintf("host %s has it %s: %s", rec.ID, sc.State, sc.Reason))
+				continue
+			}
+			ls.Hosts = append(ls.Hosts, rec.ID)
+			ls.Instances += sc.Instances
+			ls.Free += sc.Free
+			ls.InFlight += sc.InFlight
+			ls.Waiting += sc.Waiting
+		}
+	}
+	out := make([]LatticeSession, 0, len(order))
+	for _, name := range order {
+		ls := byName[name]
+		switch {
+		case len(ls.Hosts) > 0:
+			ls.State = "ready"
+		case len(notServing[name]) > 0:
+			ls.Reason = "no live host serves it (" + strings.Join(notServing[name], "; ") + ")"
+		default:
+			ls.Reason = "no live host serves it"
+		}
+		out = append(out, *ls)
+	}
+	return out
+}
