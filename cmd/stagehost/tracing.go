@@ -18,7 +18,7 @@ import (
 // code (-1 on success): 3, a start-up failure, for a span file that
 // cannot be opened.
 func startTracing(m *manifest.Manifest, hostID, latticeName string, logger *slog.Logger, stderr io.Writer) (*tracing.Provider, int) {
-	p, err := tracing.New(m.Tracing, tracing.Options{HostID: hostID, Lattice: latticeName, Logger: logger})
+	p, err := tracing.New((*tracing.Config)(m.Tracing), tracing.Options{HostID: hostID, Lattice: latticeName, Logger: logger})
 	if err != nil {
 		fmt.Fprintf(stderr, "stagehost serve: %v\n", err)
 		return nil, exitStartup

@@ -35,7 +35,7 @@ engine = "cpu"
 		fmt.Println(err)
 		return
 	}
-	p, err := tracing.New(m.Tracing, tracing.Options{HostID: "h1", Lattice: "prod"})
+	p, err := tracing.New((*tracing.Config)(m.Tracing), tracing.Options{HostID: "h1", Lattice: "prod"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,6 +1,8 @@
 // Package tracing builds the OpenTelemetry tracer provider of a
-// `stagehost serve` process from its manifest's [tracing] table
-// (docs/lattice.md, "Tracing"; docs/manifest.md, "[tracing]").
+// `stagehost serve` process from its [Config]: its manifest's [tracing]
+// table, which the caller translates (docs/lattice.md, "Tracing";
+// docs/manifest.md, "[tracing]"). It does not import the manifest's
+// package (ARCHITECTURE.md).
 //
 // Without the table, [New] returns a provider whose tracers are no-ops:
 // no SDK runs, no span is recorded, and a span context that arrives with
@@ -32,8 +34,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/stagehost/stagehost/manifest"
 )
 
 // TracerName is the instrumentation scope of every span stagehost
@@ -128,6 +128,34 @@ type Provider struct {
 	desc string
 }
 
+// Config is what [New] builds a provider from: the fields of a manifest's
+// [tracing] table, validated and with its defaults filled in. The
+// manifest's type has these fields in this order, so the caller converts
+// it ((*tracing.Config)(m.Tracing)); a field added to one and not the
+// other fails to compile there.
+type Config struct {
+	// Exporter is ExporterOTLP or ExporterFile.
+	Exporter string
+	// Endpoint is the base URL of an OTLP/HTTP collector (ExporterOTLP):
+	// spans are posted to Endpoint + [OTLPPath].
+	Endpoint string
+	// File is the file the file exporter appends spans to, one JSON
+	// object a line (ExporterFile).
+	File string
+	// SampleRatio is the share (0..1) of the traces this process starts
+	// that are sampled (parent-based: a sampled parent is sampled).
+	SampleRatio float64
+	// ServiceName is the spans' service.name.
+	ServiceName string
+}
+
+// The exporters of [Config.Exporter]: the [tracing] table's exporter
+// values.
+const (
+	ExporterOTLP = "otlp" // OTLP over HTTP (protobuf) to Endpoint
+	ExporterFile = "file" // JSON lines appended to File
+)
+
 // New builds the tracer provider cfg describes: nil cfg (a manifest
 // without [tracing]) gives a no-op provider. The file exporter's file is
 // opened for appending (created if need be, mode 0644) here; the OTLP
@@ -137,20 +165,20 @@ type Provider struct {
 //
 // The file exporter's file cannot be opened; the exporter or the
 // resource cannot be made.
-func New(cfg *manifest.Tracing, opt Options) (*Provider, error) {
+func New(cfg *Config, opt Options) (*Provider, error) {
 	if cfg == nil {
 		return &Provider{tp: noop.NewTracerProvider(), desc: "off"}, nil
 	}
 	p := &Provider{}
 	var exp sdktrace.SpanExporter
 	switch cfg.Exporter {
-	case manifest.TracingOTLP:
+	case ExporterOTLP:
 		e, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(cfg.Endpoint+OTLPPath))
 		if err != nil {
 			return nil, fmt.Errorf("tracing: OTLP exporter to %s: %w", cfg.Endpoint, err)
 		}
 		exp, p.desc = e, "otlp to "+cfg.Endpoint+OTLPPath
-	case manifest.TracingFile:
+	case ExporterFile:
 		f, err := os.OpenFile(cfg.File, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("tracing: span file: %w", err)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +53,7 @@ func TestOff(t *testing.T) {
 	if tracing.Records(p.TracerProvider()) || tracing.Records(nil) {
 		t.Error("Records is true for a no-op or nil provider")
 	}
-	on, err := tracing.New(&manifest.Tracing{Exporter: manifest.TracingFile, File: filepath.Join(t.TempDir(), "spans.jsonl"), SampleRatio: 1, ServiceName: "s"}, tracing.Options{})
+	on, err := tracing.New(&tracing.Config{Exporter: tracing.ExporterFile, File: filepath.Join(t.TempDir(), "spans.jsonl"), SampleRatio: 1, ServiceName: "s"}, tracing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestOTLP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := tracing.New(m.Tracing, tracing.Options{HostID: "h7", Lattice: "l"})
+	p, err := tracing.New((*tracing.Config)(m.Tracing), tracing.Options{HostID: "h7", Lattice: "l"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestOTLP(t *testing.T) {
 // but a call whose parent is sampled is (parent-based).
 func TestSampling(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "spans.json")
-	p, err := tracing.New(&manifest.Tracing{Exporter: manifest.TracingFile, File: file, SampleRatio: 0, ServiceName: "s"}, tracing.Options{})
+	p, err := tracing.New(&tracing.Config{Exporter: tracing.ExporterFile, File: file, SampleRatio: 0, ServiceName: "s"}, tracing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestSampling(t *testing.T) {
 func TestFileAppends(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "spans.json")
 	for _, name := range []string{"first", "second"} {
-		p, err := tracing.New(&manifest.Tracing{Exporter: manifest.TracingFile, File: file, SampleRatio: 1, ServiceName: "s"}, tracing.Options{})
+		p, err := tracing.New(&tracing.Config{Exporter: tracing.ExporterFile, File: file, SampleRatio: 1, ServiceName: "s"}, tracing.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +147,7 @@ func TestFileAppends(t *testing.T) {
 	if names := spanNames(t, file); strings.Join(names, ",") != "first,second" {
 		t.Errorf("spans in the file: %q", names)
 	}
-	_, err := tracing.New(&manifest.Tracing{Exporter: manifest.TracingFile, File: filepath.Join(t.TempDir(), "no", "such", "dir.json"), SampleRatio: 1}, tracing.Options{})
+	_, err := tracing.New(&tracing.Config{Exporter: tracing.ExporterFile, File: filepath.Join(t.TempDir(), "no", "such", "dir.json"), SampleRatio: 1}, tracing.Options{})
 	if err == nil || !strings.Contains(err.Error(), "tracing: span file:") {
 		t.Errorf("a file in a missing directory: %v", err)
 	}
@@ -170,4 +171,12 @@ func spanNames(t *testing.T, file string) []string {
 		names = append(names, s.Name)
 	}
 	return names
+}
+
+// TestExportersAreTheManifests: the exporter values a Config takes are
+// the [tracing] table's, so a converted table needs no mapping.
+func TestExportersAreTheManifests(t *testing.T) {
+	if !slices.Equal(manifest.TracingExporters, []string{tracing.ExporterOTLP, tracing.ExporterFile}) {
+		t.Fatalf("manifest exporters %q, tracing's %q %q", manifest.TracingExporters, tracing.ExporterOTLP, tracing.ExporterFile)
+	}
 }
