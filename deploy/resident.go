@@ -13,6 +13,7 @@ import (
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/sessions"
+	"github.com/stagehost/stagehost/sessions/exchange"
 )
 
 // Resident is a manifest resident session: a template from which runs are
@@ -298,8 +299,8 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun, l *liveRun) (*s
 	if gb != nb || (gb != manifest.BackendSim && gb != manifest.BackendCUDA) {
 		return nil, nil, errdefs.Errorf(errdefs.ErrUnsupported, "resident %q: gpu %q (%s) and npu %q (%s) must both be sim or both cuda devices", spec.Name, spec.GPU, gb, spec.NPU, nb)
 	}
-	if spec.Payload != sessions.PayloadSize {
-		return nil, nil, errdefs.Errorf(errdefs.ErrUnsupported, "resident %q: the resident participants exchange exactly %d payload bytes, the manifest asks for %d", spec.Name, sessions.PayloadSize, spec.Payload)
+	if spec.Payload != exchange.PayloadSize {
+		return nil, nil, errdefs.Errorf(errdefs.ErrUnsupported, "resident %q: the resident participants exchange exactly %d payload bytes, the manifest asks for %d", spec.Name, exchange.PayloadSize, spec.Payload)
 	}
 	gpu, npu := d.devices[spec.GPU], d.devices[spec.NPU]
 	var p hw.Platform = d.simP
@@ -333,9 +334,9 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun, l *liveRun) (*s
 	var gp, np sessions.Participant
 	var payload hw.Shared
 	if gb == manifest.BackendCUDA {
-		gp, np, payload, err = sessions.NewCUDAExchange(d.cudaP, startup, gs, ns, spec.Rounds, owner)
+		gp, np, payload, err = exchange.NewCUDAExchange(d.cudaP, startup, gs, ns, spec.Rounds, owner)
 	} else {
-		gp, np, payload, err = sessions.NewSimExchange(p, startup, gs, ns, spec.Rounds, owner)
+		gp, np, payload, err = exchange.NewSimExchange(p, startup, gs, ns, spec.Rounds, owner)
 	}
 	if err != nil {
 		_ = startup.Close()
@@ -371,8 +372,8 @@ func (r *Resident) finish(run *ResidentRun, l *liveRun, rs *sessions.ResidentSes
 	retired, err := rs.WaitTimeout(r.Spec.JoinDeadline)
 	verified := false
 	if err == nil && retired {
-		got, derr := sessions.ExchangeData(payload)
-		want := sessions.ExpectedPayload(r.Spec.Rounds)
+		got, derr := exchange.ExchangeData(payload)
+		want := exchange.ExpectedPayload(r.Spec.Rounds)
 		verified = derr == nil && equalFloats(got, want)
 		if !verified {
 			err = errdefs.Errorf(errdefs.ErrFault, "payload after %d rounds does not match the expected exchange", r.Spec.Rounds)

@@ -17,7 +17,7 @@ import (
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/hw/sim"
-	"github.com/stagehost/stagehost/sessions"
+	"github.com/stagehost/stagehost/sessions/exchange"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -39,7 +39,7 @@ const (
 	defaultEntry           = "main"
 	defaultRounds          = 16
 	maxRounds              = 1_000_000
-	defaultPayload         = sessions.PayloadSize
+	defaultPayload         = exchange.PayloadSize
 	defaultStartupDeadline = time.Second
 	defaultJoinDeadline    = 5 * time.Second
 	defaultResidentBudget  = 1 << 20
@@ -852,7 +852,7 @@ func (d *decoder) residents(root *table, m *Manifest) []resMeta {
 		n, _ := t.integer("rounds", defaultRounds, 1, maxRounds)
 		r.Rounds = int(n)
 		var payloadOK, budgetOK bool
-		r.Payload, payloadOK = t.size("payload", defaultPayload, sessions.PayloadSize, math.MaxInt64)
+		r.Payload, payloadOK = t.size("payload", defaultPayload, exchange.PayloadSize, math.MaxInt64)
 		r.StartupDeadline, _ = t.duration("startup_deadline", defaultStartupDeadline, true)
 		r.JoinDeadline, _ = t.duration("join_deadline", defaultJoinDeadline, true)
 		r.Budget, budgetOK = t.size("budget", defaultResidentBudget, 1, math.MaxInt64)
@@ -1124,12 +1124,12 @@ func (d *decoder) checkResidents(m *Manifest, devs []devMeta, res []resMeta) {
 				r.NPU, npu.Backend, r.GPU, gpu.Backend)
 			continue
 		}
-		// The participants of both backends (sessions.NewSimExchange,
-		// sessions.NewCUDAExchange) exchange exactly sessions.PayloadSize
+		// The participants of both backends (exchange.NewSimExchange,
+		// exchange.NewCUDAExchange) exchange exactly exchange.PayloadSize
 		// bytes; the host refuses any other payload when the run starts.
-		if backend := residentBackend(gpu, npu); backend != "" && meta.payload && r.Payload != sessions.PayloadSize {
+		if backend := residentBackend(gpu, npu); backend != "" && meta.payload && r.Payload != exchange.PayloadSize {
 			d.errorf(meta.p.key("payload"), "the %s resident participants exchange exactly %s (16 float32 values and both sides' credit words), not %s",
-				backend, FormatSize(sessions.PayloadSize), FormatSize(r.Payload))
+				backend, FormatSize(exchange.PayloadSize), FormatSize(r.Payload))
 		}
 	}
 }

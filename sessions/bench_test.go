@@ -1,8 +1,10 @@
-package sessions
+package sessions_test
 
 import (
 	"context"
 	"fmt"
+	. "github.com/stagehost/stagehost/sessions"
+	. "github.com/stagehost/stagehost/sessions/exchange"
 	"runtime"
 	"testing"
 	"time"
@@ -45,7 +47,7 @@ func BenchmarkResidentStartup(b *testing.B) {
 
 		t0 := time.Now()
 		must(b, s.Start())
-		for payload.Load32Acquire(offGPUObserved) == 0 || payload.Load32Acquire(offNPUObserved) == 0 {
+		for payload.Load32Acquire(GPUObservedOffset) == 0 || payload.Load32Acquire(NPUObservedOffset) == 0 {
 			polls++
 			runtime.Gosched()
 		}

@@ -1,4 +1,4 @@
-package sessions
+package sessions_test
 
 // Resident sessions on a real NVIDIA GPU: R1–R8 with the CUDA
 // participants (NewCUDAExchange: the resident_gpu_exchange kernel on
@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	. "github.com/stagehost/stagehost/sessions"
+	. "github.com/stagehost/stagehost/sessions/exchange"
 	"os"
 	"slices"
 	"sync"
@@ -237,7 +239,7 @@ func TestCUDAR1StartupLineMappedForBothDevices(t *testing.T) {
 		t.Fatal("fresh startup line is not all WAIT (zero)")
 	}
 	// Publishing: the release store plus one prepared action per device.
-	for i, a := range r.startup.publication {
+	for i, a := range Publication(r.startup) {
 		if a == nil {
 			t.Fatalf("visibility action %d missing", i)
 		}
@@ -377,14 +379,14 @@ func TestCUDAR6IsCompleteMakesNoProgress(t *testing.T) {
 	must(t, s.Start())
 	// The GPU participant runs up to its first wait for the peer; the host
 	// participant is stuck behind the gate. Asking changes nothing.
-	spinUntil(t, "the GPU's first round", func() bool { return r.payloadWord(offGPUCredit) == 1 })
+	spinUntil(t, "the GPU's first round", func() bool { return r.payloadWord(GPUCreditOffset) == 1 })
 	for range 1000 {
 		if done, err := s.IsComplete(); done || err != nil {
 			t.Fatalf("gated IsComplete = %v, %v", done, err)
 		}
 	}
-	if r.payloadWord(GPUObservedOffset) != 1 || r.payloadWord(NPUObservedOffset) != 0 || r.payloadWord(offGPUCredit) != 1 {
-		t.Fatalf("IsComplete made progress: NPU observed %d, GPU credit %d", r.payloadWord(NPUObservedOffset), r.payloadWord(offGPUCredit))
+	if r.payloadWord(GPUObservedOffset) != 1 || r.payloadWord(NPUObservedOffset) != 0 || r.payloadWord(GPUCreditOffset) != 1 {
+		t.Fatalf("IsComplete made progress: NPU observed %d, GPU credit %d", r.payloadWord(NPUObservedOffset), r.payloadWord(GPUCreditOffset))
 	}
 	release()
 	spinUntil(t, "IsComplete", func() bool { done, _ := s.IsComplete(); return done })

@@ -22,9 +22,12 @@
 //     quarantines the session (keeping every allocation a device may still
 //     touch) if a participant did not retire or the session is poisoned.
 //
-// The package also registers two simulated participants with the sim
-// backend (see [NewSimExchange]) that run a real, concurrent credit
-// ping-pong over a shared payload.
+// The participants themselves are package sessions/exchange's: two
+// simulated ones, registered with the sim backend, and the CUDA
+// backend's kernel and host program (exchange.NewSimExchange,
+// exchange.NewCUDAExchange), which run a real, concurrent credit
+// ping-pong over a shared payload. This package drives any two
+// [Participant]s and imports no backend.
 //
 // Example, on the sim backend:
 //
@@ -39,7 +42,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	g, n, payload, err := sessions.NewSimExchange(p, startup, gs, ns, 16, owner)
+//	g, n, payload, err := exchange.NewSimExchange(p, startup, gs, ns, 16, owner)
 //	if err != nil {
 //		return err
 //	}
@@ -58,6 +61,6 @@
 //		return err
 //	}
 //	done, err := sess.WaitTimeout(time.Second)
-//	// done && err == nil: sessions.ExchangeData(payload) equals
-//	// sessions.ExpectedPayload(16).
+//	// done && err == nil: exchange.ExchangeData(payload) equals
+//	// exchange.ExpectedPayload(16).
 package sessions

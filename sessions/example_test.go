@@ -9,6 +9,7 @@ import (
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
 	"github.com/stagehost/stagehost/sessions"
+	"github.com/stagehost/stagehost/sessions/exchange"
 )
 
 func ExampleNewResidentStartup() {
@@ -47,7 +48,7 @@ func ExampleNewResidentSession() {
 	if err != nil {
 		panic(err)
 	}
-	g, n, payload, err := sessions.NewSimExchange(p, startup, gs, ns, 16, owner)
+	g, n, payload, err := exchange.NewSimExchange(p, startup, gs, ns, 16, owner)
 	if err != nil {
 		panic(err)
 	}
@@ -61,8 +62,8 @@ func ExampleNewResidentSession() {
 	fmt.Println(sess.Start())
 
 	done, err := sess.WaitTimeout(10 * time.Second)
-	data, _ := sessions.ExchangeData(payload)
-	fmt.Println(done, err, slices.Equal(data, sessions.ExpectedPayload(16)))
+	data, _ := exchange.ExchangeData(payload)
+	fmt.Println(done, err, slices.Equal(data, exchange.ExpectedPayload(16)))
 	fmt.Println(sess.Abort()) // a second decision is refused
 
 	fmt.Println(sess.Close(), owner.Budget().Used(), rt.Tracer().Total())

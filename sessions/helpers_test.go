@@ -1,10 +1,12 @@
-package sessions
+package sessions_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	. "github.com/stagehost/stagehost/sessions"
+	. "github.com/stagehost/stagehost/sessions/exchange"
 	"os"
 	"runtime"
 	"slices"
@@ -176,7 +178,7 @@ func (r *rig) checkExchanged() {
 	if want := ExpectedPayload(r.rounds); !slices.Equal(got, want) {
 		r.t.Fatalf("payload after %d rounds:\n got %v\nwant %v", r.rounds, got, want)
 	}
-	if g, n := r.payloadWord(offGPUObserved), r.payloadWord(offNPUObserved); g != 1 || n != 1 {
+	if g, n := r.payloadWord(GPUObservedOffset), r.payloadWord(NPUObservedOffset); g != 1 || n != 1 {
 		r.t.Fatalf("observed words = %d, %d; want 1, 1", g, n)
 	}
 }

@@ -1,9 +1,11 @@
-package sessions
+package sessions_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	. "github.com/stagehost/stagehost/sessions"
+	. "github.com/stagehost/stagehost/sessions/exchange"
 	"runtime"
 	"slices"
 	"strings"
@@ -114,7 +116,7 @@ func TestR1PublishAllocatesNothing(t *testing.T) {
 	r := newRig(t, 1)
 	g0, n0 := r.releases()
 	allocs := testing.AllocsPerRun(100, func() {
-		if err := r.startup.publish(Wait); err != nil {
+		if err := Publish(r.startup, Wait); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -303,7 +305,7 @@ func TestR4RunOnlyAfterBothAccepted(t *testing.T) {
 
 func TestR4SecondDecisionRefused(t *testing.T) {
 	for _, first := range []uint32{Run, Abort} {
-		t.Run(decisionName(first), func(t *testing.T) {
+		t.Run(DecisionName(first), func(t *testing.T) {
 			r := newRig(t, 4)
 			s := r.session()
 			must(t, s.SubmitGPU())
@@ -416,7 +418,7 @@ func TestR5AbortDoesNotCancelARunningExchange(t *testing.T) {
 	must(t, s.Start())
 	// Both participants are inside the exchange now.
 	spinUntil(t, "both participants to observe RUN", func() bool {
-		return r.payloadWord(offGPUObserved) == 1 && r.payloadWord(offNPUObserved) == 1
+		return r.payloadWord(GPUObservedOffset) == 1 && r.payloadWord(NPUObservedOffset) == 1
 	})
 	isClass(t, s.Abort(), errdefs.ErrBusy)
 	if r.word() != Run {
@@ -439,7 +441,7 @@ func TestR6IsCompleteMakesNoProgress(t *testing.T) {
 	must(t, s.SubmitGPU())
 	must(t, s.SubmitNPU())
 	must(t, s.Start())
-	spinUntil(t, "the NPU participant to observe RUN", func() bool { return r.payloadWord(offNPUObserved) == 1 })
+	spinUntil(t, "the NPU participant to observe RUN", func() bool { return r.payloadWord(NPUObservedOffset) == 1 })
 	for range 1000 {
 		if done, err := s.IsComplete(); done || err != nil {
 			t.Fatalf("IsComplete with a hung GPU = %v, %v", done, err)
@@ -456,7 +458,7 @@ func TestR6IsCompleteMakesNoProgress(t *testing.T) {
 		t.Fatal("IsComplete did not read the cached retirement")
 	}
 	if simStream(r.gs).RetiredCount() != 0 || simStream(r.ns).RetiredCount() != 0 ||
-		r.payloadWord(offGPUObserved) != 0 || r.payloadWord(offNPUCredit) != 0 {
+		r.payloadWord(GPUObservedOffset) != 0 || r.payloadWord(NPUCreditOffset) != 0 {
 		t.Fatal("something advanced while only IsComplete was called")
 	}
 	if len(r.records()) != 0 || s.Poisoned() {

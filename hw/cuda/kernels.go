@@ -85,7 +85,7 @@ const (
 )
 
 // residentPayloadBytes is the least payload resident_gpu_exchange takes:
-// the layout of package sessions' exchange payload (sessions.PayloadSize):
+// the layout of package sessions/exchange's payload (exchange.PayloadSize):
 // the GPU's control line (observed word at 0, credit at 4), the NPU's
 // (observed at 64, credit at 68), then 16 float32 values at 128.
 const residentPayloadBytes = 128 + 4*16

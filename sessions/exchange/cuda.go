@@ -1,10 +1,11 @@
-package sessions
+package exchange
 
 import (
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
+	"github.com/stagehost/stagehost/sessions"
 )
 
 // The CUDA resident participants:
@@ -31,8 +32,15 @@ const (
 	NPUObservedOffset = offNPUObserved
 )
 
+// Offsets of the payload's credit words, for watching an exchange's
+// progress: the rounds the GPU has produced and the NPU has consumed.
+const (
+	GPUCreditOffset = offGPUCredit
+	NPUCreditOffset = offNPUCredit
+)
+
 // NewCUDAExchange builds the two participants of a resident exchange on
-// the CUDA backend, plus their shared payload, for [NewResidentSession]:
+// the CUDA backend, plus their shared payload, for [sessions.NewResidentSession]:
 // the same payload layout, protocol and result as [NewSimExchange], so
 // [ExchangeData] and [ExpectedPayload] verify it.
 //
@@ -64,18 +72,18 @@ const (
 //     [errdefs.ErrDeviceLost], [errdefs.ErrClosed], or [errdefs.ErrDeviceLost] for a
 //     quarantined owner). Nothing is allocated after an error, except
 //     through owner, which keeps what it made.
-func NewCUDAExchange(p *cuda.Platform, startup *ResidentStartup, gpuStream, hostStream hw.Stream, rounds int, owner *host.Owner) (gpu, npu Participant, payload hw.Shared, err error) {
-	fail0 := func(format string, args ...any) (Participant, Participant, hw.Shared, error) {
-		return Participant{}, Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda exchange: "+format, args...)
+func NewCUDAExchange(p *cuda.Platform, startup *sessions.ResidentStartup, gpuStream, hostStream hw.Stream, rounds int, owner *host.Owner) (gpu, npu sessions.Participant, payload hw.Shared, err error) {
+	fail0 := func(format string, args ...any) (sessions.Participant, sessions.Participant, hw.Shared, error) {
+		return sessions.Participant{}, sessions.Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda exchange: "+format, args...)
 	}
 	if p == nil || startup == nil || gpuStream == nil || hostStream == nil {
 		return fail0("nil platform, startup or stream")
 	}
-	if startup.npu != hw.Device(p.Host()) {
-		return fail0("the startup's peer is %q, not the platform's host device %q", startup.npu.Name(), cuda.HostDeviceName)
+	if startup.NPU() != hw.Device(p.Host()) {
+		return fail0("the startup's peer is %q, not the platform's host device %q", startup.NPU().Name(), cuda.HostDeviceName)
 	}
-	if _, ok := startup.gpu.(*cuda.Device); !ok {
-		return fail0("the startup's GPU %q is not a CUDA device", startup.gpu.Name())
+	if _, ok := startup.GPU().(*cuda.Device); !ok {
+		return fail0("the startup's GPU %q is not a CUDA device", startup.GPU().Name())
 	}
 	return newExchange("cuda exchange", p, startup, gpuStream, hostStream, rounds, owner, CUDAGPUKernel, CUDAHostProgram)
 }

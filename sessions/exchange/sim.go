@@ -1,4 +1,4 @@
-package sessions
+package exchange
 
 import (
 	"encoding/binary"
@@ -12,6 +12,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/sessions"
 )
 
 // The simulated resident participants, registered with the sim backend:
@@ -54,7 +55,7 @@ const PayloadSize = offData + 4*ExchangeLen
 
 // NewSimExchange builds the two simulated participants of a resident
 // exchange on startup's devices, plus their shared payload, for
-// [NewResidentSession]:
+// [sessions.NewResidentSession]:
 //
 //   - The payload is [PayloadSize] bytes of host-coherent memory for both
 //     devices (allocated through owner when it is not nil, so that it lives
@@ -84,9 +85,9 @@ const PayloadSize = offData + 4*ExchangeLen
 //     [errdefs.ErrDeviceLost], [errdefs.ErrClosed], or [errdefs.ErrDeviceLost] for a
 //     quarantined owner). Nothing is allocated after an error, except
 //     through owner, which keeps what it made.
-func NewSimExchange(p hw.Platform, startup *ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *host.Owner) (gpu, npu Participant, payload hw.Shared, err error) {
+func NewSimExchange(p hw.Platform, startup *sessions.ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *host.Owner) (gpu, npu sessions.Participant, payload hw.Shared, err error) {
 	if p == nil || startup == nil || gpuStream == nil || npuStream == nil {
-		return Participant{}, Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim exchange: nil platform, startup or stream")
+		return sessions.Participant{}, sessions.Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim exchange: nil platform, startup or stream")
 	}
 	return newExchange("sim exchange", p, startup, gpuStream, npuStream, rounds, owner, SimGPUKernel, SimNPUKernel)
 }
@@ -94,34 +95,34 @@ func NewSimExchange(p hw.Platform, startup *ResidentStartup, gpuStream, npuStrea
 // newExchange builds the two participants of an exchange with the given
 // programs, plus their shared payload (see [NewSimExchange]); both
 // backends' participants share the layout and arguments.
-func newExchange(what string, p hw.Platform, startup *ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *host.Owner, gpuProgram, npuProgram string) (gpu, npu Participant, payload hw.Shared, err error) {
-	if gpuStream.Device() != startup.gpu || npuStream.Device() != startup.npu {
-		return Participant{}, Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: streams must be on the startup's devices %q and %q", what, startup.gpu.Name(), startup.npu.Name())
+func newExchange(what string, p hw.Platform, startup *sessions.ResidentStartup, gpuStream, npuStream hw.Stream, rounds int, owner *host.Owner, gpuProgram, npuProgram string) (gpu, npu sessions.Participant, payload hw.Shared, err error) {
+	if gpuStream.Device() != startup.GPU() || npuStream.Device() != startup.NPU() {
+		return sessions.Participant{}, sessions.Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: streams must be on the startup's devices %q and %q", what, startup.GPU().Name(), startup.NPU().Name())
 	}
 	if rounds < 0 || rounds > MaxExchangeRounds {
-		return Participant{}, Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %d rounds outside [0, %d]", what, rounds, MaxExchangeRounds)
+		return sessions.Participant{}, sessions.Participant{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %d rounds outside [0, %d]", what, rounds, MaxExchangeRounds)
 	}
-	devs := []hw.Device{startup.gpu, startup.npu}
+	devs := []hw.Device{startup.GPU(), startup.NPU()}
 	if owner != nil {
 		payload, err = owner.AllocShared(p, PayloadSize, devs)
 	} else {
 		payload, err = p.AllocShared(PayloadSize, devs, nil)
 	}
 	if err != nil {
-		return Participant{}, Participant{}, nil, err
+		return sessions.Participant{}, sessions.Participant{}, nil, err
 	}
-	fail := func(err error) (Participant, Participant, hw.Shared, error) {
+	fail := func(err error) (sessions.Participant, sessions.Participant, hw.Shared, error) {
 		if owner == nil {
 			_ = payload.Free()
 		}
-		return Participant{}, Participant{}, nil, err
+		return sessions.Participant{}, sessions.Participant{}, nil, err
 	}
 	b := payload.Bytes()
 	clear(b)
 	for i := range ExchangeLen {
 		binary.NativeEndian.PutUint32(b[offData+4*i:], math.Float32bits(float32(i)))
 	}
-	build := func(st hw.Stream, program string) (Participant, error) {
+	build := func(st hw.Stream, program string) (sessions.Participant, error) {
 		dev := st.Device()
 		var prog hw.Program
 		var err error
@@ -131,19 +132,19 @@ func newExchange(what string, p hw.Platform, startup *ResidentStartup, gpuStream
 			prog, err = dev.Prepare(program)
 		}
 		if err != nil {
-			return Participant{}, err
+			return sessions.Participant{}, err
 		}
-		word, err := startup.shared.View(dev)
+		word, err := startup.Shared().View(dev)
 		if err != nil {
-			return Participant{}, err
+			return sessions.Participant{}, err
 		}
 		data, err := payload.View(dev)
 		if err != nil {
-			return Participant{}, err
+			return sessions.Participant{}, err
 		}
-		return Participant{Stream: st, Command: hw.Command{
+		return sessions.Participant{Stream: st, Command: hw.Command{
 			Program: prog,
-			Args:    []hw.Arg{hw.BufferArg(word, 0, StartupSize), hw.BufferArg(data, 0, PayloadSize), hw.Uint(uint64(rounds))},
+			Args:    []hw.Arg{hw.BufferArg(word, 0, sessions.StartupSize), hw.BufferArg(data, 0, PayloadSize), hw.Uint(uint64(rounds))},
 		}}, nil
 	}
 	if gpu, err = build(gpuStream, gpuProgram); err != nil {
@@ -219,13 +220,13 @@ func exchangeSide(gpu bool, args []hw.Arg, bytes func(int) []byte, uintArg func(
 	startup := (*uint32)(unsafe.Pointer(&line[0]))
 
 	// Poll the startup word. Nothing else is touched before a decision.
-	if !spinWhile(startup, Wait, lost) {
+	if !spinWhile(startup, sessions.Wait, lost) {
 		return deviceErr()
 	}
 	switch decision := atomic.LoadUint32(startup); decision {
-	case Abort:
+	case sessions.Abort:
 		return nil // retire at once: no payload access, no peer progress
-	case Run:
+	case sessions.Run:
 	default:
 		return errdefs.Errorf(errdefs.ErrFault, "resident exchange: unknown startup decision %d", decision)
 	}
