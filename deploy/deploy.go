@@ -155,29 +155,67 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	if err := d.openDevices(); err != nil {
 		return nil, err
 	}
-	cacheDir := "" // the file cache's directory, "" when it is off
+	cacheDir, err := d.openEngine(ctx, opt.Logger)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.loadModules(ctx, opt, cacheDir); err != nil {
+		return nil, err
+	}
+	if err := d.openSessions(ctx, opt); err != nil {
+		return nil, err
+	}
+	d.addResidents(opt)
+	if err := d.injectFaults(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return d, nil
+}
+
+// cacheDirOf is the directory of m's compilation file cache ("" when it
+// is off): cache_dir, resolved against the manifest's directory, or the
+// default one.
+func cacheDirOf(m *manifest.Manifest) string {
 	switch dir := m.Runtime.CacheDir; {
 	case dir == manifest.CacheOff:
+		return ""
 	case dir == "":
-		cacheDir = stages.DefaultCacheDir()
+		return stages.DefaultCacheDir()
 	case filepath.IsAbs(dir):
-		cacheDir = dir
+		return dir
 	default:
-		cacheDir = filepath.Join(m.Dir, dir)
+		return filepath.Join(m.Dir, dir)
 	}
-	ecfg := stages.NewEngineConfig().WithLogger(opt.Logger).WithMaxModuleSize(m.Runtime.MaxModuleSize).WithCacheDir(cacheDir)
+}
+
+// openEngine makes d's Wasm engine with the manifest's file cache, or
+// without one when the default cache directory cannot be used. It
+// returns the cache directory the engine uses ("" for none).
+func (d *Deployment) openEngine(ctx context.Context, logger *slog.Logger) (string, error) {
+	m := d.Manifest
+	cacheDir := cacheDirOf(m)
+	var err error
+	ecfg := stages.NewEngineConfig().WithLogger(logger).WithMaxModuleSize(m.Runtime.MaxModuleSize).WithCacheDir(cacheDir)
 	if d.Engine, err = stages.NewEngine(ctx, ecfg); err != nil {
 		if m.Runtime.CacheDir != "" || !errors.Is(err, errdefs.ErrUnsupported) {
-			return nil, err
+			return "", err
 		}
 		// The default cache directory is a convenience: without it every
 		// start compiles again, but nothing else changes.
-		opt.Logger.Warn("compilation cache unavailable, compiling without it", "err", err)
+		logger.Warn("compilation cache unavailable, compiling without it", "err", err)
 		if d.Engine, err = stages.NewEngine(ctx, ecfg.WithCacheDir("")); err != nil {
-			return nil, err
+			return "", err
 		}
 		cacheDir = ""
 	}
+	return cacheDir, nil
+}
+
+// loadModules loads the modules d needs (opt.Only's, opt.Device's, or
+// all), reporting each to opt.Progress.
+func (d *Deployment) loadModules(ctx context.Context, opt Options, cacheDir string) error {
+	m := d.Manifest
 	needed := neededModules(m, opt.Only)
 	if opt.Device != "" {
 		needed = d.deviceModules(needed)
@@ -187,37 +225,54 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 		if needed != nil && !needed[mm.Name] {
 			continue
 		}
-		if opt.Progress != nil {
-			opt.Progress(fmt.Sprintf("loading module %s (%d KiB)", mm.Name, len(mm.Bytes)>>10))
+		if err := d.loadModule(ctx, mm, opt.Progress, cacheDir); err != nil {
+			return err
 		}
-		// stages' compile-progress callback cannot tell a file-cache hit
-		// (its cached argument is always false: wazero consults the file
-		// cache inside CompileModule), and timing would guess. wazero's
-		// file cache writes one file per compiled module and never
-		// rewrites one it read, so the load compiled if the cache
-		// directory gained an entry, and was a hit if it did not. (Another
-		// process filling the same directory at the same moment can make
-		// a hit read as a compilation; never the other way round.)
-		before := cacheEntries(cacheDir)
-		start := time.Now()
-		mod, err := d.Engine.Load(ctx, mm.Bytes, mm.SHA256, mm.LoadConfig())
-		if err != nil {
-			return nil, err
-		}
-		if opt.Progress != nil {
-			took := time.Since(start).Round(time.Millisecond)
-			switch {
-			case cacheDir == "":
-				opt.Progress(fmt.Sprintf("module %s compiled in %v (the compilation cache is off)", mm.Name, took))
-			case cacheEntries(cacheDir) > before:
-				opt.Progress(fmt.Sprintf("module %s compiled in %v (cached for the next start)", mm.Name, took))
-			default:
-				opt.Progress(fmt.Sprintf("module %s read from the compilation cache in %v", mm.Name, took))
-			}
-		}
-		d.modules[mm.Name] = mod
-		d.registerModule(mm, mod)
 	}
+	return nil
+}
+
+// loadModule loads one module, and tells progress (when not nil) whether
+// it was compiled or read from the file cache.
+func (d *Deployment) loadModule(ctx context.Context, mm *manifest.Module, progress func(string), cacheDir string) error {
+	if progress != nil {
+		progress(fmt.Sprintf("loading module %s (%d KiB)", mm.Name, len(mm.Bytes)>>10))
+	}
+	// stages' compile-progress callback cannot tell a file-cache hit
+	// (its cached argument is always false: wazero consults the file
+	// cache inside CompileModule), and timing would guess. wazero's
+	// file cache writes one file per compiled module and never
+	// rewrites one it read, so the load compiled if the cache
+	// directory gained an entry, and was a hit if it did not. (Another
+	// process filling the same directory at the same moment can make
+	// a hit read as a compilation; never the other way round.)
+	before := cacheEntries(cacheDir)
+	start := time.Now()
+	mod, err := d.Engine.Load(ctx, mm.Bytes, mm.SHA256, mm.LoadConfig())
+	if err != nil {
+		return err
+	}
+	if progress != nil {
+		took := time.Since(start).Round(time.Millisecond)
+		switch {
+		case cacheDir == "":
+			progress(fmt.Sprintf("module %s compiled in %v (the compilation cache is off)", mm.Name, took))
+		case cacheEntries(cacheDir) > before:
+			progress(fmt.Sprintf("module %s compiled in %v (cached for the next start)", mm.Name, took))
+		default:
+			progress(fmt.Sprintf("module %s read from the compilation cache in %v", mm.Name, took))
+		}
+	}
+	d.modules[mm.Name] = mod
+	d.registerModule(mm, mod)
+	return nil
+}
+
+// openSessions creates d's sessions (opt.Only's, opt.Device's, or all).
+// A session that cannot be created is recorded as failed, and the others
+// are created; only the end of ctx stops it.
+func (d *Deployment) openSessions(ctx context.Context, opt Options) error {
+	m := d.Manifest
 	for i := range m.Sessions {
 		ms := &m.Sessions[i]
 		if opt.Only != "" && ms.Name != opt.Only || !d.onDevice(ms) {
@@ -226,13 +281,20 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 		s := d.newSession(ms)
 		if err := s.open(ctx); err != nil {
 			if ctx.Err() != nil {
-				return nil, err // start-up was cancelled: no session is to blame
+				return err // start-up was cancelled: no session is to blame
 			}
 			opt.Logger.Error("session could not be created; the others run", "session", ms.Name, "err", err)
 			s.failed = err
 		}
 		d.sessions[ms.Name] = s
 	}
+	return nil
+}
+
+// addResidents adds d's resident sessions (opt.Only's, opt.Device's, or
+// all); they start with RunResident.
+func (d *Deployment) addResidents(opt Options) {
+	m := d.Manifest
 	for i := range m.Residents {
 		r := &m.Residents[i]
 		if opt.Only != "" && r.Name != opt.Only || opt.Device != "" && r.GPU != opt.Device {
@@ -240,11 +302,6 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 		}
 		d.residents[r.Name] = &Resident{Spec: r, d: d, epoch: rand.Text()}
 	}
-	if err := d.injectFaults(); err != nil {
-		return nil, err
-	}
-	ok = true
-	return d, nil
 }
 
 // neededModules returns the modules that session or resident only needs

@@ -100,22 +100,63 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 			m.Close()
 		}
 	}()
-	opts := []nats.Option{nats.Name("stagehost " + id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+	opts := m.connOptions(id, lt.Name)
+	emb := EmbeddedConfig{Listen: lt.Listen}
+	creds, err := credentials(lt, &emb)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, creds...)
+	url := lt.URL
+	if lt.Embedded {
+		if url, err = m.startEmbedded(lt, emb); err != nil {
+			return nil, err
+		}
+	}
+	if m.nc, err = nats.Connect(url, opts...); err != nil {
+		return nil, fmt.Errorf("lattice %s: connecting to %s: %w", lt.Name, redactURLs(url), err)
+	}
+	ff := lt.FenceFailures // 0: never
+	if d != nil {
+		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, ClaimTTL: lt.ClaimTTL, FenceFailures: ff, Replicas: lt.Replicas,
+			NoDeviceLostQuarantine: !lt.QuarantineOnDeviceLost, Readiness: cfg.Readiness, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
+			return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
+		}
+	}
+	if m.front, err = NewFront(ctx, m.nc, FrontConfig{Lattice: lt.Name, TTL: lt.HeartbeatTTL, Replicas: lt.Replicas, Local: m.host, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
+		return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
+	}
+	ok = true
+	cfg.Logger.Info("lattice: joined", "lattice", lt.Name, "host", id, "url", m.nc.ConnectedUrlRedacted())
+	return m, nil
+}
+
+// connOptions are the connection's options as host id: reconnect for
+// ever, and record (for Ready) and log disconnections and errors.
+func (m *Member) connOptions(id, name string) []nats.Option {
+	log := m.log
+	return []nats.Option{nats.Name("stagehost " + id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if nc.IsClosed() {
 				return // Close: not a disconnection
 			}
 			m.setErr(err)
-			cfg.Logger.Warn("lattice: disconnected from NATS", "lattice", lt.Name, "err", err)
+			log.Warn("lattice: disconnected from NATS", "lattice", name, "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			m.setErr(nil)
-			cfg.Logger.Info("lattice: reconnected to NATS", "lattice", lt.Name, "url", nc.ConnectedUrlRedacted())
+			log.Info("lattice: reconnected to NATS", "lattice", name, "url", nc.ConnectedUrlRedacted())
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			cfg.Logger.Warn("lattice: NATS error", "lattice", lt.Name, "err", err)
+			log.Warn("lattice: NATS error", "lattice", name, "err", err)
 		})}
-	emb := EmbeddedConfig{Listen: lt.Listen}
+}
+
+// credentials reads lt's credentials (a token, an nkey seed) and TLS
+// files: the connection's options, and in emb what an embedded server
+// requires of its clients and serves with.
+func credentials(lt Config, emb *EmbeddedConfig) ([]nats.Option, error) {
+	var opts []nats.Option
 	if lt.TokenFile != "" || lt.TokenEnv != "" {
 		toks, err := deploy.ReadTokens(lt.TokenFile, lt.TokenEnv)
 		if err != nil {
@@ -139,63 +180,61 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 		opts = append(opts, nats.Nkey(emb.NkeyPublic, kp.Sign))
 	}
 	if lt.TLSCA != "" || lt.TLSCert != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if lt.TLSCA != "" {
-			pem, err := os.ReadFile(lt.TLSCA)
-			if err != nil {
-				return nil, fmt.Errorf("lattice %s: tls_ca: %w", lt.Name, err)
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("lattice %s: tls_ca %s holds no PEM certificate", lt.Name, lt.TLSCA)
-			}
-		}
-		if lt.TLSCert != "" {
-			cert, err := tls.LoadX509KeyPair(lt.TLSCert, lt.TLSKey)
-			if err != nil {
-				return nil, fmt.Errorf("lattice %s: TLS certificate %s and key %s: %w", lt.Name, lt.TLSCert, lt.TLSKey, err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-			if lt.Embedded {
-				emb.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-			}
+		tc, err := tlsConfig(lt, emb)
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, nats.Secure(tc))
 	}
-	url := lt.URL
-	if lt.Embedded {
-		emb.StoreDir = lt.StoreDir
-		if emb.StoreDir == "" {
-			dir, err := os.UserCacheDir()
-			if err != nil {
-				return nil, fmt.Errorf("lattice %s: no store_dir and no user cache directory: %w", lt.Name, err)
-			}
-			emb.StoreDir = filepath.Join(dir, "stagehost", "nats", lt.Name)
+	return opts, nil
+}
+
+// tlsConfig is the client's TLS configuration of lt (tls_ca, tls_cert and
+// tls_key); an embedded server serves with the same certificate (emb.TLS).
+func tlsConfig(lt Config, emb *EmbeddedConfig) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if lt.TLSCA != "" {
+		pem, err := os.ReadFile(lt.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("lattice %s: tls_ca: %w", lt.Name, err)
 		}
-		var err error
-		if m.srv, err = StartEmbedded(emb); err != nil {
-			return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("lattice %s: tls_ca %s holds no PEM certificate", lt.Name, lt.TLSCA)
 		}
-		url = m.srv.ClientURL()
-		cfg.Logger.Info("lattice: embedded NATS server started", "lattice", lt.Name, "url", url, "store_dir", emb.StoreDir)
+	}
+	if lt.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(lt.TLSCert, lt.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("lattice %s: TLS certificate %s and key %s: %w", lt.Name, lt.TLSCert, lt.TLSKey, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+		if lt.Embedded {
+			emb.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+		}
+	}
+	return tc, nil
+}
+
+// startEmbedded starts the embedded NATS server of lt (its store in
+// store_dir, or under the user cache directory) and returns its client
+// URL.
+func (m *Member) startEmbedded(lt Config, emb EmbeddedConfig) (string, error) {
+	emb.StoreDir = lt.StoreDir
+	if emb.StoreDir == "" {
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("lattice %s: no store_dir and no user cache directory: %w", lt.Name, err)
+		}
+		emb.StoreDir = filepath.Join(dir, "stagehost", "nats", lt.Name)
 	}
 	var err error
-	if m.nc, err = nats.Connect(url, opts...); err != nil {
-		return nil, fmt.Errorf("lattice %s: connecting to %s: %w", lt.Name, redactURLs(url), err)
+	if m.srv, err = StartEmbedded(emb); err != nil {
+		return "", fmt.Errorf("lattice %s: %w", lt.Name, err)
 	}
-	ff := lt.FenceFailures // 0: never
-	if d != nil {
-		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, ClaimTTL: lt.ClaimTTL, FenceFailures: ff, Replicas: lt.Replicas,
-			NoDeviceLostQuarantine: !lt.QuarantineOnDeviceLost, Readiness: cfg.Readiness, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
-			return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
-		}
-	}
-	if m.front, err = NewFront(ctx, m.nc, FrontConfig{Lattice: lt.Name, TTL: lt.HeartbeatTTL, Replicas: lt.Replicas, Local: m.host, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
-		return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
-	}
-	ok = true
-	cfg.Logger.Info("lattice: joined", "lattice", lt.Name, "host", id, "url", m.nc.ConnectedUrlRedacted())
-	return m, nil
+	url := m.srv.ClientURL()
+	m.log.Info("lattice: embedded NATS server started", "lattice", lt.Name, "url", url, "store_dir", emb.StoreDir)
+	return url, nil
 }
 
 // redactURLs drops any user part of a URL list.
