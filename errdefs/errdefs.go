@@ -1,8 +1,11 @@
 // Package errdefs is stagehost's fixed set of error classes: every error
 // the host returns wraps exactly one of them, and callers classify errors
 // with errors.Is, as containerd's errdefs does. Package abi maps them to
-// guest status codes (abi/status.go) and the HTTP service to statuses
-// (deploy/errors.go); nothing else translates them.
+// guest status codes (abi/status.go). Their wire names, the classes only
+// the HTTP service and the lattice add (unavailable, client_closed, …),
+// each class's HTTP status, and [RemoteError], an error another host of a
+// lattice answered, are in classes.go; the HTTP service maps errors to
+// those classes in service/errors.go. Nothing else translates them.
 package errdefs
 
 import (

@@ -250,7 +250,7 @@ func TestResidentThroughLattice(t *testing.T) {
 
 // TestMemberResident: a front-only member (serve --supervise's) starts a
 // resident of a member that has it and reads its status; the lattice's
-// errors are deploy.ClassErrors, and KnownResident follows the
+// errors are errdefs.RemoteErrors, and KnownResident follows the
 // heartbeats.
 func TestMemberResident(t *testing.T) {
 	dir := t.TempDir()
