@@ -157,11 +157,11 @@ emulator (guest-sdk/emu), for testing guests without a host.
 		}
 		fmt.Fprintf(&b, "| [%s](#%s) | %s | %s | %s |\n", r.name, r.name, s, yes(r.cuda), yes(r.emu))
 	}
-	b.WriteString("\n¹ On sim, registered by package sessions without a description; the arguments shown are cuda's where cuda has the kernel.\n")
+	b.WriteString("\n¹ On sim, registered by package sessions/exchange without a description; the arguments shown are cuda's where cuda has the kernel.\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "\n## %s\n\n", r.name)
 		if r.info == nil {
-			fmt.Fprintf(&b, "Not described: registered on sim by package sessions. Backends: %s.\n", strings.Join(r.backends(), ", "))
+			fmt.Fprintf(&b, "Not described: registered on sim by package sessions/exchange. Backends: %s.\n", strings.Join(r.backends(), ", "))
 			continue
 		}
 		fmt.Fprintf(&b, "%s\n\n", r.info.Doc)
