@@ -57,11 +57,8 @@ const (
 	maxHistory             = 1_000_000
 	maxTokenFileSize       = 64 << 10
 	maxTLSFileSize         = 1 << 20
-	defaultHeartbeatTTL    = 3 * time.Second
-	defaultClaimTTL        = 10 * time.Second
 	minHeartbeatTTL        = 100 * time.Millisecond
 	maxHeartbeatTTL        = time.Hour
-	defaultFenceFailures   = 3
 	maxLatticeReplicas     = 5
 	maxFenceFailures       = 1 << 16
 )
@@ -233,7 +230,7 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 	if t == nil {
 		return
 	}
-	lt := &Lattice{HeartbeatTTL: defaultHeartbeatTTL, ClaimTTL: defaultClaimTTL, FenceFailures: defaultFenceFailures, QuarantineOnDeviceLost: true}
+	lt := &Lattice{HeartbeatTTL: DefaultHeartbeatTTL, ClaimTTL: DefaultClaimTTL, FenceFailures: DefaultFenceFailures, QuarantineOnDeviceLost: true}
 	m.Lattice = lt
 	if name, ok := t.name("name"); ok {
 		if validLatticeName(name) {
@@ -309,14 +306,14 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 	if lt.Embedded && t.has("listen") && len(creds) == 0 && !LoopbackAddr(lt.Listen) {
 		d.errorf(t.path.key("listen"), "an embedded server on the non-loopback address %q needs credentials (token_file, token_env or nkey_seed_file)", lt.Listen)
 	}
-	if ttl, ok := t.duration("heartbeat_ttl", defaultHeartbeatTTL, true); ok {
+	if ttl, ok := t.duration("heartbeat_ttl", DefaultHeartbeatTTL, true); ok {
 		if ttl < minHeartbeatTTL || ttl > maxHeartbeatTTL {
 			d.errorf(t.path.key("heartbeat_ttl"), "must be between %v and %v, not %v", minHeartbeatTTL, maxHeartbeatTTL, ttl)
 		} else {
 			lt.HeartbeatTTL = ttl
 		}
 	}
-	if ttl, ok := t.duration("claim_ttl", defaultClaimTTL, true); ok {
+	if ttl, ok := t.duration("claim_ttl", DefaultClaimTTL, true); ok {
 		switch {
 		case ttl > maxHeartbeatTTL:
 			d.errorf(t.path.key("claim_ttl"), "must be at most %v, not %v", maxHeartbeatTTL, ttl)
@@ -330,7 +327,7 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 			lt.ClaimTTL = ttl
 		}
 	}
-	n, _ := t.integer("fence_failures", defaultFenceFailures, 0, maxFenceFailures)
+	n, _ := t.integer("fence_failures", DefaultFenceFailures, 0, maxFenceFailures)
 	lt.FenceFailures = int(n)
 	lt.QuarantineOnDeviceLost, _ = t.boolean("quarantine_on_device_lost", true)
 	n, _ = t.integer("replicas", 1, 1, maxLatticeReplicas)

@@ -123,14 +123,16 @@ type Lattice struct {
 	// TLSCA verifies the server; TLSCert and TLSKey (both or neither) are
 	// the client's certificate, and an embedded server's.
 	TLSCA, TLSCert, TLSKey string
-	HeartbeatTTL           time.Duration // default 3s
+	// HeartbeatTTL is how long a host's heartbeat lasts; a host beats
+	// every HeartbeatTTL/3. Default [DefaultHeartbeatTTL], 100ms to 1h.
+	HeartbeatTTL time.Duration
 	// ClaimTTL is how long a placement claim (a session with placement
-	// "exclusive") lasts without a renewal; default 10s, at least twice
-	// HeartbeatTTL.
+	// "exclusive") lasts without a renewal; default [DefaultClaimTTL], at
+	// least twice HeartbeatTTL.
 	ClaimTTL time.Duration
 	// FenceFailures is how many quarantined instances of a module's
 	// sessions on one host put the module in the lattice's shared
-	// quarantine; default 3, 0 never.
+	// quarantine; default [DefaultFenceFailures], 0 never.
 	FenceFailures int
 	// QuarantineOnDeviceLost puts a module in the shared quarantine when a
 	// call to it made a device lost; default true.
@@ -143,6 +145,23 @@ type Lattice struct {
 // DefaultLatticeListen is the [lattice] listen default of an embedded
 // server: loopback only.
 const DefaultLatticeListen = "127.0.0.1:4222"
+
+// Defaults of the [lattice] table's timers and quarantine, the values a
+// [Lattice] decoded without those keys holds. Code that builds a Lattice
+// or a lattice host without a manifest uses them too, so that every
+// process of a lattice agrees on them.
+const (
+	// DefaultHeartbeatTTL is the default heartbeat_ttl: a host that has
+	// not beaten for 3s is gone (it beats every 1s).
+	DefaultHeartbeatTTL = 3 * time.Second
+	// DefaultClaimTTL is the default claim_ttl: an exclusive session's
+	// placement claim not renewed for 10s lapses.
+	DefaultClaimTTL = 10 * time.Second
+	// DefaultFenceFailures is the default fence_failures: 3 quarantined
+	// instances of a module's sessions on one host put the module in the
+	// lattice's shared quarantine.
+	DefaultFenceFailures = 3
+)
 
 // CacheOff is the cache_dir value that disables the file cache.
 const CacheOff = "off"

@@ -244,6 +244,12 @@ func TestLattice(t *testing.T) {
 	if *m.Lattice != want {
 		t.Errorf("embedded defaults:\n got %+v\nwant %+v", *m.Lattice, want)
 	}
+	// The exported defaults are the ones decoded above and the ones
+	// docs/manifest.md and docs/lattice.md give.
+	if DefaultHeartbeatTTL != 3*time.Second || DefaultClaimTTL != 10*time.Second || DefaultFenceFailures != 3 {
+		t.Errorf("DefaultHeartbeatTTL %v, DefaultClaimTTL %v, DefaultFenceFailures %d: the documented defaults are 3s, 10s and 3",
+			DefaultHeartbeatTTL, DefaultClaimTTL, DefaultFenceFailures)
+	}
 }
 
 func noFiles(string, int64) ([]byte, error) { return nil, os.ErrNotExist }
