@@ -82,30 +82,38 @@ func checkManifest(t *testing.T, m *Manifest) {
 			t.Fatalf("module %s: %d bytes, sha256 %q", mod.Name, len(mod.Bytes), mod.SHA256)
 		}
 	}
-	for _, s := range m.Sessions {
-		if mod := m.Module(s.Stage); mod == nil || mod.Kind.String() != "stage" {
-			t.Fatalf("session %s: stage %q", s.Name, s.Stage)
-		}
-		if s.Fence != FenceBuiltin && s.Fence != FenceDrain {
-			if mod := m.Module(s.Fence); mod == nil || mod.Kind.String() != "fence" {
-				t.Fatalf("session %s: fence %q", s.Name, s.Fence)
-			}
-		}
-		if m.Device(s.Device) == nil || s.Deadline <= 0 || s.FenceTimeout <= 0 || s.InitTimeout <= 0 {
-			t.Fatalf("session %s: %+v", s.Name, s)
-		}
-		var sum int64
-		for _, b := range s.Buffers {
-			sum += b.Size
-		}
-		if sum > s.Budget {
-			t.Fatalf("session %s: buffers %d over budget %d", s.Name, sum, s.Budget)
-		}
+	for i := range m.Sessions {
+		checkSession(t, m, &m.Sessions[i])
 	}
 	for _, r := range m.Residents {
 		if m.Device(r.GPU) == nil || m.Device(r.NPU) == nil || StartupLineSize+r.Payload > r.Budget {
 			t.Fatalf("resident %+v", r)
 		}
+	}
+}
+
+// checkSession checks what a successful Decode promises of a session:
+// its modules and device resolve, its timers are set, its buffers fit
+// its budget.
+func checkSession(t *testing.T, m *Manifest, s *Session) {
+	t.Helper()
+	if mod := m.Module(s.Stage); mod == nil || mod.Kind.String() != "stage" {
+		t.Fatalf("session %s: stage %q", s.Name, s.Stage)
+	}
+	if s.Fence != FenceBuiltin && s.Fence != FenceDrain {
+		if mod := m.Module(s.Fence); mod == nil || mod.Kind.String() != "fence" {
+			t.Fatalf("session %s: fence %q", s.Name, s.Fence)
+		}
+	}
+	if m.Device(s.Device) == nil || s.Deadline <= 0 || s.FenceTimeout <= 0 || s.InitTimeout <= 0 {
+		t.Fatalf("session %s: %+v", s.Name, s)
+	}
+	var sum int64
+	for _, b := range s.Buffers {
+		sum += b.Size
+	}
+	if sum > s.Budget {
+		t.Fatalf("session %s: buffers %d over budget %d", s.Name, sum, s.Budget)
 	}
 }
 
