@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
@@ -742,7 +743,7 @@ func (d *decoder) moduleFile(t *table, mod *Module, k moduleKeys) {
 	case !k.sumSet:
 		d.errorf(t.path.key("sha256"), "required key is missing (the file's sha256 is %s)", mod.SHA256)
 	case k.sumOK && k.sum != mod.SHA256:
-		d.errorf(t.path.key("sha256"), "does not match %s: expected %s, the file hashes to %s", mod.File, k.sum, mod.SHA256)
+		d.errorf(t.path.key("sha256"), "does not match %q: expected %s, the file hashes to %s", mod.File, k.sum, mod.SHA256)
 		return // not the file the operator meant: its checks would mislead
 	}
 	if !k.kindOK || !k.limitOK || !k.wasiOK {
@@ -763,9 +764,39 @@ func (d *decoder) moduleError(p keyPath, name string, err error) {
 	msg := strings.TrimPrefix(err.Error(), fmt.Sprintf("module %q: ", name))
 	for _, line := range strings.Split(msg, "\n") {
 		if line = strings.TrimSpace(line); line != "" {
-			d.add(p, class, "module check failed: "+line)
+			d.add(p, class, "module check failed: "+escapeUnprintable(line))
 		}
 	}
+}
+
+// escapeUnprintable writes what strconv.Quote would escape in s (control
+// characters, other runes strconv.IsPrint refuses, invalid UTF-8) as Go
+// escapes, and leaves the rest as it is: for messages of other packages,
+// such as the module checks', that may show strings of the module's own
+// (its import names) unquoted.
+func escapeUnprintable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			q := strconv.Quote(s[:n])
+			b.WriteString(q[1 : len(q)-1])
+		} else {
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
 
 func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
@@ -1309,13 +1340,13 @@ func (d *decoder) checkDeviceMemory(m *Manifest, devs []devMeta, sess []sessMeta
 		var sum int64
 		for k, s := range m.Sessions {
 			if sess[k].p != nil && sess[k].bytes && s.Device == dev.Name {
-				charges = append(charges, charge{"session " + s.Name, s.Budget})
+				charges = append(charges, charge{"session " + strconv.Quote(s.Name), s.Budget})
 				sum = addSat(sum, s.Budget)
 			}
 		}
 		for k, r := range m.Residents {
 			if res[k].p != nil && res[k].budgeted && (r.GPU == dev.Name || r.NPU == dev.Name) {
-				charges = append(charges, charge{"resident " + r.Name, r.Budget})
+				charges = append(charges, charge{"resident " + strconv.Quote(r.Name), r.Budget})
 				sum = addSat(sum, r.Budget)
 			}
 		}

@@ -465,16 +465,16 @@ func resolve(dir, p string) string {
 // limit.
 func readError(file string, line int, key, path string, limit fileLimit, err error) *Error {
 	class := errdefs.ErrInvalidArgument
-	msg := fmt.Sprintf("cannot read %s: %v", path, unwrapPathError(err))
+	msg := fmt.Sprintf("cannot read %q: %s", path, escapeUnprintable(unwrapPathError(err).Error()))
 	var nr *notRegularError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		class = errdefs.ErrNotFound
-		msg = fmt.Sprintf("file %s does not exist", path)
+		msg = fmt.Sprintf("file %q does not exist", path)
 	case errors.As(err, &nr):
-		msg = fmt.Sprintf("%s is not a regular file: it is %s", path, nr.kind)
+		msg = fmt.Sprintf("%q is not a regular file: it is %s", path, nr.kind)
 	case errors.Is(err, ErrTooLarge):
-		msg = fmt.Sprintf("file %s is larger than %s of %s%s", path, limit.what, FormatSize(limit.size), limit.note)
+		msg = fmt.Sprintf("file %q is larger than %s of %s%s", path, limit.what, FormatSize(limit.size), limit.note)
 	}
 	return &Error{File: file, Line: line, Key: key, Msg: msg, class: class}
 }
