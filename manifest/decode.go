@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
@@ -57,11 +58,8 @@ const (
 	maxHistory             = 1_000_000
 	maxTokenFileSize       = 64 << 10
 	maxTLSFileSize         = 1 << 20
-	defaultHeartbeatTTL    = 3 * time.Second
-	defaultClaimTTL        = 10 * time.Second
 	minHeartbeatTTL        = 100 * time.Millisecond
 	maxHeartbeatTTL        = time.Hour
-	defaultFenceFailures   = 3
 	maxLatticeReplicas     = 5
 	maxFenceFailures       = 1 << 16
 )
@@ -214,14 +212,7 @@ func (d *decoder) service(root *table, m *Manifest) {
 	sv.InvokeTokenFile = d.serviceFile(t, "invoke_token_file", fileLimit{maxTokenFileSize, "the token file size limit", ""})
 	sv.AdminTokenEnv = d.envName(t, "admin_token_env")
 	sv.InvokeTokenEnv = d.envName(t, "invoke_token_env")
-	sv.TLSCert = d.serviceFile(t, "tls_cert", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
-	sv.TLSKey = d.serviceFile(t, "tls_key", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
-	switch {
-	case t.has("tls_cert") && !t.has("tls_key"):
-		d.errorf(t.path.key("tls_cert"), "tls_cert needs tls_key too")
-	case t.has("tls_key") && !t.has("tls_cert"):
-		d.errorf(t.path.key("tls_key"), "tls_key needs tls_cert too")
-	}
+	sv.TLSCert, sv.TLSKey = d.tlsPair(t)
 	t.finish()
 }
 
@@ -233,8 +224,26 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 	if t == nil {
 		return
 	}
-	lt := &Lattice{HeartbeatTTL: defaultHeartbeatTTL, ClaimTTL: defaultClaimTTL, FenceFailures: defaultFenceFailures, QuarantineOnDeviceLost: true}
+	lt := &Lattice{HeartbeatTTL: DefaultHeartbeatTTL, ClaimTTL: DefaultClaimTTL, FenceFailures: DefaultFenceFailures, QuarantineOnDeviceLost: true}
 	m.Lattice = lt
+	d.latticeIdentity(t, lt)
+	d.latticeServer(t, lt)
+	creds := d.latticeCredentials(t, lt)
+	if lt.Embedded && t.has("listen") && len(creds) == 0 && !LoopbackAddr(lt.Listen) {
+		d.errorf(t.path.key("listen"), "an embedded server on the non-loopback address %q needs credentials (token_file, token_env or nkey_seed_file)", lt.Listen)
+	}
+	d.latticeTimers(t, lt)
+	n, _ := t.integer("fence_failures", DefaultFenceFailures, 0, maxFenceFailures)
+	lt.FenceFailures = int(n)
+	lt.QuarantineOnDeviceLost, _ = t.boolean("quarantine_on_device_lost", true)
+	n, _ = t.integer("replicas", 1, 1, maxLatticeReplicas)
+	lt.Replicas = int(n)
+	t.finish()
+}
+
+// latticeIdentity decodes the names a lattice and this host go by: each
+// one NATS subject token.
+func (d *decoder) latticeIdentity(t *table, lt *Lattice) {
 	if name, ok := t.name("name"); ok {
 		if validLatticeName(name) {
 			lt.Name = name
@@ -249,6 +258,12 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 			d.errorf(t.path.key("host_id"), "%q: a host id is letters, digits, '-' and '_' (leave it out for the hostname and process id)", id)
 		}
 	}
+}
+
+// latticeServer decodes which NATS server the lattice uses: one to
+// connect to (url), or one to start (embedded = true), exactly one of
+// the two.
+func (d *decoder) latticeServer(t *table, lt *Lattice) {
 	lt.Embedded, _ = t.boolean("embedded", false)
 	if u, ok := t.str("url", "", false); ok && t.has("url") {
 		if err := checkNATSURLs(u); err != nil {
@@ -265,6 +280,12 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 	case !t.has("url") && !t.has("embedded"):
 		d.errorf(t.path, "needs url (a NATS server) or embedded = true (start one in the process)")
 	}
+	d.latticeEmbedded(t, lt)
+}
+
+// latticeEmbedded decodes the keys of an embedded server, listen and
+// store_dir, which need embedded = true.
+func (d *decoder) latticeEmbedded(t *table, lt *Lattice) {
 	lt.Listen = DefaultLatticeListen
 	if l, ok := t.str("listen", DefaultLatticeListen, false); ok && t.has("listen") {
 		if _, port, err := net.SplitHostPort(l); err != nil || !validPort(port) {
@@ -285,6 +306,11 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 			d.errorf(t.path.key(k), "%s is for an embedded server: it needs embedded = true", k)
 		}
 	}
+}
+
+// latticeCredentials decodes where the lattice's credential (at most
+// one) and TLS files are; it returns the credential keys present.
+func (d *decoder) latticeCredentials(t *table, lt *Lattice) []string {
 	lt.TokenFile = d.serviceFile(t, "token_file", fileLimit{maxTokenFileSize, "the token file size limit", ""})
 	lt.TokenEnv = d.envName(t, "token_env")
 	lt.NkeySeedFile = d.serviceFile(t, "nkey_seed_file", fileLimit{maxTokenFileSize, "the nkey seed file size limit", ""})
@@ -298,25 +324,21 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 		d.errorf(t.path.key(creds[1]), "%s and %s exclude each other: one credential", creds[0], creds[1])
 	}
 	lt.TLSCA = d.serviceFile(t, "tls_ca", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
-	lt.TLSCert = d.serviceFile(t, "tls_cert", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
-	lt.TLSKey = d.serviceFile(t, "tls_key", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
-	switch {
-	case t.has("tls_cert") && !t.has("tls_key"):
-		d.errorf(t.path.key("tls_cert"), "tls_cert needs tls_key too")
-	case t.has("tls_key") && !t.has("tls_cert"):
-		d.errorf(t.path.key("tls_key"), "tls_key needs tls_cert too")
-	}
-	if lt.Embedded && t.has("listen") && len(creds) == 0 && !LoopbackAddr(lt.Listen) {
-		d.errorf(t.path.key("listen"), "an embedded server on the non-loopback address %q needs credentials (token_file, token_env or nkey_seed_file)", lt.Listen)
-	}
-	if ttl, ok := t.duration("heartbeat_ttl", defaultHeartbeatTTL, true); ok {
+	lt.TLSCert, lt.TLSKey = d.tlsPair(t)
+	return creds
+}
+
+// latticeTimers decodes heartbeat_ttl and claim_ttl: a claim outlives
+// two heartbeats.
+func (d *decoder) latticeTimers(t *table, lt *Lattice) {
+	if ttl, ok := t.duration("heartbeat_ttl", DefaultHeartbeatTTL, true); ok {
 		if ttl < minHeartbeatTTL || ttl > maxHeartbeatTTL {
 			d.errorf(t.path.key("heartbeat_ttl"), "must be between %v and %v, not %v", minHeartbeatTTL, maxHeartbeatTTL, ttl)
 		} else {
 			lt.HeartbeatTTL = ttl
 		}
 	}
-	if ttl, ok := t.duration("claim_ttl", defaultClaimTTL, true); ok {
+	if ttl, ok := t.duration("claim_ttl", DefaultClaimTTL, true); ok {
 		switch {
 		case ttl > maxHeartbeatTTL:
 			d.errorf(t.path.key("claim_ttl"), "must be at most %v, not %v", maxHeartbeatTTL, ttl)
@@ -330,12 +352,19 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 			lt.ClaimTTL = ttl
 		}
 	}
-	n, _ := t.integer("fence_failures", defaultFenceFailures, 0, maxFenceFailures)
-	lt.FenceFailures = int(n)
-	lt.QuarantineOnDeviceLost, _ = t.boolean("quarantine_on_device_lost", true)
-	n, _ = t.integer("replicas", 1, 1, maxLatticeReplicas)
-	lt.Replicas = int(n)
-	t.finish()
+}
+
+// tlsPair decodes tls_cert and tls_key, both or neither.
+func (d *decoder) tlsPair(t *table) (cert, key string) {
+	cert = d.serviceFile(t, "tls_cert", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
+	key = d.serviceFile(t, "tls_key", fileLimit{maxTLSFileSize, "the TLS file size limit", ""})
+	switch {
+	case t.has("tls_cert") && !t.has("tls_key"):
+		d.errorf(t.path.key("tls_cert"), "tls_cert needs tls_key too")
+	case t.has("tls_key") && !t.has("tls_cert"):
+		d.errorf(t.path.key("tls_key"), "tls_key needs tls_cert too")
+	}
+	return cert, key
 }
 
 func validLatticeName(s string) bool {
@@ -460,65 +489,86 @@ func (d *decoder) devices(root *table, m *Manifest) []devMeta {
 	metas := make([]devMeta, len(list))
 	m.Devices = make([]Device, len(list))
 	for i, t := range list {
-		if t == nil {
-			continue
+		if t != nil {
+			d.device(t, &m.Devices[i], &metas[i])
 		}
-		dev, meta := &m.Devices[i], &metas[i]
-		meta.p = t.path
-		t.moved = map[string]string{"latency": "[device.sim]", "queue_depth": "[device.sim]", "fault": "[device.sim]"}
-		dev.Name, meta.name = t.name("name")
-		if meta.name && !validDeviceName(dev.Name) {
-			d.errorf(t.path.key("name"), "device name %q may only use a-z, 0-9, \"_\" and \"-\"", dev.Name)
-			meta.name = false
-		}
-		var backend string
-		backend, meta.backend = t.str("backend", "", true)
-		if meta.backend {
-			dev.Backend = Backend(backend)
-			if dev.Backend != BackendSim && dev.Backend != BackendCUDA {
-				d.errorf(t.path.key("backend"), "unknown backend %q (want sim or cuda)", backend)
-				meta.backend = false
-			}
-		}
-		var engine string
-		if engine, meta.engine = t.str("engine", "", true); meta.engine {
-			e, err := hw.ParseEngine(engine)
-			if err != nil {
-				d.errorf(t.path.key("engine"), "%v", err)
-				meta.engine = false
-			}
-			dev.Engine = e
-			// Engine "cpu" names the CUDA platform's host device (host0).
-			if meta.engine && meta.backend && dev.Backend == BackendCUDA && e != hw.EngineGPU && e != hw.EngineCPU {
-				d.errorf(t.path.key("engine"), "a cuda device must have engine \"gpu\" (or \"cpu\": the host device), not %q", engine)
-			}
-		}
-		isSim := meta.backend && dev.Backend == BackendSim
-		isCUDA := meta.backend && dev.Backend == BackendCUDA
-		if isSim && t.has("index") {
-			d.errorf(t.path.key("index"), "index applies only to cuda devices; %q is a sim device", dev.Name)
-		} else {
-			n, _ := t.integer("index", 0, 0, math.MaxInt)
-			dev.Index = int(n)
-		}
-		dev.Memory, meta.sz = t.size("memory", 0, 1, math.MaxInt64)
-		if meta.engine && dev.Engine != hw.EngineGPU && t.has("max_parked") {
-			d.errorf(t.path.key("max_parked"), "max_parked applies only to gpu devices (resident GPU participants park there); %q has engine %q", dev.Name, dev.Engine.String())
-		} else if n, _ := t.integer("max_parked", defaultMaxParked, 1, maxMaxParked); !meta.engine || dev.Engine == hw.EngineGPU {
-			dev.MaxParked = int(n)
-		}
-		if isCUDA && t.has("sim") {
-			d.errorf(t.path.key("sim"), "only sim devices have a [device.sim] table; %q is a cuda device", dev.Name)
-		} else if !isCUDA {
-			// Decoded also when the backend is bad, so its own errors show.
-			dev.Sim, meta.faults = d.sim(t)
-		}
-		if !isSim {
-			dev.Sim = nil
-		}
-		t.finish()
 	}
 	return metas
+}
+
+// device decodes one [[device]]: what it is (name, backend, engine), then
+// the keys that depend on that.
+func (d *decoder) device(t *table, dev *Device, meta *devMeta) {
+	meta.p = t.path
+	t.moved = map[string]string{"latency": "[device.sim]", "queue_depth": "[device.sim]", "fault": "[device.sim]"}
+	dev.Name, meta.name = t.name("name")
+	if meta.name && !validDeviceName(dev.Name) {
+		d.errorf(t.path.key("name"), "device name %q may only use a-z, 0-9, \"_\" and \"-\"", dev.Name)
+		meta.name = false
+	}
+	d.deviceBackend(t, dev, meta)
+	d.deviceEngine(t, dev, meta)
+	isSim := meta.backend && dev.Backend == BackendSim
+	isCUDA := meta.backend && dev.Backend == BackendCUDA
+	if isSim && t.has("index") {
+		d.errorf(t.path.key("index"), "index applies only to cuda devices; %q is a sim device", dev.Name)
+	} else {
+		n, _ := t.integer("index", 0, 0, math.MaxInt)
+		dev.Index = int(n)
+	}
+	dev.Memory, meta.sz = t.size("memory", 0, 1, math.MaxInt64)
+	d.deviceMaxParked(t, dev, meta)
+	if isCUDA && t.has("sim") {
+		d.errorf(t.path.key("sim"), "only sim devices have a [device.sim] table; %q is a cuda device", dev.Name)
+	} else if !isCUDA {
+		// Decoded also when the backend is bad, so its own errors show.
+		dev.Sim, meta.faults = d.sim(t)
+	}
+	if !isSim {
+		dev.Sim = nil
+	}
+	t.finish()
+}
+
+// deviceBackend decodes a device's backend: sim or cuda.
+func (d *decoder) deviceBackend(t *table, dev *Device, meta *devMeta) {
+	var backend string
+	backend, meta.backend = t.str("backend", "", true)
+	if meta.backend {
+		dev.Backend = Backend(backend)
+		if dev.Backend != BackendSim && dev.Backend != BackendCUDA {
+			d.errorf(t.path.key("backend"), "unknown backend %q (want sim or cuda)", backend)
+			meta.backend = false
+		}
+	}
+}
+
+// deviceEngine decodes a device's engine: any for sim, gpu or cpu (the
+// host device) for cuda.
+func (d *decoder) deviceEngine(t *table, dev *Device, meta *devMeta) {
+	var engine string
+	if engine, meta.engine = t.str("engine", "", true); !meta.engine {
+		return
+	}
+	e, err := hw.ParseEngine(engine)
+	if err != nil {
+		d.errorf(t.path.key("engine"), "%v", err)
+		meta.engine = false
+	}
+	dev.Engine = e
+	// Engine "cpu" names the CUDA platform's host device (host0).
+	if meta.engine && meta.backend && dev.Backend == BackendCUDA && e != hw.EngineGPU && e != hw.EngineCPU {
+		d.errorf(t.path.key("engine"), "a cuda device must have engine \"gpu\" (or \"cpu\": the host device), not %q", engine)
+	}
+}
+
+// deviceMaxParked decodes max_parked, which only gpu devices have.
+func (d *decoder) deviceMaxParked(t *table, dev *Device, meta *devMeta) {
+	if meta.engine && dev.Engine != hw.EngineGPU && t.has("max_parked") {
+		d.errorf(t.path.key("max_parked"), "max_parked applies only to gpu devices (resident GPU participants park there); %q has engine %q", dev.Name, dev.Engine.String())
+	} else if n, _ := t.integer("max_parked", defaultMaxParked, 1, maxMaxParked); !meta.engine || dev.Engine == hw.EngineGPU {
+		dev.MaxParked = int(n)
+	}
 }
 
 func (d *decoder) sim(dev *table) (*Sim, []faultMeta) {
@@ -568,97 +618,140 @@ func (d *decoder) modules(root *table, m *Manifest) []modMeta {
 			continue
 		}
 		mod, meta := &m.Modules[i], &metas[i]
-		meta.p = t.path
-		mod.Name, meta.name = t.name("name")
-		if meta.name && (mod.Name == FenceBuiltin || mod.Name == FenceDrain) {
-			d.errorf(t.path.key("name"), "%q is reserved: a session's fence = %q means the built-in fence, not a module", mod.Name, mod.Name)
-		}
-		path, pathOK := t.name("path")
-		sum, sumOK := t.str("sha256", "", false)
-		sumSet := t.has("sha256")
-		if sumOK && sumSet {
-			if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {
-				d.errorf(t.path.key("sha256"), "must be 64 hexadecimal digits, got %q", sum)
-				sumOK = false
-			}
-			sum = strings.ToLower(sum)
-		}
-		kind, kindOK := t.str("kind", "stage", false)
-		switch kind {
-		case "stage":
-			mod.Kind = stages.StageModule
-		case "fence":
-			mod.Kind = stages.FenceModule
-		default:
-			if kindOK {
-				d.errorf(t.path.key("kind"), "unknown module kind %q (want stage or fence)", kind)
-			}
-			kindOK = false
-		}
-		meta.kind = kindOK
-		var limitOK bool
-		mod.MemoryLimit, limitOK = t.size("memory_limit", defaultMemoryLimit, wasmPage, maxMemoryLimit)
-		if limitOK && mod.MemoryLimit%wasmPage != 0 {
-			d.errorf(t.path.key("memory_limit"), "must be a whole number of 64KiB WebAssembly pages, not %s", FormatSize(mod.MemoryLimit))
-			limitOK = false
-		}
-		limit := d.moduleLimit
-		if n, ok := t.size("max_size", m.Runtime.MaxModuleSize, 1, maxModuleSize); ok && t.has("max_size") {
-			limit = fileLimit{n, "the module size limit", " (set by " + t.path.key("max_size").String() + ")"}
-		}
-		mod.MaxSize = limit.size
-		mod.Snapshot, _ = t.boolean("snapshot", true)
-		var wasiOK bool
-		mod.WASI, wasiOK = t.strings("wasi", nil)
-		for j, g := range mod.WASI {
-			p := t.path.key("wasi").at(j)
-			switch {
-			case g != stages.GrantGoRuntime && !contains(abi.GoRuntimeWASI, g):
-				d.errorf(p, "%q cannot be granted: grant %q, or some of the WASI functions it stands for (%s, ...)", g, stages.GrantGoRuntime, strings.Join(abi.GoRuntimeWASI[:3], ", "))
-				wasiOK = false
-			case contains(mod.WASI[:j], g):
-				d.errorf(p, "%q is granted twice", g)
-				wasiOK = false
-			}
-		}
-		if mod.WASI == nil {
-			mod.WASI = []string{}
-		}
-		t.finish()
-
-		var bin []byte
-		if pathOK {
-			mod.Path = path
-			mod.File = resolve(d.dir, path)
-			var err error
-			if bin, err = d.read(mod.File, limit); err != nil {
-				d.fileError(t.path.key("path"), mod.File, limit, err)
-				pathOK = false
-			}
-		}
-		if !pathOK {
-			if !sumSet {
-				d.errorf(t.path.key("sha256"), "required key is missing")
-			}
-			continue
-		}
-		mod.Bytes = bin
-		mod.SHA256 = stages.SHA256(bin)
-		switch {
-		case !sumSet:
-			d.errorf(t.path.key("sha256"), "required key is missing (the file's sha256 is %s)", mod.SHA256)
-		case sumOK && sum != mod.SHA256:
-			d.errorf(t.path.key("sha256"), "does not match %s: expected %s, the file hashes to %s", mod.File, sum, mod.SHA256)
-			continue // not the file the operator meant: its checks would mislead
-		}
-		if !kindOK || !limitOK || !wasiOK {
-			continue // Validate would repeat those errors
-		}
-		if err := stages.Validate(bin, mod.LoadConfig()); err != nil {
-			d.moduleError(t.path.key("path"), mod.Name, err)
-		}
+		keys := d.module(t, m, mod, meta)
+		d.moduleFile(t, mod, keys)
 	}
 	return metas
+}
+
+// moduleKeys is what the checks of a module's file need from its table:
+// the values, and which of them decoded.
+type moduleKeys struct {
+	path, sum               string
+	pathOK, sumOK, sumSet   bool
+	kindOK, limitOK, wasiOK bool
+	limit                   fileLimit // the file's size limit
+}
+
+// module decodes one [[module]] table; its file is read by moduleFile.
+func (d *decoder) module(t *table, m *Manifest, mod *Module, meta *modMeta) moduleKeys {
+	var k moduleKeys
+	meta.p = t.path
+	mod.Name, meta.name = t.name("name")
+	if meta.name && (mod.Name == FenceBuiltin || mod.Name == FenceDrain) {
+		d.errorf(t.path.key("name"), "%q is reserved: a session's fence = %q means the built-in fence, not a module", mod.Name, mod.Name)
+	}
+	k.path, k.pathOK = t.name("path")
+	k.sum, k.sumOK, k.sumSet = d.moduleSHA256(t)
+	mod.Kind, k.kindOK = d.moduleKind(t)
+	meta.kind = k.kindOK
+	mod.MemoryLimit, k.limitOK = d.moduleMemoryLimit(t)
+	k.limit = d.moduleLimit
+	if n, ok := t.size("max_size", m.Runtime.MaxModuleSize, 1, maxModuleSize); ok && t.has("max_size") {
+		k.limit = fileLimit{n, "the module size limit", " (set by " + t.path.key("max_size").String() + ")"}
+	}
+	mod.MaxSize = k.limit.size
+	mod.Snapshot, _ = t.boolean("snapshot", true)
+	mod.WASI, k.wasiOK = d.moduleWASI(t)
+	t.finish()
+	return k
+}
+
+// moduleSHA256 decodes the declared sha256: 64 hex digits, lower-cased.
+func (d *decoder) moduleSHA256(t *table) (sum string, ok, set bool) {
+	sum, ok = t.str("sha256", "", false)
+	set = t.has("sha256")
+	if ok && set {
+		if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {
+			d.errorf(t.path.key("sha256"), "must be 64 hexadecimal digits, got %q", sum)
+			ok = false
+		}
+		sum = strings.ToLower(sum)
+	}
+	return sum, ok, set
+}
+
+// moduleKind decodes a module's kind: stage (the default) or fence.
+func (d *decoder) moduleKind(t *table) (stages.ModuleKind, bool) {
+	kind, ok := t.str("kind", "stage", false)
+	switch kind {
+	case "stage":
+		return stages.StageModule, ok
+	case "fence":
+		return stages.FenceModule, ok
+	}
+	if ok {
+		d.errorf(t.path.key("kind"), "unknown module kind %q (want stage or fence)", kind)
+	}
+	return 0, false
+}
+
+// moduleMemoryLimit decodes memory_limit: whole WebAssembly pages.
+func (d *decoder) moduleMemoryLimit(t *table) (int64, bool) {
+	n, ok := t.size("memory_limit", defaultMemoryLimit, wasmPage, maxMemoryLimit)
+	if ok && n%wasmPage != 0 {
+		d.errorf(t.path.key("memory_limit"), "must be a whole number of 64KiB WebAssembly pages, not %s", FormatSize(n))
+		ok = false
+	}
+	return n, ok
+}
+
+// moduleWASI decodes the WASI grants: go-runtime or some of the functions
+// it stands for, each once.
+func (d *decoder) moduleWASI(t *table) ([]string, bool) {
+	wasi, ok := t.strings("wasi", nil)
+	for j, g := range wasi {
+		p := t.path.key("wasi").at(j)
+		switch {
+		case g != stages.GrantGoRuntime && !contains(abi.GoRuntimeWASI, g):
+			d.errorf(p, "%q cannot be granted: grant %q, or some of the WASI functions it stands for (%s, ...)", g, stages.GrantGoRuntime, strings.Join(abi.GoRuntimeWASI[:3], ", "))
+			ok = false
+		case contains(wasi[:j], g):
+			d.errorf(p, "%q is granted twice", g)
+			ok = false
+		}
+	}
+	if wasi == nil {
+		wasi = []string{}
+	}
+	return wasi, ok
+}
+
+// moduleFile reads a module's file, checks it against the declared
+// sha256 and runs the module checks on it. A check whose inputs did not
+// decode is left out: their own errors say what is wrong.
+func (d *decoder) moduleFile(t *table, mod *Module, k moduleKeys) {
+	var bin []byte
+	if k.pathOK {
+		mod.Path = k.path
+		mod.File = resolve(d.dir, k.path)
+		var err error
+		if bin, err = d.read(mod.File, k.limit); err != nil {
+			d.fileError(t.path.key("path"), mod.File, k.limit, err)
+			k.pathOK = false
+		}
+	}
+	if !k.pathOK {
+		if !k.sumSet {
+			d.errorf(t.path.key("sha256"), "required key is missing")
+		}
+		return
+	}
+	mod.Bytes = bin
+	mod.SHA256 = stages.SHA256(bin)
+	switch {
+	case !k.sumSet:
+		d.errorf(t.path.key("sha256"), "required key is missing (the file's sha256 is %s)", mod.SHA256)
+	case k.sumOK && k.sum != mod.SHA256:
+		d.errorf(t.path.key("sha256"), "does not match %q: expected %s, the file hashes to %s", mod.File, k.sum, mod.SHA256)
+		return // not the file the operator meant: its checks would mislead
+	}
+	if !k.kindOK || !k.limitOK || !k.wasiOK {
+		return // Validate would repeat those errors
+	}
+	if err := stages.Validate(bin, mod.LoadConfig()); err != nil {
+		d.moduleError(t.path.key("path"), mod.Name, err)
+	}
 }
 
 // moduleError reports a stages.Validate error at the module's path key,
@@ -671,9 +764,39 @@ func (d *decoder) moduleError(p keyPath, name string, err error) {
 	msg := strings.TrimPrefix(err.Error(), fmt.Sprintf("module %q: ", name))
 	for _, line := range strings.Split(msg, "\n") {
 		if line = strings.TrimSpace(line); line != "" {
-			d.add(p, class, "module check failed: "+line)
+			d.add(p, class, "module check failed: "+escapeUnprintable(line))
 		}
 	}
+}
+
+// escapeUnprintable writes what strconv.Quote would escape in s (control
+// characters, other runes strconv.IsPrint refuses, invalid UTF-8) as Go
+// escapes, and leaves the rest as it is: for messages of other packages,
+// such as the module checks', that may show strings of the module's own
+// (its import names) unquoted.
+func escapeUnprintable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			q := strconv.Quote(s[:n])
+			b.WriteString(q[1 : len(q)-1])
+		} else {
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
 
 func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
@@ -681,93 +804,114 @@ func (d *decoder) sessions(root *table, m *Manifest) []sessMeta {
 	metas := make([]sessMeta, len(list))
 	m.Sessions = make([]Session, len(list))
 	for i, t := range list {
-		if t == nil {
-			continue
+		if t != nil {
+			d.session(t, &m.Sessions[i], &metas[i])
 		}
-		s, meta := &m.Sessions[i], &metas[i]
-		meta.p = t.path
-		s.Name, meta.name = t.name("name")
-		s.Stage, meta.stage = t.name("stage")
-		s.Fence, meta.fence = t.str("fence", FenceBuiltin, false)
-		if meta.fence && s.Fence == "" {
-			d.errorf(t.path.key("fence"), "must not be empty: write %q, %q or the name of a fence module", FenceBuiltin, FenceDrain)
-			meta.fence = false
-		}
-		d.sessionDevices(t, s, meta)
-		s.Streams = d.names(t, "streams", "stream", []string{"s0"})
-		s.Programs = d.names(t, "programs", "program", []string{})
-		var budgetOK bool
-		s.Budget, budgetOK = t.size("budget", defaultBudget, 1, math.MaxInt64)
-		s.OutputLimit, _ = t.size("output_limit", defaultOutputLimit, 0, math.MaxInt64)
-		s.Deadline, _ = t.duration("deadline", defaultDeadline, true)
-		s.FenceTimeout, _ = t.duration("fence_timeout", defaultFenceTimeout, true)
-		s.InitTimeout, _ = t.duration("init_timeout", defaultInitTimeout, true)
-		var resetOK bool
-		if s.Reset, resetOK = t.str("reset", ResetNone, false); resetOK && !slices.Contains(ResetModes, s.Reset) {
-			d.errorf(t.path.key("reset"), "unknown reset mode %q (want %s)", s.Reset, strings.Join(ResetModes, " or "))
-		}
-		var placeOK bool
-		if s.Placement, placeOK = t.str("placement", PlacementAny, false); placeOK && !slices.Contains(Placements, s.Placement) {
-			d.errorf(t.path.key("placement"), "unknown placement %q (want %s)", s.Placement, strings.Join(Placements, " or "))
-		}
-		var entryOK bool
-		if s.Entry, entryOK = t.str("entry", defaultEntry, false); entryOK && s.Entry == "" {
-			d.errorf(t.path.key("entry"), "must not be empty")
-		}
-		var fmtOK bool
-		if s.OutputFormat, fmtOK = t.str("output_format", OutputHex, false); fmtOK && !slices.Contains(OutputFormats, s.OutputFormat) {
-			d.errorf(t.path.key("output_format"), "unknown output format %q (want %s)", s.OutputFormat, strings.Join(OutputFormats, ", "))
-		}
-		if in, ok := t.str("input", "", false); ok && t.has("input") {
-			if in == "" {
-				d.errorf(t.path.key("input"), "must not be empty: leave input out for no default input")
-			} else {
-				s.Input = resolve(d.dir, in)
-				// The bytes are read again at run time; here the file must be
-				// there, regular and within the limit.
-				if _, err := d.read(s.Input, inputLimit); err != nil {
-					d.fileError(t.path.key("input"), s.Input, inputLimit, err)
-				}
-			}
-		}
-		s.MaxInput, _ = t.size("max_input", MaxInputSize, 0, maxModuleSize)
-		var n int64
-		n, _ = t.integer("instances", int64(max(len(s.Devices), 1)), 1, maxInstances)
-		s.Instances = int(n)
-		n, _ = t.integer("queue_limit", defaultQueueLimit, 0, maxQueueLimit)
-		s.QueueLimit = int(n)
-		s.QueueTimeout, _ = t.duration("queue_timeout", defaultQueueTimeout, true)
-		bufs, _ := t.tables("buffer")
-		s.Buffers = make([]Buffer, 0, len(bufs))
-		var sum int64
-		sumOK := true
-		first := map[string]keyPath{}
-		for _, bt := range bufs {
-			if bt == nil {
-				sumOK = false
-				continue
-			}
-			var b Buffer
-			var nameOK, sizeOK bool
-			b.Name, nameOK = bt.name("name")
-			if nameOK {
-				d.unique(bt.path.key("name"), b.Name, "buffer", first)
-			}
-			if _, _, present := bt.get("size", true); present {
-				b.Size, sizeOK = bt.size("size", 0, 1, math.MaxInt64)
-			}
-			sumOK = sumOK && sizeOK
-			sum = addSat(sum, b.Size)
-			s.Buffers = append(s.Buffers, b)
-			bt.finish()
-		}
-		meta.bytes = budgetOK
-		if budgetOK && sumOK && sum > s.Budget {
-			d.errorf(t.path.key("budget"), "the buffers sum to %s, above the budget of %s", FormatSize(sum), FormatSize(s.Budget))
-		}
-		t.finish()
 	}
 	return metas
+}
+
+// session decodes one [[session]] table.
+func (d *decoder) session(t *table, s *Session, meta *sessMeta) {
+	meta.p = t.path
+	s.Name, meta.name = t.name("name")
+	s.Stage, meta.stage = t.name("stage")
+	s.Fence, meta.fence = t.str("fence", FenceBuiltin, false)
+	if meta.fence && s.Fence == "" {
+		d.errorf(t.path.key("fence"), "must not be empty: write %q, %q or the name of a fence module", FenceBuiltin, FenceDrain)
+		meta.fence = false
+	}
+	d.sessionDevices(t, s, meta)
+	s.Streams = d.names(t, "streams", "stream", []string{"s0"})
+	s.Programs = d.names(t, "programs", "program", []string{})
+	var budgetOK bool
+	s.Budget, budgetOK = t.size("budget", defaultBudget, 1, math.MaxInt64)
+	s.OutputLimit, _ = t.size("output_limit", defaultOutputLimit, 0, math.MaxInt64)
+	s.Deadline, _ = t.duration("deadline", defaultDeadline, true)
+	s.FenceTimeout, _ = t.duration("fence_timeout", defaultFenceTimeout, true)
+	s.InitTimeout, _ = t.duration("init_timeout", defaultInitTimeout, true)
+	d.sessionModes(t, s)
+	d.sessionInput(t, s)
+	s.MaxInput, _ = t.size("max_input", MaxInputSize, 0, maxModuleSize)
+	var n int64
+	n, _ = t.integer("instances", int64(max(len(s.Devices), 1)), 1, maxInstances)
+	s.Instances = int(n)
+	n, _ = t.integer("queue_limit", defaultQueueLimit, 0, maxQueueLimit)
+	s.QueueLimit = int(n)
+	s.QueueTimeout, _ = t.duration("queue_timeout", defaultQueueTimeout, true)
+	sum, sumOK := d.sessionBuffers(t, s)
+	meta.bytes = budgetOK
+	if budgetOK && sumOK && sum > s.Budget {
+		d.errorf(t.path.key("budget"), "the buffers sum to %s, above the budget of %s", FormatSize(sum), FormatSize(s.Budget))
+	}
+	t.finish()
+}
+
+// sessionModes decodes the keys that name one of a fixed set of values
+// (reset, placement, output_format), and entry.
+func (d *decoder) sessionModes(t *table, s *Session) {
+	var ok bool
+	if s.Reset, ok = t.str("reset", ResetNone, false); ok && !slices.Contains(ResetModes, s.Reset) {
+		d.errorf(t.path.key("reset"), "unknown reset mode %q (want %s)", s.Reset, strings.Join(ResetModes, " or "))
+	}
+	if s.Placement, ok = t.str("placement", PlacementAny, false); ok && !slices.Contains(Placements, s.Placement) {
+		d.errorf(t.path.key("placement"), "unknown placement %q (want %s)", s.Placement, strings.Join(Placements, " or "))
+	}
+	if s.Entry, ok = t.str("entry", defaultEntry, false); ok && s.Entry == "" {
+		d.errorf(t.path.key("entry"), "must not be empty")
+	}
+	if s.OutputFormat, ok = t.str("output_format", OutputHex, false); ok && !slices.Contains(OutputFormats, s.OutputFormat) {
+		d.errorf(t.path.key("output_format"), "unknown output format %q (want %s)", s.OutputFormat, strings.Join(OutputFormats, ", "))
+	}
+}
+
+// sessionInput decodes a session's default input file, which must be
+// there, regular and within the input limit.
+func (d *decoder) sessionInput(t *table, s *Session) {
+	in, ok := t.str("input", "", false)
+	if !ok || !t.has("input") {
+		return
+	}
+	if in == "" {
+		d.errorf(t.path.key("input"), "must not be empty: leave input out for no default input")
+		return
+	}
+	s.Input = resolve(d.dir, in)
+	// The bytes are read again at run time; here the file must be
+	// there, regular and within the limit.
+	if _, err := d.read(s.Input, inputLimit); err != nil {
+		d.fileError(t.path.key("input"), s.Input, inputLimit, err)
+	}
+}
+
+// sessionBuffers decodes a session's [[session.buffer]] tables: unique
+// names and sizes. It returns the sizes' sum, and whether every size
+// decoded.
+func (d *decoder) sessionBuffers(t *table, s *Session) (sum int64, sumOK bool) {
+	bufs, _ := t.tables("buffer")
+	s.Buffers = make([]Buffer, 0, len(bufs))
+	sumOK = true
+	first := map[string]keyPath{}
+	for _, bt := range bufs {
+		if bt == nil {
+			sumOK = false
+			continue
+		}
+		var b Buffer
+		var nameOK, sizeOK bool
+		b.Name, nameOK = bt.name("name")
+		if nameOK {
+			d.unique(bt.path.key("name"), b.Name, "buffer", first)
+		}
+		if _, _, present := bt.get("size", true); present {
+			b.Size, sizeOK = bt.size("size", 0, 1, math.MaxInt64)
+		}
+		sumOK = sumOK && sizeOK
+		sum = addSat(sum, b.Size)
+		s.Buffers = append(s.Buffers, b)
+		bt.finish()
+	}
+	return sum, sumOK
 }
 
 // sessionDevices decodes a session's device (one) or devices (a list of
@@ -945,7 +1089,22 @@ func namesOf[T any](list []T, nameOf func(*T) string) []string {
 }
 
 func (d *decoder) checkSessions(m *Manifest, devs []devMeta, mods []modMeta, sess []sessMeta, res []resMeta) {
-	// Sessions and residents share one namespace.
+	d.checkSessionNames(m, sess, res)
+	moduleNames := namesOf(m.Modules, moduleName)
+	for i := range m.Sessions {
+		s, meta := &m.Sessions[i], sess[i]
+		if meta.p == nil {
+			continue
+		}
+		d.checkSessionModules(m, mods, s, meta, moduleNames)
+		if meta.device {
+			d.checkSessionDevices(m, devs, s, meta)
+		}
+	}
+}
+
+// checkSessionNames: sessions and residents share one namespace.
+func (d *decoder) checkSessionNames(m *Manifest, sess []sessMeta, res []resMeta) {
 	first := map[string]keyPath{}
 	for i, s := range m.Sessions {
 		if sess[i].p != nil && sess[i].name {
@@ -957,61 +1116,68 @@ func (d *decoder) checkSessions(m *Manifest, devs []devMeta, mods []modMeta, ses
 			d.unique(res[i].p.key("name"), r.Name, "session", first)
 		}
 	}
-	moduleNames := namesOf(m.Modules, moduleName)
-	for i, s := range m.Sessions {
-		meta := sess[i]
-		if meta.p == nil {
+}
+
+// checkSessionModules: a session's stage names a stage module, its fence
+// the built-in fence, drain or a fence module.
+func (d *decoder) checkSessionModules(m *Manifest, mods []modMeta, s *Session, meta sessMeta, moduleNames []string) {
+	if meta.stage {
+		j, mod := lookup(m.Modules, s.Stage, moduleName)
+		switch {
+		case mod == nil:
+			d.notFound(meta.p.key("stage"), "module", s.Stage, moduleNames)
+		case mods[j].kind && mod.Kind != stages.StageModule:
+			d.errorf(meta.p.key("stage"), "module %q is a fence module: stage must name a stage module", s.Stage)
+		}
+	}
+	if meta.fence && s.Fence != FenceBuiltin && s.Fence != FenceDrain {
+		j, mod := lookup(m.Modules, s.Fence, moduleName)
+		switch {
+		case mod == nil:
+			d.notFound(meta.p.key("fence"), "module", s.Fence, append([]string{FenceBuiltin, FenceDrain}, moduleNames...))
+		case mods[j].kind && mod.Kind != stages.FenceModule:
+			d.errorf(meta.p.key("fence"), "module %q is a stage module: fence must be %q, %q or a fence module", s.Fence, FenceBuiltin, FenceDrain)
+		}
+	}
+}
+
+// checkSessionDevices: a session's devices exist and share one backend
+// and one engine, the first of them has its programs.
+func (d *decoder) checkSessionDevices(m *Manifest, devs []devMeta, s *Session, meta sessMeta) {
+	var first *Device // the first device, when its backend and engine decoded
+	for k, name := range s.Devices {
+		if name == "" {
+			continue // reported
+		}
+		j, dev := lookup(m.Devices, name, deviceName)
+		if dev == nil {
+			d.notFound(meta.devices[k], "device", name, namesOf(m.Devices, deviceName))
 			continue
 		}
-		if meta.stage {
-			j, mod := lookup(m.Modules, s.Stage, moduleName)
-			switch {
-			case mod == nil:
-				d.notFound(meta.p.key("stage"), "module", s.Stage, moduleNames)
-			case mods[j].kind && mod.Kind != stages.StageModule:
-				d.errorf(meta.p.key("stage"), "module %q is a fence module: stage must name a stage module", s.Stage)
-			}
-		}
-		if meta.fence && s.Fence != FenceBuiltin && s.Fence != FenceDrain {
-			j, mod := lookup(m.Modules, s.Fence, moduleName)
-			switch {
-			case mod == nil:
-				d.notFound(meta.p.key("fence"), "module", s.Fence, append([]string{FenceBuiltin, FenceDrain}, moduleNames...))
-			case mods[j].kind && mod.Kind != stages.FenceModule:
-				d.errorf(meta.p.key("fence"), "module %q is a stage module: fence must be %q, %q or a fence module", s.Fence, FenceBuiltin, FenceDrain)
-			}
-		}
-		if !meta.device {
+		if !devs[j].backend || !devs[j].engine {
 			continue
 		}
-		var first *Device // the first device, when its backend and engine decoded
-		for k, name := range s.Devices {
-			if name == "" {
-				continue // reported
-			}
-			j, dev := lookup(m.Devices, name, deviceName)
-			if dev == nil {
-				d.notFound(meta.devices[k], "device", name, namesOf(m.Devices, deviceName))
-				continue
-			}
-			if !devs[j].backend || !devs[j].engine {
-				continue
-			}
-			if first == nil {
-				first = dev
-				if known, ok := programNames(dev); ok {
-					for k, prog := range s.Programs {
-						if prog != "" && !slices.Contains(known, prog) {
-							d.noProgram(meta.p.key("programs").at(k), prog, dev, known)
-						}
-					}
-				}
-				continue
-			}
-			if dev.Backend != first.Backend || dev.Engine != first.Engine {
-				d.errorf(meta.devices[k], "device %q is %s with engine %s, and %q is %s with engine %s: a session's devices must all have one backend and one engine",
-					name, dev.Backend, dev.Engine, first.Name, first.Backend, first.Engine)
-			}
+		if first == nil {
+			first = dev
+			d.checkPrograms(s, meta, dev)
+			continue
+		}
+		if dev.Backend != first.Backend || dev.Engine != first.Engine {
+			d.errorf(meta.devices[k], "device %q is %s with engine %s, and %q is %s with engine %s: a session's devices must all have one backend and one engine",
+				name, dev.Backend, dev.Engine, first.Name, first.Backend, first.Engine)
+		}
+	}
+}
+
+// checkPrograms: every program a session names is one dev's backend has.
+func (d *decoder) checkPrograms(s *Session, meta sessMeta, dev *Device) {
+	known, ok := programNames(dev)
+	if !ok {
+		return
+	}
+	for k, prog := range s.Programs {
+		if prog != "" && !slices.Contains(known, prog) {
+			d.noProgram(meta.p.key("programs").at(k), prog, dev, known)
 		}
 	}
 }
@@ -1098,26 +1264,10 @@ func (d *decoder) checkResidents(m *Manifest, devs []devMeta, res []resMeta) {
 		}
 		var gpu, npu *Device // set where the backend decoded
 		if meta.gpu {
-			j, dev := lookup(m.Devices, r.GPU, deviceName)
-			switch {
-			case dev == nil:
-				d.notFound(meta.p.key("gpu"), "device", r.GPU, devices)
-			case devs[j].engine && dev.Engine != hw.EngineGPU:
-				d.errorf(meta.p.key("gpu"), "device %q has engine %s: gpu must name a device with engine gpu", r.GPU, dev.Engine)
-			case devs[j].backend:
-				gpu = dev
-			}
+			gpu = d.residentGPU(m, devs, meta.p.key("gpu"), r.GPU, devices)
 		}
 		if meta.npu {
-			j, dev := lookup(m.Devices, r.NPU, deviceName)
-			switch {
-			case dev == nil:
-				d.notFound(meta.p.key("npu"), "device", r.NPU, devices)
-			case devs[j].engine && dev.Engine != hw.EngineNPU && dev.Engine != hw.EngineCPU:
-				d.errorf(meta.p.key("npu"), "device %q has engine %s: npu must name a device with engine npu (or cpu, as a stand-in)", r.NPU, dev.Engine)
-			case devs[j].backend:
-				npu = dev
-			}
+			npu = d.residentNPU(m, devs, meta.p.key("npu"), r.NPU, devices)
 		}
 		if gpu != nil && npu != nil && gpu.Backend != npu.Backend {
 			d.errorf(meta.p.key("npu"), "device %q is a %s device and gpu %q a %s one: a resident's gpu and npu must both be sim or both cuda devices",
@@ -1132,6 +1282,37 @@ func (d *decoder) checkResidents(m *Manifest, devs []devMeta, res []resMeta) {
 				backend, FormatSize(exchange.PayloadSize), FormatSize(r.Payload))
 		}
 	}
+}
+
+// residentGPU: a resident's gpu (named at p) is a device with engine gpu.
+// It returns the device where its backend decoded, else nil.
+func (d *decoder) residentGPU(m *Manifest, devs []devMeta, p keyPath, name string, devices []string) *Device {
+	j, dev := lookup(m.Devices, name, deviceName)
+	switch {
+	case dev == nil:
+		d.notFound(p, "device", name, devices)
+	case devs[j].engine && dev.Engine != hw.EngineGPU:
+		d.errorf(p, "device %q has engine %s: gpu must name a device with engine gpu", name, dev.Engine)
+	case devs[j].backend:
+		return dev
+	}
+	return nil
+}
+
+// residentNPU: a resident's npu (named at p) is a device with engine npu,
+// or cpu as a stand-in. It returns the device where its backend decoded,
+// else nil.
+func (d *decoder) residentNPU(m *Manifest, devs []devMeta, p keyPath, name string, devices []string) *Device {
+	j, dev := lookup(m.Devices, name, deviceName)
+	switch {
+	case dev == nil:
+		d.notFound(p, "device", name, devices)
+	case devs[j].engine && dev.Engine != hw.EngineNPU && dev.Engine != hw.EngineCPU:
+		d.errorf(p, "device %q has engine %s: npu must name a device with engine npu (or cpu, as a stand-in)", name, dev.Engine)
+	case devs[j].backend:
+		return dev
+	}
+	return nil
 }
 
 // residentBackend is the backend of a resident's devices, or "" when
@@ -1159,13 +1340,13 @@ func (d *decoder) checkDeviceMemory(m *Manifest, devs []devMeta, sess []sessMeta
 		var sum int64
 		for k, s := range m.Sessions {
 			if sess[k].p != nil && sess[k].bytes && s.Device == dev.Name {
-				charges = append(charges, charge{"session " + s.Name, s.Budget})
+				charges = append(charges, charge{"session " + strconv.Quote(s.Name), s.Budget})
 				sum = addSat(sum, s.Budget)
 			}
 		}
 		for k, r := range m.Residents {
 			if res[k].p != nil && res[k].budgeted && (r.GPU == dev.Name || r.NPU == dev.Name) {
-				charges = append(charges, charge{"resident " + r.Name, r.Budget})
+				charges = append(charges, charge{"resident " + strconv.Quote(r.Name), r.Budget})
 				sum = addSat(sum, r.Budget)
 			}
 		}

@@ -15,6 +15,12 @@ import (
 // (usually [errdefs.ErrInvalidArgument], [errdefs.ErrUnsupported] for another ABI
 // version), and [errdefs.ErrInvalidArgument] for everything else, so
 // errors.Is(err, errdefs.ErrInvalidArgument) works on it and on [*Errors].
+//
+// Msg quotes every string it takes from the manifest, and every path made
+// from one, as %q does, and escapes what else could not be printed (in
+// the TOML parser's and the module checks' messages): no value in a
+// manifest can put a line break, a terminal escape or another
+// unprintable character into an error (docs/manifest.md).
 type Error struct {
 	File string // the manifest's name, as given to Load or Decode
 	Line int    // 1-based line; 0 when no line applies

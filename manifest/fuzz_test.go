@@ -2,11 +2,14 @@ package manifest
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // fuzzFiles serves the test modules and inputs by base name, from memory,
@@ -31,7 +34,8 @@ func fuzzFiles(f *testing.F) ReadFunc {
 }
 
 // FuzzDecode: Decode never panics, fails only with a non-empty *Errors
-// whose errors all name the file, one line each, sorted by line, and
+// whose errors all name the file, one line each with nothing unprintable
+// in it (whatever strings the manifest holds), sorted by line, and
 // succeeds only with a manifest whose references all resolve.
 func FuzzDecode(f *testing.F) {
 	readFile := fuzzFiles(f)
@@ -56,14 +60,39 @@ func FuzzDecode(f *testing.F) {
 				if strings.Contains(e.Error(), "\n") {
 					t.Fatalf("error spans lines: %q", e)
 				}
+				if msg := unprintable(e.Error()); msg != "" {
+					t.Fatalf("error holds %s: %q", msg, e)
+				}
 				if i > 0 && e.Line < errs.List[i-1].Line {
 					t.Fatalf("errors not sorted: %v", err)
 				}
+			}
+			if n := strings.Count(err.Error(), "\n") + 1; n != len(errs.List) {
+				t.Fatalf("%d errors on %d lines: %q", len(errs.List), n, err)
 			}
 			return
 		}
 		checkManifest(t, m)
 	})
+}
+
+// unprintable describes the first thing in an error message that could
+// make it two lines or forge a log line: invalid UTF-8, a control
+// character (a newline, a carriage return, an escape that starts a
+// terminal sequence), or another rune strconv.IsPrint refuses (a
+// right-to-left override, a zero-width or non-ASCII space). "" when there
+// is none: every value from the manifest is quoted with %q, which
+// escapes them all.
+func unprintable(s string) string {
+	if !utf8.ValidString(s) {
+		return "invalid UTF-8"
+	}
+	for _, r := range s {
+		if !strconv.IsPrint(r) {
+			return fmt.Sprintf("the unprintable %U", r)
+		}
+	}
+	return ""
 }
 
 // checkManifest checks what a successful Decode promises.
@@ -82,30 +111,38 @@ func checkManifest(t *testing.T, m *Manifest) {
 			t.Fatalf("module %s: %d bytes, sha256 %q", mod.Name, len(mod.Bytes), mod.SHA256)
 		}
 	}
-	for _, s := range m.Sessions {
-		if mod := m.Module(s.Stage); mod == nil || mod.Kind.String() != "stage" {
-			t.Fatalf("session %s: stage %q", s.Name, s.Stage)
-		}
-		if s.Fence != FenceBuiltin && s.Fence != FenceDrain {
-			if mod := m.Module(s.Fence); mod == nil || mod.Kind.String() != "fence" {
-				t.Fatalf("session %s: fence %q", s.Name, s.Fence)
-			}
-		}
-		if m.Device(s.Device) == nil || s.Deadline <= 0 || s.FenceTimeout <= 0 || s.InitTimeout <= 0 {
-			t.Fatalf("session %s: %+v", s.Name, s)
-		}
-		var sum int64
-		for _, b := range s.Buffers {
-			sum += b.Size
-		}
-		if sum > s.Budget {
-			t.Fatalf("session %s: buffers %d over budget %d", s.Name, sum, s.Budget)
-		}
+	for i := range m.Sessions {
+		checkSession(t, m, &m.Sessions[i])
 	}
 	for _, r := range m.Residents {
 		if m.Device(r.GPU) == nil || m.Device(r.NPU) == nil || StartupLineSize+r.Payload > r.Budget {
 			t.Fatalf("resident %+v", r)
 		}
+	}
+}
+
+// checkSession checks what a successful Decode promises of a session:
+// its modules and device resolve, its timers are set, its buffers fit
+// its budget.
+func checkSession(t *testing.T, m *Manifest, s *Session) {
+	t.Helper()
+	if mod := m.Module(s.Stage); mod == nil || mod.Kind.String() != "stage" {
+		t.Fatalf("session %s: stage %q", s.Name, s.Stage)
+	}
+	if s.Fence != FenceBuiltin && s.Fence != FenceDrain {
+		if mod := m.Module(s.Fence); mod == nil || mod.Kind.String() != "fence" {
+			t.Fatalf("session %s: fence %q", s.Name, s.Fence)
+		}
+	}
+	if m.Device(s.Device) == nil || s.Deadline <= 0 || s.FenceTimeout <= 0 || s.InitTimeout <= 0 {
+		t.Fatalf("session %s: %+v", s.Name, s)
+	}
+	var sum int64
+	for _, b := range s.Buffers {
+		sum += b.Size
+	}
+	if sum > s.Budget {
+		t.Fatalf("session %s: buffers %d over budget %d", s.Name, sum, s.Budget)
 	}
 }
 

@@ -123,14 +123,16 @@ type Lattice struct {
 	// TLSCA verifies the server; TLSCert and TLSKey (both or neither) are
 	// the client's certificate, and an embedded server's.
 	TLSCA, TLSCert, TLSKey string
-	HeartbeatTTL           time.Duration // default 3s
+	// HeartbeatTTL is how long a host's heartbeat lasts; a host beats
+	// every HeartbeatTTL/3. Default [DefaultHeartbeatTTL], 100ms to 1h.
+	HeartbeatTTL time.Duration
 	// ClaimTTL is how long a placement claim (a session with placement
-	// "exclusive") lasts without a renewal; default 10s, at least twice
-	// HeartbeatTTL.
+	// "exclusive") lasts without a renewal; default [DefaultClaimTTL], at
+	// least twice HeartbeatTTL.
 	ClaimTTL time.Duration
 	// FenceFailures is how many quarantined instances of a module's
 	// sessions on one host put the module in the lattice's shared
-	// quarantine; default 3, 0 never.
+	// quarantine; default [DefaultFenceFailures], 0 never.
 	FenceFailures int
 	// QuarantineOnDeviceLost puts a module in the shared quarantine when a
 	// call to it made a device lost; default true.
@@ -463,16 +465,16 @@ func resolve(dir, p string) string {
 // limit.
 func readError(file string, line int, key, path string, limit fileLimit, err error) *Error {
 	class := errdefs.ErrInvalidArgument
-	msg := fmt.Sprintf("cannot read %s: %v", path, unwrapPathError(err))
+	msg := fmt.Sprintf("cannot read %q: %s", path, escapeUnprintable(unwrapPathError(err).Error()))
 	var nr *notRegularError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		class = errdefs.ErrNotFound
-		msg = fmt.Sprintf("file %s does not exist", path)
+		msg = fmt.Sprintf("file %q does not exist", path)
 	case errors.As(err, &nr):
-		msg = fmt.Sprintf("%s is not a regular file: it is %s", path, nr.kind)
+		msg = fmt.Sprintf("%q is not a regular file: it is %s", path, nr.kind)
 	case errors.Is(err, ErrTooLarge):
-		msg = fmt.Sprintf("file %s is larger than %s of %s%s", path, limit.what, FormatSize(limit.size), limit.note)
+		msg = fmt.Sprintf("file %q is larger than %s of %s%s", path, limit.what, FormatSize(limit.size), limit.note)
 	}
 	return &Error{File: file, Line: line, Key: key, Msg: msg, class: class}
 }

@@ -62,8 +62,8 @@ func TestBad(t *testing.T) {
 }
 
 // checkErrors checks the invariants every error list keeps: non-empty,
-// sorted by line, every error naming the file, one line per error, and an
-// hw class on each.
+// sorted by line, every error naming the file, one line per error with
+// nothing unprintable in it, and an hw class on each.
 func checkErrors(t *testing.T, file string, errs *Errors) {
 	t.Helper()
 	if len(errs.List) == 0 {
@@ -78,6 +78,9 @@ func checkErrors(t *testing.T, file string, errs *Errors) {
 		}
 		if strings.Contains(e.Error(), "\n") {
 			t.Errorf("error %d spans lines: %q", i, e)
+		}
+		if msg := unprintable(e.Error()); msg != "" {
+			t.Errorf("error %d holds %s: %q", i, msg, e)
 		}
 		if i > 0 && e.Line < errs.List[i-1].Line {
 			t.Errorf("errors not sorted by line: %d after %d", e.Line, errs.List[i-1].Line)
@@ -244,6 +247,12 @@ func TestLattice(t *testing.T) {
 	if *m.Lattice != want {
 		t.Errorf("embedded defaults:\n got %+v\nwant %+v", *m.Lattice, want)
 	}
+	// The exported defaults are the ones decoded above and the ones
+	// docs/manifest.md and docs/lattice.md give.
+	if DefaultHeartbeatTTL != 3*time.Second || DefaultClaimTTL != 10*time.Second || DefaultFenceFailures != 3 {
+		t.Errorf("DefaultHeartbeatTTL %v, DefaultClaimTTL %v, DefaultFenceFailures %d: the documented defaults are 3s, 10s and 3",
+			DefaultHeartbeatTTL, DefaultClaimTTL, DefaultFenceFailures)
+	}
 }
 
 func noFiles(string, int64) ([]byte, error) { return nil, os.ErrNotExist }
@@ -302,7 +311,7 @@ func TestLoadMissingManifest(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("got %v, want an ErrNotFound", err)
 	}
-	if got, want := err.Error(), "testdata/nonexistent.toml: file testdata/nonexistent.toml does not exist"; got != want {
+	if got, want := err.Error(), `testdata/nonexistent.toml: file "testdata/nonexistent.toml" does not exist`; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
@@ -404,7 +413,7 @@ func TestDocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"many_errors", "unknown_keys", "budget_overflow"} {
+	for _, name := range []string{"many_errors", "unknown_keys", "budget_overflow", "quoted_values"} {
 		for _, ext := range []string{".toml", ".golden"} {
 			b, err := os.ReadFile("testdata/bad/" + name + ext)
 			if err != nil {
@@ -428,6 +437,30 @@ func TestDocs(t *testing.T) {
 	for _, e := range errs.List {
 		if !strings.Contains(e.Msg, "must be 64 hexadecimal digits") && !strings.Contains(e.Msg, "does not exist") {
 			t.Errorf("full example: %v", e)
+		}
+	}
+}
+
+// TestModuleErrorEscapes: a module check's message, which may show the
+// module's own strings unquoted, reaches the errors one line each, with
+// its unprintable characters escaped and the rest as it was.
+func TestModuleErrorEscapes(t *testing.T) {
+	d := &decoder{file: "host.toml", idx: indexLines(nil)}
+	err := errdefs.Errorf(errdefs.ErrInvalidArgument, "module %q: import env.\x1b[2J is not granted\nexport caf\u00e9\u202e\xff is not a function", "m")
+	d.moduleError(keyPath{}.key("module").at(0).key("path"), "m", err)
+	want := []string{
+		`host.toml: module[0].path: module check failed: import env.\x1b[2J is not granted`,
+		`host.toml: module[0].path: module check failed: export café\u202e\xff is not a function`,
+	}
+	if len(d.errs) != len(want) {
+		t.Fatalf("%d errors, want %d: %v", len(d.errs), len(want), d.errs)
+	}
+	for i, e := range d.errs {
+		if e.Error() != want[i] {
+			t.Errorf("error %d:\n got %s\nwant %s", i, e, want[i])
+		}
+		if !errors.Is(e, errdefs.ErrInvalidArgument) {
+			t.Errorf("error %d: class %v", i, errdefs.ClassOf(e))
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,8 +98,8 @@ deadline = 5
 	}
 	_, err := Load(path)
 	want := []string{
-		path + ":8: module[0].path: " + filepath.Join(dir, "stage.wasm") + " is not a regular file: it is a named pipe",
-		path + ":14: session[0].input: " + filepath.Join(dir, "input.bin") + " is not a regular file: it is a named pipe",
+		path + ":8: module[0].path: " + strconv.Quote(filepath.Join(dir, "stage.wasm")) + " is not a regular file: it is a named pipe",
+		path + ":14: session[0].input: " + strconv.Quote(filepath.Join(dir, "input.bin")) + " is not a regular file: it is a named pipe",
 		path + ":15: session[0].deadline: must be a duration string",
 	}
 	if err == nil || strings.Count(err.Error(), "\n") != len(want)-1 {
@@ -122,7 +123,7 @@ func TestManifestItselfIsChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, want := range map[string]string{
-		big:         big + ": file " + big + " is larger than the manifest size limit of 4MiB",
+		big:         big + ": file " + strconv.Quote(big) + " is larger than the manifest size limit of 4MiB",
 		t.TempDir(): "is not a regular file: it is a directory",
 	} {
 		_, err := Load(path)
@@ -160,7 +161,7 @@ max_size = "100B"
 		limits = append(limits, limit)
 		return bin, nil
 	})
-	want := "host.toml:8: module[0].path: file m.wasm is larger than the module size limit of 100B (set by module[0].max_size)"
+	want := `host.toml:8: module[0].path: file "m.wasm" is larger than the module size limit of 100B (set by module[0].max_size)`
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
 	}

@@ -66,6 +66,22 @@ func (d *decoder) tracing(root *table, m *Manifest) {
 	if expOK {
 		tr.Exporter = exp
 	}
+	d.tracingEndpoint(t, tr, exp, expOK)
+	d.tracingFile(t, tr, exp, expOK)
+	tr.SampleRatio, _ = t.fraction("sample_ratio", 1)
+	if name, ok := t.str("service_name", DefaultServiceName, false); ok && t.has("service_name") {
+		if strings.TrimSpace(name) == "" {
+			d.errorf(t.path.key("service_name"), "must not be empty: leave service_name out for %q", DefaultServiceName)
+		} else {
+			tr.ServiceName = name
+		}
+	}
+	t.finish()
+}
+
+// tracingEndpoint decodes endpoint, which only the otlp exporter has
+// (exp is the exporter as written, expOK whether it decoded).
+func (d *decoder) tracingEndpoint(t *table, tr *Tracing, exp string, expOK bool) {
 	if u, ok := t.str("endpoint", "", false); ok && t.has("endpoint") {
 		switch {
 		case expOK && exp != TracingOTLP:
@@ -81,6 +97,11 @@ func (d *decoder) tracing(root *table, m *Manifest) {
 	if exp == TracingOTLP && tr.Endpoint == "" && !t.has("endpoint") {
 		tr.Endpoint = DefaultTracingEndpoint
 	}
+}
+
+// tracingFile decodes file, which the file exporter requires and no
+// other has.
+func (d *decoder) tracingFile(t *table, tr *Tracing, exp string, expOK bool) {
 	f, fileOK := t.str("file", "", exp == TracingFile)
 	switch {
 	case !fileOK || !t.has("file"):
@@ -91,15 +112,6 @@ func (d *decoder) tracing(root *table, m *Manifest) {
 	case exp == TracingFile:
 		tr.File = resolve(d.dir, f)
 	}
-	tr.SampleRatio, _ = t.fraction("sample_ratio", 1)
-	if name, ok := t.str("service_name", DefaultServiceName, false); ok && t.has("service_name") {
-		if strings.TrimSpace(name) == "" {
-			d.errorf(t.path.key("service_name"), "must not be empty: leave service_name out for %q", DefaultServiceName)
-		} else {
-			tr.ServiceName = name
-		}
-	}
-	t.finish()
 }
 
 // checkOTLPEndpoint checks an OTLP/HTTP collector's base URL: http or

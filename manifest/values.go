@@ -100,7 +100,9 @@ func (d *decoder) parse(data []byte) (map[string]any, bool) {
 		e.Key = d.idx.keyAt(e.Line)
 		e.Msg = "invalid TOML: " + pe.Message
 	}
-	e.Msg = strings.ReplaceAll(e.Msg, "\n", " ")
+	// The parser's messages may show the input; they stay one printable
+	// line like the others.
+	e.Msg = escapeUnprintable(strings.ReplaceAll(e.Msg, "\n", " "))
 	d.errs = append(d.errs, e)
 	return nil, false
 }

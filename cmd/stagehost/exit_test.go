@@ -54,7 +54,7 @@ func TestBinaryExitCodes(t *testing.T) {
 		{[]string{"check", bad}, 65, "bad.toml:3: runtime.capacity: must be an integer"},
 		{[]string{"run", bad}, 65, "bad.toml:3: runtime.capacity"},
 		{[]string{"serve", bad}, 65, "bad.toml:3: runtime.capacity"},
-		{[]string{"check", "../../manifest/testdata/bad/file_kinds.toml"}, 65, "/dev/zero is not a regular file"},
+		{[]string{"check", "../../manifest/testdata/bad/file_kinds.toml"}, 65, `"/dev/zero" is not a regular file`},
 		{[]string{"check", "../../host.toml"}, 0, "ok"},
 	} {
 		code, out, errs := runBinary(t, tc.args...)
