@@ -1,6 +1,10 @@
 package wasmbin
 
 import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -201,6 +205,9 @@ func Instrument(m *Module, opt InterruptOptions) ([]byte, InstrumentStats, error
 		emit(s.id, p)
 	}
 	flush(1 << 30)
+	if !m.hasNames {
+		emit(secCustom, append(appendName(nil, "name"), ins.appendFuncNames(nil, nil)...))
+	}
 	return out, st, nil
 }
 
@@ -594,17 +601,29 @@ func (ins *instrumenter) custom(s section) ([]byte, bool) {
 	case name == "name":
 		p, err := ins.names(&r)
 		if err != nil {
-			return nil, false // names are only for debugging
+			// Parse checked the section, so this is not expected; the
+			// functions keep their indices as names at least.
+			p = ins.appendFuncNames(nil, nil)
 		}
 		return append(appendName(nil, "name"), p...), true
 	}
 	return payload, true
 }
 
+// funcName is an entry of a function names subsection.
+type funcName struct {
+	index uint32
+	name  string
+}
+
 // names rewrites the name section's subsections: module names are kept,
-// function and local names renumbered, others dropped.
+// local names renumbered, the function names replaced by
+// appendFuncNames's, others dropped. Subsections of one kind keep their
+// order (the engine reads the last one of a kind); the module names
+// come first, then the function names, then the local names.
 func (ins *instrumenter) names(r *reader) ([]byte, error) {
-	var out []byte
+	var mods, locals []byte
+	var funcs []funcName
 	for r.err == nil && r.i < len(r.b) {
 		id := r.byte()
 		size := int(r.u32())
@@ -614,20 +633,20 @@ func (ins *instrumenter) names(r *reader) ([]byte, error) {
 		}
 		end := r.i + size
 		sub := reader{b: r.b[:end], i: r.i}
-		var p []byte
 		switch id {
 		case 0:
-			p = r.b[r.i:end]
+			mods = append(mods, 0)
+			mods = appendU32(mods, uint32(size))
+			mods = append(mods, r.b[r.i:end]...)
 		case 1: // function names
 			n := sub.u32()
-			p = appendU32(nil, n)
+			funcs = funcs[:0]
 			for k := uint32(0); k < n && sub.err == nil; k++ {
-				p = appendU32(p, ins.shift(sub.u32()))
-				p = appendName(p, sub.name())
+				funcs = append(funcs, funcName{sub.u32(), sub.name()})
 			}
 		case 2: // local names
 			n := sub.u32()
-			p = appendU32(nil, n)
+			p := appendU32(nil, n)
 			for k := uint32(0); k < n && sub.err == nil; k++ {
 				p = appendU32(p, ins.shift(sub.u32()))
 				c := sub.u32()
@@ -637,6 +656,9 @@ func (ins *instrumenter) names(r *reader) ([]byte, error) {
 					p = appendName(p, sub.name())
 				}
 			}
+			locals = append(locals, 2)
+			locals = appendU32(locals, uint32(len(p)))
+			locals = append(locals, p...)
 		}
 		if sub.err != nil {
 			return nil, sub.err
@@ -645,13 +667,109 @@ func (ins *instrumenter) names(r *reader) ([]byte, error) {
 			return nil, malformed("name subsection %d has trailing bytes", id)
 		}
 		r.i = end
-		if id <= 2 {
-			out = append(out, id)
-			out = appendU32(out, uint32(len(p)))
-			out = append(out, p...)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return append(ins.appendFuncNames(mods, funcs), locals...), nil
+}
+
+// appendFuncNames appends a function names subsection that names every
+// defined function of the input, so that the engine's messages name the
+// guest's own functions: the name the engine would have given the
+// function in the input (see engineNames), or, where that is empty,
+// "$" and its index in the input, which is how the engine prints an
+// unnamed function. Imported functions keep a non-empty name; the others
+// keep their index, and so the engine's default name, and stay unnamed,
+// as does the added import.
+func (ins *instrumenter) appendFuncNames(b []byte, in []funcName) []byte {
+	n := ins.m.NumFuncs()
+	names := engineNames(in, n)
+	var p []byte
+	count := uint32(0)
+	for i := range n {
+		name := names[i]
+		if name == "" {
+			if i < ins.nImp {
+				continue
+			}
+			name = "$" + strconv.FormatUint(uint64(i), 10)
+		}
+		p = appendU32(p, ins.shift(i))
+		p = appendName(p, name)
+		count++
+	}
+	sub := appendU32(nil, count)
+	sub = append(sub, p...)
+	b = append(b, 1)
+	b = appendU32(b, uint32(len(sub)))
+	return append(b, sub...)
+}
+
+// engineNames returns the name wazero (v1.12.0) gives each of the first n
+// functions from a function names subsection as it appears in the
+// binary: it walks the entries once, in their order, expecting ascending
+// indices, so an entry out of order may be missed; "" where it finds
+// none.
+func engineNames(in []funcName, n uint32) []string {
+	names := make([]string, n)
+	k := 0
+	for i := range n {
+		for ; k < len(in); k++ {
+			if e := in[k]; e.index > i {
+				break
+			} else if e.index == i {
+				names[i] = e.name
+				break
+			}
 		}
 	}
-	return out, r.err
+	return names
+}
+
+// RenameStart returns err, an error wazero returned for a module whose
+// start function failed ("start " + got + " failed: " + the function's
+// error, as [Module.StartDesc] describes), with want in place of got,
+// wrapping the same error. Any other error is returned as it is.
+func RenameStart(err error, got, want string) error {
+	if err == nil || got == want {
+		return err
+	}
+	inner := errors.Unwrap(err)
+	if inner == nil || err.Error() != "start "+got+" failed: "+inner.Error() {
+		return err
+	}
+	return fmt.Errorf("start %s failed: %w", want, inner)
+}
+
+// StartDesc returns the words with which wazero (v1.12.0) names the
+// module's start function in the error of a start function that failed,
+// after "start " and before " failed: ": "function[K]", or, when
+// functions are exported under the index wazero looks up (K plus the
+// number of imported functions), "function[K] export[...]" with their
+// quoted names in sorted order. It returns false when the module has no
+// start section.
+//
+// The start function of an instrumented module has another index than
+// the input's, so the engine's message names another function; a host
+// that compares the two descriptions (of the input and of the output)
+// can put the input's back.
+func (m *Module) StartDesc() (string, bool) {
+	if !m.HasStart {
+		return "", false
+	}
+	look := uint64(m.StartFunc) + uint64(m.nImpFunc)
+	var names []string
+	for _, e := range m.Exports {
+		if e.Kind == KindFunc && uint64(e.Index) == look {
+			names = append(names, strconv.Quote(e.Name))
+		}
+	}
+	if names == nil {
+		return fmt.Sprintf("function[%d]", m.StartFunc), true
+	}
+	sort.Strings(names)
+	return fmt.Sprintf("function[%d] export[%s]", m.StartFunc, strings.Join(names, ",")), true
 }
 
 // code rewrites the code section: every body gets its checks and its
