@@ -48,10 +48,10 @@ const maxWeight = 10000
 // again after every call; after the outermost loop's end it stores L
 // back. Outside loops the global alone holds the countdown, so a
 // function without loops touches it only at its entry, and its calls
-// keep nothing alive for the countdown's sake (which keeps its frame as
-// small as the plain function's, but for what the entry's call of the
-// import keeps: RATIONALE.md, "Recursion depth"). Each loop opcode gets
-// the check
+// keep nothing alive for the countdown's sake (so its frame under the
+// compiler is the plain function's, but for what the entry's call of the
+// import keeps alive: RATIONALE.md, "Recursion depth under the
+// compiler"). Each loop opcode gets the check
 //
 //	local.get L; i32.const W; i32.sub; local.tee L; i32.const 0; i32.lt_s
 //
@@ -68,19 +68,23 @@ const maxWeight = 10000
 // loops with parameters.
 //
 // Function names: the output always has a name section whose function
-// names subsection names every function the guest defines or imports,
-// so that the engine's stack traces and trap messages name the guest's
-// own functions: a name the input gave is kept (renumbered), and a
-// function without one is named "$" followed by its index in the input,
-// which is how wazero prints an unnamed function. Wazero's message for a
-// failed start function prints its index, not its name; see
-// [StartFunctionText].
+// names subsection names every function the guest defines, so that the
+// engine's stack traces and trap messages name the guest's own
+// functions, as the engine names them in the input: by the name the
+// input gives (renumbered; read as the engine reads it, in one pass
+// expecting ascending indices), or else "$" followed by the function's
+// index in the input, which is how wazero prints an unnamed function.
+// Imported functions keep their index, so they keep a name only when the
+// input gives them one. Wazero's message for a failed start function
+// prints the function's index, not its name: see [Module.StartDesc] and
+// [RenameStart].
 //
 // Every body is decoded as ValidateCode does, with the same errors. The
 // module must not import from opt.Module,
 // which is reserved. DWARF sections (.debug_*) are dropped, since the code
-// offsets they hold move; in the name section, function and local names
-// are kept (renumbered) and other subsections dropped.
+// offsets they hold move (so stack traces lose their source lines); in
+// the name section, module names are kept, local names renumbered, the
+// function names replaced as above and other subsections dropped.
 func Instrument(m *Module, opt InterruptOptions) ([]byte, InstrumentStats, error) {
 	var st InstrumentStats
 	if opt.Fuel <= 0 {
