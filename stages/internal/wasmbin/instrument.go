@@ -687,20 +687,21 @@ func (ins *instrumenter) names(r *reader) ([]byte, error) {
 // keep their index, and so the engine's default name, and stay unnamed,
 // as does the added import.
 func (ins *instrumenter) appendFuncNames(b []byte, in []funcName) []byte {
-	n := ins.m.NumFuncs()
-	names := engineNames(in, n)
 	var p []byte
 	count := uint32(0)
-	for i := range n {
-		name := names[i]
-		if name == "" {
-			if i < ins.nImp {
-				continue
-			}
-			name = "$" + strconv.FormatUint(uint64(i), 10)
+	names := engineNames(in)
+	for i := range ins.m.NumFuncs() {
+		name := names(i)
+		if name == "" && i < ins.nImp {
+			continue
 		}
 		p = appendU32(p, ins.shift(i))
-		p = appendName(p, name)
+		if name == "" {
+			p = appendU32(p, 1+uint32(len(strconv.AppendUint(nil, uint64(i), 10))))
+			p = strconv.AppendUint(append(p, '$'), uint64(i), 10)
+		} else {
+			p = appendName(p, name)
+		}
 		count++
 	}
 	sub := appendU32(nil, count)
@@ -710,25 +711,23 @@ func (ins *instrumenter) appendFuncNames(b []byte, in []funcName) []byte {
 	return append(b, sub...)
 }
 
-// engineNames returns the name wazero (v1.12.0) gives each of the first n
-// functions from a function names subsection as it appears in the
-// binary: it walks the entries once, in their order, expecting ascending
-// indices, so an entry out of order may be missed; "" where it finds
-// none.
-func engineNames(in []funcName, n uint32) []string {
-	names := make([]string, n)
+// engineNames returns a function that gives, for ascending function
+// indices 0, 1, 2..., the name wazero (v1.12.0) gives each function from
+// a function names subsection as it appears in the binary: wazero walks
+// the entries once, in their order, expecting ascending indices, so an
+// entry out of order may be missed; "" where it finds none.
+func engineNames(in []funcName) func(uint32) string {
 	k := 0
-	for i := range n {
+	return func(i uint32) string {
 		for ; k < len(in); k++ {
 			if e := in[k]; e.index > i {
 				break
 			} else if e.index == i {
-				names[i] = e.name
-				break
+				return e.name
 			}
 		}
+		return ""
 	}
-	return names
 }
 
 // RenameStart returns err, an error wazero returned for a module whose
