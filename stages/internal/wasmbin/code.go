@@ -141,6 +141,9 @@ type instr struct {
 	// closes is, for end, the construct it closes: opBlock, opLoop, opIf
 	// (also for an if with an else), or 0 for the function body.
 	closes byte
+	// exits is, for br, br_if and br_table, whether a target is the
+	// function body's own label: the branch may leave the function.
+	exits bool
 }
 
 // codeDecoder decodes function bodies. It is reused across bodies so that
@@ -263,6 +266,7 @@ func (d *codeDecoder) decodeBody(i int, visit func(*instr)) error {
 			if err := d.label(x); err != nil {
 				return err
 			}
+			in.exits = x == uint32(len(d.ctl))
 		case op == opBrTable:
 			n := r.u32()
 			for k := uint64(0); k <= uint64(n) && r.err == nil; k++ {
@@ -270,6 +274,7 @@ func (d *codeDecoder) decodeBody(i int, visit func(*instr)) error {
 				if err := d.label(x); err != nil {
 					return err
 				}
+				in.exits = in.exits || x == uint32(len(d.ctl))
 			}
 		case op == opCall:
 			in.index = r.u32()

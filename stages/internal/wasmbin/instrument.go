@@ -33,31 +33,32 @@ const maxWeight = 10000
 // section), and a mutable i32 global holding the countdown, initialised to
 // opt.Fuel, after the existing globals (no global index moves).
 //
-// At every function entry it charges the function's weight to the global
-// and, if the countdown went below zero, calls the import:
+// A function without loops charges its weight to the global at its
+// entry and, if the countdown went below zero, calls the import:
 //
 //	global.get G; i32.const W; i32.sub; local.tee L; global.set G
 //	local.get L; i32.const 0; i32.lt_s; if; call IMPORT; global.set G; end
 //
-// Inside loops the countdown is kept in a local of the function's own, L,
-// added to its locals, so that a loop's check touches no memory: before
-// every outermost loop it loads the global into L (global.get G;
-// local.set L); inside the loop it stores L back (local.get L; global.set
-// G) before every call of a defined function, every call_indirect, every
-// return and every branch that may leave the outermost loop, and loads it
-// again after every call; after the outermost loop's end it stores L
-// back. Outside loops the global alone holds the countdown, so a
-// function without loops touches it only at its entry, and its calls
-// keep nothing alive for the countdown's sake (so its frame under the
-// compiler is the plain function's, but for what the entry's call of the
-// import keeps alive: RATIONALE.md, "Recursion depth under the
-// compiler"). Each loop opcode gets the check
+// and touches the countdown nowhere else, so its calls keep nothing alive
+// for the countdown's sake (its frame under the compiler is the plain
+// function's, but for what the entry's call of the import keeps alive:
+// RATIONALE.md, "Recursion depth under the compiler").
+//
+// A function with loops keeps the countdown in a local of its own, L,
+// so that a loop's check touches no memory: at entry it loads the
+// global into L (global.get G; local.set L); before every call of a
+// defined function, every call_indirect, every return and every branch
+// that may leave the function, and at its final end, it stores L back
+// (local.get L; global.set G), and after every call it loads it again.
+// At the function entry (after the load) it injects the check
 //
 //	local.get L; i32.const W; i32.sub; local.tee L; i32.const 0; i32.lt_s
+//	if; call IMPORT; local.tee L; global.set G; end
 //
-// and on a negative result the call of the import, whose result, plus W,
+// and each loop opcode gets the same decrement and comparison, with the
+// call of the import on a negative result; the import's result, plus W,
 // is the new countdown (see appendLoopOpen and appendLoopClose; a loop
-// with parameters keeps its call inside: see appendCheck).
+// with parameters keeps the check above inside it).
 //
 // W, the weight, is the number of instructions the check pays for:
 // for a loop, those directly inside it (not inside nested loops), for the
@@ -225,11 +226,6 @@ type instrumenter struct {
 
 	local uint32 // the body's countdown local
 
-	// region is the index in ctl of the open outermost loop, inside
-	// which the countdown is in the local (valid while open is not
-	// empty).
-	region int
-
 	// Per body: instructions outside loops, per-loop weights (by loop
 	// ordinal), the open loops, the open constructs (with the wrapper
 	// blocks added around each), the places to patch and their new
@@ -304,8 +300,9 @@ func (ins *instrumenter) appendDecrement(b []byte, weight int) []byte {
 	return append(b, opI32Const, 0, opI32LtS)
 }
 
-// appendEntry charges the function's entry weight to the global and
-// calls the import when the countdown runs out:
+// appendEntry is the check at the entry of a function without loops: it
+// charges the function's weight to the global and calls the import when
+// the countdown runs out:
 //
 //	global.get G; i32.const W; i32.sub; local.tee L; global.set G
 //	local.get L; i32.const 0; i32.lt_s; if; call IMPORT; global.set G; end
@@ -328,7 +325,8 @@ func (ins *instrumenter) appendEntry(b []byte, weight int) []byte {
 	return append(b, opEnd)
 }
 
-// appendCheck is the check of a loop with parameters, inside the loop:
+// appendCheck is the check at the entry of a function with loops, and
+// inside a loop with parameters:
 //
 //	local.get L; i32.const W; i32.sub; local.tee L; i32.const 0; i32.lt_s
 //	if; call IMPORT; local.tee L; global.set G; end
@@ -393,24 +391,6 @@ func (ins *instrumenter) loopHasParams(in *instr) bool {
 	r := reader{b: ins.m.bin[:in.end], i: in.start + 1}
 	bt := r.s33()
 	return bt >= 0 && int(bt) < len(ins.m.Types) && len(ins.m.Types[bt].Params) > 0
-}
-
-// leavesRegion reports whether a branch inside the outermost open loop
-// may leave it: whether one of its labels names a construct that
-// encloses that loop, or the function body.
-func (ins *instrumenter) leavesRegion(in *instr) bool {
-	r := reader{b: ins.m.bin[:in.end], i: in.start + 1}
-	n := uint32(1)
-	if in.op == opBrTable {
-		n = r.u32() + 1
-	}
-	for range n {
-		// Label x names construct len(ctl)-1-x (-1: the body).
-		if x := r.u32(); int64(len(ins.ctl))-1-int64(x) < int64(ins.region) {
-			return true
-		}
-	}
-	return false
 }
 
 // relabel renumbers a branch's labels past the constructs added around
@@ -791,10 +771,22 @@ func (ins *instrumenter) code(st *InstrumentStats) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		b = ins.appendEntry(b, ins.entry)
+		// A function with loops keeps the countdown in its local from
+		// its entry on; one without charges the global at its entry and
+		// touches the countdown nowhere else.
+		loops := len(ins.weights) > 0
+		if loops {
+			b = ins.appendLoad(b)
+			b = ins.appendCheck(b, ins.entry)
+		} else {
+			b = ins.appendEntry(b, ins.entry)
+		}
 		st.Functions++
 		pos := fb.Start
 		for _, e := range ins.events {
+			if !loops && (e.kind == evStore || e.kind == evLoad) {
+				continue
+			}
 			b = append(b, m.bin[pos:e.at]...)
 			switch e.kind {
 			case evCheck:
@@ -846,12 +838,6 @@ func (ins *instrumenter) visit(in *instr) {
 	case opLoop:
 		ord := len(ins.weights)
 		ins.weights = append(ins.weights, 0)
-		if len(ins.open) == 0 {
-			// An outermost loop: the countdown moves into the local
-			// before it (and its wrappers).
-			ins.region = len(ins.ctl)
-			insert(in.start, evLoad)
-		}
 		ins.open = append(ins.open, ord)
 		if ins.loopHasParams(in) {
 			// The wrappers cannot hand a loop its parameters again: the
@@ -865,9 +851,10 @@ func (ins *instrumenter) visit(in *instr) {
 		ins.payload = append(ins.payload, ins.m.bin[in.start+1:in.end]...)
 		ins.events = append(ins.events, event{at: in.start, end: in.end, kind: evLoopOpen, loop: ord, p: p, q: len(ins.payload)})
 	case opEnd:
-		// The function's final end (closes 0) needs nothing: outside
-		// loops the global holds the countdown.
-		if in.closes != 0 {
+		switch in.closes {
+		case 0: // the function's final end
+			insert(in.start, evStore)
+		default:
 			if in.closes == opLoop {
 				ins.closed = ins.open[len(ins.open)-1]
 				ins.open = ins.open[:len(ins.open)-1]
@@ -877,16 +864,11 @@ func (ins *instrumenter) visit(in *instr) {
 			if top == wrappers {
 				ins.events = append(ins.events, event{at: in.end, end: in.end, kind: evLoopClose, loop: ins.closed})
 			}
-			if in.closes == opLoop && len(ins.open) == 0 {
-				insert(in.end, evStore) // after the outermost loop (and its wrappers)
-			}
 		}
 	case opReturn:
-		if len(ins.open) > 0 {
-			insert(in.start, evStore)
-		}
+		insert(in.start, evStore)
 	case opBr, opBrIf, opBrTable:
-		if len(ins.open) > 0 && ins.leavesRegion(in) {
+		if in.exits {
 			insert(in.start, evStore)
 		}
 		ins.relabel(in)
@@ -894,19 +876,12 @@ func (ins *instrumenter) visit(in *instr) {
 		if in.index < ins.nImp { // a host function: it spends no fuel
 			break
 		}
-		inLoop := len(ins.open) > 0
-		if inLoop {
-			insert(in.start, evStore)
-		}
+		insert(in.start, evStore)
 		ins.events = append(ins.events, event{at: in.start + 1, end: in.end, kind: evIndex, index: in.index + 1})
-		if inLoop {
-			insert(in.end, evLoad)
-		}
+		insert(in.end, evLoad)
 	case opCallIndirect:
-		if len(ins.open) > 0 {
-			insert(in.start, evStore)
-			insert(in.end, evLoad)
-		}
+		insert(in.start, evStore)
+		insert(in.end, evLoad)
 	case opRefFunc:
 		if in.index >= ins.nImp {
 			ins.events = append(ins.events, event{at: in.start + 1, end: in.end, kind: evIndex, index: in.index + 1})
