@@ -624,8 +624,8 @@ func TestCalleesWorkIsCounted(t *testing.T) {
 // or to the function, a br_table, a return, a br out of a nested loop,
 // a loop with parameters falling through), 100 times each under a fuel
 // of 1000: the leaves run 50,000 to 70,000 instructions and the driver
-// about 3,000, so the host is called 45 to 80 times. A countdown local not
-// stored back on some way out of its loop would lose the leaves' work.
+// about 3,000, so the host is called 45 to 80 times. A countdown local
+// not stored back on some way out would lose the leaves' work.
 func TestLoopExitsStoreTheCountdown(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join("testdata", "instrument", "exits.wasm")

@@ -1,8 +1,8 @@
-;; exits: loops left from inside, so that a countdown kept in a local
-;; inside the outermost loop must be stored back at every way out of it
-;; (a br to an enclosing block, a br to the function's own label, a
-;; br_table, a return, a branch out of a nested loop, the end of a loop
-;; with parameters) or the leaves' work would go uncounted.
+;; exits: loops left from inside in every way (a br to an enclosing
+;; block, a br to the function's own label, a br_table, a return, a
+;; branch out of a nested loop, the end of a loop with parameters), so
+;; that a countdown kept in a local must reach the global on each of
+;; them, or the leaves' work would go uncounted.
 (module
   (import "env" "add" (func $add (param i32 i32) (result i32)))
   ;; Each leaf loops 40 times (500 to 700 instructions, under the
