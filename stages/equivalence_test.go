@@ -18,16 +18,18 @@ import (
 )
 
 // outcome is what a module did in a session: the load or creation error
-// class, and per call the output, the error class and whether the
-// session was then quarantined.
+// class and text, and per call the output, the error class and text and
+// whether the session was then quarantined.
 type outcome struct {
-	load  error
-	calls []callOutcome
+	load    error
+	loadMsg string
+	calls   []callOutcome
 }
 
 type callOutcome struct {
 	out         []byte
 	class       error
+	msg         string
 	clientCode  int32
 	quarantined bool
 }
@@ -59,13 +61,16 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 		WithDeadline(10 * time.Second).WithFenceTimeout(10 * time.Second)
 	s, err := eng.NewSession(ctx, rt, m, cfg)
 	if err != nil {
-		o.load = errdefs.ClassOf(err)
+		o.load, o.loadMsg = errdefs.ClassOf(err), err.Error()
 		return o
 	}
 	defer s.Close(ctx)
 	for range 3 {
 		out, err := s.Run(ctx, input, nil)
 		c := callOutcome{out: out, class: errdefs.ClassOf(err), quarantined: s.Quarantined() != nil}
+		if err != nil {
+			c.msg = err.Error()
+		}
 		var ce *ClientError
 		if errors.As(err, &ce) {
 			c.clientCode = ce.Code
@@ -79,11 +84,12 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 // ABI and benchmark module of the repository that finishes by itself on
 // the host as it runs them (instrumented, from snapshots) and on an
 // engine that neither instruments nor snapshots (as raw wazero would run
-// them), and requires the same
-// outcome: load and creation errors, every call's output, error class and
-// client code, and quarantine. Modules that only end by interruption are
-// left out (without instrumentation they would never return), and so is
-// lying_fence, whose outcome depends on the device's timing.
+// them), and requires the same outcome: load and creation errors (class
+// and text), every call's output, error class and text (trap messages
+// and stack traces included) and client code, and quarantine. Modules
+// that only end by interruption are left out (without instrumentation
+// they would never return), and so is lying_fence, whose outcome
+// depends on the device's timing.
 func TestInstrumentedAndPlainModulesBehaveAlike(t *testing.T) {
 	ctx := context.Background()
 	plainCfg := NewEngineConfig().WithCacheDir("").WithSnapshots(false)
@@ -143,12 +149,12 @@ func TestInstrumentedAndPlainModulesBehaveAlike(t *testing.T) {
 					}
 				}
 			}
-			if got.load != want.load {
-				t.Fatalf("load or creation: instrumented %v, plain %v", got.load, want.load)
+			if got.load != want.load || got.loadMsg != want.loadMsg {
+				t.Fatalf("load or creation: instrumented %v %q, plain %v %q", got.load, got.loadMsg, want.load, want.loadMsg)
 			}
 			for i := range want.calls {
 				g, w := got.calls[i], want.calls[i]
-				if !bytes.Equal(g.out, w.out) || g.class != w.class || g.clientCode != w.clientCode || g.quarantined != w.quarantined {
+				if !bytes.Equal(g.out, w.out) || g.class != w.class || g.msg != w.msg || g.clientCode != w.clientCode || g.quarantined != w.quarantined {
 					t.Errorf("call %d: instrumented %+v, plain %+v", i, g, w)
 				}
 			}

@@ -103,6 +103,10 @@ type Module struct {
 	spares        *spares   // instances made ahead from snap
 	noSnapshot    string    // why snap is nil
 	tableShift    uint32    // leading table entries dropped (wasmbin.Module.CompactTable)
+	// startDesc is how the engine names the start function of the
+	// compiled module and of the module as loaded (wasmbin.StartDesc);
+	// equal (both empty) without instrumentation or a start section.
+	startDesc [2]string
 }
 
 // Name is the module's name.
@@ -198,7 +202,7 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	}
 	m.segments = [2]int{st.SegmentsBefore, st.SegmentsAfter}
 	if !e.cfg.uninterruptible {
-		if rewritten, err = instrument(rewritten); err != nil {
+		if rewritten, m.startDesc, err = instrument(rewritten); err != nil {
 			return fail(errdefs.ErrInvalidArgument, "%v", err)
 		}
 	}
@@ -261,14 +265,29 @@ func Validate(bin []byte, cfg LoadConfig) error {
 }
 
 // instrument adds the interruption countdown (RATIONALE.md,
-// "Interruption by instrumentation") to a rewritten binary.
-func instrument(bin []byte) ([]byte, error) {
+// "Interruption by instrumentation") to a rewritten binary. It also
+// returns how the engine names the start function of the output and of
+// the input in the error of a failed start (both empty without a start
+// section), for [wasmbin.RenameStart].
+func instrument(bin []byte) ([]byte, [2]string, error) {
+	var desc [2]string
 	p, err := wasmbin.Parse(bin)
 	if err != nil {
-		return nil, err
+		return nil, desc, err
 	}
 	out, _, err := wasmbin.Instrument(p, wasmbin.InterruptOptions{Module: abi.InternalModule, Name: abi.FnYield, Fuel: yieldFuel})
-	return out, err
+	if err != nil {
+		return nil, desc, err
+	}
+	if want, ok := p.StartDesc(); ok {
+		q, err := wasmbin.Parse(out)
+		if err != nil {
+			return nil, desc, err
+		}
+		got, _ := q.StartDesc()
+		desc = [2]string{got, want}
+	}
+	return out, desc, nil
 }
 
 func checkSize(bin []byte, cfg LoadConfig) error {

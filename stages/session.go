@@ -17,6 +17,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/internal/monotime"
+	"github.com/stagehost/stagehost/stages/internal/wasmbin"
 )
 
 // SessionConfig declares a Wasm session's device resources and limits. It
@@ -422,7 +423,9 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 		err = s.enter(ctx, deadline, s.cfg.initTimeout, "start function", nil, func(c context.Context) error {
 			var err error
 			mod, err = s.engine.runtime.InstantiateModule(c, m.compiled, mc)
-			return err
+			// The engine names a failed start function by its index,
+			// which the instrumentation moved: name the guest's own.
+			return wasmbin.RenameStart(err, m.startDesc[0], m.startDesc[1])
 		})
 	}
 	if err != nil {

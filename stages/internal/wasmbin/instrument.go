@@ -1,6 +1,10 @@
 package wasmbin
 
 import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -29,19 +33,34 @@ const maxWeight = 10000
 // section), and a mutable i32 global holding the countdown, initialised to
 // opt.Fuel, after the existing globals (no global index moves).
 //
-// Each function keeps the countdown in a local of its own, L, added to
-// its locals, so that a loop's check touches no memory: at entry it loads
-// the global into L (global.get G; local.set L); before every call of a
+// A function without loops charges its weight to the global at its
+// entry and, if the countdown went below zero, calls the import:
+//
+//	global.get G; i32.const W; i32.sub; local.tee L; global.set G
+//	local.get L; i32.const 0; i32.lt_s; if; call IMPORT; global.set G; end
+//
+// and touches the countdown nowhere else, so its calls keep nothing alive
+// for the countdown's sake (its frame under the compiler is the plain
+// function's, but for what the entry's call of the import keeps alive:
+// RATIONALE.md, "Recursion depth under the compiler").
+//
+// A function with loops keeps the countdown in a local of its own, L,
+// so that a loop's check touches no memory: at entry it loads the
+// global into L (global.get G; local.set L); before every call of a
 // defined function, every call_indirect, every return and every branch
 // that may leave the function, and at its final end, it stores L back
 // (local.get L; global.set G), and after every call it loads it again.
-// At the function entry (after the load) and right after every loop
-// opcode it injects the check
+// At the function entry (after the load) it injects the check
 //
 //	local.get L; i32.const W; i32.sub; local.tee L; i32.const 0; i32.lt_s
 //	if; call IMPORT; local.tee L; global.set G; end
 //
-// where W, the weight, is the number of instructions the check pays for:
+// and each loop opcode gets the same decrement and comparison, with the
+// call of the import on a negative result; the import's result, plus W,
+// is the new countdown (see appendLoopOpen and appendLoopClose; a loop
+// with parameters keeps the check above inside it).
+//
+// W, the weight, is the number of instructions the check pays for:
 // for a loop, those directly inside it (not inside nested loops), for the
 // entry, those of the function outside any loop; W is at least 1 and at
 // most 10,000. So the host is called about every opt.Fuel instructions
@@ -49,11 +68,24 @@ const maxWeight = 10000
 // code leaves the operand stack as it found it, so it is valid inside
 // loops with parameters.
 //
+// Function names: the output always has a name section whose function
+// names subsection names every function the guest defines, so that the
+// engine's stack traces and trap messages name the guest's own
+// functions, as the engine names them in the input: by the name the
+// input gives (renumbered; read as the engine reads it, in one pass
+// expecting ascending indices), or else "$" followed by the function's
+// index in the input, which is how wazero prints an unnamed function.
+// Imported functions keep their index, so they keep a name only when the
+// input gives them one. Wazero's message for a failed start function
+// prints the function's index, not its name: see [Module.StartDesc] and
+// [RenameStart].
+//
 // Every body is decoded as ValidateCode does, with the same errors. The
 // module must not import from opt.Module,
 // which is reserved. DWARF sections (.debug_*) are dropped, since the code
-// offsets they hold move; in the name section, function and local names
-// are kept (renumbered) and other subsections dropped.
+// offsets they hold move (so stack traces lose their source lines); in
+// the name section, module names are kept, local names renumbered, the
+// function names replaced as above and other subsections dropped.
 func Instrument(m *Module, opt InterruptOptions) ([]byte, InstrumentStats, error) {
 	var st InstrumentStats
 	if opt.Fuel <= 0 {
@@ -178,6 +210,9 @@ func Instrument(m *Module, opt InterruptOptions) ([]byte, InstrumentStats, error
 		emit(s.id, p)
 	}
 	flush(1 << 30)
+	if !m.hasNames {
+		emit(secCustom, append(appendName(nil, "name"), ins.appendFuncNames(nil, nil)...))
+	}
 	return out, st, nil
 }
 
@@ -265,6 +300,36 @@ func (ins *instrumenter) appendDecrement(b []byte, weight int) []byte {
 	return append(b, opI32Const, 0, opI32LtS)
 }
 
+// appendEntry is the check at the entry of a function without loops: it
+// charges the function's weight to the global and calls the import when
+// the countdown runs out:
+//
+//	global.get G; i32.const W; i32.sub; local.tee L; global.set G
+//	local.get L; i32.const 0; i32.lt_s; if; call IMPORT; global.set G; end
+//
+// The countdown stays in the global: the local only carries the value
+// from the store to the comparison.
+func (ins *instrumenter) appendEntry(b []byte, weight int) []byte {
+	weight = min(max(weight, 1), maxWeight)
+	b = append(b, opGlobalGet)
+	b = appendU32(b, ins.global)
+	b = append(b, opI32Const)
+	b = appendS32(b, int32(weight))
+	b = append(b, opI32Sub, opLocalTee)
+	b = appendU32(b, ins.local)
+	b = ins.appendStore(b)
+	b = append(b, opI32Const, 0, opI32LtS, opIf, 0x40, opCall)
+	b = appendU32(b, ins.nImp)
+	b = append(b, opGlobalSet)
+	b = appendU32(b, ins.global)
+	return append(b, opEnd)
+}
+
+// appendCheck is the check at the entry of a function with loops, and
+// inside a loop with parameters:
+//
+//	local.get L; i32.const W; i32.sub; local.tee L; i32.const 0; i32.lt_s
+//	if; call IMPORT; local.tee L; global.set G; end
 func (ins *instrumenter) appendCheck(b []byte, weight int) []byte {
 	b = ins.appendDecrement(b, weight)
 	b = append(b, opIf, 0x40, opCall)
@@ -520,17 +585,29 @@ func (ins *instrumenter) custom(s section) ([]byte, bool) {
 	case name == "name":
 		p, err := ins.names(&r)
 		if err != nil {
-			return nil, false // names are only for debugging
+			// Parse checked the section, so this is not expected; the
+			// functions keep their indices as names at least.
+			p = ins.appendFuncNames(nil, nil)
 		}
 		return append(appendName(nil, "name"), p...), true
 	}
 	return payload, true
 }
 
+// funcName is an entry of a function names subsection.
+type funcName struct {
+	index uint32
+	name  string
+}
+
 // names rewrites the name section's subsections: module names are kept,
-// function and local names renumbered, others dropped.
+// local names renumbered, the function names replaced by
+// appendFuncNames's, others dropped. Subsections of one kind keep their
+// order (the engine reads the last one of a kind); the module names
+// come first, then the function names, then the local names.
 func (ins *instrumenter) names(r *reader) ([]byte, error) {
-	var out []byte
+	var mods, locals []byte
+	var funcs []funcName
 	for r.err == nil && r.i < len(r.b) {
 		id := r.byte()
 		size := int(r.u32())
@@ -540,20 +617,20 @@ func (ins *instrumenter) names(r *reader) ([]byte, error) {
 		}
 		end := r.i + size
 		sub := reader{b: r.b[:end], i: r.i}
-		var p []byte
 		switch id {
 		case 0:
-			p = r.b[r.i:end]
+			mods = append(mods, 0)
+			mods = appendU32(mods, uint32(size))
+			mods = append(mods, r.b[r.i:end]...)
 		case 1: // function names
 			n := sub.u32()
-			p = appendU32(nil, n)
+			funcs = funcs[:0]
 			for k := uint32(0); k < n && sub.err == nil; k++ {
-				p = appendU32(p, ins.shift(sub.u32()))
-				p = appendName(p, sub.name())
+				funcs = append(funcs, funcName{sub.u32(), sub.name()})
 			}
 		case 2: // local names
 			n := sub.u32()
-			p = appendU32(nil, n)
+			p := appendU32(nil, n)
 			for k := uint32(0); k < n && sub.err == nil; k++ {
 				p = appendU32(p, ins.shift(sub.u32()))
 				c := sub.u32()
@@ -563,6 +640,9 @@ func (ins *instrumenter) names(r *reader) ([]byte, error) {
 					p = appendName(p, sub.name())
 				}
 			}
+			locals = append(locals, 2)
+			locals = appendU32(locals, uint32(len(p)))
+			locals = append(locals, p...)
 		}
 		if sub.err != nil {
 			return nil, sub.err
@@ -571,13 +651,108 @@ func (ins *instrumenter) names(r *reader) ([]byte, error) {
 			return nil, malformed("name subsection %d has trailing bytes", id)
 		}
 		r.i = end
-		if id <= 2 {
-			out = append(out, id)
-			out = appendU32(out, uint32(len(p)))
-			out = append(out, p...)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return append(ins.appendFuncNames(mods, funcs), locals...), nil
+}
+
+// appendFuncNames appends a function names subsection that names every
+// defined function of the input, so that the engine's messages name the
+// guest's own functions: the name the engine would have given the
+// function in the input (see engineNames), or, where that is empty,
+// "$" and its index in the input, which is how the engine prints an
+// unnamed function. Imported functions keep a non-empty name; the others
+// keep their index, and so the engine's default name, and stay unnamed,
+// as does the added import.
+func (ins *instrumenter) appendFuncNames(b []byte, in []funcName) []byte {
+	var p []byte
+	count := uint32(0)
+	names := engineNames(in)
+	for i := range ins.m.NumFuncs() {
+		name := names(i)
+		if name == "" && i < ins.nImp {
+			continue
+		}
+		p = appendU32(p, ins.shift(i))
+		if name == "" {
+			p = appendU32(p, 1+uint32(len(strconv.AppendUint(nil, uint64(i), 10))))
+			p = strconv.AppendUint(append(p, '$'), uint64(i), 10)
+		} else {
+			p = appendName(p, name)
+		}
+		count++
+	}
+	sub := appendU32(nil, count)
+	sub = append(sub, p...)
+	b = append(b, 1)
+	b = appendU32(b, uint32(len(sub)))
+	return append(b, sub...)
+}
+
+// engineNames returns a function that gives, for ascending function
+// indices 0, 1, 2..., the name wazero (v1.12.0) gives each function from
+// a function names subsection as it appears in the binary: wazero walks
+// the entries once, in their order, expecting ascending indices, so an
+// entry out of order may be missed; "" where it finds none.
+func engineNames(in []funcName) func(uint32) string {
+	k := 0
+	return func(i uint32) string {
+		for ; k < len(in); k++ {
+			if e := in[k]; e.index > i {
+				break
+			} else if e.index == i {
+				return e.name
+			}
+		}
+		return ""
+	}
+}
+
+// RenameStart returns err, an error wazero returned for a module whose
+// start function failed ("start " + got + " failed: " + the function's
+// error, as [Module.StartDesc] describes), with want in place of got,
+// wrapping the same error. Any other error is returned as it is.
+func RenameStart(err error, got, want string) error {
+	if err == nil || got == want {
+		return err
+	}
+	inner := errors.Unwrap(err)
+	if inner == nil || err.Error() != "start "+got+" failed: "+inner.Error() {
+		return err
+	}
+	return fmt.Errorf("start %s failed: %w", want, inner)
+}
+
+// StartDesc returns the words with which wazero (v1.12.0) names the
+// module's start function in the error of a start function that failed,
+// after "start " and before " failed: ": "function[K]", or, when
+// functions are exported under the index wazero looks up (K plus the
+// number of imported functions), "function[K] export[...]" with their
+// quoted names in sorted order. It returns false when the module has no
+// start section.
+//
+// The start function of an instrumented module has another index than
+// the input's, so the engine's message names another function; a host
+// that compares the two descriptions (of the input and of the output)
+// can put the input's back.
+func (m *Module) StartDesc() (string, bool) {
+	if !m.HasStart {
+		return "", false
+	}
+	look := uint64(m.StartFunc) + uint64(m.nImpFunc)
+	var names []string
+	for _, e := range m.Exports {
+		if e.Kind == KindFunc && uint64(e.Index) == look {
+			names = append(names, strconv.Quote(e.Name))
 		}
 	}
-	return out, r.err
+	if names == nil {
+		return fmt.Sprintf("function[%d]", m.StartFunc), true
+	}
+	sort.Strings(names)
+	return fmt.Sprintf("function[%d] export[%s]", m.StartFunc, strings.Join(names, ",")), true
 }
 
 // code rewrites the code section: every body gets its checks and its
@@ -596,11 +771,22 @@ func (ins *instrumenter) code(st *InstrumentStats) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		b = ins.appendLoad(b)
-		b = ins.appendCheck(b, ins.entry)
+		// A function with loops keeps the countdown in its local from
+		// its entry on; one without charges the global at its entry and
+		// touches the countdown nowhere else.
+		loops := len(ins.weights) > 0
+		if loops {
+			b = ins.appendLoad(b)
+			b = ins.appendCheck(b, ins.entry)
+		} else {
+			b = ins.appendEntry(b, ins.entry)
+		}
 		st.Functions++
 		pos := fb.Start
 		for _, e := range ins.events {
+			if !loops && (e.kind == evStore || e.kind == evLoad) {
+				continue
+			}
 			b = append(b, m.bin[pos:e.at]...)
 			switch e.kind {
 			case evCheck:

@@ -207,12 +207,21 @@ func TestInstrumentKeepsFunctionNames(t *testing.T) {
 	}
 }
 
-// checkBytes is the injected sequence for global 2, import 0, weight w.
-// checkBytes is the check of weight w on countdown local 1 and global 2.
+// checkBytes is the check of weight w on countdown local 1 and global 2,
+// at the entry of a function with loops and in a loop with parameters.
 func checkBytes(w byte) []byte {
 	return []byte{
 		opLocalGet, 1, opI32Const, w, opI32Sub, opLocalTee, 1,
 		opI32Const, 0, opI32LtS, opIf, 0x40, opCall, 0, opLocalTee, 1, opGlobalSet, 2, opEnd,
+	}
+}
+
+// entryBytes is the entry's check of a function without loops of weight w on global 2, through
+// local 1, calling import 0.
+func entryBytes(w byte) []byte {
+	return []byte{
+		opGlobalGet, 2, opI32Const, w, opI32Sub, opLocalTee, 1, opLocalGet, 1, opGlobalSet, 2,
+		opI32Const, 0, opI32LtS, opIf, 0x40, opCall, 0, opGlobalSet, 2, opEnd,
 	}
 }
 
@@ -291,6 +300,43 @@ func TestInstrumentInjectsWeightedChecks(t *testing.T) {
 	want = append(want, storeBytes...)
 	want = append(want, opEnd)
 	if !bytes.Equal(got, want) {
+		t.Fatalf("body\n got % x\nwant % x", got, want)
+	}
+	compile(t, out)
+}
+
+func TestInstrumentChargesLoopFreeFunctionsOnTheGlobal(t *testing.T) {
+	// One function without loops: local.get 0; if; local.get 0; call 0;
+	// return; end; br 0; end. It charges the global at its entry
+	// (weight 8) and
+	// touches the countdown nowhere else: no store or load around the
+	// call, before the return or the br to the body, or at the end.
+	body := []byte{
+		0x00, // no locals
+		opLocalGet, 0, opIf, 0x40, opLocalGet, 0, opCall, 0, opReturn, opEnd, opBr, 0, opEnd,
+	}
+	bin := cmBuild(cmSpec{params: []byte{valI32}, body: body, noImport: true})
+	m, err := Parse(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, st, err := Instrument(m, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != (InstrumentStats{Functions: 1}) {
+		t.Fatalf("stats %+v", st)
+	}
+	m2, err := Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := m2.Code[0]
+	var want []byte
+	want = append(want, 0x01, 0x01, valI32)
+	want = append(want, entryBytes(8)...)
+	want = append(want, opLocalGet, 0, opIf, 0x40, opLocalGet, 0, opCall, 1, opReturn, opEnd, opBr, 0, opEnd)
+	if got := out[fb.LocalsStart:fb.End]; !bytes.Equal(got, want) {
 		t.Fatalf("body\n got % x\nwant % x", got, want)
 	}
 	compile(t, out)
@@ -570,5 +616,69 @@ func TestCalleesWorkIsCounted(t *testing.T) {
 		if h.calls < 66 || h.calls > 100 {
 			t.Errorf("%s: the host was called %d times for 69,000 to 100,000 instructions at a fuel of 1000", exit, h.calls)
 		}
+	}
+}
+
+// TestLoopExitsStoreTheCountdown runs exits.wasm's leaves, each of which
+// leaves its loop from inside in another way (a br to an enclosing block
+// or to the function, a br_table, a return, a br out of a nested loop,
+// a loop with parameters falling through), 100 times each under a fuel
+// of 1000: the leaves run 50,000 to 70,000 instructions and the driver
+// about 3,000, so the host is called 45 to 80 times. A countdown local
+// not stored back on some way out would lose the leaves' work.
+func TestLoopExitsStoreTheCountdown(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join("testdata", "instrument", "exits.wasm")
+	opt := testOpts
+	opt.Fuel = 1000
+	_, out, _ := instrumentFile(t, path, opt)
+	for _, exit := range []string{"block", "body", "table", "return", "nested", "params"} {
+		h := &fuelHost{fuel: opt.Fuel}
+		_, mod := instantiate(t, ctx, out, h)
+		res, err := mod.ExportedFunction(exit).Call(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0] != 100*40 {
+			t.Errorf("%s: result %d, want 4000", exit, res[0])
+		}
+		if h.calls < 45 || h.calls > 80 {
+			t.Errorf("%s: the host was called %d times for 53,000 to 73,000 instructions at a fuel of 1000", exit, h.calls)
+		}
+	}
+}
+
+// TestLoopFreeCallTreesAreCharged runs a call tree without loops, 1,111
+// calls of about 13,000 instructions in all, at a fuel of 1000: each
+// function charges the global at its entry, so the host is called 10 to
+// 20 times. A loop-free function that charged only a local would never
+// call it.
+func TestLoopFreeCallTreesAreCharged(t *testing.T) {
+	ctx := context.Background()
+	tenCalls := func(f uint32) []byte { return bytes.Repeat(call(f), 10) }
+	leaf := bytes.Repeat([]byte{opI32Const, 1, 0x1a}, 5) // i32.const 1; drop
+	bin := eqModule{funcs: []eqFunc{
+		fn(0, tenCalls(1)).exported("run"),
+		fn(0, tenCalls(2)),
+		fn(0, tenCalls(3)),
+		fn(0, leaf),
+	}}.build()
+	m, err := Parse(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := testOpts
+	opt.Fuel = 1000
+	out, _, err := Instrument(m, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &fuelHost{fuel: opt.Fuel}
+	_, mod := instantiate(t, ctx, out, h)
+	if _, err := mod.ExportedFunction("run").Call(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h.calls < 10 || h.calls > 20 {
+		t.Errorf("the host was called %d times for about 13,000 instructions at a fuel of 1000", h.calls)
 	}
 }

@@ -1,16 +1,43 @@
-// Package wasmbin reads the structure of a WebAssembly binary that the host
-// checks before instantiating (types, imports, functions, tables, memories,
-// globals, exports, start, elements, code and data) and rewrites two parts
-// of it: the memory maximum, to enforce a per-module limit, and the data
-// segments, merged so that instantiation copies a few large segments
-// instead of tens of thousands of small ones.
+// Package wasmbin reads and rewrites the WebAssembly binaries the host
+// runs, before the engine (wazero) compiles them. Nothing here runs guest
+// code.
 //
-// Every section is checked at least as strictly as the engine's own
-// decoder does, and every count and length is bounded by the bytes left
-// before anything is allocated, so Parse takes time and memory linear in
-// the size of the binary whatever the binary holds. Instructions inside
-// function bodies are not decoded here: Parse records where each body's
-// local declarations and instructions are, see [FuncBody].
+// Reading. [Parse] reads every section of a binary at least as strictly
+// as wazero's own decoder does (types, imports, functions, tables,
+// memories, globals, exports, start, elements, data count, code, data,
+// and the "name" custom section), and bounds every count and length by
+// the bytes left before it allocates anything, so it takes time and
+// memory linear in the size of the binary whatever the binary holds.
+// [Module.ValidateCode] then decodes every function body, for exactly
+// the instruction set the host admits (WebAssembly 2.0 with fixed-width
+// SIMD, one memory), naming the opcode, the function and the byte offset
+// of anything else; operand types are left to the engine.
+//
+// Rewriting. Each rewrite returns a new binary and leaves the input
+// alone:
+//
+//   - [Module.Rewrite] caps the memory maximum and merges nearby active
+//     data segments, so that instantiation copies a few large segments
+//     instead of tens of thousands of small ones.
+//   - [Instrument] adds the interruption countdown: an import from a
+//     reserved module that the guest calls about every so many
+//     instructions, charged at every function entry and loop iteration,
+//     so that the host can stop a guest at its deadline without the
+//     engine polling a context. It renumbers every function reference
+//     past the added import and gives the output a name section that
+//     names the guest's functions as the engine would name them in the
+//     input, so that stack traces and trap messages are the input's;
+//     [Module.StartDesc] and [RenameStart] do the same for the one
+//     message that prints an index (a failed start function).
+//   - [Module.CompactTable] drops the leading table entries no element
+//     fills, which every instance would otherwise allocate.
+//   - [Module.Freeze], with [Module.ActiveData] and
+//     [Module.SnapshotBlocker], derives the module a snapshot of an
+//     initialised instance is taken from: mutable globals and the start
+//     function exported, the start section and data segments removed.
+//
+// Errors wrap [ErrMalformed] (or [ErrMemoryLimit] for a memory over the
+// cap) and name the section, function or byte offset at fault.
 package wasmbin
 
 import (
