@@ -13,6 +13,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -197,7 +198,9 @@ func TestRecursiveAdmissionReturnsBusyInsteadOfDeadlocking(t *testing.T) {
 	f := newFixture(t)
 	outer, _ := f.session(t, "outer", countingFence)
 	inner, _ := f.session(t, "inner", countingFence)
-	ctx := context.Background()
+	// With a deadline: a recursive run that waits for the compute lane
+	// instead of answering busy fails here rather than hanging the test.
+	ctx := testutil.Context(t, 5*time.Second)
 	var innerErr, selfErr error
 	if err := outer.Run(ctx, func(ctx context.Context, _ *state) error {
 		innerErr = inner.Run(ctx, func(context.Context, *state) error { return nil })
@@ -334,6 +337,47 @@ func TestFenceTimeoutQuarantinesOnlyThatOwner(t *testing.T) {
 	}
 	if err := stuck.Run(ctx, func(context.Context, *state) error { return nil }); !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("stuck session ran again: %v", err)
+	}
+}
+
+// TestFenceThatReturnsAfterItsDeadlineFails: a Go fence that reports a
+// drain (nil, or only failed device work) after its deadline has passed
+// is a failed fence all the same (N6): the call fails with
+// errdefs.ErrDeviceLost wrapping the deadline, the session is quarantined
+// and its owner keeps its charges, although every stream is idle.
+func TestFenceThatReturnsAfterItsDeadlineFails(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ret  error
+	}{
+		{"nil", nil},
+		{"failed device work", errdefs.Errorf(errdefs.ErrFault, "a kernel failed")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			late := func(ctx context.Context, s *state) error {
+				<-ctx.Done() // the fence's own deadline
+				if err := s.stream.Sync(context.Background()); err != nil {
+					return err
+				}
+				return c.ret
+			}
+			sess, budget := f.session(t, "late", late, stages.WithFenceTimeout(10*time.Millisecond))
+			ctx := testutil.Context(t, 10*time.Second)
+			err := sess.Run(ctx, func(context.Context, *state) error { return nil })
+			if !errors.Is(err, errdefs.ErrDeviceLost) || !errors.Is(err, errdefs.ErrDeadlineExceeded) {
+				t.Fatalf("a fence that returned %v after its deadline: Run = %v, want device_lost wrapping deadline_exceeded", c.ret, err)
+			}
+			if sess.Quarantined() == nil {
+				t.Fatal("the session is not quarantined")
+			}
+			if budget.Used() == 0 {
+				t.Fatal("the quarantine dropped the owner's charges")
+			}
+			if err := sess.Run(ctx, func(context.Context, *state) error { return nil }); !errors.Is(err, errdefs.ErrDeviceLost) {
+				t.Fatalf("a later run: %v", err)
+			}
+		})
 	}
 }
 
