@@ -133,7 +133,9 @@ func TestServing(t *testing.T) {
 	}
 
 	// The output ends without the line.
-	r = run(t, func(tb testing.TB) { Serving(tb, strings.NewReader("bad manifest\n"), bytes.NewBufferString("exit 65"), 5*time.Second) })
+	r = run(t, func(tb testing.TB) {
+		Serving(tb, strings.NewReader("bad manifest\n"), bytes.NewBufferString("exit 65"), 5*time.Second)
+	})
 	if !strings.Contains(r.fatal, "without a serving line") || !strings.Contains(r.fatal, "exit 65") {
 		t.Fatalf("Fatalf %q", r.fatal)
 	}
