@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 var (
@@ -36,12 +36,7 @@ var (
 func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
 	cudaOnce.Do(func() { cudaP, cudaErr = cuda.Open() })
-	if cudaErr != nil {
-		if errors.Is(cudaErr, errdefs.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
-			t.Skipf("no usable CUDA GPU (set STAGEHOST_REQUIRE_GPU=1 to fail instead): %v", cudaErr)
-		}
-		t.Fatalf("cuda.Open: %v", cudaErr)
-	}
+	testutil.GPU(t, cudaErr)
 	return cudaP
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // requireGPU opens the real CUDA platform. Without a usable GPU it skips
@@ -31,12 +32,7 @@ func requireGPU(t testing.TB) *Platform {
 		opts = append(opts, withPTX(src))
 	}
 	p, err := Open(opts...)
-	if err != nil {
-		if errors.Is(err, errdefs.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
-			t.Skipf("no usable CUDA GPU (set STAGEHOST_REQUIRE_GPU=1 to fail instead): %v", err)
-		}
-		t.Fatalf("cuda.Open: %v", err)
-	}
+	testutil.GPU(t, err)
 	t.Cleanup(func() {
 		settle(p)
 		if err := p.Close(); err != nil {

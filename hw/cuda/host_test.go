@@ -455,15 +455,13 @@ func TestFakeSubmitBatchEvictsAndStaysAllocationFree(t *testing.T) {
 		}
 	}
 	r.sync()
-	f.launchGate.Lock()
-	r.submit("noop", 0)
-	time.Sleep(5 * time.Millisecond)
+	release := parkDriverThread(t, f, r)
 	allocs := testing.AllocsPerRun(500, func() {
 		if _, err := st.SubmitBatch(batch); err != nil {
 			t.Fatal(err)
 		}
 	})
-	f.launchGate.Unlock()
+	release()
 	r.sync()
 	if allocs > 0.05 && !raceEnabled {
 		t.Fatalf("SubmitBatch allocates %v times per call", allocs)

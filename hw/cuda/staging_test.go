@@ -175,8 +175,10 @@ func TestFakePageableReadRetiresWithoutEvent(t *testing.T) {
 	st := r.s.(*Stream)
 	b := r.alloc(64, 0)
 	r.write(b, 0, []byte("warm"))
+	// Sync returns once the driver thread retired the event covering the
+	// write: it then has nothing left to record (it records only past
+	// its last event) or to query (it queries only pending events).
 	r.sync()
-	time.Sleep(time.Millisecond) // the driver thread has nothing left to record
 	rec, q := f.records.Load(), f.queries.Load()
 	got := r.read(b, 0, 4)
 	if string(got) != "warm" {
@@ -326,8 +328,7 @@ func TestFakeIdleStreamSyncMakesNoDriverCall(t *testing.T) {
 	b := r.alloc(64, 0)
 	r.write(b, 0, []byte("x"))
 	r.submit("fill", 0, hw.BufferArg(b, 0, -1), hw.Float32(1))
-	r.sync()
-	time.Sleep(time.Millisecond)
+	r.sync() // the driver thread has retired every event: nothing is left to record or query
 	rec, q, s := f.records.Load(), f.queries.Load(), f.syncs.Load()
 	for range 100 {
 		if err := r.s.Sync(context.Background()); err != nil {

@@ -745,15 +745,13 @@ func TestSubmitAllocatesNothing(t *testing.T) {
 	r.sync()
 	// Park the driver thread inside its first launch so only the
 	// submitting goroutine allocates (or not).
-	f.launchGate.Lock()
-	r.submit("noop", 0)
-	time.Sleep(5 * time.Millisecond)
+	release := parkDriverThread(t, f, r)
 	allocs := testing.AllocsPerRun(1000, func() {
 		if _, err := r.s.Submit(cmd); err != nil {
 			t.Fatal(err)
 		}
 	})
-	f.launchGate.Unlock()
+	release()
 	r.sync()
 	if allocs != 0 {
 		t.Fatalf("Submit allocates %v times per call", allocs)
