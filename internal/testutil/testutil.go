@@ -1,7 +1,8 @@
 // Package testutil holds what the tests of several packages share: a poll
 // with a deadline ([Eventually], [Poll]), a per-test context with a
-// deadline ([Context]), the GPU gate ([GPU]), and reading the serving line
-// of a started `stagehost serve` ([Serving]).
+// deadline ([Context]), the GPU gate ([GPU]), the gate of the tests that
+// compile the Go guests ([GoGuests]), and reading the serving line of a
+// started `stagehost serve` ([Serving]).
 //
 // Every function here bounds its own wait, so a test that uses them fails
 // with a message that names what it waited for instead of hanging until
@@ -91,6 +92,27 @@ func GPU(t testing.TB, openErr error) {
 		t.Fatalf("no usable GPU although %s=1: %v", RequireGPUEnv, openErr)
 	}
 	t.Skipf("no usable GPU (set %s=1 to fail instead): %v", RequireGPUEnv, openErr)
+}
+
+// GoGuestsRaceEnv is the environment variable that makes [GoGuests] run
+// its test under the race detector too.
+const GoGuestsRaceEnv = "STAGEHOST_GO_GUESTS_RACE"
+
+// GoGuests is the gate of every test that compiles the Go guests
+// (examples/wasm: minimal, mlp, fence; about 2 MB each). Such a test
+// must have GoGuest in its name. Under the race detector GoGuests skips
+// it, unless STAGEHOST_GO_GUESTS_RACE=1: wazero's compiler, which is Go
+// code, runs 10 to 20 times slower there, so one compilation takes tens
+// of seconds, and these tests spend their time compiling, not in the
+// host's concurrent code, which the other tests cover under -race. The
+// README's test command runs them without -race in its second step
+// (go test -run GoGuest). Without the race detector GoGuests does
+// nothing.
+func GoGuests(t testing.TB) {
+	t.Helper()
+	if Race && os.Getenv(GoGuestsRaceEnv) != "1" {
+		t.Skipf("compiles the Go guests, which takes minutes under the race detector: the README's test command runs the GoGuest tests without -race (set %s=1 to run it here)", GoGuestsRaceEnv)
+	}
 }
 
 // servingLine is the line `stagehost serve` prints on stdout once it

@@ -148,3 +148,15 @@ func TestServing(t *testing.T) {
 		t.Fatalf("Fatalf %q", r.fatal)
 	}
 }
+
+func TestGoGuestsSkipsOnlyUnderRace(t *testing.T) {
+	t.Setenv(GoGuestsRaceEnv, "")
+	r := run(t, func(tb testing.TB) { GoGuests(tb) })
+	if Race != (r.skip != "") || r.fatal != "" {
+		t.Fatalf("race %v: skip %q, fatal %q", Race, r.skip, r.fatal)
+	}
+	t.Setenv(GoGuestsRaceEnv, "1")
+	if r := run(t, func(tb testing.TB) { GoGuests(tb) }); r.skip != "" {
+		t.Fatalf("skipped with %s=1: %q", GoGuestsRaceEnv, r.skip)
+	}
+}
