@@ -5,15 +5,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // runBinary runs the built stagehost with args and returns its exit code
@@ -83,15 +85,10 @@ func TestBinaryExitCodes(t *testing.T) {
 }
 
 // serving reads the serve command's output up to its serving line and
-// returns the base URL ("" if there was none) and the scanner.
-func serving(stdout interface{ Read([]byte) (int, error) }) (string, *bufio.Scanner) {
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() {
-		if m := regexp.MustCompile(`on (http://\S+)`).FindStringSubmatch(lines.Text()); m != nil {
-			return m[1], lines
-		}
-	}
-	return "", lines
+// returns the base URL ("" if there was none within serveStartTimeout)
+// and the scanner.
+func serving(stdout io.Reader) (string, *bufio.Scanner) {
+	return testutil.ServingLine(stdout, serveStartTimeout)
 }
 
 // TestServeWithSessionsThatCannotBeCreated runs the real binary on a

@@ -21,12 +21,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -127,23 +127,14 @@ type server struct {
 	stderr *bytes.Buffer
 }
 
-var servingLine = regexp.MustCompile(`on (https?://(\S+))`)
-
 func startServe(t *testing.T, args ...string) *server {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
 	cmd, stdout, stderr := startBinary(t, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() {
-		if m := servingLine.FindStringSubmatch(lines.Text()); m != nil {
-			return &server{t: t, cmd: cmd, base: m[1], addr: m[2], lines: lines, stderr: stderr}
-		}
-	}
-	_ = cmd.Wait()
-	t.Fatalf("no serving line; stderr:\n%s", stderr.String())
-	return nil
+	base, lines := testutil.Serving(t, stdout, serveStartTimeout, func() string { _ = cmd.Process.Kill(); _ = cmd.Wait(); return stderr.String() })
+	return &server{t: t, cmd: cmd, base: base, addr: base[strings.Index(base, "://")+3:], lines: lines, stderr: stderr}
 }
 
 // stop sends SIGTERM, waits for the exit and returns stdout's rest and

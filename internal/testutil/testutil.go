@@ -119,14 +119,13 @@ func GoGuests(t testing.TB) {
 // listens: "serving … on http://ADDR" (or https).
 var servingLine = regexp.MustCompile(`on (https?://(\S+))`)
 
-// Serving reads stdout of a started `stagehost serve` up to its serving
-// line and returns the base URL it names (such as
-// "http://127.0.0.1:41234") and the scanner over the lines after it. It
-// fails the test, with what stderr holds so far, when no serving line
-// came within timeout or stdout ended first. stderr may be nil; it is
-// read only after the wait, so it may be a buffer the command writes to.
-func Serving(t testing.TB, stdout io.Reader, stderr fmt.Stringer, timeout time.Duration) (string, *bufio.Scanner) {
-	t.Helper()
+// ServingLine reads stdout of a started `stagehost serve` up to its
+// serving line and returns the base URL it names (such as
+// "http://127.0.0.1:41234") and the scanner over the lines after it. The
+// base URL is "" when stdout ended first or no serving line came within
+// timeout; reading then goes on in the background until stdout ends
+// (kill the process to end it).
+func ServingLine(stdout io.Reader, timeout time.Duration) (string, *bufio.Scanner) {
 	type found struct {
 		base  string
 		lines *bufio.Scanner
@@ -140,24 +139,36 @@ func Serving(t testing.TB, stdout io.Reader, stderr fmt.Stringer, timeout time.D
 				return
 			}
 		}
-		ch <- found{}
+		ch <- found{"", lines}
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	errs := func() string {
-		if stderr == nil {
-			return ""
-		}
-		return stderr.String()
-	}
 	select {
 	case f := <-ch:
-		if f.base == "" {
-			t.Fatalf("serve ended its output without a serving line; stderr:\n%s", errs())
-		}
 		return f.base, f.lines
 	case <-timer.C:
-		t.Fatalf("no serving line within %v; stderr:\n%s", timeout, errs())
 		return "", nil
 	}
+}
+
+// Serving is [ServingLine] that fails the test when there is no serving
+// line. failure, when not nil, is called first: it should end the
+// process and return what it wrote on stderr, which the failure message
+// shows (stderr may only be read once the process has exited).
+func Serving(t testing.TB, stdout io.Reader, timeout time.Duration, failure func() string) (string, *bufio.Scanner) {
+	t.Helper()
+	base, lines := ServingLine(stdout, timeout)
+	if base != "" {
+		return base, lines
+	}
+	stderr := ""
+	if failure != nil {
+		stderr = failure()
+	}
+	if lines == nil {
+		t.Fatalf("serve printed no serving line within %v; stderr:\n%s", timeout, stderr)
+	} else {
+		t.Fatalf("serve ended its output without a serving line; stderr:\n%s", stderr)
+	}
+	return "", nil
 }

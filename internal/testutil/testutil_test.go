@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -123,7 +122,7 @@ func TestGPUGate(t *testing.T) {
 func TestServing(t *testing.T) {
 	out := strings.NewReader("loading\nserving 2 sessions on http://127.0.0.1:4567 (grace 30s)\nstopped: signal\n")
 	r := run(t, func(tb testing.TB) {
-		base, lines := Serving(tb, out, nil, 5*time.Second)
+		base, lines := Serving(tb, out, 5*time.Second, nil)
 		if base != "http://127.0.0.1:4567" || !lines.Scan() || lines.Text() != "stopped: signal" {
 			tb.Fatalf("base %q, next line %q", base, lines.Text())
 		}
@@ -134,17 +133,18 @@ func TestServing(t *testing.T) {
 
 	// The output ends without the line.
 	r = run(t, func(tb testing.TB) {
-		Serving(tb, strings.NewReader("bad manifest\n"), bytes.NewBufferString("exit 65"), 5*time.Second)
+		Serving(tb, strings.NewReader("bad manifest\n"), 5*time.Second, func() string { return "exit 65" })
 	})
 	if !strings.Contains(r.fatal, "without a serving line") || !strings.Contains(r.fatal, "exit 65") {
 		t.Fatalf("Fatalf %q", r.fatal)
 	}
 
-	// Nothing comes: the timeout.
+	// Nothing comes: the timeout; failure ends the writer.
 	pr, pw := io.Pipe()
-	defer pw.Close()
-	r = run(t, func(tb testing.TB) { Serving(tb, pr, nil, 20*time.Millisecond) })
-	if !strings.Contains(r.fatal, "no serving line within 20ms") {
+	r = run(t, func(tb testing.TB) {
+		Serving(tb, pr, 20*time.Millisecond, func() string { pw.Close(); return "killed" })
+	})
+	if !strings.Contains(r.fatal, "no serving line within 20ms") || !strings.Contains(r.fatal, "killed") {
 		t.Fatalf("Fatalf %q", r.fatal)
 	}
 }
