@@ -395,15 +395,12 @@ func TestServeReadiness(t *testing.T) {
 		Calls    int
 		Outcomes map[string]int
 	}
-	for deadline := time.Now().Add(30 * time.Second); st.Calls == 0; {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		if err := json.Unmarshal(s.request(nil, "GET", "/v1/sessions/stuck", nil).body, &st); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stuck call never ended")
-		}
-		time.Sleep(20 * time.Millisecond) // polling an HTTP status, not synchronising test goroutines
-	}
+		return st.Calls != 0
+	}, "the stuck call never ended")
 	if st.Outcomes["client_closed"] != 1 || len(st.Outcomes) != 1 {
 		t.Errorf("/v1/sessions/stuck outcomes: %v", st.Outcomes)
 	}
@@ -420,15 +417,12 @@ func TestServeReadiness(t *testing.T) {
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		a := s.request(keep, "GET", "/readyz", nil)
-		if a.code == 503 && strings.Contains(string(a.body), `"status": "draining"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz never said draining: %d %s", a.code, a.body)
-		}
-		time.Sleep(20 * time.Millisecond) // polling an HTTP status
+	var ready answer
+	if !testutil.Poll(20*time.Second, func() bool {
+		ready = s.request(keep, "GET", "/readyz", nil)
+		return ready.code == 503 && strings.Contains(string(ready.body), `"status": "draining"`)
+	}) {
+		t.Fatalf("readyz never said draining: %d %s", ready.code, ready.body)
 	}
 	if a := s.request(keep, "POST", "/v1/sessions/steady/run", nil); a.code != 200 {
 		t.Errorf("a run while draining: %d %s", a.code, a.body)
@@ -671,17 +665,16 @@ func TestServeMaxInFlight(t *testing.T) {
 		return n > 0
 	}
 	var a answer
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	if !testutil.Poll(20*time.Second, func() bool { // until the holder's request is in flight
 		if a = s.request(nil, "GET", "/v1/sessions", nil); a.code == 429 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never 429: %d %s", a.code, a.body)
+			return true
 		}
 		if refused() {
 			hold()
 		}
-		time.Sleep(10 * time.Millisecond) // polling an HTTP status until the holder's request is in flight
+		return false
+	}) {
+		t.Fatalf("never 429: %d %s", a.code, a.body)
 	}
 	if e := a.errBody(t); e.Class != "busy" || a.header.Get("Retry-After") != "1" || !strings.Contains(e.Error, "max_in_flight of 1") {
 		t.Errorf("429: %v %s", a.header, a.body)
@@ -715,14 +708,11 @@ func TestServeMaxInFlight(t *testing.T) {
 		t.Errorf("after the refusal the connection stays open: read %d, %v", n, err)
 	}
 	holder.Close()
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if a = s.request(nil, "GET", "/v1/sessions", nil); a.code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the slot was never freed: %d %s", a.code, a.body)
-		}
-		time.Sleep(10 * time.Millisecond) // polling until the server notices the closed connection
+	if !testutil.Poll(20*time.Second, func() bool { // until the server notices the closed connection
+		a = s.request(nil, "GET", "/v1/sessions", nil)
+		return a.code == 200
+	}) {
+		t.Fatalf("the slot was never freed: %d %s", a.code, a.body)
 	}
 	s.stop()
 }
@@ -782,17 +772,13 @@ history = 2
 			State string
 		}
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	if !testutil.Poll(20*time.Second, func() bool {
 		if err := json.Unmarshal(s.request(nil, "GET", "/v1/residents/brief", nil).body, &list); err != nil {
 			t.Fatal(err)
 		}
-		if list.Running == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("brief runs never finished: %+v", list)
-		}
-		time.Sleep(10 * time.Millisecond) // polling an HTTP status
+		return list.Running == 0
+	}) {
+		t.Fatalf("brief runs never finished: %+v", list)
 	}
 	if len(list.Runs) != 2 || list.Runs[0].ID != 2 || list.Runs[1].ID != 3 || list.Runs[1].State != "verified" {
 		t.Errorf("history: %+v", list)
@@ -834,14 +820,11 @@ func TestServeStarting(t *testing.T) {
 	cmd, stdout, stderr := startBinary(t, "serve", m, "--addr", addr)
 	c := &http.Client{Timeout: 5 * time.Second}
 	var resp *http.Response
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if resp, err = c.Get("http://" + addr + "/readyz"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never listened: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling until the port opens
+	if !testutil.Poll(30*time.Second, func() bool { // until the port opens
+		resp, err = c.Get("http://" + addr + "/readyz")
+		return err == nil
+	}) {
+		t.Fatalf("never listened: %v", err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()

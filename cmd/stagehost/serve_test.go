@@ -173,19 +173,17 @@ func TestServeEndToEnd(t *testing.T) {
 	if err != nil || code != http.StatusAccepted {
 		t.Fatalf("resident start: %d %s %v", code, body, err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if !testutil.Poll(30*time.Second, func() bool {
 		_, body, err = client.get(base, "/v1/residents/pingpong")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(body), `"state": "verified"`) {
-			break
-		}
-		if time.Now().After(deadline) || strings.Contains(string(body), `"failed"`) {
+		if strings.Contains(string(body), `"failed"`) {
 			t.Fatalf("resident: %s", body)
 		}
-		time.Sleep(10 * time.Millisecond) // polling an HTTP status, not synchronising test goroutines
+		return strings.Contains(string(body), `"state": "verified"`)
+	}) {
+		t.Fatalf("resident not verified within 30s: %s", body)
 	}
 
 	code, body, err = client.get(base, "/metrics")
