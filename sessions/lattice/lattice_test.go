@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/sessions/deploy"
 	"github.com/stagehost/stagehost/sessions/lattice"
 )
@@ -76,12 +77,8 @@ func (l *load) finish() { close(l.stop); l.wg.Wait() }
 func (l *load) waitOK(t *testing.T, n int64, within time.Duration) {
 	t.Helper()
 	target := l.ok.Load() + n
-	deadline := time.Now().Add(within)
-	for l.ok.Load() < target {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d ok answers within %v", l.ok.Load(), target, within)
-		}
-		time.Sleep(time.Millisecond) // polling a counter, not synchronising on time
+	if !testutil.Poll(within, func() bool { return l.ok.Load() >= target }) {
+		t.Fatalf("only %d of %d ok answers within %v", l.ok.Load(), target, within)
 	}
 }
 
@@ -536,12 +533,8 @@ func TestQuarantineChangeBeatsAtOnce(t *testing.T) {
 	}
 	waitState := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for state() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("the front's heartbeat of h1 says steady is %q, not %q, 5 s after the change", state(), want)
-			}
-			time.Sleep(5 * time.Millisecond) // polling the front's view of the heartbeats
+		if !testutil.Poll(5*time.Second, func() bool { return state() == want }) {
+			t.Fatalf("the front's heartbeat of h1 says steady is %q, not %q, 5 s after the change", state(), want)
 		}
 	}
 	waitState("ready")
@@ -631,12 +624,8 @@ func TestNotRunCallsGoElsewhere(t *testing.T) {
 	go func() { out, err := f.Call(ctx, "steady", nil); first <- result{out, err} }()
 	waitFor := func(what string, cond func(deploy.SessionStatus) bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond(a.d.Session("steady").Status()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %+v", what, a.d.Session("steady").Status())
-			}
-			time.Sleep(time.Millisecond) // polling a's session status
+		if !testutil.Poll(10*time.Second, func() bool { return cond(a.d.Session("steady").Status()) }) {
+			t.Fatalf("%s: %+v", what, a.d.Session("steady").Status())
 		}
 	}
 	waitFor("the first call running on a", func(deploy.SessionStatus) bool { return a.h.Record().Sessions[0].InFlight == 1 })
