@@ -48,17 +48,13 @@ func requireGPU(t testing.TB) *Platform {
 // (TestGPUConcurrentStreams frees from 4 goroutines at once), so closing
 // right after a test could otherwise find an allocation still open.
 func settle(p *Platform) {
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	testutil.Poll(5*time.Second, func() bool {
 		n := p.host.live.Load()
 		for _, d := range p.devices {
 			n += d.live.Load()
 		}
-		if n == 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return n == 0
+	})
 }
 
 func TestGPUOpen(t *testing.T) {

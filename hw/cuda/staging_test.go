@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func TestStagingRingAlloc(t *testing.T) {
@@ -110,12 +111,8 @@ func TestFakeStagedUploads(t *testing.T) {
 		r.write(b, i*size, srcs[i])
 	}
 	// The driver thread issues the copies while the device is held.
-	deadline := time.Now().Add(5 * time.Second)
-	for f.htod.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d uploads issued", f.htod.Load(), n)
-		}
-		time.Sleep(100 * time.Microsecond)
+	if !testutil.Poll(5*time.Second, func() bool { return f.htod.Load() >= n }) {
+		t.Fatalf("%d of %d uploads issued", f.htod.Load(), n)
 	}
 	if got := f.htodPinned.Load(); got != 8 {
 		t.Fatalf("%d uploads from pinned memory, want 8 (the staging's capacity)", got)
