@@ -400,7 +400,7 @@ func TestEachDeviceHasItsOwnLanesUnderOneCapacity(t *testing.T) {
 	rt := newTestRuntime(t, 2)
 	q := queued(rt)
 	var gpu0, gpu1, again Lease
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	if err := rt.AcquireCompute(ctx, Op{Owner: "a", Device: "gpu0"}, &gpu0); err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,7 @@ func TestEachDeviceHasItsOwnLanesUnderOneCapacity(t *testing.T) {
 func TestLaneBusyReportsHoldersAndWaitersPerDevice(t *testing.T) {
 	rt := newTestRuntime(t, 4)
 	q := queued(rt)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	if rt.LaneBusy("gpu0", LaneCompute) || rt.LaneBusy("never-seen", LaneUpload) || rt.LaneBusy("gpu0", Lane(NumLanes)) {
 		t.Fatal("busy before any occupant")
 	}

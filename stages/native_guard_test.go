@@ -15,6 +15,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -128,7 +129,7 @@ func TestGuardCloseWhileAStageRunsIsBusyAndRunAfterCloseIsClosed(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.session(t, "closing", countingFence)
 	st, _ := sess.State()
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	inside := make(chan struct{})
 	leave := make(chan struct{})
 	done := make(chan error, 1)
@@ -317,7 +318,7 @@ func (f *fixture) faultySession(t *testing.T, name string, fence stages.Fence[st
 func TestGuardBuiltinFenceReportsFailedWorkAsFault(t *testing.T) {
 	f := newFixture(t)
 	sess, st := f.faultySession(t, "faulty", nil, 2)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	err := sess.Run(ctx, func(ctx context.Context, s *state) error {
 		for range 3 {
 			if err := noopStage(ctx, s); err != nil {

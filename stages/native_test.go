@@ -95,7 +95,7 @@ func catchPanic(f func()) (v any) {
 func TestStagesBorrowDrainErrorsAndPanicsThenReuse(t *testing.T) {
 	f := newFixture(t)
 	sess, budget := f.session(t, "model", countingFence)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	clientErr := errors.New("client error")
 	output := 0
 
@@ -150,7 +150,7 @@ func TestUncertainFencesKeepOwnersAndRejectRetry(t *testing.T) {
 		st, _ := sess.State()
 		fences := st.fences
 		charged := budget.Used()
-		ctx := context.Background()
+		ctx := testutil.Context(t, time.Minute)
 
 		var err error
 		v := catchPanic(func() {
@@ -221,7 +221,7 @@ func TestFenceRunsOnEveryExitPath(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.session(t, "paths", countingFence)
 	st, _ := sess.State()
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	want := int32(0)
 	check := func(path string) {
 		t.Helper()
@@ -307,7 +307,7 @@ func TestFenceTimeoutQuarantinesOnlyThatOwner(t *testing.T) {
 	sst, _ := stuck.State()
 	release := sst.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
 	defer release()
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	err := stuck.Run(ctx, func(ctx context.Context, s *state) error {
 		_, err := s.stream.Submit(&hw.Command{Program: s.noop})
 		return err
@@ -398,7 +398,7 @@ func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := make([]byte, 1024)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	stageStarted := make(chan struct{})
 	uploaded := make(chan error, 1)
 	go func() {
@@ -456,7 +456,7 @@ func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
 func TestTracerRecordsEveryStage(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.session(t, "traced", countingFence)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	_ = sess.Run(ctx, func(context.Context, *state) error { return nil })
 	_ = sess.Run(ctx, func(context.Context, *state) error { return errors.New("x") })
 	recs := f.rt.Tracer().Records()
@@ -476,7 +476,7 @@ func TestTracerRecordsEveryStage(t *testing.T) {
 func TestConcurrentRunOfOneSessionIsBusy(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.session(t, "one", countingFence)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	inside := make(chan struct{})
 	leave := make(chan struct{})
 	done := make(chan error, 1)
@@ -504,7 +504,7 @@ func TestDeviceLossFailsPendingAndLaterWorkAndQuarantines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	var pending []hw.Completion
 	err = lost.Run(ctx, func(ctx context.Context, s *state) error {
 		for range 5 {

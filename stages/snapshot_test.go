@@ -76,7 +76,7 @@ func TestSnapshotIsTakenOfInitialisedState(t *testing.T) {
 // instance's memory and globals shows up in that session's next call,
 // never in another session, a new session or the snapshot.
 func TestSnapshotWritesStayInTheirSession(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	m := snapModule(t, f.eng, "snap_state", true)
 	image := make([]byte, m.snap.img.size)
@@ -114,7 +114,7 @@ func TestSnapshotWritesStayInTheirSession(t *testing.T) {
 // keeps working; after a trap its replacement starts from the snapshot's
 // size and contents, and the grown pages do not come back.
 func TestSnapshotMemoryGrowsAndIsReplaced(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	m := snapModule(t, f.eng, "snap_state", true)
 	s := f.session(t, m, f.defaultConfig("grow"))
@@ -145,7 +145,7 @@ func TestSnapshotMemoryGrowsAndIsReplaced(t *testing.T) {
 // TestSnapshotResetPerCall: every call starts from the snapshot, also
 // after a call that grew the memory.
 func TestSnapshotResetPerCall(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	m := snapModule(t, f.eng, "snap_state", true)
 	s := f.session(t, m, f.defaultConfig("reset").WithResetPerCall(true))
@@ -178,7 +178,7 @@ func TestSnapshotResetPerCall(t *testing.T) {
 // reads the same clocks and random bytes as a freshly initialised one,
 // in _initialize and in every call.
 func TestSnapshotContinuesClocksAndRandom(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	snap := snapModule(t, f.eng, "snap_clock", true)
 	fresh := snapModule(t, f.eng, "snap_clock", false)
@@ -210,7 +210,7 @@ func TestSnapshotContinuesClocksAndRandom(t *testing.T) {
 // TestSnapshotRefusals: what cannot be snapshotted loads and runs as
 // without snapshots, and Snapshot says why.
 func TestSnapshotRefusals(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	for name, why := range map[string]string{
 		"snap_hostcall": "stagehost_v1.log",
@@ -241,7 +241,7 @@ func TestSnapshotRefusals(t *testing.T) {
 // end is given up at the snapshot timeout; sessions then initialise
 // themselves and fail at their own init timeout, as without snapshots.
 func TestSnapshotOfALoopingInitialisation(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	eng, err := NewEngine(ctx, NewEngineConfig().WithCacheDir("").WithSnapshotTimeout(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +361,7 @@ func compareSnapshotMemory(t *testing.T, files []string) int {
 // table starts with 4096 empty entries, which its snapshot drops.
 func TestSnapshotOfAGoGuestDropsItsEmptyLeadingTableEntries(t *testing.T) {
 	testutil.GoGuests(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	bin, err := os.ReadFile("../examples/wasm/minimal/minimal.wasm")
 	if err != nil {
@@ -382,7 +382,7 @@ func TestSnapshotOfAGoGuestDropsItsEmptyLeadingTableEntries(t *testing.T) {
 // computes what the module as given does: the same table.size, the same
 // indirect calls, a trap through an empty entry.
 func TestSnapshotDropsEmptyLeadingTableEntries(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	snap := snapModule(t, f.eng, "snap_table_gap", true)
 	plain := snapModule(t, f.eng, "snap_table_gap", false)
@@ -413,7 +413,7 @@ func TestSnapshotDropsEmptyLeadingTableEntries(t *testing.T) {
 // then (were it unmapped at the discard, the device's write would crash
 // the process), and is released once the fence proved the stream idle.
 func TestSnapshotMemoryOutlivesAReadInFlight(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	slow, err := f.p.AddDevice("slow0", hw.EngineGPU, sim.WithLatency(200*time.Millisecond))
 	if err != nil {
@@ -446,7 +446,7 @@ func TestSnapshotMemoryOutlivesAReadInFlight(t *testing.T) {
 // returns, from a snapshot or not, so the next call pays no
 // instantiation.
 func TestTrappedInstanceIsReplacedBeforeTheCallReturns(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	for _, snapshot := range []bool{true, false} {
 		m := snapModule(t, f.eng, "snap_state", snapshot)

@@ -16,6 +16,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 var (
@@ -168,7 +169,7 @@ func TestLoadIsCachedPerProcess(t *testing.T) {
 
 func TestGoodAndClientErrorStagesDoNotQuarantine(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	good := f.session(t, f.mustLoad(t, "good_stage"), f.defaultConfig("good"))
 	for range 3 {
 		out, err := good.Run(ctx, nil, nil)
@@ -195,7 +196,7 @@ func TestGoodAndClientErrorStagesDoNotQuarantine(t *testing.T) {
 
 func TestStageSideHostilityIsContainedWithoutQuarantine(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	for _, tc := range []struct {
 		name  string
 		class error
@@ -261,7 +262,7 @@ func TestMemoryBombStaysUnderTheLimit(t *testing.T) {
 
 func TestHandleAbuseGetsClearStatuses(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	victim := f.session(t, f.mustLoad(t, "good_stage"), f.defaultConfig("victim"))
 	victimStream := abi.MakeHandle(abi.KindStream, victim.native.state.table.tag, 1)
 	victimHang := victim.Owner().Streams()[0].(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
@@ -327,7 +328,7 @@ func TestOutputLargerThanItsLimit(t *testing.T) {
 
 func TestFencesThatCannotBeProvenQuarantine(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	for _, tc := range []struct {
 		name string
 		hang bool
@@ -415,7 +416,7 @@ func TestNamedAllocationsSurviveInstanceReplacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.session(t, m, f.defaultConfig("named"))
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	first, err := s.Run(ctx, []byte{0}, nil)
 	if err != nil || len(first) != 8 {
 		t.Fatalf("%x %v", first, err)
