@@ -3,7 +3,6 @@ package wasmbin
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -44,7 +43,7 @@ func TestParseBoundsEveryCountByTheBytesLeft(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
-			allocated := allocatedBy(func() {
+			allocated := allocated(func() {
 				defer func() {
 					if v := recover(); v != nil {
 						err = fmt.Errorf("Parse panicked: %v", v)
@@ -62,15 +61,4 @@ func TestParseBoundsEveryCountByTheBytesLeft(t *testing.T) {
 			}
 		})
 	}
-}
-
-// allocatedBy returns the bytes the Go heap allocated while f ran (f must
-// not start goroutines; the test's own goroutine is the only one that
-// allocates meanwhile).
-func allocatedBy(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
 }
