@@ -16,6 +16,7 @@ import (
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func abiModule(t testing.TB, f *wasmFixture, name string) *Module {
@@ -69,29 +70,29 @@ func TestCloseWhileACallRunsIsBusyAndKeepsTheInstance(t *testing.T) {
 	release := stream.Inject(sim.Fault{Kind: sim.Hang})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Run(context.Background(), nil, nil)
+		_, err := s.Run(testutil.Context(t, time.Minute), nil, nil)
 		done <- err
 	}()
 	for stream.Idle() { // until the stage has submitted its command
 		runtime.Gosched()
 	}
-	if err := s.Close(context.Background()); !errors.Is(err, errdefs.ErrBusy) {
+	if err := s.Close(testutil.Context(t, time.Minute)); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("Close during a call = %v, want ErrBusy", err)
 	}
-	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrBusy) {
+	if _, err := s.Run(testutil.Context(t, time.Minute), nil, nil); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("a concurrent Run = %v, want ErrBusy", err)
 	}
 	release()
 	if err := <-done; err != nil {
 		t.Fatalf("the running call failed after a refused Close: %v", err)
 	}
-	if _, err := s.Run(context.Background(), nil, nil); err != nil {
+	if _, err := s.Run(testutil.Context(t, time.Minute), nil, nil); err != nil {
 		t.Fatalf("a call after the refused Close: %v", err)
 	}
-	if err := s.Close(context.Background()); err != nil {
+	if err := s.Close(testutil.Context(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrClosed) {
+	if _, err := s.Run(testutil.Context(t, time.Minute), nil, nil); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("Run after Close = %v, want ErrClosed", err)
 	}
 }
@@ -116,7 +117,7 @@ func TestReplacementsIsSafeToReadDuringCalls(t *testing.T) {
 		}
 	})
 	for range 5 {
-		if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrFault) {
+		if _, err := s.Run(testutil.Context(t, time.Minute), nil, nil); !errors.Is(err, errdefs.ErrFault) {
 			t.Errorf("Run = %v, want a trap (Fault)", err)
 		}
 	}
@@ -142,7 +143,7 @@ func TestFreedBufferStaysUntilTheFenceProvesItIdle(t *testing.T) {
 	release := stream.Inject(sim.Fault{Kind: sim.Hang})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Run(context.Background(), nil, nil)
+		_, err := s.Run(testutil.Context(t, time.Minute), nil, nil)
 		done <- err
 	}()
 	for stream.Submitted() < 2 { // the second submission follows the free
@@ -168,13 +169,13 @@ func TestFenceFallsBackToTheDrainWhenItsInstanceCannotBeMade(t *testing.T) {
 	f := newWasmFixture(t)
 	cfg := f.defaultConfig("fallback").WithInitTimeout(100 * time.Millisecond).WithDeadline(time.Hour).WithFenceTimeout(time.Hour)
 	s := f.session(t, f.mustLoad(t, "loop_init_on_replace_fence"), cfg)
-	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
+	if _, err := s.Run(testutil.Context(t, time.Minute), nil, nil); !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("call 1 = %v, want the trap (Fault), not a quarantine", err)
 	}
 	if err := s.Quarantined(); err != nil {
 		t.Fatalf("quarantined although the built-in drain proved the fence: %v", err)
 	}
-	_, err := s.Run(context.Background(), nil, nil)
+	_, err := s.Run(testutil.Context(t, time.Minute), nil, nil)
 	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "stagehost_init") {
 		t.Fatalf("call 2 = %v, want DeadlineExceeded naming stagehost_init (the session failed)", err)
 	}

@@ -9,11 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // The kernel's own reason for refusing saxpy's arguments (hw/sim).
@@ -93,7 +95,7 @@ func TestLastErrorGivesTheKernelsReason(t *testing.T) {
 	}
 	f.eng = eng
 	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "bad_saxpy"))
-	out, err := s.Run(context.Background(), []byte{1}, nil)
+	out, err := s.Run(testutil.Context(t, time.Minute), []byte{1}, nil)
 	if !errors.Is(err, errdefs.ErrFault) || !strings.Contains(err.Error(), saxpyReason) {
 		t.Errorf("the call's error = %v, want a Fault with the kernel's reason %q", err, saxpyReason)
 	}
@@ -128,11 +130,11 @@ func TestLastErrorIsClearedWhenACallStarts(t *testing.T) {
 	m := abiModule(t, f, "last_error")
 	a := f.session(t, m, lastErrorConfig(f, "a"))
 	b := f.session(t, m, lastErrorConfig(f, "b"))
-	if _, err := a.Run(context.Background(), []byte{1}, nil); !errors.Is(err, errdefs.ErrFault) {
+	if _, err := a.Run(testutil.Context(t, time.Minute), []byte{1}, nil); !errors.Is(err, errdefs.ErrFault) {
 		t.Fatalf("the failing call: %v, want Fault", err)
 	}
 	for _, s := range []*Session{b, a} {
-		out, err := s.Run(context.Background(), nil, nil)
+		out, err := s.Run(testutil.Context(t, time.Minute), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +152,7 @@ func TestLastErrorIsClearedWhenACallStarts(t *testing.T) {
 func TestLastErrorNamesWhatWasNotFound(t *testing.T) {
 	f := newWasmFixture(t)
 	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "not_found"))
-	out, err := s.Run(context.Background(), []byte{2}, nil)
+	out, err := s.Run(testutil.Context(t, time.Minute), []byte{2}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +194,7 @@ func TestLastErrorMessageIsCutAtTheLimit(t *testing.T) {
 func TestFaultBeforeAReadFailsTheCall(t *testing.T) {
 	f := newWasmFixture(t)
 	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "read"))
-	out, err := s.Run(context.Background(), []byte{3}, nil)
+	out, err := s.Run(testutil.Context(t, time.Minute), []byte{3}, nil)
 	if len(out) < 4 {
 		t.Fatalf("output % x, err %v", out, err)
 	}
@@ -216,7 +218,7 @@ func TestFailedReadFailsTheCall(t *testing.T) {
 	f := newWasmFixture(t)
 	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "read-fails"))
 	s.Owner().Streams()[0].(*sim.Stream).Inject(sim.Fault{Kind: sim.FailCompletion, Count: 1})
-	out, err := s.Run(context.Background(), []byte{4}, nil)
+	out, err := s.Run(testutil.Context(t, time.Minute), []byte{4}, nil)
 	if len(out) < 4 {
 		t.Fatalf("output % x, err %v", out, err)
 	}
@@ -226,7 +228,7 @@ func TestFailedReadFailsTheCall(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("the call's error = %v, want Fault (and no quarantine)", err)
 	}
-	if _, err := s.Run(context.Background(), []byte{4}, nil); err != nil {
+	if _, err := s.Run(testutil.Context(t, time.Minute), []byte{4}, nil); err != nil {
 		t.Fatalf("the next call, whose read succeeds: %v", err)
 	}
 }

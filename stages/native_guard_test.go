@@ -72,7 +72,7 @@ func TestGuardNoStageRunsOnAQuarantinedSessionAndQuarantineCountsOnce(t *testing
 		spinning := make(chan struct{})
 		aDone := make(chan error, 1)
 		go func() {
-			aDone <- sess.Run(context.Background(), func(ctx context.Context, s *bare) error {
+			aDone <- sess.Run(testutil.Context(t, time.Minute), func(ctx context.Context, s *bare) error {
 				s.fail = true
 				close(inside)
 				<-spinning
@@ -86,13 +86,13 @@ func TestGuardNoStageRunsOnAQuarantinedSessionAndQuarantineCountsOnce(t *testing
 			bRanQuarantined = owner.Quarantined()
 			return nil
 		}
-		err := sess.Run(context.Background(), bStage)
+		err := sess.Run(testutil.Context(t, time.Minute), bStage)
 		if !errors.Is(err, errdefs.ErrBusy) {
 			t.Fatalf("trial %d: Run while a stage runs = %v; want %v", i, err, errdefs.ErrBusy)
 		}
 		close(spinning)
 		for errors.Is(err, errdefs.ErrBusy) {
-			err = sess.Run(context.Background(), bStage)
+			err = sess.Run(testutil.Context(t, time.Minute), bStage)
 		}
 		if aErr := <-aDone; !errors.Is(aErr, errdefs.ErrDeviceLost) {
 			t.Fatalf("trial %d: the failing fence's Run = %v", i, aErr)
@@ -116,7 +116,7 @@ func TestGuardStageNeverRunsOnAnOwnerQuarantinedElsewhere(t *testing.T) {
 	sess, owner := f.bareSession(t, "shared")
 	owner.Quarantine() // for example by a resident session sharing it
 	ran := false
-	err := sess.Run(context.Background(), func(context.Context, *bare) error { ran = true; return nil })
+	err := sess.Run(testutil.Context(t, time.Minute), func(context.Context, *bare) error { ran = true; return nil })
 	if ran || !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("Run on a quarantined owner = %v (stage ran: %v); want %v and no stage", err, ran, errdefs.ErrDeviceLost)
 	}
@@ -187,7 +187,7 @@ func TestGuardCloseNeverOverlapsAStage(t *testing.T) {
 		go func() {
 			var err error
 			for n := 0; ; n++ {
-				err = sess.Run(context.Background(), func(context.Context, *bare) error {
+				err = sess.Run(testutil.Context(t, time.Minute), func(context.Context, *bare) error {
 					if closeDone.Load() {
 						startedAfterClose.Store(true)
 					}
@@ -208,7 +208,7 @@ func TestGuardCloseNeverOverlapsAStage(t *testing.T) {
 		}()
 		<-first
 		var err error
-		for err = sess.Close(context.Background()); errors.Is(err, errdefs.ErrBusy); err = sess.Close(context.Background()) {
+		for err = sess.Close(testutil.Context(t, time.Minute)); errors.Is(err, errdefs.ErrBusy); err = sess.Close(testutil.Context(t, time.Minute)) {
 		}
 		closeDone.Store(true)
 		if err != nil {
@@ -234,7 +234,7 @@ func TestGuardGoexitInAStageFencesAndReleasesTheLane(t *testing.T) {
 	returned := false
 	go func() {
 		defer wg.Done()
-		_ = sess.Run(context.Background(), func(ctx context.Context, s *state) error {
+		_ = sess.Run(testutil.Context(t, time.Minute), func(ctx context.Context, s *state) error {
 			if err := noopStage(ctx, s); err != nil {
 				return err
 			}
@@ -286,7 +286,7 @@ func TestGuardGoexitWithAFailingFenceQuarantinesAndReleases(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = sess.Run(context.Background(), func(ctx context.Context, s *state) error {
+		_ = sess.Run(testutil.Context(t, time.Minute), func(ctx context.Context, s *state) error {
 			s.fail = true
 			runtime.Goexit()
 			return nil
@@ -348,7 +348,7 @@ func TestGuardClientErrorWinsButKeepsTheFault(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.faultySession(t, "faulty-client", nil, 1)
 	clientErr := errors.New("bad input")
-	err := sess.Run(context.Background(), func(ctx context.Context, s *state) error {
+	err := sess.Run(testutil.Context(t, time.Minute), func(ctx context.Context, s *state) error {
 		if err := noopStage(ctx, s); err != nil {
 			return err
 		}
@@ -370,7 +370,7 @@ func TestGuardCustomFenceFaultWithIdleStreamsIsFaultNotQuarantine(t *testing.T) 
 	// countingFence returns what Sync returns: the failed command's fault,
 	// after every command retired.
 	sess, st := f.faultySession(t, "fence-fault", countingFence, 1)
-	err := sess.Run(context.Background(), noopStage)
+	err := sess.Run(testutil.Context(t, time.Minute), noopStage)
 	if errdefs.ClassOf(err) != errdefs.ErrFault {
 		t.Fatalf("Run = %v; want class %v", err, errdefs.ErrFault)
 	}
@@ -380,7 +380,7 @@ func TestGuardCustomFenceFaultWithIdleStreamsIsFaultNotQuarantine(t *testing.T) 
 	if st.fences.Load() != 1 {
 		t.Fatalf("fences %d", st.fences.Load())
 	}
-	if err := sess.Run(context.Background(), noopStage); err != nil {
+	if err := sess.Run(testutil.Context(t, time.Minute), noopStage); err != nil {
 		t.Fatalf("next call = %v", err)
 	}
 }
@@ -395,7 +395,7 @@ func TestGuardCustomFenceFaultWithBusyStreamsQuarantines(t *testing.T) {
 	st, _ := sess.State()
 	release := st.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
 	defer release()
-	err := sess.Run(context.Background(), noopStage)
+	err := sess.Run(testutil.Context(t, time.Minute), noopStage)
 	if !errors.Is(err, errdefs.ErrDeviceLost) || sess.Quarantined() == nil {
 		t.Fatalf("a Fault from a fence that left work = %v; want quarantine", err)
 	}
@@ -409,7 +409,7 @@ func TestGuardFenceFaultJoinedWithLossQuarantines(t *testing.T) {
 		return errors.Join(errdefs.Errorf(errdefs.ErrFault, "a command failed"), errdefs.Errorf(errdefs.ErrDeviceLost, "a device was lost"))
 	}
 	sess, _ := f.session(t, "fault-and-loss", fence)
-	err := sess.Run(context.Background(), func(context.Context, *state) error { return nil })
+	err := sess.Run(testutil.Context(t, time.Minute), func(context.Context, *state) error { return nil })
 	if !errors.Is(err, errdefs.ErrDeviceLost) || sess.Quarantined() == nil {
 		t.Fatalf("Run = %v; want quarantine", err)
 	}
@@ -420,7 +420,7 @@ func TestGuardFaultNotedByTheStageFailsTheCall(t *testing.T) {
 	// The stage syncs its own stream (as a guest's stream_sync does) and
 	// notes the fault it saw; the fence's Sync then finds nothing new.
 	sess, _ := f.faultySession(t, "noted", countingFence, 1)
-	err := sess.Run(context.Background(), func(ctx context.Context, s *state) error {
+	err := sess.Run(testutil.Context(t, time.Minute), func(ctx context.Context, s *state) error {
 		if err := noopStage(ctx, s); err != nil {
 			return err
 		}
@@ -441,7 +441,7 @@ func TestGuardStaleFaultsAreNotTheCallsFaults(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.session(t, "stale", nil)
 	sess.Owner().NoteFault(errdefs.Errorf(errdefs.ErrFault, "from before the call"))
-	if err := sess.Run(context.Background(), noopStage); err != nil {
+	if err := sess.Run(testutil.Context(t, time.Minute), noopStage); err != nil {
 		t.Fatalf("Run = %v; a fault noted before the call is not the call's", err)
 	}
 }
@@ -461,7 +461,7 @@ func TestGuardUploadOnTheStagesOwnDeviceFlowsWhileItHoldsCompute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = upStream.Close(context.Background()) })
+	t.Cleanup(func() { _ = upStream.Close(testutil.Context(t, time.Minute)) })
 	upBuf, err := f.gpu.Alloc(1024, hw.AllocHostVisible, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -484,7 +484,7 @@ func TestGuardUploadOnTheStagesOwnDeviceFlowsWhileItHoldsCompute(t *testing.T) {
 			return c.Wait(ctx)
 		})
 	}()
-	err = sess.Run(context.Background(), func(ctx context.Context, s *state) error {
+	err = sess.Run(testutil.Context(t, time.Minute), func(ctx context.Context, s *state) error {
 		release := s.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
 		defer release()
 		c, err := s.stream.Submit(&hw.Command{Program: s.noop})
@@ -542,7 +542,7 @@ func TestGuardPanicInStageStillReRaisedAfterDeferredFence(t *testing.T) {
 	var fencesAtPanic int32
 	v := catchPanic(func() {
 		defer func() { fencesAtPanic = st.fences.Load() }()
-		_ = sess.Run(context.Background(), func(context.Context, *state) error { panic("boom") })
+		_ = sess.Run(testutil.Context(t, time.Minute), func(context.Context, *state) error { panic("boom") })
 	})
 	if v != "boom" || fencesAtPanic != 1 {
 		t.Fatalf("panic %v with %d fences run before it reached the caller", v, fencesAtPanic)
@@ -551,7 +551,7 @@ func TestGuardPanicInStageStillReRaisedAfterDeferredFence(t *testing.T) {
 		t.Fatalf("the session still reads as running after a panic: %v", err)
 	}
 	var calls atomic.Int32
-	if err := sess.Run(context.Background(), func(context.Context, *state) error { calls.Add(1); return nil }); err != nil || calls.Load() != 1 {
+	if err := sess.Run(testutil.Context(t, time.Minute), func(context.Context, *state) error { calls.Add(1); return nil }); err != nil || calls.Load() != 1 {
 		t.Fatalf("Run after a panic = %v", err)
 	}
 }

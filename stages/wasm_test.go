@@ -248,7 +248,7 @@ func TestMemoryBombStaysUnderTheLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.session(t, m, f.defaultConfig("bomb").WithDeadline(10*time.Second))
-	out, err := s.Run(context.Background(), nil, nil)
+	out, err := s.Run(testutil.Context(t, time.Minute), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestHandleAbuseGetsClearStatuses(t *testing.T) {
 func TestOutputLargerThanItsLimit(t *testing.T) {
 	f := newWasmFixture(t)
 	s := f.session(t, f.mustLoad(t, "big_output"), f.defaultConfig("big").WithOutputLimit(32<<10))
-	out, err := s.Run(context.Background(), nil, nil)
+	out, err := s.Run(testutil.Context(t, time.Minute), nil, nil)
 	var ce *ClientError
 	if !errors.As(err, &ce) || ce.Code != 7 {
 		t.Fatalf("got %v", err)
@@ -377,7 +377,7 @@ func TestFenceRunsAfterATrappedStage(t *testing.T) {
 	if _, err := trap.Owner().Streams()[0].Submit(&hw.Command{Program: mustNoop(t, trap)}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := trap.Run(context.Background(), nil, nil)
+	_, err := trap.Run(testutil.Context(t, time.Minute), nil, nil)
 	if !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("got %v: the drain after the trap should have timed out and quarantined", err)
 	}
@@ -400,7 +400,7 @@ func mustNoop(t *testing.T, s *Session) hw.Program {
 func TestDrainFenceOverridesTheModulesOwnFence(t *testing.T) {
 	f := newWasmFixture(t)
 	s := f.session(t, f.mustLoad(t, "loop_fence"), f.defaultConfig("drain").WithDrainFence())
-	if _, err := s.Run(context.Background(), nil, nil); err != nil || s.Quarantined() != nil {
+	if _, err := s.Run(testutil.Context(t, time.Minute), nil, nil); err != nil || s.Quarantined() != nil {
 		t.Fatalf("the module's looping fence ran despite WithDrainFence: %v, %v", err, s.Quarantined())
 	}
 }
@@ -463,7 +463,7 @@ func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := s.Run(context.Background(), nil, nil)
+	out, err := s.Run(testutil.Context(t, time.Minute), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +480,7 @@ func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ce *ClientError
-	if _, err := small.Run(context.Background(), nil, nil); !errors.As(err, &ce) || ce.Code != 102 {
+	if _, err := small.Run(testutil.Context(t, time.Minute), nil, nil); !errors.As(err, &ce) || ce.Code != 102 {
 		t.Fatalf("an upload larger than the staging limit: %v", err)
 	}
 }

@@ -1,13 +1,14 @@
 package sim_test
 
 import (
-	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func TestSubmitBatchRunsInOrderAsOneUnit(t *testing.T) {
@@ -25,7 +26,7 @@ func TestSubmitBatchRunsInOrderAsOneUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Wait(context.Background()); err != nil {
+	if err := c.Wait(testutil.Context(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if r.st.Submitted() != 3 || !r.st.Idle() {

@@ -10,6 +10,7 @@ import (
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func TestRejectSubmit(t *testing.T) {
@@ -201,10 +202,10 @@ func TestLoseWithQueuedWork(t *testing.T) {
 	errs := make(chan error, len(pending)+2)
 	var wg sync.WaitGroup
 	for _, c := range pending {
-		wg.Go(func() { errs <- c.Wait(context.Background()) })
+		wg.Go(func() { errs <- c.Wait(testutil.Context(t, time.Minute)) })
 	}
-	wg.Go(func() { errs <- r.st.Sync(context.Background()) })
-	wg.Go(func() { errs <- hung.Sync(context.Background()) })
+	wg.Go(func() { errs <- r.st.Sync(testutil.Context(t, time.Minute)) })
+	wg.Go(func() { errs <- hung.Sync(testutil.Context(t, time.Minute)) })
 
 	r.dev.Inject(sim.Fault{Kind: sim.Lose})
 	r.dev.Lose("second cause") // ignored: the first cause wins
@@ -264,7 +265,7 @@ func TestLoseInterruptsLatency(t *testing.T) {
 	c := r.submit(r.st, noop)
 	c2 := r.submit(r.st, noop)
 	r.dev.Lose("test")
-	within(t, "Wait during latency", func() { wantClass(t, c.Wait(context.Background()), errdefs.ErrDeviceLost) })
+	within(t, "Wait during latency", func() { wantClass(t, c.Wait(testutil.Context(t, time.Minute)), errdefs.ErrDeviceLost) })
 	wantClass(t, c2.Err(), errdefs.ErrDeviceLost)
 	checkFailsFast(t, r, noop, buf)
 }
@@ -296,12 +297,12 @@ func TestLoseInFlight(t *testing.T) {
 	queued := r.submit(r.st, r.prog(r.dev, "noop"))
 	within(t, "kernel start", func() { <-started })
 	r.dev.Lose("in flight")
-	within(t, "Wait", func() { wantClass(t, c.Wait(context.Background()), errdefs.ErrDeviceLost, "in flight") })
+	within(t, "Wait", func() { wantClass(t, c.Wait(testutil.Context(t, time.Minute)), errdefs.ErrDeviceLost, "in flight") })
 	wantClass(t, queued.Err(), errdefs.ErrDeviceLost)
 	if r.st.RetiredCount() != 0 {
 		t.Fatalf("retired %d commands", r.st.RetiredCount())
 	}
 	// The buffer can still be freed; its memory goes once the kernel
 	// has returned (the budget is nil here, so just check it works).
-	within(t, "Close", func() { wantClass(t, r.st.Close(context.Background()), errdefs.ErrDeviceLost) })
+	within(t, "Close", func() { wantClass(t, r.st.Close(testutil.Context(t, time.Minute)), errdefs.ErrDeviceLost) })
 }

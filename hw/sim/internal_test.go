@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"context"
 	"errors"
 	"runtime"
 	"testing"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // waiting reports whether some goroutine is asleep in waitFor on s (past
@@ -44,7 +44,7 @@ func TestLoseWakesRegisteredWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	go func() { got <- c.Wait(context.Background()) }()
+	go func() { got <- c.Wait(testutil.Context(t, time.Minute)) }()
 	untilWaiting(t, s, 1)
 	d.Lose("while waiting")
 	select {
@@ -84,7 +84,7 @@ func TestRetireWakesAllWaiters(t *testing.T) {
 	got := make(chan error, per*len(cs))
 	for _, c := range cs {
 		for range per {
-			go func() { got <- c.Wait(context.Background()) }()
+			go func() { got <- c.Wait(testutil.Context(t, time.Minute)) }()
 		}
 	}
 	untilWaiting(t, s, per*len(cs))
@@ -102,7 +102,7 @@ func TestRetireWakesAllWaiters(t *testing.T) {
 	if s.waiting() {
 		t.Fatal("a waiter is still asleep")
 	}
-	if err := s.Close(context.Background()); err != nil {
+	if err := s.Close(testutil.Context(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Close(); err != nil {

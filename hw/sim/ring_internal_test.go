@@ -1,13 +1,13 @@
 package sim
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func init() {
@@ -73,9 +73,9 @@ func TestLoseReleasesGrownRing(t *testing.T) {
 		if got := b.region.state.Load(); got != freedBit {
 			t.Fatalf("running %v: region state %d after the loss, want %d (freed, no pins)", running, got, freedBit)
 		}
-		if err := last.Wait(context.Background()); !errors.Is(err, errdefs.ErrDeviceLost) {
+		if err := last.Wait(testutil.Context(t, time.Minute)); !errors.Is(err, errdefs.ErrDeviceLost) {
 			t.Fatalf("last command: %v", err)
 		}
-		s.Close(context.Background())
+		s.Close(testutil.Context(t, time.Minute))
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 var tags atomic.Uint64
@@ -156,7 +158,7 @@ func TestConcurrentSubmitters(t *testing.T) {
 					c, err := r.st.Submit(&hw.Command{Program: log, Args: []hw.Arg{hw.Uint(tag), hw.Uint(uint64(w*each + i))}})
 					if errors.Is(err, errdefs.ErrBusy) {
 						// Queue full: wait for some room by syncing.
-						if err := r.st.Sync(context.Background()); err != nil {
+						if err := r.st.Sync(testutil.Context(t, time.Minute)); err != nil {
 							t.Error(err)
 							return
 						}
@@ -167,7 +169,7 @@ func TestConcurrentSubmitters(t *testing.T) {
 						return
 					}
 					if i%50 == 0 {
-						if err := c.Wait(context.Background()); err != nil {
+						if err := c.Wait(testutil.Context(t, time.Minute)); err != nil {
 							t.Error(err)
 						}
 					}
@@ -369,7 +371,7 @@ func TestClose(t *testing.T) {
 	// Device.Close refuses while the stream is open.
 	wantClass(t, r.dev.Close(), errdefs.ErrBusy)
 	closed := make(chan error, 1)
-	go func() { closed <- st.Close(context.Background()) }()
+	go func() { closed <- st.Close(testutil.Context(t, time.Minute)) }()
 	release()
 	within(t, "Close", func() {
 		if err := <-closed; err != nil {
@@ -381,8 +383,8 @@ func TestClose(t *testing.T) {
 			t.Fatalf("command %d not drained by Close", i)
 		}
 	}
-	wantClass(t, st.Close(context.Background()), errdefs.ErrClosed)
-	wantClass(t, st.Sync(context.Background()), errdefs.ErrClosed)
+	wantClass(t, st.Close(testutil.Context(t, time.Minute)), errdefs.ErrClosed)
+	wantClass(t, st.Sync(testutil.Context(t, time.Minute)), errdefs.ErrClosed)
 	_, err = st.Write(r.alloc(r.dev, 4), 0, nil)
 	wantClass(t, err, errdefs.ErrClosed)
 }
@@ -394,7 +396,7 @@ func TestDeviceCloseNeedsEverythingReleased(t *testing.T) {
 	b, _ := d.Alloc(8, 0, nil)
 	sh, _ := p.AllocShared(8, []hw.Device{d}, nil)
 	wantClass(t, d.Close(), errdefs.ErrBusy)
-	if err := s.Close(context.Background()); err != nil {
+	if err := s.Close(testutil.Context(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	wantClass(t, d.Close(), errdefs.ErrBusy)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // patience bounds every wait here: a test that would hang fails instead.
@@ -73,7 +74,7 @@ func TestZeroRecord(t *testing.T) {
 	if err := r.wait(context.Background(), 0); err != nil {
 		t.Fatalf("Wait(0) = %v", err)
 	}
-	if err := r.Sync(context.Background(), r.wait, healthy); err != nil {
+	if err := r.Sync(testutil.Context(t, time.Minute), r.wait, healthy); err != nil {
 		t.Fatalf("Sync = %v", err)
 	}
 	r.Wake() // nobody asleep: nothing to do
@@ -198,7 +199,7 @@ func TestWaitWakesOnLoss(t *testing.T) {
 		r := &Record{Spin: time.Nanosecond}
 		r.SetSubmitted(1)
 		errs := make(chan error, 1)
-		go func() { errs <- r.Wait(context.Background(), 1, d.err, d.lostCh, "test", "s0") }()
+		go func() { errs <- r.Wait(testutil.Context(t, time.Minute), 1, d.err, d.lostCh, "test", "s0") }()
 		untilSleeping(t, r, 1)
 		if how == "Wake" {
 			d.lost.Store(true)
@@ -221,10 +222,10 @@ func TestWaitWakesOnLoss(t *testing.T) {
 	var r Record
 	r.SetSubmitted(2)
 	r.Advance(1)
-	if err := r.Wait(context.Background(), 1, d.err, d.lostCh, "test", "s0"); err != nil {
+	if err := r.Wait(testutil.Context(t, time.Minute), 1, d.err, d.lostCh, "test", "s0"); err != nil {
 		t.Fatalf("Wait on a retired command of a lost device = %v", err)
 	}
-	if err := r.Wait(context.Background(), 2, d.err, d.lostCh, "test", "s0"); err != errLost {
+	if err := r.Wait(testutil.Context(t, time.Minute), 2, d.err, d.lostCh, "test", "s0"); err != errLost {
 		t.Fatalf("Wait on a lost device = %v", err)
 	}
 }
