@@ -505,7 +505,7 @@ func TestServeRefusesOpenNonLoopback(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
 	cmd, stdout, stderr := startBinary(t, "serve", m, "--addr", "0.0.0.0:0", "--insecure-no-auth")
-	if base, lines := serving(stdout); base == "" {
+	if base, lines := serving(cmd, stdout); base == "" {
 		_ = cmd.Wait()
 		t.Fatalf("--insecure-no-auth did not serve:\n%s", stderr.String())
 	} else {
@@ -521,7 +521,7 @@ func TestServeRefusesOpenNonLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd, stdout, stderr = startBinary(t, "serve", m, "--addr", "0.0.0.0:0", "--admin-token-file", tok)
-	base, lines := serving(stdout)
+	base, lines := serving(cmd, stdout)
 	if base == "" {
 		_ = cmd.Wait()
 		t.Fatalf("with a token it did not serve:\n%s", stderr.String())
@@ -836,7 +836,7 @@ func TestServeStarting(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	base, lines := serving(stdout)
+	base, lines := serving(cmd, stdout)
 	if base == "" {
 		_ = cmd.Wait()
 		t.Fatalf("no serving line:\n%s", stderr.String())
