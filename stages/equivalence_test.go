@@ -55,9 +55,17 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 		o.load = errdefs.ClassOf(err)
 		return o
 	}
+	// Every module compared ends by itself: the deadline only has to be
+	// longer than the slowest of them (deep_recursion, memory_bomb) takes
+	// on a busy machine, under the race detector too, where they took
+	// 13 to 48 s on 2 loaded vCPUs.
+	deadline := 10 * time.Second
+	if testutil.Race {
+		deadline = 2 * time.Minute
+	}
 	cfg := NewSessionConfig(name, gpu).WithStreams("s0").
 		WithPrograms("noop", "fill", "matmul", "bias", "relu", "argmax").
-		WithDeadline(10 * time.Second).WithFenceTimeout(10 * time.Second)
+		WithDeadline(deadline).WithFenceTimeout(deadline)
 	s, err := eng.NewSession(ctx, rt, m, cfg)
 	if err != nil {
 		o.load = errdefs.ClassOf(err)
