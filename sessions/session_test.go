@@ -14,6 +14,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // ---- R1: the startup line ----
@@ -487,7 +488,7 @@ func TestR6IsCompleteObservesWithoutRecordingOrPoisoning(t *testing.T) {
 	if s.Poisoned() || len(r.records()) != 0 {
 		t.Fatal("IsComplete poisoned the session or traced an occupancy")
 	}
-	_, err = s.Wait(context.Background())
+	_, err = s.Wait(testutil.Context(t, time.Minute))
 	isClass(t, err, errdefs.ErrFault)
 	if !s.Poisoned() || len(r.records()) != 2 {
 		t.Fatalf("Wait: poisoned %v, %d records; want poisoned and 2 records", s.Poisoned(), len(r.records()))
@@ -806,7 +807,7 @@ func TestSimExchangeArguments(t *testing.T) {
 	_, _, _, err = NewSimExchange(nil, r.startup, r.gs, r.ns, 1, nil)
 	isClass(t, err, errdefs.ErrInvalidArgument)
 	q := host.NewOwner("closed", nil)
-	must(t, q.Close(context.Background()))
+	must(t, q.Close(testutil.Context(t, time.Minute)))
 	_, _, _, err = NewSimExchange(r.p, r.startup, r.gs, r.ns, 1, q)
 	isClass(t, err, errdefs.ErrClosed)
 	if _, err := ExchangeData(nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
