@@ -217,6 +217,7 @@ func closedWithin(t *testing.T, c net.Conn, limit time.Duration) string {
 // cut off by read_timeout; an idle keep-alive connection is closed by
 // idle_timeout (with no read_timeout, which it would otherwise default to).
 func TestServeTimeouts(t *testing.T) {
+	t.Parallel() // a server process of its own; most of the test waits out its timeouts
 	s := startServe(t, prodManifest(t, "[service]\nread_timeout = \"1s\""))
 	slow, err := net.Dial("tcp", s.addr)
 	if err != nil {
@@ -249,6 +250,7 @@ func TestServeTimeouts(t *testing.T) {
 // TestServeConnectionLimit: with max_connections = 2 and two connections
 // open, a third is not served until one of them closes.
 func TestServeConnectionLimit(t *testing.T) {
+	t.Parallel() // a server process of its own; most of the test waits out its timeouts
 	s := startServe(t, prodManifest(t, "[service]\nmax_connections = 2\nread_header_timeout = \"60s\""))
 	var held []net.Conn
 	for range 2 {
@@ -619,6 +621,7 @@ func TestLogLevel(t *testing.T) {
 // TestServeWriteTimeout: an answer not written within write_timeout is
 // cut off (the stuck session's call takes its 3s deadline).
 func TestServeWriteTimeout(t *testing.T) {
+	t.Parallel() // a server process of its own; most of the test waits out its timeouts
 	s := startServe(t, prodManifest(t, "[service]\nwrite_timeout = \"1s\""))
 	c := &http.Client{Timeout: 20 * time.Second}
 	resp, err := c.Post(s.base+"/v1/sessions/stuck/run", "application/octet-stream", nil)
@@ -721,6 +724,7 @@ func TestServeMaxInFlight(t *testing.T) {
 // one max_runs slot, so a second start is 429; another keeps only its
 // last history runs.
 func TestServeResidentLimits(t *testing.T) {
+	t.Parallel() // a server process of its own; most of the test waits out its timeouts
 	m := prodManifest(t, "")
 	b, err := os.ReadFile(m)
 	if err != nil {
@@ -790,6 +794,7 @@ history = 2
 // session's stagehost_init runs (here until its 3s init_timeout) /livez
 // is 200 and /readyz 503 starting.
 func TestServeStarting(t *testing.T) {
+	t.Parallel() // a server process of its own; most of the test waits out its timeouts
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
