@@ -473,6 +473,7 @@ func TestR6IsCompleteMakesNoProgress(t *testing.T) {
 }
 
 func TestR6IsCompleteObservesWithoutRecordingOrPoisoning(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	r := newRig(t, 4)
 	s := r.session(WithCloseTimeout(patience))
 	simStream(r.gs).Inject(sim.Fault{Kind: sim.FailCompletion})
@@ -488,7 +489,7 @@ func TestR6IsCompleteObservesWithoutRecordingOrPoisoning(t *testing.T) {
 	if s.Poisoned() || len(r.records()) != 0 {
 		t.Fatal("IsComplete poisoned the session or traced an occupancy")
 	}
-	_, err = s.Wait(testutil.Context(t, time.Minute))
+	_, err = s.Wait(callCtx)
 	isClass(t, err, errdefs.ErrFault)
 	if !s.Poisoned() || len(r.records()) != 2 {
 		t.Fatalf("Wait: poisoned %v, %d records; want poisoned and 2 records", s.Poisoned(), len(r.records()))
@@ -799,6 +800,7 @@ func TestSessionWithoutOwnerOrRuntime(t *testing.T) {
 }
 
 func TestSimExchangeArguments(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	r := newRig(t, 1)
 	_, _, _, err := NewSimExchange(r.p, r.startup, r.ns, r.gs, 1, nil)
 	isClass(t, err, errdefs.ErrInvalidArgument)
@@ -807,7 +809,7 @@ func TestSimExchangeArguments(t *testing.T) {
 	_, _, _, err = NewSimExchange(nil, r.startup, r.gs, r.ns, 1, nil)
 	isClass(t, err, errdefs.ErrInvalidArgument)
 	q := host.NewOwner("closed", nil)
-	must(t, q.Close(testutil.Context(t, time.Minute)))
+	must(t, q.Close(callCtx))
 	_, _, _, err = NewSimExchange(r.p, r.startup, r.gs, r.ns, 1, q)
 	isClass(t, err, errdefs.ErrClosed)
 	if _, err := ExchangeData(nil); !errors.Is(err, errdefs.ErrInvalidArgument) {

@@ -61,6 +61,7 @@ func TestHandleTableAnswersEveryKindOfBadHandle(t *testing.T) {
 type plainStream struct{ hw.Stream }
 
 func TestBatchesReachStreamsWithAndWithoutBatchSubmission(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	p := sim.New()
 	defer p.Close()
 	dev, err := p.AddDevice("gpu0", hw.EngineGPU)
@@ -90,7 +91,7 @@ func TestBatchesReachStreamsWithAndWithoutBatchSubmission(t *testing.T) {
 		if err := submitAll(target, cmds); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Sync(testutil.Context(t, time.Minute)); err != nil {
+		if err := st.Sync(callCtx); err != nil {
 			t.Fatal(err)
 		}
 		b, _ := x.HostBytes()
@@ -98,7 +99,7 @@ func TestBatchesReachStreamsWithAndWithoutBatchSubmission(t *testing.T) {
 		if got[0] != 5 || got[1] != 0 || st.(*sim.Stream).Submitted() != 3 {
 			t.Fatalf("wrapped %v: %v after %d commands, want [5 0] after 3 in order", wrap, got, st.(*sim.Stream).Submitted())
 		}
-		_ = st.Close(testutil.Context(t, time.Minute))
+		_ = st.Close(callCtx)
 		_ = x.Free()
 	}
 }

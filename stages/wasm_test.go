@@ -242,13 +242,14 @@ func TestStageSideHostilityIsContainedWithoutQuarantine(t *testing.T) {
 }
 
 func TestMemoryBombStaysUnderTheLimit(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	m, err := f.load(t, "memory_bomb", NewLoadConfig().WithMemoryLimit(16<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := f.session(t, m, f.defaultConfig("bomb").WithDeadline(10*time.Second))
-	out, err := s.Run(testutil.Context(t, time.Minute), nil, nil)
+	out, err := s.Run(callCtx, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,9 +310,10 @@ func TestHandleAbuseGetsClearStatuses(t *testing.T) {
 }
 
 func TestOutputLargerThanItsLimit(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	s := f.session(t, f.mustLoad(t, "big_output"), f.defaultConfig("big").WithOutputLimit(32<<10))
-	out, err := s.Run(testutil.Context(t, time.Minute), nil, nil)
+	out, err := s.Run(callCtx, nil, nil)
 	var ce *ClientError
 	if !errors.As(err, &ce) || ce.Code != 7 {
 		t.Fatalf("got %v", err)
@@ -366,6 +368,7 @@ func TestFencesThatCannotBeProvenQuarantine(t *testing.T) {
 }
 
 func TestFenceRunsAfterATrappedStage(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	// trap_stage has no fence of its own, so the built-in drain runs; a
 	// hung stream makes that drain time out, which proves it ran after the
 	// trap and that the trap did not skip it.
@@ -377,7 +380,7 @@ func TestFenceRunsAfterATrappedStage(t *testing.T) {
 	if _, err := trap.Owner().Streams()[0].Submit(&hw.Command{Program: mustNoop(t, trap)}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := trap.Run(testutil.Context(t, time.Minute), nil, nil)
+	_, err := trap.Run(callCtx, nil, nil)
 	if !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("got %v: the drain after the trap should have timed out and quarantined", err)
 	}
@@ -398,9 +401,10 @@ func mustNoop(t *testing.T, s *Session) hw.Program {
 }
 
 func TestDrainFenceOverridesTheModulesOwnFence(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	s := f.session(t, f.mustLoad(t, "loop_fence"), f.defaultConfig("drain").WithDrainFence())
-	if _, err := s.Run(testutil.Context(t, time.Minute), nil, nil); err != nil || s.Quarantined() != nil {
+	if _, err := s.Run(callCtx, nil, nil); err != nil || s.Quarantined() != nil {
 		t.Fatalf("the module's looping fence ran despite WithDrainFence: %v, %v", err, s.Quarantined())
 	}
 }
@@ -439,6 +443,7 @@ func TestNamedAllocationsSurviveInstanceReplacement(t *testing.T) {
 }
 
 func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	rt, err := host.NewRuntime(host.NewConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -463,7 +468,7 @@ func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := s.Run(testutil.Context(t, time.Minute), nil, nil)
+	out, err := s.Run(callCtx, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +485,7 @@ func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ce *ClientError
-	if _, err := small.Run(testutil.Context(t, time.Minute), nil, nil); !errors.As(err, &ce) || ce.Code != 102 {
+	if _, err := small.Run(callCtx, nil, nil); !errors.As(err, &ce) || ce.Code != 102 {
 		t.Fatalf("an upload larger than the staging limit: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 )
 
 func TestSubmitBatchRunsInOrderAsOneUnit(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	r := newRig(t)
 	x := r.alloc(r.dev, 16)
 	fill, saxpy := r.prog(r.dev, "fill"), r.prog(r.dev, "saxpy")
@@ -26,7 +27,7 @@ func TestSubmitBatchRunsInOrderAsOneUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Wait(testutil.Context(t, time.Minute)); err != nil {
+	if err := c.Wait(callCtx); err != nil {
 		t.Fatal(err)
 	}
 	if r.st.Submitted() != 3 || !r.st.Idle() {
