@@ -13,7 +13,9 @@ func ExampleOpen() {
 	if err != nil {
 		panic(err)
 	}
-	d, err := deploy.Open(context.Background(), m, deploy.Options{})
+	// Only opens the one session (and loads only its module); without
+	// it Open makes every session and resident session of the manifest.
+	d, err := deploy.Open(context.Background(), m, deploy.Options{Only: "fill"})
 	if err != nil {
 		panic(err)
 	}
@@ -21,9 +23,22 @@ func ExampleOpen() {
 	s := d.Session("fill")
 	out, err := s.Run(context.Background(), nil)
 	fmt.Println(len(out), err, s.Status().State)
+	// Output:
+	// 4 <nil> ready
+}
+
+func ExampleDeployment_Resident() {
+	m, err := manifest.Load("../../host.toml")
+	if err != nil {
+		panic(err)
+	}
+	d, err := deploy.Open(context.Background(), m, deploy.Options{Only: "pingpong"})
+	if err != nil {
+		panic(err)
+	}
+	defer d.Close(context.Background())
 	run, err := d.Resident("pingpong").Run(context.Background())
 	fmt.Println(run.State, run.Rounds, err)
 	// Output:
-	// 4 <nil> ready
 	// verified 64 <nil>
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func newTestRuntime(t testing.TB, capacity int) *Runtime {
@@ -315,7 +316,10 @@ func TestCancelledQueueHeadUnblocksThoseBehind(t *testing.T) {
 func TestRecursiveLeaseAndComputeFromStageReturnBusy(t *testing.T) {
 	rt := newTestRuntime(t, 4)
 	var outer, inner Lease
-	if err := rt.AcquireCompute(context.Background(), Op{Owner: "outer"}, &outer); err != nil {
+	// With a deadline: a recursive admission that waits instead of
+	// answering busy fails the test at once rather than hanging it.
+	base := testutil.Context(t, 5*time.Second)
+	if err := rt.AcquireCompute(base, Op{Owner: "outer"}, &outer); err != nil {
 		t.Fatal(err)
 	}
 	ctx := outer.Context()
@@ -335,7 +339,7 @@ func TestRecursiveLeaseAndComputeFromStageReturnBusy(t *testing.T) {
 	}
 	inner.Release(false)
 	outer.Release(false)
-	if err := rt.AcquireCompute(context.Background(), Op{Owner: "again"}, &inner); err != nil {
+	if err := rt.AcquireCompute(base, Op{Owner: "again"}, &inner); err != nil {
 		t.Fatal(err)
 	}
 	inner.Release(false)
@@ -396,7 +400,7 @@ func TestEachDeviceHasItsOwnLanesUnderOneCapacity(t *testing.T) {
 	rt := newTestRuntime(t, 2)
 	q := queued(rt)
 	var gpu0, gpu1, again Lease
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	if err := rt.AcquireCompute(ctx, Op{Owner: "a", Device: "gpu0"}, &gpu0); err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +438,7 @@ func TestEachDeviceHasItsOwnLanesUnderOneCapacity(t *testing.T) {
 func TestLaneBusyReportsHoldersAndWaitersPerDevice(t *testing.T) {
 	rt := newTestRuntime(t, 4)
 	q := queued(rt)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	if rt.LaneBusy("gpu0", LaneCompute) || rt.LaneBusy("never-seen", LaneUpload) || rt.LaneBusy("gpu0", Lane(NumLanes)) {
 		t.Fatal("busy before any occupant")
 	}

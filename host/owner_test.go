@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // ownerRig is a platform with two simulated GPUs and an owner.
@@ -165,5 +167,69 @@ func TestOwnerErrSaysQuarantinedOrClosed(t *testing.T) {
 	}
 	if err := closed.Err(); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("closed owner: %v", err)
+	}
+}
+
+// TestCloseOfAQuarantinedOwnerFreesNothing: once an owner is quarantined
+// (device work may still touch its memory, N6), Close keeps every stream,
+// buffer and shared allocation and their budget charges, every time it is
+// called, and says so with errdefs.ErrDeviceLost. The same holds for an
+// owner that Close itself quarantines because a stream would not drain.
+func TestCloseOfAQuarantinedOwnerFreesNothing(t *testing.T) {
+	ctx := testutil.Context(t, 10*time.Second)
+	for _, how := range []string{"quarantined before Close", "a stream that does not drain"} {
+		t.Run(how, func(t *testing.T) {
+			r := newOwnerRig(t)
+			st, err := r.owner.NewStream(r.a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf, err := r.owner.Alloc(r.a, 4096, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sh, err := r.owner.AllocShared(r.p, 64, []hw.Device{r.a, r.b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			used := r.budget.Used()
+			closeCtx := ctx
+			if how == "quarantined before Close" {
+				r.owner.Quarantine()
+			} else {
+				noop, err := r.owner.Prepare(r.a, "noop")
+				if err != nil {
+					t.Fatal(err)
+				}
+				release := st.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
+				t.Cleanup(release)
+				if _, err := st.Submit(&hw.Command{Program: noop}); err != nil {
+					t.Fatal(err)
+				}
+				short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+				defer cancel()
+				closeCtx = short
+			}
+			for i := range 2 {
+				if err := r.owner.Close(closeCtx); !errors.Is(err, errdefs.ErrDeviceLost) {
+					t.Fatalf("Close %d of a quarantined owner = %v, want device_lost", i+1, err)
+				}
+				if !r.owner.Quarantined() {
+					t.Fatalf("Close %d: the owner is not quarantined", i+1)
+				}
+				if got := r.budget.Used(); got != used {
+					t.Fatalf("Close %d: budget charge %d, want %d kept", i+1, got, used)
+				}
+				if _, err := buf.HostBytes(); err != nil {
+					t.Fatalf("Close %d freed the buffer: %v", i+1, err)
+				}
+				if _, err := sh.View(r.a); err != nil {
+					t.Fatalf("Close %d freed the shared allocation: %v", i+1, err)
+				}
+				if r.owner.Buffers() != 1 || len(r.owner.Streams()) != 1 {
+					t.Fatalf("Close %d: the owner lists %d buffers and %d streams, want 1 and 1", i+1, r.owner.Buffers(), len(r.owner.Streams()))
+				}
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 // fakeLattice is a service.Lattice that knows the session "far" and
@@ -132,5 +134,61 @@ func TestLatticeRoutes(t *testing.T) {
 	f.mu.Unlock()
 	if rec := s.do("GET", "/readyz", nil); rec.Code != 503 || !strings.Contains(rec.Body.String(), "lattice: disconnected") {
 		t.Fatalf("not ready: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// specLattice is a supervisor's lattice: it routes session "far", which
+// this process does not have, and knows its manifest spec.
+type specLattice struct {
+	*fakeLattice
+	spec *manifest.Session
+}
+
+func (l specLattice) SessionSpec(session string) *manifest.Session {
+	if session == "far" {
+		return l.spec
+	}
+	return nil
+}
+
+// TestSupervisorAppliesTheSessionsMaxInput: a process that routes a
+// session it does not have, but whose spec it knows (a supervisor's,
+// deploy.SessionSpecs), refuses a body over the session's max_input with
+// 413 out_of_budget naming that limit, before the call is routed, whether
+// the body's length is declared or not; a body at the limit is routed.
+func TestSupervisorAppliesTheSessionsMaxInput(t *testing.T) {
+	s := serveHostile(t, "", "", nil)
+	f := &fakeLattice{}
+	s.srv.SetLattice(specLattice{f, &manifest.Session{Name: "far", MaxInput: 8}})
+	const want = `the request body of 9 bytes is larger than session "far"'s max_input of 8 bytes`
+	rec := s.do("POST", "/v1/sessions/far/run", strings.NewReader("123456789"))
+	if rec.Code != 413 {
+		t.Fatalf("9 bytes with Content-Length: %d %s, want 413 with %q", rec.Code, rec.Body, want)
+	}
+	if e := errorBody(t, rec); e.Class != "out_of_budget" || !strings.Contains(e.Error, want) {
+		t.Fatalf("9 bytes with Content-Length: %d %s, want 413 with %q", rec.Code, rec.Body, want)
+	}
+	// Without a Content-Length, the limit applies as the body is read.
+	rec = s.do("POST", "/v1/sessions/far/run", io.MultiReader(strings.NewReader("123456789")))
+	if rec.Code != 413 {
+		t.Fatalf("9 bytes, chunked: %d %s, want 413", rec.Code, rec.Body)
+	}
+	if e := errorBody(t, rec); e.Class != "out_of_budget" || !strings.Contains(e.Error, `session "far"'s max_input`) {
+		t.Fatalf("9 bytes, chunked: %d %s", rec.Code, rec.Body)
+	}
+	f.mu.Lock()
+	routed := len(f.calls)
+	f.mu.Unlock()
+	if routed != 0 {
+		t.Fatalf("a body over max_input was routed: %v", f.calls)
+	}
+	if rec := s.do("POST", "/v1/sessions/far/run", strings.NewReader("12345678")); rec.Code != 200 || rec.Body.String() != "far ok" {
+		t.Fatalf("8 bytes: %d %s", rec.Code, rec.Body)
+	}
+	// Without the spec only the default max_input applies here.
+	s = serveHostile(t, "", "", nil)
+	s.srv.SetLattice(specLattice{f, nil})
+	if rec := s.do("POST", "/v1/sessions/far/run", strings.NewReader("123456789")); rec.Code != 200 {
+		t.Fatalf("9 bytes without a spec: %d %s", rec.Code, rec.Body)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	. "github.com/stagehost/stagehost/sessions"
 	. "github.com/stagehost/stagehost/sessions/exchange"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 var (
@@ -38,12 +38,7 @@ var (
 func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
 	cudaOnce.Do(func() { cudaP, cudaErr = cuda.Open() })
-	if cudaErr != nil {
-		if errors.Is(cudaErr, errdefs.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
-			t.Skipf("no usable CUDA GPU (set STAGEHOST_REQUIRE_GPU=1 to fail instead): %v", cudaErr)
-		}
-		t.Fatalf("cuda.Open: %v", cudaErr)
-	}
+	testutil.GPU(t, cudaErr)
 	return cudaP
 }
 

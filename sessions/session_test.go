@@ -16,6 +16,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // ---- R1: the startup line ----
@@ -474,6 +475,7 @@ func TestR6IsCompleteMakesNoProgress(t *testing.T) {
 }
 
 func TestR6IsCompleteObservesWithoutRecordingOrPoisoning(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	r := newRig(t, 4)
 	s := r.session(WithCloseTimeout(patience))
 	simStream(r.gs).Inject(sim.Fault{Kind: sim.FailCompletion})
@@ -489,7 +491,7 @@ func TestR6IsCompleteObservesWithoutRecordingOrPoisoning(t *testing.T) {
 	if s.Poisoned() || len(r.records()) != 0 {
 		t.Fatal("IsComplete poisoned the session or traced an occupancy")
 	}
-	_, err = s.Wait(context.Background())
+	_, err = s.Wait(callCtx)
 	isClass(t, err, errdefs.ErrFault)
 	if !s.Poisoned() || len(r.records()) != 2 {
 		t.Fatalf("Wait: poisoned %v, %d records; want poisoned and 2 records", s.Poisoned(), len(r.records()))
@@ -800,6 +802,7 @@ func TestSessionWithoutOwnerOrRuntime(t *testing.T) {
 }
 
 func TestSimExchangeArguments(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	r := newRig(t, 1)
 	_, _, _, err := NewSimExchange(r.p, r.startup, r.ns, r.gs, 1, nil)
 	isClass(t, err, errdefs.ErrInvalidArgument)
@@ -808,7 +811,7 @@ func TestSimExchangeArguments(t *testing.T) {
 	_, _, _, err = NewSimExchange(nil, r.startup, r.gs, r.ns, 1, nil)
 	isClass(t, err, errdefs.ErrInvalidArgument)
 	q := host.NewOwner("closed", nil)
-	must(t, q.Close(context.Background()))
+	must(t, q.Close(callCtx))
 	_, _, _, err = NewSimExchange(r.p, r.startup, r.gs, r.ns, 1, q)
 	isClass(t, err, errdefs.ErrClosed)
 	if _, err := ExchangeData(nil); !errors.Is(err, errdefs.ErrInvalidArgument) {

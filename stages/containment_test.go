@@ -19,6 +19,7 @@ import (
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // The containment tests pin down the exact outcome of every hostile module
@@ -34,7 +35,7 @@ import (
 // free.
 func TestContainmentInitEntriesAreBounded(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	entries := []string{"start", abi.ExportInitialize, abi.ExportInit}
 	for _, tc := range []struct {
 		name  string
@@ -86,7 +87,7 @@ func TestContainmentInitEntriesAreBounded(t *testing.T) {
 // compute lane is free.
 func TestContainmentFailedReplacementFailsTheSession(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	// The stage deadline is far longer than the init timeout, so only the
 	// init timeout can end the replacement.
 	cfg := f.defaultConfig("replace").WithInitTimeout(100 * time.Millisecond).WithDeadline(time.Minute)
@@ -141,7 +142,7 @@ func TestContainmentFailedReplacementFailsTheSession(t *testing.T) {
 // command) drains: no quarantine.
 func TestContainmentSyncPastTheDeadlineIsNeverOK(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	slow, err := f.p.AddDevice("slow", hw.EngineGPU, sim.WithLatency(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +184,7 @@ func TestContainmentSyncPastTheDeadlineIsNeverOK(t *testing.T) {
 // command succeeds, is OK again.
 func TestContainmentFailedDeviceWorkIsNeverOK(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	for _, fence := range []string{"", "fence_sync_status", "fence_sync_ok"} {
 		name := fence
 		if name == "" {
@@ -234,7 +235,7 @@ func TestContainmentFailedDeviceWorkIsNeverOK(t *testing.T) {
 // the 2 GiB lazily) under a 4 GiB budget, reporting a size of 0x80000000.
 func TestContainmentSizesAreUnsigned(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	m := f.mustLoad(t, "alloc_2gib")
 	for _, tc := range []struct {
 		budget int64
@@ -273,7 +274,7 @@ func TestContainmentSizesAreUnsigned(t *testing.T) {
 // before anything is instantiated.
 func TestContainmentLoadRefusals(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	for _, tc := range []struct {
 		name  string
 		bin   []byte
@@ -327,7 +328,7 @@ func sharedMemoryModule() []byte {
 // 1 KiB refuses a larger module at Load, naming the limit, and loads a
 // smaller one.
 func TestContainmentModuleSizeLimit(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	e, err := NewEngine(ctx, NewEngineConfig().WithCacheDir("").WithMaxModuleSize(1024))
 	if err != nil {
 		t.Fatal(err)

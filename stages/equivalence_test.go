@@ -15,6 +15,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // outcome is what a module did in a session: the load or creation error
@@ -56,9 +57,17 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 		o.load = errdefs.ClassOf(err)
 		return o
 	}
+	// Every module compared ends by itself: the deadline only has to be
+	// longer than the slowest of them (deep_recursion, memory_bomb) takes
+	// on a busy machine, under the race detector too, where they took
+	// 13 to 48 s on 2 loaded vCPUs.
+	deadline := 10 * time.Second
+	if testutil.Race {
+		deadline = 2 * time.Minute
+	}
 	cfg := NewSessionConfig(name, gpu).WithStreams("s0").
 		WithPrograms("noop", "fill", "matmul", "bias", "relu", "argmax").
-		WithDeadline(10 * time.Second).WithFenceTimeout(10 * time.Second)
+		WithDeadline(deadline).WithFenceTimeout(deadline)
 	s, err := eng.NewSession(ctx, rt, m, cfg)
 	if err != nil {
 		o.load, o.loadMsg = errdefs.ClassOf(err), err.Error()
@@ -80,9 +89,45 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 	return o
 }
 
+// corpus lists every example, corpus, ABI and benchmark module of the
+// repository (at least 40, or the test fails) in two parts: the Go guests
+// (a go.mod beside the module: examples/wasm's minimal, mlp and fence,
+// about 2 MB each) and the rest.
+func corpus(t *testing.T, patterns ...string) (goGuests, others []string) {
+	t.Helper()
+	var files []string
+	for _, pattern := range patterns {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	if len(files) < 40 {
+		t.Fatalf("found only %d modules", len(files))
+	}
+	for _, path := range files {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(path), "go.mod")); err == nil {
+			goGuests = append(goGuests, path)
+		} else {
+			others = append(others, path)
+		}
+	}
+	if len(goGuests) < 3 {
+		t.Fatalf("found only %d Go guests: %v", len(goGuests), goGuests)
+	}
+	return goGuests, others
+}
+
+var equivalenceCorpus = []string{
+	"testdata/hostile/*.wasm", "testdata/abi/*.wasm", "testdata/bench/*.wasm", "testdata/fuzz/*.wasm",
+	"testdata/snapshot/*.wasm", "../examples/wasm/*/*.wasm", "../examples/wasm/*/*/*.wasm",
+}
+
 // TestInstrumentedAndPlainModulesBehaveAlike runs every example, corpus,
-// ABI and benchmark module of the repository that finishes by itself on
-// the host as it runs them (instrumented, from snapshots) and on an
+// ABI and benchmark module of the repository that finishes by itself, but
+// the Go guests (TestInstrumentedAndPlainGoGuestsBehaveAlike), on the host
+// as it runs them (instrumented, from snapshots) and on an
 // engine that neither instruments nor snapshots (as raw wazero would run
 // them), and requires the same outcome: load and creation errors (class
 // and text), every call's output, error class and text (trap messages
@@ -91,6 +136,19 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 // they would never return), and so is lying_fence, whose outcome
 // depends on the device's timing.
 func TestInstrumentedAndPlainModulesBehaveAlike(t *testing.T) {
+	_, others := corpus(t, equivalenceCorpus...)
+	compareInstrumentedAndPlain(t, others)
+}
+
+// TestInstrumentedAndPlainGoGuestsBehaveAlike is
+// TestInstrumentedAndPlainModulesBehaveAlike for the Go guests.
+func TestInstrumentedAndPlainGoGuestsBehaveAlike(t *testing.T) {
+	testutil.GoGuests(t)
+	goGuests, _ := corpus(t, equivalenceCorpus...)
+	compareInstrumentedAndPlain(t, goGuests)
+}
+
+func compareInstrumentedAndPlain(t *testing.T, files []string) {
 	ctx := context.Background()
 	plainCfg := NewEngineConfig().WithCacheDir("").WithSnapshots(false)
 	plainCfg.uninterruptible = true
@@ -101,20 +159,6 @@ func TestInstrumentedAndPlainModulesBehaveAlike(t *testing.T) {
 	defer plain.Close(ctx)
 	instrumented := engineForTest(t)
 
-	var files []string
-	for _, pattern := range []string{
-		"testdata/hostile/*.wasm", "testdata/abi/*.wasm", "testdata/bench/*.wasm", "testdata/fuzz/*.wasm",
-		"testdata/snapshot/*.wasm", "../examples/wasm/*/*.wasm", "../examples/wasm/*/*/*.wasm",
-	} {
-		m, err := filepath.Glob(pattern)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, m...)
-	}
-	if len(files) < 40 {
-		t.Fatalf("found only %d modules", len(files))
-	}
 	mlpInput := model.EncodeInput(model.TestInputs(1)[0])
 	ran := 0
 	for _, path := range files {

@@ -16,6 +16,7 @@ import (
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func abiModule(t testing.TB, f *wasmFixture, name string) *Module {
@@ -63,35 +64,36 @@ func TestEntryNameWritesOnlyWhatTheABISays(t *testing.T) {
 // stream_sync on a hung command, closes the session meanwhile (ErrBusy,
 // nothing closed), then lets the stage finish normally.
 func TestCloseWhileACallRunsIsBusyAndKeepsTheInstance(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	s := f.session(t, f.mustLoad(t, "good_stage"), f.defaultConfig("busy").WithDeadline(time.Hour).WithFenceTimeout(time.Hour))
 	stream := s.Owner().Streams()[0].(*sim.Stream)
 	release := stream.Inject(sim.Fault{Kind: sim.Hang})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Run(context.Background(), nil, nil)
+		_, err := s.Run(callCtx, nil, nil)
 		done <- err
 	}()
 	for stream.Idle() { // until the stage has submitted its command
 		runtime.Gosched()
 	}
-	if err := s.Close(context.Background()); !errors.Is(err, errdefs.ErrBusy) {
+	if err := s.Close(callCtx); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("Close during a call = %v, want ErrBusy", err)
 	}
-	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrBusy) {
+	if _, err := s.Run(callCtx, nil, nil); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("a concurrent Run = %v, want ErrBusy", err)
 	}
 	release()
 	if err := <-done; err != nil {
 		t.Fatalf("the running call failed after a refused Close: %v", err)
 	}
-	if _, err := s.Run(context.Background(), nil, nil); err != nil {
+	if _, err := s.Run(callCtx, nil, nil); err != nil {
 		t.Fatalf("a call after the refused Close: %v", err)
 	}
-	if err := s.Close(context.Background()); err != nil {
+	if err := s.Close(callCtx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrClosed) {
+	if _, err := s.Run(callCtx, nil, nil); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("Run after Close = %v, want ErrClosed", err)
 	}
 }
@@ -100,6 +102,7 @@ func TestCloseWhileACallRunsIsBusyAndKeepsTheInstance(t *testing.T) {
 // while trapping calls replace instances; the race detector fails this
 // test if the counter is not synchronised.
 func TestReplacementsIsSafeToReadDuringCalls(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	s := f.session(t, f.mustLoad(t, "trap_stage"), f.defaultConfig("trap"))
 	var wg sync.WaitGroup
@@ -116,7 +119,7 @@ func TestReplacementsIsSafeToReadDuringCalls(t *testing.T) {
 		}
 	})
 	for range 5 {
-		if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrFault) {
+		if _, err := s.Run(callCtx, nil, nil); !errors.Is(err, errdefs.ErrFault) {
 			t.Errorf("Run = %v, want a trap (Fault)", err)
 		}
 	}
@@ -134,6 +137,7 @@ func TestReplacementsIsSafeToReadDuringCalls(t *testing.T) {
 // also keeps a buffer's memory while a command uses it; real devices do
 // not, which is why the host must.)
 func TestFreedBufferStaysUntilTheFenceProvesItIdle(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	s := f.session(t, abiModule(t, f, "free_in_flight"), f.defaultConfig("free").WithDeadline(time.Hour).WithFenceTimeout(time.Hour))
 	budget := s.Owner().Budget()
@@ -142,7 +146,7 @@ func TestFreedBufferStaysUntilTheFenceProvesItIdle(t *testing.T) {
 	release := stream.Inject(sim.Fault{Kind: sim.Hang})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Run(context.Background(), nil, nil)
+		_, err := s.Run(callCtx, nil, nil)
 		done <- err
 	}()
 	for stream.Submitted() < 2 { // the second submission follows the free
@@ -165,16 +169,17 @@ func TestFreedBufferStaysUntilTheFenceProvesItIdle(t *testing.T) {
 // drains with the built-in fence instead, so the trapped call is a Fault
 // without quarantine, and the next call finds the session failed.
 func TestFenceFallsBackToTheDrainWhenItsInstanceCannotBeMade(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	cfg := f.defaultConfig("fallback").WithInitTimeout(100 * time.Millisecond).WithDeadline(time.Hour).WithFenceTimeout(time.Hour)
 	s := f.session(t, f.mustLoad(t, "loop_init_on_replace_fence"), cfg)
-	if _, err := s.Run(context.Background(), nil, nil); !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
+	if _, err := s.Run(callCtx, nil, nil); !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("call 1 = %v, want the trap (Fault), not a quarantine", err)
 	}
 	if err := s.Quarantined(); err != nil {
 		t.Fatalf("quarantined although the built-in drain proved the fence: %v", err)
 	}
-	_, err := s.Run(context.Background(), nil, nil)
+	_, err := s.Run(callCtx, nil, nil)
 	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "stagehost_init") {
 		t.Fatalf("call 2 = %v, want DeadlineExceeded naming stagehost_init (the session failed)", err)
 	}

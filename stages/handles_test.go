@@ -1,15 +1,16 @@
 package stages
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func TestHandleTableAnswersEveryKindOfBadHandle(t *testing.T) {
@@ -60,6 +61,7 @@ func TestHandleTableAnswersEveryKindOfBadHandle(t *testing.T) {
 type plainStream struct{ hw.Stream }
 
 func TestBatchesReachStreamsWithAndWithoutBatchSubmission(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	p := sim.New()
 	defer p.Close()
 	dev, err := p.AddDevice("gpu0", hw.EngineGPU)
@@ -89,7 +91,7 @@ func TestBatchesReachStreamsWithAndWithoutBatchSubmission(t *testing.T) {
 		if err := submitAll(target, cmds); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Sync(context.Background()); err != nil {
+		if err := st.Sync(callCtx); err != nil {
 			t.Fatal(err)
 		}
 		b, _ := x.HostBytes()
@@ -97,7 +99,7 @@ func TestBatchesReachStreamsWithAndWithoutBatchSubmission(t *testing.T) {
 		if got[0] != 5 || got[1] != 0 || st.(*sim.Stream).Submitted() != 3 {
 			t.Fatalf("wrapped %v: %v after %d commands, want [5 0] after 3 in order", wrap, got, st.(*sim.Stream).Submitted())
 		}
-		_ = st.Close(context.Background())
+		_ = st.Close(callCtx)
 		_ = x.Free()
 	}
 }

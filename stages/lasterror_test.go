@@ -9,11 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // The kernel's own reason for refusing saxpy's arguments (hw/sim).
@@ -84,6 +86,7 @@ func (l *syncLogs) String() string {
 // too small gets the length only. The caller's error, and the host log,
 // carry the same reason.
 func TestLastErrorGivesTheKernelsReason(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	var logs syncLogs
 	eng, err := NewEngine(context.Background(), NewEngineConfig().WithCacheDir("").
@@ -93,7 +96,7 @@ func TestLastErrorGivesTheKernelsReason(t *testing.T) {
 	}
 	f.eng = eng
 	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "bad_saxpy"))
-	out, err := s.Run(context.Background(), []byte{1}, nil)
+	out, err := s.Run(callCtx, []byte{1}, nil)
 	if !errors.Is(err, errdefs.ErrFault) || !strings.Contains(err.Error(), saxpyReason) {
 		t.Errorf("the call's error = %v, want a Fault with the kernel's reason %q", err, saxpyReason)
 	}
@@ -124,15 +127,16 @@ func TestLastErrorGivesTheKernelsReason(t *testing.T) {
 // next call of the session, and a call of another session on the same
 // device, find no last error.
 func TestLastErrorIsClearedWhenACallStarts(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	m := abiModule(t, f, "last_error")
 	a := f.session(t, m, lastErrorConfig(f, "a"))
 	b := f.session(t, m, lastErrorConfig(f, "b"))
-	if _, err := a.Run(context.Background(), []byte{1}, nil); !errors.Is(err, errdefs.ErrFault) {
+	if _, err := a.Run(callCtx, []byte{1}, nil); !errors.Is(err, errdefs.ErrFault) {
 		t.Fatalf("the failing call: %v, want Fault", err)
 	}
 	for _, s := range []*Session{b, a} {
-		out, err := s.Run(context.Background(), nil, nil)
+		out, err := s.Run(callCtx, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,9 +152,10 @@ func TestLastErrorIsClearedWhenACallStarts(t *testing.T) {
 // own failures (a destination or a length pointer outside memory, which
 // write nothing) leave it as it was.
 func TestLastErrorNamesWhatWasNotFound(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "not_found"))
-	out, err := s.Run(context.Background(), []byte{2}, nil)
+	out, err := s.Run(callCtx, []byte{2}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,9 +195,10 @@ func TestLastErrorMessageIsCutAtTheLimit(t *testing.T) {
 // stream_read fails the call with Fault and its reason, even when the
 // guest ignores what the read returned and returns OK (ABI.md §4.4).
 func TestFaultBeforeAReadFailsTheCall(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "read"))
-	out, err := s.Run(context.Background(), []byte{3}, nil)
+	out, err := s.Run(callCtx, []byte{3}, nil)
 	if len(out) < 4 {
 		t.Fatalf("output % x, err %v", out, err)
 	}
@@ -213,10 +219,11 @@ func TestFaultBeforeAReadFailsTheCall(t *testing.T) {
 // ignores it and returns OK: the stream reports a failure once, so the
 // fence would not see it again (ABI.md §4.4).
 func TestFailedReadFailsTheCall(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	s := f.session(t, abiModule(t, f, "last_error"), lastErrorConfig(f, "read-fails"))
 	s.Owner().Streams()[0].(*sim.Stream).Inject(sim.Fault{Kind: sim.FailCompletion, Count: 1})
-	out, err := s.Run(context.Background(), []byte{4}, nil)
+	out, err := s.Run(callCtx, []byte{4}, nil)
 	if len(out) < 4 {
 		t.Fatalf("output % x, err %v", out, err)
 	}
@@ -226,7 +233,7 @@ func TestFailedReadFailsTheCall(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("the call's error = %v, want Fault (and no quarantine)", err)
 	}
-	if _, err := s.Run(context.Background(), []byte{4}, nil); err != nil {
+	if _, err := s.Run(callCtx, []byte{4}, nil); err != nil {
 		t.Fatalf("the next call, whose read succeeds: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -51,6 +52,7 @@ func noopStage(ctx context.Context, s *state) error {
 // ---- the guard: quarantine, running and closed under one lock ----
 
 func TestGuardNoStageRunsOnAQuarantinedSessionAndQuarantineCountsOnce(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	// Each trial: A's stage makes its fence fail, so A quarantines the
 	// session; while A is inside its stage, B keeps calling Run (Busy)
 	// until it gets another answer. B's stage must never run on the
@@ -71,7 +73,7 @@ func TestGuardNoStageRunsOnAQuarantinedSessionAndQuarantineCountsOnce(t *testing
 		spinning := make(chan struct{})
 		aDone := make(chan error, 1)
 		go func() {
-			aDone <- sess.Run(context.Background(), func(ctx context.Context, s *bare) error {
+			aDone <- sess.Run(callCtx, func(ctx context.Context, s *bare) error {
 				s.fail = true
 				close(inside)
 				<-spinning
@@ -85,13 +87,13 @@ func TestGuardNoStageRunsOnAQuarantinedSessionAndQuarantineCountsOnce(t *testing
 			bRanQuarantined = owner.Quarantined()
 			return nil
 		}
-		err := sess.Run(context.Background(), bStage)
+		err := sess.Run(callCtx, bStage)
 		if !errors.Is(err, errdefs.ErrBusy) {
 			t.Fatalf("trial %d: Run while a stage runs = %v; want %v", i, err, errdefs.ErrBusy)
 		}
 		close(spinning)
 		for errors.Is(err, errdefs.ErrBusy) {
-			err = sess.Run(context.Background(), bStage)
+			err = sess.Run(callCtx, bStage)
 		}
 		if aErr := <-aDone; !errors.Is(aErr, errdefs.ErrDeviceLost) {
 			t.Fatalf("trial %d: the failing fence's Run = %v", i, aErr)
@@ -111,11 +113,12 @@ func TestGuardNoStageRunsOnAQuarantinedSessionAndQuarantineCountsOnce(t *testing
 }
 
 func TestGuardStageNeverRunsOnAnOwnerQuarantinedElsewhere(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newFixture(t)
 	sess, owner := f.bareSession(t, "shared")
 	owner.Quarantine() // for example by a resident session sharing it
 	ran := false
-	err := sess.Run(context.Background(), func(context.Context, *bare) error { ran = true; return nil })
+	err := sess.Run(callCtx, func(context.Context, *bare) error { ran = true; return nil })
 	if ran || !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("Run on a quarantined owner = %v (stage ran: %v); want %v and no stage", err, ran, errdefs.ErrDeviceLost)
 	}
@@ -128,7 +131,7 @@ func TestGuardCloseWhileAStageRunsIsBusyAndRunAfterCloseIsClosed(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.session(t, "closing", countingFence)
 	st, _ := sess.State()
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	inside := make(chan struct{})
 	leave := make(chan struct{})
 	done := make(chan error, 1)
@@ -164,6 +167,7 @@ func TestGuardCloseWhileAStageRunsIsBusyAndRunAfterCloseIsClosed(t *testing.T) {
 }
 
 func TestGuardCloseNeverOverlapsAStage(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	// Each trial: one goroutine runs stages back to back until Run says
 	// Closed, while the test calls Close until it is not Busy. Close must
 	// never close the owner under a running stage, and once it succeeded
@@ -186,7 +190,7 @@ func TestGuardCloseNeverOverlapsAStage(t *testing.T) {
 		go func() {
 			var err error
 			for n := 0; ; n++ {
-				err = sess.Run(context.Background(), func(context.Context, *bare) error {
+				err = sess.Run(callCtx, func(context.Context, *bare) error {
 					if closeDone.Load() {
 						startedAfterClose.Store(true)
 					}
@@ -207,7 +211,7 @@ func TestGuardCloseNeverOverlapsAStage(t *testing.T) {
 		}()
 		<-first
 		var err error
-		for err = sess.Close(context.Background()); errors.Is(err, errdefs.ErrBusy); err = sess.Close(context.Background()) {
+		for err = sess.Close(callCtx); errors.Is(err, errdefs.ErrBusy); err = sess.Close(callCtx) {
 		}
 		closeDone.Store(true)
 		if err != nil {
@@ -225,6 +229,7 @@ func TestGuardCloseNeverOverlapsAStage(t *testing.T) {
 // ---- Goexit ----
 
 func TestGuardGoexitInAStageFencesAndReleasesTheLane(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newFixture(t)
 	sess, _ := f.session(t, "exits", countingFence)
 	st, _ := sess.State()
@@ -233,7 +238,7 @@ func TestGuardGoexitInAStageFencesAndReleasesTheLane(t *testing.T) {
 	returned := false
 	go func() {
 		defer wg.Done()
-		_ = sess.Run(context.Background(), func(ctx context.Context, s *state) error {
+		_ = sess.Run(callCtx, func(ctx context.Context, s *state) error {
 			if err := noopStage(ctx, s); err != nil {
 				return err
 			}
@@ -279,13 +284,14 @@ func TestGuardGoexitInAStageFencesAndReleasesTheLane(t *testing.T) {
 }
 
 func TestGuardGoexitWithAFailingFenceQuarantinesAndReleases(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newFixture(t)
 	sess, budget := f.session(t, "exits-badly", countingFence)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = sess.Run(context.Background(), func(ctx context.Context, s *state) error {
+		_ = sess.Run(callCtx, func(ctx context.Context, s *state) error {
 			s.fail = true
 			runtime.Goexit()
 			return nil
@@ -317,7 +323,7 @@ func (f *fixture) faultySession(t *testing.T, name string, fence stages.Fence[st
 func TestGuardBuiltinFenceReportsFailedWorkAsFault(t *testing.T) {
 	f := newFixture(t)
 	sess, st := f.faultySession(t, "faulty", nil, 2)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	err := sess.Run(ctx, func(ctx context.Context, s *state) error {
 		for range 3 {
 			if err := noopStage(ctx, s); err != nil {
@@ -344,10 +350,11 @@ func TestGuardBuiltinFenceReportsFailedWorkAsFault(t *testing.T) {
 }
 
 func TestGuardClientErrorWinsButKeepsTheFault(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newFixture(t)
 	sess, _ := f.faultySession(t, "faulty-client", nil, 1)
 	clientErr := errors.New("bad input")
-	err := sess.Run(context.Background(), func(ctx context.Context, s *state) error {
+	err := sess.Run(callCtx, func(ctx context.Context, s *state) error {
 		if err := noopStage(ctx, s); err != nil {
 			return err
 		}
@@ -365,11 +372,12 @@ func TestGuardClientErrorWinsButKeepsTheFault(t *testing.T) {
 }
 
 func TestGuardCustomFenceFaultWithIdleStreamsIsFaultNotQuarantine(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newFixture(t)
 	// countingFence returns what Sync returns: the failed command's fault,
 	// after every command retired.
 	sess, st := f.faultySession(t, "fence-fault", countingFence, 1)
-	err := sess.Run(context.Background(), noopStage)
+	err := sess.Run(callCtx, noopStage)
 	if errdefs.ClassOf(err) != errdefs.ErrFault {
 		t.Fatalf("Run = %v; want class %v", err, errdefs.ErrFault)
 	}
@@ -379,12 +387,13 @@ func TestGuardCustomFenceFaultWithIdleStreamsIsFaultNotQuarantine(t *testing.T) 
 	if st.fences.Load() != 1 {
 		t.Fatalf("fences %d", st.fences.Load())
 	}
-	if err := sess.Run(context.Background(), noopStage); err != nil {
+	if err := sess.Run(callCtx, noopStage); err != nil {
 		t.Fatalf("next call = %v", err)
 	}
 }
 
 func TestGuardCustomFenceFaultWithBusyStreamsQuarantines(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newFixture(t)
 	// The fence says "drained, but work failed" without draining.
 	liar := func(ctx context.Context, s *state) error {
@@ -394,13 +403,14 @@ func TestGuardCustomFenceFaultWithBusyStreamsQuarantines(t *testing.T) {
 	st, _ := sess.State()
 	release := st.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
 	defer release()
-	err := sess.Run(context.Background(), noopStage)
+	err := sess.Run(callCtx, noopStage)
 	if !errors.Is(err, errdefs.ErrDeviceLost) || sess.Quarantined() == nil {
 		t.Fatalf("a Fault from a fence that left work = %v; want quarantine", err)
 	}
 }
 
 func TestGuardFenceFaultJoinedWithLossQuarantines(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newFixture(t)
 	// The streams are idle, but the fence's error also says a device was
 	// lost: that is not a proven drain.
@@ -408,18 +418,19 @@ func TestGuardFenceFaultJoinedWithLossQuarantines(t *testing.T) {
 		return errors.Join(errdefs.Errorf(errdefs.ErrFault, "a command failed"), errdefs.Errorf(errdefs.ErrDeviceLost, "a device was lost"))
 	}
 	sess, _ := f.session(t, "fault-and-loss", fence)
-	err := sess.Run(context.Background(), func(context.Context, *state) error { return nil })
+	err := sess.Run(callCtx, func(context.Context, *state) error { return nil })
 	if !errors.Is(err, errdefs.ErrDeviceLost) || sess.Quarantined() == nil {
 		t.Fatalf("Run = %v; want quarantine", err)
 	}
 }
 
 func TestGuardFaultNotedByTheStageFailsTheCall(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newFixture(t)
 	// The stage syncs its own stream (as a guest's stream_sync does) and
 	// notes the fault it saw; the fence's Sync then finds nothing new.
 	sess, _ := f.faultySession(t, "noted", countingFence, 1)
-	err := sess.Run(context.Background(), func(ctx context.Context, s *state) error {
+	err := sess.Run(callCtx, func(ctx context.Context, s *state) error {
 		if err := noopStage(ctx, s); err != nil {
 			return err
 		}
@@ -437,10 +448,11 @@ func TestGuardFaultNotedByTheStageFailsTheCall(t *testing.T) {
 }
 
 func TestGuardStaleFaultsAreNotTheCallsFaults(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newFixture(t)
 	sess, _ := f.session(t, "stale", nil)
 	sess.Owner().NoteFault(errdefs.Errorf(errdefs.ErrFault, "from before the call"))
-	if err := sess.Run(context.Background(), noopStage); err != nil {
+	if err := sess.Run(callCtx, noopStage); err != nil {
 		t.Fatalf("Run = %v; a fault noted before the call is not the call's", err)
 	}
 }
@@ -448,6 +460,7 @@ func TestGuardStaleFaultsAreNotTheCallsFaults(t *testing.T) {
 // ---- N1: lanes of one device ----
 
 func TestGuardUploadOnTheStagesOwnDeviceFlowsWhileItHoldsCompute(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	// The stage holds gpu0's compute lane with a kernel held in flight (a
 	// Hang on its stream, released only after the upload). An upload on
 	// gpu0's upload lane, to a gpu0 buffer through another gpu0 stream,
@@ -460,7 +473,7 @@ func TestGuardUploadOnTheStagesOwnDeviceFlowsWhileItHoldsCompute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = upStream.Close(context.Background()) })
+	t.Cleanup(func() { _ = upStream.Close(callCtx) })
 	upBuf, err := f.gpu.Alloc(1024, hw.AllocHostVisible, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -483,7 +496,7 @@ func TestGuardUploadOnTheStagesOwnDeviceFlowsWhileItHoldsCompute(t *testing.T) {
 			return c.Wait(ctx)
 		})
 	}()
-	err = sess.Run(context.Background(), func(ctx context.Context, s *state) error {
+	err = sess.Run(callCtx, func(ctx context.Context, s *state) error {
 		release := s.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
 		defer release()
 		c, err := s.stream.Submit(&hw.Command{Program: s.noop})
@@ -535,13 +548,14 @@ func TestGuardUploadOnTheStagesOwnDeviceFlowsWhileItHoldsCompute(t *testing.T) {
 // ---- a panic still re-raises after the deferred fence ----
 
 func TestGuardPanicInStageStillReRaisedAfterDeferredFence(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newFixture(t)
 	sess, _ := f.session(t, "panics", countingFence)
 	st, _ := sess.State()
 	var fencesAtPanic int32
 	v := catchPanic(func() {
 		defer func() { fencesAtPanic = st.fences.Load() }()
-		_ = sess.Run(context.Background(), func(context.Context, *state) error { panic("boom") })
+		_ = sess.Run(callCtx, func(context.Context, *state) error { panic("boom") })
 	})
 	if v != "boom" || fencesAtPanic != 1 {
 		t.Fatalf("panic %v with %d fences run before it reached the caller", v, fencesAtPanic)
@@ -550,7 +564,7 @@ func TestGuardPanicInStageStillReRaisedAfterDeferredFence(t *testing.T) {
 		t.Fatalf("the session still reads as running after a panic: %v", err)
 	}
 	var calls atomic.Int32
-	if err := sess.Run(context.Background(), func(context.Context, *state) error { calls.Add(1); return nil }); err != nil || calls.Load() != 1 {
+	if err := sess.Run(callCtx, func(context.Context, *state) error { calls.Add(1); return nil }); err != nil || calls.Load() != 1 {
 		t.Fatalf("Run after a panic = %v", err)
 	}
 }

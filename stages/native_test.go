@@ -13,6 +13,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -94,7 +95,7 @@ func catchPanic(f func()) (v any) {
 func TestStagesBorrowDrainErrorsAndPanicsThenReuse(t *testing.T) {
 	f := newFixture(t)
 	sess, budget := f.session(t, "model", countingFence)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	clientErr := errors.New("client error")
 	output := 0
 
@@ -149,7 +150,7 @@ func TestUncertainFencesKeepOwnersAndRejectRetry(t *testing.T) {
 		st, _ := sess.State()
 		fences := st.fences
 		charged := budget.Used()
-		ctx := context.Background()
+		ctx := testutil.Context(t, time.Minute)
 
 		var err error
 		v := catchPanic(func() {
@@ -197,7 +198,9 @@ func TestRecursiveAdmissionReturnsBusyInsteadOfDeadlocking(t *testing.T) {
 	f := newFixture(t)
 	outer, _ := f.session(t, "outer", countingFence)
 	inner, _ := f.session(t, "inner", countingFence)
-	ctx := context.Background()
+	// With a deadline: a recursive run that waits for the compute lane
+	// instead of answering busy fails here rather than hanging the test.
+	ctx := testutil.Context(t, 5*time.Second)
 	var innerErr, selfErr error
 	if err := outer.Run(ctx, func(ctx context.Context, _ *state) error {
 		innerErr = inner.Run(ctx, func(context.Context, *state) error { return nil })
@@ -218,7 +221,7 @@ func TestFenceRunsOnEveryExitPath(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.session(t, "paths", countingFence)
 	st, _ := sess.State()
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	want := int32(0)
 	check := func(path string) {
 		t.Helper()
@@ -304,7 +307,7 @@ func TestFenceTimeoutQuarantinesOnlyThatOwner(t *testing.T) {
 	sst, _ := stuck.State()
 	release := sst.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
 	defer release()
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	err := stuck.Run(ctx, func(ctx context.Context, s *state) error {
 		_, err := s.stream.Submit(&hw.Command{Program: s.noop})
 		return err
@@ -337,6 +340,47 @@ func TestFenceTimeoutQuarantinesOnlyThatOwner(t *testing.T) {
 	}
 }
 
+// TestFenceThatReturnsAfterItsDeadlineFails: a Go fence that reports a
+// drain (nil, or only failed device work) after its deadline has passed
+// is a failed fence all the same (N6): the call fails with
+// errdefs.ErrDeviceLost wrapping the deadline, the session is quarantined
+// and its owner keeps its charges, although every stream is idle.
+func TestFenceThatReturnsAfterItsDeadlineFails(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ret  error
+	}{
+		{"nil", nil},
+		{"failed device work", errdefs.Errorf(errdefs.ErrFault, "a kernel failed")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			late := func(ctx context.Context, s *state) error {
+				<-ctx.Done() // the fence's own deadline
+				if err := s.stream.Sync(context.Background()); err != nil {
+					return err
+				}
+				return c.ret
+			}
+			sess, budget := f.session(t, "late", late, stages.WithFenceTimeout(10*time.Millisecond))
+			ctx := testutil.Context(t, 10*time.Second)
+			err := sess.Run(ctx, func(context.Context, *state) error { return nil })
+			if !errors.Is(err, errdefs.ErrDeviceLost) || !errors.Is(err, errdefs.ErrDeadlineExceeded) {
+				t.Fatalf("a fence that returned %v after its deadline: Run = %v, want device_lost wrapping deadline_exceeded", c.ret, err)
+			}
+			if sess.Quarantined() == nil {
+				t.Fatal("the session is not quarantined")
+			}
+			if budget.Used() == 0 {
+				t.Fatal("the quarantine dropped the owner's charges")
+			}
+			if err := sess.Run(ctx, func(context.Context, *state) error { return nil }); !errors.Is(err, errdefs.ErrDeviceLost) {
+				t.Fatalf("a later run: %v", err)
+			}
+		})
+	}
+}
+
 func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
 	// The stage holds compute with a kernel in flight on the simulated GPU
 	// (50ms per command, and held until the upload is done, so the overlap
@@ -354,7 +398,7 @@ func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := make([]byte, 1024)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	stageStarted := make(chan struct{})
 	uploaded := make(chan error, 1)
 	go func() {
@@ -412,7 +456,7 @@ func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
 func TestTracerRecordsEveryStage(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.session(t, "traced", countingFence)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	_ = sess.Run(ctx, func(context.Context, *state) error { return nil })
 	_ = sess.Run(ctx, func(context.Context, *state) error { return errors.New("x") })
 	recs := f.rt.Tracer().Records()
@@ -432,7 +476,7 @@ func TestTracerRecordsEveryStage(t *testing.T) {
 func TestConcurrentRunOfOneSessionIsBusy(t *testing.T) {
 	f := newFixture(t)
 	sess, _ := f.session(t, "one", countingFence)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	inside := make(chan struct{})
 	leave := make(chan struct{})
 	done := make(chan error, 1)
@@ -460,7 +504,7 @@ func TestDeviceLossFailsPendingAndLaterWorkAndQuarantines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	var pending []hw.Completion
 	err = lost.Run(ctx, func(ctx context.Context, s *state) error {
 		for range 5 {

@@ -16,6 +16,7 @@ import (
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func snapModule(t testing.TB, eng *Engine, name string, snapshot bool) *Module {
@@ -75,7 +76,7 @@ func TestSnapshotIsTakenOfInitialisedState(t *testing.T) {
 // instance's memory and globals shows up in that session's next call,
 // never in another session, a new session or the snapshot.
 func TestSnapshotWritesStayInTheirSession(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	m := snapModule(t, f.eng, "snap_state", true)
 	image := make([]byte, m.snap.img.size)
@@ -113,7 +114,7 @@ func TestSnapshotWritesStayInTheirSession(t *testing.T) {
 // keeps working; after a trap its replacement starts from the snapshot's
 // size and contents, and the grown pages do not come back.
 func TestSnapshotMemoryGrowsAndIsReplaced(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	m := snapModule(t, f.eng, "snap_state", true)
 	s := f.session(t, m, f.defaultConfig("grow"))
@@ -144,7 +145,7 @@ func TestSnapshotMemoryGrowsAndIsReplaced(t *testing.T) {
 // TestSnapshotResetPerCall: every call starts from the snapshot, also
 // after a call that grew the memory.
 func TestSnapshotResetPerCall(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	m := snapModule(t, f.eng, "snap_state", true)
 	s := f.session(t, m, f.defaultConfig("reset").WithResetPerCall(true))
@@ -177,7 +178,7 @@ func TestSnapshotResetPerCall(t *testing.T) {
 // reads the same clocks and random bytes as a freshly initialised one,
 // in _initialize and in every call.
 func TestSnapshotContinuesClocksAndRandom(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	snap := snapModule(t, f.eng, "snap_clock", true)
 	fresh := snapModule(t, f.eng, "snap_clock", false)
@@ -209,7 +210,7 @@ func TestSnapshotContinuesClocksAndRandom(t *testing.T) {
 // TestSnapshotRefusals: what cannot be snapshotted loads and runs as
 // without snapshots, and Snapshot says why.
 func TestSnapshotRefusals(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	for name, why := range map[string]string{
 		"snap_hostcall": "stagehost_v1.log",
@@ -240,7 +241,7 @@ func TestSnapshotRefusals(t *testing.T) {
 // end is given up at the snapshot timeout; sessions then initialise
 // themselves and fail at their own init timeout, as without snapshots.
 func TestSnapshotOfALoopingInitialisation(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	eng, err := NewEngine(ctx, NewEngineConfig().WithCacheDir("").WithSnapshotTimeout(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -278,16 +279,34 @@ func TestSnapshotOfALoopingInitialisation(t *testing.T) {
 // byte for byte the memory of an instance that wazero instantiated
 // (data segments, start function) and that then ran _initialize.
 func TestSnapshotMemoryIsAFreshInstancesMemory(t *testing.T) {
+	_, others := corpus(t, snapshotCorpus...)
+	if snapped := compareSnapshotMemory(t, others); snapped < 30 {
+		t.Fatalf("only %d modules were snapshotted", snapped)
+	}
+}
+
+// TestSnapshotMemoryOfGoGuestsIsAFreshInstancesMemory is
+// TestSnapshotMemoryIsAFreshInstancesMemory for the Go guests.
+func TestSnapshotMemoryOfGoGuestsIsAFreshInstancesMemory(t *testing.T) {
+	testutil.GoGuests(t)
+	goGuests, _ := corpus(t, snapshotCorpus...)
+	if snapped := compareSnapshotMemory(t, goGuests); snapped != len(goGuests) {
+		t.Fatalf("%d of the %d Go guests were snapshotted", snapped, len(goGuests))
+	}
+}
+
+var snapshotCorpus = []string{
+	"testdata/hostile/*.wasm", "testdata/abi/*.wasm", "testdata/bench/*.wasm", "testdata/snapshot/*.wasm",
+	"../examples/wasm/*/*.wasm", "../examples/wasm/*/*/*.wasm",
+}
+
+// compareSnapshotMemory compares, for each module of files that loads
+// and is snapshotted, the snapshot's memory with a fresh instance's after
+// its initialisation, and returns how many it compared.
+func compareSnapshotMemory(t *testing.T, files []string) int {
+	t.Helper()
 	ctx := context.Background()
 	eng := engineForTest(t)
-	var files []string
-	for _, pattern := range []string{
-		"testdata/hostile/*.wasm", "testdata/abi/*.wasm", "testdata/bench/*.wasm", "testdata/snapshot/*.wasm",
-		"../examples/wasm/*/*.wasm", "../examples/wasm/*/*/*.wasm",
-	} {
-		m, _ := filepath.Glob(pattern)
-		files = append(files, m...)
-	}
 	snapped := 0
 	for _, path := range files {
 		name := strings.TrimSuffix(filepath.Base(path), ".wasm")
@@ -334,24 +353,16 @@ func TestSnapshotMemoryIsAFreshInstancesMemory(t *testing.T) {
 		_ = mod.Close(ctx)
 		snapped++
 	}
-	if snapped < 30 {
-		t.Fatalf("only %d modules were snapshotted", snapped)
-	}
 	t.Logf("%d snapshotted modules compared", snapped)
+	return snapped
 }
 
-// TestSnapshotDropsEmptyLeadingTableEntries: a snapshot's module drops
-// the table entries before the first element (4096 of a Go guest's), and
-// computes what the module as given does: the same table.size, the same
-// indirect calls, a trap through an empty entry.
-func TestSnapshotDropsEmptyLeadingTableEntries(t *testing.T) {
-	ctx := context.Background()
+// TestSnapshotOfAGoGuestDropsItsEmptyLeadingTableEntries: a Go guest's
+// table starts with 4096 empty entries, which its snapshot drops.
+func TestSnapshotOfAGoGuestDropsItsEmptyLeadingTableEntries(t *testing.T) {
+	testutil.GoGuests(t)
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
-	snap := snapModule(t, f.eng, "snap_table_gap", true)
-	plain := snapModule(t, f.eng, "snap_table_gap", false)
-	if snap.tableShift != 128 || plain.tableShift != 0 {
-		t.Fatalf("table shift %d (snapshot) and %d (plain); want 128 and 0", snap.tableShift, plain.tableShift)
-	}
 	bin, err := os.ReadFile("../examples/wasm/minimal/minimal.wasm")
 	if err != nil {
 		t.Fatal(err)
@@ -362,6 +373,21 @@ func TestSnapshotDropsEmptyLeadingTableEntries(t *testing.T) {
 	}
 	if goGuest.tableShift != 4096 {
 		t.Fatalf("the Go guest's table shift is %d, want 4096", goGuest.tableShift)
+	}
+}
+
+// TestSnapshotDropsEmptyLeadingTableEntries: a snapshot's module drops
+// the table entries before the first element (4096 of a Go guest's:
+// TestSnapshotOfAGoGuestDropsItsEmptyLeadingTableEntries), and
+// computes what the module as given does: the same table.size, the same
+// indirect calls, a trap through an empty entry.
+func TestSnapshotDropsEmptyLeadingTableEntries(t *testing.T) {
+	ctx := testutil.Context(t, time.Minute)
+	f := newWasmFixture(t)
+	snap := snapModule(t, f.eng, "snap_table_gap", true)
+	plain := snapModule(t, f.eng, "snap_table_gap", false)
+	if snap.tableShift != 128 || plain.tableShift != 0 {
+		t.Fatalf("table shift %d (snapshot) and %d (plain); want 128 and 0", snap.tableShift, plain.tableShift)
 	}
 	for _, m := range []*Module{snap, plain} {
 		s := f.session(t, m, f.defaultConfig("gap"))
@@ -387,7 +413,7 @@ func TestSnapshotDropsEmptyLeadingTableEntries(t *testing.T) {
 // then (were it unmapped at the discard, the device's write would crash
 // the process), and is released once the fence proved the stream idle.
 func TestSnapshotMemoryOutlivesAReadInFlight(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	slow, err := f.p.AddDevice("slow0", hw.EngineGPU, sim.WithLatency(200*time.Millisecond))
 	if err != nil {
@@ -420,7 +446,7 @@ func TestSnapshotMemoryOutlivesAReadInFlight(t *testing.T) {
 // returns, from a snapshot or not, so the next call pays no
 // instantiation.
 func TestTrappedInstanceIsReplacedBeforeTheCallReturns(t *testing.T) {
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
 	for _, snapshot := range []bool{true, false} {
 		m := snapModule(t, f.eng, "snap_state", snapshot)

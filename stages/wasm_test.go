@@ -16,6 +16,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 var (
@@ -168,7 +169,7 @@ func TestLoadIsCachedPerProcess(t *testing.T) {
 
 func TestGoodAndClientErrorStagesDoNotQuarantine(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	good := f.session(t, f.mustLoad(t, "good_stage"), f.defaultConfig("good"))
 	for range 3 {
 		out, err := good.Run(ctx, nil, nil)
@@ -195,7 +196,7 @@ func TestGoodAndClientErrorStagesDoNotQuarantine(t *testing.T) {
 
 func TestStageSideHostilityIsContainedWithoutQuarantine(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	for _, tc := range []struct {
 		name  string
 		class error
@@ -241,13 +242,14 @@ func TestStageSideHostilityIsContainedWithoutQuarantine(t *testing.T) {
 }
 
 func TestMemoryBombStaysUnderTheLimit(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	m, err := f.load(t, "memory_bomb", NewLoadConfig().WithMemoryLimit(16<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := f.session(t, m, f.defaultConfig("bomb").WithDeadline(10*time.Second))
-	out, err := s.Run(context.Background(), nil, nil)
+	out, err := s.Run(callCtx, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +263,7 @@ func TestMemoryBombStaysUnderTheLimit(t *testing.T) {
 
 func TestHandleAbuseGetsClearStatuses(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	victim := f.session(t, f.mustLoad(t, "good_stage"), f.defaultConfig("victim"))
 	victimStream := abi.MakeHandle(abi.KindStream, victim.native.state.table.tag, 1)
 	victimHang := victim.Owner().Streams()[0].(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
@@ -308,9 +310,10 @@ func TestHandleAbuseGetsClearStatuses(t *testing.T) {
 }
 
 func TestOutputLargerThanItsLimit(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	s := f.session(t, f.mustLoad(t, "big_output"), f.defaultConfig("big").WithOutputLimit(32<<10))
-	out, err := s.Run(context.Background(), nil, nil)
+	out, err := s.Run(callCtx, nil, nil)
 	var ce *ClientError
 	if !errors.As(err, &ce) || ce.Code != 7 {
 		t.Fatalf("got %v", err)
@@ -327,7 +330,7 @@ func TestOutputLargerThanItsLimit(t *testing.T) {
 
 func TestFencesThatCannotBeProvenQuarantine(t *testing.T) {
 	f := newWasmFixture(t)
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	for _, tc := range []struct {
 		name string
 		hang bool
@@ -365,6 +368,7 @@ func TestFencesThatCannotBeProvenQuarantine(t *testing.T) {
 }
 
 func TestFenceRunsAfterATrappedStage(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	// trap_stage has no fence of its own, so the built-in drain runs; a
 	// hung stream makes that drain time out, which proves it ran after the
 	// trap and that the trap did not skip it.
@@ -376,7 +380,7 @@ func TestFenceRunsAfterATrappedStage(t *testing.T) {
 	if _, err := trap.Owner().Streams()[0].Submit(&hw.Command{Program: mustNoop(t, trap)}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := trap.Run(context.Background(), nil, nil)
+	_, err := trap.Run(callCtx, nil, nil)
 	if !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("got %v: the drain after the trap should have timed out and quarantined", err)
 	}
@@ -397,9 +401,10 @@ func mustNoop(t *testing.T, s *Session) hw.Program {
 }
 
 func TestDrainFenceOverridesTheModulesOwnFence(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	f := newWasmFixture(t)
 	s := f.session(t, f.mustLoad(t, "loop_fence"), f.defaultConfig("drain").WithDrainFence())
-	if _, err := s.Run(context.Background(), nil, nil); err != nil || s.Quarantined() != nil {
+	if _, err := s.Run(callCtx, nil, nil); err != nil || s.Quarantined() != nil {
 		t.Fatalf("the module's looping fence ran despite WithDrainFence: %v, %v", err, s.Quarantined())
 	}
 }
@@ -415,7 +420,7 @@ func TestNamedAllocationsSurviveInstanceReplacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.session(t, m, f.defaultConfig("named"))
-	ctx := context.Background()
+	ctx := testutil.Context(t, time.Minute)
 	first, err := s.Run(ctx, []byte{0}, nil)
 	if err != nil || len(first) != 8 {
 		t.Fatalf("%x %v", first, err)
@@ -438,6 +443,7 @@ func TestNamedAllocationsSurviveInstanceReplacement(t *testing.T) {
 }
 
 func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	rt, err := host.NewRuntime(host.NewConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +468,7 @@ func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := s.Run(context.Background(), nil, nil)
+	out, err := s.Run(callCtx, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +485,7 @@ func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ce *ClientError
-	if _, err := small.Run(context.Background(), nil, nil); !errors.As(err, &ce) || ce.Code != 102 {
+	if _, err := small.Run(callCtx, nil, nil); !errors.As(err, &ce) || ce.Code != 102 {
 		t.Fatalf("an upload larger than the staging limit: %v", err)
 	}
 }

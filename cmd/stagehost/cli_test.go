@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -15,7 +17,8 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
-func TestRunTheExampleManifest(t *testing.T) {
+func TestRunTheExampleManifestWithGoGuests(t *testing.T) {
+	testutil.GoGuests(t)
 	trace := filepath.Join(t.TempDir(), "trace.json")
 	code, out, errs := runCLI(t, "run", "../../host.toml", "--trace", trace)
 	if code != exitOK {
@@ -40,7 +43,8 @@ func TestRunTheExampleManifest(t *testing.T) {
 	}
 }
 
-func TestRunOneSessionWithAnInputFile(t *testing.T) {
+func TestRunOneGoGuestSessionWithAnInputFile(t *testing.T) {
+	testutil.GoGuests(t)
 	code, out, errs := runCLI(t, "run", "../../host.toml", "--session", "classify", "--input", "../../examples/inputs/mlp-sample.bin")
 	if code != exitOK || !strings.Contains(out, "session classify: ok") || strings.Contains(out, "fill") || strings.Contains(out, "pingpong") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)

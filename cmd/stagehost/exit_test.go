@@ -5,15 +5,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // runBinary runs the built stagehost with args and returns its exit code
@@ -66,7 +68,7 @@ func TestBinaryExitCodes(t *testing.T) {
 	// The Go runtime exits with 2 when the process crashes; SIGQUIT makes
 	// it dump its goroutines and exit the same way.
 	cmd, stdout, stderr := startBinary(t, "serve", "testdata/failing.toml", "--addr", "127.0.0.1:0")
-	if base, _ := serving(stdout); base == "" {
+	if base, _ := serving(cmd, stdout); base == "" {
 		_ = cmd.Wait()
 		t.Fatalf("no serving line; stderr:\n%s", stderr.String())
 	}
@@ -83,15 +85,15 @@ func TestBinaryExitCodes(t *testing.T) {
 }
 
 // serving reads the serve command's output up to its serving line and
-// returns the base URL ("" if there was none) and the scanner.
-func serving(stdout interface{ Read([]byte) (int, error) }) (string, *bufio.Scanner) {
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() {
-		if m := regexp.MustCompile(`on (http://\S+)`).FindStringSubmatch(lines.Text()); m != nil {
-			return m[1], lines
-		}
+// returns the base URL and the scanner. When there was none within
+// serveStartTimeout, or the output ended first, the base URL is "" and
+// cmd is killed, so that the caller's cmd.Wait returns.
+func serving(cmd *exec.Cmd, stdout io.Reader) (string, *bufio.Scanner) {
+	base, lines := testutil.ServingLine(stdout, serveStartTimeout)
+	if base == "" {
+		_ = cmd.Process.Kill()
 	}
-	return "", lines
+	return base, lines
 }
 
 // TestServeWithSessionsThatCannotBeCreated runs the real binary on a
@@ -103,7 +105,7 @@ func TestServeWithSessionsThatCannotBeCreated(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	cmd, stdout, stderr := startBinary(t, "serve", "testdata/failing.toml", "--addr", "127.0.0.1:0")
-	base, lines := serving(stdout)
+	base, lines := serving(cmd, stdout)
 	if base == "" {
 		_ = cmd.Wait()
 		t.Fatalf("no serving line; stderr:\n%s", stderr.String())

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // latticeManifest writes a manifest with a [lattice] table and sessions
@@ -76,13 +78,12 @@ func pollFor(t *testing.T, limit time.Duration, what string, f func() (bool, str
 	t.Helper()
 	start := time.Now()
 	last := ""
-	for time.Since(start) < limit {
+	if testutil.Poll(limit, func() bool {
 		ok, got := f()
-		if ok {
-			return time.Since(start)
-		}
 		last = got
-		time.Sleep(20 * time.Millisecond)
+		return ok
+	}) {
+		return time.Since(start)
 	}
 	t.Fatalf("%s: not within %v; last answer: %s", what, limit, last)
 	return 0

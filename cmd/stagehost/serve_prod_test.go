@@ -21,12 +21,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -127,23 +127,14 @@ type server struct {
 	stderr *bytes.Buffer
 }
 
-var servingLine = regexp.MustCompile(`on (https?://(\S+))`)
-
 func startServe(t *testing.T, args ...string) *server {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
 	cmd, stdout, stderr := startBinary(t, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() {
-		if m := servingLine.FindStringSubmatch(lines.Text()); m != nil {
-			return &server{t: t, cmd: cmd, base: m[1], addr: m[2], lines: lines, stderr: stderr}
-		}
-	}
-	_ = cmd.Wait()
-	t.Fatalf("no serving line; stderr:\n%s", stderr.String())
-	return nil
+	base, lines := testutil.Serving(t, stdout, serveStartTimeout, func() string { _ = cmd.Process.Kill(); _ = cmd.Wait(); return stderr.String() })
+	return &server{t: t, cmd: cmd, base: base, addr: base[strings.Index(base, "://")+3:], lines: lines, stderr: stderr}
 }
 
 // stop sends SIGTERM, waits for the exit and returns stdout's rest and
@@ -226,6 +217,7 @@ func closedWithin(t *testing.T, c net.Conn, limit time.Duration) string {
 // cut off by read_timeout; an idle keep-alive connection is closed by
 // idle_timeout (with no read_timeout, which it would otherwise default to).
 func TestServeTimeouts(t *testing.T) {
+	t.Parallel() // a server process of its own; most of the test waits out its timeouts
 	s := startServe(t, prodManifest(t, "[service]\nread_timeout = \"1s\""))
 	slow, err := net.Dial("tcp", s.addr)
 	if err != nil {
@@ -258,6 +250,7 @@ func TestServeTimeouts(t *testing.T) {
 // TestServeConnectionLimit: with max_connections = 2 and two connections
 // open, a third is not served until one of them closes.
 func TestServeConnectionLimit(t *testing.T) {
+	t.Parallel() // a server process of its own; most of the test waits out its timeouts
 	s := startServe(t, prodManifest(t, "[service]\nmax_connections = 2\nread_header_timeout = \"60s\""))
 	var held []net.Conn
 	for range 2 {
@@ -404,15 +397,12 @@ func TestServeReadiness(t *testing.T) {
 		Calls    int
 		Outcomes map[string]int
 	}
-	for deadline := time.Now().Add(30 * time.Second); st.Calls == 0; {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		if err := json.Unmarshal(s.request(nil, "GET", "/v1/sessions/stuck", nil).body, &st); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stuck call never ended")
-		}
-		time.Sleep(20 * time.Millisecond) // polling an HTTP status, not synchronising test goroutines
-	}
+		return st.Calls != 0
+	}, "the stuck call never ended")
 	if st.Outcomes["client_closed"] != 1 || len(st.Outcomes) != 1 {
 		t.Errorf("/v1/sessions/stuck outcomes: %v", st.Outcomes)
 	}
@@ -429,15 +419,12 @@ func TestServeReadiness(t *testing.T) {
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		a := s.request(keep, "GET", "/readyz", nil)
-		if a.code == 503 && strings.Contains(string(a.body), `"status": "draining"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz never said draining: %d %s", a.code, a.body)
-		}
-		time.Sleep(20 * time.Millisecond) // polling an HTTP status
+	var ready answer
+	if !testutil.Poll(20*time.Second, func() bool {
+		ready = s.request(keep, "GET", "/readyz", nil)
+		return ready.code == 503 && strings.Contains(string(ready.body), `"status": "draining"`)
+	}) {
+		t.Fatalf("readyz never said draining: %d %s", ready.code, ready.body)
 	}
 	if a := s.request(keep, "POST", "/v1/sessions/steady/run", nil); a.code != 200 {
 		t.Errorf("a run while draining: %d %s", a.code, a.body)
@@ -520,7 +507,7 @@ func TestServeRefusesOpenNonLoopback(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
 	cmd, stdout, stderr := startBinary(t, "serve", m, "--addr", "0.0.0.0:0", "--insecure-no-auth")
-	if base, lines := serving(stdout); base == "" {
+	if base, lines := serving(cmd, stdout); base == "" {
 		_ = cmd.Wait()
 		t.Fatalf("--insecure-no-auth did not serve:\n%s", stderr.String())
 	} else {
@@ -536,7 +523,7 @@ func TestServeRefusesOpenNonLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd, stdout, stderr = startBinary(t, "serve", m, "--addr", "0.0.0.0:0", "--admin-token-file", tok)
-	base, lines := serving(stdout)
+	base, lines := serving(cmd, stdout)
 	if base == "" {
 		_ = cmd.Wait()
 		t.Fatalf("with a token it did not serve:\n%s", stderr.String())
@@ -634,6 +621,7 @@ func TestLogLevel(t *testing.T) {
 // TestServeWriteTimeout: an answer not written within write_timeout is
 // cut off (the stuck session's call takes its 3s deadline).
 func TestServeWriteTimeout(t *testing.T) {
+	t.Parallel() // a server process of its own; most of the test waits out its timeouts
 	s := startServe(t, prodManifest(t, "[service]\nwrite_timeout = \"1s\""))
 	c := &http.Client{Timeout: 20 * time.Second}
 	resp, err := c.Post(s.base+"/v1/sessions/stuck/run", "application/octet-stream", nil)
@@ -680,17 +668,16 @@ func TestServeMaxInFlight(t *testing.T) {
 		return n > 0
 	}
 	var a answer
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	if !testutil.Poll(20*time.Second, func() bool { // until the holder's request is in flight
 		if a = s.request(nil, "GET", "/v1/sessions", nil); a.code == 429 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never 429: %d %s", a.code, a.body)
+			return true
 		}
 		if refused() {
 			hold()
 		}
-		time.Sleep(10 * time.Millisecond) // polling an HTTP status until the holder's request is in flight
+		return false
+	}) {
+		t.Fatalf("never 429: %d %s", a.code, a.body)
 	}
 	if e := a.errBody(t); e.Class != "busy" || a.header.Get("Retry-After") != "1" || !strings.Contains(e.Error, "max_in_flight of 1") {
 		t.Errorf("429: %v %s", a.header, a.body)
@@ -724,14 +711,11 @@ func TestServeMaxInFlight(t *testing.T) {
 		t.Errorf("after the refusal the connection stays open: read %d, %v", n, err)
 	}
 	holder.Close()
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if a = s.request(nil, "GET", "/v1/sessions", nil); a.code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the slot was never freed: %d %s", a.code, a.body)
-		}
-		time.Sleep(10 * time.Millisecond) // polling until the server notices the closed connection
+	if !testutil.Poll(20*time.Second, func() bool { // until the server notices the closed connection
+		a = s.request(nil, "GET", "/v1/sessions", nil)
+		return a.code == 200
+	}) {
+		t.Fatalf("the slot was never freed: %d %s", a.code, a.body)
 	}
 	s.stop()
 }
@@ -740,6 +724,7 @@ func TestServeMaxInFlight(t *testing.T) {
 // one max_runs slot, so a second start is 429; another keeps only its
 // last history runs.
 func TestServeResidentLimits(t *testing.T) {
+	t.Parallel() // a server process of its own; most of the test waits out its timeouts
 	m := prodManifest(t, "")
 	b, err := os.ReadFile(m)
 	if err != nil {
@@ -791,17 +776,13 @@ history = 2
 			State string
 		}
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	if !testutil.Poll(20*time.Second, func() bool {
 		if err := json.Unmarshal(s.request(nil, "GET", "/v1/residents/brief", nil).body, &list); err != nil {
 			t.Fatal(err)
 		}
-		if list.Running == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("brief runs never finished: %+v", list)
-		}
-		time.Sleep(10 * time.Millisecond) // polling an HTTP status
+		return list.Running == 0
+	}) {
+		t.Fatalf("brief runs never finished: %+v", list)
 	}
 	if len(list.Runs) != 2 || list.Runs[0].ID != 2 || list.Runs[1].ID != 3 || list.Runs[1].State != "verified" {
 		t.Errorf("history: %+v", list)
@@ -813,6 +794,7 @@ history = 2
 // session's stagehost_init runs (here until its 3s init_timeout) /livez
 // is 200 and /readyz 503 starting.
 func TestServeStarting(t *testing.T) {
+	t.Parallel() // a server process of its own; most of the test waits out its timeouts
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
@@ -843,14 +825,11 @@ func TestServeStarting(t *testing.T) {
 	cmd, stdout, stderr := startBinary(t, "serve", m, "--addr", addr)
 	c := &http.Client{Timeout: 5 * time.Second}
 	var resp *http.Response
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if resp, err = c.Get("http://" + addr + "/readyz"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never listened: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling until the port opens
+	if !testutil.Poll(30*time.Second, func() bool { // until the port opens
+		resp, err = c.Get("http://" + addr + "/readyz")
+		return err == nil
+	}) {
+		t.Fatalf("never listened: %v", err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -862,7 +841,7 @@ func TestServeStarting(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	base, lines := serving(stdout)
+	base, lines := serving(cmd, stdout)
 	if base == "" {
 		_ = cmd.Wait()
 		t.Fatalf("no serving line:\n%s", stderr.String())

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // superviseManifest writes a manifest of two sim gpus, session a on gpu0
@@ -119,16 +121,7 @@ func TestServeSupervise(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
-	base := ""
-	for base == "" && lines.Scan() {
-		if m := servingLine.FindStringSubmatch(lines.Text()); m != nil {
-			base = m[1]
-		}
-	}
-	if base == "" {
-		t.Fatalf("no serving line; stderr:\n%s", stderr.String())
-	}
+	base, lines := testutil.Serving(t, stdout, serveStartTimeout, func() string { _ = cmd.Process.Kill(); _ = cmd.Wait(); return stderr.String() })
 	rest := make(chan string, 1)
 	go func() {
 		var sb strings.Builder

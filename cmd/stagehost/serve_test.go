@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // buildBinary builds the stagehost command once per test binary.
@@ -46,6 +46,10 @@ func startBinary(t *testing.T, args ...string) (*exec.Cmd, io.Reader, *bytes.Buf
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	return cmd, stdout, stderr
 }
+
+// serveStartTimeout bounds how long a test waits for serve's serving
+// line (the modules it loads compile first).
+const serveStartTimeout = 2 * time.Minute
 
 func stagehostBinary(t *testing.T) string {
 	t.Helper()
@@ -102,17 +106,7 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	cmd, stdout, stderr := startBinary(t, "serve", "testdata/serve.toml", "--addr", "127.0.0.1:0", "--grace", "30s")
-	lines := bufio.NewScanner(stdout)
-	var base string
-	for lines.Scan() {
-		if m := regexp.MustCompile(`on (http://\S+)`).FindStringSubmatch(lines.Text()); m != nil {
-			base = m[1]
-			break
-		}
-	}
-	if base == "" {
-		t.Fatalf("no serving line; stderr:\n%s", stderr.String())
-	}
+	base, lines := testutil.Serving(t, stdout, serveStartTimeout, func() string { _ = cmd.Process.Kill(); _ = cmd.Wait(); return stderr.String() })
 	client := &counted{c: &http.Client{Timeout: 60 * time.Second}}
 
 	// 8 concurrent clients on the healthy sessions; every MLP answer must
@@ -179,19 +173,17 @@ func TestServeEndToEnd(t *testing.T) {
 	if err != nil || code != http.StatusAccepted {
 		t.Fatalf("resident start: %d %s %v", code, body, err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if !testutil.Poll(30*time.Second, func() bool {
 		_, body, err = client.get(base, "/v1/residents/pingpong")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(body), `"state": "verified"`) {
-			break
-		}
-		if time.Now().After(deadline) || strings.Contains(string(body), `"failed"`) {
+		if strings.Contains(string(body), `"failed"`) {
 			t.Fatalf("resident: %s", body)
 		}
-		time.Sleep(10 * time.Millisecond) // polling an HTTP status, not synchronising test goroutines
+		return strings.Contains(string(body), `"state": "verified"`)
+	}) {
+		t.Fatalf("resident not verified within 30s: %s", body)
 	}
 
 	code, body, err = client.get(base, "/metrics")

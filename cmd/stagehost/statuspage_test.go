@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -154,15 +155,15 @@ func TestStatusPageInChromium(t *testing.T) {
 	if a := s.request(nil, "POST", "/v1/residents/pingpong/start", nil); a.code != 202 {
 		t.Fatalf("resident start: %d %s", a.code, a.body)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		a := s.request(nil, "GET", "/v1/residents/pingpong", nil)
-		if strings.Contains(string(a.body), `"state": "verified"`) {
-			break
+	var resident []byte
+	if !testutil.Poll(30*time.Second, func() bool {
+		resident = s.request(nil, "GET", "/v1/residents/pingpong", nil).body
+		if strings.Contains(string(resident), `"failed"`) {
+			t.Fatalf("resident: %s", resident)
 		}
-		if time.Now().After(deadline) || strings.Contains(string(a.body), `"failed"`) {
-			t.Fatalf("resident: %s", a.body)
-		}
-		time.Sleep(10 * time.Millisecond) // polling an HTTP status, not synchronising goroutines
+		return strings.Contains(string(resident), `"state": "verified"`)
+	}) {
+		t.Fatalf("resident not verified within 30s: %s", resident)
 	}
 
 	dom := headless(t, chromium, 90*time.Second, "--dump-dom", s.base+"/")

@@ -7,7 +7,6 @@ package wasm_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -16,10 +15,10 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/deploy"
-	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -27,12 +26,7 @@ import (
 func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
 	p, err := cuda.Open()
-	if err != nil {
-		if errors.Is(err, errdefs.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
-			t.Skipf("no usable CUDA GPU (set STAGEHOST_REQUIRE_GPU=1 to fail instead): %v", err)
-		}
-		t.Fatalf("cuda.Open: %v", err)
-	}
+	testutil.GPU(t, err)
 	t.Cleanup(func() { p.Close() })
 	return p
 }

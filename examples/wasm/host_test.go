@@ -5,6 +5,7 @@ package wasm_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -21,17 +23,27 @@ var (
 	engOnce sync.Once
 	eng     *stages.Engine
 	engErr  error
+	// cacheDir is the compilation cache of this test binary: each Go
+	// guest compiles once, whichever test loads it first (TestMain).
+	cacheDir string
 )
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "stagehost-cache-*")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cacheDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 func engine(t testing.TB) *stages.Engine {
 	t.Helper()
 	engOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "stagehost-cache-*")
-		if err != nil {
-			engErr = err
-			return
-		}
-		eng, engErr = stages.NewEngine(context.Background(), stages.NewEngineConfig().WithCacheDir(dir))
+		eng, engErr = stages.NewEngine(context.Background(), stages.NewEngineConfig().WithCacheDir(cacheDir))
 	})
 	if engErr != nil {
 		t.Fatal(engErr)
@@ -74,7 +86,8 @@ func load(t testing.TB, path, name string, cfg stages.LoadConfig) *stages.Module
 
 func goGuest() stages.LoadConfig { return stages.NewLoadConfig().WithWASI(stages.GrantGoRuntime) }
 
-func TestMinimalGoStage(t *testing.T) {
+func TestMinimalGoGuest(t *testing.T) {
+	testutil.GoGuests(t)
 	f := newFixture(t)
 	m := load(t, "minimal/minimal.wasm", "minimal", goGuest())
 	s, err := engine(t).NewSession(context.Background(), f.rt, m, stages.NewSessionConfig("minimal", f.gpu))
@@ -105,7 +118,8 @@ func mlpInputs(n int) [][model.Inputs]float32 {
 	return append(model.TestInputs(n), model.RoundingInputs(n)...)
 }
 
-func TestMLPStageMatchesTheGoReference(t *testing.T) {
+func TestMLPGoGuestMatchesTheGoReference(t *testing.T) {
+	testutil.GoGuests(t)
 	f := newFixture(t)
 	stage := load(t, "mlp/stage/mlp.wasm", "mlp", goGuest())
 	fence := load(t, "fence/fence.wasm", "fence", goGuest().WithKind(stages.FenceModule))

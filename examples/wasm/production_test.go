@@ -11,14 +11,16 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/service"
 )
 
-// TestProductionManifest: examples/production.toml, which README.md shows
-// whole, is valid and serves as its comments say: tokens from the
-// environment, a pooled session, its limits.
-func TestProductionManifest(t *testing.T) {
+// TestProductionManifestWithGoGuests: examples/production.toml, which
+// README.md shows whole, is valid and serves as its comments say: tokens
+// from the environment, a pooled session, its limits.
+func TestProductionManifestWithGoGuests(t *testing.T) {
+	testutil.GoGuests(t)
 	src, err := os.ReadFile("../production.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +44,7 @@ func TestProductionManifest(t *testing.T) {
 	const admin, invoke = "admin-token-0123456789", "invoke-token-0123456789"
 	t.Setenv(m.Service.AdminTokenEnv, admin)
 	t.Setenv(m.Service.InvokeTokenEnv, invoke)
-	m.Runtime.CacheDir = manifest.CacheOff
+	m.Runtime.CacheDir = cacheDir // the test binary's: the Go guests compile once
 	d, err := deploy.Open(context.Background(), m, deploy.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // fakeDriver is an in-process stand-in for libcuda: devices with one
@@ -48,8 +51,9 @@ type fakeDriver struct {
 	records     atomic.Int64  // EventRecord calls
 	queries     atomic.Int64  // EventQuery calls
 	syncs       atomic.Int64  // StreamSynchronize calls
+	launching   atomic.Int64  // LaunchKernel calls entered, counted before the launch gate
 	gate        sync.RWMutex  // Lock() holds every stream's execution
-	launchGate  sync.Mutex    // Lock() holds LaunchKernel callers
+	launchGate  sync.Mutex    // Lock() holds LaunchKernel callers (see parkDriverThread)
 	createGate  chan struct{} // non-nil: StreamCreate waits until it is closed (set before the call)
 	destroyed   chan struct{} // non-nil: StreamDestroy sends on it (set before the call)
 }
@@ -503,7 +507,9 @@ func (f *fakeDriver) ModuleGetFunction(m cuModule, name string) (cuFunction, cuR
 }
 
 func (f *fakeDriver) LaunchKernel(fn cuFunction, grid, block [3]uint32, shm uint32, s cuStream, p *paramBlock, n int) cuResult {
-	// Wait while a test holds the gate to park the driver thread here.
+	// Wait while a test holds the gate to park the driver thread here;
+	// launching tells the test the thread got here.
+	f.launching.Add(1)
 	f.launchGate.Lock()
 	//lint:ignore SA2001 the empty critical section is the wait
 	f.launchGate.Unlock()
@@ -758,4 +764,18 @@ func fakeResident(f *fakeDriver, ctx cuContext, line, pay []byte, rounds uint32)
 		atomic.StoreUint32(word(pay, 4), r+1)
 	}
 	await(word(pay, 68), rounds)
+}
+
+// parkDriverThread submits a noop launch on r's stream while holding the
+// launch gate, and returns once the stream's driver thread is inside
+// that launch, parked at the gate: from then on it issues nothing until
+// the returned release is called.
+func parkDriverThread(t testing.TB, f *fakeDriver, r *rig) (release func()) {
+	t.Helper()
+	before := f.launching.Load()
+	f.launchGate.Lock()
+	r.submit("noop", 0)
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.launching.Load() > before },
+		"the driver thread never reached the parked launch")
+	return f.launchGate.Unlock
 }

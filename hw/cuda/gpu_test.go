@@ -14,6 +14,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // requireGPU opens the real CUDA platform. Without a usable GPU it skips
@@ -31,12 +32,7 @@ func requireGPU(t testing.TB) *Platform {
 		opts = append(opts, withPTX(src))
 	}
 	p, err := Open(opts...)
-	if err != nil {
-		if errors.Is(err, errdefs.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
-			t.Skipf("no usable CUDA GPU (set STAGEHOST_REQUIRE_GPU=1 to fail instead): %v", err)
-		}
-		t.Fatalf("cuda.Open: %v", err)
-	}
+	testutil.GPU(t, err)
 	t.Cleanup(func() {
 		settle(p)
 		if err := p.Close(); err != nil {
@@ -52,17 +48,13 @@ func requireGPU(t testing.TB) *Platform {
 // (TestGPUConcurrentStreams frees from 4 goroutines at once), so closing
 // right after a test could otherwise find an allocation still open.
 func settle(p *Platform) {
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	testutil.Poll(5*time.Second, func() bool {
 		n := p.host.live.Load()
 		for _, d := range p.devices {
 			n += d.live.Load()
 		}
-		if n == 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return n == 0
+	})
 }
 
 func TestGPUOpen(t *testing.T) {

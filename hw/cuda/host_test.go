@@ -12,6 +12,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func init() {
@@ -180,13 +181,7 @@ func TestFakeHostDevice(t *testing.T) {
 	if err := c.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for budget.Used() != 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if budget.Used() != 0 {
-		t.Fatal("free never released the budget")
-	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return budget.Used() == 0 }, "free never released the budget")
 	if _, err := s.Submit(&hw.Command{Program: add, Args: []hw.Arg{hw.BufferArg(b, 0, 16), hw.Float32(1)}}); !errors.Is(err, errdefs.ErrClosed) {
 		t.Fatalf("freed buffer: %v", err)
 	}
@@ -231,12 +226,8 @@ func TestFakeHostDeviceLost(t *testing.T) {
 // asynchronously once the work queued before them retired).
 func waitLive(t *testing.T, h *HostDevice) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for h.live.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("host device still has %d live objects", h.live.Load())
-		}
-		time.Sleep(time.Millisecond)
+	if !testutil.Poll(5*time.Second, func() bool { return h.live.Load() == 0 }) {
+		t.Fatalf("host device still has %d live objects", h.live.Load())
 	}
 }
 
@@ -455,15 +446,13 @@ func TestFakeSubmitBatchEvictsAndStaysAllocationFree(t *testing.T) {
 		}
 	}
 	r.sync()
-	f.launchGate.Lock()
-	r.submit("noop", 0)
-	time.Sleep(5 * time.Millisecond)
+	release := parkDriverThread(t, f, r)
 	allocs := testing.AllocsPerRun(500, func() {
 		if _, err := st.SubmitBatch(batch); err != nil {
 			t.Fatal(err)
 		}
 	})
-	f.launchGate.Unlock()
+	release()
 	r.sync()
 	if allocs > 0.05 && !raceEnabled {
 		t.Fatalf("SubmitBatch allocates %v times per call", allocs)

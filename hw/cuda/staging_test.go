@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func TestStagingRingAlloc(t *testing.T) {
@@ -110,12 +111,8 @@ func TestFakeStagedUploads(t *testing.T) {
 		r.write(b, i*size, srcs[i])
 	}
 	// The driver thread issues the copies while the device is held.
-	deadline := time.Now().Add(5 * time.Second)
-	for f.htod.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d uploads issued", f.htod.Load(), n)
-		}
-		time.Sleep(100 * time.Microsecond)
+	if !testutil.Poll(5*time.Second, func() bool { return f.htod.Load() >= n }) {
+		t.Fatalf("%d of %d uploads issued", f.htod.Load(), n)
 	}
 	if got := f.htodPinned.Load(); got != 8 {
 		t.Fatalf("%d uploads from pinned memory, want 8 (the staging's capacity)", got)
@@ -175,8 +172,10 @@ func TestFakePageableReadRetiresWithoutEvent(t *testing.T) {
 	st := r.s.(*Stream)
 	b := r.alloc(64, 0)
 	r.write(b, 0, []byte("warm"))
+	// Sync returns once the driver thread retired the event covering the
+	// write: it then has nothing left to record (it records only past
+	// its last event) or to query (it queries only pending events).
 	r.sync()
-	time.Sleep(time.Millisecond) // the driver thread has nothing left to record
 	rec, q := f.records.Load(), f.queries.Load()
 	got := r.read(b, 0, 4)
 	if string(got) != "warm" {
@@ -326,8 +325,7 @@ func TestFakeIdleStreamSyncMakesNoDriverCall(t *testing.T) {
 	b := r.alloc(64, 0)
 	r.write(b, 0, []byte("x"))
 	r.submit("fill", 0, hw.BufferArg(b, 0, -1), hw.Float32(1))
-	r.sync()
-	time.Sleep(time.Millisecond)
+	r.sync() // the driver thread has retired every event: nothing is left to record or query
 	rec, q, s := f.records.Load(), f.queries.Load(), f.syncs.Load()
 	for range 100 {
 		if err := r.s.Sync(context.Background()); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func TestLoadSymbolsReportsEveryMissingSymbol(t *testing.T) {
@@ -628,13 +629,7 @@ func TestFakeRetiredGoesStaleFree(t *testing.T) {
 	p, _ := newFakePlatform(t, 1)
 	r := newRig(t, p)
 	c := r.submit("noop", 0)
-	deadline := time.Now().Add(2 * time.Second)
-	for !c.Done() {
-		if time.Now().After(deadline) {
-			t.Fatal("completion never became Done without a waiter")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	testutil.Eventually(t, 2*time.Second, c.Done, "completion never became Done without a waiter")
 	if !r.s.Idle() {
 		t.Fatal("not Idle after the only command retired")
 	}
@@ -745,15 +740,13 @@ func TestSubmitAllocatesNothing(t *testing.T) {
 	r.sync()
 	// Park the driver thread inside its first launch so only the
 	// submitting goroutine allocates (or not).
-	f.launchGate.Lock()
-	r.submit("noop", 0)
-	time.Sleep(5 * time.Millisecond)
+	release := parkDriverThread(t, f, r)
 	allocs := testing.AllocsPerRun(1000, func() {
 		if _, err := r.s.Submit(cmd); err != nil {
 			t.Fatal(err)
 		}
 	})
-	f.launchGate.Unlock()
+	release()
 	r.sync()
 	if allocs != 0 {
 		t.Fatalf("Submit allocates %v times per call", allocs)
@@ -819,11 +812,7 @@ func TestFakeFreeWaitsForQueuedWork(t *testing.T) {
 	if err := c.Wait(r.ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for budget.Used() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("budget still %d after the work retired", budget.Used())
-		}
-		time.Sleep(time.Millisecond)
+	if !testutil.Poll(2*time.Second, func() bool { return budget.Used() == 0 }) {
+		t.Fatalf("budget still %d after the work retired", budget.Used())
 	}
 }

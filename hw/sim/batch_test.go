@@ -1,16 +1,18 @@
 package sim_test
 
 import (
-	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func TestSubmitBatchRunsInOrderAsOneUnit(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	r := newRig(t)
 	x := r.alloc(r.dev, 16)
 	fill, saxpy := r.prog(r.dev, "fill"), r.prog(r.dev, "saxpy")
@@ -25,7 +27,7 @@ func TestSubmitBatchRunsInOrderAsOneUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Wait(context.Background()); err != nil {
+	if err := c.Wait(callCtx); err != nil {
 		t.Fatal(err)
 	}
 	if r.st.Submitted() != 3 || !r.st.Idle() {

@@ -10,6 +10,7 @@ import (
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func TestRejectSubmit(t *testing.T) {
@@ -181,6 +182,7 @@ func TestInjectUnknownKindPanics(t *testing.T) {
 // that never gets its word), commands queued behind it, a hung stream
 // and waiters blocked on all of them: every wait must return the loss.
 func TestLoseWithQueuedWork(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	r := newRig(t)
 	hung := r.stream(r.dev)
 	noop, spin := r.prog(r.dev, "noop"), r.prog(r.dev, "spin")
@@ -201,10 +203,10 @@ func TestLoseWithQueuedWork(t *testing.T) {
 	errs := make(chan error, len(pending)+2)
 	var wg sync.WaitGroup
 	for _, c := range pending {
-		wg.Go(func() { errs <- c.Wait(context.Background()) })
+		wg.Go(func() { errs <- c.Wait(callCtx) })
 	}
-	wg.Go(func() { errs <- r.st.Sync(context.Background()) })
-	wg.Go(func() { errs <- hung.Sync(context.Background()) })
+	wg.Go(func() { errs <- r.st.Sync(callCtx) })
+	wg.Go(func() { errs <- hung.Sync(callCtx) })
 
 	r.dev.Inject(sim.Fault{Kind: sim.Lose})
 	r.dev.Lose("second cause") // ignored: the first cause wins
@@ -258,13 +260,14 @@ func checkFailsFast(t *testing.T, r *rig, prog hw.Program, buf hw.Buffer) {
 }
 
 func TestLoseInterruptsLatency(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	r := newRig(t, sim.WithLatency(time.Hour))
 	noop := r.prog(r.dev, "noop")
 	buf := r.alloc(r.dev, 8)
 	c := r.submit(r.st, noop)
 	c2 := r.submit(r.st, noop)
 	r.dev.Lose("test")
-	within(t, "Wait during latency", func() { wantClass(t, c.Wait(context.Background()), errdefs.ErrDeviceLost) })
+	within(t, "Wait during latency", func() { wantClass(t, c.Wait(callCtx), errdefs.ErrDeviceLost) })
 	wantClass(t, c2.Err(), errdefs.ErrDeviceLost)
 	checkFailsFast(t, r, noop, buf)
 }
@@ -286,6 +289,7 @@ func TestLoseReleasesVisibility(t *testing.T) {
 // A command that is executing when the device is lost fails with the
 // loss, even if its kernel then returns success.
 func TestLoseInFlight(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	r := newRig(t)
 	tag := tags.Add(1)
 	started := make(chan struct{})
@@ -296,12 +300,12 @@ func TestLoseInFlight(t *testing.T) {
 	queued := r.submit(r.st, r.prog(r.dev, "noop"))
 	within(t, "kernel start", func() { <-started })
 	r.dev.Lose("in flight")
-	within(t, "Wait", func() { wantClass(t, c.Wait(context.Background()), errdefs.ErrDeviceLost, "in flight") })
+	within(t, "Wait", func() { wantClass(t, c.Wait(callCtx), errdefs.ErrDeviceLost, "in flight") })
 	wantClass(t, queued.Err(), errdefs.ErrDeviceLost)
 	if r.st.RetiredCount() != 0 {
 		t.Fatalf("retired %d commands", r.st.RetiredCount())
 	}
 	// The buffer can still be freed; its memory goes once the kernel
 	// has returned (the budget is nil here, so just check it works).
-	within(t, "Close", func() { wantClass(t, r.st.Close(context.Background()), errdefs.ErrDeviceLost) })
+	within(t, "Close", func() { wantClass(t, r.st.Close(callCtx), errdefs.ErrDeviceLost) })
 }

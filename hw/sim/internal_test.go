@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"context"
 	"errors"
 	"runtime"
 	"testing"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // waiting reports whether some goroutine is asleep in waitFor on s (past
@@ -33,6 +33,7 @@ func untilWaiting(t *testing.T, s *Stream, n int) {
 // certainly blocked (registered on the broadcast channel), on a hung
 // stream.
 func TestLoseWakesRegisteredWaiter(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	p := New()
 	d, _ := p.AddDevice("d", hw.EngineGPU)
 	hs, _ := d.NewStream()
@@ -44,7 +45,7 @@ func TestLoseWakesRegisteredWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	go func() { got <- c.Wait(context.Background()) }()
+	go func() { got <- c.Wait(callCtx) }()
 	untilWaiting(t, s, 1)
 	d.Lose("while waiting")
 	select {
@@ -67,6 +68,7 @@ func TestLoseWakesRegisteredWaiter(t *testing.T) {
 // each of several commands, all asleep (past their spin), all wake, and
 // none is left asleep afterwards.
 func TestRetireWakesAllWaiters(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	p := New()
 	d, _ := p.AddDevice("d", hw.EngineGPU)
 	hs, _ := d.NewStream()
@@ -84,7 +86,7 @@ func TestRetireWakesAllWaiters(t *testing.T) {
 	got := make(chan error, per*len(cs))
 	for _, c := range cs {
 		for range per {
-			go func() { got <- c.Wait(context.Background()) }()
+			go func() { got <- c.Wait(callCtx) }()
 		}
 	}
 	untilWaiting(t, s, per*len(cs))
@@ -102,7 +104,7 @@ func TestRetireWakesAllWaiters(t *testing.T) {
 	if s.waiting() {
 		t.Fatal("a waiter is still asleep")
 	}
-	if err := s.Close(context.Background()); err != nil {
+	if err := s.Close(callCtx); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Close(); err != nil {

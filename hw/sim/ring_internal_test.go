@@ -1,13 +1,13 @@
 package sim
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 func init() {
@@ -28,6 +28,7 @@ var blockStarted chan struct{}
 // dropped exactly once: the freed buffer ends with no pins, not a negative
 // count (released twice) nor a positive one (leaked).
 func TestLoseReleasesGrownRing(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	for _, running := range []bool{false, true} {
 		p := New()
 		d, _ := p.AddDevice("d", hw.EngineGPU, WithInitialQueueDepth(2), WithQueueDepth(64))
@@ -73,9 +74,9 @@ func TestLoseReleasesGrownRing(t *testing.T) {
 		if got := b.region.state.Load(); got != freedBit {
 			t.Fatalf("running %v: region state %d after the loss, want %d (freed, no pins)", running, got, freedBit)
 		}
-		if err := last.Wait(context.Background()); !errors.Is(err, errdefs.ErrDeviceLost) {
+		if err := last.Wait(callCtx); !errors.Is(err, errdefs.ErrDeviceLost) {
 			t.Fatalf("last command: %v", err)
 		}
-		s.Close(context.Background())
+		s.Close(callCtx)
 	}
 }

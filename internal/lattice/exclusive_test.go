@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // exclusive is the test manifest's session with placement "exclusive".
@@ -306,12 +307,7 @@ func TestExclusiveHandoverWatch(t *testing.T) {
 	if err := h1.h.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for !h2.h.Serves("steady") {
-		if time.Since(left) > 5*time.Second {
-			t.Fatal("h2 does not serve 5s after h1 left")
-		}
-		time.Sleep(time.Millisecond) // polling, not synchronising
-	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return h2.h.Serves("steady") }, "h2 does not serve after h1 left")
 	took := time.Since(left)
 	t.Logf("h1 left %v after h2 joined; h2 serves %v later", left.Sub(joined), took)
 	if took > 500*time.Millisecond {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/manifest"
 )
 
@@ -53,8 +54,10 @@ func TestMemberEmbeddedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m2.Close()
-	if !m1.Known("other") || m2.Known("nope") {
-		t.Errorf("Known: other %v, nope %v", m1.Known("other"), m2.Known("nope"))
+	// m1 learns of m2's session from m2's first heartbeat, after Join.
+	testutil.Eventually(t, 5*time.Second, func() bool { return m1.Known("other") }, "m1 does not know m2's session \"other\"")
+	if m2.Known("nope") {
+		t.Error("m2 knows a session \"nope\" that no host has")
 	}
 	// m1 has no session "other": the call goes to m2.
 	if err := m1.Front().WaitFor(ctx, func() bool { return len(m1.Front().Serving("other")) == 1 }); err != nil {
@@ -107,13 +110,7 @@ func TestHostCloseOrder(t *testing.T) {
 		done <- result{out, err}
 	}()
 	// The call is in flight on the host once its in_flight shows.
-	deadline := time.Now().Add(5 * time.Second)
-	for m.h.Record().Sessions[0].InFlight == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the call never reached the host")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return m.h.Record().Sessions[0].InFlight != 0 }, "the call never reached the host")
 	closed := make(chan error, 1)
 	go func() { closed <- m.h.Close(ctx) }()
 	// Well before the call's second on the device is over.

@@ -17,6 +17,7 @@ import (
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/manifest"
 )
 
@@ -68,19 +69,21 @@ func residentStatus(t *testing.T, f *lattice.Front, name string) deploy.Resident
 // finished (any state but starting and running), and returns it.
 func waitRun(t *testing.T, f *lattice.Front, name string, id int) deploy.ResidentRun {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st := residentStatus(t, f, name)
+	var st deploy.ResidentStatus
+	var found deploy.ResidentRun
+	if !testutil.Poll(15*time.Second, func() bool {
+		st = residentStatus(t, f, name)
 		for _, run := range st.Runs {
 			if run.ID == id && run.State != "starting" && run.State != "running" {
-				return run
+				found = run
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %d of %s not finished within 15s: %+v", id, name, st)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the host's status, not synchronising goroutines
+		return false
+	}) {
+		t.Fatalf("run %d of %s not finished within 15s: %+v", id, name, st)
 	}
+	return found
 }
 
 // TestResidentThroughLattice: a host's residents are in its heartbeat
@@ -145,21 +148,17 @@ func TestResidentThroughLattice(t *testing.T) {
 	if err := nc.Publish("stagehost."+lat+".resident.pp.marker", nil); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var got string
+	if !testutil.Poll(5*time.Second, func() bool { // the spy's log, up to the marker
 		mu.Lock()
-		got := strings.Join(seen, " ")
+		got = strings.Join(seen, " ")
 		mu.Unlock()
-		if strings.HasSuffix(got, "marker") {
-			if got != "start marker" {
-				t.Fatalf("requests sent to pp: %s; want the start once", got)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the spy saw %q", got)
-		}
-		time.Sleep(time.Millisecond) // polling the spy's log
+		return strings.HasSuffix(got, "marker")
+	}) {
+		t.Fatalf("the spy saw %q", got)
+	}
+	if got != "start marker" {
+		t.Fatalf("requests sent to pp: %s; want the start once", got)
 	}
 	if run := waitRun(t, f, "pp", 1); run.State != "verified" || !run.Verified || run.Rounds != 4 {
 		t.Fatalf("run 1: %+v", run)

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // The test binary is its own worker: with SUPERVISE_TEST_WORKER set,
@@ -220,11 +222,7 @@ func start(t *testing.T, cfg Config) *harness {
 		h.checkReaped()
 		// The goroutine that closes Stop's done channel ends just after;
 		// wait for it, bounded.
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-			runtime.Gosched()
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Poll(5*time.Second, func() bool { return runtime.NumGoroutine() <= base })
 		if n := runtime.NumGoroutine(); n > base {
 			buf := make([]byte, 1<<20)
 			t.Errorf("%d goroutines after Stop, %d before Start:\n%s", n, base, buf[:runtime.Stack(buf, true)])

@@ -10,28 +10,22 @@ package wasmlaunch
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/stages"
 )
 
 func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
 	p, err := cuda.Open()
-	if err != nil {
-		if errors.Is(err, errdefs.ErrUnsupported) && os.Getenv("STAGEHOST_REQUIRE_GPU") != "1" {
-			t.Skipf("no usable CUDA GPU (set STAGEHOST_REQUIRE_GPU=1 to fail instead): %v", err)
-		}
-		t.Fatalf("cuda.Open: %v", err)
-	}
+	testutil.GPU(t, err)
 	t.Cleanup(func() { p.Close() })
 	return p
 }

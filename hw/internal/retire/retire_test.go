@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // patience bounds every wait here: a test that would hang fails instead.
@@ -63,6 +64,7 @@ func untilSleeping(t *testing.T, r *Record, n int) {
 }
 
 func TestZeroRecord(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	var r Record
 	if r.Submitted() != 0 || r.Retired() != 0 || !r.Idle(nil) {
 		t.Fatal("zero record is not empty and idle")
@@ -73,7 +75,7 @@ func TestZeroRecord(t *testing.T) {
 	if err := r.wait(context.Background(), 0); err != nil {
 		t.Fatalf("Wait(0) = %v", err)
 	}
-	if err := r.Sync(context.Background(), r.wait, healthy); err != nil {
+	if err := r.Sync(callCtx, r.wait, healthy); err != nil {
 		t.Fatalf("Sync = %v", err)
 	}
 	r.Wake() // nobody asleep: nothing to do
@@ -193,12 +195,13 @@ func TestWaitWakesOnAdvance(t *testing.T) {
 // the lost channel or by Wake (how a stream that marks itself dead wakes
 // its waiters before the device's channel closes).
 func TestWaitWakesOnLoss(t *testing.T) {
+	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	for _, how := range []string{"lost channel", "Wake"} {
 		d := newDevice()
 		r := &Record{Spin: time.Nanosecond}
 		r.SetSubmitted(1)
 		errs := make(chan error, 1)
-		go func() { errs <- r.Wait(context.Background(), 1, d.err, d.lostCh, "test", "s0") }()
+		go func() { errs <- r.Wait(callCtx, 1, d.err, d.lostCh, "test", "s0") }()
 		untilSleeping(t, r, 1)
 		if how == "Wake" {
 			d.lost.Store(true)
@@ -221,10 +224,10 @@ func TestWaitWakesOnLoss(t *testing.T) {
 	var r Record
 	r.SetSubmitted(2)
 	r.Advance(1)
-	if err := r.Wait(context.Background(), 1, d.err, d.lostCh, "test", "s0"); err != nil {
+	if err := r.Wait(callCtx, 1, d.err, d.lostCh, "test", "s0"); err != nil {
 		t.Fatalf("Wait on a retired command of a lost device = %v", err)
 	}
-	if err := r.Wait(context.Background(), 2, d.err, d.lostCh, "test", "s0"); err != errLost {
+	if err := r.Wait(callCtx, 2, d.err, d.lostCh, "test", "s0"); err != errLost {
 		t.Fatalf("Wait on a lost device = %v", err)
 	}
 }

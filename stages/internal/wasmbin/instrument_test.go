@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
@@ -490,14 +491,40 @@ func repoModules(t testing.TB) []string {
 	return files
 }
 
+// TestInstrumentRepositoryModules instruments every module of the
+// repository but the Go guests (TestInstrumentRepositoryGoGuests) and
+// compiles it, and the module as given, with wazero.
 func TestInstrumentRepositoryModules(t *testing.T) {
-	ctx := context.Background()
-	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
-	defer rt.Close(ctx)
 	files := repoModules(t)
 	if len(files) == 0 {
 		t.Skip("no modules")
 	}
+	instrumentAndCompile(t, slices.DeleteFunc(files, isGoGuest))
+}
+
+// TestInstrumentRepositoryGoGuests is TestInstrumentRepositoryModules for
+// the Go guests (a go.mod beside the module), about 2 MB each.
+func TestInstrumentRepositoryGoGuests(t *testing.T) {
+	testutil.GoGuests(t)
+	files := slices.DeleteFunc(repoModules(t), func(p string) bool { return !isGoGuest(p) })
+	if len(files) < 3 {
+		t.Fatalf("found %d Go guests, want the 3 of examples/wasm: %v", len(files), files)
+	}
+	instrumentAndCompile(t, files)
+}
+
+// isGoGuest reports whether the module at path is a Go guest: its
+// directory has a go.mod.
+func isGoGuest(path string) bool {
+	_, err := os.Stat(filepath.Join(filepath.Dir(path), "go.mod"))
+	return err == nil
+}
+
+func instrumentAndCompile(t *testing.T, files []string) {
+	t.Helper()
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+	defer rt.Close(ctx)
 	for _, path := range files {
 		bin := mustRead(t, path)
 		m, err := Parse(bin)

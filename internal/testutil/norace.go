@@ -1,0 +1,7 @@
+//go:build !race
+
+package testutil
+
+// Race reports whether the test binary was built with the race detector
+// (go test -race).
+const Race = false
