@@ -31,8 +31,6 @@
 package doccheck
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"go/ast"
 	"go/build"
@@ -788,34 +786,14 @@ func sortProblems(ps []Problem) {
 func (c *Checker) CheckMarkdown() ([]Problem, error) {
 	var probs []Problem
 	anchors := map[string]map[string]bool{}
-	err := filepath.WalkDir(c.root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != c.root && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			if _, err := os.Stat(filepath.Join(p, "go.work")); err == nil && p != c.root {
-				return filepath.SkipDir // another workspace: a fixture, checked on its own
-			}
-			return nil
-		}
-		if !strings.EqualFold(filepath.Ext(p), ".md") {
-			return nil
-		}
+	err := c.walkMarkdown(func(p string, src []byte) {
 		c.Stats.MarkdownFiles++
-		src, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
 		for _, l := range markdownLinks(src) {
 			c.Stats.MarkdownLinks++
 			if why := c.resolveMarkdown(p, l.target, anchors); why != "" {
 				probs = append(probs, Problem{File: c.rel(p), Line: l.line, Link: l.raw, Why: why})
 			}
 		}
-		return nil
 	})
 	sortProblems(probs)
 	return probs, err
@@ -840,41 +818,7 @@ var (
 // blocks, indented blocks after a blank line, and code spans are skipped.
 func markdownLinks(src []byte) []mdLink {
 	var out []mdLink
-	sc := bufio.NewScanner(bytes.NewReader(src))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	fence := ""
-	prevBlank := true
-	inIndented := false
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		trimmed := strings.TrimLeft(line, " ")
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) && strings.Trim(trimmed, fence[:1]) == "" {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
-			fence = trimmed[:3]
-			for _, ch := range trimmed[3:] {
-				if ch != rune(fence[0]) {
-					break
-				}
-				fence += fence[:1]
-			}
-			continue
-		}
-		blank := strings.TrimSpace(line) == ""
-		indented := strings.HasPrefix(line, "    ") || strings.HasPrefix(line, "\t")
-		if indented && (prevBlank || inIndented) && !blank {
-			inIndented = true
-			prevBlank = false
-			continue
-		}
-		if !blank {
-			inIndented = false
-		}
-		prevBlank = blank
+	forEachProse(src, func(n int, line string) {
 		clean := codeSpanRE.ReplaceAllStringFunc(line, func(s string) string { return strings.Repeat(" ", len(s)) })
 		for _, m := range inlineLinkRE.FindAllStringSubmatch(clean, -1) {
 			out = append(out, mdLink{line: n, raw: m[0], target: strings.Trim(m[2], "<>")})
@@ -882,7 +826,7 @@ func markdownLinks(src []byte) []mdLink {
 		if m := refDefRE.FindStringSubmatch(clean); m != nil {
 			out = append(out, mdLink{line: n, raw: strings.TrimSpace(m[0]), target: strings.Trim(m[1], "<>")})
 		}
-	}
+	})
 	return out
 }
 
@@ -989,6 +933,136 @@ func Slug(heading string) string {
 		}
 	}
 	return b.String()
+}
+
+// testNameRE matches a code span that names a test function, with an
+// optional subtest path or a trailing "..." (a family of tests).
+var testNameRE = regexp.MustCompile("`((?:Test|Fuzz|Benchmark|Example)[A-Za-z0-9_]*)(?:/[^`]*|\\.\\.\\.)?`")
+
+// CheckTestNames checks that every test a Markdown file names in a code
+// span (`TestX`, `TestX/sub`, `FuzzY`, `BenchmarkZ`, `ExampleW`) is a
+// function of some _test.go file under the root, in any module. A name
+// ending in "..." must be the prefix of one. Code blocks are skipped.
+func (c *Checker) CheckTestNames() ([]Problem, error) {
+	names := map[string]bool{}
+	err := filepath.WalkDir(c.root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != c.root && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return nil // a fixture that does not parse names no test
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil {
+				names[fd.Name.Name] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var probs []Problem
+	err = c.walkMarkdown(func(p string, src []byte) {
+		forEachProse(src, func(n int, line string) {
+			for _, m := range testNameRE.FindAllStringSubmatch(line, -1) {
+				name := m[1]
+				if strings.HasSuffix(m[0], "...`") {
+					found := false
+					for k := range names {
+						if strings.HasPrefix(k, name) {
+							found = true
+							break
+						}
+					}
+					if !found {
+						probs = append(probs, Problem{File: c.rel(p), Line: n, Link: m[0], Why: "no test function starts with " + name})
+					}
+					continue
+				}
+				if !names[name] {
+					probs = append(probs, Problem{File: c.rel(p), Line: n, Link: m[0], Why: "no test function " + name})
+				}
+			}
+		})
+	})
+	sortProblems(probs)
+	return probs, err
+}
+
+// walkMarkdown calls fn with every Markdown file under the root, skipping
+// hidden directories and other workspaces (directories with a go.work).
+func (c *Checker) walkMarkdown(fn func(path string, src []byte)) error {
+	return filepath.WalkDir(c.root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != c.root && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(p, "go.work")); err == nil && p != c.root {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.EqualFold(filepath.Ext(p), ".md") {
+			return nil
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fn(p, src)
+		return nil
+	})
+}
+
+// forEachProse calls fn with each line of a Markdown file outside fenced
+// and indented code blocks, and its line number.
+func forEachProse(src []byte, fn func(n int, line string)) {
+	fence := ""
+	prevBlank, inIndented := true, false
+	for i, line := range strings.Split(string(src), "\n") {
+		trimmed := strings.TrimLeft(line, " ")
+		if fence != "" {
+			if strings.HasPrefix(trimmed, fence) && strings.Trim(trimmed, fence[:1]) == "" {
+				fence = ""
+			}
+			continue
+		}
+		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
+			fence = trimmed[:3]
+			for _, ch := range trimmed[3:] {
+				if ch != rune(fence[0]) {
+					break
+				}
+				fence += fence[:1]
+			}
+			continue
+		}
+		blank := strings.TrimSpace(line) == ""
+		indented := strings.HasPrefix(line, "    ") || strings.HasPrefix(line, "\t")
+		if indented && (prevBlank || inIndented) && !blank {
+			inIndented, prevBlank = true, false
+			continue
+		}
+		if !blank {
+			inIndented = false
+		}
+		prevBlank = blank
+		fn(i+1, line)
+	}
 }
 
 // Filter removes the problems whose Key is in allow and returns the rest,

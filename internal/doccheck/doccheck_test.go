@@ -111,3 +111,27 @@ func lines(s []string) string {
 	}
 	return out
 }
+
+// TestCheckTestNamesFixture checks the test names the fixture's Markdown
+// mentions.
+func TestCheckTestNamesFixture(t *testing.T) {
+	c, err := NewChecker("testdata/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs, err := c.CheckTestNames()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range probs {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"README.md:21: `TestGone`: no test function TestGone",
+		"README.md:22: `FuzzNothing...`: no test function starts with FuzzNothing",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", lines(got), lines(want))
+	}
+}

@@ -52,11 +52,19 @@ func report(t *testing.T, probs []Problem, kind string) {
 	}
 }
 
-// isKind reports whether an allowlist key is a Markdown ("md") or a Go
-// ("go") link.
+// isKind reports whether an allowlist key belongs to a check: "go" (a
+// Go doc link), "md" (a Markdown link) or "test" (a test name in
+// Markdown).
 func isKind(key, kind string) bool {
-	file, _, _ := strings.Cut(key, ": ")
-	return strings.HasSuffix(file, ".md") == (kind == "md")
+	file, link, _ := strings.Cut(key, ": ")
+	switch {
+	case strings.HasSuffix(file, ".go"):
+		return kind == "go"
+	case strings.HasPrefix(link, "`"):
+		return kind == "test"
+	default:
+		return kind == "md"
+	}
 }
 
 // TestRepoDocLinks checks every doc link in the Go files of the
@@ -87,4 +95,18 @@ func TestRepoMarkdownLinks(t *testing.T) {
 	}
 	report(t, probs, "md")
 	t.Logf("%+v", c.Stats)
+}
+
+// TestRepoTestNames checks that every test the repository's Markdown
+// files name in a code span exists.
+func TestRepoTestNames(t *testing.T) {
+	c, err := NewChecker(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs, err := c.CheckTestNames()
+	if err != nil {
+		t.Fatal(err)
+	}
+	report(t, probs, "test")
 }
