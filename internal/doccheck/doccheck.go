@@ -1000,6 +1000,54 @@ func (c *Checker) CheckTestNames() ([]Problem, error) {
 	return probs, err
 }
 
+// A Term is wording that no longer describes the code, and what replaced
+// it.
+type Term struct {
+	RE   *regexp.Regexp
+	Why  string
+	Skip []string // directories (relative, with slashes) not searched
+}
+
+// CheckTerms reports every line of a Go or Markdown file under the root
+// that matches one of terms (hidden directories and testdata skipped).
+// The problem's Link is the matched text.
+func (c *Checker) CheckTerms(terms []Term) ([]Problem, error) {
+	var probs []Problem
+	err := filepath.WalkDir(c.root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != c.root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		ext := filepath.Ext(p)
+		if ext != ".go" && !strings.EqualFold(ext, ".md") {
+			return nil
+		}
+		rel := c.rel(p)
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			for _, t := range terms {
+				if slices.ContainsFunc(t.Skip, func(dir string) bool { return strings.HasPrefix(rel, dir+"/") }) {
+					continue
+				}
+				for _, m := range t.RE.FindAllString(line, -1) {
+					probs = append(probs, Problem{File: rel, Line: i + 1, Link: m, Why: t.Why})
+				}
+			}
+		}
+		return nil
+	})
+	sortProblems(probs)
+	return probs, err
+}
+
 // walkMarkdown calls fn with every Markdown file under the root, skipping
 // hidden directories and other workspaces (directories with a go.work).
 func (c *Checker) walkMarkdown(fn func(path string, src []byte)) error {

@@ -3,6 +3,7 @@ package doccheck
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -35,7 +36,18 @@ func repoRoot(t *testing.T) string {
 var knownBadLinks = []string{
 	// The error classes moved from hw to errdefs (errdefs/errdefs.go).
 	"docs/service.md: [hw/errors.go](../hw/errors.go)",
+	"docs/service.md: hw classes",
+	"docs/service.md: hw/errors.go",
+	"sessions/deploy/errors.go: hw error classes",
+	"sessions/manifest/manifest_test.go: hw class",
 }
+
+// staleTerms is wording the code no longer supports.
+var staleTerms = []Term{{
+	RE:   regexp.MustCompile(`\bhw('s)? (error )?class(es)?\b|\bhw/errors\.go\b|\bhw\.Err[A-Z]\w*`),
+	Why:  "the error classes are package errdefs's (errdefs/errdefs.go), not hw's",
+	Skip: []string{"internal/doccheck"},
+}}
 
 // report fails t for every problem outside knownBadLinks and for every
 // stale entry of it.
@@ -53,15 +65,17 @@ func report(t *testing.T, probs []Problem, kind string) {
 }
 
 // isKind reports whether an allowlist key belongs to a check: "go" (a
-// Go doc link), "md" (a Markdown link) or "test" (a test name in
-// Markdown).
+// Go doc link), "md" (a Markdown link), "test" (a test name in Markdown)
+// or "term" (stale wording).
 func isKind(key, kind string) bool {
 	file, link, _ := strings.Cut(key, ": ")
 	switch {
-	case strings.HasSuffix(file, ".go"):
+	case strings.HasSuffix(file, ".go") && strings.HasPrefix(link, "["):
 		return kind == "go"
 	case strings.HasPrefix(link, "`"):
 		return kind == "test"
+	case !strings.HasPrefix(link, "[") && !strings.HasPrefix(link, "!["):
+		return kind == "term"
 	default:
 		return kind == "md"
 	}
@@ -109,4 +123,18 @@ func TestRepoTestNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	report(t, probs, "test")
+}
+
+// TestRepoStaleTerms checks that no Go or Markdown file uses wording that
+// the code no longer supports (staleTerms).
+func TestRepoStaleTerms(t *testing.T) {
+	c, err := NewChecker(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs, err := c.CheckTerms(staleTerms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report(t, probs, "term")
 }
