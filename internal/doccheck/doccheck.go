@@ -87,7 +87,8 @@ type Checker struct {
 	modules []module
 	require map[string]string // module path -> version, from the go.mod files
 	fset    *token.FileSet
-	syms    map[string]map[string]bool // import path -> symbols ("" = not found)
+	syms    map[string]map[string]bool // import path -> symbols (nil: not found)
+	names   map[string]string          // import path -> package name
 	Stats   Stats
 }
 
@@ -98,7 +99,7 @@ func NewChecker(root string) (*Checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Checker{root: root, require: map[string]string{}, fset: token.NewFileSet(), syms: map[string]map[string]bool{}}
+	c := &Checker{root: root, require: map[string]string{}, fset: token.NewFileSet(), syms: map[string]map[string]bool{}, names: map[string]string{}}
 	dirs := []string{"."}
 	if work, err := os.ReadFile(filepath.Join(root, "go.work")); err == nil {
 		dirs = workUses(work)
@@ -289,10 +290,21 @@ func (c *Checker) checkDir(dir, ip string) ([]Problem, error) {
 }
 
 // importName is the package name an import path brings into scope when
-// imported without a name: the package clause of a workspace package, or
-// the path's last element (without a major-version suffix).
+// imported without a name: the package clause of the package, wherever
+// it can be read (the workspace, the standard library, the module cache),
+// else the path's last element without a major-version suffix or a
+// "go-" prefix, as go/doc assumes.
 func (c *Checker) importName(ip string) string {
-	if dir, ok := c.localDir(ip); ok {
+	if n, ok := c.names[ip]; ok {
+		return n
+	}
+	n := c.guessName(ip)
+	c.names[ip] = n
+	return n
+}
+
+func (c *Checker) guessName(ip string) string {
+	if dir, ok := c.packageDir(ip); ok {
 		if n := packageName(dir); n != "" {
 			return n
 		}
@@ -302,6 +314,20 @@ func (c *Checker) importName(ip string) string {
 		base = path.Base(path.Dir(ip))
 	}
 	return strings.TrimPrefix(base, "go-")
+}
+
+// packageDir returns the directory of the package at import path ip.
+func (c *Checker) packageDir(ip string) (string, bool) {
+	if dir, ok := c.localDir(ip); ok {
+		return dir, true
+	}
+	if isStd(ip) {
+		if bp, err := build.Default.Import(ip, "", build.FindOnly); err == nil && bp.Goroot {
+			return bp.Dir, true
+		}
+		return "", false
+	}
+	return c.moduleCacheDir(ip)
 }
 
 // packageName returns the package clause of the first non-test Go file in dir.
@@ -678,15 +704,7 @@ func (c *Checker) packageSyms(ip string) (map[string]bool, bool) {
 	if s, ok := c.syms[ip]; ok {
 		return s, s != nil
 	}
-	dir, ok := c.localDir(ip)
-	if !ok && isStd(ip) {
-		if bp, err := build.Default.Import(ip, "", build.FindOnly); err == nil && bp.Goroot {
-			dir, ok = bp.Dir, true
-		}
-	}
-	if !ok {
-		dir, ok = c.moduleCacheDir(ip)
-	}
+	dir, ok := c.packageDir(ip)
 	var syms map[string]bool
 	if ok {
 		syms = parseAPI(dir)

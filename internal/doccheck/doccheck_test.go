@@ -1,6 +1,8 @@
 package doccheck
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -133,5 +135,54 @@ func TestCheckTestNamesFixture(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("problems:\n%s\nwant:\n%s", lines(got), lines(want))
+	}
+}
+
+// TestCheckGoResolvesRequiredModulesInTheModuleCache checks links into a
+// required module, read from the module cache (with its escaped path),
+// and that a module missing from the cache is counted, not reported.
+func TestCheckGoResolvesRequiredModulesInTheModuleCache(t *testing.T) {
+	root, cache := t.TempDir(), t.TempDir()
+	t.Setenv("GOMODCACHE", cache)
+	write := func(path, src string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(root, "go.mod"), "module example.com/m\n\nrequire (\n\texample.com/Upper v1.2.3\n\texample.com/absent v0.1.0\n)\n")
+	write(filepath.Join(cache, "example.com", "!upper@v1.2.3", "pkg", "pkg.go"), "package up\n\n// Thing is a type.\ntype Thing struct{}\n")
+	write(filepath.Join(root, "m.go"), `// Package m links [up.Thing], [up.Missing] and [absent.Gone].
+package m
+
+import (
+	"example.com/Upper/pkg"
+	"example.com/absent"
+)
+
+var _ up.Thing
+var _ = absent.X
+`)
+	c, err := NewChecker(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs, err := c.CheckGo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range probs {
+		got = append(got, p.String())
+	}
+	want := []string{"m.go:1: [up.Missing]: package example.com/Upper/pkg declares no Missing"}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", lines(got), lines(want))
+	}
+	if c.Stats.External != 1 {
+		t.Errorf("External = %d, want 1 (the link into the absent module)", c.Stats.External)
 	}
 }
