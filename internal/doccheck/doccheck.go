@@ -25,6 +25,11 @@
 // must be one of its headings' GitHub slugs ([Slug]) or an <a> id or name.
 // Links in fenced or indented code and in code spans are skipped.
 //
+// Three more checks keep Markdown prose true: [Checker.CheckTestNames]
+// (a test named in a code span exists), [Checker.CheckPaths] (a
+// repository path in a code span exists) and [Checker.CheckTerms]
+// (wording the code no longer supports).
+//
 // It uses only the standard library (go/parser, go/doc/comment, go/build).
 // A test in this package runs it over the whole repository, so a rename
 // that leaves a link behind fails `go test`.
@@ -1011,6 +1016,50 @@ func (c *Checker) CheckTestNames() ([]Problem, error) {
 				if !names[name] {
 					probs = append(probs, Problem{File: c.rel(p), Line: n, Link: m[0], Why: "no test function " + name})
 				}
+			}
+		})
+	})
+	sortProblems(probs)
+	return probs, err
+}
+
+// pathSpanRE matches a code span that holds a relative path of two or
+// more elements.
+var pathSpanRE = regexp.MustCompile("`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+/?)`")
+
+// CheckPaths checks that every repository path a Markdown file names in a
+// code span (`host/owner.go`, `stages/internal/wasmbin`) exists, relative
+// to the root or to the file. Only paths whose first element is a
+// top-level file or directory of the repository are checked, so paths of
+// other trees (a generated project's `hello/main.go`) are left alone.
+// Code blocks are skipped.
+func (c *Checker) CheckPaths() ([]Problem, error) {
+	top := map[string]bool{}
+	ents, err := os.ReadDir(c.root)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") {
+			top[e.Name()] = true
+		}
+	}
+	var probs []Problem
+	err = c.walkMarkdown(func(p string, src []byte) {
+		forEachProse(src, func(n int, line string) {
+			for _, m := range pathSpanRE.FindAllStringSubmatch(line, -1) {
+				rel := strings.TrimSuffix(m[1], "/")
+				first, _, _ := strings.Cut(rel, "/")
+				if !top[first] {
+					continue
+				}
+				if _, err := os.Stat(filepath.Join(c.root, filepath.FromSlash(rel))); err == nil {
+					continue
+				}
+				if _, err := os.Stat(filepath.Join(filepath.Dir(p), filepath.FromSlash(rel))); err == nil {
+					continue
+				}
+				probs = append(probs, Problem{File: c.rel(p), Line: n, Link: m[0], Why: rel + " does not exist"})
 			}
 		})
 	})

@@ -186,3 +186,24 @@ var _ = absent.X
 		t.Errorf("External = %d, want 1 (the link into the absent module)", c.Stats.External)
 	}
 }
+
+// TestCheckPathsFixture checks the repository paths the fixture's
+// Markdown names in code spans.
+func TestCheckPathsFixture(t *testing.T) {
+	c, err := NewChecker("testdata/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs, err := c.CheckPaths()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range probs {
+		got = append(got, p.String())
+	}
+	want := []string{"README.md:28: `a/nothere.go`: a/nothere.go does not exist"}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", lines(got), lines(want))
+	}
+}

@@ -65,15 +65,17 @@ func report(t *testing.T, probs []Problem, kind string) {
 }
 
 // isKind reports whether an allowlist key belongs to a check: "go" (a
-// Go doc link), "md" (a Markdown link), "test" (a test name in Markdown)
-// or "term" (stale wording).
+// Go doc link), "md" (a Markdown link), "test" (a test name in Markdown),
+// "path" (a repository path in Markdown) or "term" (stale wording).
 func isKind(key, kind string) bool {
 	file, link, _ := strings.Cut(key, ": ")
 	switch {
 	case strings.HasSuffix(file, ".go") && strings.HasPrefix(link, "["):
 		return kind == "go"
-	case strings.HasPrefix(link, "`"):
+	case strings.HasPrefix(link, "`Test") || strings.HasPrefix(link, "`Fuzz") || strings.HasPrefix(link, "`Benchmark") || strings.HasPrefix(link, "`Example"):
 		return kind == "test"
+	case strings.HasPrefix(link, "`"):
+		return kind == "path"
 	case !strings.HasPrefix(link, "[") && !strings.HasPrefix(link, "!["):
 		return kind == "term"
 	default:
@@ -137,4 +139,29 @@ func TestRepoStaleTerms(t *testing.T) {
 		t.Fatal(err)
 	}
 	report(t, probs, "term")
+}
+
+// TestRepoPaths checks that every repository path the Markdown files name
+// in a code span exists.
+func TestRepoPaths(t *testing.T) {
+	c, err := NewChecker(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs, err := c.CheckPaths()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, stale := Filter(probs, notRepoPaths)
+	for _, k := range stale {
+		t.Errorf("notRepoPaths: %s no longer matches: delete the entry", k)
+	}
+	report(t, rest, "path")
+}
+
+// notRepoPaths are code spans shaped like repository paths that name
+// something else, as "file: `span`".
+var notRepoPaths = []string{
+	"RATIONALE.md: `guest-sdk/v0.x.y`",                                     // a git tag
+	"stages/testdata/hostile/README.md: `internal/wasm/binary/decoder.go`", // a file of wazero
 }
