@@ -442,8 +442,8 @@ func (c *Checker) checkFile(f *ast.File, pf *pkgFiles, syms map[string]bool) []P
 		if p, ok := pf.importsByNm[name]; ok {
 			return p, p != ""
 		}
-		if name == pf.name || name == strings.TrimSuffix(pf.name, "_test") && strings.HasSuffix(pf.name, "_test") {
-			return "", true
+		if name == pf.name {
+			return "", true // the package itself, as go/doc allows
 		}
 		return "", false
 	}
