@@ -31,8 +31,9 @@ const (
 	numStatus
 )
 
-// ABI-specific errors. Each belongs to a host error class, so callers that
-// only care about classes can still use errors.Is with hw classes.
+// ABI-specific errors. Each belongs to an error class of package errdefs,
+// so callers that only care about classes can still use errors.Is with
+// the errdefs classes.
 var (
 	ErrBadHandle      = errdefs.Errorf(errdefs.ErrInvalidArgument, "bad handle")
 	ErrStaleHandle    = errdefs.Errorf(errdefs.ErrInvalidArgument, "stale handle")
@@ -43,7 +44,7 @@ var (
 
 type statusInfo struct {
 	name  string
-	err   error // the sentinel: an ABI error or an hw class
+	err   error // the sentinel: an ABI error or an errdefs class
 	class error
 }
 

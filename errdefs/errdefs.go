@@ -1,11 +1,12 @@
 // Package errdefs is stagehost's fixed set of error classes: every error
-// the host returns wraps exactly one of them, and callers classify errors
-// with errors.Is, as containerd's errdefs does. Package abi maps them to
-// guest status codes (abi/status.go). Their wire names, the classes only
-// the HTTP service and the lattice add (unavailable, client_closed, …),
-// each class's HTTP status, and [RemoteError], an error another host of a
-// lattice answered, are in classes.go; the HTTP service maps errors to
-// those classes in service/errors.go. Nothing else translates them.
+// the host returns wraps one of them ([ClassOf] names it), and callers
+// classify errors with errors.Is, as containerd's errdefs does. Package abi
+// maps them to guest status codes (abi/status.go). Their wire names, the
+// classes only the HTTP service and the lattice add (unavailable,
+// client_closed, …), each class's HTTP status, and [RemoteError], an error
+// another host of a lattice answered, are in classes.go; the HTTP service
+// maps errors to those classes in service/errors.go. Nothing else
+// translates them.
 package errdefs
 
 import (
@@ -15,9 +16,12 @@ import (
 )
 
 // The fixed set of error classes. Every error that stagehost returns wraps
-// exactly one of them, so callers classify failures with [errors.Is]:
+// one of them, so callers classify failures with [errors.Is]:
 //
 //	if errors.Is(err, errdefs.ErrDeviceLost) { ... }
+//
+// An error made by [Errorf] whose message wraps a cause with %w also
+// matches the cause's class; [ClassOf] names the one it was given.
 //
 // The ABI maps these classes onto guest status codes in one place
 // (package abi); nothing else translates them.

@@ -77,8 +77,9 @@ func (c *Call) WriteString(s string) error {
 	return check("output_write", hOutputWrite(strBytesView(s)))
 }
 
-// Log sends msg to the host log at level (log). The host may drop messages
-// beyond a rate limit; Log ignores failures.
+// Log sends msg to the host log at level (log). The host may drop or cut
+// messages beyond its limits (stagehost keeps a call's first 64 messages
+// and the first 4096 bytes of each); Log ignores failures.
 func (c *Call) Log(level Level, msg string) { Log(level, msg) }
 
 // Stream looks up the declared stream called name (see LookupStream).

@@ -144,7 +144,8 @@ func (o *Owner) Prepare(dev hw.Device, program string) (hw.Program, error) {
 // # Errors
 //
 // [errdefs.ErrNotFound] if o does not own b; [errdefs.ErrDeviceLost] if o is
-// quarantined (its memory is kept).
+// quarantined (its memory is kept); [errdefs.ErrClosed] once o is closed;
+// otherwise the error of b's Free.
 func (o *Owner) FreeBuffer(b hw.Buffer) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -36,7 +36,8 @@ type Runtime struct {
 	quarantined map[string]int64 // owner → bytes kept charged
 }
 
-// NewRuntime creates a runtime.
+// NewRuntime creates a runtime. A zero Config means [NewConfig]'s
+// defaults.
 //
 //	rt, err := host.NewRuntime(host.NewConfig())
 //
@@ -136,9 +137,10 @@ func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context
 // # Errors
 //
 //   - [errdefs.ErrBusy] if ctx comes from a lease of this runtime (a recursive
-//     or re-entrant stage), instead of deadlocking.
+//     or re-entrant stage), instead of deadlocking, or if l is still held.
 //   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting.
 //   - [errdefs.ErrOutOfBudget] if op.Cost exceeds the capacity.
+//   - [errdefs.ErrInvalidArgument] for a negative cost.
 func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
 	if l.rt != nil {
 		return errdefs.Errorf(errdefs.ErrBusy, "lease for %q is already held", l.op.Owner)

@@ -22,7 +22,7 @@ type Record struct {
 
 // Tracer keeps the most recent lane occupancies in a bounded ring and
 // cumulative per-lane counters. It is safe for concurrent use. Recording
-// allocates nothing.
+// allocates nothing, except once for each device's first record.
 type Tracer struct {
 	mu      sync.Mutex
 	ring    []Record
@@ -229,8 +229,9 @@ type chromeTrace struct {
 }
 
 // WriteChromeTrace writes the retained records as Chrome trace-event JSON,
-// which Perfetto and chrome://tracing open. Each device is a process and
-// each lane a thread, so every (device, lane) pair gets its own track.
+// which Perfetto and chrome://tracing open. Each device is a process (one
+// named "runtime" for records that name no device) and each lane a
+// thread, so every (device, lane) pair gets its own track.
 // Timestamps are microseconds since the runtime started.
 //
 // # Errors
@@ -273,7 +274,9 @@ func WriteChromeTrace(w io.Writer, records []Record, epoch time.Time) error {
 }
 
 // ReadChromeTrace parses a trace written by [WriteChromeTrace] back into
-// records, for offline summaries.
+// records, for offline summaries. Start times are relative to the zero
+// time, and a record written without a device comes back with Device
+// "runtime".
 //
 // # Errors
 //

@@ -20,7 +20,7 @@ package hw
 // # Errors
 //
 // Those of [Stream.Submit], naming the command's index for a validation
-// failure; [ErrBusy] when the stream cannot take the whole batch now
+// failure; [errdefs.ErrBusy] when the stream cannot take the whole batch now
 // (nothing was enqueued).
 type BatchSubmitter interface {
 	SubmitBatch(cmds []Command) (Completion, error)

@@ -26,8 +26,8 @@ func NewBudget(name string, limit int64) *Budget {
 //
 // # Errors
 //
-// [ErrOutOfBudget] when the charge would exceed the limit; nothing is
-// charged then. [ErrInvalidArgument] for a negative n.
+// [errdefs.ErrOutOfBudget] when the charge would exceed the limit; nothing is
+// charged then. [errdefs.ErrInvalidArgument] for a negative n.
 func (b *Budget) Charge(n int64) error {
 	if b == nil {
 		return nil

@@ -47,11 +47,11 @@ func (c Completion) Err() error {
 //
 // # Errors
 //
-//   - [ErrDeadlineExceeded] when ctx ends first; the command keeps running.
-//   - [ErrDeviceLost] when the device is lost before the command was seen
+//   - [errdefs.ErrDeadlineExceeded] when ctx ends first; the command keeps running.
+//   - [errdefs.ErrDeviceLost] when the device is lost before the command was seen
 //     to retire. A command whose retirement the backend recorded before
 //     the loss keeps its own result.
-//   - [ErrFault] when the command failed on the device.
+//   - [errdefs.ErrFault] when the command failed on the device.
 func (c Completion) Wait(ctx context.Context) error {
 	if c.r == nil {
 		return nil

@@ -60,7 +60,7 @@ func ParseEngine(s string) (Engine, error) {
 //
 // A device is lost when it faults in a way that poisons every context on it
 // (a sticky CUDA error, an injected loss on sim). From then on every pending
-// and later call fails with [ErrDeviceLost] and no wait hangs.
+// and later call fails with [errdefs.ErrDeviceLost] and no wait hangs.
 type Device interface {
 	// Name is the device's unique name within its platform.
 	Name() string
@@ -74,7 +74,7 @@ type Device interface {
 	Alloc(size int, flags AllocFlags, budget *Budget) (Buffer, error)
 	// Prepare looks up and prepares a named program for this device.
 	Prepare(program string) (Program, error)
-	// Err returns nil while the device is healthy, and an [ErrDeviceLost]
+	// Err returns nil while the device is healthy, and an [errdefs.ErrDeviceLost]
 	// error, naming the first cause, once it is lost.
 	Err() error
 	// Close releases the device. Streams and buffers must be closed first.
@@ -94,11 +94,11 @@ type Buffer interface {
 	Device() Device
 	Size() int
 	// HostBytes returns the host mapping of a host-visible buffer, or an
-	// [ErrUnsupported] error. Reads and writes through it race with device
+	// [errdefs.ErrUnsupported] error. Reads and writes through it race with device
 	// work unless the caller orders them with completions.
 	HostBytes() ([]byte, error)
 	// Free releases the memory and its budget charge. Freeing twice returns
-	// an [ErrClosed] error.
+	// an [errdefs.ErrClosed] error.
 	Free() error
 }
 
@@ -166,8 +166,8 @@ type Stream interface {
 	// Sync waits until every command submitted so far has retired. It
 	// returns the earliest failure among them that no earlier Sync
 	// reported (each failure is reported once, in order), an
-	// [ErrDeviceLost] error if the device is lost, or an
-	// [ErrDeadlineExceeded] error if ctx ends first.
+	// [errdefs.ErrDeviceLost] error if the device is lost, or an
+	// [errdefs.ErrDeadlineExceeded] error if ctx ends first.
 	Sync(ctx context.Context) error
 	// Close waits for the stream to drain (as Sync with ctx) and releases
 	// it.
@@ -179,7 +179,7 @@ type Stream interface {
 type Platform interface {
 	// Devices lists every device, in a stable order.
 	Devices() []Device
-	// Device returns a device by name, or an [ErrNotFound] error.
+	// Device returns a device by name, or an [errdefs.ErrNotFound] error.
 	Device(name string) (Device, error)
 	// AllocShared allocates host-coherent memory that every listed device
 	// can access, charging budget. See [Shared].

@@ -63,7 +63,7 @@ func TestBad(t *testing.T) {
 
 // checkErrors checks the invariants every error list keeps: non-empty,
 // sorted by line, every error naming the file, one line per error with
-// nothing unprintable in it, and an hw class on each.
+// nothing unprintable in it, and an errdefs class on each.
 func checkErrors(t *testing.T, file string, errs *Errors) {
 	t.Helper()
 	if len(errs.List) == 0 {
@@ -86,7 +86,7 @@ func checkErrors(t *testing.T, file string, errs *Errors) {
 			t.Errorf("errors not sorted by line: %d after %d", e.Line, errs.List[i-1].Line)
 		}
 		if errdefs.ClassOf(e) == nil {
-			t.Errorf("error %d has no hw class: %s", i, e)
+			t.Errorf("error %d has no errdefs class: %s", i, e)
 		}
 	}
 }

@@ -71,7 +71,7 @@ func DefaultConfig() Config {
 }
 
 // ConfigFromManifest returns the configuration m's [service] table gives,
-// without the tokens (read them with [ReadTokens]).
+// without the tokens (read them with [deploy.ReadTokens]).
 func ConfigFromManifest(m *manifest.Manifest) Config { return ConfigFromService(m.Service) }
 
 // ConfigFromService converts a [service] table, without the tokens.

@@ -49,7 +49,9 @@ type EngineConfig struct {
 //   - the default slog logger for guest logs;
 //   - data segments merged when they are at most 4 KiB apart;
 //   - snapshots on, each initialisation at load bounded by
-//     [DefaultSnapshotTimeout].
+//     [DefaultSnapshotTimeout], and 2 spare instances per snapshotted
+//     module ([EngineConfig.WithSpareInstances]);
+//   - modules of at most [DefaultMaxModuleSize] bytes.
 func NewEngineConfig() EngineConfig {
 	return EngineConfig{logger: slog.Default(), mergeGap: 4096, maxMemPage: 65536, maxModule: DefaultMaxModuleSize,
 		snapshots: true, snapTime: DefaultSnapshotTimeout, spares: 2}
@@ -85,12 +87,16 @@ func (c EngineConfig) WithCacheDir(dir string) EngineConfig {
 	return c
 }
 
-// DefaultMaxModuleSize is the largest module [Engine.Load] accepts by
-// default: 64 MiB.
+// DefaultMaxModuleSize is the largest module [Engine.Load] and [Validate]
+// accept by default: 64 MiB.
 const DefaultMaxModuleSize = 64 << 20
 
 // WithMaxModuleSize sets the largest module, in bytes, that [Engine.Load]
-// and [Validate] accept; larger ones are refused before they are read.
+// accepts when its [LoadConfig] sets no limit of its own
+// ([LoadConfig.WithMaxSize]); a larger one is refused with
+// [errdefs.ErrInvalidArgument] before it is hashed or parsed. Zero or
+// less means no limit. [Validate] has no engine: it applies the
+// LoadConfig's limit or [DefaultMaxModuleSize], never this one.
 // Default [DefaultMaxModuleSize].
 func (c EngineConfig) WithMaxModuleSize(bytes int64) EngineConfig { c.maxModule = bytes; return c }
 

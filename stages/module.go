@@ -60,16 +60,19 @@ func (c LoadConfig) WithName(name string) LoadConfig { c.name = name; return c }
 // WithKind says whether the module is a stage or a fence module.
 func (c LoadConfig) WithKind(k ModuleKind) LoadConfig { c.kind = k; return c }
 
-// WithMemoryLimit caps the module's linear memory at bytes (rounded down
-// to 64 KiB pages). A module that declares a larger maximum, or a larger
-// minimum, is rejected; one with no maximum gets this one. Default 64 MiB.
+// WithMemoryLimit caps the module's linear memory at bytes, rounded down
+// to 64 KiB pages and at most 4 GiB. A module that declares a larger
+// maximum, or a larger minimum, is rejected; one with no maximum gets
+// this one. Default 64 MiB.
 func (c LoadConfig) WithMemoryLimit(bytes int64) LoadConfig {
 	c.memoryPages = uint32(min(max(bytes, 0)>>16, 65536))
 	return c
 }
 
-// WithMaxSize refuses a module larger than bytes. Default: the engine's
-// limit ([EngineConfig.WithMaxModuleSize]); for [Validate],
+// WithMaxSize refuses a module larger than bytes, with
+// [errdefs.ErrInvalidArgument], before it is parsed; less than zero means
+// no limit. Default (and zero): the engine's limit
+// ([EngineConfig.WithMaxModuleSize]); for [Validate],
 // [DefaultMaxModuleSize].
 func (c LoadConfig) WithMaxSize(bytes int64) LoadConfig { c.maxSize = bytes; return c }
 
@@ -161,7 +164,8 @@ func (m *Module) Close(ctx context.Context) error {
 //
 // # Errors
 //
-//   - [errdefs.ErrInvalidArgument]: sha256 mismatch, malformed binary, missing
+//   - [errdefs.ErrInvalidArgument]: larger than the size limit
+//     ([LoadConfig.WithMaxSize]), sha256 mismatch, malformed binary, missing
 //     or duplicated ABI marker, forbidden import, missing export, wrong
 //     export type, memory above the limit. The message names the module
 //     and the offending import, export or limit.

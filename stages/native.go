@@ -46,7 +46,10 @@ func WithDevice(name string) NativeOption {
 	return func(c *nativeConfig) { c.device = name }
 }
 
-// WithAdmissionCost sets the capacity units a stage holds. Default 1.
+// WithAdmissionCost sets the capacity units a stage holds. Default 1; 0
+// means 1. A cost above the runtime's capacity makes every Run fail with
+// [errdefs.ErrOutOfBudget], a negative one with
+// [errdefs.ErrInvalidArgument].
 func WithAdmissionCost(units int) NativeOption {
 	return func(c *nativeConfig) { c.cost = units }
 }
@@ -196,6 +199,8 @@ func (s *NativeSession[T]) leave() {
 //     concurrent Run of this session.
 //   - [errdefs.ErrClosed] after Close, or when the owner was closed.
 //   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting for admission.
+//   - [errdefs.ErrOutOfBudget] or [errdefs.ErrInvalidArgument] for an
+//     admission cost that can never be admitted ([WithAdmissionCost]).
 //   - The stage's own error (a client error). If device work of the call
 //     failed as well, the error wraps both: [errors.Is] matches the
 //     stage's error and [errdefs.ErrFault].

@@ -50,10 +50,13 @@ type bufferDecl struct {
 //   - no declared streams, buffers or programs;
 //   - a memory budget of 64 MiB for declared and allocated buffers;
 //   - an output limit of 16 MiB;
-//   - a deadline of 5 s per stage call and 10 s per fence;
+//   - a deadline of 5 s per stage call and 10 s per fence, and 5 s to make
+//     each instance (see [SessionConfig.WithInitTimeout]);
 //   - 64 MiB of host memory to stage uploads (see [SessionConfig.WithStagingLimit]);
 //   - the module's own stagehost_fence if it has one, else the built-in
-//     fence that syncs every stream.
+//     fence that syncs every stream;
+//   - instances that keep their memory from call to call (see
+//     [SessionConfig.WithResetPerCall]).
 func NewSessionConfig(name string, device hw.Device) SessionConfig {
 	return SessionConfig{name: name, device: device, budget: 64 << 20, outputLimit: 16 << 20,
 		deadline: 5 * time.Second, fenceTimeout: 10 * time.Second, initTimeout: 5 * time.Second, stagingLimit: 64 << 20}
@@ -92,8 +95,10 @@ func (c SessionConfig) WithBudget(bytes int64) SessionConfig { c.budget = bytes;
 // WithOutputLimit bounds the output of one call. Default 16 MiB.
 func (c SessionConfig) WithOutputLimit(bytes int) SessionConfig { c.outputLimit = bytes; return c }
 
-// WithDeadline bounds each stage call. A call that runs longer is
-// interrupted, its instance replaced, and the caller gets
+// WithDeadline bounds each stage call, counted from when the call's
+// compute lease is granted (waiting for admission does not count; the
+// caller's context bounds that). A call that runs longer is interrupted,
+// its instance replaced, and the caller gets
 // [errdefs.ErrDeadlineExceeded]. Default 5 s.
 func (c SessionConfig) WithDeadline(d time.Duration) SessionConfig { c.deadline = d; return c }
 
@@ -264,13 +269,15 @@ type Session struct {
 
 // NewSession creates the session's resources (streams, declared buffers,
 // prepared programs, charged to its budget), registers them in a new
-// handle table, and instantiates the module (running its start function,
-// _initialize and stagehost_init under the init timeout).
+// handle table, and makes the module's instance under the init timeout:
+// from the module's snapshot, running only stagehost_init, or, for a
+// module without a snapshot, running its start function, _initialize and
+// stagehost_init. A fence module's instance is made the same way.
 //
 // # Errors
 //
-//   - [errdefs.ErrInvalidArgument]: a fence module of the wrong kind, a module
-//     that is not a stage module, no device.
+//   - [errdefs.ErrInvalidArgument]: no module, a module that is not a stage
+//     module, a fence module of the wrong kind, no device.
 //   - [errdefs.ErrOutOfBudget]: the declared buffers exceed the budget.
 //   - [errdefs.ErrDeadlineExceeded]: the module's start function, _initialize
 //     or stagehost_init did not finish within the init timeout; the

@@ -66,9 +66,13 @@ const (
 // Defaults.
 const (
 	// DefaultBudget is the device-memory budget of an emulator made without
-	// WithBudget: bytes of buffers allocated with buffer_alloc.
+	// WithBudget: bytes of buffers allocated with buffer_alloc. It is
+	// larger than a host session's default budget (64 MiB, which declared
+	// buffers share there): give WithBudget the budget of the session the
+	// stage will run in to see OUT_OF_BUDGET where the host would give it.
 	DefaultBudget = 256 << 20
-	// DefaultOutputLimit is the output limit without WithOutputLimit.
+	// DefaultOutputLimit is the output limit without WithOutputLimit (a
+	// host session's default is 16 MiB).
 	DefaultOutputLimit = 1 << 20
 	// queueDepth is how many commands a stream holds before the emulated
 	// device retires the oldest to make room (the simulator's default

@@ -105,7 +105,7 @@ func (e *Emulator) failLocked(st int32, format string, a ...any) int32 {
 }
 
 // statusText is the message of a failure without detail: the host's text
-// for its status (package abi's errors and hw's classes).
+// for its status (package abi's errors and the errdefs classes).
 func statusText(st int32) string {
 	switch st {
 	case badHandle:

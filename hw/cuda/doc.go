@@ -61,6 +61,10 @@
 //	argmax  (x, out)            sequential-scan argmax of non-empty x (first
 //	                            largest; NaN never larger, a NaN x[0] wins):
 //	                            out[0:4] index, out[4:8] value bits, both LE
+//	mlp_forward (x, W1, b1, W2, b2, scores, out, I, H, C)
+//	                            a two-layer perceptron on one row in one
+//	                            launch, bit for bit matmul, bias, relu,
+//	                            matmul, bias, argmax (docs/kernels.md)
 //	spin    (buf, off, want)    polls the uint32 at byte off of buf with
 //	                            acquire loads (system scope) until it equals
 //	                            want; never gives up (a device loss ends it)

@@ -1,0 +1,3 @@
+module example.com/ws
+
+go 1.26

@@ -1,0 +1,5 @@
+// Package c is in another module of the workspace.
+package c
+
+// Exported is a function.
+func Exported() {}

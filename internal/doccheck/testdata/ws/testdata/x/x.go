@@ -1,0 +1,2 @@
+// Package x is skipped: [Missing].
+package x
