@@ -91,9 +91,14 @@ func (c SessionConfig) WithBudget(bytes int64) SessionConfig { c.budget = bytes;
 // WithOutputLimit bounds the output of one call. Default 16 MiB.
 func (c SessionConfig) WithOutputLimit(bytes int) SessionConfig { c.outputLimit = bytes; return c }
 
-// WithDeadline bounds each stage call. A call that runs longer is
-// interrupted, its instance replaced, and the caller gets
-// [errdefs.ErrDeadlineExceeded]. Default 5 s.
+// WithDeadline bounds each stage call, counted from when the call asks
+// for the compute lane: the wait for the lane (behind other sessions'
+// calls on the same device) and the stage together. A call still waiting
+// for the lane at its deadline gets [errdefs.ErrDeadlineExceeded] then,
+// without running (nothing to fence; its instance is kept); a stage that
+// runs past it is interrupted, its instance replaced, and the caller gets
+// [errdefs.ErrDeadlineExceeded] after the fence. The fence has its own
+// timeout ([SessionConfig.WithFenceTimeout]). Default 5 s.
 func (c SessionConfig) WithDeadline(d time.Duration) SessionConfig { c.deadline = d; return c }
 
 // WithInitTimeout bounds the making of each instance of the session's
@@ -297,7 +302,7 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 		_ = s.owner.Close(ctx)
 		return nil, err
 	}
-	s.native = NewNative(rt, s.owner, st, s.fence, WithFenceTimeout(cfg.fenceTimeout), WithDevice(cfg.device.Name()))
+	s.native = NewNative(rt, s.owner, st, s.fence, WithFenceTimeout(cfg.fenceTimeout), WithDevice(cfg.device.Name()), withLaneTimeout(cfg.deadline))
 	s.callCtx.st = &s.native.state
 	if err := s.ensureInstances(ctx); err != nil {
 		if s.owner.Close(ctx) == nil {
@@ -620,8 +625,17 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		}
 		in := s.inst
 		in.stack[0] = 0
-		// The deadline counts from when the compute lease was granted.
-		err := s.enter(lctx, monotime.Offset(s.native.lease.Started())+s.cfg.deadline, s.cfg.deadline, "stage", &s.inst, func(c context.Context) error {
+		// The deadline counts from when the call asked for the compute
+		// lane, so it covers the wait for it (ABI.md §4.2). A call that
+		// got the lane past its deadline does not enter the guest, which
+		// would be interrupted at once and replaced.
+		lease := &s.native.lease
+		deadline := monotime.Offset(lease.Asked()) + s.cfg.deadline
+		if start := lease.Started(); start != lease.Asked() && monotime.Offset(start) >= deadline {
+			return errdefs.Errorf(errdefs.ErrDeadlineExceeded, "stage of %s did not start: its deadline of %v passed while it waited %v for the compute lane: %w",
+				s.who, s.cfg.deadline, start.Sub(lease.Asked()).Round(time.Microsecond), context.DeadlineExceeded)
+		}
+		err := s.enter(lctx, deadline, s.cfg.deadline, "stage", &s.inst, func(c context.Context) error {
 			return in.entry.CallWithStack(c, in.stack[:])
 		})
 		if err != nil {
