@@ -143,6 +143,13 @@ func TestInstrumentedAndPlainModulesBehaveAlike(t *testing.T) {
 					}
 				}
 			}
+			if name == "snap_clock" { // outputs the host's clocks and entropy, which differ from read to read
+				for _, o := range []outcome{want, got} {
+					for _, c := range o.calls {
+						clear(c.out)
+					}
+				}
+			}
 			if got.load != want.load {
 				t.Fatalf("load or creation: instrumented %v, plain %v", got.load, want.load)
 			}

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/stagehost/stagehost/abi"
@@ -419,7 +418,7 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 			}
 		}
 	} else {
-		mc := wazero.NewModuleConfig().WithName("").WithStartFunctions()
+		mc := s.engine.guestConfig
 		if m.wasi {
 			w := &guestLogWriter{logger: s.logger, session: s.name}
 			mc = mc.WithStdout(w).WithStderr(w)
