@@ -119,11 +119,11 @@ type Engine struct {
 	cfg      EngineConfig
 	rc       wazero.RuntimeConfig // without the cache
 	runtime  wazero.Runtime
+	cache    wazero.CompilationCache
+	cacheDir string
 	// guestConfig is every instance's module configuration, its WASI
 	// clocks and random source included (see guestConfig).
 	guestConfig wazero.ModuleConfig
-	cache    wazero.CompilationCache
-	cacheDir string
 
 	mu      sync.Mutex
 	modules map[string]*Module // by sha256 of the original bytes and load options

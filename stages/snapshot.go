@@ -2,9 +2,9 @@ package stages
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
-	"crypto/rand"
 	"sync"
 	"time"
 
