@@ -152,10 +152,11 @@ type scheduler struct {
 	lastSet  *[NumLanes]laneState            // and its lanes: most requests repeat it
 	pool     sync.Pool
 	onQueue  func(lane Lane, capacity bool) // test hook: a request started waiting (under mu); lane NumLanes: a reservation
+	now      func() time.Time               // the clock a grant after a wait is checked against its deadline with
 }
 
 func newScheduler(capacity int) *scheduler {
-	s := &scheduler{capacity: capacity, devices: map[string]*[NumLanes]laneState{}}
+	s := &scheduler{capacity: capacity, devices: map[string]*[NumLanes]laneState{}, now: time.Now}
 	s.pool.New = func() any { return &waiter{ready: make(chan struct{}, 1)} }
 	return s
 }
@@ -217,7 +218,10 @@ func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclu
 	if s.capQueue.empty() && s.used+cost <= s.capacity {
 		s.used += cost
 		s.mu.Unlock()
-		return l, waited, nil
+		if waited {
+			return s.grantedInTime(l, exclusive, cost, deadline, lane, device)
+		}
+		return l, false, nil
 	}
 	w := s.getWaiter(l, exclusive, cost)
 	s.capQueue.push(w)
@@ -235,7 +239,19 @@ func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclu
 		s.mu.Unlock()
 		return nil, true, s.waitError(ctx, err, NumLanes, device)
 	}
-	return l, true, nil
+	return s.grantedInTime(l, exclusive, cost, deadline, lane, device)
+}
+
+// grantedInTime returns a request that waited and was granted its lane
+// and capacity, unless the grant came at or after its deadline (it raced
+// with the timer): then it gives both back, so that a request with a
+// deadline either holds its lane before the deadline or not at all.
+func (s *scheduler) grantedInTime(l *laneState, exclusive bool, cost int, deadline time.Time, lane Lane, device string) (*laneState, bool, error) {
+	if deadline.IsZero() || s.now().Before(deadline) {
+		return l, true, nil
+	}
+	s.release(l, exclusive, cost)
+	return nil, true, errdefs.Errorf(errdefs.ErrDeadlineExceeded, "admission: granted the %s lane of device %q only as the deadline passed: %w", lane, device, context.DeadlineExceeded)
 }
 
 // errWaitDeadline is what wait returns when the request's own deadline

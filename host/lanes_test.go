@@ -547,3 +547,43 @@ func TestOpTimeoutBoundsTheWaitForTheLane(t *testing.T) {
 		t.Fatalf("after: %+v", st)
 	}
 }
+
+// TestAGrantAtTheDeadlineIsGivenBack: a request whose lane is granted
+// only as its deadline passes (the grant raced with its timer) gives the
+// lane and capacity back and fails with ErrDeadlineExceeded: a request
+// with a timeout holds its lane before the deadline or not at all. The
+// scheduler's clock is moved past the deadline so that the grant, not
+// the timer, comes first.
+func TestAGrantAtTheDeadlineIsGivenBack(t *testing.T) {
+	rt := newTestRuntime(t, 4)
+	q := queued(rt)
+	rt.sched.now = func() time.Time { return time.Now().Add(time.Hour) }
+	var holder Lease
+	if err := rt.AcquireCompute(context.Background(), Op{Owner: "holder", Device: "gpu0"}, &holder); err != nil {
+		t.Fatal(err)
+	}
+	gaveUp := make(chan error, 1)
+	var l Lease
+	go func() {
+		gaveUp <- rt.AcquireCompute(context.Background(), Op{Owner: "bounded", Device: "gpu0", Timeout: 30 * time.Minute}, &l)
+	}()
+	recvQueued(t, q, LaneCompute, false)
+	late := hold(rt, context.Background(), Op{Lane: LaneCompute, Owner: "late", Device: "gpu0"})
+	recvQueued(t, q, LaneCompute, false)
+	holder.Release(false)
+	var err error
+	select {
+	case err = <-gaveUp:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bounded lease was never granted")
+	}
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "granted") || l.Held() {
+		t.Fatalf("got %v (held %v), want ErrDeadlineExceeded for a grant at the deadline", err, l.Held())
+	}
+	mustRecv(t, late.started, "late compute after the lane was given back")
+	close(late.release)
+	mustRecv(t, late.done, "late done")
+	if st := rt.Stats(); st.CapacityUsed != 0 || st.LeasedPerLane[LaneCompute] {
+		t.Fatalf("after: %+v", st)
+	}
+}

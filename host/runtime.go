@@ -77,7 +77,10 @@ type Op struct {
 	// Timeout, if positive, bounds the wait for admission, counted from
 	// when the request is made: a request still waiting for its lane or
 	// for capacity then gives up with [errdefs.ErrDeadlineExceeded],
-	// holding nothing. A request that need not wait is admitted at once.
+	// holding nothing; one granted only as the timeout passes (the grant
+	// raced with it) gives the grant back and fails the same way, so a
+	// request that waits holds its lane before its timeout or not at all.
+	// A request that need not wait is admitted at once.
 	// 0: only the context bounds the wait.
 	Timeout time.Duration
 }
