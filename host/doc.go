@@ -7,8 +7,10 @@
 // while a native lease ([Runtime.AcquireCompute]) holds the compute lane
 // alone, waiting for earlier compute to drain and holding back later
 // compute, and leaving the other lanes free. It then takes capacity units
-// in one runtime-wide FIFO. Leases are reusable values, so a stage costs
-// no allocation.
+// in one runtime-wide FIFO. A request waits until it is admitted, its
+// context ends, or its [Op.Timeout] passes; one that gives up holds
+// nothing, and those behind it move up in order. Leases are reusable
+// values, so a stage costs no allocation.
 //
 //	rt, _ := host.NewRuntime(host.NewConfig().WithCapacity(16))
 //	var lease host.Lease

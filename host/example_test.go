@@ -2,9 +2,12 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 )
 
@@ -49,4 +52,16 @@ func ExampleTracer_WriteChromeTrace() {
 	defer os.Remove(f.Name())
 	fmt.Println(rt.Tracer().WriteChromeTrace(f))
 	// Output: <nil>
+}
+
+// A request with a Timeout gives up waiting for its lane when it passes:
+// here another lease holds the device's compute lane.
+func ExampleOp_timeout() {
+	rt, _ := host.NewRuntime(host.NewConfig())
+	var holder, bounded host.Lease
+	_ = rt.AcquireCompute(context.Background(), host.Op{Owner: "holder", Device: "gpu0"}, &holder)
+	err := rt.AcquireCompute(context.Background(), host.Op{Owner: "bounded", Device: "gpu0", Timeout: 10 * time.Millisecond}, &bounded)
+	fmt.Println(errors.Is(err, errdefs.ErrDeadlineExceeded), bounded.Held())
+	holder.Release(false)
+	// Output: true false
 }

@@ -2,7 +2,9 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
 )
@@ -150,10 +152,11 @@ type scheduler struct {
 	lastSet  *[NumLanes]laneState            // and its lanes: most requests repeat it
 	pool     sync.Pool
 	onQueue  func(lane Lane, capacity bool) // test hook: a request started waiting (under mu); lane NumLanes: a reservation
+	now      func() time.Time               // the clock a grant after a wait is checked against its deadline with
 }
 
 func newScheduler(capacity int) *scheduler {
-	s := &scheduler{capacity: capacity, devices: map[string]*[NumLanes]laneState{}}
+	s := &scheduler{capacity: capacity, devices: map[string]*[NumLanes]laneState{}, now: time.Now}
 	s.pool.New = func() any { return &waiter{ready: make(chan struct{}, 1)} }
 	return s
 }
@@ -174,9 +177,11 @@ func (s *scheduler) laneFor(device string, lane Lane) *laneState {
 }
 
 // acquire blocks until the request holds its lane on device and cost
-// units, or ctx ends. It returns the lane to give back to release, and
-// whether it had to wait.
-func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclusive bool, cost int) (l *laneState, waited bool, err error) {
+// units, or ctx ends, or the deadline passes (a zero deadline: none). It
+// returns the lane to give back to release, and whether it had to wait.
+// A request that gives up holds nothing and leaves no trace in the
+// queues: whoever was behind it moves up.
+func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclusive bool, cost int, deadline time.Time) (l *laneState, waited bool, err error) {
 	if int(lane) >= NumLanes {
 		return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown lane %d", lane)
 	}
@@ -189,6 +194,8 @@ func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclu
 	if err := ctx.Err(); err != nil {
 		return nil, false, errdefs.ContextError(ctx, "admission")
 	}
+	var tm waitTimer // made only if the request has to wait
+	defer tm.stop()
 	s.mu.Lock()
 	l = s.laneFor(device, lane)
 	// Phase 1: the lane.
@@ -202,8 +209,8 @@ func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclu
 			s.onQueue(lane, false)
 		}
 		s.mu.Unlock()
-		if err := s.wait(ctx, w, &l.queue, func() { s.releaseLane(l, exclusive) }); err != nil {
-			return nil, true, err
+		if err := s.wait(ctx, tm.until(deadline), w, &l.queue, func() { s.releaseLane(l, exclusive) }); err != nil {
+			return nil, true, s.waitError(ctx, err, lane, device)
 		}
 		s.mu.Lock()
 	}
@@ -211,7 +218,10 @@ func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclu
 	if s.capQueue.empty() && s.used+cost <= s.capacity {
 		s.used += cost
 		s.mu.Unlock()
-		return l, waited, nil
+		if waited {
+			return s.grantedInTime(l, exclusive, cost, deadline, lane, device)
+		}
+		return l, false, nil
 	}
 	w := s.getWaiter(l, exclusive, cost)
 	s.capQueue.push(w)
@@ -219,7 +229,7 @@ func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclu
 		s.onQueue(lane, true)
 	}
 	s.mu.Unlock()
-	err = s.wait(ctx, w, &s.capQueue, func() {
+	err = s.wait(ctx, tm.until(deadline), w, &s.capQueue, func() {
 		s.used -= cost
 		s.promoteCapacity()
 	})
@@ -227,9 +237,61 @@ func (s *scheduler) acquire(ctx context.Context, device string, lane Lane, exclu
 		s.mu.Lock()
 		s.releaseLane(l, exclusive)
 		s.mu.Unlock()
-		return nil, true, err
+		return nil, true, s.waitError(ctx, err, NumLanes, device)
 	}
-	return l, true, nil
+	return s.grantedInTime(l, exclusive, cost, deadline, lane, device)
+}
+
+// grantedInTime returns a request that waited and was granted its lane
+// and capacity, unless the grant came at or after its deadline (it raced
+// with the timer): then it gives both back, so that a request with a
+// deadline either holds its lane before the deadline or not at all.
+func (s *scheduler) grantedInTime(l *laneState, exclusive bool, cost int, deadline time.Time, lane Lane, device string) (*laneState, bool, error) {
+	if deadline.IsZero() || s.now().Before(deadline) {
+		return l, true, nil
+	}
+	s.release(l, exclusive, cost)
+	return nil, true, errdefs.Errorf(errdefs.ErrDeadlineExceeded, "admission: granted the %s lane of device %q only as the deadline passed: %w", lane, device, context.DeadlineExceeded)
+}
+
+// errWaitDeadline is what wait returns when the request's own deadline
+// passed; waitError names the wait.
+var errWaitDeadline = fmt.Errorf("the deadline passed: %w", context.DeadlineExceeded)
+
+// waitError turns wait's error into the admission error: the request's
+// deadline passed while it waited for its lane (lane < NumLanes) or for
+// capacity, or ctx ended.
+func (s *scheduler) waitError(ctx context.Context, err error, lane Lane, device string) error {
+	if err != errWaitDeadline {
+		return err
+	}
+	what := "capacity"
+	if lane < NumLanes {
+		what = fmt.Sprintf("the %s lane of device %q", lane, device)
+	}
+	return errdefs.Errorf(errdefs.ErrDeadlineExceeded, "admission: waited for %s until %w", what, err)
+}
+
+// waitTimer is the timer of one admission request's deadline, made on
+// the request's first wait and reused for its second.
+type waitTimer struct{ t *time.Timer }
+
+// until returns a channel that fires at deadline, or nil (never) for a
+// zero deadline.
+func (w *waitTimer) until(deadline time.Time) <-chan time.Time {
+	if deadline.IsZero() {
+		return nil
+	}
+	if w.t == nil {
+		w.t = time.NewTimer(time.Until(deadline))
+	}
+	return w.t.C
+}
+
+func (w *waitTimer) stop() {
+	if w.t != nil {
+		w.t.Stop()
+	}
 }
 
 // acquireCapacity blocks until the request holds cost units, in the same
@@ -256,7 +318,7 @@ func (s *scheduler) acquireCapacity(ctx context.Context, cost int) (waited bool,
 		s.onQueue(NumLanes, true) // no lane
 	}
 	s.mu.Unlock()
-	return true, s.wait(ctx, w, &s.capQueue, func() {
+	return true, s.wait(ctx, nil, w, &s.capQueue, func() {
 		s.used -= cost
 		s.promoteCapacity()
 	})
@@ -270,15 +332,19 @@ func (s *scheduler) releaseCapacity(cost int) {
 	s.mu.Unlock()
 }
 
-// wait blocks on w until granted or ctx ends. On cancellation it unqueues
-// w, or, if a grant raced with the cancellation, undoes the grant with
-// undo (called under s.mu).
-func (s *scheduler) wait(ctx context.Context, w *waiter, q *fifo, undo func()) error {
+// wait blocks on w until granted, ctx ends or timeout fires (nil:
+// never). When it gives up it unqueues w, or, if a grant raced with it,
+// undoes the grant with undo (called under s.mu); it then returns
+// errWaitDeadline for the timeout, or ctx's error.
+func (s *scheduler) wait(ctx context.Context, timeout <-chan time.Time, w *waiter, q *fifo, undo func()) error {
+	timedOut := false
 	select {
 	case <-w.ready:
 		s.putWaiter(w)
 		return nil
 	case <-ctx.Done():
+	case <-timeout:
+		timedOut = true
 	}
 	s.mu.Lock()
 	if w.granted {
@@ -294,6 +360,9 @@ func (s *scheduler) wait(ctx context.Context, w *waiter, q *fifo, undo func()) e
 	}
 	s.mu.Unlock()
 	s.putWaiter(w)
+	if timedOut {
+		return errWaitDeadline
+	}
 	return errdefs.ContextError(ctx, "admission")
 }
 

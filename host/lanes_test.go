@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -477,5 +478,116 @@ func TestLaneBusyReportsHoldersAndWaitersPerDevice(t *testing.T) {
 	again.Release(false)
 	if rt.LaneBusy("gpu0", LaneCompute) {
 		t.Fatal("busy after every lease was released")
+	}
+}
+
+// TestOpTimeoutBoundsTheWaitForTheLane: a lease whose Op.Timeout passes
+// while an earlier lease holds the compute lane gives up at its timeout,
+// counted from when it asked, not when the lane frees; it holds nothing
+// and leaves the queue, so the compute behind it still waits only for the
+// holder, in order. The same timeout bounds the wait for capacity.
+func TestOpTimeoutBoundsTheWaitForTheLane(t *testing.T) {
+	rt := newTestRuntime(t, 2)
+	q := queued(rt)
+	var first Lease
+	if err := rt.AcquireCompute(context.Background(), Op{Owner: "holder", Device: "gpu0"}, &first); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 30 * time.Millisecond
+	asked := time.Now()
+	gaveUp := make(chan error, 1)
+	go func() {
+		var l Lease
+		gaveUp <- rt.AcquireCompute(context.Background(), Op{Owner: "bounded", Device: "gpu0", Timeout: timeout}, &l)
+	}()
+	recvQueued(t, q, LaneCompute, false)
+	late := hold(rt, context.Background(), Op{Lane: LaneCompute, Owner: "late", Device: "gpu0"})
+	recvQueued(t, q, LaneCompute, false)
+	var err error
+	select {
+	case err = <-gaveUp:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bounded lease still waits 10 s after its timeout of 30 ms")
+	}
+	waited := time.Since(asked)
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want ErrDeadlineExceeded", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, `compute lane of device "gpu0"`) {
+		t.Fatalf("the error does not name the lane: %v", err)
+	}
+	if waited < timeout {
+		t.Fatalf("gave up after %v, before its timeout of %v", waited, timeout)
+	}
+	// The holder still holds the lane: the compute behind the request
+	// that gave up waits for it, and only for it.
+	mustNotRecv(t, late.started, "late compute while the lane is held")
+	if st := rt.Stats(); st.CapacityUsed != 1 {
+		t.Fatalf("capacity used %d after the bounded lease gave up, want 1 (the holder's)", st.CapacityUsed)
+	}
+	first.Release(false)
+	mustRecv(t, late.started, "late compute after the holder")
+	close(late.release)
+	mustRecv(t, late.done, "late done")
+
+	// Capacity: both units held on other lanes, the lease's own lane free.
+	a := hold(rt, context.Background(), Op{Lane: LaneUpload, Owner: "a", Cost: 2})
+	mustRecv(t, a.started, "a")
+	var l Lease
+	err = rt.AcquireCompute(context.Background(), Op{Owner: "bounded", Device: "gpu0", Timeout: timeout}, &l)
+	recvQueued(t, q, LaneCompute, true)
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "capacity") {
+		t.Fatalf("waiting for capacity: got %v, want ErrDeadlineExceeded naming the capacity", err)
+	}
+	close(a.release)
+	mustRecv(t, a.done, "a done")
+	// Nothing leaked: the lane and the capacity are whole again, and a
+	// request that need not wait is admitted whatever its timeout.
+	if err := rt.AcquireCompute(context.Background(), Op{Owner: "after", Device: "gpu0", Timeout: time.Nanosecond}, &l); err != nil {
+		t.Fatal(err)
+	}
+	l.Release(false)
+	if st := rt.Stats(); st.CapacityUsed != 0 || st.LeasedPerLane[LaneCompute] {
+		t.Fatalf("after: %+v", st)
+	}
+}
+
+// TestAGrantAtTheDeadlineIsGivenBack: a request whose lane is granted
+// only as its deadline passes (the grant raced with its timer) gives the
+// lane and capacity back and fails with ErrDeadlineExceeded: a request
+// with a timeout holds its lane before the deadline or not at all. The
+// scheduler's clock is moved past the deadline so that the grant, not
+// the timer, comes first.
+func TestAGrantAtTheDeadlineIsGivenBack(t *testing.T) {
+	rt := newTestRuntime(t, 4)
+	q := queued(rt)
+	rt.sched.now = func() time.Time { return time.Now().Add(time.Hour) }
+	var holder Lease
+	if err := rt.AcquireCompute(context.Background(), Op{Owner: "holder", Device: "gpu0"}, &holder); err != nil {
+		t.Fatal(err)
+	}
+	gaveUp := make(chan error, 1)
+	var l Lease
+	go func() {
+		gaveUp <- rt.AcquireCompute(context.Background(), Op{Owner: "bounded", Device: "gpu0", Timeout: 30 * time.Minute}, &l)
+	}()
+	recvQueued(t, q, LaneCompute, false)
+	late := hold(rt, context.Background(), Op{Lane: LaneCompute, Owner: "late", Device: "gpu0"})
+	recvQueued(t, q, LaneCompute, false)
+	holder.Release(false)
+	var err error
+	select {
+	case err = <-gaveUp:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bounded lease was never granted")
+	}
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "granted") || l.Held() {
+		t.Fatalf("got %v (held %v), want ErrDeadlineExceeded for a grant at the deadline", err, l.Held())
+	}
+	mustRecv(t, late.started, "late compute after the lane was given back")
+	close(late.release)
+	mustRecv(t, late.done, "late done")
+	if st := rt.Stats(); st.CapacityUsed != 0 || st.LeasedPerLane[LaneCompute] {
+		t.Fatalf("after: %+v", st)
 	}
 }

@@ -18,7 +18,7 @@ type Lease struct {
 	lane  *laneState
 	cost  int
 	start time.Time
-	wait  time.Duration
+	asked time.Time // when AcquireCompute was called
 	stage stageContext
 	fence deadline.Context
 	// fenceDeadline and end are monotime offsets: the fence's deadline,
@@ -29,6 +29,11 @@ type Lease struct {
 
 // Started returns when the lease was granted.
 func (l *Lease) Started() time.Time { return l.start }
+
+// Asked returns when the lease was asked for: [Lease.Started] less the
+// wait for the lane and capacity. A call's deadline that counts from it
+// covers that wait.
+func (l *Lease) Asked() time.Time { return l.asked }
 
 // Held reports whether the lease is held.
 func (l *Lease) Held() bool { return l.rt != nil }
@@ -91,7 +96,7 @@ func (l *Lease) Release(failed bool) {
 	l.end, l.now = 0, 0
 	l.fence.Disarm()
 	rt.sched.release(l.lane, true, l.cost)
-	rt.tracer.Record(Record{Start: l.start, Dur: end - monotime.Offset(l.start), Wait: l.wait,
+	rt.tracer.Record(Record{Start: l.start, Dur: end - monotime.Offset(l.start), Wait: l.start.Sub(l.asked),
 		Lane: LaneCompute, Owner: l.op.Owner, Device: l.op.Device, Failed: failed})
 	l.rt = nil
 	l.stage.parent = context.Background() // a stage context used after its stage ended sees no deadline, never a nil parent

@@ -75,6 +75,24 @@ type Op struct {
 	Owner  string // who submits; shown in traces
 	Device string // which device the work targets: its lanes, and its trace track
 	Cost   int    // capacity units; 0 means 1
+	// Timeout, if positive, bounds the wait for admission, counted from
+	// when the request is made: a request still waiting for its lane or
+	// for capacity then gives up with [errdefs.ErrDeadlineExceeded],
+	// holding nothing; one granted only as the timeout passes (the grant
+	// raced with it) gives the grant back and fails the same way, so a
+	// request that waits holds its lane before its timeout or not at all.
+	// A request that need not wait is admitted at once.
+	// 0: only the context bounds the wait.
+	Timeout time.Duration
+}
+
+// deadline is when a request made at asked gives up waiting (zero:
+// never).
+func (op *Op) deadline(asked time.Time) time.Time {
+	if op.Timeout <= 0 {
+		return time.Time{}
+	}
+	return asked.Add(op.Timeout)
 }
 
 // Submit runs fn as a coordinated submission on op.Lane: it waits for
@@ -95,7 +113,8 @@ type Op struct {
 //   - [errdefs.ErrBusy] for a compute submission made from inside a native
 //     stage of this runtime (it would wait for its own lease).
 //   - [errdefs.ErrOutOfBudget] if op.Cost exceeds the capacity: it never fits.
-//   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting for admission.
+//   - [errdefs.ErrDeadlineExceeded] if ctx ends, or op.Timeout passes,
+//     while waiting for admission; fn did not run.
 //   - [errdefs.ErrInvalidArgument] for an unknown lane or negative cost.
 //   - Otherwise, whatever fn returns.
 func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context) error) error {
@@ -107,7 +126,7 @@ func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context
 		cost = op.Cost
 	}
 	asked := r.clock()
-	lane, waited, err := r.sched.acquire(ctx, op.Device, op.Lane, false, cost)
+	lane, waited, err := r.sched.acquire(ctx, op.Device, op.Lane, false, cost, op.deadline(asked))
 	if err != nil {
 		return err
 	}
@@ -129,7 +148,9 @@ func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context
 // AcquireCompute takes a native lease on the compute lane for op.Owner and
 // stores it in l, which must be idle (zero, or released). The lease waits
 // for earlier compute to drain and blocks later compute until
-// [Lease.Release]; upload, download and npu keep flowing. l is reusable so
+// [Lease.Release]; upload, download and npu keep flowing. The wait ends
+// at ctx's end or after op.Timeout, whichever is first; [Lease.Asked]
+// says when it began, so that a stage's deadline can count from there. l is reusable so
 // that a session can take a lease per stage without allocating.
 //
 // op.Lane is ignored: native leases are always on the compute lane.
@@ -138,7 +159,9 @@ func (r *Runtime) Submit(ctx context.Context, op Op, fn func(ctx context.Context
 //
 //   - [errdefs.ErrBusy] if ctx comes from a lease of this runtime (a recursive
 //     or re-entrant stage), instead of deadlocking, or if l is still held.
-//   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting.
+//   - [errdefs.ErrDeadlineExceeded] if ctx ends, or op.Timeout passes,
+//     while waiting; nothing is held, and the request has left the queue,
+//     so compute behind it moves up.
 //   - [errdefs.ErrOutOfBudget] if op.Cost exceeds the capacity.
 //   - [errdefs.ErrInvalidArgument] for a negative cost.
 func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
@@ -154,7 +177,7 @@ func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
 		cost = 1
 	}
 	asked := r.clock()
-	lane, waited, err := r.sched.acquire(ctx, op.Device, LaneCompute, true, cost)
+	lane, waited, err := r.sched.acquire(ctx, op.Device, LaneCompute, true, cost, op.deadline(asked))
 	if err != nil {
 		return err
 	}
@@ -165,7 +188,7 @@ func (r *Runtime) AcquireCompute(ctx context.Context, op Op, l *Lease) error {
 	// Field by field: the lease's fence context may still be read by a
 	// goroutine of an earlier use (it synchronises itself), so the Lease
 	// is never overwritten whole.
-	l.rt, l.op, l.lane, l.cost, l.start, l.wait = r, op, lane, cost, start, start.Sub(asked)
+	l.rt, l.op, l.lane, l.cost, l.start, l.asked = r, op, lane, cost, start, asked
 	l.now, l.end = 0, 0
 	l.stage.init(ctx, r)
 	return nil

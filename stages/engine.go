@@ -39,6 +39,10 @@ type EngineConfig struct {
 	// instrumented, so a guest cannot be interrupted. It is what raw
 	// wazero does, the baseline interruption is measured against.
 	uninterruptible bool
+	// fixedGuestSources, for in-package tests only: instances read
+	// wazero's deterministic clocks and random stream instead of the
+	// host's (see guestConfig).
+	fixedGuestSources bool
 }
 
 // NewEngineConfig returns the defaults:
@@ -123,6 +127,9 @@ type Engine struct {
 	runtime  wazero.Runtime
 	cache    wazero.CompilationCache
 	cacheDir string
+	// guestConfig is every instance's module configuration, its WASI
+	// clocks and random source included (see guestConfig).
+	guestConfig wazero.ModuleConfig
 
 	mu      sync.Mutex
 	modules map[string]*Module // by sha256 of the original bytes and load options
@@ -166,7 +173,7 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 	// instrumentation Load adds (RATIONALE.md).
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithMemoryLimitPages(cfg.maxMemPage)
-	e := &Engine{cfg: cfg, rc: rc, modules: map[string]*Module{}}
+	e := &Engine{cfg: cfg, rc: rc, modules: map[string]*Module{}, guestConfig: guestConfig(cfg.fixedGuestSources)}
 	if !cfg.noCache {
 		dir := cfg.cacheDir
 		if dir == "" {

@@ -193,6 +193,13 @@ func compareInstrumentedAndPlain(t *testing.T, files []string) {
 					}
 				}
 			}
+			if name == "snap_clock" { // outputs the host's clocks and entropy, which differ from read to read
+				for _, o := range []outcome{want, got} {
+					for _, c := range o.calls {
+						clear(c.out)
+					}
+				}
+			}
 			if got.load != want.load || got.loadMsg != want.loadMsg {
 				t.Fatalf("load or creation: instrumented %v %q, plain %v %q", got.load, got.loadMsg, want.load, want.loadMsg)
 			}

@@ -32,6 +32,14 @@ type nativeConfig struct {
 	fenceTimeout time.Duration
 	device       string
 	cost         int
+	laneTimeout  time.Duration // bounds the wait for the compute lane; 0: only ctx does
+}
+
+// withLaneTimeout bounds each call's wait for admission and the compute
+// lane (host.Op.Timeout): a [Session] gives its deadline, which covers
+// that wait.
+func withLaneTimeout(d time.Duration) NativeOption {
+	return func(c *nativeConfig) { c.laneTimeout = d }
 }
 
 // WithFenceTimeout bounds each fence run. A fence still running then is
@@ -214,7 +222,8 @@ func (s *NativeSession[T]) Run(ctx context.Context, stage Stage[T]) (err error) 
 	}
 	defer s.leave()
 	_ = s.owner.TakeFaults() // faults from before this call are not this call's
-	if err := s.rt.AcquireCompute(ctx, host.Op{Owner: s.owner.Name(), Device: s.cfg.device, Cost: s.cfg.cost}, &s.lease); err != nil {
+	// A call that never gets the lane never runs: nothing to fence.
+	if err := s.rt.AcquireCompute(ctx, host.Op{Owner: s.owner.Name(), Device: s.cfg.device, Cost: s.cfg.cost, Timeout: s.cfg.laneTimeout}, &s.lease); err != nil {
 		return err
 	}
 	returned := false

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/stagehost/stagehost/abi"
@@ -95,11 +94,14 @@ func (c SessionConfig) WithBudget(bytes int64) SessionConfig { c.budget = bytes;
 // WithOutputLimit bounds the output of one call. Default 16 MiB.
 func (c SessionConfig) WithOutputLimit(bytes int) SessionConfig { c.outputLimit = bytes; return c }
 
-// WithDeadline bounds each stage call, counted from when the call's
-// compute lease is granted (waiting for admission does not count; the
-// caller's context bounds that). A call that runs longer is interrupted,
-// its instance replaced, and the caller gets
-// [errdefs.ErrDeadlineExceeded]. Default 5 s.
+// WithDeadline bounds each stage call, counted from when the call asks
+// for the compute lane: the wait for the lane (behind other sessions'
+// calls on the same device) and the stage together. A call still waiting
+// for the lane at its deadline gets [errdefs.ErrDeadlineExceeded] then,
+// without running (nothing to fence; its instance is kept); a stage that
+// runs past it is interrupted, its instance replaced, and the caller gets
+// [errdefs.ErrDeadlineExceeded] after the fence. The fence has its own
+// timeout ([SessionConfig.WithFenceTimeout]). Default 5 s.
 func (c SessionConfig) WithDeadline(d time.Duration) SessionConfig { c.deadline = d; return c }
 
 // WithInitTimeout bounds the making of each instance of the session's
@@ -305,7 +307,7 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 		_ = s.owner.Close(ctx)
 		return nil, err
 	}
-	s.native = NewNative(rt, s.owner, st, s.fence, WithFenceTimeout(cfg.fenceTimeout), WithDevice(cfg.device.Name()))
+	s.native = NewNative(rt, s.owner, st, s.fence, WithFenceTimeout(cfg.fenceTimeout), WithDevice(cfg.device.Name()), withLaneTimeout(cfg.deadline))
 	s.callCtx.st = &s.native.state
 	if err := s.ensureInstances(ctx); err != nil {
 		if s.owner.Close(ctx) == nil {
@@ -422,7 +424,7 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 			}
 		}
 	} else {
-		mc := wazero.NewModuleConfig().WithName("").WithStartFunctions()
+		mc := s.engine.guestConfig
 		if m.wasi {
 			w := &guestLogWriter{logger: s.logger, session: s.name}
 			mc = mc.WithStdout(w).WithStderr(w)
@@ -630,8 +632,11 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		}
 		in := s.inst
 		in.stack[0] = 0
-		// The deadline counts from when the compute lease was granted.
-		err := s.enter(lctx, monotime.Offset(s.native.lease.Started())+s.cfg.deadline, s.cfg.deadline, "stage", &s.inst, func(c context.Context) error {
+		// The deadline counts from when the call asked for the compute
+		// lane, so it covers the wait for it (ABI.md §4.2); the lease
+		// was granted before it (host.Op.Timeout).
+		deadline := monotime.Offset(s.native.lease.Asked()) + s.cfg.deadline
+		err := s.enter(lctx, deadline, s.cfg.deadline, "stage", &s.inst, func(c context.Context) error {
 			return in.entry.CallWithStack(c, in.stack[:])
 		})
 		if err != nil {

@@ -2,17 +2,15 @@ package stages
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand"
 	"sync"
 	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
@@ -23,8 +21,7 @@ import (
 // A snapshot is a module's state after its language runtime initialised,
 // taken once at load (RATIONALE.md, "Pre-initialised snapshots"): its
 // linear memory and mutable globals after the data segments, the start
-// function and _initialize, and how far the instance's WASI clocks and
-// random source had been read. Every instance of the module then starts
+// function and _initialize. Every instance of the module then starts
 // from it: its memory is a copy-on-write mapping of the snapshot's
 // memory, its globals are set to the captured values, and only
 // stagehost_init runs.
@@ -32,7 +29,6 @@ type snapshot struct {
 	img     *memImage
 	pages   uint32 // memory size after initialisation
 	globals []snapGlobal
-	clocks  guestClocks
 }
 
 type snapGlobal struct {
@@ -61,60 +57,24 @@ func (e *errTemplateHostCall) Error() string {
 	return "its initialisation calls " + abi.ImportModule + "." + e.fn
 }
 
-// guestClocks is how far an instance read the WASI clocks and random
-// source that wazero gives a module by default (deterministic: a
-// monotonic clock at 0 and a wall clock at 2022-01-01 that advance 1 ms
-// a reading, and a fixed-seed random stream). An instance made from a
-// snapshot continues them from where initialisation left them, so that it
-// reads exactly what a freshly initialised instance would.
-type guestClocks struct {
-	nanotime, walltime int64 // readings so far
-	random             int64 // random bytes read so far
-}
-
-// The defaults that wazero documents for a module without its own
-// clocks or random source.
-const (
-	fakeEpochNanos = 1640995200000 * int64(time.Millisecond)
-	fakeRandSeed   = 42
-)
-
-// config gives mc clocks and a random source that continue from c, and
-// returns the live counts that the instance's reads advance.
-func (c guestClocks) config(mc wazero.ModuleConfig) (wazero.ModuleConfig, *guestClocks) {
-	live := c
-	mc = mc.WithNanotime(func() int64 {
-		live.nanotime++
-		return (live.nanotime - 1) * int64(time.Millisecond)
-	}, sys.ClockResolution(1)).
-		WithWalltime(func() (int64, int32) {
-			live.walltime++
-			t := fakeEpochNanos + (live.walltime-1)*int64(time.Millisecond)
-			return t / 1e9, int32(t % 1e9)
-		}, sys.ClockResolution(time.Microsecond)).
-		WithRandSource(&guestRandom{skip: c.random, read: &live.random})
-	return mc, &live
-}
-
-// guestRandom is wazero's default fixed-seed random stream, started
-// skip bytes in. The generator is made on the first read: a Go guest
-// reads its random seeds during _initialize, and rarely afterwards.
-type guestRandom struct {
-	r    *rand.Rand
-	skip int64
-	read *int64
-}
-
-func (g *guestRandom) Read(p []byte) (int, error) {
-	if g.r == nil {
-		g.r = rand.New(rand.NewSource(fakeRandSeed))
-		if _, err := io.CopyN(io.Discard, g.r, g.skip); err != nil {
-			return 0, err
-		}
+// guestConfig is the module configuration every instance starts from:
+// no name, no start function (the host runs initialisation itself), and
+// the WASI clocks and random source of ABI.md §1.2: the host's real
+// monotonic and wall clocks, and the host's CSPRNG (crypto/rand), read
+// afresh on every call of random_get. None of them keeps state that a
+// guest's reads change, so nothing an instance or a call reads from them
+// depends on what another instance, an earlier call or the snapshot's
+// initialisation read (RATIONALE.md, "Real clocks and fresh entropy").
+// fixed, for in-package tests only, keeps wazero's deterministic defaults
+// (clocks that start at 0 and 2022-01-01 and advance 1 ms a reading, a
+// fixed-seed random stream), to compare a snapshot with a fresh instance
+// byte for byte.
+func guestConfig(fixed bool) wazero.ModuleConfig {
+	mc := wazero.NewModuleConfig().WithName("").WithStartFunctions()
+	if fixed {
+		return mc
 	}
-	n, err := g.r.Read(p)
-	*g.read += int64(n)
-	return n, err
+	return mc.WithSysNanotime().WithSysWalltime().WithRandSource(rand.Reader)
 }
 
 // takeSnapshot prepares a snapshot of an instrumented module: it derives
@@ -166,12 +126,11 @@ func (e *Engine) takeSnapshot(ctx context.Context, m *Module, bin []byte) (wazer
 // initTemplate instantiates the derived module once, initialises it as a
 // fresh instance is initialised, and captures the result.
 func (e *Engine) initTemplate(ctx context.Context, m *Module, compiled wazero.CompiledModule, data []wasmbin.DataSegment, mutable []int, hasStart bool) (*snapshot, string) {
-	mc := wazero.NewModuleConfig().WithName("").WithStartFunctions()
+	mc := e.guestConfig
 	if m.wasi {
 		w := &guestLogWriter{logger: e.cfg.logger, session: "(initialisation of module " + m.name + ")"}
 		mc = mc.WithStdout(w).WithStderr(w)
 	}
-	mc, clocks := guestClocks{}.config(mc)
 	c := &callContext{template: true}
 	timeout := e.cfg.snapTime
 	deadline := monotime.Since() + timeout
@@ -229,7 +188,7 @@ func (e *Engine) initTemplate(ctx context.Context, m *Module, compiled wazero.Co
 			return nil, err.Error()
 		}
 	}
-	snap := &snapshot{pages: mem.Size() >> 16, clocks: *clocks}
+	snap := &snapshot{pages: mem.Size() >> 16}
 	for _, i := range mutable {
 		name := wasmbin.GlobalExportName(snapGlobalPrefix, i)
 		g := mod.ExportedGlobal(name)
@@ -256,18 +215,17 @@ type snapInstance struct {
 }
 
 // newSnapInstance makes an instance of m from its snapshot: its memory
-// maps the snapshot's, its globals are set, and its clocks continue from
-// the snapshot's. It runs no guest code (the compiled module has no start
+// maps the snapshot's and its globals are set; its clocks and random
+// source are the host's, as every instance's (guestConfig). It runs no guest code (the compiled module has no start
 // function), so it needs no deadline.
 func (m *Module) newSnapInstance(ctx context.Context) (*snapInstance, error) {
 	snap := m.snap
-	mc := wazero.NewModuleConfig().WithName("").WithStartFunctions()
+	mc := m.engine.guestConfig
 	si := &snapInstance{mem: newSnapMemory(snap.img)}
 	if m.wasi {
 		si.out = &guestLogWriter{logger: m.engine.cfg.logger}
 		mc = mc.WithStdout(si.out).WithStderr(si.out)
 	}
-	mc, _ = snap.clocks.config(mc)
 	mod, err := m.engine.runtime.InstantiateModule(withMemory(ctx, si.mem), m.compiled, mc)
 	if err == nil {
 		err = applySnapshot(mod, snap)

@@ -2,6 +2,8 @@ package stages
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -154,5 +156,44 @@ func BenchmarkInstantiateGoGuest(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkGuestClockAndRandom is a call of snap_clock, which reads the
+// monotonic and wall clocks and 16 random bytes, then the monotonic
+// clock n more times, on the host's clocks and CSPRNG (host, what every
+// instance reads) and on wazero's deterministic defaults (fixed, what
+// instances read before). ns/read is the call's time above n = 0,
+// divided by n.
+func BenchmarkGuestClockAndRandom(b *testing.B) {
+	ctx := context.Background()
+	for _, fixed := range []bool{false, true} {
+		name := "host"
+		if fixed {
+			name = "fixed"
+		}
+		cfg := NewEngineConfig().WithCacheDir("")
+		cfg.fixedGuestSources = fixed
+		eng, err := NewEngine(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer eng.Close(ctx)
+		f := newWasmFixture(b)
+		f.eng = eng
+		s := f.session(b, snapModule(b, eng, "snap_clock", true), NewSessionConfig("bench", f.gpu).WithStreams("s0"))
+		defer s.Close(ctx)
+		for _, n := range []uint32{0, 1000} {
+			b.Run(fmt.Sprintf("%s/reads=%d", name, n), func(b *testing.B) {
+				in := binary.LittleEndian.AppendUint32(nil, n)
+				var out []byte
+				b.ReportAllocs()
+				for b.Loop() {
+					if out, err = s.Run(ctx, in, out[:0]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -162,5 +162,5 @@ func TestRepoPaths(t *testing.T) {
 var notRepoPaths = []string{
 	"RATIONALE.md: `guest-sdk/v0.x.y`",                                     // a git tag
 	"stages/testdata/hostile/README.md: `internal/wasm/binary/decoder.go`", // a file of wazero
-	"RATIONALE.md: `internal/fleet`",                                      // a rejected package
+	"RATIONALE.md: `internal/fleet`",                                       // a rejected package
 }
