@@ -434,7 +434,7 @@ func checkGemm(l *launch) error {
 	}
 	for _, x := range []struct {
 		buf, stride, expr string
-		a, b             uint64
+		a, b              uint64
 	}{
 		{"A", "strideA", "(batch-1)*strideA + M*K", m, k},
 		{"B", "strideB", "(batch-1)*strideB + K*N", k, n},
