@@ -37,6 +37,7 @@ package emu
 
 import (
 	"fmt"
+	"github.com/stagehost/stagehost/guest-sdk/emu/internal/ops"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -146,6 +147,9 @@ type buffer struct {
 type program struct {
 	name   string
 	kernel Kernel
+	// op is the op library's program, whose launches are checked at
+	// submit; nil for the other kernels.
+	op *ops.Kernel
 }
 
 type opKind uint8
@@ -276,7 +280,7 @@ func (e *Emulator) Programs(names ...string) *Emulator {
 		if !ok {
 			panic(fmt.Sprintf("emu: Programs: no built-in kernel %q (built-ins: %s)", n, strings.Join(Builtins(), ", ")))
 		}
-		e.Kernel(n, k)
+		e.declare(kindProgram, n, &object{program: &program{name: n, kernel: k, op: opKernels[n]}})
 	}
 	return e
 }
