@@ -136,6 +136,7 @@ type Stream struct {
 	batchReplays atomic.Uint64 // batches issued as one cached-graph launch
 	batchCapture atomic.Uint64 // graphs captured for batches
 	syncRetires  atomic.Uint64 // retirements by a synchronous download, no event polled
+	blasFailures atomic.Uint64 // cuBLAS calls that returned an error status
 }
 
 var (
@@ -628,11 +629,7 @@ func (s *Stream) exec(o *op) {
 	call := ""
 	switch o.kind {
 	case opLaunch:
-		n := o.l.nparams
-		copy(s.pb.vals[:n], o.l.params[:n])
-		r = d.drv.LaunchKernel(o.l.fn, o.l.grid, o.l.block, 0, s.cs, s.pb, n)
-		runtime.KeepAlive(s.pb)
-		call = "cuLaunchKernel"
+		r, call = s.issue(&o.l)
 	case opWrite:
 		src := o.host
 		if staged := s.stageWrite(o); staged != nil {
@@ -682,6 +679,26 @@ func (s *Stream) exec(o *op) {
 	if s.sinceEvent >= eventEvery {
 		s.flushEvent()
 	}
+}
+
+// issue launches l on the stream (driver thread): its kernel, or its
+// cuBLAS gemm. It returns the call's result and name; a cuBLAS status
+// other than success becomes CUDA_ERROR_LAUNCH_FAILED's neighbour
+// cudaErrorInvalidValue (the launch is refused; the device stays usable).
+func (s *Stream) issue(l *launch) (cuResult, string) {
+	d := s.dev
+	if l.blas {
+		if st := d.blas.gemm(s.cs, l); st != blasSuccess {
+			s.blasFailures.Add(1)
+			return cudaErrorInvalidValue, "cublasGemmStridedBatchedEx"
+		}
+		return cudaSuccess, ""
+	}
+	n := l.nparams
+	copy(s.pb.vals[:n], l.params[:n])
+	r := d.drv.LaunchKernel(l.fn, l.grid, l.block, 0, s.cs, s.pb, n)
+	runtime.KeepAlive(s.pb)
+	return r, "cuLaunchKernel"
 }
 
 // release drops what a command holds without running it.
