@@ -194,6 +194,12 @@ func packOp(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape) {
 			cd[i] = max(ad[i], bd[i])
 		}
 		sa, sb := bcastStrides(ad), bcastStrides(bd)
+		if ad == bd {
+			// No broadcasting: one dim, which the kernel loops over
+			// without index arithmetic.
+			n := cd[0] * cd[1] * cd[2] * cd[3]
+			cd, sa, sb = [4]uint64{1, 1, 1, n}, [4]uint64{0, 0, 0, 1}, [4]uint64{0, 0, 0, 1}
+		}
 		p[0], p[1], p[2], p[3] = a[0].ptr, a[1].ptr, a[2].ptr, k.code
 		copy(p[4:8], cd[:])
 		copy(p[8:12], sa[:])

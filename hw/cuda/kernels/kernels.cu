@@ -428,6 +428,11 @@ template <typename T>
 __device__ static void binary_k(const T *a, const T *b, T *c, u32 op, u64 c0, u64 c1, u64 c2, u64 c3, u64 sa0,
 				u64 sa1, u64 sa2, u64 sa3, u64 sb0, u64 sb1, u64 sb2, u64 sb3) {
 	u64 n = c0 * c1 * c2 * c3;
+	if (c0 * c1 * c2 == 1 && sa3 == 1 && sb3 == 1) {
+		// No broadcasting (the host passes such shapes as one dim).
+		GRID_STRIDE(i, n) st(c, i, binary_f(op, ld(a, i), ld(b, i)));
+		return;
+	}
 	GRID_STRIDE(i, n) {
 		u64 r = i;
 		u64 i3 = r % c3;
@@ -548,6 +553,57 @@ __device__ static __forceinline__ void diff2(float x, float m, float *h, float *
 	*l = __fadd_rn(__fsub_rn(x, __fsub_rn(s, bb)), __fsub_rn(nm, bb));
 }
 
+// Rows of at most 256*ROW_CACHE values are read once into registers
+// (lane t holds columns t, t+256, ...), then every pass runs over the
+// registers in the same order as the uncached loops: the arithmetic, and
+// so every result, is the same.
+#define ROW_CACHE 8
+
+template <typename T>
+__device__ static void softmax_cached(const T *x, T *y, u64 rows, u64 cols, u64 causal, u32 lg, float *p) {
+	u32 t = threadIdx.x;
+	for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+		u64 lim = cols;
+		if (causal > 0) lim = r % causal + (cols - causal) + 1;
+		const u64 base = r * cols;
+		float v[ROW_CACHE];
+		float m = -F32_INF;
+#pragma unroll
+		for (int c = 0; c < ROW_CACHE; c++) {
+			u64 j = t + 256 * (u64)c;
+			v[c] = j < cols ? ld(x, base + j) : 0.0f;
+			if (j < lim) m = op_max(m, v[c]);
+		}
+		m = tree_max(m, p);
+		float s = 0.0f;
+#pragma unroll
+		for (int c = 0; c < ROW_CACHE; c++) {
+			u64 j = t + 256 * (u64)c;
+			if (j < lim) {
+				float h, l;
+				diff2(v[c], m, &h, &l);
+				s = __fadd_rn(s, exp2part(h, l));
+			}
+		}
+		s = tree_sum(s, p);
+		float ls = logf(s);
+#pragma unroll
+		for (int c = 0; c < ROW_CACHE; c++) {
+			u64 j = t + 256 * (u64)c;
+			if (j >= cols) continue;
+			float o;
+			if (j >= lim) {
+				o = lg ? -F32_INF : 0.0f;
+			} else {
+				float h, l;
+				diff2(v[c], m, &h, &l);
+				o = lg ? __fadd_rn(__fsub_rn(h, ls), l) : __fdiv_rn(exp2part(h, l), s);
+			}
+			st(y, base + j, o);
+		}
+	}
+}
+
 // softmax_T(x, y, rows, cols, causal, log): one block of 256 per row. The
 // row max (NaN-propagating), then the sum of e^(x-max) over the unmasked
 // columns in the lane order and tree; softmax writes e^(x-max)/sum,
@@ -558,6 +614,10 @@ template <typename T>
 __device__ static void softmax_k(const T *x, T *y, u64 rows, u64 cols, u64 causal, u32 lg) {
 	__shared__ float p[256];
 	u32 t = threadIdx.x;
+	if (cols <= 256 * ROW_CACHE) {
+		softmax_cached(x, y, rows, cols, causal, lg, p);
+		return;
+	}
 	for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
 		u64 lim = cols; // columns [0, lim) are unmasked
 		if (causal > 0) lim = r % causal + (cols - causal) + 1;
@@ -599,6 +659,39 @@ template <typename T>
 __device__ static void layernorm_k(const T *x, const T *g, const T *bt, T *y, u64 rows, u64 cols, float eps) {
 	__shared__ float p[256];
 	u32 t = threadIdx.x;
+	if (cols <= 256 * ROW_CACHE) {
+		for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+			const u64 base = r * cols;
+			float v[ROW_CACHE];
+			float s = 0.0f;
+#pragma unroll
+			for (int c = 0; c < ROW_CACHE; c++) {
+				u64 j = t + 256 * (u64)c;
+				v[c] = j < cols ? ld(x, base + j) : 0.0f;
+				if (j < cols) s = __fadd_rn(s, v[c]);
+			}
+			float mean = __fdiv_rn(tree_sum(s, p), (float)cols);
+			float q = 0.0f;
+#pragma unroll
+			for (int c = 0; c < ROW_CACHE; c++) {
+				u64 j = t + 256 * (u64)c;
+				if (j < cols) {
+					float d = __fsub_rn(v[c], mean);
+					q = __fadd_rn(q, __fmul_rn(d, d));
+				}
+			}
+			float rs = rstd(__fdiv_rn(tree_sum(q, p), (float)cols), eps);
+#pragma unroll
+			for (int c = 0; c < ROW_CACHE; c++) {
+				u64 j = t + 256 * (u64)c;
+				if (j < cols) {
+					float d = __fsub_rn(v[c], mean);
+					st(y, base + j, __fadd_rn(__fmul_rn(__fmul_rn(d, rs), ld(g, j)), ld(bt, j)));
+				}
+			}
+		}
+		return;
+	}
 	for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
 		const u64 base = r * cols;
 		float s = 0.0f;
@@ -624,6 +717,26 @@ template <typename T>
 __device__ static void rmsnorm_k(const T *x, const T *g, T *y, u64 rows, u64 cols, float eps) {
 	__shared__ float p[256];
 	u32 t = threadIdx.x;
+	if (cols <= 256 * ROW_CACHE) {
+		for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+			const u64 base = r * cols;
+			float v[ROW_CACHE];
+			float q = 0.0f;
+#pragma unroll
+			for (int c = 0; c < ROW_CACHE; c++) {
+				u64 j = t + 256 * (u64)c;
+				v[c] = j < cols ? ld(x, base + j) : 0.0f;
+				if (j < cols) q = __fadd_rn(q, __fmul_rn(v[c], v[c]));
+			}
+			float rs = rstd(__fdiv_rn(tree_sum(q, p), (float)cols), eps);
+#pragma unroll
+			for (int c = 0; c < ROW_CACHE; c++) {
+				u64 j = t + 256 * (u64)c;
+				if (j < cols) st(y, base + j, __fmul_rn(__fmul_rn(v[c], rs), ld(g, j)));
+			}
+		}
+		return;
+	}
 	for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
 		const u64 base = r * cols;
 		float q = 0.0f;

@@ -125,16 +125,19 @@ func opCases(k *ops.Kernel, rng *rand.Rand, adv bool) [][]opArg {
 			{f(3*1000, 30), f(3*1000, 1), sc64(3), sc64(1000), sc64(3)},
 			{fbuf(dt, big), f(4*300, 1), sc64(4), sc64(300), sc64(0)},
 			{fbuf(dt, ninf), f(2*40, 1), sc64(2), sc64(40), sc64(0)},
+			{f(3*3000, 4), f(3*3000, 1), sc64(3), sc64(3000), sc64(2)}, // rows not held in registers
 		}
 	case "layernorm":
 		return [][]opArg{
 			{f(5*777, 3), f(777, 1), f(777, 1), f(5*777, 1), sc64(5), sc64(777), scF(1e-5)},
 			{f(3*64, 1e-3), f(64, 1), f(64, 1), f(3*64, 1), sc64(3), sc64(64), scF(0)},
+			{f(2*2500, 3), f(2500, 1), f(2500, 1), f(2*2500, 1), sc64(2), sc64(2500), scF(1e-5)},
 		}
 	case "rmsnorm":
 		return [][]opArg{
 			{f(5*777, 3), f(777, 1), f(5*777, 1), sc64(5), sc64(777), scF(1e-5)},
 			{f(3*64, 1e-3), f(64, 1), f(3*64, 1), sc64(3), sc64(64), scF(0)},
+			{f(2*2500, 3), f(2500, 1), f(2*2500, 1), sc64(2), sc64(2500), scF(1e-5)},
 		}
 	case "transpose":
 		return [][]opArg{
@@ -454,4 +457,77 @@ func fastBound(k *ops.Kernel, c []opArg, dt ops.DType, j int, w float64) float64
 		mag += math.Abs(beta * decode(dt, c[2].data, j))
 	}
 	return 2*FastGemmBound(kk)*mag + 2*ulpOf(dt, w) + math.SmallestNonzeroFloat32
+}
+
+// BenchmarkGPUOps measures the memory-bound ops on 256 MiB float32
+// tensors (rows of 1024) and gemm at 4096³ in both tiers; MB/s counts the
+// tensor read once and written once, as a device-to-device copy would
+// (bench/cuda/gemm_cublas.c prints that copy's bandwidth).
+func BenchmarkGPUOps(b *testing.B) {
+	p := requireGPU(b)
+	dev := p.Devices()[0]
+	s, err := dev.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx := context.Background()
+	alloc := func(n int) hw.Buffer {
+		buf, err := dev.Alloc(n, 0, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { buf.Free() })
+		return buf
+	}
+	const vals, cols = 64 << 20, 1024
+	x, y, g, bt := alloc(4*vals), alloc(4*vals), alloc(4*cols), alloc(4*cols)
+	u := func(v uint64) hw.Arg { return hw.Uint(v) }
+	X, Y := hw.BufferArg(x, 0, -1), hw.BufferArg(y, 0, -1)
+	const gn = 4096
+	ga, gb, gc := alloc(4*gn*gn), alloc(4*gn*gn), alloc(4*gn*gn)
+	gemmArgs := func(es int) []hw.Arg {
+		return []hw.Arg{hw.BufferArg(ga, 0, es*gn*gn), hw.BufferArg(gb, 0, es*gn*gn), hw.BufferArg(gc, 0, es*gn*gn),
+			u(gn), u(gn), u(gn), u(0), u(0), hw.Float32(1), hw.Float32(0), u(1), u(0), u(0), u(0)}
+	}
+	for _, c := range []struct {
+		prog  string
+		args  []hw.Arg
+		bytes int64
+		flops float64
+	}{
+		{"softmax", []hw.Arg{X, Y, u(vals / cols), u(cols), u(0)}, 8 * vals, 0},
+		{"layernorm", []hw.Arg{X, hw.BufferArg(g, 0, -1), hw.BufferArg(bt, 0, -1), Y, u(vals / cols), u(cols), hw.Float32(1e-5)}, 8 * vals, 0},
+		{"add", []hw.Arg{X, X, Y, u(1), u(1), u(vals / cols), u(cols), u(1), u(1), u(vals / cols), u(cols)}, 12 * vals, 0},
+		{"gemm.fast", gemmArgs(4), 0, 2 * gn * gn * gn},
+		{"gemm.bf16.fast", gemmArgs(2), 0, 2 * gn * gn * gn},
+		{"gemm", gemmArgs(4), 0, 2 * gn * gn * gn},
+	} {
+		b.Run(c.prog, func(b *testing.B) {
+			prog, err := dev.Prepare(c.prog)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cmd := &hw.Command{Program: prog, Args: c.args}
+			if _, err := s.Submit(cmd); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Sync(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(c.bytes)
+			b.ResetTimer()
+			for range b.N {
+				if _, err := s.Submit(cmd); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.Sync(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if c.flops > 0 {
+				b.ReportMetric(c.flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			}
+		})
+	}
 }
