@@ -481,7 +481,7 @@ func BenchmarkGPUOps(b *testing.B) {
 		return buf
 	}
 	const vals, cols = 64 << 20, 1024
-	x, y, g, bt := alloc(4*vals), alloc(4*vals), alloc(4*cols), alloc(4*cols)
+	x, x2, y, g, bt := alloc(4*vals), alloc(4*vals), alloc(4*vals), alloc(4*cols), alloc(4*cols)
 	u := func(v uint64) hw.Arg { return hw.Uint(v) }
 	X, Y := hw.BufferArg(x, 0, -1), hw.BufferArg(y, 0, -1)
 	const gn = 4096
@@ -498,7 +498,7 @@ func BenchmarkGPUOps(b *testing.B) {
 	}{
 		{"softmax", []hw.Arg{X, Y, u(vals / cols), u(cols), u(0)}, 8 * vals, 0},
 		{"layernorm", []hw.Arg{X, hw.BufferArg(g, 0, -1), hw.BufferArg(bt, 0, -1), Y, u(vals / cols), u(cols), hw.Float32(1e-5)}, 8 * vals, 0},
-		{"add", []hw.Arg{X, X, Y, u(1), u(1), u(vals / cols), u(cols), u(1), u(1), u(vals / cols), u(cols)}, 12 * vals, 0},
+		{"add", []hw.Arg{X, hw.BufferArg(x2, 0, -1), Y, u(1), u(1), u(vals / cols), u(cols), u(1), u(1), u(vals / cols), u(cols)}, 12 * vals, 0},
 		{"gemm.fast", gemmArgs(4), 0, 2 * gn * gn * gn},
 		{"gemm.bf16.fast", gemmArgs(2), 0, 2 * gn * gn * gn},
 		{"gemm", gemmArgs(4), 0, 2 * gn * gn * gn},
