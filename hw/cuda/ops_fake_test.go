@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -136,6 +137,15 @@ func TestFastGemmCallsCUBLAS(t *testing.T) {
 	}
 	defer p.Close()
 	d := p.devices[0]
+	// The handle is created at the first Prepare of a fast program: on
+	// this OS thread, with no context current until the backend makes
+	// its own current.
+	runtime.LockOSThread()
+	f.CtxSetCurrent(0)
+	if _, err := d.Prepare("gemm.fast"); err != nil {
+		t.Fatal(err)
+	}
+	runtime.UnlockOSThread()
 	s, err := d.NewStream()
 	if err != nil {
 		t.Fatal(err)
@@ -181,6 +191,24 @@ func TestFastGemmCallsCUBLAS(t *testing.T) {
 			t.Errorf("transA=%d transB=%d: cuBLAS call\n%+v, want\n%+v", tc.ta, tc.tb, g, want)
 		}
 	}
+	// A batch holding a cuBLAS gemm is issued call by call every time,
+	// never captured into a graph.
+	fast, _ := d.Prepare("gemm.bf16.fast")
+	cmd := hw.Command{Program: fast, Args: []hw.Arg{
+		hw.BufferArg(bufs[0], 0, -1), hw.BufferArg(bufs[1], 0, -1), hw.BufferArg(bufs[2], 0, -1),
+		u(m), u(n), u(k), u(0), u(0), hw.Float32(1), hw.Float32(0), u(batch), u(sa), u(sb), u(sc)}}
+	for range 3 {
+		c, err := s.(*Stream).SubmitBatch([]hw.Command{cmd, cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.(*Stream).batchCapture.Load(); n != 0 {
+		t.Errorf("%d graphs captured for batches of cuBLAS gemms", n)
+	}
 	exact, _ := d.Prepare("gemm")
 	if _, err := s.Submit(&hw.Command{Program: exact, Args: []hw.Arg{
 		hw.BufferArg(bufs[0], 0, 4*m*k), hw.BufferArg(bufs[1], 0, 4*k*n), hw.BufferArg(bufs[2], 0, 4*m*n),
@@ -192,8 +220,8 @@ func TestFastGemmCallsCUBLAS(t *testing.T) {
 	}
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
-	if fb.created != 1 || len(fb.calls) != 3 || fb.bad != 0 {
-		t.Errorf("%d handles, %d gemm calls, %d without the context current; want 1, 3, 0", fb.created, len(fb.calls), fb.bad)
+	if fb.created != 1 || len(fb.calls) != 9 || fb.bad != 0 {
+		t.Errorf("%d handles, %d gemm calls, %d without the context current; want 1, 9, 0", fb.created, len(fb.calls), fb.bad)
 	}
 	for _, cs := range fb.streams {
 		if cs != s.(*Stream).cs {
