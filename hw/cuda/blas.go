@@ -32,6 +32,7 @@ type blasSymbols struct {
 	cublasDestroy              uintptr `cublas:"cublasDestroy_v2"`
 	cublasSetStream            uintptr `cublas:"cublasSetStream_v2"`
 	cublasSetMathMode          uintptr `cublas:"cublasSetMathMode"`
+	cublasSetWorkspace         uintptr `cublas:"cublasSetWorkspace_v2"`
 	cublasGemmStridedBatchedEx uintptr `cublas:"cublasGemmStridedBatchedEx"`
 	cublasGetVersion           uintptr `cublas:"cublasGetVersion_v2,optional"`
 }
@@ -109,6 +110,7 @@ type blasAPI interface {
 	Destroy(h blasHandle) int32
 	SetStream(h blasHandle, s cuStream) int32
 	SetMathMode(h blasHandle, mode uint32) int32
+	SetWorkspace(h blasHandle, ws cuDevicePtr, size uintptr) int32
 	GemmStridedBatched(h blasHandle, g *gemmCall) int32
 	Version() int
 }
@@ -216,6 +218,11 @@ func (l *libBLAS) SetMathMode(h blasHandle, mode uint32) int32 {
 	return blasRes(r)
 }
 
+func (l *libBLAS) SetWorkspace(h blasHandle, ws cuDevicePtr, size uintptr) int32 {
+	r, _, _ := purego.SyscallN(l.sym.cublasSetWorkspace, uintptr(h), uintptr(ws), size)
+	return blasRes(r)
+}
+
 func (l *libBLAS) Version() int {
 	if l.sym.cublasGetVersion == 0 {
 		return 0
@@ -249,11 +256,16 @@ func (l *libBLAS) GemmStridedBatched(h blasHandle, g *gemmCall) int32 {
 	return blasRes(r)
 }
 
+// blasWorkspaceBytes is each stream's cuBLAS workspace (NVIDIA's
+// recommendation for Hopper), allocated at the stream's first fast gemm.
+const blasWorkspaceBytes = 32 << 20
+
 // deviceBLAS is one device's cuBLAS handle: created on first use of a fast
 // program (Prepare), with the device's context current, and used from
 // the driver threads of its streams, one call at a time (a handle is not
 // safe for concurrent use): each gemm binds the handle to its launch's
-// stream first.
+// stream and to that stream's own workspace first, so gemms running at
+// once on different streams never share scratch memory.
 type deviceBLAS struct {
 	once sync.Once
 	api  blasAPI
@@ -347,7 +359,7 @@ func (p *Platform) BLAS() (version int, err error) {
 // product C = alpha·op(A)·op(B) + beta·C is cuBLAS's column-major
 // Cᵀ = alpha·op(B)ᵀ·op(A)ᵀ + beta·Cᵀ: the operands swap, and each
 // row-major matrix is its own transpose in column-major order.
-func (b *deviceBLAS) gemm(cs cuStream, l *launch) int32 {
+func (b *deviceBLAS) gemm(cs cuStream, ws cuDevicePtr, l *launch) int32 {
 	p := &l.params
 	m, n, k := int32(p[3]), int32(p[4]), int32(p[5])
 	ta, tb := p[6] != 0, p[7] != 0
@@ -372,6 +384,10 @@ func (b *deviceBLAS) gemm(cs cuStream, l *launch) int32 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r := b.api.SetStream(b.h, cs); r != blasSuccess {
+		return r
+	}
+	// After SetStream, which resets the workspace to cuBLAS's own pool.
+	if r := b.api.SetWorkspace(b.h, ws, blasWorkspaceBytes); r != blasSuccess {
 		return r
 	}
 	return b.api.GemmStridedBatched(b.h, &g)

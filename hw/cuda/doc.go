@@ -99,11 +99,13 @@
 //     first use of a fast program (libcublas.so.13, then .12: the
 //     loader's search, LD_LIBRARY_PATH included, then the CUDA toolkit's
 //     directories; [WithBLASLibrary] names a file, or "-" for none); one
-//     handle per device, bound to each launch's stream on its driver
-//     thread. Without cuBLAS the fast programs run the exact kernels: the
-//     process logs that once, and [Platform.BLAS] reports why.
-//     conv2d.fast is the exact kernel. Batches holding a cuBLAS gemm are
-//     launched one by one, never cached as graphs.
+//     handle per device, bound to each launch's stream and to that
+//     stream's own 32 MiB workspace (allocated at its first fast gemm) on
+//     its driver thread. Without cuBLAS the fast programs run the exact
+//     kernels: the process logs that once, and [Platform.BLAS] reports
+//     why. conv2d.fast is the exact kernel. Batches holding a cuBLAS gemm
+//     are issued call by call, never cached as graphs, and
+//     [Stream.RecordGraph] records a fast gemm as the exact kernel.
 //
 // # Graphs
 //

@@ -55,6 +55,10 @@ func (s *Stream) RecordGraph(cmds []hw.Command) (*Graph, error) {
 		if err := s.dev.prepareLaunch(&cmds[i], &req.launches[i]); err != nil {
 			return nil, errdefs.Errorf(errdefs.ClassOf(err), "cuda: graph command %d: %w", i, err)
 		}
+		// A fast gemm is recorded as the exact kernel (packed already):
+		// a graph may be replayed on any stream, and cuBLAS's calls would
+		// keep the recording stream's workspace.
+		req.launches[i].blas = false
 		for _, a := range cmds[i].Args {
 			if b, ok := a.Buffer.(*buffer); ok {
 				bufs = append(bufs, b)
@@ -215,9 +219,9 @@ func (c *graphCache) destroy(d *Device, healthy bool) {
 	c.entries = nil
 }
 
-// anyBLAS reports a cuBLAS gemm among launches: such batches are not
-// cached as graphs (cuBLAS resets its workspace with every stream it is
-// bound to, which a replayed capture would not see), only launched.
+// anyBLAS reports a cuBLAS gemm among launches: such batches are issued
+// call by call, never cached as graphs (a capture would fix cuBLAS's
+// choices and workspace at capture time; each call re-binds them).
 func anyBLAS(ls []launch) bool {
 	for i := range ls {
 		if ls[i].blas {

@@ -88,6 +88,7 @@ type fakeBLAS struct {
 	mu      sync.Mutex
 	created int
 	streams []cuStream
+	ws      []cuDevicePtr // workspaces bound, per call
 	calls   []gemmCall
 	bad     int // calls without the context current
 }
@@ -115,6 +116,17 @@ func (b *fakeBLAS) SetStream(h blasHandle, s cuStream) int32 {
 	b.streams = append(b.streams, s)
 	return blasSuccess
 }
+func (b *fakeBLAS) SetWorkspace(h blasHandle, ws cuDevicePtr, size uintptr) int32 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ctxOK()
+	if size != blasWorkspaceBytes || b.f.bytes(uint64(ws), uint64(size)) == nil {
+		b.bad++ // not a live allocation of that size
+	}
+	b.ws = append(b.ws, ws)
+	return blasSuccess
+}
+
 func (b *fakeBLAS) GemmStridedBatched(h blasHandle, g *gemmCall) int32 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -209,6 +221,39 @@ func TestFastGemmCallsCUBLAS(t *testing.T) {
 	if n := s.(*Stream).batchCapture.Load(); n != 0 {
 		t.Errorf("%d graphs captured for batches of cuBLAS gemms", n)
 	}
+	// Another stream binds a workspace of its own.
+	s2, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := s2.Submit(&cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fb.mu.Lock()
+	if w := fb.ws; len(w) != 10 || w[0] != w[8] || w[9] == w[0] {
+		t.Errorf("workspaces bound %#x: want one per stream", w)
+	}
+	fb.mu.Unlock()
+	// A recorded graph holds the exact kernel instead.
+	g, err := s.(*Stream).RecordGraph([]hw.Command{cmd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc, err := s.(*Stream).SubmitGraph(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gc.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
 	exact, _ := d.Prepare("gemm")
 	if _, err := s.Submit(&hw.Command{Program: exact, Args: []hw.Arg{
 		hw.BufferArg(bufs[0], 0, 4*m*k), hw.BufferArg(bufs[1], 0, 4*k*n), hw.BufferArg(bufs[2], 0, 4*m*n),
@@ -220,18 +265,22 @@ func TestFastGemmCallsCUBLAS(t *testing.T) {
 	}
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
-	if fb.created != 1 || len(fb.calls) != 9 || fb.bad != 0 {
-		t.Errorf("%d handles, %d gemm calls, %d without the context current; want 1, 9, 0", fb.created, len(fb.calls), fb.bad)
+	if fb.created != 1 || len(fb.calls) != 10 || fb.bad != 0 {
+		t.Errorf("%d handles, %d gemm calls, %d without the context current or a workspace; want 1, 10, 0", fb.created, len(fb.calls), fb.bad)
 	}
-	for _, cs := range fb.streams {
-		if cs != s.(*Stream).cs {
-			t.Errorf("cuBLAS bound to stream %#x, the launch's is %#x", cs, s.(*Stream).cs)
+	for i, cs := range fb.streams {
+		want := s.(*Stream).cs
+		if i == 9 {
+			want = s2.(*Stream).cs
+		}
+		if cs != want {
+			t.Errorf("call %d: cuBLAS bound to stream %#x, the launch's is %#x", i, cs, want)
 		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.kernelsRun["gemm_bf16"] != 0 || f.kernelsRun["gemm_f32"] != 1 {
-		t.Errorf("kernels run: %v; want gemm_f32 once (the exact gemm) and no gemm_bf16", f.kernelsRun)
+	if f.kernelsRun["gemm_bf16"] != 1 || f.kernelsRun["gemm_f32"] != 1 {
+		t.Errorf("kernels run: %v; want gemm_f32 once (the exact gemm) and gemm_bf16 once (the recorded graph)", f.kernelsRun)
 	}
 }
 

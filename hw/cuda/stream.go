@@ -125,6 +125,7 @@ type Stream struct {
 	pins       ring[pinRec]
 	freeEvents []cuEvent
 	graphs     graphCache
+	blasWS     cuDevicePtr // cuBLAS workspace, allocated at the first fast gemm
 	// Staging rings for small copies (staging.go), allocated on first use.
 	up, down      *stagingRing
 	stagingMem    unsafe.Pointer // both rings' pinned allocation
@@ -682,13 +683,21 @@ func (s *Stream) exec(o *op) {
 }
 
 // issue launches l on the stream (driver thread): its kernel, or its
-// cuBLAS gemm. It returns the call's result and name; a cuBLAS status
-// other than success becomes CUDA_ERROR_LAUNCH_FAILED's neighbour
-// cudaErrorInvalidValue (the launch is refused; the device stays usable).
+// cuBLAS gemm (with the stream's workspace, allocated at the first). It
+// returns the call's result and name; a cuBLAS status other than success
+// is reported as CUDA_ERROR_INVALID_VALUE: the launch fails with
+// [errdefs.ErrRejected], the device stays usable.
 func (s *Stream) issue(l *launch) (cuResult, string) {
 	d := s.dev
 	if l.blas {
-		if st := d.blas.gemm(s.cs, l); st != blasSuccess {
+		if s.blasWS == 0 {
+			ws, r := d.drv.MemAlloc(blasWorkspaceBytes)
+			if r != cudaSuccess {
+				return r, "cuMemAlloc_v2 (cuBLAS workspace)"
+			}
+			s.blasWS = ws
+		}
+		if st := d.blas.gemm(s.cs, s.blasWS, l); st != blasSuccess {
 			s.blasFailures.Add(1)
 			return cudaErrorInvalidValue, "cublasGemmStridedBatchedEx"
 		}
@@ -839,6 +848,9 @@ func (s *Stream) teardown() {
 	s.freeEvents = nil
 	if healthy {
 		d.drv.StreamDestroy(s.cs)
+		if s.blasWS != 0 {
+			d.drv.MemFree(s.blasWS)
+		}
 	}
 	s.closeStaging(healthy)
 	// Pageable Go memory is staged by the driver during the copy call, so
