@@ -449,14 +449,23 @@ __device__ static void binary_k(const T *a, const T *b, T *c, u32 op, u64 c0, u6
 
 // tree_sum: the contract's lane tree over one value per thread of a block
 // of 256; every thread gets p[0]. p is shared scratch of 256 floats.
+// The last five levels (s = 16 ... 1) run in warp 0 with shuffles: lane t
+// adds lane t+s's value, the same addition as p[t] + p[t+s] (lanes t >= s
+// compute values no later level reads).
 __device__ static float tree_sum(float v, float *p) {
 	u32 t = threadIdx.x;
 	p[t] = v;
 	__syncthreads();
-	for (u32 s = 128; s > 0; s >>= 1) {
+	for (u32 s = 128; s >= 32; s >>= 1) {
 		if (t < s) p[t] = __fadd_rn(p[t], p[t + s]);
 		__syncthreads();
 	}
+	if (t < 32) {
+		float w = p[t];
+		for (u32 s = 16; s > 0; s >>= 1) w = __fadd_rn(w, __shfl_down_sync(0xffffffffu, w, s));
+		if (t == 0) p[0] = w;
+	}
+	__syncthreads();
 	float r = p[0];
 	__syncthreads();
 	return r;
@@ -468,10 +477,16 @@ __device__ static float tree_max(float v, float *p) {
 	u32 t = threadIdx.x;
 	p[t] = v;
 	__syncthreads();
-	for (u32 s = 128; s > 0; s >>= 1) {
+	for (u32 s = 128; s >= 32; s >>= 1) {
 		if (t < s) p[t] = op_max(p[t], p[t + s]);
 		__syncthreads();
 	}
+	if (t < 32) {
+		float w = p[t];
+		for (u32 s = 16; s > 0; s >>= 1) w = op_max(w, __shfl_down_sync(0xffffffffu, w, s));
+		if (t == 0) p[0] = w;
+	}
+	__syncthreads();
 	float r = p[0];
 	__syncthreads();
 	return r;
