@@ -297,7 +297,7 @@ func build(defs []*opDef) {
 	slices.SortFunc(sorted, func(a, b *Kernel) int { return strings.Compare(a.Name, b.Name) })
 }
 
-const fastExact = "Relative error at most 2^-10·K·max|a·b|/|c| per element on CUDA (cuBLAS, tensor cores allowed); the exact implementation on the simulator and the emulator."
+const fastExact = "On CUDA (cuBLAS, TF32 or half tensor cores allowed) each value is within 2^-10·(|alpha|·Σ|a·b| + |beta·c|) of the exact result (plus the storage rounding); on the simulator and the emulator it is the exact implementation."
 
 func init() { build(defs) }
 
