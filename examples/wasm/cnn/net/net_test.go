@@ -2,14 +2,14 @@ package net_test
 
 import (
 	"bytes"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"math"
 	"os"
 	"testing"
 
-	"github.com/stagehost/stagehost/examples/wasm/internal/simrun"
 	"github.com/stagehost/stagehost/examples/wasm/cnn/net"
+	"github.com/stagehost/stagehost/examples/wasm/internal/simrun"
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
 	"github.com/stagehost/stagehost/guest-sdk/emu"
 )

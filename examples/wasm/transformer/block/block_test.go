@@ -2,8 +2,8 @@ package block_test
 
 import (
 	"bytes"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"math"
 	"os"
 	"testing"
