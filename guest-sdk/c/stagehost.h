@@ -180,6 +180,17 @@ static inline uint32_t stagehost_op_unary(stagehost_arg *args, stagehost_tensor 
 	args[1] = stagehost_tensor_arg(y);
 	return 2;
 }
+#define stagehost_op_exp stagehost_op_unary
+#define stagehost_op_log stagehost_op_unary
+#define stagehost_op_tanh stagehost_op_unary
+#define stagehost_op_sigmoid stagehost_op_unary
+#define stagehost_op_gelu_tanh stagehost_op_unary
+#define stagehost_op_gelu_erf stagehost_op_unary
+#define stagehost_op_silu stagehost_op_unary
+#define stagehost_op_rsqrt stagehost_op_unary
+#define stagehost_op_sqrt stagehost_op_unary
+#define stagehost_op_neg stagehost_op_unary
+#define stagehost_op_abs stagehost_op_unary
 static inline uint32_t stagehost_op_affine(stagehost_arg *args, stagehost_tensor x, stagehost_tensor y, float a, float b) {
 	stagehost_op_unary(args, x, y);
 	args[2] = stagehost_f32(a);
@@ -216,6 +227,13 @@ static inline uint32_t stagehost_op_binary(stagehost_arg *args, stagehost_tensor
 	}
 	return 11;
 }
+
+#define stagehost_op_add stagehost_op_binary
+#define stagehost_op_sub stagehost_op_binary
+#define stagehost_op_mul stagehost_op_binary
+#define stagehost_op_div stagehost_op_binary
+#define stagehost_op_max stagehost_op_binary
+#define stagehost_op_min stagehost_op_binary
 
 /* Reductions (reduce_sum reduce_mean reduce_max reduce_argmax) along
  * axis; reduce_argmax's y is i32. */
@@ -263,6 +281,10 @@ static inline uint32_t stagehost_op_softmax(stagehost_arg *args, stagehost_tenso
 	args[4] = stagehost_u32(causal);
 	return 5;
 }
+#define stagehost_op_reduce_sum stagehost_op_reduce
+#define stagehost_op_reduce_mean stagehost_op_reduce
+#define stagehost_op_reduce_max stagehost_op_reduce
+#define stagehost_op_reduce_argmax stagehost_op_reduce
 #define stagehost_op_log_softmax stagehost_op_softmax
 
 static inline uint32_t stagehost_op_layernorm(stagehost_arg *args, stagehost_tensor x, stagehost_tensor gamma, stagehost_tensor beta, stagehost_tensor y, float eps) {

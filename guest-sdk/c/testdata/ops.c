@@ -18,6 +18,9 @@ int main(void) {
 	stagehost_tensor bb = {1, 0, STAGEHOST_DTYPE_F32, 1, {5}};
 	n = stagehost_op_binary(a, x, bb, y);
 	if (n != 11 || a[5].value != 3 || a[6].value != 5 || a[9].value != 1 || a[10].value != 5) return 5;
+	n = stagehost_op_reduce_sum(a, C, x, 1);
+	if (n != 5 || a[2].value != 4 || a[3].value != 2 || a[4].value != 5) return 6;
+	if (stagehost_op_exp(a, x, y) != 2 || stagehost_op_add(a, x, bb, y) != 11) return 7;
 	puts("ok");
 	return 0;
 }
