@@ -97,3 +97,27 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// BenchmarkNet: one call (upload, the network's batch of 6 launches, the
+// download) on the simulator, through the committed module, and on the
+// emulator.
+func BenchmarkNet(b *testing.B) {
+	in := stagehost.Float32Bytes(net.Values(2000, net.H*net.W, 1))
+	b.Run("sim", func(b *testing.B) {
+		call := simrun.Open(b, "../stage/cnn.wasm", net.Programs)
+		for b.Loop() {
+			if _, err := call(in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("emu", func(b *testing.B) {
+		e := emu.New().Stream("s0").Programs(net.Programs...)
+		e.Stage("main", net.Run)
+		for b.Loop() {
+			if _, err := e.Run("main", in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -19,8 +19,23 @@ import (
 // any error; it returns the outputs in order.
 func Run(t testing.TB, path string, programs []string, inputs ...[]byte) [][]byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	call := Open(t, path, programs)
+	var outs [][]byte
+	for i, in := range inputs {
+		out, err := call(in)
+		if err != nil {
+			t.Fatalf("input %d: %v", i, err)
+		}
+		outs = append(outs, out)
+	}
+	return outs
+}
+
+// Open loads the module at path into a session on a fresh sim GPU and
+// returns a function that calls it; everything is closed when t ends.
+func Open(t testing.TB, path string, programs []string) func(input []byte) ([]byte, error) {
+	t.Helper()
+	ctx := context.Background()
 	bin, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -29,13 +44,13 @@ func Run(t testing.TB, path string, programs []string, inputs ...[]byte) [][]byt
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Close(ctx)
+	t.Cleanup(func() { eng.Close(ctx) })
 	rt, err := host.NewRuntime(host.NewConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := sim.New()
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
 	if err != nil {
 		t.Fatal(err)
@@ -50,14 +65,10 @@ func Run(t testing.TB, path string, programs []string, inputs ...[]byte) [][]byt
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close(ctx)
-	var outs [][]byte
-	for i, in := range inputs {
-		out, err := s.Run(ctx, in, nil)
-		if err != nil {
-			t.Fatalf("input %d: %v", i, err)
-		}
-		outs = append(outs, out)
+	t.Cleanup(func() { s.Close(ctx) })
+	return func(in []byte) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		return s.Run(ctx, in, nil)
 	}
-	return outs
 }

@@ -98,3 +98,27 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// BenchmarkBlock: one call (upload, the block's batch of 17 launches, the
+// download) on the simulator, through the committed module, and on the
+// emulator.
+func BenchmarkBlock(b *testing.B) {
+	in := stagehost.Float32Bytes(block.Values(1000, block.S*block.D, 2))
+	b.Run("sim", func(b *testing.B) {
+		call := simrun.Open(b, "../stage/transformer.wasm", block.Programs)
+		for b.Loop() {
+			if _, err := call(in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("emu", func(b *testing.B) {
+		e := emu.New().Stream("s0").Programs(block.Programs...)
+		e.Stage("main", block.Run)
+		for b.Loop() {
+			if _, err := e.Run("main", in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
