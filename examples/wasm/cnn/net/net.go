@@ -7,6 +7,9 @@
 //	p = maxpool2d(c)            2×2, stride 2: [1, K, H/2, W/2]
 //	y = softmax(p · Wd + bd)    [1, Classes]
 //
+// The dense layer is gemm.fast, the fast tier (cuBLAS on CUDA; on the
+// simulator and the emulator the exact implementation), a program name
+// with a dot that the session lists like any other.
 // The weights are pseudo-random from Seed (see Values), uploaded once per
 // instance. Input: H·W float32 values (one channel), little-endian; output:
 // Classes float32 probabilities. reference.py computes the network in
@@ -31,7 +34,7 @@ const (
 )
 
 // Programs are the programs the session must list.
-var Programs = []string{"conv2d", "relu", "maxpool2d", "gemm", "add", "softmax"}
+var Programs = []string{"conv2d", "relu", "maxpool2d", "gemm.fast", "add", "softmax"}
 
 // InputSize is the input's size in bytes; OutputSize the output's.
 const (
@@ -121,7 +124,7 @@ func setup(c *stagehost.Call) (*instance, error) {
 	o.Conv2d(w(wX, 1, 1, H, W), p(offW, K, 1, R, R), p(offB, K), conv, stagehost.ConvOpts{Pad: [2]int{1, 1}}).
 		Launch("relu", conv.Arg()).
 		Maxpool2d(conv, pool, [2]int{2, 2}, [2]int{2, 2}, [2]int{}).
-		Gemm(pool.Reshape(1, Flat), p(offWd, Flat, Classes), logits, stagehost.GemmOpts{}).
+		Gemm(pool.Reshape(1, Flat), p(offWd, Flat, Classes), logits, stagehost.GemmOpts{Fast: true}).
 		Add(logits, p(offBd, Classes), logits).
 		Softmax(logits, w(wProb, 1, Classes), 0)
 	if err := o.Err(); err != nil {
