@@ -299,7 +299,7 @@ func build(defs []*opDef) {
 	slices.SortFunc(sorted, func(a, b *Kernel) int { return strings.Compare(a.Name, b.Name) })
 }
 
-const fastExact = "On CUDA (cuBLAS, TF32 or half tensor cores allowed) each value is within 2^-10·(|alpha|·Σ|a·b| + |beta·c|) of the exact result (plus the storage rounding); on the simulator and the emulator it is the exact implementation."
+const fastExact = "On CUDA (cuBLAS, float32 compute, no TF32; any summation order) each value is within (K + 4)·2^-23·(|alpha|·Σ|a·b| + |beta·c|) of the exact result, plus one rounding of the storage type; on the simulator and the emulator it is the exact implementation."
 
 func init() { build(defs) }
 
