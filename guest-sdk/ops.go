@@ -87,7 +87,9 @@ type Ops struct {
 // Err is the first error of the launches built since the last Submit.
 func (o *Ops) Err() error { return o.err }
 
-// Commands returns the launches built since the last Submit.
+// Commands returns the launches built since the last Submit, to submit
+// them another way or keep them (copy the slice: Ops reuses its storage
+// after Submit).
 func (o *Ops) Commands() []Command { return o.cmds }
 
 // Submit enqueues the launches built so far on s as batches of at most
