@@ -299,7 +299,7 @@ func build(defs []*opDef) {
 	slices.SortFunc(sorted, func(a, b *Kernel) int { return strings.Compare(a.Name, b.Name) })
 }
 
-const fastExact = "Relative error at most 2^-10·K·max|a·b|/|c| per element on CUDA (cuBLAS, tensor cores allowed); the exact implementation on the simulator and the emulator."
+const fastExact = "On CUDA (cuBLAS, float32 compute, no TF32; any summation order) each value is within (K + 4)·2^-23·(|alpha|·Σ|a·b| + |beta·c|) of the exact result, plus one rounding of the storage type; on the simulator and the emulator it is the exact implementation."
 
 func init() { build(defs) }
 
