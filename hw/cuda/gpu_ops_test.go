@@ -611,3 +611,81 @@ func TestGPUFastGemmStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUOpsInPlace: an op whose output is exactly its input's range (the
+// contract allows it for elementwise ops, softmax, the norms, a binary op's
+// unbroadcast operand and a cast between equal sizes) writes the same
+// bytes as into a separate buffer.
+func TestGPUOpsInPlace(t *testing.T) {
+	p := requireGPU(t)
+	dev := p.Devices()[0]
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx := testCtx(t)
+	rng := rand.New(rand.NewSource(5))
+	for _, c := range []struct {
+		prog        string
+		cs, in, out int // case of opCases, input and output argument
+	}{
+		{"exp", 0, 0, 1}, {"neg.bf16", 0, 0, 1}, {"gelu_erf.f16", 0, 0, 1}, {"affine", 0, 0, 1},
+		{"softmax", 0, 0, 1}, {"softmax", 5, 0, 1}, {"log_softmax.f16", 0, 0, 1},
+		{"layernorm", 0, 0, 3}, {"layernorm", 2, 0, 3}, {"rmsnorm.bf16", 0, 0, 2},
+		{"add.bf16", 1, 0, 2}, {"mul", 1, 1, 2}, {"cast", 3, 0, 1},
+	} {
+		k, ok := ops.Lookup(c.prog)
+		if !ok {
+			t.Fatalf("no program %s", c.prog)
+		}
+		args := opCases(k, rng, true)[c.cs]
+		prog, err := dev.Prepare(c.prog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outs [2][]byte
+		for mode := range 2 {
+			hargs := make([]hw.Arg, len(args))
+			var outBuf hw.Buffer
+			for i, a := range args {
+				if !a.buf {
+					hargs[i] = hw.Uint(a.val)
+					continue
+				}
+				if mode == 1 && i == c.out {
+					continue // the input's range, below
+				}
+				b, err := dev.Alloc(max(len(a.data), 4), 0, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Free()
+				if len(a.data) > 0 {
+					s.Write(b, 0, a.data)
+				}
+				hargs[i] = hw.BufferArg(b, 0, len(a.data))
+				if i == c.out || (mode == 1 && i == c.in) {
+					outBuf = b
+				}
+			}
+			if mode == 1 {
+				hargs[c.out] = hargs[c.in]
+			}
+			if _, err := s.Submit(&hw.Command{Program: prog, Args: hargs}); err != nil {
+				t.Fatalf("%s (in place: %v): %v", c.prog, mode == 1, err)
+			}
+			outs[mode] = make([]byte, len(args[c.out].data))
+			rc, err := s.Read(outBuf, 0, outs[mode])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rc.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if string(outs[0]) != string(outs[1]) {
+			t.Errorf("%s (case %d): in place differs from out of place", c.prog, c.cs)
+		}
+	}
+}
