@@ -3,6 +3,8 @@ package cuda
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/internal/ops"
 )
 
 // TestOpShapesRefusedAtSubmit: an op launch whose arguments break the
@@ -337,5 +340,50 @@ func TestLoadBLASSymbols(t *testing.T) {
 	s, err := loadBLASSymbols(func(name string) (uintptr, error) { return 7, nil })
 	if err != nil || s.cublasGemmStridedBatchedEx != 7 {
 		t.Fatalf("got %+v, %v", s, err)
+	}
+}
+
+// TestBoundsMatchContract: the bounds this package tests its kernels
+// against are the ones the op library's descriptions state (docs/kernels.md
+// and `stagehost kernels` print those).
+func TestBoundsMatchContract(t *testing.T) {
+	pow2 := func(v float64) string {
+		_, e := math.Frexp(v)
+		return fmt.Sprintf("2^%d", e-1)
+	}
+	for op, b := range OpBounds {
+		want := fmt.Sprintf("%g ulp", b.ULPs)
+		if b.Abs > 0 {
+			want += " + " + pow2(b.Abs)
+		}
+		for _, name := range []string{op, op + ".f16", op + ".bf16"} {
+			k, ok := ops.Lookup(name)
+			if !ok {
+				t.Errorf("no program %s", name)
+				continue
+			}
+			if ex := k.Info().Exactness; !strings.Contains(ex, "within "+want+" of the float64 result") {
+				t.Errorf("%s: the contract states %q, CUDA is tested against %s", name, ex, want)
+			}
+		}
+	}
+	for _, c := range []struct{ op, want string }{
+		{"softmax", "within (cols/256 + 16) ulp + 2^-126"},
+		{"log_softmax", "within 4 ulp + (cols/256 + 16)·2^-24"},
+		{"gemm.fast", "within (K + 4)·2^-23·(|alpha|·Σ|a·b| + |beta·c|)"},
+	} {
+		k, _ := ops.Lookup(c.op)
+		if !strings.Contains(k.Info().Exactness, c.want) {
+			t.Errorf("%s: the contract states %q, CUDA is tested against %q", c.op, k.Info().Exactness, c.want)
+		}
+	}
+	if b := SoftmaxBound("softmax", 512); b.ULPs != 512.0/256+16 || b.Abs != 0x1p-126 {
+		t.Errorf("SoftmaxBound(softmax, 512) = %+v", b)
+	}
+	if b := SoftmaxBound("log_softmax", 512); b.ULPs != 4 || b.Abs != (512.0/256+16)*0x1p-24 {
+		t.Errorf("SoftmaxBound(log_softmax, 512) = %+v", b)
+	}
+	if got := FastGemmBound(60); got != 64*0x1p-23 {
+		t.Errorf("FastGemmBound(60) = %g", got)
 	}
 }
