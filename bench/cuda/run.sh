@@ -89,7 +89,7 @@ else
 	status=1
 fi
 gotest cuda . bench-cuda.log 120 -test.run '^$' -test.bench 'LaunchNoop|LaunchSync|GraphNoop|BatchNoop64' -test.count "$COUNT" -test.benchtime 1s
-gotest wasmlaunch bench/cuda/wasmlaunch bench-wasmlaunch.log 60 -test.run '^$' -test.bench . -test.count "$COUNT" -test.benchtime 1s
+gotest wasmlaunch bench/cuda/wasmlaunch bench-wasmlaunch.log 60 -test.run '^$' -test.bench Noop -test.count "$COUNT" -test.benchtime 1s
 gotest sessions . bench-sessions.log 60 -test.run '^$' -test.bench CUDAResidentStartup -test.count "$COUNT" -test.benchtime 300x
 gotest wasm examples/wasm bench-wasm.log 60 -test.run '^$' -test.bench MLPStageBackends -test.count "$COUNT" -test.benchtime 1s
 cat "$OUT"/bench-*.log | grep -E '^(Benchmark|c_|device)'
@@ -108,6 +108,8 @@ if [ -x "$C/opsbench" ]; then
 	cat "$OUT/ops-bench.txt"
 fi
 gotest cuda . bench-ops.log 120 -test.run '^$' -test.bench BenchmarkGPUOps -test.count 1 -test.benchtime 20x
+gotest wasmlaunch bench/cuda/wasmlaunch bench-wasmgemm.log 90 -test.run '^$' -test.bench WasmGemm -test.count 1 -test.benchtime 5x
+grep -h Benchmark "$OUT/bench-ops.log" "$OUT/bench-wasmgemm.log"
 
 # med FILE BENCH UNIT: the median of UNIT over BENCH's lines in FILE.
 med() {
