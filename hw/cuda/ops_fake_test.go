@@ -387,3 +387,46 @@ func TestBoundsMatchContract(t *testing.T) {
 		t.Errorf("FastGemmBound(60) = %g", got)
 	}
 }
+
+// failingBLAS refuses every gemm with status 13
+// (CUBLAS_STATUS_EXECUTION_FAILED).
+type failingBLAS struct{ fakeBLAS }
+
+func (b *failingBLAS) GemmStridedBatched(h blasHandle, g *gemmCall) int32 { return 13 }
+
+// TestFastGemmFailure: a gemm cuBLAS refuses fails its completion with
+// ErrRejected naming the status; the device stays usable.
+func TestFastGemmFailure(t *testing.T) {
+	f := newFake(1)
+	p, err := Open(withDriver(f), withBLAS(&failingBLAS{fakeBLAS{f: f}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	d := p.devices[0]
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	buf, err := d.Alloc(64, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	fast, _ := d.Prepare("gemm.fast")
+	u := func(v uint64) hw.Arg { return hw.Uint(v) }
+	c, err := s.Submit(&hw.Command{Program: fast, Args: []hw.Arg{
+		hw.BufferArg(buf, 0, 4), hw.BufferArg(buf, 4, 4), hw.BufferArg(buf, 8, 4),
+		u(1), u(1), u(1), u(0), u(0), hw.Float32(1), hw.Float32(0), u(1), u(0), u(0), u(0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Wait(testCtx(t))
+	if !errors.Is(err, errdefs.ErrRejected) || !strings.Contains(err.Error(), "cuBLAS (status 13)") {
+		t.Fatalf("completion: %v, want rejected naming cuBLAS status 13", err)
+	}
+	if d.Err() != nil {
+		t.Fatalf("device lost: %v", d.Err())
+	}
+}

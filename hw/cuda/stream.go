@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -700,7 +701,7 @@ func (s *Stream) issue(l *launch) (cuResult, string) {
 		}
 		if st := d.blas.gemm(s.cs, s.blasWS, l); st != blasSuccess {
 			s.blasFailures.Add(1)
-			return cudaErrorInvalidValue, "cublasGemmStridedBatchedEx"
+			return cudaErrorInvalidValue, fmt.Sprintf("cuBLAS (status %d)", st)
 		}
 		return cudaSuccess, ""
 	}
