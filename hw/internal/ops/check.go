@@ -52,7 +52,7 @@ func (l *launch) validate() error {
 			}
 		}
 	}
-	return l.k.def.check(l)
+	return l.checkOp()
 }
 
 func typeSize(t string) int {

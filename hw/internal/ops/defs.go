@@ -47,7 +47,7 @@ func buildDefs() []*opDef {
 			name: u.name, doc: u.doc, half: true, tier: tier, exact: exact,
 			args:        []ArgInfo{bufT("x", "in", "n ≥ 1 values"), bufT("y", "out", "len(x) values")},
 			constraints: []string{"y is exactly x (in place) or does not overlap it."},
-			check:       checkUnary,
+			check:       cUnary,
 			run:         func(l *launch) { runUnary(l, f) },
 		})
 	}
@@ -56,7 +56,7 @@ func buildDefs() []*opDef {
 		tier: TierExact, exact: exactElem,
 		args:        []ArgInfo{bufT("x", "in", "n ≥ 1 values"), bufT("y", "out", "len(x) values"), f32("a"), f32("b")},
 		constraints: []string{"y is exactly x (in place) or does not overlap it."},
-		check:       checkUnary,
+		check:       cUnary,
 		run:         runAffine,
 	})
 	for _, b := range []struct{ name, doc string }{
@@ -79,7 +79,7 @@ func buildDefs() []*opDef {
 				"The dims of a and b, padded with leading 1s, are each 1 to 2^31-1; per dim they are equal or one of them is 1; c has the larger.",
 				"c is exactly a (or b) when that operand has c's shape, or overlaps neither.",
 			},
-			check: checkBinary,
+			check: cBinary,
 			run:   func(l *launch) { runBinary(l, f) },
 		})
 	}
@@ -92,7 +92,7 @@ func buildDefs() []*opDef {
 			name: r.name, doc: r.doc, half: true, tier: TierExact, exact: exactReduce,
 			args:        []ArgInfo{bufT("x", "in", "outer*n*inner values"), bufT("y", "out", "outer*inner values"), u32("outer"), u32("n"), u32("inner")},
 			constraints: []string{"y does not overlap x."},
-			check:       checkReduce,
+			check:       cReduce,
 			run:         runReduce,
 		})
 	}
@@ -101,7 +101,7 @@ func buildDefs() []*opDef {
 		half: true, tier: TierExact, exact: "Exact: an order-independent definition, bit-identical on every backend.",
 		args:        []ArgInfo{bufT("x", "in", "outer*n*inner values"), bufOf("y", "i32", "out", "outer*inner values"), u32("outer"), u32("n"), u32("inner")},
 		constraints: []string{"y does not overlap x."},
-		check:       checkReduce,
+		check:       cReduce,
 		run:         runArgmax,
 	})
 	const softmaxSim = "Bounded: the row max is exact (the fixed reduction order); on the simulator and the emulator the rest is float64 rounded once (at most 1 ulp); on CUDA "
@@ -123,7 +123,7 @@ func buildDefs() []*opDef {
 				"causal = 0: no mask; causal = Sq with 1 ≤ Sq ≤ cols: row r is query q = r mod Sq and columns j > q + (cols - Sq) are masked.",
 				"y is exactly x (in place) or does not overlap it.",
 			},
-			check: checkSoftmax,
+			check: cSoftmax,
 			run:   runSoftmax,
 		})
 	}
@@ -136,7 +136,7 @@ func buildDefs() []*opDef {
 			bufT("y", "out", "rows*cols values"), u32("rows"), u32("cols"), f32("eps"),
 		},
 		constraints: []string{"y is exactly x (in place) or does not overlap it; y overlaps neither gamma nor beta."},
-		check:       checkNorm,
+		check:       cNorm,
 		run:         runLayernorm,
 	})
 	d = append(d, &opDef{
@@ -148,7 +148,7 @@ func buildDefs() []*opDef {
 			bufT("y", "out", "rows*cols values"), u32("rows"), u32("cols"), f32("eps"),
 		},
 		constraints: []string{"y is exactly x (in place) or does not overlap it; y does not overlap gamma."},
-		check:       checkNorm,
+		check:       cNorm,
 		run:         runRmsnorm,
 	})
 	d = append(d, &opDef{
@@ -159,7 +159,7 @@ func buildDefs() []*opDef {
 			u32("d0"), u32("d1"), u32("d2"), u32("d3"), u32("p0"), u32("p1"), u32("p2"), u32("p3"),
 		},
 		constraints: []string{"p is a permutation of 0..3; y does not overlap x."},
-		check:       checkTranspose,
+		check:       cTranspose,
 		run:         runTranspose,
 	})
 	d = append(d, &opDef{
@@ -177,7 +177,7 @@ func buildDefs() []*opDef {
 			"beta = 0: C is not read (NaN or Inf in C do not propagate).",
 			"C overlaps neither A nor B; with batch > 1, strideC ≥ M*N.",
 		},
-		check: checkGemm,
+		check: cGemm,
 		run:   runGemm,
 	})
 	d = append(d, &opDef{
@@ -188,7 +188,7 @@ func buildDefs() []*opDef {
 			bufOf("out", "f32", "out", "n*cols values"), u32("rows"), u32("cols"),
 		},
 		constraints: []string{"out overlaps neither table nor idx."},
-		check:       checkGather,
+		check:       cGather,
 		run:         runGather,
 	})
 	d = append(d, &opDef{
@@ -206,7 +206,7 @@ func buildDefs() []*opDef {
 			"P = (H + 2·ph - dh·(R-1) - 1)/sh + 1 and Q likewise are both ≥ 1.",
 			"y overlaps none of x, w and bias.",
 		},
-		check: checkConv,
+		check: cConv,
 		run:   runConv,
 	})
 	for _, p := range []struct{ name, doc string }{
@@ -225,7 +225,7 @@ func buildDefs() []*opDef {
 				"P = (H + 2·ph - R)/sh + 1 and Q likewise are both ≥ 1.",
 				"y does not overlap x.",
 			},
-			check: checkPool,
+			check: cPool,
 			run:   runPool,
 		})
 	}
@@ -237,10 +237,58 @@ func buildDefs() []*opDef {
 			u32("from"), u32("to"),
 		},
 		constraints: []string{"from and to are 0 to 3; y is exactly x (same value size) or does not overlap it."},
-		check:       checkCast,
+		check:       cCast,
 		run:         runCast,
 	})
 	return d
+}
+
+// checker names an op's check function. Validate calls them through a
+// switch (checkOp), not through a func value, so that the launch being
+// checked, and the caller's argument slice, stay on the stack: a submit
+// allocates nothing to be checked.
+type checker uint8
+
+const (
+	cUnary checker = iota + 1
+	cBinary
+	cReduce
+	cSoftmax
+	cNorm
+	cTranspose
+	cGemm
+	cGather
+	cConv
+	cPool
+	cCast
+)
+
+func (l *launch) checkOp() error {
+	switch l.k.def.check {
+	case cUnary:
+		return checkUnary(l)
+	case cBinary:
+		return checkBinary(l)
+	case cReduce:
+		return checkReduce(l)
+	case cSoftmax:
+		return checkSoftmax(l)
+	case cNorm:
+		return checkNorm(l)
+	case cTranspose:
+		return checkTranspose(l)
+	case cGemm:
+		return checkGemm(l)
+	case cGather:
+		return checkGather(l)
+	case cConv:
+		return checkConv(l)
+	case cPool:
+		return checkPool(l)
+	case cCast:
+		return checkCast(l)
+	}
+	panic("ops: " + l.k.Name + " has no check")
 }
 
 func checkUnary(l *launch) error {
