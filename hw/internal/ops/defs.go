@@ -302,11 +302,20 @@ func checkUnary(l *launch) error {
 	return l.inPlace("y", "x")
 }
 
+// names4 are the names of the 4-dim scalars (written out: building them
+// would allocate on every launch).
+var names4 = map[string][4]string{
+	"a": {"a0", "a1", "a2", "a3"},
+	"b": {"b0", "b1", "b2", "b3"},
+	"d": {"d0", "d1", "d2", "d3"},
+	"p": {"p0", "p1", "p2", "p3"},
+}
+
 // shape4 reads the 4 dims called prefix0..prefix3.
 func (l *launch) shape4(prefix string) ([4]uint64, error) {
 	var s [4]uint64
 	for i := range s {
-		v, err := l.dim(prefix + itoa(uint64(i)))
+		v, err := l.dim(names4[prefix][i])
 		if err != nil {
 			return s, err
 		}
@@ -374,7 +383,8 @@ func checkBinary(l *launch) error {
 }
 
 func checkReduce(l *launch) error {
-	d, err := l.dims("outer", "n", "inner")
+	da, err := l.dims("outer", "n", "inner")
+	d := da[:3]
 	if err != nil {
 		return err
 	}
@@ -393,7 +403,8 @@ func checkReduce(l *launch) error {
 }
 
 func (l *launch) rowsCols() (rows, cols uint64, err error) {
-	d, err := l.dims("rows", "cols")
+	da, err := l.dims("rows", "cols")
+	d := da[:2]
 	if err != nil {
 		return 0, 0, err
 	}
@@ -445,9 +456,9 @@ func checkTranspose(l *launch) error {
 	}
 	var seen [4]bool
 	for i := range 4 {
-		p := l.scalar("p" + itoa(uint64(i)))
+		p := l.scalar(names4["p"][i])
 		if p > 3 || seen[p] {
-			return l.errf("p"+itoa(uint64(i)), "p0..p3 = %d %d %d %d is not a permutation of 0..3",
+			return l.errf(names4["p"][i], "p0..p3 = %d %d %d %d is not a permutation of 0..3",
 				l.scalar("p0"), l.scalar("p1"), l.scalar("p2"), l.scalar("p3"))
 		}
 		seen[p] = true
@@ -478,7 +489,8 @@ func (l *launch) extent(expr string, batch, stride, size uint64) (uint64, error)
 }
 
 func checkGemm(l *launch) error {
-	d, err := l.dims("M", "N", "K", "batch")
+	da, err := l.dims("M", "N", "K", "batch")
+	d := da[:4]
 	if err != nil {
 		return err
 	}
@@ -516,7 +528,8 @@ func checkGemm(l *launch) error {
 }
 
 func checkGather(l *launch) error {
-	d, err := l.dims("rows", "cols")
+	da, err := l.dims("rows", "cols")
+	d := da[:2]
 	if err != nil {
 		return err
 	}
@@ -576,7 +589,8 @@ func (l *launch) geometry(h, w, r, s uint64, withDil bool) (p, q uint64, err err
 }
 
 func checkConv(l *launch) error {
-	d, err := l.dims("N", "C", "H", "W", "K", "R", "S", "groups")
+	da, err := l.dims("N", "C", "H", "W", "K", "R", "S", "groups")
+	d := da[:8]
 	if err != nil {
 		return err
 	}
@@ -616,7 +630,8 @@ func checkConv(l *launch) error {
 }
 
 func checkPool(l *launch) error {
-	d, err := l.dims("N", "C", "H", "W", "R", "S")
+	da, err := l.dims("N", "C", "H", "W", "R", "S")
+	d := da[:6]
 	if err != nil {
 		return err
 	}
