@@ -52,7 +52,7 @@ func (l *launch) validate() error {
 			}
 		}
 	}
-	return l.k.def.check(l)
+	return l.checkOp()
 }
 
 func typeSize(t string) int {
@@ -101,13 +101,13 @@ func (l *launch) dim(name string) (uint64, error) {
 	return v, nil
 }
 
-// dims checks several dimensions in order.
-func (l *launch) dims(names ...string) ([]uint64, error) {
-	vs := make([]uint64, len(names))
+// dims checks up to 8 dimensions in order; the first len(names) values
+// of the result are theirs.
+func (l *launch) dims(names ...string) (vs [8]uint64, err error) {
 	for i, n := range names {
 		v, err := l.dim(n)
 		if err != nil {
-			return nil, err
+			return vs, err
 		}
 		vs[i] = v
 	}

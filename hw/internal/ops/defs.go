@@ -47,7 +47,7 @@ func buildDefs() []*opDef {
 			name: u.name, doc: u.doc, half: true, tier: tier, exact: exact,
 			args:        []ArgInfo{bufT("x", "in", "n ≥ 1 values"), bufT("y", "out", "len(x) values")},
 			constraints: []string{"y is exactly x (in place) or does not overlap it."},
-			check:       checkUnary,
+			check:       cUnary,
 			run:         func(l *launch) { runUnary(l, f) },
 		})
 	}
@@ -56,7 +56,7 @@ func buildDefs() []*opDef {
 		tier: TierExact, exact: exactElem,
 		args:        []ArgInfo{bufT("x", "in", "n ≥ 1 values"), bufT("y", "out", "len(x) values"), f32("a"), f32("b")},
 		constraints: []string{"y is exactly x (in place) or does not overlap it."},
-		check:       checkUnary,
+		check:       cUnary,
 		run:         runAffine,
 	})
 	for _, b := range []struct{ name, doc string }{
@@ -79,7 +79,7 @@ func buildDefs() []*opDef {
 				"The dims of a and b, padded with leading 1s, are each 1 to 2^31-1; per dim they are equal or one of them is 1; c has the larger.",
 				"c is exactly a (or b) when that operand has c's shape, or overlaps neither.",
 			},
-			check: checkBinary,
+			check: cBinary,
 			run:   func(l *launch) { runBinary(l, f) },
 		})
 	}
@@ -92,7 +92,7 @@ func buildDefs() []*opDef {
 			name: r.name, doc: r.doc, half: true, tier: TierExact, exact: exactReduce,
 			args:        []ArgInfo{bufT("x", "in", "outer*n*inner values"), bufT("y", "out", "outer*inner values"), u32("outer"), u32("n"), u32("inner")},
 			constraints: []string{"y does not overlap x."},
-			check:       checkReduce,
+			check:       cReduce,
 			run:         runReduce,
 		})
 	}
@@ -101,7 +101,7 @@ func buildDefs() []*opDef {
 		half: true, tier: TierExact, exact: "Exact: an order-independent definition, bit-identical on every backend.",
 		args:        []ArgInfo{bufT("x", "in", "outer*n*inner values"), bufOf("y", "i32", "out", "outer*inner values"), u32("outer"), u32("n"), u32("inner")},
 		constraints: []string{"y does not overlap x."},
-		check:       checkReduce,
+		check:       cReduce,
 		run:         runArgmax,
 	})
 	const softmaxSim = "Bounded: the row max is exact (the fixed reduction order); on the simulator and the emulator the rest is float64 rounded once (at most 1 ulp); on CUDA "
@@ -123,7 +123,7 @@ func buildDefs() []*opDef {
 				"causal = 0: no mask; causal = Sq with 1 ≤ Sq ≤ cols: row r is query q = r mod Sq and columns j > q + (cols - Sq) are masked.",
 				"y is exactly x (in place) or does not overlap it.",
 			},
-			check: checkSoftmax,
+			check: cSoftmax,
 			run:   runSoftmax,
 		})
 	}
@@ -136,7 +136,7 @@ func buildDefs() []*opDef {
 			bufT("y", "out", "rows*cols values"), u32("rows"), u32("cols"), f32("eps"),
 		},
 		constraints: []string{"y is exactly x (in place) or does not overlap it; y overlaps neither gamma nor beta."},
-		check:       checkNorm,
+		check:       cNorm,
 		run:         runLayernorm,
 	})
 	d = append(d, &opDef{
@@ -148,7 +148,7 @@ func buildDefs() []*opDef {
 			bufT("y", "out", "rows*cols values"), u32("rows"), u32("cols"), f32("eps"),
 		},
 		constraints: []string{"y is exactly x (in place) or does not overlap it; y does not overlap gamma."},
-		check:       checkNorm,
+		check:       cNorm,
 		run:         runRmsnorm,
 	})
 	d = append(d, &opDef{
@@ -159,7 +159,7 @@ func buildDefs() []*opDef {
 			u32("d0"), u32("d1"), u32("d2"), u32("d3"), u32("p0"), u32("p1"), u32("p2"), u32("p3"),
 		},
 		constraints: []string{"p is a permutation of 0..3; y does not overlap x."},
-		check:       checkTranspose,
+		check:       cTranspose,
 		run:         runTranspose,
 	})
 	d = append(d, &opDef{
@@ -177,7 +177,7 @@ func buildDefs() []*opDef {
 			"beta = 0: C is not read (NaN or Inf in C do not propagate).",
 			"C overlaps neither A nor B; with batch > 1, strideC ≥ M*N.",
 		},
-		check: checkGemm,
+		check: cGemm,
 		run:   runGemm,
 	})
 	d = append(d, &opDef{
@@ -188,7 +188,7 @@ func buildDefs() []*opDef {
 			bufOf("out", "f32", "out", "n*cols values"), u32("rows"), u32("cols"),
 		},
 		constraints: []string{"out overlaps neither table nor idx."},
-		check:       checkGather,
+		check:       cGather,
 		run:         runGather,
 	})
 	d = append(d, &opDef{
@@ -206,7 +206,7 @@ func buildDefs() []*opDef {
 			"P = (H + 2·ph - dh·(R-1) - 1)/sh + 1 and Q likewise are both ≥ 1.",
 			"y overlaps none of x, w and bias.",
 		},
-		check: checkConv,
+		check: cConv,
 		run:   runConv,
 	})
 	for _, p := range []struct{ name, doc string }{
@@ -225,7 +225,7 @@ func buildDefs() []*opDef {
 				"P = (H + 2·ph - R)/sh + 1 and Q likewise are both ≥ 1.",
 				"y does not overlap x.",
 			},
-			check: checkPool,
+			check: cPool,
 			run:   runPool,
 		})
 	}
@@ -237,10 +237,58 @@ func buildDefs() []*opDef {
 			u32("from"), u32("to"),
 		},
 		constraints: []string{"from and to are 0 to 3; y is exactly x (same value size) or does not overlap it."},
-		check:       checkCast,
+		check:       cCast,
 		run:         runCast,
 	})
 	return d
+}
+
+// checker names an op's check function. Validate calls them through a
+// switch (checkOp), not through a func value, so that the launch being
+// checked, and the caller's argument slice, stay on the stack: a submit
+// allocates nothing to be checked.
+type checker uint8
+
+const (
+	cUnary checker = iota + 1
+	cBinary
+	cReduce
+	cSoftmax
+	cNorm
+	cTranspose
+	cGemm
+	cGather
+	cConv
+	cPool
+	cCast
+)
+
+func (l *launch) checkOp() error {
+	switch l.k.def.check {
+	case cUnary:
+		return checkUnary(l)
+	case cBinary:
+		return checkBinary(l)
+	case cReduce:
+		return checkReduce(l)
+	case cSoftmax:
+		return checkSoftmax(l)
+	case cNorm:
+		return checkNorm(l)
+	case cTranspose:
+		return checkTranspose(l)
+	case cGemm:
+		return checkGemm(l)
+	case cGather:
+		return checkGather(l)
+	case cConv:
+		return checkConv(l)
+	case cPool:
+		return checkPool(l)
+	case cCast:
+		return checkCast(l)
+	}
+	panic("ops: " + l.k.Name + " has no check")
 }
 
 func checkUnary(l *launch) error {
@@ -254,11 +302,20 @@ func checkUnary(l *launch) error {
 	return l.inPlace("y", "x")
 }
 
+// names4 are the names of the 4-dim scalars (written out: building them
+// would allocate on every launch).
+var names4 = map[string][4]string{
+	"a": {"a0", "a1", "a2", "a3"},
+	"b": {"b0", "b1", "b2", "b3"},
+	"d": {"d0", "d1", "d2", "d3"},
+	"p": {"p0", "p1", "p2", "p3"},
+}
+
 // shape4 reads the 4 dims called prefix0..prefix3.
 func (l *launch) shape4(prefix string) ([4]uint64, error) {
 	var s [4]uint64
 	for i := range s {
-		v, err := l.dim(prefix + itoa(uint64(i)))
+		v, err := l.dim(names4[prefix][i])
 		if err != nil {
 			return s, err
 		}
@@ -326,7 +383,8 @@ func checkBinary(l *launch) error {
 }
 
 func checkReduce(l *launch) error {
-	d, err := l.dims("outer", "n", "inner")
+	da, err := l.dims("outer", "n", "inner")
+	d := da[:3]
 	if err != nil {
 		return err
 	}
@@ -345,7 +403,8 @@ func checkReduce(l *launch) error {
 }
 
 func (l *launch) rowsCols() (rows, cols uint64, err error) {
-	d, err := l.dims("rows", "cols")
+	da, err := l.dims("rows", "cols")
+	d := da[:2]
 	if err != nil {
 		return 0, 0, err
 	}
@@ -397,9 +456,9 @@ func checkTranspose(l *launch) error {
 	}
 	var seen [4]bool
 	for i := range 4 {
-		p := l.scalar("p" + itoa(uint64(i)))
+		p := l.scalar(names4["p"][i])
 		if p > 3 || seen[p] {
-			return l.errf("p"+itoa(uint64(i)), "p0..p3 = %d %d %d %d is not a permutation of 0..3",
+			return l.errf(names4["p"][i], "p0..p3 = %d %d %d %d is not a permutation of 0..3",
 				l.scalar("p0"), l.scalar("p1"), l.scalar("p2"), l.scalar("p3"))
 		}
 		seen[p] = true
@@ -430,7 +489,8 @@ func (l *launch) extent(expr string, batch, stride, size uint64) (uint64, error)
 }
 
 func checkGemm(l *launch) error {
-	d, err := l.dims("M", "N", "K", "batch")
+	da, err := l.dims("M", "N", "K", "batch")
+	d := da[:4]
 	if err != nil {
 		return err
 	}
@@ -468,7 +528,8 @@ func checkGemm(l *launch) error {
 }
 
 func checkGather(l *launch) error {
-	d, err := l.dims("rows", "cols")
+	da, err := l.dims("rows", "cols")
+	d := da[:2]
 	if err != nil {
 		return err
 	}
@@ -528,7 +589,8 @@ func (l *launch) geometry(h, w, r, s uint64, withDil bool) (p, q uint64, err err
 }
 
 func checkConv(l *launch) error {
-	d, err := l.dims("N", "C", "H", "W", "K", "R", "S", "groups")
+	da, err := l.dims("N", "C", "H", "W", "K", "R", "S", "groups")
+	d := da[:8]
 	if err != nil {
 		return err
 	}
@@ -568,7 +630,8 @@ func checkConv(l *launch) error {
 }
 
 func checkPool(l *launch) error {
-	d, err := l.dims("N", "C", "H", "W", "R", "S")
+	da, err := l.dims("N", "C", "H", "W", "R", "S")
+	d := da[:6]
 	if err != nil {
 		return err
 	}

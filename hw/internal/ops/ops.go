@@ -250,7 +250,7 @@ type opDef struct {
 	// args: "T" as a buffer type stands for the storage type.
 	args        []ArgInfo
 	constraints []string
-	check       func(l *launch) error
+	check       checker
 	run         func(l *launch)
 }
 

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -156,6 +157,21 @@ func TestNumbersHaveSeparators(t *testing.T) {
 	for v, want := range map[uint64]string{0: "0", 999: "999", 1000: "1,000", 4097: "4,097", 2147483647: "2,147,483,647", 100000: "100,000"} {
 		if got := num(v); got != want {
 			t.Errorf("num(%d) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+// Validating a valid launch allocates nothing (backends validate on every
+// submit).
+func TestValidateAllocatesNothing(t *testing.T) {
+	for _, name := range []string{"softmax", "gemm.bf16", "conv2d", "add"} {
+		k, _ := Lookup(name)
+		args := validLaunch(rand.New(rand.NewPCG(1, 2)), k)
+		if err := k.Validate(args); err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = k.Validate(args) }); n != 0 {
+			t.Errorf("%s: Validate allocates %v times", name, n)
 		}
 	}
 }
