@@ -442,8 +442,7 @@ func checkRange(i int, off, length, size int) error {
 }
 
 // resolveArgs validates cmd's arguments against k and d, and converts
-// them. It allocates nothing on success for the module's own kernels (op
-// programs: see resolveOpArgs).
+// them. It allocates nothing on success.
 func (d *Device) resolveArgs(k *kernel, args []hw.Arg, out *[hw.MaxArgs]resolved) error {
 	if k.op != nil {
 		return d.resolveOpArgs(k, args, out)

@@ -3,7 +3,6 @@ package cuda
 import (
 	"math"
 	"strings"
-	"sync"
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
@@ -149,16 +148,10 @@ func opInfo(k *ops.Kernel) hw.KernelInfo {
 	return ki
 }
 
-// opArgPool holds the library's view of a launch's arguments: Validate
-// keeps its slice past the call's stack frame, so a local array would
-// escape (one allocation per Submit).
-var opArgPool = sync.Pool{New: func() any { return new([hw.MaxArgs]ops.Arg) }}
-
 // resolveOpArgs resolves an op program's arguments (device ownership and
 // ranges) and validates them with the library's rules.
 func (d *Device) resolveOpArgs(k *kernel, args []hw.Arg, res *[hw.MaxArgs]resolved) error {
-	oa := opArgPool.Get().(*[hw.MaxArgs]ops.Arg)
-	defer opArgPool.Put(oa)
+	var oa [hw.MaxArgs]ops.Arg // stays on the stack: Validate keeps no reference
 	for i, a := range args {
 		r := &res[i]
 		*r = resolved{}

@@ -430,3 +430,39 @@ func TestFastGemmFailure(t *testing.T) {
 		t.Fatalf("device lost: %v", d.Err())
 	}
 }
+
+// TestOpSubmitAllocatesNothing: validating and packing an op launch
+// allocates nothing (the library's validation does not either).
+func TestOpSubmitAllocatesNothing(t *testing.T) {
+	p, _ := newFakePlatform(t, 1)
+	d := p.devices[0]
+	x, err := d.Alloc(4*64, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Free()
+	u := func(v uint64) hw.Arg { return hw.Uint(v) }
+	for _, c := range []struct {
+		name string
+		args []hw.Arg
+	}{
+		{"exp", []hw.Arg{hw.BufferArg(x, 0, 128), hw.BufferArg(x, 128, 128)}},
+		{"softmax.bf16", []hw.Arg{hw.BufferArg(x, 0, 64), hw.BufferArg(x, 64, 64), u(4), u(8), u(2)}},
+		{"add", []hw.Arg{hw.BufferArg(x, 0, 32), hw.BufferArg(x, 32, 16), hw.BufferArg(x, 64, 32), u(1), u(1), u(2), u(4), u(1), u(1), u(1), u(4)}},
+		{"gemm.fast", []hw.Arg{hw.BufferArg(x, 0, 64), hw.BufferArg(x, 64, 64), hw.BufferArg(x, 128, 64),
+			u(4), u(4), u(4), u(0), u(0), hw.Float32(1), hw.Float32(0), u(1), u(0), u(0), u(0)}},
+	} {
+		pr, err := d.Prepare(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := &hw.Command{Program: pr, Args: c.args}
+		var l launch
+		if err := d.prepareLaunch(cmd, &l); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if n := testing.AllocsPerRun(100, func() { d.prepareLaunch(cmd, &l) }); n != 0 {
+			t.Errorf("%s: %.0f allocations per launch validated", c.name, n)
+		}
+	}
+}

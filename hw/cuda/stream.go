@@ -237,8 +237,7 @@ func (s *Stream) Device() hw.Device { return s.dev }
 
 // Submit validates cmd (program of this device, argument kinds, buffer
 // ownership and ranges, sizes implied by scalars, alignment) and enqueues
-// the launch. It allocates nothing for the module's own kernels; the op
-// library's validation allocates a little (2 allocations for softmax).
+// the launch. It allocates nothing.
 //
 // # Errors
 //
