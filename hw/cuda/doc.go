@@ -47,7 +47,10 @@
 // [errdefs.ErrInvalidArgument] error naming the argument. The element counts
 // the kernels need are appended by the host. All are one-dimensional
 // grid-stride loops: a non-zero Command.Grid[0] is the thread count (y and
-// z are ignored), a zero Grid covers the element count.
+// z are ignored), a zero Grid covers the element count. (The op library's
+// reductions, softmax, norms and gemm run a block of 256 threads per row,
+// output or 64×64 tile, blocks striding over them: a zero Grid gives one
+// block to each, up to 65,536 blocks; Grid[0] still counts threads.)
 //
 //	noop                        does nothing; takes and ignores any arguments
 //	fill    (buf, value f32)    buf[i] = value
