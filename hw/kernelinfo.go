@@ -21,6 +21,14 @@ type KernelInfo struct {
 	// Constraints are the further rules a launch is checked against
 	// (overlaps, bounds), one short sentence each.
 	Constraints []string
+	// Tier is the op library's exactness tier: "exact" (bit-identical on
+	// every backend, NaN payloads excepted), "bounded" (within a stated
+	// error of the float64 result) or "fast" (within a stated relative
+	// error; cuBLAS on CUDA). Empty for the kernels outside the op
+	// library, which are exact float32 arithmetic in a fixed order.
+	Tier string
+	// Exactness states the tier's guarantee for this kernel, one sentence.
+	Exactness string
 }
 
 // KernelArg describes one argument of a kernel.
@@ -28,8 +36,11 @@ type KernelArg struct {
 	Name string
 	// Kind is "buffer" (a buffer range) or "scalar".
 	Kind string
-	// Type is the element type: "f32" (native-order float32 values, 4-byte
-	// aligned), "bytes", "u32" (a scalar below 2^32) or "u64".
+	// Type is the element type: for a buffer "f32" (native-order float32
+	// values, 4-byte aligned), "f16" or "bf16" (2-byte halves, 2-byte
+	// aligned), "i32" (int32 values, 4-byte aligned) or "bytes"; for a
+	// scalar "f32" (IEEE bits in the low 32 bits), "u32" (below 2^32) or
+	// "u64".
 	Type string
 	// Dir is "in", "out" or "inout" (scalars are "in").
 	Dir string
@@ -61,6 +72,14 @@ func (k KernelInfo) Check() error {
 	if k.Name == "" || k.Doc == "" || strings.Contains(k.Doc, "\n") {
 		return fmt.Errorf("kernel %q: want a name and a one-line description", k.Name)
 	}
+	switch k.Tier {
+	case "", "exact", "bounded", "fast":
+	default:
+		return fmt.Errorf("kernel %q: unknown tier %q", k.Name, k.Tier)
+	}
+	if (k.Tier == "") != (k.Exactness == "") {
+		return fmt.Errorf("kernel %q: a tier needs its exactness statement, and the other way round", k.Name)
+	}
 	if k.Variadic && len(k.Args) > 0 {
 		return fmt.Errorf("kernel %q: variadic with arguments", k.Name)
 	}
@@ -68,7 +87,7 @@ func (k KernelInfo) Check() error {
 		ok := a.Name != ""
 		switch a.Kind {
 		case KindBuffer:
-			ok = ok && (a.Type == "f32" || a.Type == "bytes") && (a.Dir == "in" || a.Dir == "out" || a.Dir == "inout")
+			ok = ok && (a.Type == "f32" || a.Type == "f16" || a.Type == "bf16" || a.Type == "i32" || a.Type == "bytes") && (a.Dir == "in" || a.Dir == "out" || a.Dir == "inout")
 		case KindScalar:
 			ok = ok && (a.Type == "f32" || a.Type == "u32" || a.Type == "u64") && a.Dir == "in" && a.Len == ""
 		default:

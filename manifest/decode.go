@@ -1205,17 +1205,25 @@ func programNames(dev *Device) (names []string, ok bool) {
 	return nil, false
 }
 
+// maxListedPrograms is the most program names an unknown-program error
+// lists; a backend with more (the op library's) is named by its count.
+const maxListedPrograms = 16
+
 // noProgram reports a program name that dev's backend does not have,
-// suggesting a close one, or else listing them.
+// suggesting a close one, or else listing them (or, when there are more
+// than maxListedPrograms, counting them).
 func (d *decoder) noProgram(p keyPath, name string, dev *Device, known []string) {
 	on := "backend " + string(dev.Backend)
 	if dev.Backend == BackendCUDA && dev.Engine == hw.EngineCPU {
 		on = "the cuda host device (engine cpu)"
 	}
 	msg := fmt.Sprintf("no program %q on %s", name, on)
-	if s := suggest(name, known); s != "" {
+	switch s := suggest(name, known); {
+	case s != "":
 		msg += fmt.Sprintf(" (did you mean %q?)", s)
-	} else {
+	case len(known) > maxListedPrograms:
+		msg += fmt.Sprintf(" (it has %d programs: `stagehost kernels` lists them)", len(known))
+	default:
 		msg += fmt.Sprintf(" (it has %s)", strings.Join(known, ", "))
 	}
 	d.errorf(p, "%s", msg)

@@ -8,6 +8,7 @@
 #		CGO_ENABLED=0 go test -c -o .carry/$(basename $p).test ./$p
 #	done
 #	CGO_ENABLED=0 go build -o .carry/stagehost ./cmd/stagehost
+#	CGO_ENABLED=0 go build -o .carry/opsbench ./bench/cuda/ops
 #
 # Then, on the GPU machine, from the repository root:
 #
@@ -21,8 +22,10 @@
 # benchmarks COUNT (default 5) times: noop launches from C (launch.c),
 # from Go through hw/cuda and from a Wasm stage through the ABI, batches
 # and graphs of 64 noops, the resident start-up latency, the MLP stage on
-# sim and cuda0; and (4) prints a table of medians and ratios last. Logs
-# land in $OUT (PACK=1: packed into $OUT/logs.tar.gz, beside summary.txt).
+# sim and cuda0, and the op library (bench/cuda/ops against cuBLAS from C,
+# bench/cuda/gemm_cublas.c); and (4) prints a table of medians and ratios
+# last. Logs land in $OUT (PACK=1: packed into $OUT/logs.tar.gz, beside
+# summary.txt).
 set -u
 OUT=${OUT:-/tmp/gpu-run}
 COUNT=${COUNT:-5}
@@ -86,10 +89,27 @@ else
 	status=1
 fi
 gotest cuda . bench-cuda.log 120 -test.run '^$' -test.bench 'LaunchNoop|LaunchSync|GraphNoop|BatchNoop64' -test.count "$COUNT" -test.benchtime 1s
-gotest wasmlaunch bench/cuda/wasmlaunch bench-wasmlaunch.log 60 -test.run '^$' -test.bench . -test.count "$COUNT" -test.benchtime 1s
+gotest wasmlaunch bench/cuda/wasmlaunch bench-wasmlaunch.log 60 -test.run '^$' -test.bench Noop -test.count "$COUNT" -test.benchtime 1s
 gotest sessions . bench-sessions.log 60 -test.run '^$' -test.bench CUDAResidentStartup -test.count "$COUNT" -test.benchtime 300x
 gotest wasm examples/wasm bench-wasm.log 60 -test.run '^$' -test.bench MLPStageBackends -test.count "$COUNT" -test.benchtime 1s
 cat "$OUT"/bench-*.log | grep -E '^(Benchmark|c_|device)'
+
+echo "== op library: gemm 4096³ and 256 MiB row ops, against cuBLAS from C and a device-to-device copy"
+# The C reference needs the toolkit's libraries on the loader's path (the
+# Go backend searches the toolkit's directories itself).
+if (export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+	nvcc -O2 -o /tmp/gemm_cublas bench/cuda/gemm_cublas.c -lcublas && timeout 60 /tmp/gemm_cublas 4096 20) >"$OUT/ops-ref.txt" 2>&1; then
+	cat "$OUT/ops-ref.txt"
+else
+	status=1
+fi
+if [ -x "$C/opsbench" ]; then
+	timeout 120 "$C/opsbench" -reps 20 -exact-reps 3 -ref "$OUT/ops-ref.txt" >"$OUT/ops-bench.txt" 2>&1 || status=1
+	cat "$OUT/ops-bench.txt"
+fi
+gotest cuda . bench-ops.log 120 -test.run '^$' -test.bench BenchmarkGPUOps -test.count 1 -test.benchtime 20x
+gotest wasmlaunch bench/cuda/wasmlaunch bench-wasmgemm.log 90 -test.run '^$' -test.bench WasmGemm -test.count 1 -test.benchtime 5x
+grep -h Benchmark "$OUT/bench-ops.log" "$OUT/bench-wasmgemm.log"
 
 # med FILE BENCH UNIT: the median of UNIT over BENCH's lines in FILE.
 med() {
@@ -134,6 +154,7 @@ mcuda=$(med bench-wasm.log BenchmarkMLPStageBackends/cuda ns/classification)
 	printf '%-58s %10s %8s %s\n' "MLP stage end to end, sim" "$msim" "" ""
 	printf '%-58s %10s %8s %s\n' "MLP stage end to end, cuda0" "$mcuda" "$(ratio "$mcuda" "$msim")" "(ratio cuda/sim)"
 	echo "tests: $(cat "$OUT"/test-*.log | grep -c -- '--- PASS') passed, $(cat "$OUT"/test-*.log | grep -c -- '--- FAIL') failed, $(cat "$OUT"/test-*.log | grep -c -- '--- SKIP') skipped; exit status $status"
+	[ -f "$OUT/ops-bench.txt" ] && cat "$OUT/ops-bench.txt"
 } >"$OUT/summary.txt"
 cat "$OUT/summary.txt"
 if [ "${PACK:-0}" = 1 ]; then

@@ -15,8 +15,11 @@ import (
 func init() { commands["kernels"] = true }
 
 // emuKernels are the built-in kernels of the guest SDK's emulator
-// (guest-sdk/emu, a module the host does not import). A test in that
-// module checks this column of docs/kernels.md against emu.Builtins.
+// (guest-sdk/emu, a module the host does not import) outside the op
+// library; the emulator also has every program of the op library (the sim
+// kernels described with an exactness tier), through its generated copy.
+// A test in that module checks this column of docs/kernels.md against
+// emu.Builtins.
 var emuKernels = []string{"argmax", "bias", "copy", "fill", "matmul", "mlp_forward", "noop", "relu", "saxpy"}
 
 // cmdKernels prints the kernel reference.
@@ -32,7 +35,7 @@ func cmdKernels(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KERNEL\tBACKENDS\tARGUMENTS")
+	fmt.Fprintln(tw, "KERNEL\tBACKENDS\tTIER\tARGUMENTS")
 	for _, r := range kernelRows() {
 		sig := "..."
 		if r.info != nil && !r.info.Variadic && len(r.info.Args) == 0 {
@@ -46,7 +49,11 @@ func cmdKernels(args []string, stdout, stderr io.Writer) int {
 		} else if r.info == nil {
 			sig = "(not described)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.name, strings.Join(r.backends(), ","), sig)
+		tier := "-"
+		if r.info != nil && r.info.Tier != "" {
+			tier = r.info.Tier
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.name, strings.Join(r.backends(), ","), tier, sig)
 	}
 	tw.Flush()
 	return exitOK
@@ -98,6 +105,9 @@ func kernelRows() []kernelRow {
 	for _, k := range sim.KernelInfos() {
 		r := row(k.Name)
 		r.info, r.simBare = &k, false
+		if k.Tier != "" {
+			r.emu = true // the op library
+		}
 	}
 	for _, k := range cuda.KernelInfos() {
 		r := row(k.Name)
@@ -139,9 +149,26 @@ buffer (offset and length); ` + "`f32`" + ` ranges hold native-order float32
 values, 4-byte aligned and a whole number of them; ` + "`bytes`" + ` ranges any
 bytes. Matrices are row-major. A scalar ` + "`u32`" + ` must be below 2^32; an ` + "`f32`" + `
 scalar is the float32 bits in the low 32 bits. A launch whose arguments
-do not fit fails with InvalidArgument (at submit on cuda, when the kernel
-runs on sim). Arithmetic is float32 in a fixed order, never fused, so sim
+do not fit fails with InvalidArgument (at submit on cuda, and on sim and
+emu for the op library's programs; when the kernel runs for the other sim
+kernels). Arithmetic is float32 in a fixed order, never fused, so sim
 and cuda results are bit-identical.
+
+The op library (the kernels with a tier below) names a program ` + "`OP`" + ` for
+float32 storage, ` + "`OP.f16`" + ` or ` + "`OP.bf16`" + ` for half storage (each value
+converted to float32, computed in float32, rounded back once to the
+storage type, to nearest even) and ` + "`OP.fast`" + ` (` + "`gemm.fast`" + `,
+` + "`gemm.bf16.fast`" + `, ` + "`conv2d.fast`" + `) for the fast tier. ` + "`f16`" + ` and ` + "`bf16`" + `
+ranges hold 2-byte halves, 2-byte aligned; ` + "`i32`" + ` ranges native-order int32.
+Tiers: **exact**, bit-identical on sim, cuda and emu (NaN payloads
+excepted); **bounded**, within the stated error of the float64 result;
+**fast**, within the stated relative error (cuBLAS on cuda, the exact
+implementation on sim and emu). Every reduction uses one fixed order:
+lane t of 256 starts from the identity (0, or -Inf for a max) and
+accumulates elements t, t+256, … in order; then for s = 128, 64, …, 1,
+p[t] = p[t] + p[t+s] for t < s; the result is p[0]. Every dimension is 1 to
+2^31-1 and every buffer at most 2^31-1 values; outputs never partially
+overlap inputs.
 
 Backends: **sim** is hw/sim, **cuda** hw/cuda, **emu** the guest SDK's
 emulator (guest-sdk/emu), for testing guests without a host.
@@ -155,7 +182,7 @@ emulator (guest-sdk/emu), for testing guests without a host.
 		if r.simBare {
 			s = "yes¹"
 		}
-		fmt.Fprintf(&b, "| [%s](#%s) | %s | %s | %s |\n", r.name, r.name, s, yes(r.cuda), yes(r.emu))
+		fmt.Fprintf(&b, "| [%s](#%s) | %s | %s | %s |\n", r.name, strings.ReplaceAll(r.name, ".", ""), s, yes(r.cuda), yes(r.emu))
 	}
 	b.WriteString("\n¹ On sim, registered by package sessions/exchange without a description; the arguments shown are cuda's where cuda has the kernel.\n")
 	for _, r := range rows {
@@ -188,6 +215,9 @@ emulator (guest-sdk/emu), for testing guests without a host.
 		}
 		if len(r.info.Constraints) > 0 {
 			b.WriteString("\n")
+		}
+		if r.info.Tier != "" {
+			fmt.Fprintf(&b, "Tier: **%s**. %s\n\n", r.info.Tier, r.info.Exactness)
 		}
 		fmt.Fprintf(&b, "Backends: %s.\n", strings.Join(r.backends(), ", "))
 	}

@@ -41,6 +41,8 @@ c_example() { # c_example DIR NAME
 echo "go: $(go version)"
 go_example minimal minimal
 go_example mlp/stage mlp
+go_example transformer/stage transformer
+go_example cnn/stage cnn
 go_example fence fence
 if command -v clang >/dev/null; then
   echo "clang: $(clang --version | head -n1)"
@@ -52,7 +54,7 @@ fi
 
 if $check; then
   status=0
-  for f in minimal/minimal mlp/stage/mlp fence/fence cstage/cstage; do
+  for f in minimal/minimal mlp/stage/mlp transformer/stage/transformer cnn/stage/cnn fence/fence cstage/cstage; do
     if ! cmp -s "$f.wasm" "$out/$(basename "$f").wasm"; then
       echo "$f.wasm differs from a fresh build" >&2
       status=1
@@ -60,4 +62,4 @@ if $check; then
   done
   exit $status
 fi
-ls -l minimal/minimal.wasm mlp/stage/mlp.wasm fence/fence.wasm cstage/cstage.wasm
+ls -l minimal/minimal.wasm mlp/stage/mlp.wasm transformer/stage/transformer.wasm cnn/stage/cnn.wasm fence/fence.wasm cstage/cstage.wasm

@@ -118,6 +118,317 @@ static inline stagehost_arg stagehost_f32(float v) {
 	return stagehost_u32(bits.u);
 }
 
+/* The device op library (docs/kernels.md). A stagehost_tensor is a typed,
+ * row-major view of a buffer range; each stagehost_op_NAME helper fills
+ * args (room for STAGEHOST_MAX_ARGS records) with one launch of the op
+ * NAME and returns the argument count, 0 when the dims cannot be mapped.
+ * Look the program up by the name stagehost_op_name writes ("softmax",
+ * "gemm.bf16", "conv2d.fast"), then stagehost_stream_submit or a batch.
+ * The host checks every launch against its op's contract at submit. */
+#define STAGEHOST_DTYPE_F32 0u
+#define STAGEHOST_DTYPE_F16 1u
+#define STAGEHOST_DTYPE_BF16 2u
+#define STAGEHOST_DTYPE_I32 3u
+
+typedef struct stagehost_tensor {
+	stagehost_handle buffer;
+	uint32_t offset; /* byte offset of the first value */
+	uint32_t dtype;  /* STAGEHOST_DTYPE_* */
+	uint32_t ndims;  /* 0 to 4 (0: no tensor, e.g. conv2d without bias) */
+	uint32_t dims[4];
+} stagehost_tensor;
+
+static inline uint32_t stagehost_dtype_size(uint32_t dtype) {
+	return dtype == STAGEHOST_DTYPE_F16 || dtype == STAGEHOST_DTYPE_BF16 ? 2u : 4u;
+}
+static inline uint32_t stagehost_tensor_len(stagehost_tensor t) {
+	uint32_t n = 1;
+	for (uint32_t i = 0; i < t.ndims; i++) {
+		n *= t.dims[i];
+	}
+	return t.ndims ? n : 0u;
+}
+static inline stagehost_arg stagehost_tensor_arg(stagehost_tensor t) {
+	return stagehost_buf(t.buffer, t.offset, stagehost_tensor_len(t) * stagehost_dtype_size(t.dtype));
+}
+
+/* Writes the program name of op at dtype (fast: the .fast tier) into dst
+ * (at least 32 bytes, NUL-terminated) and returns its length. */
+static inline uint32_t stagehost_op_name(char *dst, const char *op, uint32_t dtype, int fast) {
+	uint32_t n = 0;
+	while (op[n] && n < 20) {
+		dst[n] = op[n];
+		n++;
+	}
+	const char *sfx = dtype == STAGEHOST_DTYPE_F16 ? ".f16" : dtype == STAGEHOST_DTYPE_BF16 ? ".bf16" : "";
+	for (; *sfx; sfx++) {
+		dst[n++] = *sfx;
+	}
+	if (fast) {
+		for (sfx = ".fast"; *sfx; sfx++) {
+			dst[n++] = *sfx;
+		}
+	}
+	dst[n] = 0;
+	return n;
+}
+
+/* Unary ops (exp log tanh sigmoid gelu_tanh gelu_erf silu rsqrt sqrt neg
+ * abs): y may be x. */
+static inline uint32_t stagehost_op_unary(stagehost_arg *args, stagehost_tensor x, stagehost_tensor y) {
+	args[0] = stagehost_tensor_arg(x);
+	args[1] = stagehost_tensor_arg(y);
+	return 2;
+}
+#define stagehost_op_exp stagehost_op_unary
+#define stagehost_op_log stagehost_op_unary
+#define stagehost_op_tanh stagehost_op_unary
+#define stagehost_op_sigmoid stagehost_op_unary
+#define stagehost_op_gelu_tanh stagehost_op_unary
+#define stagehost_op_gelu_erf stagehost_op_unary
+#define stagehost_op_silu stagehost_op_unary
+#define stagehost_op_rsqrt stagehost_op_unary
+#define stagehost_op_sqrt stagehost_op_unary
+#define stagehost_op_neg stagehost_op_unary
+#define stagehost_op_abs stagehost_op_unary
+static inline uint32_t stagehost_op_affine(stagehost_arg *args, stagehost_tensor x, stagehost_tensor y, float a, float b) {
+	stagehost_op_unary(args, x, y);
+	args[2] = stagehost_f32(a);
+	args[3] = stagehost_f32(b);
+	return 4;
+}
+
+static inline int stagehost_dims4_(stagehost_tensor t, uint32_t d[4]) {
+	if (t.ndims > 4) {
+		return 0;
+	}
+	for (uint32_t i = 0; i < 4; i++) {
+		d[i] = 1;
+	}
+	for (uint32_t i = 0; i < t.ndims; i++) {
+		d[4 - t.ndims + i] = t.dims[i];
+	}
+	return 1;
+}
+
+/* Binary ops (add sub mul div max min), NumPy broadcasting: the dims of a
+ * and b are right-aligned; c has the broadcast shape. */
+static inline uint32_t stagehost_op_binary(stagehost_arg *args, stagehost_tensor a, stagehost_tensor b, stagehost_tensor c) {
+	uint32_t da[4], db[4];
+	if (!stagehost_dims4_(a, da) || !stagehost_dims4_(b, db)) {
+		return 0;
+	}
+	args[0] = stagehost_tensor_arg(a);
+	args[1] = stagehost_tensor_arg(b);
+	args[2] = stagehost_tensor_arg(c);
+	for (uint32_t i = 0; i < 4; i++) {
+		args[3 + i] = stagehost_u32(da[i]);
+		args[7 + i] = stagehost_u32(db[i]);
+	}
+	return 11;
+}
+
+#define stagehost_op_add stagehost_op_binary
+#define stagehost_op_sub stagehost_op_binary
+#define stagehost_op_mul stagehost_op_binary
+#define stagehost_op_div stagehost_op_binary
+#define stagehost_op_max stagehost_op_binary
+#define stagehost_op_min stagehost_op_binary
+
+/* Reductions (reduce_sum reduce_mean reduce_max reduce_argmax) along
+ * axis; reduce_argmax's y is i32. */
+static inline uint32_t stagehost_op_reduce(stagehost_arg *args, stagehost_tensor x, stagehost_tensor y, uint32_t axis) {
+	if (axis >= x.ndims) {
+		return 0;
+	}
+	uint32_t outer = 1, inner = 1;
+	for (uint32_t i = 0; i < axis; i++) {
+		outer *= x.dims[i];
+	}
+	for (uint32_t i = axis + 1; i < x.ndims; i++) {
+		inner *= x.dims[i];
+	}
+	args[0] = stagehost_tensor_arg(x);
+	args[1] = stagehost_tensor_arg(y);
+	args[2] = stagehost_u32(outer);
+	args[3] = stagehost_u32(x.dims[axis]);
+	args[4] = stagehost_u32(inner);
+	return 5;
+}
+
+static inline int stagehost_rows_cols_(stagehost_tensor x, uint32_t *rows, uint32_t *cols) {
+	if (x.ndims == 0 || x.ndims > 4) {
+		return 0;
+	}
+	*rows = 1;
+	for (uint32_t i = 0; i + 1 < x.ndims; i++) {
+		*rows *= x.dims[i];
+	}
+	*cols = x.dims[x.ndims - 1];
+	return 1;
+}
+
+/* softmax and log_softmax along the last dim; causal 0 or Sq. */
+static inline uint32_t stagehost_op_softmax(stagehost_arg *args, stagehost_tensor x, stagehost_tensor y, uint32_t causal) {
+	uint32_t rows, cols;
+	if (!stagehost_rows_cols_(x, &rows, &cols)) {
+		return 0;
+	}
+	args[0] = stagehost_tensor_arg(x);
+	args[1] = stagehost_tensor_arg(y);
+	args[2] = stagehost_u32(rows);
+	args[3] = stagehost_u32(cols);
+	args[4] = stagehost_u32(causal);
+	return 5;
+}
+#define stagehost_op_reduce_sum stagehost_op_reduce
+#define stagehost_op_reduce_mean stagehost_op_reduce
+#define stagehost_op_reduce_max stagehost_op_reduce
+#define stagehost_op_reduce_argmax stagehost_op_reduce
+#define stagehost_op_log_softmax stagehost_op_softmax
+
+static inline uint32_t stagehost_op_layernorm(stagehost_arg *args, stagehost_tensor x, stagehost_tensor gamma, stagehost_tensor beta, stagehost_tensor y, float eps) {
+	uint32_t rows, cols;
+	if (!stagehost_rows_cols_(x, &rows, &cols)) {
+		return 0;
+	}
+	args[0] = stagehost_tensor_arg(x);
+	args[1] = stagehost_tensor_arg(gamma);
+	args[2] = stagehost_tensor_arg(beta);
+	args[3] = stagehost_tensor_arg(y);
+	args[4] = stagehost_u32(rows);
+	args[5] = stagehost_u32(cols);
+	args[6] = stagehost_f32(eps);
+	return 7;
+}
+
+static inline uint32_t stagehost_op_rmsnorm(stagehost_arg *args, stagehost_tensor x, stagehost_tensor gamma, stagehost_tensor y, float eps) {
+	uint32_t rows, cols;
+	if (!stagehost_rows_cols_(x, &rows, &cols)) {
+		return 0;
+	}
+	args[0] = stagehost_tensor_arg(x);
+	args[1] = stagehost_tensor_arg(gamma);
+	args[2] = stagehost_tensor_arg(y);
+	args[3] = stagehost_u32(rows);
+	args[4] = stagehost_u32(cols);
+	args[5] = stagehost_f32(eps);
+	return 6;
+}
+
+/* transpose: perm has x.ndims entries; y's dim i is x's dim perm[i]. */
+static inline uint32_t stagehost_op_transpose(stagehost_arg *args, stagehost_tensor x, stagehost_tensor y, const uint32_t *perm) {
+	uint32_t d[4], p[4] = {0, 1, 2, 3}, k = 4 - x.ndims;
+	if (!stagehost_dims4_(x, d)) {
+		return 0;
+	}
+	for (uint32_t i = 0; i < x.ndims; i++) {
+		p[k + i] = perm[i] + k;
+	}
+	args[0] = stagehost_tensor_arg(x);
+	args[1] = stagehost_tensor_arg(y);
+	for (uint32_t i = 0; i < 4; i++) {
+		args[2 + i] = stagehost_u32(d[i]);
+		args[6 + i] = stagehost_u32(p[i]);
+	}
+	return 10;
+}
+
+/* gemm: a, b, c of 2 dims (one matrix) or 3 (a batch; a 2-dim a or b is
+ * used for every matrix, stride 0). M and N from c, K from a. */
+static inline uint32_t stagehost_op_gemm(stagehost_arg *args, stagehost_tensor a, stagehost_tensor b, stagehost_tensor c,
+                                         int trans_a, int trans_b, float alpha, float beta) {
+	if (a.ndims < 2 || a.ndims > 3 || b.ndims < 2 || b.ndims > 3 || c.ndims < 2 || c.ndims > 3) {
+		return 0;
+	}
+	uint32_t ca = a.ndims - 2, cb = b.ndims - 2, cc = c.ndims - 2;
+	uint32_t batch = cc ? c.dims[0] : 1;
+	uint32_t k = trans_a ? a.dims[ca] : a.dims[ca + 1];
+	args[0] = stagehost_tensor_arg(a);
+	args[1] = stagehost_tensor_arg(b);
+	args[2] = stagehost_tensor_arg(c);
+	args[3] = stagehost_u32(c.dims[cc]);
+	args[4] = stagehost_u32(c.dims[cc + 1]);
+	args[5] = stagehost_u32(k);
+	args[6] = stagehost_u32(trans_a ? 1u : 0u);
+	args[7] = stagehost_u32(trans_b ? 1u : 0u);
+	args[8] = stagehost_f32(alpha);
+	args[9] = stagehost_f32(beta);
+	args[10] = stagehost_u32(batch);
+	args[11] = stagehost_u32(ca && batch > 1 ? a.dims[1] * a.dims[2] : 0u);
+	args[12] = stagehost_u32(cb && batch > 1 ? b.dims[1] * b.dims[2] : 0u);
+	args[13] = stagehost_u32(cc && batch > 1 ? c.dims[1] * c.dims[2] : 0u);
+	return 14;
+}
+
+/* gather: table rows×cols f32, idx i32, out len(idx)×cols. */
+static inline uint32_t stagehost_op_gather(stagehost_arg *args, stagehost_tensor table, stagehost_tensor idx, stagehost_tensor out) {
+	if (table.ndims != 2) {
+		return 0;
+	}
+	args[0] = stagehost_tensor_arg(table);
+	args[1] = stagehost_tensor_arg(idx);
+	args[2] = stagehost_tensor_arg(out);
+	args[3] = stagehost_u32(table.dims[0]);
+	args[4] = stagehost_u32(table.dims[1]);
+	return 5;
+}
+
+static inline uint64_t stagehost_pair(uint32_t h, uint32_t w) { return (uint64_t)h | (uint64_t)w << 32; }
+
+/* conv2d (NCHW): x N×C×H×W, w K×(C/groups)×R×S, bias K values or ndims 0,
+ * y N×K×P×Q; stride, pad, dil are {h, w}. */
+static inline uint32_t stagehost_op_conv2d(stagehost_arg *args, stagehost_tensor x, stagehost_tensor w, stagehost_tensor bias, stagehost_tensor y,
+                                           const uint32_t stride[2], const uint32_t pad[2], const uint32_t dil[2], uint32_t groups) {
+	if (x.ndims != 4 || w.ndims != 4) {
+		return 0;
+	}
+	args[0] = stagehost_tensor_arg(x);
+	args[1] = stagehost_tensor_arg(w);
+	args[2] = bias.ndims ? stagehost_tensor_arg(bias) : stagehost_buf(w.buffer, w.offset, 0);
+	args[3] = stagehost_tensor_arg(y);
+	for (uint32_t i = 0; i < 4; i++) {
+		args[4 + i] = stagehost_u32(x.dims[i]);
+	}
+	args[8] = stagehost_u32(w.dims[0]);
+	args[9] = stagehost_u32(w.dims[2]);
+	args[10] = stagehost_u32(w.dims[3]);
+	args[11] = stagehost_u64(stagehost_pair(stride[0], stride[1]));
+	args[12] = stagehost_u64(stagehost_pair(pad[0], pad[1]));
+	args[13] = stagehost_u64(stagehost_pair(dil[0], dil[1]));
+	args[14] = stagehost_u32(groups);
+	return 15;
+}
+
+/* maxpool2d and avgpool2d (NCHW): window, stride, pad are {h, w}. */
+static inline uint32_t stagehost_op_pool2d(stagehost_arg *args, stagehost_tensor x, stagehost_tensor y,
+                                           const uint32_t window[2], const uint32_t stride[2], const uint32_t pad[2]) {
+	if (x.ndims != 4) {
+		return 0;
+	}
+	args[0] = stagehost_tensor_arg(x);
+	args[1] = stagehost_tensor_arg(y);
+	for (uint32_t i = 0; i < 4; i++) {
+		args[2 + i] = stagehost_u32(x.dims[i]);
+	}
+	args[6] = stagehost_u32(window[0]);
+	args[7] = stagehost_u32(window[1]);
+	args[8] = stagehost_u64(stagehost_pair(stride[0], stride[1]));
+	args[9] = stagehost_u64(stagehost_pair(pad[0], pad[1]));
+	return 10;
+}
+#define stagehost_op_maxpool2d stagehost_op_pool2d
+#define stagehost_op_avgpool2d stagehost_op_pool2d
+
+/* cast: y = x converted from x.dtype to y.dtype. */
+static inline uint32_t stagehost_op_cast(stagehost_arg *args, stagehost_tensor x, stagehost_tensor y) {
+	args[0] = stagehost_tensor_arg(x);
+	args[1] = stagehost_tensor_arg(y);
+	args[2] = stagehost_u32(x.dtype);
+	args[3] = stagehost_u32(y.dtype);
+	return 4;
+}
+
 #if defined(__wasm__)
 #define STAGEHOST_IMPORT(name) __attribute__((import_module("stagehost_v1"), import_name(name)))
 #define STAGEHOST_EXPORT(name) __attribute__((export_name(name), visibility("default")))

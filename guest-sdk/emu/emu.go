@@ -17,6 +17,14 @@
 // Stream.Idle that finds work retires one command. So a stage that forgets
 // to drain its streams behaves as it would on the host.
 //
+// The built-in kernels include the device op library (softmax, gemm.bf16,
+// conv2d, …; docs/kernels.md): a generated copy of the host's code, so its
+// results are the simulator's bit for bit. Its launches are checked
+// against their op's contract at submit, as on the host: a launch that
+// does not fit returns INVALID_ARGUMENT from Stream.Submit or
+// Stream.SubmitBatch, the op and argument named in the last error, and
+// nothing is enqueued.
+//
 // A command fails on the device when its kernel returns an error or panics:
 // a built-in kernel given arguments it cannot use (fill with one argument,
 // say), or a kernel added with Kernel that returns an error. As on the host
@@ -45,6 +53,7 @@ import (
 	"sync/atomic"
 
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
+	"github.com/stagehost/stagehost/guest-sdk/emu/internal/ops"
 	"github.com/stagehost/stagehost/guest-sdk/internal/host"
 )
 
@@ -150,6 +159,9 @@ type buffer struct {
 type program struct {
 	name   string
 	kernel Kernel
+	// op is the op library's program, whose launches are checked at
+	// submit; nil for the other kernels.
+	op *ops.Kernel
 }
 
 type opKind uint8
@@ -280,7 +292,7 @@ func (e *Emulator) Programs(names ...string) *Emulator {
 		if !ok {
 			panic(fmt.Sprintf("emu: Programs: no built-in kernel %q (built-ins: %s)", n, strings.Join(Builtins(), ", ")))
 		}
-		e.Kernel(n, k)
+		e.declare(kindProgram, n, &object{program: &program{name: n, kernel: k, op: opKernels[n]}})
 	}
 	return e
 }

@@ -305,7 +305,7 @@ func (e *Emulator) parseArgsLocked(rec []byte, count uint32) ([]Arg, int32) {
 				return nil, invalidArgument
 			}
 			end := uint64(off) + n
-			args[i] = Arg{Bytes: o.buffer.mem[off:end:end], Offset: int(off), buffer: true}
+			args[i] = Arg{Bytes: o.buffer.mem[off:end:end], Offset: int(off), buffer: true, addr: address(o.buffer.mem, off)}
 		default:
 			return nil, invalidArgument
 		}
@@ -328,6 +328,9 @@ func (h *abiHost) streamSubmit(sh, ph uint64, rec []byte, count uint32) int32 {
 	args, st := e.parseArgsLocked(rec, count)
 	if st != ok {
 		return st
+	}
+	if err := checkOp(po.program, args); err != nil {
+		return e.failLocked(invalidArgument, "%s", err)
 	}
 	e.enqueueLocked(so.stream, command{op: opLaunch, prog: po.program, args: args})
 	return ok
@@ -367,6 +370,9 @@ func (h *abiHost) streamSubmitBatch(sh uint64, cmds, args []byte, count uint32) 
 		a, st := e.parseArgsLocked(args[ptr:], n)
 		if st != ok {
 			return st
+		}
+		if err := checkOp(po.program, a); err != nil {
+			return e.failLocked(invalidArgument, "command %d: %s", i, err)
 		}
 		launches[i] = command{op: opLaunch, prog: po.program, args: a}
 	}

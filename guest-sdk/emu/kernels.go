@@ -28,6 +28,8 @@ type Arg struct {
 	// Value is the scalar (0 for a buffer).
 	Value  uint64
 	buffer bool
+	// addr is the range's host address (the op library's overlap checks).
+	addr uint64
 }
 
 // IsBuffer reports whether a is a buffer range.

@@ -47,7 +47,10 @@
 // [errdefs.ErrInvalidArgument] error naming the argument. The element counts
 // the kernels need are appended by the host. All are one-dimensional
 // grid-stride loops: a non-zero Command.Grid[0] is the thread count (y and
-// z are ignored), a zero Grid covers the element count.
+// z are ignored), a zero Grid covers the element count. (The op library's
+// reductions, softmax, norms and gemm run a block of 256 threads per row,
+// output or 64×64 tile, blocks striding over them: a zero Grid gives one
+// block to each, up to 65,536 blocks; Grid[0] still counts threads.)
 //
 //	noop                        does nothing; takes and ignores any arguments
 //	fill    (buf, value f32)    buf[i] = value
@@ -77,6 +80,39 @@
 //	                            scope); RUN (1) runs the credit ping-pong over
 //	                            payload (≥ 192 bytes, not overlapping line),
 //	                            anything else retires at once
+//
+// # The op library
+//
+// Every program of the op library (package hw/internal/ops: exp, add,
+// softmax, layernorm, gemm, conv2d, cast, ... at f32, f16 and bf16 storage,
+// named OP, OP.f16, OP.bf16, and gemm*.fast, conv2d.fast) is a kernel of
+// the module. Submit validates its arguments with the library's own rules
+// (the simulator and the SDK emulator run the same ones), so a shape the
+// op refuses is an [errdefs.ErrInvalidArgument] error naming the op and the
+// argument ("cuda: softmax: x has 4,096 values, rows*cols = 4,097"), and
+// nothing is enqueued. Results:
+//
+//   - Exact tier: bit-identical to the library's reference (and so to
+//     the simulator), NaN payloads excepted: the kernels use correctly
+//     rounded intrinsics, never a fused multiply-add, and every row or
+//     axis reduction the library's fixed 256-lane order (one block of 256
+//     threads per row or output).
+//   - Bounded ops (exp, log, tanh, sigmoid, silu, gelu_*, softmax,
+//     log_softmax) use CUDA's float32 functions: within [OpBounds] and
+//     [SoftmaxBound] of the float64 result.
+//   - Fast tier: gemm.fast, gemm.f16.fast and gemm.bf16.fast call
+//     cublasGemmStridedBatchedEx (float32 compute, no TF32) on the
+//     launch's stream, within [FastGemmBound]. cuBLAS is loaded at the
+//     first use of a fast program (libcublas.so.13, then .12: the
+//     loader's search, LD_LIBRARY_PATH included, then the CUDA toolkit's
+//     directories; [WithBLASLibrary] names a file, or "-" for none); one
+//     handle per device, bound to each launch's stream and to that
+//     stream's own 32 MiB workspace (allocated at its first fast gemm) on
+//     its driver thread. Without cuBLAS the fast programs run the exact
+//     kernels: the process logs that once, and [Platform.BLAS] reports
+//     why. conv2d.fast is the exact kernel. Batches holding a cuBLAS gemm
+//     are issued call by call, never cached as graphs, and
+//     [Stream.RecordGraph] records a fast gemm as the exact kernel.
 //
 // # Graphs
 //

@@ -171,3 +171,51 @@ func ExampleStream_SubmitBatch() {
 		}
 	}
 }
+
+// A fast-tier gemm: cuBLAS when it loads, the exact kernel otherwise
+// (Platform.BLAS says which). WithBLASLibrary("-") would force the exact
+// kernels; WithBLASLibrary(path) names the library.
+func ExamplePlatform_BLAS() {
+	p, err := cuda.Open()
+	if errors.Is(err, errdefs.ErrUnsupported) {
+		fmt.Println("no CUDA GPU here:", err)
+		return
+	}
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
+	if v, err := p.BLAS(); err != nil {
+		fmt.Println("gemm*.fast runs the exact kernels:", err)
+	} else {
+		fmt.Println("cuBLAS", v)
+	}
+
+	dev, _ := p.Device("cuda0")
+	s, err := dev.NewStream()
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close(context.Background())
+	const m, n, k = 64, 32, 16
+	var bufs [3]hw.Buffer
+	for i, vals := range []int{m * k, k * n, m * n} {
+		if bufs[i], err = dev.Alloc(2*vals, 0, nil); err != nil { // bf16 values
+			panic(err)
+		}
+		defer bufs[i].Free()
+	}
+	gemm, _ := dev.Prepare("gemm.bf16.fast")
+	u := func(v uint64) hw.Arg { return hw.Uint(v) }
+	c, err := s.Submit(&hw.Command{Program: gemm, Args: []hw.Arg{
+		hw.BufferArg(bufs[0], 0, -1), hw.BufferArg(bufs[1], 0, -1), hw.BufferArg(bufs[2], 0, -1),
+		u(m), u(n), u(k), u(0), u(0), hw.Float32(1), hw.Float32(0), // C = 1·A·B + 0·C
+		u(1), u(0), u(0), u(0), // batch 1 (strides unused)
+	}})
+	if err != nil {
+		panic(err) // a shape the op refuses: errdefs.ErrInvalidArgument naming the argument
+	}
+	if err := c.Wait(context.Background()); err != nil {
+		panic(err)
+	}
+}

@@ -13,7 +13,8 @@
 # It (1) regenerates the PTX from kernels.cu with nvcc and validates both
 # the shipped and the regenerated PTX with ptxas, (2) runs every test with
 # STAGEHOST_REQUIRE_GPU=1 (so a missing GPU fails instead of skipping),
-# (3) runs the benchmarks 3 times (PROFILE=1: also a CPU profile of
+# (3) runs the launch benchmarks 3 times and the op library's once
+# (PROFILE=1: also a CPU profile of
 # BenchmarkLaunchSync), (4) builds and runs bench/cuda/launch.c, and prints
 # a short table last. Logs land in $OUT. If the shipped PTX fails ptxas,
 # everything runs on the regenerated one and the script exits 1.
@@ -53,8 +54,11 @@ STAGEHOST_REQUIRE_GPU=1 timeout 200 "$T" -test.v -test.count 1 -test.timeout 190
 grep -E '^(--- |ok|PASS|FAIL)|gpu_test.go|scenario_test.go' "$OUT/test.log"
 
 echo "== benchmarks"
-STAGEHOST_REQUIRE_GPU=1 timeout 180 "$T" -test.run '^$' -test.bench . -test.count 3 -test.benchtime 1s \
+STAGEHOST_REQUIRE_GPU=1 timeout 180 "$T" -test.run '^$' -test.bench 'Launch|Batch|Graph|MLP' -test.count 3 -test.benchtime 1s \
 	>"$OUT/bench.log" 2>&1 || status=1
+# The op library's (256 MiB tensors, gemm at 4096³): once, 20 launches each.
+STAGEHOST_REQUIRE_GPU=1 timeout 120 "$T" -test.run '^$' -test.bench GPUOps -test.count 1 -test.benchtime 20x \
+	>>"$OUT/bench.log" 2>&1 || status=1
 cat "$OUT/bench.log"
 
 if [ "${PROFILE:-0}" = 1 ]; then

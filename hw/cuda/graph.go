@@ -55,6 +55,10 @@ func (s *Stream) RecordGraph(cmds []hw.Command) (*Graph, error) {
 		if err := s.dev.prepareLaunch(&cmds[i], &req.launches[i]); err != nil {
 			return nil, errdefs.Errorf(errdefs.ClassOf(err), "cuda: graph command %d: %w", i, err)
 		}
+		// A fast gemm is recorded as the exact kernel (packed already):
+		// a graph may be replayed on any stream, and cuBLAS's calls would
+		// keep the recording stream's workspace.
+		req.launches[i].blas = false
 		for _, a := range cmds[i].Args {
 			if b, ok := a.Buffer.(*buffer); ok {
 				bufs = append(bufs, b)
@@ -96,12 +100,9 @@ func (s *Stream) captureLaunches(launches []launch) (cuGraphExec, error) {
 	}
 	var firstErr error
 	for i := range launches {
-		l := &launches[i]
-		copy(s.pb.vals[:l.nparams], l.params[:l.nparams])
-		r := d.drv.LaunchKernel(l.fn, l.grid, l.block, 0, s.cs, s.pb, l.nparams)
-		runtime.KeepAlive(s.pb)
+		r, call := s.issue(&launches[i])
 		if r != cudaSuccess && firstErr == nil {
-			firstErr = d.check("cuLaunchKernel (capture)", r, errdefs.ErrRejected)
+			firstErr = d.check(call+" (capture)", r, errdefs.ErrRejected)
 		}
 	}
 	g, r := d.drv.StreamEndCapture(s.cs)
@@ -133,12 +134,8 @@ func (s *Stream) execBatch(launches []launch) (cuResult, string) {
 	}
 	s.batchDirect.Add(1)
 	for i := range launches {
-		l := &launches[i]
-		copy(s.pb.vals[:l.nparams], l.params[:l.nparams])
-		r := d.drv.LaunchKernel(l.fn, l.grid, l.block, 0, s.cs, s.pb, l.nparams)
-		runtime.KeepAlive(s.pb)
-		if r != cudaSuccess {
-			return r, "cuLaunchKernel (batch)"
+		if r, call := s.issue(&launches[i]); r != cudaSuccess {
+			return r, call + " (batch)"
 		}
 	}
 	return cudaSuccess, ""
@@ -170,7 +167,7 @@ type graphEntry struct {
 func (s *Stream) graphFor(launches []launch) cuGraphExec {
 	d := s.dev
 	limit := d.plat.cfg.batchGraphs
-	if limit <= 0 || len(launches) < 2 || !d.drv.HasGraphs() {
+	if limit <= 0 || len(launches) < 2 || !d.drv.HasGraphs() || anyBLAS(launches) {
 		return 0
 	}
 	c := &s.graphs
@@ -222,6 +219,18 @@ func (c *graphCache) destroy(d *Device, healthy bool) {
 	c.entries = nil
 }
 
+// anyBLAS reports a cuBLAS gemm among launches: such batches are issued
+// call by call, never cached as graphs (a capture would fix cuBLAS's
+// choices and workspace at capture time; each call re-binds them).
+func anyBLAS(ls []launch) bool {
+	for i := range ls {
+		if ls[i].blas {
+			return true
+		}
+	}
+	return false
+}
+
 // launchesKey hashes launches (FNV-1a over every field that shapes them).
 func launchesKey(ls []launch) uint64 {
 	h := uint64(14695981039346656037)
@@ -249,7 +258,7 @@ func sameLaunches(a, b []launch) bool {
 	}
 	for i := range a {
 		x, y := &a[i], &b[i]
-		if x.fn != y.fn || x.grid != y.grid || x.block != y.block || x.nparams != y.nparams ||
+		if x.blas != y.blas || x.dtype != y.dtype || x.fn != y.fn || x.grid != y.grid || x.block != y.block || x.nparams != y.nparams ||
 			!slices.Equal(x.params[:x.nparams], y.params[:y.nparams]) {
 			return false
 		}

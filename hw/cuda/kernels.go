@@ -9,6 +9,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/internal/ops"
 )
 
 //go:generate sh kernels/gen.sh
@@ -82,6 +83,7 @@ const (
 	kFault
 	kSpin
 	kResident
+	kOp // a program of the op library (ops.go)
 )
 
 // residentPayloadBytes is the least payload resident_gpu_exchange takes:
@@ -107,6 +109,12 @@ type kernel struct {
 	variadic bool   // any number of argAny arguments (noop)
 	block    uint32 // threads per block
 
+	// Op library programs (kOp): the PTX entry (names with dots have
+	// none of their own), the op code it takes, and the library's kernel.
+	entry string
+	code  uint64
+	op    *ops.Kernel
+
 	// For the reference (KernelInfos): a one-line description and the
 	// further rules pack checks.
 	doc         string
@@ -129,6 +137,9 @@ func sc(k argKind, name string) arg            { return arg{k, name, "in", ""} }
 
 // info is k's description.
 func (k *kernel) info() hw.KernelInfo {
+	if k.op != nil {
+		return opInfo(k.op)
+	}
 	ki := hw.KernelInfo{Name: k.name, Doc: k.doc, Variadic: k.variadic, Constraints: slices.Clone(k.constraints)}
 	for _, a := range k.args {
 		ka := hw.KernelArg{Name: a.name, Kind: hw.KindScalar, Dir: a.dir, Len: a.len}
@@ -166,7 +177,21 @@ const defaultBlock = 256
 // maxGridBlocks bounds the default grid; grid-stride loops cover the rest.
 const maxGridBlocks = 1 << 16
 
-var kernels = []*kernel{
+// ptxEntry is the kernel's entry in the module.
+func (k *kernel) ptxEntry() string {
+	if k.entry != "" {
+		return k.entry
+	}
+	return k.name
+}
+
+// fastGemm reports whether k is a fast-tier gemm (cuBLAS when loaded).
+func (k *kernel) fastGemm() bool { return k.op != nil && k.op.Fast && k.op.Op == "gemm" }
+
+// kernels are the module's own programs, then the op library's.
+var kernels = append(baseKernels, opKernels()...)
+
+var baseKernels = []*kernel{
 	{id: kNoop, name: "noop", variadic: true, block: 1,
 		doc: "Does nothing; accepts and ignores any arguments."},
 	{id: kFill, name: "fill", block: defaultBlock,
@@ -292,6 +317,9 @@ func pack(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape, erro
 		return 3, launchShape{elems: n, single: true}, nil
 	case kMLPForward:
 		return packMLPForward(a, p)
+	case kOp:
+		n, shape := packOp(k, a, p)
+		return n, shape, nil
 	case kSpin:
 		off := a[1].val
 		if a[0].len < 4 || off > a[0].len-4 {
@@ -416,6 +444,9 @@ func checkRange(i int, off, length, size int) error {
 // resolveArgs validates cmd's arguments against k and d, and converts
 // them. It allocates nothing on success.
 func (d *Device) resolveArgs(k *kernel, args []hw.Arg, out *[hw.MaxArgs]resolved) error {
+	if k.op != nil {
+		return d.resolveOpArgs(k, args, out)
+	}
 	if !k.variadic && len(args) != len(k.args) {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s takes %d argument(s), got %d", k.name, len(k.args), len(args))
 	}
@@ -461,8 +492,11 @@ func (d *Device) resolveArgs(k *kernel, args []hw.Arg, out *[hw.MaxArgs]resolved
 	return nil
 }
 
-// launch is a validated, packed kernel launch.
+// launch is a validated, packed kernel launch, or a cuBLAS gemm (blas:
+// params hold gemm's 14 arguments, dtype cuBLAS's data type).
 type launch struct {
+	blas    bool
+	dtype   int32
 	fn      cuFunction
 	grid    [3]uint32
 	block   [3]uint32
@@ -496,6 +530,10 @@ func (d *Device) prepareLaunch(cmd *hw.Command, l *launch) error {
 	l.fn = prog.fn
 	l.nparams = n
 	l.block, l.grid = launchDims(prog.k, shape, cmd.Grid)
+	l.blas, l.dtype = false, 0
+	if prog.k.fastGemm() && d.fastBLAS() != nil {
+		l.blas, l.dtype = true, blasType(prog.k.op.DType)
+	}
 	return nil
 }
 

@@ -27,8 +27,11 @@ type config struct {
 	eagerEvents bool // record an event after every burst (as before flushDelay; benchmarks)
 	// createTimeout bounds how long NewStream waits for cuStreamCreate.
 	createTimeout time.Duration
-	ptx           []byte // module source; nil: the embedded kernels
-	drv           driver // tests: a fake driver instead of libcuda
+	ptx           []byte  // module source; nil: the embedded kernels
+	drv           driver  // tests: a fake driver instead of libcuda
+	blasLibrary   string  // cuBLAS path; "": the default search
+	noBLAS        bool    // WithBLASLibrary("-")
+	blas          blasAPI // tests: a fake cuBLAS
 }
 
 // Option configures [Open].
@@ -38,6 +41,21 @@ type Option func(*config)
 func WithLibrary(path string) Option {
 	return func(c *config) { c.library = path }
 }
+
+// WithBLASLibrary loads cuBLAS, for the fast tier of gemm, from path
+// instead of searching for libcublas.so.13 and libcublas.so.12 (the
+// loader's search, LD_LIBRARY_PATH included, then the CUDA toolkit's
+// directories). "-" disables cuBLAS: the fast programs run the exact
+// kernels.
+func WithBLASLibrary(path string) Option {
+	return func(c *config) {
+		c.blasLibrary = path
+		c.noBLAS = path == "-"
+	}
+}
+
+// withBLAS replaces cuBLAS (tests: a fake).
+func withBLAS(b blasAPI) Option { return func(c *config) { c.blas = b } }
 
 // WithQueueDepth sets how many commands each stream buffers before Submit,
 // Write and Read answer [errdefs.ErrBusy] (default [DefaultQueueDepth]; values
@@ -219,6 +237,8 @@ type Device struct {
 	streamsMu sync.Mutex
 	streams   map[*Stream]struct{} // open streams
 	freeGen   atomic.Uint64        // bumped by every Free
+
+	blas deviceBLAS // the fast tier's cuBLAS handle (blas.go)
 }
 
 var _ hw.Device = (*Device)(nil)
@@ -260,7 +280,7 @@ func openDevice(p *Platform, ordinal int, image []byte) (*Device, error) {
 	}
 	d.mod = mod
 	for _, k := range kernels {
-		fn, r := drv.ModuleGetFunction(mod, k.name)
+		fn, r := drv.ModuleGetFunction(mod, k.ptxEntry())
 		if r != cudaSuccess {
 			return fail(errdefs.Errorf(errdefs.ErrUnsupported, "cuda: %s: kernel %q: %s", d.name, k.name, resultString(drv, r)))
 		}
@@ -344,6 +364,9 @@ func (d *Device) Prepare(name string) (hw.Program, error) {
 	if !ok {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "cuda: %s: no program %q", d.name, name)
 	}
+	if p.k.fastGemm() {
+		d.fastBLAS() // load cuBLAS and create the handle now, not at the first Submit
+	}
 	return p, nil
 }
 
@@ -360,6 +383,9 @@ func (d *Device) Close() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var err error
+	if d.drv.CtxSetCurrent(d.ctx) == cudaSuccess {
+		d.closeBLAS()
+	}
 	if d.drv.CtxSetCurrent(d.ctx) == cudaSuccess && d.mod != 0 {
 		if r := d.drv.ModuleUnload(d.mod); r != cudaSuccess && d.Err() == nil {
 			err = d.check("cuModuleUnload", r, errdefs.ErrFault)

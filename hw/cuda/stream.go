@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -125,6 +126,7 @@ type Stream struct {
 	pins       ring[pinRec]
 	freeEvents []cuEvent
 	graphs     graphCache
+	blasWS     cuDevicePtr // cuBLAS workspace, allocated at the first fast gemm
 	// Staging rings for small copies (staging.go), allocated on first use.
 	up, down      *stagingRing
 	stagingMem    unsafe.Pointer // both rings' pinned allocation
@@ -136,6 +138,7 @@ type Stream struct {
 	batchReplays atomic.Uint64 // batches issued as one cached-graph launch
 	batchCapture atomic.Uint64 // graphs captured for batches
 	syncRetires  atomic.Uint64 // retirements by a synchronous download, no event polled
+	blasFailures atomic.Uint64 // cuBLAS calls that returned an error status
 }
 
 var (
@@ -628,11 +631,7 @@ func (s *Stream) exec(o *op) {
 	call := ""
 	switch o.kind {
 	case opLaunch:
-		n := o.l.nparams
-		copy(s.pb.vals[:n], o.l.params[:n])
-		r = d.drv.LaunchKernel(o.l.fn, o.l.grid, o.l.block, 0, s.cs, s.pb, n)
-		runtime.KeepAlive(s.pb)
-		call = "cuLaunchKernel"
+		r, call = s.issue(&o.l)
 	case opWrite:
 		src := o.host
 		if staged := s.stageWrite(o); staged != nil {
@@ -682,6 +681,34 @@ func (s *Stream) exec(o *op) {
 	if s.sinceEvent >= eventEvery {
 		s.flushEvent()
 	}
+}
+
+// issue launches l on the stream (driver thread): its kernel, or its
+// cuBLAS gemm (with the stream's workspace, allocated at the first). It
+// returns the call's result and name; a cuBLAS status other than success
+// is reported as CUDA_ERROR_INVALID_VALUE: the launch fails with
+// [errdefs.ErrRejected], the device stays usable.
+func (s *Stream) issue(l *launch) (cuResult, string) {
+	d := s.dev
+	if l.blas {
+		if s.blasWS == 0 {
+			ws, r := d.drv.MemAlloc(blasWorkspaceBytes)
+			if r != cudaSuccess {
+				return r, "cuMemAlloc_v2 (cuBLAS workspace)"
+			}
+			s.blasWS = ws
+		}
+		if st := d.blas.gemm(s.cs, s.blasWS, l); st != blasSuccess {
+			s.blasFailures.Add(1)
+			return cudaErrorInvalidValue, fmt.Sprintf("cuBLAS (status %d)", st)
+		}
+		return cudaSuccess, ""
+	}
+	n := l.nparams
+	copy(s.pb.vals[:n], l.params[:n])
+	r := d.drv.LaunchKernel(l.fn, l.grid, l.block, 0, s.cs, s.pb, n)
+	runtime.KeepAlive(s.pb)
+	return r, "cuLaunchKernel"
 }
 
 // release drops what a command holds without running it.
@@ -822,6 +849,9 @@ func (s *Stream) teardown() {
 	s.freeEvents = nil
 	if healthy {
 		d.drv.StreamDestroy(s.cs)
+		if s.blasWS != 0 {
+			d.drv.MemFree(s.blasWS)
+		}
 	}
 	s.closeStaging(healthy)
 	// Pageable Go memory is staged by the driver during the copy call, so

@@ -110,9 +110,14 @@ func TestPTXMatchesParameterTable(t *testing.T) {
 		}
 		decl[m[1]] = types
 	}
-	if len(decl) != len(kernels) {
-		t.Errorf("PTX declares %d entries, table has %d kernels", len(decl), len(kernels))
+	entries := map[string]bool{}
+	for _, k := range kernels {
+		entries[k.ptxEntry()] = true
 	}
+	if len(decl) != len(entries) {
+		t.Errorf("PTX declares %d entries, the table uses %d", len(decl), len(entries))
+	}
+	checkOpEntries(t, decl)
 	// The parameter types each kernel must declare (kernels.cu).
 	want := map[string][]string{
 		"noop": nil, "fault": nil,
@@ -127,7 +132,7 @@ func TestPTXMatchesParameterTable(t *testing.T) {
 		"spin":                  {"u64", "u64", "u32"},
 		"resident_gpu_exchange": {"u64", "u64", "u32"},
 	}
-	for _, k := range kernels {
+	for _, k := range baseKernels {
 		got, ok := decl[k.name]
 		if !ok {
 			t.Errorf("PTX lacks entry %s", k.name)
@@ -814,5 +819,80 @@ func TestFakeFreeWaitsForQueuedWork(t *testing.T) {
 	}
 	if !testutil.Poll(2*time.Second, func() bool { return budget.Used() == 0 }) {
 		t.Fatalf("budget still %d after the work retired", budget.Used())
+	}
+}
+
+// checkOpEntries checks the op library's entries: the parameter types each
+// declares (kernels.cu), and that pack yields that many parameters for
+// every program of the library.
+func checkOpEntries(t *testing.T, decl map[string][]string) {
+	t.Helper()
+	rep := func(ty string, n int) []string {
+		var s []string
+		for range n {
+			s = append(s, ty)
+		}
+		return s
+	}
+	cat := func(parts ...[]string) []string {
+		var s []string
+		for _, p := range parts {
+			s = append(s, p...)
+		}
+		return s
+	}
+	want := map[string][]string{
+		"permute_b32": rep("u64", 10), "permute_b16": rep("u64", 10),
+		"gather_b32": rep("u64", 6),
+		"conv2d_f32": cat(rep("u64", 4), rep("u32", 7), rep("u64", 3), rep("u32", 3)),
+		"pool2d_f32": cat(rep("u64", 2), rep("u32", 6), rep("u64", 2), rep("u32", 3)),
+		"cast":       cat(rep("u64", 3), rep("u32", 2)),
+	}
+	for _, suf := range []string{"f32", "f16", "bf16"} {
+		want["unary_"+suf] = cat(rep("u64", 3), rep("u32", 1))
+		want["affine_"+suf] = cat(rep("u64", 3), rep("f32", 2))
+		want["binary_"+suf] = cat(rep("u64", 3), rep("u32", 1), rep("u64", 12))
+		want["reduce_"+suf] = cat(rep("u64", 5), rep("u32", 1))
+		want["softmax_"+suf] = cat(rep("u64", 5), rep("u32", 1))
+		want["layernorm_"+suf] = cat(rep("u64", 6), rep("f32", 1))
+		want["rmsnorm_"+suf] = cat(rep("u64", 5), rep("f32", 1))
+		want["gemm_"+suf] = cat(rep("u64", 3), rep("u32", 5), rep("f32", 2), rep("u32", 1), rep("u64", 3))
+	}
+	for _, k := range kernels {
+		if k.op == nil {
+			continue
+		}
+		got, ok := decl[k.entry]
+		if !ok {
+			t.Errorf("%s: PTX lacks entry %s", k.name, k.entry)
+			continue
+		}
+		if !reflect.DeepEqual(got, want[k.entry]) {
+			t.Errorf("%s: PTX parameters %v, want %v", k.entry, got, want[k.entry])
+		}
+		var a [hw.MaxArgs]resolved
+		for i, ai := range k.op.Info().Args {
+			// Plausible values: strides and pads (1, 1), an identity
+			// permutation, dtype f32, no causal mask.
+			v := uint64(1)
+			switch {
+			case ai.Type == "u64":
+				v = 1 | 1<<32
+			case len(ai.Name) == 2 && ai.Name[0] == 'p':
+				v = uint64(ai.Name[1] - '0')
+			case ai.Name == "from" || ai.Name == "to" || ai.Name == "causal":
+				v = 0
+			}
+			a[i] = resolved{isBuf: true, ptr: 0x10000 * uint64(i+1), len: 4, val: v}
+		}
+		var p [maxParams]uint64
+		n, _, err := pack(k, a[:len(k.op.Info().Args)], &p)
+		if err != nil {
+			t.Errorf("%s: pack: %v", k.name, err)
+			continue
+		}
+		if n != len(want[k.entry]) {
+			t.Errorf("%s: pack produced %d parameters, %s declares %d", k.name, n, k.entry, len(want[k.entry]))
+		}
 	}
 }

@@ -89,3 +89,23 @@ func BenchmarkLatency(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOpSubmitToCompletion: one round trip of a small op launch
+// (exp on 64 float32 values): its submit-time check and its run by the
+// op library's reference implementation.
+func BenchmarkOpSubmitToCompletion(b *testing.B) {
+	r := newRig(b)
+	x := r.alloc(r.dev, 256)
+	cmd := &hw.Command{Program: r.prog(r.dev, "exp"), Args: []hw.Arg{hw.BufferArg(x, 0, -1), hw.BufferArg(x, 0, -1)}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := r.st.Submit(cmd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -164,11 +164,11 @@ func (d *Device) Prepare(program string) (hw.Program, error) {
 	if err := d.usable(); err != nil {
 		return nil, err
 	}
-	k, ok := lookupKernel(program)
+	e, ok := lookupKernel(program)
 	if !ok {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sim: device %q: no kernel %q", d.name, program)
 	}
-	return &Program{dev: d, name: program, kernel: k}, nil
+	return &Program{dev: d, name: program, kernel: e.k, check: e.check}, nil
 }
 
 // Lose marks the device lost with cause (the first cause wins; later calls

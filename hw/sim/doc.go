@@ -23,7 +23,11 @@
 // [Register] and [Kernel]). The package registers a small library in its
 // init: noop, fill, copy, saxpy, matmul, bias, relu, argmax, mlp_forward
 // and spin; see [Kernels] for the list and the kernels' documentation in
-// kernels.go.
+// kernels.go. It also registers every program of the device op library
+// (hw/internal/ops: softmax, gemm.bf16, conv2d, …; docs/kernels.md), whose
+// launches [Stream.Submit] and [Stream.SubmitBatch] check against the op's
+// contract before enqueuing anything, and which run the library's
+// reference implementation.
 //
 // Faults can be injected per device or per stream (see [Fault]): rejected
 // submissions, failed completions, hung workers, failed visibility actions

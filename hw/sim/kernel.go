@@ -28,22 +28,24 @@ var registry struct {
 	m map[string]entry
 }
 
-// entry is a registered kernel and its description (nil for a kernel
-// registered with [Register]).
+// entry is a registered kernel, its description (nil for a kernel
+// registered with [Register]) and, for the op library, the check its
+// commands pass at submit.
 type entry struct {
-	k    Kernel
-	info *hw.KernelInfo
+	k     Kernel
+	info  *hw.KernelInfo
+	check func([]hw.Arg) error
 }
 
 // Register adds a kernel under name to the process-wide registry used by
 // [Device.Prepare]. It is meant for init functions and panics on an empty
 // name, a nil kernel or a name registered before.
-func Register(name string, k Kernel) { register(name, nil, k) }
+func Register(name string, k Kernel) { register(name, nil, k, nil) }
 
 // registerInfo registers a kernel of the library with its description.
-func registerInfo(info hw.KernelInfo, k Kernel) { register(info.Name, &info, k) }
+func registerInfo(info hw.KernelInfo, k Kernel) { register(info.Name, &info, k, nil) }
 
-func register(name string, info *hw.KernelInfo, k Kernel) {
+func register(name string, info *hw.KernelInfo, k Kernel, check func([]hw.Arg) error) {
 	if name == "" || k == nil {
 		panic("sim: Register: empty name or nil kernel")
 	}
@@ -55,7 +57,7 @@ func register(name string, info *hw.KernelInfo, k Kernel) {
 	if _, dup := registry.m[name]; dup {
 		panic(fmt.Sprintf("sim: Register: kernel %q registered twice", name))
 	}
-	registry.m[name] = entry{k, info}
+	registry.m[name] = entry{k, info, check}
 }
 
 // KernelInfos describes the kernels of the simulator's library, sorted by
@@ -86,11 +88,11 @@ func Kernels() []string {
 	return names
 }
 
-func lookupKernel(name string) (Kernel, bool) {
+func lookupKernel(name string) (entry, bool) {
 	registry.RLock()
 	defer registry.RUnlock()
 	e, ok := registry.m[name]
-	return e.k, ok
+	return e, ok
 }
 
 // Program is a kernel prepared for one device. It implements [hw.Program].
@@ -98,6 +100,9 @@ type Program struct {
 	dev    *Device
 	name   string
 	kernel Kernel
+	// check validates a command's arguments at submit (the op library's
+	// kernels); nil when the kernel checks them as it runs.
+	check func([]hw.Arg) error
 }
 
 var _ hw.Program = (*Program)(nil)

@@ -139,11 +139,15 @@ func (s *Stream) errorf(class error, format string, args ...any) error {
 // Submit copies cmd into the queue. The program must be a [*Program] of
 // this device, there may be at most [hw.MaxArgs] arguments, and every
 // buffer argument must be a [*Buffer] of this device (a [Shared] view
-// counts) with 0 ≤ Offset, 0 ≤ Length and Offset+Length ≤ Size.
+// counts) with 0 ≤ Offset, 0 ≤ Length and Offset+Length ≤ Size. A program
+// of the op library (hw/internal/ops) is also checked against its op's
+// contract (counts, lengths, dims, overlaps) here, before it is enqueued.
 //
 // # Errors
 //
-// [errdefs.ErrInvalidArgument] for a malformed command (naming the argument);
+// [errdefs.ErrInvalidArgument] for a malformed command (naming the argument,
+// and for an op the op: "sim: …: softmax: x has 4,096 values, rows*cols =
+// 4,097");
 // [errdefs.ErrClosed] for a freed buffer or a closed stream; [errdefs.ErrDeviceLost]
 // once the device is lost; [errdefs.ErrRejected] for an injected rejection;
 // [errdefs.ErrBusy] when the queue is full.
@@ -169,6 +173,12 @@ func (s *Stream) Submit(cmd *hw.Command) (hw.Completion, error) {
 		if err := s.checkArg(i, &cmd.Args[i]); err != nil {
 			unpinArgs(cmd.Args[:i])
 			return hw.Completion{}, err
+		}
+	}
+	if p.check != nil {
+		if err := p.check(cmd.Args); err != nil {
+			unpinArgs(cmd.Args)
+			return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "%w", err)
 		}
 	}
 	s.mu.Lock()
@@ -696,6 +706,12 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 				unpinArgs(cmd.Args[:j])
 				unpinUpTo(i)
 				return hw.Completion{}, fmt.Errorf("command %d: %w", i, err)
+			}
+		}
+		if p.check != nil {
+			if err := p.check(cmd.Args); err != nil {
+				unpinUpTo(i + 1)
+				return hw.Completion{}, s.errorf(errdefs.ErrInvalidArgument, "command %d: %w", i, err)
 			}
 		}
 	}

@@ -5,6 +5,11 @@
 // the driver). The module is ../noop_launch.wat. On a machine without a
 // GPU the CUDA benchmarks skip (STAGEHOST_REQUIRE_GPU=1 fails instead);
 // the module is also checked on the sim backend, everywhere.
+//
+// BenchmarkWasmGemm (gemm_test.go) launches gemm at 4096³ from a Wasm
+// stage (../gemm_launch.wat) in the fast tier (cuBLAS) and the exact
+// tier, for comparison with hw/cuda's BenchmarkGPUOps (Go) and
+// bench/cuda/gemm_cublas.c (cuBLAS from C).
 package wasmlaunch
 
 import (

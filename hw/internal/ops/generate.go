@@ -1,0 +1,3 @@
+package ops
+
+//go:generate go run ./gencopy
