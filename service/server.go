@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -56,7 +57,7 @@ type Config struct {
 	// with none at all, no route needs a token.
 	AdminTokens, InvokeTokens []string
 	// TLSCert and TLSKey are PEM files; with both set the service speaks
-	// HTTPS only.
+	// HTTPS only. They are read with [LoadKeyPair] when Serve starts.
 	TLSCert, TLSKey string
 	// TracerProvider records a server span of each session run, a child
 	// of the request's traceparent (docs/lattice.md, "Tracing"). Default
@@ -238,6 +239,27 @@ func (s *Server) Counts() (accepted, answered uint64) {
 	return s.accepted.Load(), s.answered.Load()
 }
 
+// LoadKeyPair reads a PEM certificate and its key with
+// [manifest.ReadFile] (regular files of at most [manifest.MaxTLSFileSize]
+// bytes each; a named pipe or a device is refused, never waited on) and
+// parses them.
+//
+// # Errors
+//
+// The error of [manifest.ReadFile], naming the file, or of
+// [tls.X509KeyPair].
+func LoadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := manifest.ReadFile(certFile, manifest.MaxTLSFileSize)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := manifest.ReadFile(keyFile, manifest.MaxTLSFileSize)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
+}
+
 // Serve serves on ln until ctx ends, then shuts down gracefully: /readyz
 // says draining for the configured drain delay, then the service stops
 // accepting connections and waits (up to grace) for every accepted
@@ -250,10 +272,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelInfo)}
 	ln = LimitListener(ln, s.cfg.MaxConnections)
+	if s.cfg.TLSCert != "" {
+		cert, err := LoadKeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
+		if err != nil {
+			return err
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
 	errc := make(chan error, 1)
 	go func() {
 		if s.cfg.TLSCert != "" {
-			errc <- srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+			errc <- srv.ServeTLS(ln, "", "")
 			return
 		}
 		errc <- srv.Serve(ln)
