@@ -474,9 +474,19 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if cerr != nil {
 		fmt.Fprintf(stderr, "stagehost serve: closing: %v\n", cerr)
 	}
-	accepted, answered := srv.Counts()
-	fmt.Fprintf(stdout, "stopped: %s accepted, %d answered\n", plural(int(accepted), "request"), answered)
+	fmt.Fprintln(stdout, stoppedLine(srv))
 	return exitOK
+}
+
+// stoppedLine is serve's last line: the requests accepted and answered,
+// and those the end of --grace cut off (answered 503).
+func stoppedLine(srv *service.Server) string {
+	accepted, answered := srv.Counts()
+	line := fmt.Sprintf("stopped: %s accepted, %d answered", plural(int(accepted), "request"), answered)
+	if n := srv.CutOff(); n > 0 {
+		line += fmt.Sprintf(", %d of them cut off when --grace ran out (answered 503 unavailable)", n)
+	}
+	return line
 }
 
 // checkListenAddr checks that addr is HOST:PORT with a port of 0–65535
