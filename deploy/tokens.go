@@ -59,3 +59,17 @@ func ReadTokens(file, env string) ([]string, error) {
 	}
 	return toks, nil
 }
+
+// ReadCredentialFile reads a credential, key or certificate file that a
+// configuration names (an nkey seed, a TLS CA, certificate or key) with
+// [manifest.ReadFile]: a regular file of at most
+// [manifest.MaxTLSFileSize] bytes, never a device or a named pipe, so a
+// file swapped for one after the manifest was checked is refused, not
+// waited on.
+//
+// # Errors
+//
+// Those of [manifest.ReadFile].
+func ReadCredentialFile(path string) ([]byte, error) {
+	return manifest.ReadFile(path, manifest.MaxTLSFileSize)
+}

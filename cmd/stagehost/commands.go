@@ -349,8 +349,8 @@ func printSummary(w io.Writer, sum []host.LaneSummary) {
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("serve", "FILE [flags]", "Serve the manifest's sessions and resident sessions over HTTP (see docs/service.md).")
 	fs := c.fs
-	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`")
-	grace := fs.Duration("grace", 30*time.Second, "how long SIGTERM waits for accepted requests")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`, HOST:PORT")
+	grace := fs.Duration("grace", 30*time.Second, "how long SIGTERM waits for accepted requests; those still running then are answered 503 unavailable")
 	quiet := fs.Bool("quiet", false, "print no progress (module loading) on stderr; results and errors still show")
 	level := logLevelFlag(fs)
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate `file` (with --tls-key; overrides service.tls_cert)")
