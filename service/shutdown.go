@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
 )
@@ -114,6 +115,10 @@ func (g *answerGuard) cutOff() (handled, answered bool) {
 		return false, false
 	}
 	g.cut = true
+	// Nothing more is read: a handler still reading a slow body stops
+	// waiting for it (and net/http does not try to read the rest before
+	// the answer).
+	_ = http.NewResponseController(g.w).SetReadDeadline(time.Now())
 	if g.started {
 		return true, false
 	}

@@ -144,3 +144,43 @@ func TestDrainAnswersCloseTheirConnections(t *testing.T) {
 		t.Fatalf("the connection stays open after Connection: close (%v)", err)
 	}
 }
+
+// TestGraceCutOffAnswersASlowUpload: a request whose body is still
+// arriving when the grace period runs out is answered 503 too.
+func TestGraceCutOffAnswersASlowUpload(t *testing.T) {
+	s := serveHostile(t, "", "", nil)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	base, _, served := listen(t, s, ctx, 50*time.Millisecond)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	// One byte of ten: the handler waits for the rest.
+	if _, err := io.WriteString(conn, "POST /v1/sessions/steady/run HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool { acc, _ := s.srv.Counts(); return acc == 1 }, "the request was never accepted")
+	stop()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return after its grace period")
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the slow upload got no answer: %v", err)
+	}
+	var e service.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != 503 || e.Class != "unavailable" {
+		t.Fatalf("the slow upload: %d %+v %v", resp.StatusCode, e, err)
+	}
+	if acc, ans := s.srv.Counts(); acc != 1 || ans != 1 || s.srv.CutOff() != 1 {
+		t.Fatalf("counts: %d accepted, %d answered, %d cut off", acc, ans, s.srv.CutOff())
+	}
+}
