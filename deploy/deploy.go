@@ -190,20 +190,23 @@ func cacheDirOf(m *manifest.Manifest) string {
 }
 
 // openEngine makes d's Wasm engine with the manifest's file cache, or
-// without one when the default cache directory cannot be used. It
-// returns the cache directory the engine uses ("" for none).
+// without one (with a warning) when the cache directory, cache_dir or
+// the default, cannot be opened: a cache never stops the host. It
+// returns the cache directory the engine uses ("" for none). A cache
+// that opens but cannot be written is the engine's to work around
+// (stages.Engine compiles without it).
 func (d *Deployment) openEngine(ctx context.Context, logger *slog.Logger) (string, error) {
 	m := d.Manifest
 	cacheDir := cacheDirOf(m)
 	var err error
 	ecfg := stages.NewEngineConfig().WithLogger(logger).WithMaxModuleSize(m.Runtime.MaxModuleSize).WithCacheDir(cacheDir)
 	if d.Engine, err = stages.NewEngine(ctx, ecfg); err != nil {
-		if m.Runtime.CacheDir != "" || !errors.Is(err, errdefs.ErrUnsupported) {
+		if cacheDir == "" || !errors.Is(err, errdefs.ErrUnsupported) {
 			return "", err
 		}
-		// The default cache directory is a convenience: without it every
-		// start compiles again, but nothing else changes.
-		logger.Warn("compilation cache unavailable, compiling without it", "err", err)
+		// A cache is a convenience: without it every start compiles
+		// again, but nothing else changes.
+		logger.Warn("compilation cache unavailable, compiling without it", "cache_dir", cacheDir, "err", err)
 		if d.Engine, err = stages.NewEngine(ctx, ecfg.WithCacheDir("")); err != nil {
 			return "", err
 		}

@@ -17,6 +17,12 @@ const (
 	// default of a session's max_input: the bound the HTTP service puts on
 	// a request's input.
 	MaxInputSize = 64 << 20
+	// MaxTokenFileSize is the largest token file (bearer tokens, a NATS
+	// token or nkey seed) the manifest or a flag may name.
+	MaxTokenFileSize = maxTokenFileSize
+	// MaxTLSFileSize is the largest TLS certificate or key file the
+	// manifest or a flag may name.
+	MaxTLSFileSize = maxTLSFileSize
 )
 
 // ErrNotRegular is wrapped by the error [ReadFile] returns for a path that
@@ -50,18 +56,11 @@ type ReadFunc func(path string, limit int64) ([]byte, error)
 // [ErrNotRegular] when it is not a regular file, [ErrTooLarge] when it
 // holds more than limit bytes, or the error of the file system.
 func ReadFile(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|openNonBlock, 0)
+	f, fi, err := OpenFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, &fs.PathError{Op: "read", Path: path, Err: &notRegularError{fileKind(fi.Mode())}}
-	}
 	if limit < 0 {
 		limit = 0
 	}
@@ -79,6 +78,35 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 		return nil, tooLarge
 	}
 	return data, nil
+}
+
+// OpenFile opens the regular file at path for reading, as [ReadFile]
+// does: without waiting for a writer of a named pipe, and refusing
+// anything that is not a regular file. It is for the files read as a
+// stream (a module to upload, a trace), whose size the caller bounds.
+//
+//	f, fi, err := manifest.OpenFile("trace.json")
+//
+// # Errors
+//
+// An [*fs.PathError] wrapping [fs.ErrNotExist] when there is no such file,
+// [ErrNotRegular] when it is not a regular file, or the error of the file
+// system.
+func OpenFile(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|openNonBlock, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, &fs.PathError{Op: "read", Path: path, Err: &notRegularError{fileKind(fi.Mode())}}
+	}
+	return f, fi, nil
 }
 
 // notRegularError says what a file that is not regular is.

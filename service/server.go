@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,7 +58,7 @@ type Config struct {
 	// with none at all, no route needs a token.
 	AdminTokens, InvokeTokens []string
 	// TLSCert and TLSKey are PEM files; with both set the service speaks
-	// HTTPS only.
+	// HTTPS only. They are read with [LoadKeyPair] when Serve starts.
 	TLSCert, TLSKey string
 	// TracerProvider records a server span of each session run, a child
 	// of the request's traceparent (docs/lattice.md, "Tracing"). Default
@@ -132,6 +134,9 @@ type Server struct {
 	workers            atomic.Pointer[workersBox] // SetWorkers: a supervisor's workers (workers_http.go)
 	state              atomic.Int32               // stateServing, then stateDraining
 	accepted, answered atomic.Uint64
+	cutOffCount        atomic.Uint64 // requests the end of the grace period cut off (shutdown.go)
+	guardsMu           sync.Mutex
+	guards             map[*answerGuard]struct{} // the requests being handled
 }
 
 const (
@@ -238,11 +243,35 @@ func (s *Server) Counts() (accepted, answered uint64) {
 	return s.accepted.Load(), s.answered.Load()
 }
 
+// LoadKeyPair reads a PEM certificate and its key with
+// [manifest.ReadFile] (regular files of at most [manifest.MaxTLSFileSize]
+// bytes each; a named pipe or a device is refused, never waited on) and
+// parses them.
+//
+// # Errors
+//
+// The error of [manifest.ReadFile], naming the file, or of
+// [tls.X509KeyPair].
+func LoadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := manifest.ReadFile(certFile, manifest.MaxTLSFileSize)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := manifest.ReadFile(keyFile, manifest.MaxTLSFileSize)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
+}
+
 // Serve serves on ln until ctx ends, then shuts down gracefully: /readyz
 // says draining for the configured drain delay, then the service stops
 // accepting connections and waits (up to grace) for every accepted
 // request, whose stages run to completion and fence as usual, to be
-// answered. ln is bounded by MaxConnections; with TLSCert and TLSKey set
+// answered. While draining, every answer carries Connection: close.
+// When grace runs out, each request still being handled is answered 503
+// class unavailable with Connection: close ([Server.CutOff] counts them),
+// every connection closes, and Serve returns nil. ln is bounded by MaxConnections; with TLSCert and TLSKey set
 // it serves HTTPS.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	srv := &http.Server{Handler: s.handler,
@@ -250,10 +279,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelInfo)}
 	ln = LimitListener(ln, s.cfg.MaxConnections)
+	if s.cfg.TLSCert != "" {
+		cert, err := LoadKeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
+		if err != nil {
+			return err
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
 	errc := make(chan error, 1)
 	go func() {
 		if s.cfg.TLSCert != "" {
-			errc <- srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+			errc <- srv.ServeTLS(ln, "", "")
 			return
 		}
 		errc <- srv.Serve(ln)
@@ -278,6 +314,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := srv.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The grace period ran out: every request still being handled is
+		// answered 503 now, and the connections close.
+		s.cutInFlight()
+		err = srv.Close()
+	}
 	if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) && err == nil {
 		err = e
 	}
@@ -317,15 +359,33 @@ func (r *recorder) Write(p []byte) (int, error) {
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	s.accepted.Add(1)
-	defer s.answered.Add(1)
 	start := time.Now()
 	id := r.Header.Get("X-Request-Id")
 	if !deploy.ValidRequestID(id) {
 		id = newRequestID()
 	}
+	// The handler writes through a guard, so that the end of a shutdown's
+	// grace period can answer the request if the handler has not
+	// (shutdown.go); the request counts as answered once, either way.
+	g := &answerGuard{w: rw, header: http.Header{}, id: id}
+	s.track(g)
+	defer func() {
+		s.untrack(g)
+		if g.finish() {
+			s.answered.Add(1)
+		}
+	}()
+	var w http.ResponseWriter = g
 	w.Header().Set("X-Request-Id", id)
+	if s.state.Load() == stateDraining {
+		// While draining, every answer closes its connection, so that a
+		// client opens a new one for its next request (refused once the
+		// listener closes) instead of sending it on one the shutdown
+		// closes under it.
+		w.Header().Set("Connection", "close")
+	}
 	r = r.WithContext(deploy.WithRequestID(r.Context(), id))
 	rec := &recorder{ResponseWriter: w}
 	defer func() {

@@ -135,14 +135,29 @@ func (s *Server) authorize(r *http.Request, pattern string) error {
 }
 
 // signInInstead answers a browser's unauthorised GET / (one without an
-// Authorization header) with the sign-in form, and reports whether it
-// did; every other refusal is a JSON error.
+// Authorization header that accepts text/html) with the sign-in form, and
+// reports whether it did; every other refusal is a JSON error.
 func (s *Server) signInInstead(w http.ResponseWriter, r *http.Request, pattern string, err error) bool {
-	if pattern != "GET /{$}" || r.Header.Get("Authorization") != "" {
+	if pattern != "GET /{$}" || r.Header.Get("Authorization") != "" || !acceptsHTML(r) {
 		return false
 	}
 	s.writeSignIn(w, ClassStatus(Class(err)), "")
 	return true
+}
+
+// acceptsHTML reports whether r names text/html in its Accept header, as
+// a browser's navigation and form submission do; an API client (curl's
+// "*/*", or no Accept at all) gets the JSON errors of every other route.
+func acceptsHTML(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if strings.EqualFold(strings.TrimSpace(mt), "text/html") && !strings.Contains(strings.ReplaceAll(params, " ", ""), "q=0") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type signInView struct{ Message string }
@@ -192,8 +207,17 @@ func (s *Server) statusSignIn(w http.ResponseWriter, r *http.Request) {
 			MaxAge: int(statusCookieAge / time.Second), HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
 		http.Redirect(w, r, "./", http.StatusSeeOther)
 	case matches(s.auth.invoke, h):
+		if !acceptsHTML(r) {
+			s.writeError(w, r, &serviceError{errdefs.ClassPermissionDenied, "the token has scope invoke; the status page needs an admin token"})
+			return
+		}
 		s.writeSignIn(w, http.StatusForbidden, "That token has scope invoke; the status page needs an admin token.")
 	default:
+		if !acceptsHTML(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="stagehost"`)
+			s.writeError(w, r, &serviceError{errdefs.ClassUnauthenticated, "the token is not a valid admin token"})
+			return
+		}
 		s.writeSignIn(w, http.StatusUnauthorized, "That is not a valid admin token.")
 	}
 }

@@ -94,13 +94,22 @@ func TestStatusPageAuth(t *testing.T) {
 	s := serveHostile(t, "", "", func(c *service.Config) {
 		c.AdminTokens, c.InvokeTokens = []string{admin}, []string{invoke}
 	})
-	// A browser without credentials gets the sign-in form.
-	rec := s.do("GET", "/", nil)
+	// A browser (Accept names text/html) without credentials gets the
+	// sign-in form.
+	const browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+	rec := s.do("GET", "/", nil, "Accept", browser)
 	if rec.Code != 401 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") ||
 		!strings.Contains(rec.Body.String(), `<input type="password" name="token"`) || strings.Contains(rec.Body.String(), "gpu0") {
 		t.Fatalf("GET / without a token: %d %v\n%s", rec.Code, rec.Header(), rec.Body)
 	}
-	// A bearer client gets the JSON errors of every route.
+	// An API client (no Accept, or curl's */*) gets the JSON errors of
+	// every route, as does a bearer client.
+	for _, accept := range []string{"", "*/*", "application/json", "text/html;q=0"} {
+		rec := s.do("GET", "/", nil, "Accept", accept)
+		if rec.Code != 401 || errorBody(t, rec).Class != "unauthenticated" || rec.Header().Get("WWW-Authenticate") == "" {
+			t.Errorf("GET / without a token, Accept %q: %d %v\n%s", accept, rec.Code, rec.Header(), rec.Body)
+		}
+	}
 	if rec := s.do("GET", "/", nil, "Authorization", "Bearer "+invoke); rec.Code != 403 || errorBody(t, rec).Class != "permission_denied" {
 		t.Errorf("invoke token: %d %s", rec.Code, rec.Body)
 	}
@@ -117,6 +126,31 @@ func TestStatusPageAuth(t *testing.T) {
 	}
 	if r := form(url.Values{"token": {invoke}}); r.StatusCode != 403 || len(r.Cookies()) != 0 {
 		t.Errorf("an invoke token: %d %v", r.StatusCode, r.Cookies())
+	}
+	// The form's refusals: JSON for an API client, the form again (HTML)
+	// for a browser.
+	for _, tc := range []struct {
+		token, accept string
+		code          int
+		class, html   string
+	}{
+		{invoke, "", 403, "permission_denied", ""},
+		{invoke, "*/*", 403, "permission_denied", ""},
+		{"wrong-token-0123456789", "", 401, "unauthenticated", ""},
+		{invoke, browser, 403, "", "scope invoke"},
+		{"wrong-token-0123456789", browser, 401, "", "not a valid admin token"},
+	} {
+		rec := s.do("POST", "/", strings.NewReader(url.Values{"token": {tc.token}}.Encode()),
+			"Content-Type", "application/x-www-form-urlencoded", "Accept", tc.accept)
+		ct := rec.Header().Get("Content-Type")
+		switch {
+		case rec.Code != tc.code:
+			t.Errorf("form %s, Accept %q: %d, want %d", tc.token[:6], tc.accept, rec.Code, tc.code)
+		case tc.class != "" && (ct != "application/json" || errorBody(t, rec).Class != tc.class):
+			t.Errorf("form %s, Accept %q: %s\n%s, want JSON class %s", tc.token[:6], tc.accept, ct, rec.Body, tc.class)
+		case tc.html != "" && (!strings.HasPrefix(ct, "text/html") || !strings.Contains(rec.Body.String(), tc.html)):
+			t.Errorf("form %s, Accept %q: %s\n%s, want the form", tc.token[:6], tc.accept, ct, rec.Body)
+		}
 	}
 	if r := form(url.Values{"token": {admin}}, "Sec-Fetch-Site", "cross-site"); r.StatusCode != 403 || len(r.Cookies()) != 0 {
 		t.Errorf("a cross-site sign-in: %d %v", r.StatusCode, r.Cookies())

@@ -133,6 +133,13 @@ type Engine struct {
 
 	mu      sync.Mutex
 	modules map[string]*Module // by sha256 of the original bytes and load options
+
+	// uncached is a runtime without the file cache, made when the cache
+	// cannot be written (a full disk, a read-only directory): the modules
+	// compiled then are compiled there, and instantiate there.
+	uncachedMu sync.Mutex
+	uncached   wazero.Runtime
+	inUncached sync.Map // wazero.CompiledModule -> struct{}: compiled by uncached
 }
 
 var sessionTags atomic.Uint32
@@ -205,6 +212,13 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	err := e.runtime.Close(ctx)
+	e.uncachedMu.Lock()
+	if e.uncached != nil {
+		if uerr := e.uncached.Close(ctx); err == nil {
+			err = uerr
+		}
+	}
+	e.uncachedMu.Unlock()
 	if e.cache != nil {
 		_ = e.cache.Close(ctx)
 	}
@@ -251,12 +265,61 @@ func (e *Engine) compile(ctx context.Context, name string, bin []byte) (wazero.C
 		return c, err
 	}
 	removed, perr := e.removeCacheEntry(ctx, bin)
-	if perr != nil || removed == "" {
+	if perr == nil && removed != "" {
+		e.cfg.logger.Warn("deleted an unreadable compilation cache entry and compiled the module again",
+			"module", name, "entry", removed, "error", err)
+		if c, err2 := e.runtime.CompileModule(ctx, bin); err2 == nil {
+			return c, nil
+		}
+	}
+	// The cache cannot be read or written (a full disk, a read-only
+	// directory): the module is compiled without it, in a runtime of its
+	// own. If it does not compile there either, that error is the
+	// module's own.
+	rt, uerr := e.uncachedRuntime(ctx)
+	if uerr != nil {
 		return nil, err
 	}
-	e.cfg.logger.Warn("deleted an unreadable compilation cache entry and compiled the module again",
-		"module", name, "entry", removed, "error", err)
-	return e.runtime.CompileModule(ctx, bin)
+	c, cerr := rt.CompileModule(ctx, bin)
+	if cerr != nil {
+		return nil, cerr
+	}
+	e.inUncached.Store(c, struct{}{})
+	e.cfg.logger.Warn("the compilation cache cannot be used: compiled the module without it (it is compiled again at the next start)",
+		"module", name, "cache_dir", e.cacheDir, "error", err)
+	return c, nil
+}
+
+// uncachedRuntime returns the engine's runtime without the file cache,
+// making it (with WASI and the host modules) the first time.
+func (e *Engine) uncachedRuntime(ctx context.Context) (wazero.Runtime, error) {
+	e.uncachedMu.Lock()
+	defer e.uncachedMu.Unlock()
+	if e.uncached != nil {
+		return e.uncached, nil
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, e.rc)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		_ = rt.Close(ctx)
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "wasi: %w", err)
+	}
+	if err := instantiateHostModule(ctx, rt); err != nil {
+		_ = rt.Close(ctx)
+		return nil, err
+	}
+	e.uncached = rt
+	return rt, nil
+}
+
+// runtimeOf returns the runtime that compiled c, the one it instantiates
+// in.
+func (e *Engine) runtimeOf(c wazero.CompiledModule) wazero.Runtime {
+	if _, ok := e.inUncached.Load(c); ok {
+		e.uncachedMu.Lock()
+		defer e.uncachedMu.Unlock()
+		return e.uncached
+	}
+	return e.runtime
 }
 
 // removeCacheEntry finds the cache file that holds bin's compiled code,

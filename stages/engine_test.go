@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // TestCorruptCacheEntriesAreDeletedAndRecompiled truncates every entry of
@@ -71,4 +74,62 @@ func cacheEntries(t *testing.T, dir string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// unwritableCacheDir returns a cache directory wazero opens but cannot
+// write into, even as root: its versioned subdirectory is a link to
+// /proc/self, where no file can be created.
+func unwritableCacheDir(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	probe := t.TempDir()
+	e, err := NewEngine(ctx, NewEngineConfig().WithCacheDir(probe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close(ctx)
+	ents, err := os.ReadDir(probe)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("the cache's versioned subdirectory: %v %v", ents, err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink("/proc/self", filepath.Join(dir, ents[0].Name())); err != nil {
+		t.Skipf("symlink: %v", err)
+	}
+	if f, err := os.CreateTemp(filepath.Join(dir, ents[0].Name()), "x"); err == nil {
+		f.Close()
+		os.Remove(f.Name())
+		t.Skip("/proc/self is writable here")
+	}
+	return dir
+}
+
+// TestUnwritableCacheCompilesWithoutIt: a cache directory that opens but
+// whose writes fail (a full disk, a read-only directory) is a warning:
+// the module compiles without the cache, and its sessions run.
+func TestUnwritableCacheCompilesWithoutIt(t *testing.T) {
+	ctx := testutil.Context(t, time.Minute)
+	dir := unwritableCacheDir(t)
+	var log bytes.Buffer
+	e, err := NewEngine(ctx, NewEngineConfig().WithCacheDir(dir).WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	f := newWasmFixture(t)
+	f.eng = e
+	for _, name := range []string{"good_stage", "good_stage"} { // the second load is the process's cache
+		s := f.session(t, f.mustLoad(t, name), f.defaultConfig("good"))
+		if out, err := s.Run(ctx, nil, nil); err != nil || string(out) != "ok" {
+			t.Fatalf("a session of a module compiled without the cache: %q %v", out, err)
+		}
+		s.Close(ctx)
+	}
+	if !strings.Contains(log.String(), "the compilation cache cannot be used") {
+		t.Errorf("no warning logged; log:\n%s", log.String())
+	}
+	// A module that does not compile is still refused, with its own error.
+	if _, err := e.Load(ctx, []byte("\x00asm\x01\x00\x00\x00\x01"), SHA256([]byte("\x00asm\x01\x00\x00\x00\x01")), NewLoadConfig().WithName("broken")); err == nil {
+		t.Error("a broken module loaded")
+	}
 }

@@ -148,6 +148,7 @@ func (m *Module) Close(ctx context.Context) error {
 		return nil
 	}
 	m.closeSnapshot()
+	e.inUncached.Delete(m.compiled)
 	return m.compiled.Close(ctx)
 }
 

@@ -431,7 +431,7 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 		}
 		err = s.enter(ctx, deadline, s.cfg.initTimeout, "start function", nil, func(c context.Context) error {
 			var err error
-			mod, err = s.engine.runtime.InstantiateModule(c, m.compiled, mc)
+			mod, err = s.engine.runtimeOf(m.compiled).InstantiateModule(c, m.compiled, mc)
 			// The engine names a failed start function by its index,
 			// which the instrumentation moved: name the guest's own.
 			return wasmbin.RenameStart(err, m.startDesc[0], m.startDesc[1])

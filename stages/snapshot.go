@@ -147,7 +147,7 @@ func (e *Engine) initTemplate(ctx context.Context, m *Module, compiled wazero.Co
 	var mod api.Module
 	_, _, err = c.enter(withMemory(ctx, tmem), deadline, timeout, "instantiation", who, func(cc context.Context) error {
 		var err error
-		mod, err = e.runtime.InstantiateModule(cc, compiled, mc)
+		mod, err = e.runtimeOf(compiled).InstantiateModule(cc, compiled, mc)
 		return err
 	})
 	if err != nil {
@@ -226,7 +226,7 @@ func (m *Module) newSnapInstance(ctx context.Context) (*snapInstance, error) {
 		si.out = &guestLogWriter{logger: m.engine.cfg.logger}
 		mc = mc.WithStdout(si.out).WithStderr(si.out)
 	}
-	mod, err := m.engine.runtime.InstantiateModule(withMemory(ctx, si.mem), m.compiled, mc)
+	mod, err := m.engine.runtimeOf(m.compiled).InstantiateModule(withMemory(ctx, si.mem), m.compiled, mc)
 	if err == nil {
 		err = applySnapshot(mod, snap)
 	}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -108,7 +107,7 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	if *tokenFile != "" {
 		toks, err := deploy.ReadTokens(*tokenFile, "")
 		if err != nil {
-			fmt.Fprintf(stderr, "stagehost admin: %v\n", err)
+			fmt.Fprintf(stderr, "stagehost admin: --token-file: %v\n", err)
 			return exitInvalid
 		}
 		token = toks[0]
@@ -235,17 +234,13 @@ func (a *adminClient) load(name, path, sum string) int {
 // upload streams FILE with its sha256, computed here (and checked against
 // --sha256 when given).
 func (a *adminClient) upload(name, file, want string) int {
-	f, err := os.Open(file)
+	// A named pipe or a device is refused, never waited on.
+	f, _, err := manifest.OpenFile(file)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "stagehost admin: upload: %v\n", err)
 		return exitInvalid
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		fmt.Fprintf(a.stderr, "stagehost admin: upload: %s is not a regular file\n", file)
-		return exitInvalid
-	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {

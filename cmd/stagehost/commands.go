@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -238,7 +238,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		input, err := s.DefaultInput()
 		if *inputFile != "" {
-			input, err = manifest.ReadFile(*inputFile, manifest.MaxInputSize)
+			if input, err = manifest.ReadFile(*inputFile, manifest.MaxInputSize); err != nil {
+				fmt.Fprintf(stderr, "stagehost run: --input: %v\n", err)
+				return exitInvalid
+			}
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "session %s: input: %v\n", name, err)
@@ -346,8 +349,8 @@ func printSummary(w io.Writer, sum []host.LaneSummary) {
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("serve", "FILE [flags]", "Serve the manifest's sessions and resident sessions over HTTP (see docs/service.md).")
 	fs := c.fs
-	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`")
-	grace := fs.Duration("grace", 30*time.Second, "how long SIGTERM waits for accepted requests")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`, HOST:PORT")
+	grace := fs.Duration("grace", 30*time.Second, "how long SIGTERM waits for accepted requests; those still running then are answered 503 unavailable")
 	quiet := fs.Bool("quiet", false, "print no progress (module loading) on stderr; results and errors still show")
 	level := logLevelFlag(fs)
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate `file` (with --tls-key; overrides service.tls_cert)")
@@ -371,6 +374,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return serveWorker(ctx, m, *worker, *hostID, *grace, *quiet, logger, stdout, stderr)
+	}
+	if err := checkListenAddr(*addr); err != nil {
+		fmt.Fprintf(stderr, "stagehost serve: --addr %q is not a valid address: %v\n", *addr, err)
+		return exitUsage
 	}
 	cfg, code := serviceConfig(m, *tlsCert, *tlsKey, *adminFile, *invokeFile, stderr)
 	if code >= 0 {
@@ -467,9 +474,36 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if cerr != nil {
 		fmt.Fprintf(stderr, "stagehost serve: closing: %v\n", cerr)
 	}
-	accepted, answered := srv.Counts()
-	fmt.Fprintf(stdout, "stopped: %s accepted, %d answered\n", plural(int(accepted), "request"), answered)
+	fmt.Fprintln(stdout, stoppedLine(srv))
 	return exitOK
+}
+
+// stoppedLine is serve's last line: the requests accepted and answered,
+// and those the end of --grace cut off (answered 503).
+func stoppedLine(srv *service.Server) string {
+	accepted, answered := srv.Counts()
+	line := fmt.Sprintf("stopped: %s accepted, %d answered", plural(int(accepted), "request"), answered)
+	if n := srv.CutOff(); n > 0 {
+		line += fmt.Sprintf(", %d of them cut off when --grace ran out (answered 503 unavailable)", n)
+	}
+	return line
+}
+
+// checkListenAddr checks that addr is HOST:PORT with a port of 0–65535
+// (an empty HOST: every address); whether HOST resolves is for the
+// listener to find.
+func checkListenAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want HOST:PORT, such as 127.0.0.1:8080")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || port != strconv.FormatUint(n, 10) {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("host %q is not a host name or IP address", host)
+	}
+	return nil
 }
 
 // serviceConfig is the manifest's [service] with the flags over it, its
@@ -483,35 +517,59 @@ func serviceConfig(m *manifest.Manifest, tlsCert, tlsKey, adminFile, invokeFile 
 		fmt.Fprintln(stderr, "stagehost serve: --tls-cert and --tls-key go together")
 		return cfg, exitUsage
 	}
+	// Each file is named as the operator named it: the flag, or the
+	// manifest's key.
+	certSrc, keySrc := "service.tls_cert", "service.tls_key"
 	if tlsCert != "" {
 		cfg.TLSCert, cfg.TLSKey = tlsCert, tlsKey
+		certSrc, keySrc = "--tls-cert", "--tls-key"
 	}
 	if cfg.TLSCert != "" {
-		if _, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey); err != nil {
-			fmt.Fprintf(stderr, "stagehost serve: TLS certificate %s and key %s: %v\n", cfg.TLSCert, cfg.TLSKey, err)
+		for _, f := range []struct{ src, path string }{{certSrc, cfg.TLSCert}, {keySrc, cfg.TLSKey}} {
+			if _, err := manifest.ReadFile(f.path, manifest.MaxTLSFileSize); err != nil {
+				fmt.Fprintf(stderr, "stagehost serve: %s: %v\n", f.src, err)
+				return cfg, exitInvalid
+			}
+		}
+		if _, err := service.LoadKeyPair(cfg.TLSCert, cfg.TLSKey); err != nil {
+			fmt.Fprintf(stderr, "stagehost serve: %s %s and %s %s: %v\n", certSrc, cfg.TLSCert, keySrc, cfg.TLSKey, err)
 			return cfg, exitInvalid
 		}
 	}
+	adminSrc, invokeSrc := "service.admin_token_file", "service.invoke_token_file"
 	if adminFile != "" {
-		sv.AdminTokenFile = adminFile
+		sv.AdminTokenFile, adminSrc = adminFile, "--admin-token-file"
 	}
 	if invokeFile != "" {
-		sv.InvokeTokenFile = invokeFile
+		sv.InvokeTokenFile, invokeSrc = invokeFile, "--invoke-token-file"
 	}
 	var err error
 	if sv.AdminTokenFile != "" || sv.AdminTokenEnv != "" {
 		if cfg.AdminTokens, err = deploy.ReadTokens(sv.AdminTokenFile, sv.AdminTokenEnv); err != nil {
-			fmt.Fprintf(stderr, "stagehost serve: admin tokens: %v\n", err)
+			fmt.Fprintf(stderr, "stagehost serve: admin tokens (%s): %v\n", tokenSource(adminSrc, sv.AdminTokenFile, "service.admin_token_env", sv.AdminTokenEnv), err)
 			return cfg, exitInvalid
 		}
 	}
 	if sv.InvokeTokenFile != "" || sv.InvokeTokenEnv != "" {
 		if cfg.InvokeTokens, err = deploy.ReadTokens(sv.InvokeTokenFile, sv.InvokeTokenEnv); err != nil {
-			fmt.Fprintf(stderr, "stagehost serve: invoke tokens: %v\n", err)
+			fmt.Fprintf(stderr, "stagehost serve: invoke tokens (%s): %v\n", tokenSource(invokeSrc, sv.InvokeTokenFile, "service.invoke_token_env", sv.InvokeTokenEnv), err)
 			return cfg, exitInvalid
 		}
 	}
 	return cfg, -1
+}
+
+// tokenSource names where a scope's tokens come from, for messages: the
+// flag or key of the file, and the key of the variable.
+func tokenSource(fileSrc, file, envSrc, env string) string {
+	var parts []string
+	if file != "" {
+		parts = append(parts, fileSrc+" "+file)
+	}
+	if env != "" {
+		parts = append(parts, envSrc+" "+env)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func cmdTrace(args []string, stdout, stderr io.Writer) int {
@@ -520,15 +578,9 @@ func cmdTrace(args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
-	// A trace is read as a stream; only a regular file will end.
-	if fi, err := os.Stat(path); err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitInvalid
-	} else if !fi.Mode().IsRegular() {
-		fmt.Fprintf(stderr, "%s: not a regular file\n", path)
-		return exitInvalid
-	}
-	f, err := os.Open(path)
+	// A trace is read as a stream; only a regular file will end, and a
+	// named pipe is refused, never waited on.
+	f, _, err := manifest.OpenFile(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid

@@ -70,8 +70,8 @@ Usage:
       --quiet                          no progress on stderr (results and errors still show)
       --log-level warn                 debug, info (guest logs), warn or error
   stagehost serve FILE [flags]         serve the manifest over HTTP (docs/service.md)
-      --addr 127.0.0.1:8080            listen address (not loopback: needs tokens or --insecure-no-auth)
-      --grace 30s                      how long SIGTERM waits for accepted requests
+      --addr 127.0.0.1:8080            listen address, HOST:PORT (not loopback: needs tokens or --insecure-no-auth)
+      --grace 30s                      how long SIGTERM waits for accepted requests (then: 503)
       --quiet                          no progress on stderr (results and errors still show)
       --log-level warn                 debug, info (guest logs, access log), warn or error
       --tls-cert FILE --tls-key FILE   serve HTTPS

@@ -295,7 +295,6 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		fmt.Fprintf(stderr, "stagehost serve: %v\n", err)
 		return exitFailed
 	}
-	accepted, answered := srv.Counts()
-	fmt.Fprintf(stdout, "stopped: %s accepted, %d answered\n", plural(int(accepted), "request"), answered)
+	fmt.Fprintln(stdout, stoppedLine(srv))
 	return exitOK
 }

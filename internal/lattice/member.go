@@ -166,7 +166,7 @@ func credentials(lt Config, emb *EmbeddedConfig) ([]nats.Option, error) {
 		opts = append(opts, nats.Token(toks[0]))
 	}
 	if lt.NkeySeedFile != "" {
-		seed, err := os.ReadFile(lt.NkeySeedFile)
+		seed, err := deploy.ReadCredentialFile(lt.NkeySeedFile)
 		if err != nil {
 			return nil, fmt.Errorf("lattice %s: nkey seed: %w", lt.Name, err)
 		}
@@ -194,7 +194,7 @@ func credentials(lt Config, emb *EmbeddedConfig) ([]nats.Option, error) {
 func tlsConfig(lt Config, emb *EmbeddedConfig) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if lt.TLSCA != "" {
-		pem, err := os.ReadFile(lt.TLSCA)
+		pem, err := deploy.ReadCredentialFile(lt.TLSCA)
 		if err != nil {
 			return nil, fmt.Errorf("lattice %s: tls_ca: %w", lt.Name, err)
 		}
@@ -204,7 +204,7 @@ func tlsConfig(lt Config, emb *EmbeddedConfig) (*tls.Config, error) {
 		}
 	}
 	if lt.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(lt.TLSCert, lt.TLSKey)
+		cert, err := loadKeyPair(lt.TLSCert, lt.TLSKey)
 		if err != nil {
 			return nil, fmt.Errorf("lattice %s: TLS certificate %s and key %s: %w", lt.Name, lt.TLSCert, lt.TLSKey, err)
 		}
@@ -214,6 +214,20 @@ func tlsConfig(lt Config, emb *EmbeddedConfig) (*tls.Config, error) {
 		}
 	}
 	return tc, nil
+}
+
+// loadKeyPair reads a PEM certificate and key with
+// deploy.ReadCredentialFile and parses them.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := deploy.ReadCredentialFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := deploy.ReadCredentialFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
 }
 
 // startEmbedded starts the embedded NATS server of lt (its store in
