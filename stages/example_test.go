@@ -27,7 +27,7 @@ func ExampleNewNative() {
 	relu, _ := owner.Prepare(gpu, "relu")
 	x, _ := owner.Alloc(gpu, 16, 0)
 
-	sess := stages.NewNative(rt, owner, struct{}{}, nil) // nil: built-in drain fence
+	sess := stages.NewNative(rt, owner, struct{}{}, nil, stages.NewNativeConfig()) // nil: built-in drain fence
 	input := make([]byte, 16)
 	for i, v := range []float32{-2, -1, 1, 2} {
 		binary.LittleEndian.PutUint32(input[4*i:], math.Float32bits(v))

@@ -53,8 +53,12 @@ type state struct {
 	panic  bool
 }
 
-func (f *fixture) session(t testing.TB, name string, fence stages.Fence[state], opts ...stages.NativeOption) (*stages.NativeSession[state], *hw.Budget) {
+func (f *fixture) session(t testing.TB, name string, fence stages.Fence[state], cfgs ...stages.NativeConfig) (*stages.NativeSession[state], *hw.Budget) {
 	t.Helper()
+	cfg := stages.NewNativeConfig()
+	if len(cfgs) > 0 {
+		cfg = cfgs[0]
+	}
 	budget := hw.NewBudget(name, 1<<20)
 	owner := host.NewOwner(name, budget)
 	stream, err := owner.NewStream(f.gpu)
@@ -70,7 +74,7 @@ func (f *fixture) session(t testing.TB, name string, fence stages.Fence[state], 
 		t.Fatal(err)
 	}
 	st := state{stream: stream, buf: buf, noop: noop, fences: new(atomic.Int32)}
-	return stages.NewNative(f.rt, owner, st, fence, opts...), budget
+	return stages.NewNative(f.rt, owner, st, fence, cfg), budget
 }
 
 // countingFence is the seed's test fence: it counts, may panic or fail,
@@ -302,7 +306,7 @@ func TestFenceThatLiesIsAFailedFence(t *testing.T) {
 
 func TestFenceTimeoutQuarantinesOnlyThatOwner(t *testing.T) {
 	f := newFixture(t)
-	stuck, stuckBudget := f.session(t, "stuck", nil, stages.WithFenceTimeout(10*time.Millisecond))
+	stuck, stuckBudget := f.session(t, "stuck", nil, stages.NewNativeConfig().WithFenceTimeout(10*time.Millisecond))
 	healthy, _ := f.session(t, "healthy", nil)
 	sst, _ := stuck.State()
 	release := sst.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
@@ -362,7 +366,7 @@ func TestFenceThatReturnsAfterItsDeadlineFails(t *testing.T) {
 				}
 				return c.ret
 			}
-			sess, budget := f.session(t, "late", late, stages.WithFenceTimeout(10*time.Millisecond))
+			sess, budget := f.session(t, "late", late, stages.NewNativeConfig().WithFenceTimeout(10*time.Millisecond))
 			ctx := testutil.Context(t, 10*time.Second)
 			err := sess.Run(ctx, func(context.Context, *state) error { return nil })
 			if !errors.Is(err, errdefs.ErrDeviceLost) || !errors.Is(err, errdefs.ErrDeadlineExceeded) {
@@ -539,7 +543,7 @@ func TestDeviceLossFailsPendingAndLaterWorkAndQuarantines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	survivor := stages.NewNative(f.rt, owner, struct{}{}, nil)
+	survivor := stages.NewNative(f.rt, owner, struct{}{}, nil, stages.NewNativeConfig())
 	if err := survivor.Run(ctx, func(ctx context.Context, _ *struct{}) error {
 		_, err := s2.Submit(&hw.Command{Program: noop})
 		return err

@@ -307,7 +307,7 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 		_ = s.owner.Close(ctx)
 		return nil, err
 	}
-	s.native = NewNative(rt, s.owner, st, s.fence, WithFenceTimeout(cfg.fenceTimeout), WithDevice(cfg.device.Name()), withLaneTimeout(cfg.deadline))
+	s.native = NewNative(rt, s.owner, st, s.fence, NewNativeConfig().WithFenceTimeout(cfg.fenceTimeout).WithDevice(cfg.device.Name()).withLaneTimeout(cfg.deadline))
 	s.callCtx.st = &s.native.state
 	if err := s.ensureInstances(ctx); err != nil {
 		if s.owner.Close(ctx) == nil {
