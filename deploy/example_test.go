@@ -28,7 +28,7 @@ func ExampleOpen() {
 }
 
 func ExampleDeployment_Resident() {
-	m, err := manifest.Load("../../host.toml")
+	m, err := manifest.Load("../host.toml")
 	if err != nil {
 		panic(err)
 	}
