@@ -344,8 +344,8 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun, l *liveRun) (*s
 		return nil, nil, err
 	}
 	rs, err := sessions.NewResidentSession(startup, gp, np,
-		sessions.WithRuntime(d.Runtime), sessions.WithOwner(owner),
-		sessions.WithName(owner.Name()), sessions.WithCloseTimeout(spec.JoinDeadline))
+		sessions.NewResidentConfig().WithRuntime(d.Runtime).WithOwner(owner).
+			WithName(owner.Name()).WithCloseTimeout(spec.JoinDeadline))
 	if err != nil {
 		_ = startup.Close()
 		_ = owner.Close(closeCtx)
