@@ -396,7 +396,7 @@ func (d *Deployment) openDevices() error {
 			if d.simP == nil {
 				d.simP = sim.New()
 			}
-			dev, err := d.simP.AddDevice(md.Name, md.Engine, sim.WithLatency(md.Sim.Latency), sim.WithQueueDepth(md.Sim.QueueDepth))
+			dev, err := d.simP.AddDevice(md.Name, md.Engine, sim.NewDeviceConfig().WithLatency(md.Sim.Latency).WithQueueDepth(md.Sim.QueueDepth))
 			if err != nil {
 				return fmt.Errorf("device %q: %w", md.Name, err)
 			}

@@ -24,18 +24,22 @@ type fixture struct {
 	cpu *sim.Device
 }
 
-func newFixture(t testing.TB, opts ...sim.DeviceOption) *fixture {
+func newFixture(t testing.TB, cfgs ...sim.DeviceConfig) *fixture {
+	devCfg := sim.NewDeviceConfig()
+	if len(cfgs) > 0 {
+		devCfg = cfgs[0]
+	}
 	t.Helper()
 	rt, err := host.NewRuntime(host.NewConfig().WithCapacity(8))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := sim.New()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, opts...)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, devCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpu, err := p.AddDevice("cpu0", hw.EngineCPU)
+	cpu, err := p.AddDevice("cpu0", hw.EngineCPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +395,7 @@ func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
 	// does not depend on timing), and will not finish until an upload,
 	// submitted meanwhile on the upload lane, has completed. If the lease
 	// blocked uploads, this would time out.
-	f := newFixture(t, sim.WithLatency(50*time.Millisecond))
+	f := newFixture(t, sim.NewDeviceConfig().WithLatency(50*time.Millisecond))
 	sess, _ := f.session(t, "stage", nil)
 	upStream, err := f.cpu.NewStream()
 	if err != nil {
@@ -502,9 +506,9 @@ func TestConcurrentRunOfOneSessionIsBusy(t *testing.T) {
 }
 
 func TestDeviceLossFailsPendingAndLaterWorkAndQuarantines(t *testing.T) {
-	f := newFixture(t, sim.WithLatency(time.Hour)) // nothing retires on its own
+	f := newFixture(t, sim.NewDeviceConfig().WithLatency(time.Hour)) // nothing retires on its own
 	lost, _ := f.session(t, "on-lost-device", nil)
-	other, err := f.p.AddDevice("gpu1", hw.EngineGPU)
+	other, err := f.p.AddDevice("gpu1", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func input(count, batch uint32) []byte {
 // TestModuleOnSim runs both modes on the sim backend.
 func TestModuleOnSim(t *testing.T) {
 	p := sim.New()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
