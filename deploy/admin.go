@@ -424,7 +424,7 @@ func (d *Deployment) SwapSession(ctx context.Context, name, ref string) (SwapRes
 }
 
 // slotDevices returns the device of each instance slot, as at start-up:
-// the session's devices in turn, or with [Options.Device] only the slots
+// the session's devices in turn, or with [Config.WithDevice] only the slots
 // on that device.
 func (s *Session) slotDevices() []string {
 	n := max(s.Spec.Instances, 1)

@@ -27,25 +27,59 @@ import (
 	"github.com/stagehost/stagehost/stages"
 )
 
-// Options tune how a deployment starts.
-type Options struct {
-	// Logger receives host and guest logs. Default slog.Default().
-	Logger *slog.Logger
-	// Progress, when set, is told about slow start-up steps (module
-	// compilation), one line each.
-	Progress func(msg string)
-	// Only, when set, names the one session or resident session to open:
-	// only the modules it needs are loaded, and the deployment has no
-	// other session or resident session. Devices are all opened.
-	Only string
-	// Device, when set, names the one device whose work the deployment
-	// runs (a `serve --supervise` worker): it opens that device only,
-	// plus the npu device of each resident session whose gpu it is; the
-	// sessions with an instance slot on it, each with only the instances
-	// that fall on it (a pooled session over several devices has its
-	// other instances in other workers); and the resident sessions whose
-	// gpu it is. Only the modules those sessions need are loaded.
-	Device string
+// Config tunes how a deployment starts. It is immutable: every WithX
+// method returns a modified copy, so a Config can be shared and reused. A
+// zero Config is [NewConfig]'s defaults.
+//
+//	d, err := deploy.Open(ctx, m, deploy.NewConfig().WithOnly("fill"))
+type Config struct {
+	logger   *slog.Logger
+	progress func(msg string)
+	only     string
+	device   string
+}
+
+// NewConfig returns the default configuration:
+//
+//   - logger slog.Default() (see [Config.WithLogger]);
+//   - no progress lines (see [Config.WithProgress]);
+//   - every session and resident session (see [Config.WithOnly]);
+//   - every device (see [Config.WithDevice]).
+func NewConfig() Config { return Config{} }
+
+// WithLogger sends host and guest logs to logger. Default slog.Default();
+// nil means the default.
+func (c Config) WithLogger(logger *slog.Logger) Config {
+	c.logger = logger
+	return c
+}
+
+// WithProgress tells fn about slow start-up steps (module compilation),
+// one line each. Default: none.
+func (c Config) WithProgress(fn func(msg string)) Config {
+	c.progress = fn
+	return c
+}
+
+// WithOnly names the one session or resident session to open: only the
+// modules it needs are loaded, and the deployment has no other session or
+// resident session. Devices are all opened. Default "": every one.
+func (c Config) WithOnly(name string) Config {
+	c.only = name
+	return c
+}
+
+// WithDevice names the one device whose work the deployment runs (a
+// `serve --supervise` worker): it opens that device only, plus the npu
+// device of each resident session whose gpu it is; the sessions with an
+// instance slot on it, each with only the instances that fall on it (a
+// pooled session over several devices has its other instances in other
+// workers); and the resident sessions whose gpu it is. Only the modules
+// those sessions need are loaded. Default "": every device. A name the
+// manifest does not declare makes [Open] fail with [errdefs.ErrNotFound].
+func (c Config) WithDevice(name string) Config {
+	c.device = name
+	return c
 }
 
 // Deployment is a running manifest.
@@ -63,7 +97,7 @@ type Deployment struct {
 	sessions  map[string]*Session
 	residents map[string]*Resident
 
-	device string // Options.Device: "" for every device
+	device string // Config.WithDevice: "" for every device
 
 	admin adminState // model control (admin.go)
 }
@@ -120,7 +154,8 @@ func (e *unavailableError) Error() string {
 
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.reason} }
 
-// Open builds the deployment. Nothing runs until Run or RunResident.
+// Open builds the deployment, configured by opt (a zero Config is
+// [NewConfig]'s defaults). Nothing runs until Run or RunResident.
 //
 // A session whose creation fails (its module traps or runs past the init
 // timeout in stagehost_init, say) does not stop the others: it is
@@ -130,21 +165,22 @@ func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.r
 // # Errors
 //
 // [errdefs.ErrUnsupported] when a cuda device is declared but no CUDA driver is
-// present; device errors; module load errors; the error of a session's
+// present; [errdefs.ErrNotFound] for a [Config.WithDevice] device the
+// manifest does not declare; device errors; module load errors; the error of a session's
 // creation when ctx ends during it.
-func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, error) {
-	if opt.Logger == nil {
-		opt.Logger = slog.Default()
+func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, error) {
+	if opt.logger == nil {
+		opt.logger = slog.Default()
 	}
 	rt, err := host.NewRuntime(host.NewConfig().WithCapacity(m.Runtime.Capacity).WithTraceCapacity(m.Runtime.TraceBuffer))
 	if err != nil {
 		return nil, err
 	}
-	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.Logger,
+	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.logger,
 		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
-		sessions: map[string]*Session{}, residents: map[string]*Resident{}, device: opt.Device}
-	if opt.Device != "" && m.Device(opt.Device) == nil {
-		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.Device)
+		sessions: map[string]*Session{}, residents: map[string]*Resident{}, device: opt.device}
+	if opt.device != "" && m.Device(opt.device) == nil {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
 	}
 	ok := false
 	defer func() {
@@ -155,7 +191,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	if err := d.openDevices(); err != nil {
 		return nil, err
 	}
-	cacheDir, err := d.openEngine(ctx, opt.Logger)
+	cacheDir, err := d.openEngine(ctx, opt.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -212,12 +248,12 @@ func (d *Deployment) openEngine(ctx context.Context, logger *slog.Logger) (strin
 	return cacheDir, nil
 }
 
-// loadModules loads the modules d needs (opt.Only's, opt.Device's, or
-// all), reporting each to opt.Progress.
-func (d *Deployment) loadModules(ctx context.Context, opt Options, cacheDir string) error {
+// loadModules loads the modules d needs (opt.only's, opt.device's, or
+// all), reporting each to opt.progress.
+func (d *Deployment) loadModules(ctx context.Context, opt Config, cacheDir string) error {
 	m := d.Manifest
-	needed := neededModules(m, opt.Only)
-	if opt.Device != "" {
+	needed := neededModules(m, opt.only)
+	if opt.device != "" {
 		needed = d.deviceModules(needed)
 	}
 	for i := range m.Modules {
@@ -225,7 +261,7 @@ func (d *Deployment) loadModules(ctx context.Context, opt Options, cacheDir stri
 		if needed != nil && !needed[mm.Name] {
 			continue
 		}
-		if err := d.loadModule(ctx, mm, opt.Progress, cacheDir); err != nil {
+		if err := d.loadModule(ctx, mm, opt.progress, cacheDir); err != nil {
 			return err
 		}
 	}
@@ -268,14 +304,14 @@ func (d *Deployment) loadModule(ctx context.Context, mm *manifest.Module, progre
 	return nil
 }
 
-// openSessions creates d's sessions (opt.Only's, opt.Device's, or all).
+// openSessions creates d's sessions (opt.only's, opt.device's, or all).
 // A session that cannot be created is recorded as failed, and the others
 // are created; only the end of ctx stops it.
-func (d *Deployment) openSessions(ctx context.Context, opt Options) error {
+func (d *Deployment) openSessions(ctx context.Context, opt Config) error {
 	m := d.Manifest
 	for i := range m.Sessions {
 		ms := &m.Sessions[i]
-		if opt.Only != "" && ms.Name != opt.Only || !d.onDevice(ms) {
+		if opt.only != "" && ms.Name != opt.only || !d.onDevice(ms) {
 			continue
 		}
 		s := d.newSession(ms)
@@ -283,7 +319,7 @@ func (d *Deployment) openSessions(ctx context.Context, opt Options) error {
 			if ctx.Err() != nil {
 				return err // start-up was cancelled: no session is to blame
 			}
-			opt.Logger.Error("session could not be created; the others run", "session", ms.Name, "err", err)
+			opt.logger.Error("session could not be created; the others run", "session", ms.Name, "err", err)
 			s.failed = err
 		}
 		d.sessions[ms.Name] = s
@@ -291,13 +327,13 @@ func (d *Deployment) openSessions(ctx context.Context, opt Options) error {
 	return nil
 }
 
-// addResidents adds d's resident sessions (opt.Only's, opt.Device's, or
+// addResidents adds d's resident sessions (opt.only's, opt.device's, or
 // all); they start with RunResident.
-func (d *Deployment) addResidents(opt Options) {
+func (d *Deployment) addResidents(opt Config) {
 	m := d.Manifest
 	for i := range m.Residents {
 		r := &m.Residents[i]
-		if opt.Only != "" && r.Name != opt.Only || opt.Device != "" && r.GPU != opt.Device {
+		if opt.only != "" && r.Name != opt.only || opt.device != "" && r.GPU != opt.device {
 			continue
 		}
 		d.residents[r.Name] = &Resident{Spec: r, d: d, epoch: rand.Text()}
@@ -322,7 +358,7 @@ func neededModules(m *manifest.Manifest, only string) map[string]bool {
 }
 
 // onDevice reports whether session ms has an instance slot on the
-// deployment's device (always, without [Options.Device]).
+// deployment's device (always, without [Config.WithDevice]).
 func (d *Deployment) onDevice(ms *manifest.Session) bool {
 	if d.device == "" {
 		return true
@@ -354,7 +390,7 @@ func (d *Deployment) deviceModules(needed map[string]bool) map[string]bool {
 }
 
 // wantsDevice reports whether the deployment opens the named device:
-// every one without [Options.Device]; with it, that one and the npu
+// every one without [Config.WithDevice]; with it, that one and the npu
 // devices of its resident sessions.
 func (d *Deployment) wantsDevice(name string) bool {
 	if d.device == "" || name == d.device {
@@ -581,7 +617,7 @@ func simFault(k manifest.FaultKind, count int) sim.Fault {
 func (d *Deployment) injectFaults() error {
 	for i := range d.Manifest.Devices {
 		md := &d.Manifest.Devices[i]
-		if md.Sim == nil || d.devices[md.Name] == nil { // not opened (Options.Device)
+		if md.Sim == nil || d.devices[md.Name] == nil { // not opened (Config.WithDevice)
 			continue
 		}
 		dev := d.devices[md.Name].(*sim.Device)
@@ -592,7 +628,7 @@ func (d *Deployment) injectFaults() error {
 			}
 			s := d.sessions[f.Session]
 			if s == nil && d.Manifest.Session(f.Session) != nil {
-				continue // not opened (Options.Only, Options.Device)
+				continue // not opened (Config.WithOnly, Config.WithDevice)
 			}
 			if s == nil {
 				return errdefs.Errorf(errdefs.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
@@ -615,7 +651,7 @@ func (d *Deployment) injectFaults() error {
 func (d *Deployment) Device(name string) hw.Device { return d.devices[name] }
 
 // DeviceNames lists the devices opened, in manifest order: all of them,
-// or with [Options.Device] those it opens.
+// or with [Config.WithDevice] those it opens.
 func (d *Deployment) DeviceNames() []string {
 	names := make([]string, 0, len(d.Manifest.Devices))
 	for _, md := range d.Manifest.Devices {
@@ -656,7 +692,7 @@ func (d *Deployment) FailedSessions() []string {
 }
 
 // SessionNames lists the sessions in manifest order (with
-// [Options.Only], at most that one).
+// [Config.WithOnly], at most that one).
 func (d *Deployment) SessionNames() []string {
 	var names []string
 	for _, s := range d.Manifest.Sessions {
@@ -668,7 +704,7 @@ func (d *Deployment) SessionNames() []string {
 }
 
 // ResidentNames lists the resident sessions in manifest order (with
-// [Options.Only], at most that one).
+// [Config.WithOnly], at most that one).
 func (d *Deployment) ResidentNames() []string {
 	var names []string
 	for _, r := range d.Manifest.Residents {

@@ -74,7 +74,7 @@ func openDevice(t *testing.T, m *manifest.Manifest, device string, loaded *[]str
 			*loaded = append(*loaded, strings.Fields(name)[0])
 		}
 	}
-	d, err := deploy.Open(context.Background(), m, deploy.Options{Device: device, Progress: progress})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithDevice(device).WithProgress(progress))
 	if err != nil {
 		t.Fatalf("Open(Device %q): %v", device, err)
 	}
@@ -163,7 +163,7 @@ func TestOpenDeviceOpensOnlyThatDevicesWork(t *testing.T) {
 		t.Errorf("npu0's deployment loaded modules %v, want none", loaded)
 	}
 
-	if _, err := deploy.Open(context.Background(), m, deploy.Options{Device: "gpu9"}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithDevice("gpu9")); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Open(Device gpu9): %v, want not found", err)
 	}
 }

@@ -15,7 +15,7 @@ func ExampleOpen() {
 	}
 	// Only opens the one session (and loads only its module); without
 	// it Open makes every session and resident session of the manifest.
-	d, err := deploy.Open(context.Background(), m, deploy.Options{Only: "fill"})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithOnly("fill"))
 	if err != nil {
 		panic(err)
 	}
@@ -32,7 +32,7 @@ func ExampleDeployment_Resident() {
 	if err != nil {
 		panic(err)
 	}
-	d, err := deploy.Open(context.Background(), m, deploy.Options{Only: "pingpong"})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithOnly("pingpong"))
 	if err != nil {
 		panic(err)
 	}

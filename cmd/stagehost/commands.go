@@ -184,13 +184,13 @@ func newLogger(stderr io.Writer, level slog.Level) *slog.Logger {
 }
 
 // open opens the deployment; with only set, just that session or
-// resident session and the modules it needs (deploy.Options.Only).
+// resident session and the modules it needs (deploy.Config.WithOnly).
 // Progress (module loading) goes to stderr unless quiet; warnings and
 // errors always do.
 func open(ctx context.Context, m *manifest.Manifest, only string, quiet bool, logger *slog.Logger, stderr io.Writer) (*deploy.Deployment, int) {
-	opt := deploy.Options{Logger: logger, Only: only}
+	opt := deploy.NewConfig().WithLogger(logger).WithOnly(only)
 	if !quiet {
-		opt.Progress = func(msg string) { fmt.Fprintln(stderr, msg) }
+		opt = opt.WithProgress(func(msg string) { fmt.Fprintln(stderr, msg) })
 	}
 	d, err := deploy.Open(ctx, m, opt)
 	if err != nil {

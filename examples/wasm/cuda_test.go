@@ -202,7 +202,7 @@ func TestCUDAManifestRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	d, err := deploy.Open(ctx, m, deploy.Options{})
+	d, err := deploy.Open(ctx, m, deploy.NewConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

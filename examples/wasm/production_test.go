@@ -45,7 +45,7 @@ func TestProductionManifestWithGoGuests(t *testing.T) {
 	t.Setenv(m.Service.AdminTokenEnv, admin)
 	t.Setenv(m.Service.InvokeTokenEnv, invoke)
 	m.Runtime.CacheDir = cacheDir // the test binary's: the Go guests compile once
-	d, err := deploy.Open(context.Background(), m, deploy.Options{})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
