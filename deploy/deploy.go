@@ -439,7 +439,7 @@ func (d *Deployment) openDevices() error {
 			d.devices[md.Name] = dev
 		case manifest.BackendCUDA:
 			if d.cudaP == nil {
-				p, err := cuda.Open()
+				p, err := cuda.Open(cuda.NewConfig())
 				if err != nil {
 					return fmt.Errorf("device %q: %w", md.Name, err)
 				}

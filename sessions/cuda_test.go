@@ -37,7 +37,7 @@ var (
 // module; the platform lives until the process exits).
 func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
-	cudaOnce.Do(func() { cudaP, cudaErr = cuda.Open() })
+	cudaOnce.Do(func() { cudaP, cudaErr = cuda.Open(cuda.NewConfig()) })
 	testutil.GPU(t, cudaErr)
 	return cudaP
 }
@@ -555,7 +555,7 @@ func BenchmarkCUDAResidentStartup(b *testing.B) {
 // A resident exchange on a real GPU: the resident_gpu_exchange kernel on
 // cuda0 against a Go program on the CUDA platform's host device, host0.
 func ExampleNewCUDAExchange() {
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	if err != nil {
 		return // no CUDA GPU here
 	}

@@ -25,7 +25,7 @@ import (
 
 func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	testutil.GPU(t, err)
 	t.Cleanup(func() { p.Close() })
 	return p
