@@ -94,7 +94,7 @@ type Deployment struct {
 	devices map[string]hw.Device
 	modules map[string]*stages.Module
 
-	sessions  map[string]*Session
+	sessions  map[string]*Pool
 	residents map[string]*Resident
 
 	device string // Config.WithDevice: "" for every device
@@ -102,25 +102,34 @@ type Deployment struct {
 	admin adminState // model control (admin.go)
 }
 
-// Session is the service's handle on one named manifest session: a pool
-// of one or more instances ([manifest.Session.Instances]), each a
-// [stages.Session] (the Wasm stage session that runs calls, with its own
-// owner, streams and budget) on one of the session's devices.
-// [manifest.Session] is the declaration it was made from; resident
-// GPU–NPU sessions are [sessions.ResidentSession]. A [stages.Session]
-// runs one call at a time, so a call takes a free instance, preferring
-// one whose device's compute lane is free, or waits for one in arrival
-// order, within the session's queue_limit and queue_timeout.
+// Pool serves one named manifest session: a pool of one or more
+// instances ([manifest.Session.Instances]), each a [stages.Session] on one
+// of the session's devices. Four types carry the word "session", one per
+// concept:
 //
-// A session that could not be created at start-up has failed: it has no
-// instances, [Session.Failed] says why, and every call returns an error
+//   - [manifest.Session] is the declaration, a [[session]] table;
+//   - a Pool is that declaration served: the instances, the queue of calls
+//     waiting for one, the counts and the model control;
+//   - a [stages.Session] is one instance: one Wasm module instance with its
+//     own owner, streams and budget, running one call at a time (inside a
+//     [stages.NativeSession], the wrapper that runs Go code on an owner's
+//     device state under the host's fence);
+//   - a [Resident] serves a [[resident]] table: a
+//     [sessions.ResidentSession], a GPU–NPU pair of resident programs.
+//
+// A call takes a free instance, preferring one whose device's compute lane
+// is free, or waits for one in arrival order, within the session's
+// queue_limit and queue_timeout.
+//
+// A pool whose session could not be created at start-up has failed: it has
+// no instances, [Pool.Failed] says why, and every call returns an error
 // that wraps [ErrUnavailable].
 //
 // Its instances can be swapped to another version of the stage module,
 // and its out-of-service instances replaced (admin.go): an instance
 // replaced while a call runs on it finishes that call first (the drain);
 // a quarantined one is never closed, and is listed as retired.
-type Session struct {
+type Pool struct {
 	Spec *manifest.Session
 	d    *Deployment
 
@@ -160,7 +169,7 @@ func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.r
 // A session whose creation fails (its module traps or runs past the init
 // timeout in stagehost_init, say) does not stop the others: it is
 // recorded as failed, with the error as its reason (see
-// [Session.Failed] and [Deployment.FailedSessions]), and logged.
+// [Pool.Failed] and [Deployment.FailedSessions]), and logged.
 //
 // # Errors
 //
@@ -178,7 +187,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 	}
 	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.logger,
 		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
-		sessions: map[string]*Session{}, residents: map[string]*Resident{}, device: opt.device}
+		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device}
 	if opt.device != "" && m.Device(opt.device) == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
 	}
@@ -459,8 +468,8 @@ func (d *Deployment) openDevices() error {
 
 // newSession makes the session's handle, before its instances: its
 // stage and fence modules are the manifest's.
-func (d *Deployment) newSession(ms *manifest.Session) *Session {
-	s := &Session{Spec: ms, d: d, stage: d.modules[ms.Stage]}
+func (d *Deployment) newSession(ms *manifest.Session) *Pool {
+	s := &Pool{Spec: ms, d: d, stage: d.modules[ms.Stage]}
 	if ms.Fence != manifest.FenceBuiltin && ms.Fence != manifest.FenceDrain {
 		s.fence = d.modules[ms.Fence]
 	}
@@ -469,7 +478,7 @@ func (d *Deployment) newSession(ms *manifest.Session) *Session {
 
 // open makes the session's instances, one per slot over its devices in
 // turn, and its pool.
-func (s *Session) open(ctx context.Context) error {
+func (s *Pool) open(ctx context.Context) error {
 	devs := s.slotDevices()
 	insts, err := s.makeInstances(ctx, s.stage, devs)
 	if err != nil {
@@ -481,7 +490,7 @@ func (s *Session) open(ctx context.Context) error {
 
 // setPool gives a session with no pool yet (at start, or a failed one
 // that is reset) its instances.
-func (s *Session) setPool(insts []*instance, devs []string) {
+func (s *Pool) setPool(insts []*instance, devs []string) {
 	d := s.d
 	busy := func(dev string) bool { return d.Runtime.LaneBusy(dev, host.LaneCompute) }
 	p := newPool(s.Spec.Name, insts, devs, s.Spec.QueueLimit, s.Spec.QueueTimeout, busy, instanceDown)
@@ -493,7 +502,7 @@ func (s *Session) setPool(insts []*instance, devs []string) {
 
 // makeInstances makes one instance of stage per device of devs; if one
 // cannot be made, it closes those it made and returns the error.
-func (s *Session) makeInstances(ctx context.Context, stage *stages.Module, devs []string) ([]*instance, error) {
+func (s *Pool) makeInstances(ctx context.Context, stage *stages.Module, devs []string) ([]*instance, error) {
 	insts := make([]*instance, 0, len(devs))
 	for i, dev := range devs {
 		in, err := s.makeInstance(ctx, stage, i, len(devs), dev)
@@ -516,7 +525,7 @@ func (s *Session) makeInstances(ctx context.Context, stage *stages.Module, devs 
 // a fresh owner. Owners are named apart: the session's name, /i when it
 // has more than one instance, and .G for the instances made after the
 // first generation (traces, quarantine).
-func (s *Session) makeInstance(ctx context.Context, stage *stages.Module, i, n int, dev string) (*instance, error) {
+func (s *Pool) makeInstance(ctx context.Context, stage *stages.Module, i, n int, dev string) (*instance, error) {
 	ms, d := s.Spec, s.d
 	name := ms.Name
 	if n > 1 {
@@ -570,7 +579,7 @@ type retiredInstance struct {
 // dispose takes a retired instance that no call holds: a healthy or
 // failed one is closed; a quarantined one keeps its resources. Out of
 // service ones are listed in the session's status.
-func (s *Session) dispose(m *member[*instance]) {
+func (s *Pool) dispose(m *member[*instance]) {
 	in := m.val
 	r := &retiredInstance{in: in, index: m.index, device: m.device, at: time.Now()}
 	if q := in.s.Quarantined(); q != nil {
@@ -673,8 +682,10 @@ func (d *Deployment) DeviceErr(name string) error {
 	return dev.Err()
 }
 
-// Session returns a session by name, or nil.
-func (d *Deployment) Session(name string) *Session { return d.sessions[name] }
+// Pool returns the pool that serves the manifest session called name, or
+// nil when the deployment has none (no such session, or not opened: see
+// [Config.WithOnly] and [Config.WithDevice]).
+func (d *Deployment) Pool(name string) *Pool { return d.sessions[name] }
 
 // Resident returns a resident session template by name, or nil.
 func (d *Deployment) Resident(name string) *Resident { return d.residents[name] }
@@ -718,7 +729,7 @@ func (d *Deployment) ResidentNames() []string {
 // DefaultInput reads the session's default input file, or returns nil.
 // Like every file a manifest names, it must be a regular file of at most
 // [manifest.MaxInputSize] bytes.
-func (s *Session) DefaultInput() ([]byte, error) {
+func (s *Pool) DefaultInput() ([]byte, error) {
 	if s.Spec.Input == "" {
 		return nil, nil
 	}
@@ -727,17 +738,17 @@ func (s *Session) DefaultInput() ([]byte, error) {
 
 // Exclusive reports whether the session's placement is exclusive: in a
 // lattice, one host at a time serves it.
-func (s *Session) Exclusive() bool { return s.Spec.Placement == manifest.PlacementExclusive }
+func (s *Pool) Exclusive() bool { return s.Spec.Placement == manifest.PlacementExclusive }
 
 // Failed returns why the session could not be created, or nil.
-func (s *Session) Failed() error {
+func (s *Pool) Failed() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.failed
 }
 
 // members returns the session's current instances (none when failed).
-func (s *Session) members() []*member[*instance] {
+func (s *Pool) members() []*member[*instance] {
 	s.mu.Lock()
 	p := s.pool
 	s.mu.Unlock()
@@ -748,15 +759,15 @@ func (s *Session) members() []*member[*instance] {
 }
 
 // Run calls the session's stage with input on a free instance: it
-// takes one ([Session.Acquire]), runs the call and gives it back.
+// takes one ([Pool.Acquire]), runs the call and gives it back.
 //
 // # Errors
 //
-// As for [Session.Acquire] and [Turn.Run].
+// As for [Pool.Acquire] and [Turn.Run].
 //
 // Every call is counted by its [Outcome]: ok, an error class, or
 // client_closed when ctx was cancelled (the caller went away).
-func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
+func (s *Pool) Run(ctx context.Context, input []byte) ([]byte, error) {
 	t, err := s.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -766,9 +777,9 @@ func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
 }
 
 // Turn is one call's hold on one instance of a session, from
-// [Session.Acquire] to [Turn.Release]. It runs at most one call.
+// [Pool.Acquire] to [Turn.Release]. It runs at most one call.
 type Turn struct {
-	s *Session
+	s *Pool
 	p *pool[*instance]
 	m *member[*instance]
 }
@@ -787,7 +798,7 @@ type Turn struct {
 //   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting;
 //   - the reason an instance is out of service (quarantined: class
 //     [errdefs.ErrDeviceLost]), when every instance is.
-func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
+func (s *Pool) Acquire(ctx context.Context) (*Turn, error) {
 	sctx, span := childSpan(ctx, tracing.SpanAcquire) // trace.go
 	if span.IsRecording() {
 		span.SetAttributes(tracing.SessionKey.String(s.Spec.Name))
@@ -818,7 +829,7 @@ func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
 // that failed, or whose instances are all busy or out of service). It
 // never waits and counts no outcome: a router tries the local session
 // first and sends the call elsewhere when it gets nil.
-func (s *Session) TryAcquire() *Turn {
+func (s *Pool) TryAcquire() *Turn {
 	s.mu.Lock()
 	p, failed := s.pool, s.failed
 	s.mu.Unlock()
@@ -857,7 +868,7 @@ func (t *Turn) Run(ctx context.Context, input []byte) (out []byte, err error) {
 // quarantined.
 func (t *Turn) Release() { t.p.release(t.m) }
 
-func (s *Session) count(outcome string) {
+func (s *Pool) count(outcome string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -928,7 +939,7 @@ type InstanceStatus struct {
 }
 
 // Status reports the session's state.
-func (s *Session) Status() SessionStatus {
+func (s *Pool) Status() SessionStatus {
 	s.mu.Lock()
 	calls, fails := s.calls, s.fails
 	outcomes := make(map[string]uint64, len(s.outcomes))

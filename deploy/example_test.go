@@ -20,7 +20,7 @@ func ExampleOpen() {
 		panic(err)
 	}
 	defer d.Close(context.Background())
-	s := d.Session("fill")
+	s := d.Pool("fill")
 	out, err := s.Run(context.Background(), nil)
 	fmt.Println(len(out), err, s.Status().State)
 	// Output:

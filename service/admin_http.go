@@ -158,7 +158,7 @@ type SwapRequest struct {
 
 func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if s.d.Session(name) == nil {
+	if s.d.Pool(name) == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name))
 		return
 	}

@@ -83,7 +83,7 @@ func (s *Server) sessionReady(w http.ResponseWriter, r *http.Request) {
 		s.supervisorSession(w, r, wk, true)
 		return
 	}
-	sess := s.d.Session(r.PathValue("name"))
+	sess := s.d.Pool(r.PathValue("name"))
 	if sess == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", r.PathValue("name")))
 		return

@@ -158,7 +158,7 @@ func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
 // has it (404 only when none had it since this process joined).
 func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 	name := r.PathValue("name")
-	sess := s.d.Session(name)
+	sess := s.d.Pool(name)
 	if sess == nil && !l.Known(name) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q on this host or on any live host of its lattice", name))
 		return

@@ -493,7 +493,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
-	sess := s.d.Session(name)
+	sess := s.d.Pool(name)
 	if sess == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name))
 		return
@@ -550,7 +550,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 		s.supervisorSession(w, r, wk, false)
 		return
 	}
-	sess := s.d.Session(r.PathValue("name"))
+	sess := s.d.Pool(r.PathValue("name"))
 	if sess == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", r.PathValue("name")))
 		return

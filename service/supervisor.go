@@ -104,13 +104,13 @@ func (v *workerView) WorkerStates() []WorkerState {
 	return out
 }
 
-func (v *workerView) Sessions() []LatticeSession {
-	byName := map[string]*LatticeSession{}
+func (v *workerView) Sessions() []LatticeSessionStatus {
+	byName := map[string]*LatticeSessionStatus{}
 	var order []string
-	add := func(name string) *LatticeSession {
+	add := func(name string) *LatticeSessionStatus {
 		ls := byName[name]
 		if ls == nil {
-			ls = &LatticeSession{Name: name, State: "unavailable", Hosts: []string{}, HostOutcomes: map[string]map[string]uint64{}}
+			ls = &LatticeSessionStatus{Name: name, State: "unavailable", Hosts: []string{}, HostOutcomes: map[string]map[string]uint64{}}
 			byName[name] = ls
 			order = append(order, name)
 		}
@@ -137,7 +137,7 @@ func (v *workerView) Sessions() []LatticeSession {
 			ls.Waiting += sc.Waiting
 		}
 	}
-	out := make([]LatticeSession, 0, len(order))
+	out := make([]LatticeSessionStatus, 0, len(order))
 	for _, name := range order {
 		ls := byName[name]
 		switch {

@@ -230,7 +230,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 
 	failed, notCreated := false, false
 	for _, name := range d.SessionNames() {
-		s := d.Session(name)
+		s := d.Pool(name)
 		if err := s.Failed(); err != nil {
 			notCreated = true
 			fmt.Fprintf(stdout, "session %s: FAILED: could not be created: %s\n", name, firstLine(err))
@@ -443,7 +443,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "joined lattice %s as host %s\n", m.Lattice.Name, member.Host().ID())
 	}
 	for _, name := range d.FailedSessions() {
-		fmt.Fprintf(stderr, "stagehost serve: session %s could not be created (it answers 503): %s\n", name, firstLine(d.Session(name).Failed()))
+		fmt.Fprintf(stderr, "stagehost serve: session %s could not be created (it answers 503): %s\n", name, firstLine(d.Pool(name).Failed()))
 	}
 	failedNote := ""
 	if n := len(d.FailedSessions()); n > 0 {

@@ -207,7 +207,7 @@ func TestCUDAManifestRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close(ctx)
-	s := d.Session("classify")
+	s := d.Pool("classify")
 	in, err := s.DefaultInput()
 	if err != nil {
 		t.Fatal(err)

@@ -176,7 +176,7 @@ type Host struct {
 
 type hostSession struct {
 	name     string
-	sess     *deploy.Session
+	sess     *deploy.Pool
 	stage    string // the stage module's sha256
 	fence    string // the fence module's sha256, or ""
 	inflight atomic.Int64
@@ -246,7 +246,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		if err := checkName("session", name); err != nil {
 			return nil, err
 		}
-		s := d.Session(name)
+		s := d.Pool(name)
 		hs := &hostSession{name: name, sess: s, stage: d.Manifest.Module(s.Spec.Stage).SHA256}
 		if m := d.Manifest.Module(s.Spec.Fence); m != nil {
 			hs.fence = m.SHA256
