@@ -16,9 +16,11 @@ import (
 	"github.com/stagehost/stagehost/sessions/exchange"
 )
 
-// Resident is a manifest resident session: a template from which runs are
-// started. Each run is a fresh startup line, payload, pair of streams and
-// [sessions.ResidentSession].
+// Resident serves one [[resident]] table of the manifest
+// ([manifest.Resident]): a template from which runs are started. Each run
+// is a fresh startup line, payload, pair of streams and
+// [sessions.ResidentSession]. It is not a [Pool]: it has no stage module,
+// no instances and no queue.
 type Resident struct {
 	Spec *manifest.Resident
 	d    *Deployment

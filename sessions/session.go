@@ -132,10 +132,11 @@ type sessionCore struct {
 	closeErr    error // what Close returned, for a second Close
 }
 
-// ResidentSession is one resident GPU–NPU exchange (not a stage session:
-// stage sessions are stages.Session for Wasm and stages.NativeSession for
-// Go), including rollback of
-// a partial admission. Submit both participants, in either order; publish
+// ResidentSession is one resident GPU–NPU exchange, including rollback of
+// a partial admission. It is not a stage session (stage sessions are
+// stages.Session for Wasm and stages.NativeSession for Go) and runs no
+// guest code; a manifest's [[resident]] table is served by a
+// deploy.Resident, each of whose runs is one ResidentSession. Submit both participants, in either order; publish
 // [ResidentSession.Start]; then join both completions with
 // [ResidentSession.Wait]. The host performs no action between device
 // rounds: once RUN is published, every exchange round, credit and drain
