@@ -70,8 +70,8 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, status, rd)
 }
 
-// SessionReadiness is the body of /v1/sessions/{name}/ready.
-type SessionReadiness struct {
+// sessionReadiness is the body of /v1/sessions/{name}/ready.
+type sessionReadiness struct {
 	Name   string `json:"name"`
 	Ready  bool   `json:"ready"`
 	State  string `json:"state"` // the session's state, as in /v1/sessions
@@ -89,7 +89,7 @@ func (s *Server) sessionReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := sess.Status()
-	rd := SessionReadiness{Name: st.Name, State: st.State, Ready: st.State == "ready"}
+	rd := sessionReadiness{Name: st.Name, State: st.State, Ready: st.State == "ready"}
 	if !rd.Ready {
 		rd.Reason = firstLine(st.Reason)
 	} else if dev, err := s.lostDevices(st); err != nil {

@@ -153,7 +153,7 @@ func (l specLattice) SessionSpec(session string) *manifest.Session {
 
 // TestSupervisorAppliesTheSessionsMaxInput: a process that routes a
 // session it does not have, but whose spec it knows (a supervisor's,
-// deploy.SessionSpecs), refuses a body over the session's max_input with
+// deploy.sessionSpecs), refuses a body over the session's max_input with
 // 413 out_of_budget naming that limit, before the call is routed, whether
 // the body's length is declared or not; a body at the limit is routed.
 func TestSupervisorAppliesTheSessionsMaxInput(t *testing.T) {

@@ -50,7 +50,7 @@ type supervisedFront struct {
 // only, joined with no deployment), for which m's sessions and residents
 // are known from the start (a call to one that no worker serves yet is
 // 503 unavailable, not 404), and which offers m's session specs
-// ([SessionSpecs]).
+// (sessionSpecs).
 func SupervisorFront(member *lattice.Member, m *manifest.Manifest) Lattice {
 	return supervisedFront{member, m}
 }
@@ -59,7 +59,7 @@ func (f supervisedFront) Known(session string) bool {
 	return f.m.Session(session) != nil || f.Member.Known(session)
 }
 
-var _ SessionSpecs = supervisedFront{}
+var _ sessionSpecs = supervisedFront{}
 
 // SessionSpec is the manifest's session: its max_input and deadline
 // apply at the supervisor, before a call is routed to a worker.

@@ -68,7 +68,7 @@ func spanError(ctx context.Context, class, msg, host string) {
 	if host != "" {
 		span.SetAttributes(tracing.HostKey.String(host))
 	}
-	if ClassStatus(class) >= 500 {
+	if classStatus(class) >= 500 {
 		span.SetStatus(codes.Error, msg)
 	}
 }

@@ -116,7 +116,7 @@ func (s *Server) supervisorSession(w http.ResponseWriter, r *http.Request, wk Wo
 		writeJSON(w, http.StatusOK, ls)
 		return
 	}
-	rd := SessionReadiness{Name: ls.Name, State: ls.State, Ready: ls.State == "ready", Reason: ls.Reason}
+	rd := sessionReadiness{Name: ls.Name, State: ls.State, Ready: ls.State == "ready", Reason: ls.Reason}
 	if rd.Ready && s.state.Load() == stateDraining {
 		rd.Ready, rd.Reason = false, "the service is shutting down (SIGTERM)"
 	}
