@@ -35,7 +35,8 @@ type Participant struct {
 
 // ResidentConfig configures a [ResidentSession]. It is immutable: every
 // WithX method returns a modified copy, so a ResidentConfig can be shared
-// and reused. A zero ResidentConfig means [NewResidentConfig]'s defaults.
+// and reused. A zero ResidentConfig means [NewResidentConfig]'s defaults. A WithX method called on a zero value starts from
+// those defaults.
 //
 //	sess, err := sessions.NewResidentSession(startup, g, n, sessions.NewResidentConfig().WithOwner(owner))
 type ResidentConfig struct {
@@ -57,6 +58,15 @@ func NewResidentConfig() ResidentConfig {
 	return ResidentConfig{set: true, closeTimeout: DefaultCloseTimeout}
 }
 
+// orDefaults is c, or [NewResidentConfig]'s defaults when c is the zero value, so
+// that a WithX method called on a zero ResidentConfig keeps the other defaults.
+func (c ResidentConfig) orDefaults() ResidentConfig {
+	if !c.set {
+		return NewResidentConfig()
+	}
+	return c
+}
+
 // WithRuntime traces the session in rt: each participant's occupancy, from
 // its submission to its retirement as observed by [ResidentSession.Wait]
 // or [ResidentSession.Close], is recorded in rt's tracer (the GPU
@@ -66,6 +76,7 @@ func NewResidentConfig() ResidentConfig {
 // quarantined, and the quarantine is noted with [host.Runtime.NoteQuarantine].
 // Default: none, nothing is traced.
 func (c ResidentConfig) WithRuntime(rt *host.Runtime) ResidentConfig {
+	c = c.orDefaults()
 	c.rt = rt
 	return c
 }
@@ -73,6 +84,7 @@ func (c ResidentConfig) WithRuntime(rt *host.Runtime) ResidentConfig {
 // WithName names the session in traces, quarantine notes and errors.
 // Default: the owner's name (see [ResidentConfig.WithOwner]), else "resident".
 func (c ResidentConfig) WithName(name string) ResidentConfig {
+	c = c.orDefaults()
 	c.name = name
 	return c
 }
@@ -85,6 +97,7 @@ func (c ResidentConfig) WithName(name string) ResidentConfig {
 // owner or free its buffers itself. Default: none, the caller keeps and
 // frees the participants' resources.
 func (c ResidentConfig) WithOwner(o *host.Owner) ResidentConfig {
+	c = c.orDefaults()
 	c.owner = o
 	return c
 }
@@ -96,6 +109,7 @@ func (c ResidentConfig) WithOwner(o *host.Owner) ResidentConfig {
 // afterwards (see [ResidentConfig.WithOwner]) gets a deadline of its own,
 // of the same length but at least one second.
 func (c ResidentConfig) WithCloseTimeout(d time.Duration) ResidentConfig {
+	c = c.orDefaults()
 	c.closeTimeout = d
 	return c
 }

@@ -27,7 +27,8 @@ type Fence[T any] func(ctx context.Context, state *T) error
 
 // NativeConfig configures a [NativeSession]. It is immutable: every WithX
 // method returns a modified copy, so a NativeConfig can be shared and
-// reused. A zero NativeConfig means [NewNativeConfig]'s defaults.
+// reused. A zero NativeConfig means [NewNativeConfig]'s defaults. A WithX method called on a zero value starts from
+// those defaults.
 //
 //	sess := stages.NewNative(rt, owner, state, nil, stages.NewNativeConfig().WithFenceTimeout(time.Second))
 type NativeConfig struct {
@@ -48,10 +49,20 @@ func NewNativeConfig() NativeConfig {
 	return NativeConfig{set: true, fenceTimeout: 10 * time.Second, cost: 1}
 }
 
+// orDefaults is c, or [NewNativeConfig]'s defaults when c is the zero value, so
+// that a WithX method called on a zero NativeConfig keeps the other defaults.
+func (c NativeConfig) orDefaults() NativeConfig {
+	if !c.set {
+		return NewNativeConfig()
+	}
+	return c
+}
+
 // withLaneTimeout bounds each call's wait for admission and the compute
 // lane (host.Op.Timeout): a [Session] gives its deadline, which covers
 // that wait.
 func (c NativeConfig) withLaneTimeout(d time.Duration) NativeConfig {
+	c = c.orDefaults()
 	c.laneTimeout = d
 	return c
 }
@@ -59,6 +70,7 @@ func (c NativeConfig) withLaneTimeout(d time.Duration) NativeConfig {
 // WithFenceTimeout bounds each fence run. A fence still running then is
 // treated as failed and the owner is quarantined. Default 10s.
 func (c NativeConfig) WithFenceTimeout(d time.Duration) NativeConfig {
+	c = c.orDefaults()
 	c.fenceTimeout = d
 	return c
 }
@@ -66,6 +78,7 @@ func (c NativeConfig) WithFenceTimeout(d time.Duration) NativeConfig {
 // WithDevice labels the session's trace records with a device name.
 // Default: the device of the owner's first stream, or "" when it has none.
 func (c NativeConfig) WithDevice(name string) NativeConfig {
+	c = c.orDefaults()
 	c.device = name
 	return c
 }
@@ -75,6 +88,7 @@ func (c NativeConfig) WithDevice(name string) NativeConfig {
 // [errdefs.ErrOutOfBudget], a negative one with
 // [errdefs.ErrInvalidArgument].
 func (c NativeConfig) WithAdmissionCost(units int) NativeConfig {
+	c = c.orDefaults()
 	c.cost = units
 	return c
 }

@@ -21,7 +21,8 @@ const DefaultQueueDepth = 1024
 
 // Config configures [Open]. It is immutable: every WithX method returns a
 // modified copy, so a Config can be shared and reused. A zero Config means
-// [NewConfig]'s defaults.
+// [NewConfig]'s defaults. A WithX method called on a zero value starts from
+// those defaults.
 //
 //	p, err := cuda.Open(cuda.NewConfig().WithBLASLibrary("-"))
 type Config struct {
@@ -55,8 +56,18 @@ func NewConfig() Config {
 	return Config{set: true, library: defaultLibrary, queueDepth: DefaultQueueDepth, createTimeout: DefaultStreamCreateTimeout, batchGraphs: DefaultBatchGraphs, copyStaging: DefaultCopyStaging}
 }
 
+// orDefaults is c, or [NewConfig]'s defaults when c is the zero value, so
+// that a WithX method called on a zero Config keeps the other defaults.
+func (c Config) orDefaults() Config {
+	if !c.set {
+		return NewConfig()
+	}
+	return c
+}
+
 // WithLibrary loads the CUDA driver from path instead of "libcuda.so.1".
 func (c Config) WithLibrary(path string) Config {
+	c = c.orDefaults()
 	c.library = path
 	return c
 }
@@ -67,6 +78,7 @@ func (c Config) WithLibrary(path string) Config {
 // directories). "-" disables cuBLAS: the fast programs run the exact
 // kernels.
 func (c Config) WithBLASLibrary(path string) Config {
+	c = c.orDefaults()
 	c.blasLibrary = path
 	c.noBLAS = path == "-"
 	return c
@@ -74,6 +86,7 @@ func (c Config) WithBLASLibrary(path string) Config {
 
 // withBLAS replaces cuBLAS (tests: a fake).
 func (c Config) withBLAS(b blasAPI) Config {
+	c = c.orDefaults()
 	c.blas = b
 	return c
 }
@@ -82,6 +95,7 @@ func (c Config) withBLAS(b blasAPI) Config {
 // Write and Read answer [errdefs.ErrBusy] (default [DefaultQueueDepth]; values
 // below 1 mean 1).
 func (c Config) WithQueueDepth(n int) Config {
+	c = c.orDefaults()
 	c.queueDepth = max(n, 1)
 	return c
 }
@@ -99,6 +113,7 @@ const DefaultStreamCreateTimeout = 5 * time.Second
 // blocked in it (nothing can interrupt a driver call). If the call ever
 // returns, that thread destroys the stream it got and exits.
 func (c Config) WithStreamCreateTimeout(d time.Duration) Config {
+	c = c.orDefaults()
 	c.createTimeout = max(d, time.Millisecond)
 	return c
 }
@@ -107,6 +122,7 @@ func (c Config) WithStreamCreateTimeout(d time.Duration) Config {
 // repeated batches ([Stream.SubmitBatch]; default [DefaultBatchGraphs]);
 // 0 turns the cache off, so every batch is launched kernel by kernel.
 func (c Config) WithBatchGraphs(n int) Config {
+	c = c.orDefaults()
 	c.batchGraphs = max(n, 0)
 	return c
 }
@@ -114,18 +130,21 @@ func (c Config) WithBatchGraphs(n int) Config {
 // withEagerEvents records each burst's event as soon as the queue runs
 // empty, as before flushDelay existed (benchmarks compare the two).
 func (c Config) withEagerEvents() Config {
+	c = c.orDefaults()
 	c.eagerEvents = true
 	return c
 }
 
 // withPTX replaces the embedded module (tests: STAGEHOST_CUDA_PTX).
 func (c Config) withPTX(src []byte) Config {
+	c = c.orDefaults()
 	c.ptx = src
 	return c
 }
 
 // withDriver replaces libcuda (tests: the fake driver).
 func (c Config) withDriver(d driver) Config {
+	c = c.orDefaults()
 	c.drv = d
 	return c
 }

@@ -40,6 +40,7 @@ const stageAlign = 16
 // caller's memory when it retires. Ring space is reused once its copy has
 // retired; when a ring is full, copies take the pageable path.
 func (c Config) WithCopyStaging(bytes int) Config {
+	c = c.orDefaults()
 	c.copyStaging = max(bytes, 0)
 	return c
 }

@@ -26,7 +26,8 @@ func New() *Platform { return &Platform{} }
 // DeviceConfig configures a device at [Platform.AddDevice]. It is
 // immutable: every WithX method returns a modified copy, so a DeviceConfig
 // can be shared between calls. A zero DeviceConfig means
-// [NewDeviceConfig]'s defaults.
+// [NewDeviceConfig]'s defaults. A WithX method called on a zero value starts from
+// those defaults.
 //
 //	dev, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig().WithLatency(time.Millisecond))
 type DeviceConfig struct {
@@ -44,6 +45,15 @@ type DeviceConfig struct {
 //     [DeviceConfig.WithInitialQueueDepth]).
 func NewDeviceConfig() DeviceConfig {
 	return DeviceConfig{set: true, queueDepth: DefaultQueueDepth, initDepth: DefaultInitialQueueDepth}
+}
+
+// orDefaults is c, or [NewDeviceConfig]'s defaults when c is the zero value, so
+// that a WithX method called on a zero DeviceConfig keeps the other defaults.
+func (c DeviceConfig) orDefaults() DeviceConfig {
+	if !c.set {
+		return NewDeviceConfig()
+	}
+	return c
 }
 
 // DefaultQueueDepth is the queue depth of a device made without
@@ -75,6 +85,7 @@ const DefaultInitialQueueDepth = 8
 // the end. Default 0: commands run as soon as the worker reaches them, with
 // no clock read at all. A negative latency makes AddDevice fail.
 func (c DeviceConfig) WithLatency(d time.Duration) DeviceConfig {
+	c = c.orDefaults()
 	c.latency = d
 	return c
 }
@@ -86,6 +97,7 @@ func (c DeviceConfig) WithLatency(d time.Duration) DeviceConfig {
 // allocation: a stream's ring starts at [DeviceConfig.WithInitialQueueDepth] slots and
 // doubles on demand up to it (it never shrinks).
 func (c DeviceConfig) WithQueueDepth(n int) DeviceConfig {
+	c = c.orDefaults()
 	c.queueDepth = n
 	return c
 }
@@ -97,6 +109,7 @@ func (c DeviceConfig) WithQueueDepth(n int) DeviceConfig {
 // Setting it to the queue depth preallocates the whole ring, as streams
 // did before rings grew.
 func (c DeviceConfig) WithInitialQueueDepth(n int) DeviceConfig {
+	c = c.orDefaults()
 	c.initDepth = n
 	return c
 }
