@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/manifest"
 )
 
@@ -148,7 +148,7 @@ func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
 	case !found:
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "module %s is not in the lattice's quarantine", sha))
 	default:
-		s.logger.Warn("lattice quarantine cleared", "sha256", sha, "request_id", deploy.RequestID(r.Context()))
+		s.logger.Warn("lattice quarantine cleared", "sha256", sha, "request_id", requestid.FromContext(r.Context()))
 		writeJSON(w, http.StatusOK, map[string]any{"cleared": sha})
 	}
 }
@@ -200,7 +200,7 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 	if sess != nil {
 		s.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	}
-	s.logger.Log(ctx, slog.LevelDebug, "lattice run", "session", name, "traceparent", tp, "request_id", deploy.RequestID(ctx), "took", time.Since(start))
+	s.logger.Log(ctx, slog.LevelDebug, "lattice run", "session", name, "traceparent", tp, "request_id", requestid.FromContext(ctx), "took", time.Since(start))
 	if err != nil {
 		var ce *errdefs.RemoteError
 		if errors.As(err, &ce) {
@@ -223,7 +223,7 @@ func (s *Server) writeClassError(w http.ResponseWriter, r *http.Request, ce *err
 		class = errdefs.ClassClientClosed
 	}
 	status := classStatus(class)
-	body := ErrorBody{Error: ce.Message, Class: class, Code: ce.Code, RequestID: deploy.RequestID(r.Context())}
+	body := ErrorBody{Error: ce.Message, Class: class, Code: ce.Code, RequestID: requestid.FromContext(r.Context())}
 	if body.Error == "" {
 		body.Error = class
 	}

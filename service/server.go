@@ -25,6 +25,7 @@ import (
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host/metrics"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
@@ -322,11 +323,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.answered.Add(1)
 	start := time.Now()
 	id := r.Header.Get("X-Request-Id")
-	if !deploy.ValidRequestID(id) {
+	if !requestid.Valid(id) {
 		id = newRequestID()
 	}
 	w.Header().Set("X-Request-Id", id)
-	r = r.WithContext(deploy.WithRequestID(r.Context(), id))
+	r = r.WithContext(requestid.With(r.Context(), id))
 	rec := &recorder{ResponseWriter: w}
 	defer func() {
 		if p := recover(); p != nil {
@@ -603,7 +604,7 @@ type ErrorBody struct {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	class := Outcome(r.Context(), err)
 	status := classStatus(class)
-	body := ErrorBody{Error: deploy.PublicMessage(err), Class: class, RequestID: deploy.RequestID(r.Context())}
+	body := ErrorBody{Error: deploy.PublicMessage(err), Class: class, RequestID: requestid.FromContext(r.Context())}
 	var ce *stages.ClientError
 	if errors.As(err, &ce) {
 		body.Code = &ce.Code
@@ -662,7 +663,7 @@ func RequestIDHandler(h slog.Handler) slog.Handler { return requestIDHandler{h} 
 type requestIDHandler struct{ slog.Handler }
 
 func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
-	if id := deploy.RequestID(ctx); id != "" {
+	if id := requestid.FromContext(ctx); id != "" {
 		has := false
 		r.Attrs(func(a slog.Attr) bool {
 			has = has || a.Key == "request_id"

@@ -239,7 +239,7 @@ func (s *NativeSession[T]) leave() {
 //   - [errdefs.ErrClosed] after Close, or when the owner was closed.
 //   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting for admission.
 //   - [errdefs.ErrOutOfBudget] or [errdefs.ErrInvalidArgument] for an
-//     admission cost that can never be admitted ([WithAdmissionCost]).
+//     admission cost that can never be admitted ([NativeConfig.WithAdmissionCost]).
 //   - The stage's own error (a client error). If device work of the call
 //     failed as well, the error wraps both: [errors.Is] matches the
 //     stage's error and [errdefs.ErrFault].

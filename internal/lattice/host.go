@@ -18,6 +18,7 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -632,7 +633,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 		_ = h.respond(req, nil, nats.Header{HostHeader: {h.cfg.ID}, AckHeader: {"1"}})
 	}
 	rid := hdr.Get(RequestIDHeader)
-	ctx = deploy.WithRequestID(ctx, rid)
+	ctx = requestid.With(ctx, rid)
 	var err error
 	var out []byte
 	if v := hdr.Get(DeadlineHeader); v != "" {
