@@ -540,8 +540,15 @@ func TestCHeaderStatusCodes(t *testing.T) {
 			t.Errorf("C header: %s = %d, ABI %d", name, got, s)
 		}
 	}
+	// The dtype codes are the op library's (docs/kernels.md: 0 f32, 1 f16,
+	// 2 bf16, 3 i32).
+	for name, want := range map[string]int64{"STAGEHOST_DTYPE_F32": 0, "STAGEHOST_DTYPE_F16": 1, "STAGEHOST_DTYPE_BF16": 2, "STAGEHOST_DTYPE_I32": 3} {
+		if got := h.int(t, name); got != want {
+			t.Errorf("C header: %s = %d, want %d", name, got, want)
+		}
+	}
 	// Every other integer define is one of the known non-status families.
-	nonStatus := regexp.MustCompile(`^STAGEHOST_(LOG_|KIND_|MAX_|ARG_|BATCH_|TO_END$|ABI_VERSION$|ABI_REVISION$|IMPORT_MODULE$)`)
+	nonStatus := regexp.MustCompile(`^STAGEHOST_(LOG_|KIND_|DTYPE_|MAX_|ARG_|BATCH_|TO_END$|ABI_VERSION$|ABI_REVISION$|IMPORT_MODULE$)`)
 	for name, value := range h.defines {
 		if f := strings.Fields(value); len(f) == 0 {
 			continue

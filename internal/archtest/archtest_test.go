@@ -17,7 +17,7 @@ const module = "github.com/stagehost/stagehost"
 // stages imports stages/internal/wasmbin). A path matches the longest
 // prefix listed (a directory matches its subdirectories).
 var layers = [][]string{
-	{"bench", "examples", "internal/archtest"}, // programs, examples and this test, over the whole API
+	{"bench", "examples", "internal/archtest", "internal/doccheck", "internal/testutil"}, // programs, examples, repository checks and test helpers, over the whole API
 	{"cmd"},
 	{"service"},
 	{"internal/lattice"},
