@@ -100,10 +100,6 @@ func (s *Server) latticeOf() Lattice {
 	return nil
 }
 
-// traceparentHeader is the W3C trace context request header: the parent
-// of a run's span, passed to the lattice with a call.
-const traceparentHeader = "traceparent"
-
 func (s *Server) latticeRoutes() {
 	s.route("GET /v1/lattice/hosts", scopeAdmin, s.latticeHosts)
 	s.route("GET /v1/lattice/quarantine", scopeAdmin, s.latticeQuarantine)
