@@ -1,6 +1,7 @@
-// Package deploy builds a running host from a validated manifest: the
-// runtime, devices on their backends, compiled modules, Wasm sessions and
-// resident session templates, and runs them. The CLI and the HTTP service
+// Package deploy builds a running [Deployment] from a validated manifest:
+// the runtime, devices on their backends, compiled modules, a [Pool] of
+// stage-session instances per declared session and a [Resident] per
+// declared resident session, and runs them. The CLI and the HTTP service
 // are thin layers over a [Deployment].
 package deploy
 
