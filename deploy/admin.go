@@ -424,9 +424,9 @@ func (d *Deployment) SwapSession(ctx context.Context, name, ref string) (SwapRes
 }
 
 // slotDevices returns the device of each instance slot, as at start-up:
-// the session's devices in turn, or with [Options.Device] only the slots
+// the session's devices in turn, or with [Config.WithDevice] only the slots
 // on that device.
-func (s *Session) slotDevices() []string {
+func (s *Pool) slotDevices() []string {
 	n := max(s.Spec.Instances, 1)
 	devs := make([]string, 0, n)
 	for i := range n {
@@ -455,7 +455,7 @@ type ResetInstance struct {
 
 // healthyDevice returns want when it is healthy, else the first healthy
 // device of the session's, else "" and want's error.
-func (s *Session) healthyDevice(want string) (string, error) {
+func (s *Pool) healthyDevice(want string) (string, error) {
 	err := s.d.DeviceErr(want)
 	if err == nil {
 		return want, nil

@@ -42,7 +42,7 @@ func TestCacheThatCannotBeUsedIsAWarning(t *testing.T) {
 				t.Fatal("the manifest has no cache_dir to replace")
 			}
 			d := open(t, body)
-			if out, err := d.Session("steady").Run(context.Background(), nil); err != nil || string(out) != "ok" {
+			if out, err := d.Pool("steady").Run(context.Background(), nil); err != nil || string(out) != "ok" {
 				t.Fatalf("%q %v", out, err)
 			}
 		})

@@ -1,6 +1,7 @@
-// Package deploy builds a running host from a validated manifest: the
-// runtime, devices on their backends, compiled modules, Wasm sessions and
-// resident session templates, and runs them. The CLI and the HTTP service
+// Package deploy builds a running [Deployment] from a validated manifest:
+// the runtime, devices on their backends, compiled modules, a [Pool] of
+// stage-session instances per declared session and a [Resident] per
+// declared resident session, and runs them. The CLI and the HTTP service
 // are thin layers over a [Deployment].
 package deploy
 
@@ -27,25 +28,59 @@ import (
 	"github.com/stagehost/stagehost/stages"
 )
 
-// Options tune how a deployment starts.
-type Options struct {
-	// Logger receives host and guest logs. Default slog.Default().
-	Logger *slog.Logger
-	// Progress, when set, is told about slow start-up steps (module
-	// compilation), one line each.
-	Progress func(msg string)
-	// Only, when set, names the one session or resident session to open:
-	// only the modules it needs are loaded, and the deployment has no
-	// other session or resident session. Devices are all opened.
-	Only string
-	// Device, when set, names the one device whose work the deployment
-	// runs (a `serve --supervise` worker): it opens that device only,
-	// plus the npu device of each resident session whose gpu it is; the
-	// sessions with an instance slot on it, each with only the instances
-	// that fall on it (a pooled session over several devices has its
-	// other instances in other workers); and the resident sessions whose
-	// gpu it is. Only the modules those sessions need are loaded.
-	Device string
+// Config tunes how a deployment starts. It is immutable: every WithX
+// method returns a modified copy, so a Config can be shared and reused. A
+// zero Config is [NewConfig]'s defaults.
+//
+//	d, err := deploy.Open(ctx, m, deploy.NewConfig().WithOnly("fill"))
+type Config struct {
+	logger   *slog.Logger
+	progress func(msg string)
+	only     string
+	device   string
+}
+
+// NewConfig returns the default configuration:
+//
+//   - logger slog.Default() (see [Config.WithLogger]);
+//   - no progress lines (see [Config.WithProgress]);
+//   - every session and resident session (see [Config.WithOnly]);
+//   - every device (see [Config.WithDevice]).
+func NewConfig() Config { return Config{} }
+
+// WithLogger sends host and guest logs to logger. Default slog.Default();
+// nil means the default.
+func (c Config) WithLogger(logger *slog.Logger) Config {
+	c.logger = logger
+	return c
+}
+
+// WithProgress tells fn about slow start-up steps (module compilation),
+// one line each. Default: none.
+func (c Config) WithProgress(fn func(msg string)) Config {
+	c.progress = fn
+	return c
+}
+
+// WithOnly names the one session or resident session to open: only the
+// modules it needs are loaded, and the deployment has no other session or
+// resident session. Devices are all opened. Default "": every one.
+func (c Config) WithOnly(name string) Config {
+	c.only = name
+	return c
+}
+
+// WithDevice names the one device whose work the deployment runs (a
+// `serve --supervise` worker): it opens that device only, plus the npu
+// device of each resident session whose gpu it is; the sessions with an
+// instance slot on it, each with only the instances that fall on it (a
+// pooled session over several devices has its other instances in other
+// workers); and the resident sessions whose gpu it is. Only the modules
+// those sessions need are loaded. Default "": every device. A name the
+// manifest does not declare makes [Open] fail with [errdefs.ErrNotFound].
+func (c Config) WithDevice(name string) Config {
+	c.device = name
+	return c
 }
 
 // Deployment is a running manifest.
@@ -60,33 +95,42 @@ type Deployment struct {
 	devices map[string]hw.Device
 	modules map[string]*stages.Module
 
-	sessions  map[string]*Session
+	sessions  map[string]*Pool
 	residents map[string]*Resident
 
-	device string // Options.Device: "" for every device
+	device string // Config.WithDevice: "" for every device
 
 	admin adminState // model control (admin.go)
 }
 
-// Session is the service's handle on one named manifest session: a pool
-// of one or more instances ([manifest.Session.Instances]), each a
-// [stages.Session] (the Wasm stage session that runs calls, with its own
-// owner, streams and budget) on one of the session's devices.
-// [manifest.Session] is the declaration it was made from; resident
-// GPU–NPU sessions are [sessions.ResidentSession]. A [stages.Session]
-// runs one call at a time, so a call takes a free instance, preferring
-// one whose device's compute lane is free, or waits for one in arrival
-// order, within the session's queue_limit and queue_timeout.
+// Pool serves one named manifest session: a pool of one or more
+// instances ([manifest.Session.Instances]), each a [stages.Session] on one
+// of the session's devices. Four types carry the word "session", one per
+// concept:
 //
-// A session that could not be created at start-up has failed: it has no
-// instances, [Session.Failed] says why, and every call returns an error
+//   - [manifest.Session] is the declaration, a [[session]] table;
+//   - a Pool is that declaration served: the instances, the queue of calls
+//     waiting for one, the counts and the model control;
+//   - a [stages.Session] is one instance: one Wasm module instance with its
+//     own owner, streams and budget, running one call at a time (inside a
+//     [stages.NativeSession], the wrapper that runs Go code on an owner's
+//     device state under the host's fence);
+//   - a [Resident] serves a [[resident]] table: a
+//     [sessions.ResidentSession], a GPU–NPU pair of resident programs.
+//
+// A call takes a free instance, preferring one whose device's compute lane
+// is free, or waits for one in arrival order, within the session's
+// queue_limit and queue_timeout.
+//
+// A pool whose session could not be created at start-up has failed: it has
+// no instances, [Pool.Failed] says why, and every call returns an error
 // that wraps [ErrUnavailable].
 //
 // Its instances can be swapped to another version of the stage module,
 // and its out-of-service instances replaced (admin.go): an instance
 // replaced while a call runs on it finishes that call first (the drain);
 // a quarantined one is never closed, and is listed as retired.
-type Session struct {
+type Pool struct {
 	Spec *manifest.Session
 	d    *Deployment
 
@@ -120,31 +164,33 @@ func (e *unavailableError) Error() string {
 
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.reason} }
 
-// Open builds the deployment. Nothing runs until Run or RunResident.
+// Open builds the deployment, configured by opt (a zero Config is
+// [NewConfig]'s defaults). Nothing runs until Run or RunResident.
 //
 // A session whose creation fails (its module traps or runs past the init
 // timeout in stagehost_init, say) does not stop the others: it is
 // recorded as failed, with the error as its reason (see
-// [Session.Failed] and [Deployment.FailedSessions]), and logged.
+// [Pool.Failed] and [Deployment.FailedSessions]), and logged.
 //
 // # Errors
 //
 // [errdefs.ErrUnsupported] when a cuda device is declared but no CUDA driver is
-// present; device errors; module load errors; the error of a session's
+// present; [errdefs.ErrNotFound] for a [Config.WithDevice] device the
+// manifest does not declare; device errors; module load errors; the error of a session's
 // creation when ctx ends during it.
-func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, error) {
-	if opt.Logger == nil {
-		opt.Logger = slog.Default()
+func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, error) {
+	if opt.logger == nil {
+		opt.logger = slog.Default()
 	}
 	rt, err := host.NewRuntime(host.NewConfig().WithCapacity(m.Runtime.Capacity).WithTraceCapacity(m.Runtime.TraceBuffer))
 	if err != nil {
 		return nil, err
 	}
-	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.Logger,
+	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.logger,
 		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
-		sessions: map[string]*Session{}, residents: map[string]*Resident{}, device: opt.Device}
-	if opt.Device != "" && m.Device(opt.Device) == nil {
-		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.Device)
+		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device}
+	if opt.device != "" && m.Device(opt.device) == nil {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
 	}
 	ok := false
 	defer func() {
@@ -155,7 +201,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Options) (*Deployment, 
 	if err := d.openDevices(); err != nil {
 		return nil, err
 	}
-	cacheDir, err := d.openEngine(ctx, opt.Logger)
+	cacheDir, err := d.openEngine(ctx, opt.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -215,12 +261,12 @@ func (d *Deployment) openEngine(ctx context.Context, logger *slog.Logger) (strin
 	return cacheDir, nil
 }
 
-// loadModules loads the modules d needs (opt.Only's, opt.Device's, or
-// all), reporting each to opt.Progress.
-func (d *Deployment) loadModules(ctx context.Context, opt Options, cacheDir string) error {
+// loadModules loads the modules d needs (opt.only's, opt.device's, or
+// all), reporting each to opt.progress.
+func (d *Deployment) loadModules(ctx context.Context, opt Config, cacheDir string) error {
 	m := d.Manifest
-	needed := neededModules(m, opt.Only)
-	if opt.Device != "" {
+	needed := neededModules(m, opt.only)
+	if opt.device != "" {
 		needed = d.deviceModules(needed)
 	}
 	for i := range m.Modules {
@@ -228,7 +274,7 @@ func (d *Deployment) loadModules(ctx context.Context, opt Options, cacheDir stri
 		if needed != nil && !needed[mm.Name] {
 			continue
 		}
-		if err := d.loadModule(ctx, mm, opt.Progress, cacheDir); err != nil {
+		if err := d.loadModule(ctx, mm, opt.progress, cacheDir); err != nil {
 			return err
 		}
 	}
@@ -271,14 +317,14 @@ func (d *Deployment) loadModule(ctx context.Context, mm *manifest.Module, progre
 	return nil
 }
 
-// openSessions creates d's sessions (opt.Only's, opt.Device's, or all).
+// openSessions creates d's sessions (opt.only's, opt.device's, or all).
 // A session that cannot be created is recorded as failed, and the others
 // are created; only the end of ctx stops it.
-func (d *Deployment) openSessions(ctx context.Context, opt Options) error {
+func (d *Deployment) openSessions(ctx context.Context, opt Config) error {
 	m := d.Manifest
 	for i := range m.Sessions {
 		ms := &m.Sessions[i]
-		if opt.Only != "" && ms.Name != opt.Only || !d.onDevice(ms) {
+		if opt.only != "" && ms.Name != opt.only || !d.onDevice(ms) {
 			continue
 		}
 		s := d.newSession(ms)
@@ -286,7 +332,7 @@ func (d *Deployment) openSessions(ctx context.Context, opt Options) error {
 			if ctx.Err() != nil {
 				return err // start-up was cancelled: no session is to blame
 			}
-			opt.Logger.Error("session could not be created; the others run", "session", ms.Name, "err", err)
+			opt.logger.Error("session could not be created; the others run", "session", ms.Name, "err", err)
 			s.failed = err
 		}
 		d.sessions[ms.Name] = s
@@ -294,13 +340,13 @@ func (d *Deployment) openSessions(ctx context.Context, opt Options) error {
 	return nil
 }
 
-// addResidents adds d's resident sessions (opt.Only's, opt.Device's, or
+// addResidents adds d's resident sessions (opt.only's, opt.device's, or
 // all); they start with RunResident.
-func (d *Deployment) addResidents(opt Options) {
+func (d *Deployment) addResidents(opt Config) {
 	m := d.Manifest
 	for i := range m.Residents {
 		r := &m.Residents[i]
-		if opt.Only != "" && r.Name != opt.Only || opt.Device != "" && r.GPU != opt.Device {
+		if opt.only != "" && r.Name != opt.only || opt.device != "" && r.GPU != opt.device {
 			continue
 		}
 		d.residents[r.Name] = &Resident{Spec: r, d: d, epoch: rand.Text()}
@@ -325,7 +371,7 @@ func neededModules(m *manifest.Manifest, only string) map[string]bool {
 }
 
 // onDevice reports whether session ms has an instance slot on the
-// deployment's device (always, without [Options.Device]).
+// deployment's device (always, without [Config.WithDevice]).
 func (d *Deployment) onDevice(ms *manifest.Session) bool {
 	if d.device == "" {
 		return true
@@ -357,7 +403,7 @@ func (d *Deployment) deviceModules(needed map[string]bool) map[string]bool {
 }
 
 // wantsDevice reports whether the deployment opens the named device:
-// every one without [Options.Device]; with it, that one and the npu
+// every one without [Config.WithDevice]; with it, that one and the npu
 // devices of its resident sessions.
 func (d *Deployment) wantsDevice(name string) bool {
 	if d.device == "" || name == d.device {
@@ -399,14 +445,14 @@ func (d *Deployment) openDevices() error {
 			if d.simP == nil {
 				d.simP = sim.New()
 			}
-			dev, err := d.simP.AddDevice(md.Name, md.Engine, sim.WithLatency(md.Sim.Latency), sim.WithQueueDepth(md.Sim.QueueDepth))
+			dev, err := d.simP.AddDevice(md.Name, md.Engine, sim.NewDeviceConfig().WithLatency(md.Sim.Latency).WithQueueDepth(md.Sim.QueueDepth))
 			if err != nil {
 				return fmt.Errorf("device %q: %w", md.Name, err)
 			}
 			d.devices[md.Name] = dev
 		case manifest.BackendCUDA:
 			if d.cudaP == nil {
-				p, err := cuda.Open()
+				p, err := cuda.Open(cuda.NewConfig())
 				if err != nil {
 					return fmt.Errorf("device %q: %w", md.Name, err)
 				}
@@ -426,8 +472,8 @@ func (d *Deployment) openDevices() error {
 
 // newSession makes the session's handle, before its instances: its
 // stage and fence modules are the manifest's.
-func (d *Deployment) newSession(ms *manifest.Session) *Session {
-	s := &Session{Spec: ms, d: d, stage: d.modules[ms.Stage]}
+func (d *Deployment) newSession(ms *manifest.Session) *Pool {
+	s := &Pool{Spec: ms, d: d, stage: d.modules[ms.Stage]}
 	if ms.Fence != manifest.FenceBuiltin && ms.Fence != manifest.FenceDrain {
 		s.fence = d.modules[ms.Fence]
 	}
@@ -436,7 +482,7 @@ func (d *Deployment) newSession(ms *manifest.Session) *Session {
 
 // open makes the session's instances, one per slot over its devices in
 // turn, and its pool.
-func (s *Session) open(ctx context.Context) error {
+func (s *Pool) open(ctx context.Context) error {
 	devs := s.slotDevices()
 	insts, err := s.makeInstances(ctx, s.stage, devs)
 	if err != nil {
@@ -448,7 +494,7 @@ func (s *Session) open(ctx context.Context) error {
 
 // setPool gives a session with no pool yet (at start, or a failed one
 // that is reset) its instances.
-func (s *Session) setPool(insts []*instance, devs []string) {
+func (s *Pool) setPool(insts []*instance, devs []string) {
 	d := s.d
 	busy := func(dev string) bool { return d.Runtime.LaneBusy(dev, host.LaneCompute) }
 	p := newPool(s.Spec.Name, insts, devs, s.Spec.QueueLimit, s.Spec.QueueTimeout, busy, instanceDown)
@@ -460,7 +506,7 @@ func (s *Session) setPool(insts []*instance, devs []string) {
 
 // makeInstances makes one instance of stage per device of devs; if one
 // cannot be made, it closes those it made and returns the error.
-func (s *Session) makeInstances(ctx context.Context, stage *stages.Module, devs []string) ([]*instance, error) {
+func (s *Pool) makeInstances(ctx context.Context, stage *stages.Module, devs []string) ([]*instance, error) {
 	insts := make([]*instance, 0, len(devs))
 	for i, dev := range devs {
 		in, err := s.makeInstance(ctx, stage, i, len(devs), dev)
@@ -483,7 +529,7 @@ func (s *Session) makeInstances(ctx context.Context, stage *stages.Module, devs 
 // a fresh owner. Owners are named apart: the session's name, /i when it
 // has more than one instance, and .G for the instances made after the
 // first generation (traces, quarantine).
-func (s *Session) makeInstance(ctx context.Context, stage *stages.Module, i, n int, dev string) (*instance, error) {
+func (s *Pool) makeInstance(ctx context.Context, stage *stages.Module, i, n int, dev string) (*instance, error) {
 	ms, d := s.Spec, s.d
 	name := ms.Name
 	if n > 1 {
@@ -537,7 +583,7 @@ type retiredInstance struct {
 // dispose takes a retired instance that no call holds: a healthy or
 // failed one is closed; a quarantined one keeps its resources. Out of
 // service ones are listed in the session's status.
-func (s *Session) dispose(m *member[*instance]) {
+func (s *Pool) dispose(m *member[*instance]) {
 	in := m.val
 	r := &retiredInstance{in: in, index: m.index, device: m.device, at: time.Now()}
 	if q := in.s.Quarantined(); q != nil {
@@ -584,7 +630,7 @@ func simFault(k manifest.FaultKind, count int) sim.Fault {
 func (d *Deployment) injectFaults() error {
 	for i := range d.Manifest.Devices {
 		md := &d.Manifest.Devices[i]
-		if md.Sim == nil || d.devices[md.Name] == nil { // not opened (Options.Device)
+		if md.Sim == nil || d.devices[md.Name] == nil { // not opened (Config.WithDevice)
 			continue
 		}
 		dev := d.devices[md.Name].(*sim.Device)
@@ -595,7 +641,7 @@ func (d *Deployment) injectFaults() error {
 			}
 			s := d.sessions[f.Session]
 			if s == nil && d.Manifest.Session(f.Session) != nil {
-				continue // not opened (Options.Only, Options.Device)
+				continue // not opened (Config.WithOnly, Config.WithDevice)
 			}
 			if s == nil {
 				return errdefs.Errorf(errdefs.ErrNotFound, "device %q: fault for unknown session %q", md.Name, f.Session)
@@ -618,7 +664,7 @@ func (d *Deployment) injectFaults() error {
 func (d *Deployment) Device(name string) hw.Device { return d.devices[name] }
 
 // DeviceNames lists the devices opened, in manifest order: all of them,
-// or with [Options.Device] those it opens.
+// or with [Config.WithDevice] those it opens.
 func (d *Deployment) DeviceNames() []string {
 	names := make([]string, 0, len(d.Manifest.Devices))
 	for _, md := range d.Manifest.Devices {
@@ -640,8 +686,10 @@ func (d *Deployment) DeviceErr(name string) error {
 	return dev.Err()
 }
 
-// Session returns a session by name, or nil.
-func (d *Deployment) Session(name string) *Session { return d.sessions[name] }
+// Pool returns the pool that serves the manifest session called name, or
+// nil when the deployment has none (no such session, or not opened: see
+// [Config.WithOnly] and [Config.WithDevice]).
+func (d *Deployment) Pool(name string) *Pool { return d.sessions[name] }
 
 // Resident returns a resident session template by name, or nil.
 func (d *Deployment) Resident(name string) *Resident { return d.residents[name] }
@@ -659,7 +707,7 @@ func (d *Deployment) FailedSessions() []string {
 }
 
 // SessionNames lists the sessions in manifest order (with
-// [Options.Only], at most that one).
+// [Config.WithOnly], at most that one).
 func (d *Deployment) SessionNames() []string {
 	var names []string
 	for _, s := range d.Manifest.Sessions {
@@ -671,7 +719,7 @@ func (d *Deployment) SessionNames() []string {
 }
 
 // ResidentNames lists the resident sessions in manifest order (with
-// [Options.Only], at most that one).
+// [Config.WithOnly], at most that one).
 func (d *Deployment) ResidentNames() []string {
 	var names []string
 	for _, r := range d.Manifest.Residents {
@@ -685,7 +733,7 @@ func (d *Deployment) ResidentNames() []string {
 // DefaultInput reads the session's default input file, or returns nil.
 // Like every file a manifest names, it must be a regular file of at most
 // [manifest.MaxInputSize] bytes.
-func (s *Session) DefaultInput() ([]byte, error) {
+func (s *Pool) DefaultInput() ([]byte, error) {
 	if s.Spec.Input == "" {
 		return nil, nil
 	}
@@ -694,17 +742,17 @@ func (s *Session) DefaultInput() ([]byte, error) {
 
 // Exclusive reports whether the session's placement is exclusive: in a
 // lattice, one host at a time serves it.
-func (s *Session) Exclusive() bool { return s.Spec.Placement == manifest.PlacementExclusive }
+func (s *Pool) Exclusive() bool { return s.Spec.Placement == manifest.PlacementExclusive }
 
 // Failed returns why the session could not be created, or nil.
-func (s *Session) Failed() error {
+func (s *Pool) Failed() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.failed
 }
 
 // members returns the session's current instances (none when failed).
-func (s *Session) members() []*member[*instance] {
+func (s *Pool) members() []*member[*instance] {
 	s.mu.Lock()
 	p := s.pool
 	s.mu.Unlock()
@@ -715,15 +763,15 @@ func (s *Session) members() []*member[*instance] {
 }
 
 // Run calls the session's stage with input on a free instance: it
-// takes one ([Session.Acquire]), runs the call and gives it back.
+// takes one ([Pool.Acquire]), runs the call and gives it back.
 //
 // # Errors
 //
-// As for [Session.Acquire] and [Turn.Run].
+// As for [Pool.Acquire] and [Turn.Run].
 //
 // Every call is counted by its [Outcome]: ok, an error class, or
 // client_closed when ctx was cancelled (the caller went away).
-func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
+func (s *Pool) Run(ctx context.Context, input []byte) ([]byte, error) {
 	t, err := s.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -733,9 +781,9 @@ func (s *Session) Run(ctx context.Context, input []byte) ([]byte, error) {
 }
 
 // Turn is one call's hold on one instance of a session, from
-// [Session.Acquire] to [Turn.Release]. It runs at most one call.
+// [Pool.Acquire] to [Turn.Release]. It runs at most one call.
 type Turn struct {
-	s *Session
+	s *Pool
 	p *pool[*instance]
 	m *member[*instance]
 }
@@ -754,7 +802,7 @@ type Turn struct {
 //   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting;
 //   - the reason an instance is out of service (quarantined: class
 //     [errdefs.ErrDeviceLost]), when every instance is.
-func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
+func (s *Pool) Acquire(ctx context.Context) (*Turn, error) {
 	sctx, span := childSpan(ctx, tracing.SpanAcquire) // trace.go
 	if span.IsRecording() {
 		span.SetAttributes(tracing.SessionKey.String(s.Spec.Name))
@@ -785,7 +833,7 @@ func (s *Session) Acquire(ctx context.Context) (*Turn, error) {
 // that failed, or whose instances are all busy or out of service). It
 // never waits and counts no outcome: a router tries the local session
 // first and sends the call elsewhere when it gets nil.
-func (s *Session) TryAcquire() *Turn {
+func (s *Pool) TryAcquire() *Turn {
 	s.mu.Lock()
 	p, failed := s.pool, s.failed
 	s.mu.Unlock()
@@ -824,7 +872,7 @@ func (t *Turn) Run(ctx context.Context, input []byte) (out []byte, err error) {
 // quarantined.
 func (t *Turn) Release() { t.p.release(t.m) }
 
-func (s *Session) count(outcome string) {
+func (s *Pool) count(outcome string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -895,7 +943,7 @@ type InstanceStatus struct {
 }
 
 // Status reports the session's state.
-func (s *Session) Status() SessionStatus {
+func (s *Pool) Status() SessionStatus {
 	s.mu.Lock()
 	calls, fails := s.calls, s.fails
 	outcomes := make(map[string]uint64, len(s.outcomes))

@@ -62,7 +62,7 @@ func open(t testing.TB, body string) *deploy.Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := deploy.Open(context.Background(), m, deploy.Options{})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,18 +114,18 @@ rounds = 8
 func TestSessionsRunAndFaultsApplyToTheirSessionOnly(t *testing.T) {
 	d := open(t, twoSessions)
 	ctx := context.Background()
-	out, err := d.Session("steady").Run(ctx, nil)
+	out, err := d.Pool("steady").Run(ctx, nil)
 	if err != nil || string(out) != "ok" {
 		t.Fatalf("steady: %q %v", out, err)
 	}
 	// The injected failed completion surfaces in flaky's stream_sync as a
 	// client error; the session is not quarantined (the work retired).
-	_, err = d.Session("flaky").Run(ctx, nil)
+	_, err = d.Pool("flaky").Run(ctx, nil)
 	var ce *stages.ClientError
 	if !errors.As(err, &ce) || ce.Code != 103 {
 		t.Fatalf("flaky: %v", err)
 	}
-	if out, err := d.Session("flaky").Run(ctx, nil); err != nil || string(out) != "ok" {
+	if out, err := d.Pool("flaky").Run(ctx, nil); err != nil || string(out) != "ok" {
 		t.Fatalf("flaky's second call: %q %v", out, err)
 	}
 	st := d.Statuses()
@@ -139,7 +139,7 @@ func TestSessionsRunAndFaultsApplyToTheirSessionOnly(t *testing.T) {
 
 func TestConcurrentCallersOfOneSessionWaitTheirTurn(t *testing.T) {
 	d := open(t, twoSessions)
-	s := d.Session("steady")
+	s := d.Pool("steady")
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for range 16 {
@@ -310,7 +310,7 @@ func TestUnwritableDefaultCacheFallsBackToCompiling(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", filepath.Join(blocker, "below-a-file")) // cannot be created
 	body := strings.Replace(twoSessions, "[runtime]\ncache_dir = \"off\"\n", "", 1)
 	d := open(t, body)
-	if out, err := d.Session("steady").Run(context.Background(), nil); err != nil || string(out) != "ok" {
+	if out, err := d.Pool("steady").Run(context.Background(), nil); err != nil || string(out) != "ok" {
 		t.Fatalf("%q %v", out, err)
 	}
 }

@@ -74,7 +74,7 @@ func openDevice(t *testing.T, m *manifest.Manifest, device string, loaded *[]str
 			*loaded = append(*loaded, strings.Fields(name)[0])
 		}
 	}
-	d, err := deploy.Open(context.Background(), m, deploy.Options{Device: device, Progress: progress})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithDevice(device).WithProgress(progress))
 	if err != nil {
 		t.Fatalf("Open(Device %q): %v", device, err)
 	}
@@ -108,7 +108,7 @@ func TestOpenDeviceOpensOnlyThatDevicesWork(t *testing.T) {
 	if got, want := d0.SessionNames(), []string{"a", "pooled"}; !slices.Equal(got, want) {
 		t.Errorf("gpu0's sessions: %v, want %v", got, want)
 	}
-	if got, want := instanceDevices(d0.Session("pooled").Status()), []string{"gpu0", "gpu0", "gpu0"}; !slices.Equal(got, want) {
+	if got, want := instanceDevices(d0.Pool("pooled").Status()), []string{"gpu0", "gpu0", "gpu0"}; !slices.Equal(got, want) {
 		t.Errorf("gpu0's pooled instances on %v, want %v", got, want)
 	}
 	if got := d0.ResidentNames(); !slices.Equal(got, []string{"pp"}) {
@@ -124,7 +124,7 @@ func TestOpenDeviceOpensOnlyThatDevicesWork(t *testing.T) {
 	if err != nil || run.Rounds != 4 {
 		t.Errorf("gpu0's resident: %+v, %v", run, err)
 	}
-	if _, err := d0.Session("a").Run(context.Background(), nil); err != nil {
+	if _, err := d0.Pool("a").Run(context.Background(), nil); err != nil {
 		t.Errorf("gpu0's session a: %v", err)
 	}
 
@@ -136,7 +136,7 @@ func TestOpenDeviceOpensOnlyThatDevicesWork(t *testing.T) {
 	if got, want := d1.SessionNames(), []string{"b", "pooled"}; !slices.Equal(got, want) {
 		t.Errorf("gpu1's sessions: %v, want %v", got, want)
 	}
-	if got, want := instanceDevices(d1.Session("pooled").Status()), []string{"gpu1", "gpu1"}; !slices.Equal(got, want) {
+	if got, want := instanceDevices(d1.Pool("pooled").Status()), []string{"gpu1", "gpu1"}; !slices.Equal(got, want) {
 		t.Errorf("gpu1's pooled instances on %v, want %v", got, want)
 	}
 	if !slices.Equal(loaded, []string{"good", "cstage"}) {
@@ -146,7 +146,7 @@ func TestOpenDeviceOpensOnlyThatDevicesWork(t *testing.T) {
 		t.Errorf("gpu1's residents: %v, want none", got)
 	}
 	// gpu1's fault for b applies in gpu1's worker.
-	if _, err := d1.Session("b").Run(context.Background(), nil); err == nil {
+	if _, err := d1.Pool("b").Run(context.Background(), nil); err == nil {
 		t.Error("session b's injected fail_completion did not apply on gpu1")
 	}
 
@@ -163,7 +163,7 @@ func TestOpenDeviceOpensOnlyThatDevicesWork(t *testing.T) {
 		t.Errorf("npu0's deployment loaded modules %v, want none", loaded)
 	}
 
-	if _, err := deploy.Open(context.Background(), m, deploy.Options{Device: "gpu9"}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithDevice("gpu9")); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Open(Device gpu9): %v, want not found", err)
 	}
 }

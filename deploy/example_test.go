@@ -15,12 +15,12 @@ func ExampleOpen() {
 	}
 	// Only opens the one session (and loads only its module); without
 	// it Open makes every session and resident session of the manifest.
-	d, err := deploy.Open(context.Background(), m, deploy.Options{Only: "fill"})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithOnly("fill"))
 	if err != nil {
 		panic(err)
 	}
 	defer d.Close(context.Background())
-	s := d.Session("fill")
+	s := d.Pool("fill")
 	out, err := s.Run(context.Background(), nil)
 	fmt.Println(len(out), err, s.Status().State)
 	// Output:
@@ -32,7 +32,7 @@ func ExampleDeployment_Resident() {
 	if err != nil {
 		panic(err)
 	}
-	d, err := deploy.Open(context.Background(), m, deploy.Options{Only: "pingpong"})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithOnly("pingpong"))
 	if err != nil {
 		panic(err)
 	}

@@ -83,7 +83,7 @@ func BenchmarkPoolThroughput(b *testing.B) {
 		var base []float64 // 1on1's rates
 		for _, name := range []string{"1on1", "4on1", "4on4"} {
 			b.Run("latency="+lat+"/"+name, func(b *testing.B) {
-				s := d.Session(name)
+				s := d.Pool(name)
 				ctx := context.Background()
 				if _, err := s.Run(ctx, nil); err != nil { // warm
 					b.Fatal(err)

@@ -16,9 +16,11 @@ import (
 	"github.com/stagehost/stagehost/sessions/exchange"
 )
 
-// Resident is a manifest resident session: a template from which runs are
-// started. Each run is a fresh startup line, payload, pair of streams and
-// [sessions.ResidentSession].
+// Resident serves one [[resident]] table of the manifest
+// ([manifest.Resident]): a template from which runs are started. Each run
+// is a fresh startup line, payload, pair of streams and
+// [sessions.ResidentSession]. It is not a [Pool]: it has no stage module,
+// no instances and no queue.
 type Resident struct {
 	Spec *manifest.Resident
 	d    *Deployment
@@ -344,8 +346,8 @@ func (r *Resident) launch(ctx context.Context, run *ResidentRun, l *liveRun) (*s
 		return nil, nil, err
 	}
 	rs, err := sessions.NewResidentSession(startup, gp, np,
-		sessions.WithRuntime(d.Runtime), sessions.WithOwner(owner),
-		sessions.WithName(owner.Name()), sessions.WithCloseTimeout(spec.JoinDeadline))
+		sessions.NewResidentConfig().WithRuntime(d.Runtime).WithOwner(owner).
+			WithName(owner.Name()).WithCloseTimeout(spec.JoinDeadline))
 	if err != nil {
 		_ = startup.Close()
 		_ = owner.Close(closeCtx)

@@ -57,7 +57,7 @@ func fillAndSum(c *stagehost.Call) error {
 
 // Natively, the emulator runs what init registered.
 func ExampleMain() {
-	e := emu.New().Stream("s0").Programs("fill")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("fill")
 	out, err := e.Run("main", binary.LittleEndian.AppendUint32(nil, math.Float32bits(2.5)))
 	fmt.Println(math.Float32frombits(binary.LittleEndian.Uint32(out)), err)
 

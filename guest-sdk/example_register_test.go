@@ -23,7 +23,7 @@ func init() {
 }
 
 func ExampleRegister() {
-	e := emu.New()
+	e := emu.New(emu.NewConfig())
 	out, _ := e.Run("reverse", []byte("stage"))
 	fmt.Println(string(out))
 	out, _ = e.Run("entry", nil)

@@ -1,6 +1,12 @@
 // Package host is stagehost's runtime: four submission lanes (compute,
 // upload, download, npu) per device under one bounded submission capacity,
 // native compute leases for stages, and a tracer of every lane occupancy.
+// Its name is the host side of the sandbox (the code that hosts the
+// stages); the other meanings of the word are other things, each with its
+// own name (ARCHITECTURE.md's glossary): a lattice host is a process of a
+// lattice, the host device "host0" is the CUDA platform's CPU device, a
+// host function is a Wasm import of ABI v1, and the HTTP service is the
+// service.
 //
 // A [Runtime] admits work in two phases. A request first takes its lane in
 // arrival order: coordinated submissions ([Runtime.Submit]) share a lane,

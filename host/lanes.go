@@ -34,8 +34,8 @@ func (l Lane) String() string {
 	return "lane(?)"
 }
 
-// ParseLane is the inverse of [Lane.String].
-func ParseLane(s string) (Lane, error) {
+// parseLane is the inverse of [Lane.String].
+func parseLane(s string) (Lane, error) {
 	for i, n := range laneNames {
 		if n == s {
 			return Lane(i), nil

@@ -27,11 +27,11 @@ func newOwnerRig(t *testing.T) *ownerRig {
 	t.Helper()
 	p := sim.New()
 	t.Cleanup(func() { p.Close() })
-	a, err := p.AddDevice("gpuA", hw.EngineGPU)
+	a, err := p.AddDevice("gpuA", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.AddDevice("gpuB", hw.EngineGPU)
+	b, err := p.AddDevice("gpuB", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -300,7 +300,7 @@ func ReadChromeTrace(r io.Reader) ([]Record, error) {
 		if e.Ph != "X" {
 			continue
 		}
-		lane, err := ParseLane(e.Cat)
+		lane, err := parseLane(e.Cat)
 		if err != nil {
 			return nil, err
 		}

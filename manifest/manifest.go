@@ -257,7 +257,7 @@ const (
 // Session is one [[session]] table: the declaration of a Wasm stage
 // session (its module, device, resources and limits). It runs nothing;
 // package deploy makes a [stages.Session] from it and serves it as a
-// deploy.Session.
+// deploy.Pool.
 type Session struct {
 	Name         string
 	Stage        string        // a stage module

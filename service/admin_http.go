@@ -23,12 +23,12 @@ import (
 //	POST   /v1/sessions/{name}/swap      {"stage": "name" or "name@sha256"}: swap with a drain
 //	POST   /v1/sessions/{name}/reset     replace the quarantined or failed instances by fresh ones
 func (s *Server) adminRoutes() {
-	s.route("GET /v1/modules", ScopeAdmin, s.listModules)
-	s.route("POST /v1/modules", ScopeAdmin, s.loadModule)
-	s.route("PUT /v1/modules/{name}", ScopeAdmin, s.uploadModule)
-	s.route("DELETE /v1/modules/{name}", ScopeAdmin, s.unloadModule)
-	s.route("POST /v1/sessions/{name}/swap", ScopeAdmin, s.swapSession)
-	s.route("POST /v1/sessions/{name}/reset", ScopeAdmin, s.resetSession)
+	s.route("GET /v1/modules", scopeAdmin, s.listModules)
+	s.route("POST /v1/modules", scopeAdmin, s.loadModule)
+	s.route("PUT /v1/modules/{name}", scopeAdmin, s.uploadModule)
+	s.route("DELETE /v1/modules/{name}", scopeAdmin, s.unloadModule)
+	s.route("POST /v1/sessions/{name}/swap", scopeAdmin, s.swapSession)
+	s.route("POST /v1/sessions/{name}/reset", scopeAdmin, s.resetSession)
 }
 
 // maxAdminJSON bounds the JSON body of an admin request.
@@ -158,7 +158,7 @@ type SwapRequest struct {
 
 func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if s.d.Session(name) == nil {
+	if s.d.Pool(name) == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name))
 		return
 	}

@@ -68,7 +68,7 @@ const bigOutput = "stages/testdata/hostile/big_output.wasm" // outputs 64KiB of 
 func TestSwapLetsACallInFlightFinishOnTheOldVersion(t *testing.T) {
 	s := servePooled(t, nil)
 	ctx := context.Background()
-	sess := s.d.Session("pooled")
+	sess := s.d.Pool("pooled")
 	oldSHA := sess.Status().StageSHA256
 	if oldSHA != sha(t, "stages/testdata/hostile/good_stage.wasm") {
 		t.Fatalf("stage_sha256 %q", oldSHA)
@@ -138,7 +138,7 @@ func TestSwapLetsACallInFlightFinishOnTheOldVersion(t *testing.T) {
 // or whose instances cannot be made, changes nothing.
 func TestAFailedLoadOrSwapKeepsTheOldVersion(t *testing.T) {
 	s := servePooled(t, nil)
-	before := s.d.Session("pooled").Status()
+	before := s.d.Pool("pooled").Status()
 	// A sha256 that does not match; a module that does not validate.
 	rec := s.do("PUT", "/v1/modules/good?sha256="+strings.Repeat("0", 64), bytes.NewReader(readRepo(t, bigOutput)))
 	if e := errorBody(t, rec); rec.Code != 400 || !strings.Contains(e.Error, "sha256 mismatch") {
@@ -168,7 +168,7 @@ func TestAFailedLoadOrSwapKeepsTheOldVersion(t *testing.T) {
 	if e := errorBody(t, rec); rec.Code < 400 || !strings.Contains(e.Error, "keeps good@"+before.StageSHA256) {
 		t.Fatalf("a swap to a module whose init traps: %d %s", rec.Code, rec.Body)
 	}
-	after := s.d.Session("pooled").Status()
+	after := s.d.Pool("pooled").Status()
 	if after.StageSHA256 != before.StageSHA256 || after.State != "ready" || len(after.Instances) != 3 {
 		t.Fatalf("after the failed swap: %+v", after)
 	}
@@ -248,7 +248,7 @@ func TestResetReplacesQuarantinedInstances(t *testing.T) {
 	if len(q.Quarantined) != 2 || q.QuarantinedBytes == 0 {
 		t.Fatalf("quarantine stats before: %+v", q)
 	}
-	st := s.d.Session("liars").Status()
+	st := s.d.Pool("liars").Status()
 	var budget int64
 	for _, in := range st.Instances {
 		budget += in.BudgetBytes
@@ -258,7 +258,7 @@ func TestResetReplacesQuarantinedInstances(t *testing.T) {
 	if rec.Code != 200 || len(res.Replaced) != 2 || len(res.Skipped) != 0 || res.Status.State != "ready" || res.Status.InstancesOut != 0 {
 		t.Fatalf("reset: %d %s", rec.Code, rec.Body)
 	}
-	st = s.d.Session("liars").Status()
+	st = s.d.Pool("liars").Status()
 	if len(st.Retired) != 2 {
 		t.Fatalf("retired: %+v", st.Retired)
 	}
@@ -302,7 +302,7 @@ func TestResetOrSwapOfASessionThatCouldNotBeCreated(t *testing.T) {
 	if e := errorBody(t, rec); rec.Code < 400 || !strings.Contains(e.Error, "could not be created") {
 		t.Fatalf("reset: %d %s", rec.Code, rec.Body)
 	}
-	if st := d.Session("boot_trap").Status(); st.State != "failed" {
+	if st := d.Pool("boot_trap").Status(); st.State != "failed" {
 		t.Fatalf("%+v", st)
 	}
 	if rec := s.upload("big", bigOutput); rec.Code != 201 {
@@ -311,7 +311,7 @@ func TestResetOrSwapOfASessionThatCouldNotBeCreated(t *testing.T) {
 	if rec := s.do("POST", "/v1/sessions/boot_trap/swap", strings.NewReader(`{"stage": "big"}`)); rec.Code != 200 {
 		t.Fatalf("swap: %d %s", rec.Code, rec.Body)
 	}
-	if st := d.Session("boot_trap").Status(); st.State != "ready" || st.Stage != "big" || d.Session("boot_trap").Failed() != nil {
+	if st := d.Pool("boot_trap").Status(); st.State != "ready" || st.Stage != "big" || d.Pool("boot_trap").Failed() != nil {
 		t.Fatalf("%+v", st)
 	}
 	if rec := s.do("POST", "/v1/sessions/boot_trap/run", nil); rec.Code != 200 || rec.Body.Len() != 64<<10 {
@@ -382,7 +382,7 @@ func TestSwapsUnderLoadLoseNoCall(t *testing.T) {
 	if rec := s.upload("good", bigOutput); rec.Code != 201 {
 		t.Fatalf("upload: %d %s", rec.Code, rec.Body)
 	}
-	sess := s.d.Session("pooled")
+	sess := s.d.Pool("pooled")
 	done := make(chan struct{})
 	errs := make(chan error, 8)
 	for range 8 {

@@ -9,24 +9,24 @@ import (
 	"github.com/stagehost/stagehost/errdefs"
 )
 
-// Scope is what a bearer token may do.
-type Scope int
+// tokenScope is what a bearer token may do.
+type tokenScope int
 
 // The scopes. An admin token may do everything an invoke token may.
 const (
-	// ScopePublic: no token is needed (liveness and readiness).
-	ScopePublic Scope = iota
-	// ScopeInvoke: run sessions and read their state.
-	ScopeInvoke
-	// ScopeAdmin: metrics, the trace, resident starts and reads.
-	ScopeAdmin
+	// scopePublic: no token is needed (liveness and readiness).
+	scopePublic tokenScope = iota
+	// scopeInvoke: run sessions and read their state.
+	scopeInvoke
+	// scopeAdmin: metrics, the trace, resident starts and reads.
+	scopeAdmin
 )
 
-func (s Scope) String() string {
+func (s tokenScope) String() string {
 	switch s {
-	case ScopeInvoke:
+	case scopeInvoke:
 		return "invoke"
-	case ScopeAdmin:
+	case scopeAdmin:
 		return "admin"
 	}
 	return "public"
@@ -63,8 +63,8 @@ func matches(list [][sha256.Size]byte, h [sha256.Size]byte) bool {
 
 // check returns nil when r may use a route of scope need, else the error
 // to answer with (class unauthenticated or permission_denied).
-func (a *authenticator) check(r *http.Request, need Scope) error {
-	if need == ScopePublic || !a.enabled() {
+func (a *authenticator) check(r *http.Request, need tokenScope) error {
+	if need == scopePublic || !a.enabled() {
 		return nil
 	}
 	auth := r.Header.Get("Authorization")
@@ -80,7 +80,7 @@ func (a *authenticator) check(r *http.Request, need Scope) error {
 	switch {
 	case isAdmin:
 		return nil
-	case isInvoke && need == ScopeInvoke:
+	case isInvoke && need == scopeInvoke:
 		return nil
 	case isInvoke:
 		return &serviceError{errdefs.ClassPermissionDenied, "this route needs a token of scope admin; the token has scope invoke"}

@@ -41,7 +41,7 @@ func Outcome(ctx context.Context, err error) string {
 // retrying soon: 429, and 503 rejected and closed (not device_lost or
 // unavailable: those need an operator).
 func setRetryAfter(w http.ResponseWriter, class string) {
-	if ClassStatus(class) == http.StatusTooManyRequests || class == errdefs.ClassRejected || class == errdefs.ClassClosed {
+	if classStatus(class) == http.StatusTooManyRequests || class == errdefs.ClassRejected || class == errdefs.ClassClosed {
 		if w.Header().Get("Retry-After") == "" {
 			w.Header().Set("Retry-After", "1")
 		}
@@ -50,11 +50,11 @@ func setRetryAfter(w http.ResponseWriter, class string) {
 
 // HTTPStatus maps an error to the HTTP status the service answers with
 // (see Class).
-func HTTPStatus(err error) int { return ClassStatus(Class(err)) }
+func HTTPStatus(err error) int { return classStatus(Class(err)) }
 
-// ClassStatus returns a class's HTTP status (500 for an unknown class):
+// classStatus returns a class's HTTP status (500 for an unknown class):
 // [errdefs.HTTPStatus].
-func ClassStatus(class string) int { return errdefs.HTTPStatus(class) }
+func classStatus(class string) int { return errdefs.HTTPStatus(class) }
 
 // serviceError is an error of the service itself (a limit, a route, a
 // token), with its class.

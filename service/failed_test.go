@@ -64,14 +64,14 @@ init_timeout = "200ms"
 // run, and calls to it fail with ErrUnavailable.
 func TestSessionThatCannotBeCreatedFailsAlone(t *testing.T) {
 	d := open(t, strings.Replace(brokenSessions, "@LOOP@", "", 1))
-	if out, err := d.Session("steady").Run(context.Background(), nil); err != nil || string(out) != "ok" {
+	if out, err := d.Pool("steady").Run(context.Background(), nil); err != nil || string(out) != "ok" {
 		t.Fatalf("steady: %q %v", out, err)
 	}
-	bad := d.Session("boot_trap")
+	bad := d.Pool("boot_trap")
 	if err := bad.Failed(); err == nil || !strings.Contains(err.Error(), "stagehost_init") || !errors.Is(err, errdefs.ErrFault) {
 		t.Fatalf("Failed: %v", err)
 	}
-	if d.Session("steady").Failed() != nil {
+	if d.Pool("steady").Failed() != nil {
 		t.Fatal("steady failed")
 	}
 	if got := d.FailedSessions(); len(got) != 1 || got[0] != "boot_trap" {
@@ -91,11 +91,11 @@ func TestSessionThatCannotBeCreatedFailsAlone(t *testing.T) {
 // interrupted at the session's init_timeout, and only that session fails.
 func TestSessionWhoseInitLoopsFails(t *testing.T) {
 	d := open(t, strings.Replace(brokenSessions, "@LOOP@", loopSession, 1))
-	err := d.Session("boot_loop").Failed()
+	err := d.Pool("boot_loop").Failed()
 	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "deadline") {
 		t.Fatalf("boot_loop: %v", err)
 	}
-	if out, err := d.Session("steady").Run(context.Background(), nil); err != nil || string(out) != "ok" {
+	if out, err := d.Pool("steady").Run(context.Background(), nil); err != nil || string(out) != "ok" {
 		t.Fatalf("steady: %q %v", out, err)
 	}
 }

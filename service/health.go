@@ -70,8 +70,8 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, status, rd)
 }
 
-// SessionReadiness is the body of /v1/sessions/{name}/ready.
-type SessionReadiness struct {
+// sessionReadiness is the body of /v1/sessions/{name}/ready.
+type sessionReadiness struct {
 	Name   string `json:"name"`
 	Ready  bool   `json:"ready"`
 	State  string `json:"state"` // the session's state, as in /v1/sessions
@@ -83,13 +83,13 @@ func (s *Server) sessionReady(w http.ResponseWriter, r *http.Request) {
 		s.supervisorSession(w, r, wk, true)
 		return
 	}
-	sess := s.d.Session(r.PathValue("name"))
+	sess := s.d.Pool(r.PathValue("name"))
 	if sess == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", r.PathValue("name")))
 		return
 	}
 	st := sess.Status()
-	rd := SessionReadiness{Name: st.Name, State: st.State, Ready: st.State == "ready"}
+	rd := sessionReadiness{Name: st.Name, State: st.State, Ready: st.State == "ready"}
 	if !rd.Ready {
 		rd.Reason = firstLine(st.Reason)
 	} else if dev, err := s.lostDevices(st); err != nil {

@@ -50,7 +50,7 @@ func open(t testing.TB, body string) *deploy.Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := deploy.Open(context.Background(), m, deploy.Options{})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/manifest"
 )
 
@@ -71,13 +71,13 @@ type Lattice interface {
 	Stats() map[string]uint64
 }
 
-// SessionSpecs is what a [Lattice] may offer besides: the manifest
+// sessionSpecs is what a [Lattice] may offer besides: the manifest
 // spec of a session this process routes but does not have (a
 // supervisor's, from the manifest its workers read), so that the
 // session's max_input applies where the call arrives, before its body is
 // routed (and a Stagehost-Deadline is read against its deadline, as on
 // the host that runs it). nil for a session it has no spec of.
-type SessionSpecs interface {
+type sessionSpecs interface {
 	SessionSpec(session string) *manifest.Session
 }
 
@@ -100,14 +100,10 @@ func (s *Server) latticeOf() Lattice {
 	return nil
 }
 
-// TraceparentHeader is the W3C trace context request header: the parent
-// of a run's span, passed to the lattice with a call.
-const TraceparentHeader = "traceparent"
-
 func (s *Server) latticeRoutes() {
-	s.route("GET /v1/lattice/hosts", ScopeAdmin, s.latticeHosts)
-	s.route("GET /v1/lattice/quarantine", ScopeAdmin, s.latticeQuarantine)
-	s.route("DELETE /v1/lattice/quarantine/{sha256}", ScopeAdmin, s.latticeClear)
+	s.route("GET /v1/lattice/hosts", scopeAdmin, s.latticeHosts)
+	s.route("GET /v1/lattice/quarantine", scopeAdmin, s.latticeQuarantine)
+	s.route("DELETE /v1/lattice/quarantine/{sha256}", scopeAdmin, s.latticeClear)
 }
 
 var errNoLattice = &serviceError{errdefs.ClassNotFound, "this host is not in a lattice (its manifest has no [lattice] table)"}
@@ -148,7 +144,7 @@ func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
 	case !found:
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "module %s is not in the lattice's quarantine", sha))
 	default:
-		s.logger.Warn("lattice quarantine cleared", "sha256", sha, "request_id", deploy.RequestID(r.Context()))
+		s.logger.Warn("lattice quarantine cleared", "sha256", sha, "request_id", requestid.FromContext(r.Context()))
 		writeJSON(w, http.StatusOK, map[string]any{"cleared": sha})
 	}
 }
@@ -158,7 +154,7 @@ func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
 // has it (404 only when none had it since this process joined).
 func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 	name := r.PathValue("name")
-	sess := s.d.Session(name)
+	sess := s.d.Pool(name)
 	if sess == nil && !l.Known(name) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q on this host or on any live host of its lattice", name))
 		return
@@ -167,12 +163,12 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 	// own session, or a supervisor's from the manifest); else the
 	// default max_input, and the host that runs the call applies the
 	// session's.
-	limit, manifestDeadline, limitName := int64(MaxRequestBody), time.Duration(0),
+	limit, manifestDeadline, limitName := int64(maxRequestBody), time.Duration(0),
 		fmt.Sprintf("the default max_input (session %q is another host's, whose own max_input applies there)", name)
 	spec := (*manifest.Session)(nil)
 	if sess != nil {
 		spec = sess.Spec
-	} else if ss, ok := l.(SessionSpecs); ok {
+	} else if ss, ok := l.(sessionSpecs); ok {
 		spec = ss.SessionSpec(name)
 	}
 	if spec != nil {
@@ -200,7 +196,7 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 	if sess != nil {
 		s.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	}
-	s.logger.Log(ctx, slog.LevelDebug, "lattice run", "session", name, "traceparent", tp, "request_id", deploy.RequestID(ctx), "took", time.Since(start))
+	s.logger.Log(ctx, slog.LevelDebug, "lattice run", "session", name, "traceparent", tp, "request_id", requestid.FromContext(ctx), "took", time.Since(start))
 	if err != nil {
 		var ce *errdefs.RemoteError
 		if errors.As(err, &ce) {
@@ -222,8 +218,8 @@ func (s *Server) writeClassError(w http.ResponseWriter, r *http.Request, ce *err
 	if r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled) {
 		class = errdefs.ClassClientClosed
 	}
-	status := ClassStatus(class)
-	body := ErrorBody{Error: ce.Message, Class: class, Code: ce.Code, RequestID: deploy.RequestID(r.Context())}
+	status := classStatus(class)
+	body := ErrorBody{Error: ce.Message, Class: class, Code: ce.Code, RequestID: requestid.FromContext(r.Context())}
 	if body.Error == "" {
 		body.Error = class
 	}

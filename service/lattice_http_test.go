@@ -10,9 +10,9 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/manifest"
 )
 
@@ -37,7 +37,7 @@ func (f *fakeLattice) Call(ctx context.Context, session string, input []byte) ([
 	hdr := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, hdr)
 	tp := hdr.Get("traceparent")
-	f.calls = append(f.calls, session+"|"+tp+"|"+deploy.RequestID(ctx))
+	f.calls = append(f.calls, session+"|"+tp+"|"+requestid.FromContext(ctx))
 	if tp == "" {
 		tp = f.made // as a front makes one
 	}
@@ -52,7 +52,7 @@ func (f *fakeLattice) Known(session string) bool { return session == "far" }
 func (f *fakeLattice) StartResident(ctx context.Context, resident string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.residents = append(f.residents, "start|"+resident+"|"+deploy.RequestID(ctx))
+	f.residents = append(f.residents, "start|"+resident+"|"+requestid.FromContext(ctx))
 	if f.answer != nil {
 		return nil, f.answer
 	}
@@ -61,7 +61,7 @@ func (f *fakeLattice) StartResident(ctx context.Context, resident string) ([]byt
 func (f *fakeLattice) ResidentStatus(ctx context.Context, resident string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.residents = append(f.residents, "status|"+resident+"|"+deploy.RequestID(ctx))
+	f.residents = append(f.residents, "status|"+resident+"|"+requestid.FromContext(ctx))
 	if f.answer != nil {
 		return nil, f.answer
 	}
@@ -153,7 +153,7 @@ func (l specLattice) SessionSpec(session string) *manifest.Session {
 
 // TestSupervisorAppliesTheSessionsMaxInput: a process that routes a
 // session it does not have, but whose spec it knows (a supervisor's,
-// deploy.SessionSpecs), refuses a body over the session's max_input with
+// deploy.sessionSpecs), refuses a body over the session's max_input with
 // 413 out_of_budget naming that limit, before the call is routed, whether
 // the body's length is declared or not; a body at the limit is routed.
 func TestSupervisorAppliesTheSessionsMaxInput(t *testing.T) {

@@ -55,11 +55,11 @@ func TestMetricsArePerDeviceAndCountResidentRuns(t *testing.T) {
 
 	ctx := context.Background()
 	for range 3 {
-		if _, err := d.Session("steady").Run(ctx, nil); err != nil {
+		if _, err := d.Pool("steady").Run(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := d.Session("flaky").Run(ctx, nil); err == nil {
+	if _, err := d.Pool("flaky").Run(ctx, nil); err == nil {
 		t.Fatal("flaky's first call succeeded")
 	}
 	for range 2 {

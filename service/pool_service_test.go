@@ -78,7 +78,7 @@ func openPooled(t *testing.T, queue string) *deploy.Deployment {
 
 func TestPooledSessionSpreadsItsInstancesOverItsDevices(t *testing.T) {
 	d := openPooled(t, "queue_limit = 0")
-	s := d.Session("pooled")
+	s := d.Pool("pooled")
 	ctx := context.Background()
 	var turns []*deploy.Turn
 	seen := map[int]string{}
@@ -130,7 +130,7 @@ func TestAFullQueueIsRefusedBeforeTheBodyIsRead(t *testing.T) {
 	s := &served{t: t, srv: srv, d: d, log: &syncBuffer{}, header: http.Header{}}
 	var turns []*deploy.Turn
 	for range 3 {
-		turn, err := d.Session("pooled").Acquire(context.Background())
+		turn, err := d.Pool("pooled").Acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func TestAQuarantinedInstanceLeavesTheRotation(t *testing.T) {
 		if e := errorBody(t, rec); rec.Code != 503 || e.Class != "device_lost" {
 			t.Fatalf("call %d: %d %s", i, rec.Code, rec.Body)
 		}
-		st := d.Session("liars").Status()
+		st := d.Pool("liars").Status()
 		if st.InstancesOut != i+1 {
 			t.Fatalf("after call %d: %d instances out, want %d: %+v", i, st.InstancesOut, i+1, st)
 		}
@@ -213,8 +213,8 @@ func TestTheDeadlineHeaderShortensNeverLengthens(t *testing.T) {
 	if took := time.Since(start); took > 20*time.Second {
 		t.Fatalf("took %v: the header did not shorten the 30s deadline", took)
 	}
-	if got := d.Session("spin").Status().Outcomes["deadline_exceeded"]; got != 1 {
-		t.Fatalf("outcome counted as %v, want deadline_exceeded", d.Session("spin").Status().Outcomes)
+	if got := d.Pool("spin").Status().Outcomes["deadline_exceeded"]; got != 1 {
+		t.Fatalf("outcome counted as %v, want deadline_exceeded", d.Pool("spin").Status().Outcomes)
 	}
 	for _, bad := range []string{"soon", "0s", "-1s"} {
 		rec := s.do("POST", "/v1/sessions/pooled/run", nil, service.DeadlineHeader, bad)
@@ -229,7 +229,7 @@ func TestTheDeadlineHeaderShortensNeverLengthens(t *testing.T) {
 
 func TestTryAcquireNeverWaitsAndCountsNothing(t *testing.T) {
 	d := openPooled(t, "queue_limit = 4")
-	s := d.Session("pooled")
+	s := d.Pool("pooled")
 	var turns []*deploy.Turn
 	for range 3 {
 		turn := s.TryAcquire()
@@ -256,7 +256,7 @@ func TestTryAcquireNeverWaitsAndCountsNothing(t *testing.T) {
 		t.Fatal(out, err)
 	}
 	turn.Release()
-	if d.Session("spin").TryAcquire() == nil {
+	if d.Pool("spin").TryAcquire() == nil {
 		t.Fatal("a single-instance session's free instance")
 	}
 }

@@ -27,14 +27,15 @@ import (
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host/metrics"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
 
-// MaxRequestBody is the default bound of a run request's input: a
+// maxRequestBody is the default bound of a run request's input: a
 // session's max_input when the manifest does not set it.
-const MaxRequestBody = manifest.MaxInputSize
+const maxRequestBody = manifest.MaxInputSize
 
 // Config is the service's configuration: its limits, tokens and TLS. A
 // manifest's [service] table gives it ([ConfigFromManifest]); the CLI's
@@ -69,15 +70,15 @@ type Config struct {
 
 // DefaultConfig returns the defaults of docs/manifest.md's [service].
 func DefaultConfig() Config {
-	return ConfigFromService(manifest.DefaultService())
+	return configFromService(manifest.DefaultService())
 }
 
 // ConfigFromManifest returns the configuration m's [service] table gives,
 // without the tokens (read them with [deploy.ReadTokens]).
-func ConfigFromManifest(m *manifest.Manifest) Config { return ConfigFromService(m.Service) }
+func ConfigFromManifest(m *manifest.Manifest) Config { return configFromService(m.Service) }
 
-// ConfigFromService converts a [service] table, without the tokens.
-func ConfigFromService(s manifest.Service) Config {
+// configFromService converts a [service] table, without the tokens.
+func configFromService(s manifest.Service) Config {
 	return Config{
 		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
 		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout,
@@ -122,8 +123,8 @@ type Server struct {
 	registry *prometheus.Registry
 	latency  *prometheus.HistogramVec
 	mux      *http.ServeMux
-	scopes   map[string]Scope // route pattern → the scope it needs
-	limited  map[string]bool  // route patterns under max_in_flight
+	scopes   map[string]tokenScope // route pattern → the scope it needs
+	limited  map[string]bool       // route patterns under max_in_flight
 	auth     *authenticator
 	inFlight chan struct{}
 	handler  http.Handler
@@ -166,7 +167,7 @@ func NewStartingServer(logger *slog.Logger, cfg Config) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, logger: logger, scopes: map[string]Scope{}, limited: map[string]bool{},
+	s := &Server{cfg: cfg, logger: logger, scopes: map[string]tokenScope{}, limited: map[string]bool{},
 		auth: newAuthenticator(cfg.AdminTokens, cfg.InvokeTokens), tracer: tracing.Tracer(cfg.TracerProvider)}
 	if cfg.MaxInFlight > 0 {
 		s.inFlight = make(chan struct{}, cfg.MaxInFlight)
@@ -185,24 +186,24 @@ func (s *Server) Attach(d *deploy.Deployment) {
 	}, []string{"session"})
 	s.registry.MustRegister(s.latency, sessionCollector{d}, d.ResidentCollector(), metrics.NewCollector(d.Runtime, d.DeviceNames()...),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.route("POST /v1/sessions/{name}/run", ScopeInvoke, s.run)
-	s.route("GET /v1/sessions", ScopeInvoke, s.listSessions)
-	s.route("GET /v1/sessions/{name}", ScopeInvoke, s.getSession)
-	s.route("GET /v1/sessions/{name}/ready", ScopeInvoke, s.sessionReady)
-	s.route("POST /v1/residents/{name}/start", ScopeAdmin, s.startResident)
-	s.route("GET /v1/residents/{name}", ScopeAdmin, s.getResident)
+	s.route("POST /v1/sessions/{name}/run", scopeInvoke, s.run)
+	s.route("GET /v1/sessions", scopeInvoke, s.listSessions)
+	s.route("GET /v1/sessions/{name}", scopeInvoke, s.getSession)
+	s.route("GET /v1/sessions/{name}/ready", scopeInvoke, s.sessionReady)
+	s.route("POST /v1/residents/{name}/start", scopeAdmin, s.startResident)
+	s.route("GET /v1/residents/{name}", scopeAdmin, s.getResident)
 	s.adminRoutes()                                       // model control: admin_http.go
 	s.latticeRoutes()                                     // the lattice: lattice_http.go
-	s.route("GET /v1/workers", ScopeAdmin, s.listWorkers) // a supervisor's: workers_http.go
-	s.route("GET /metrics", ScopeAdmin, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP)
-	s.route("GET /debug/trace", ScopeAdmin, s.trace)
-	s.route("GET /{$}", ScopeAdmin, s.statusPage)
-	s.route("POST /{$}", ScopePublic, s.statusSignIn)
-	s.route("GET /livez", ScopePublic, live)
-	s.route("GET /v2/health/live", ScopePublic, live)
-	s.route("GET /healthz", ScopePublic, healthz)
-	s.route("GET /readyz", ScopePublic, s.ready)
-	s.route("GET /v2/health/ready", ScopePublic, s.ready)
+	s.route("GET /v1/workers", scopeAdmin, s.listWorkers) // a supervisor's: workers_http.go
+	s.route("GET /metrics", scopeAdmin, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP)
+	s.route("GET /debug/trace", scopeAdmin, s.trace)
+	s.route("GET /{$}", scopeAdmin, s.statusPage)
+	s.route("POST /{$}", scopePublic, s.statusSignIn)
+	s.route("GET /livez", scopePublic, live)
+	s.route("GET /v2/health/live", scopePublic, live)
+	s.route("GET /healthz", scopePublic, healthz)
+	s.route("GET /readyz", scopePublic, s.ready)
+	s.route("GET /v2/health/ready", scopePublic, s.ready)
 	s.attached.Store(true)
 }
 
@@ -227,7 +228,7 @@ func (s *Server) starting(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) route(pattern string, scope Scope, h http.HandlerFunc) {
+func (s *Server) route(pattern string, scope tokenScope, h http.HandlerFunc) {
 	s.mux.HandleFunc(pattern, h)
 	s.scopes[pattern] = scope
 	_, path, _ := strings.Cut(pattern, " ")
@@ -363,7 +364,7 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	s.accepted.Add(1)
 	start := time.Now()
 	id := r.Header.Get("X-Request-Id")
-	if !deploy.ValidRequestID(id) {
+	if !requestid.Valid(id) {
 		id = newRequestID()
 	}
 	// The handler writes through a guard, so that the end of a shutdown's
@@ -386,7 +387,7 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 		// closes under it.
 		w.Header().Set("Connection", "close")
 	}
-	r = r.WithContext(deploy.WithRequestID(r.Context(), id))
+	r = r.WithContext(requestid.With(r.Context(), id))
 	rec := &recorder{ResponseWriter: w}
 	defer func() {
 		if p := recover(); p != nil {
@@ -553,7 +554,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
-	sess := s.d.Session(name)
+	sess := s.d.Pool(name)
 	if sess == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name))
 		return
@@ -610,7 +611,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 		s.supervisorSession(w, r, wk, false)
 		return
 	}
-	sess := s.d.Session(r.PathValue("name"))
+	sess := s.d.Pool(r.PathValue("name"))
 	if sess == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", r.PathValue("name")))
 		return
@@ -662,8 +663,8 @@ type ErrorBody struct {
 // the log with the request id.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	class := Outcome(r.Context(), err)
-	status := ClassStatus(class)
-	body := ErrorBody{Error: deploy.PublicMessage(err), Class: class, RequestID: deploy.RequestID(r.Context())}
+	status := classStatus(class)
+	body := ErrorBody{Error: deploy.PublicMessage(err), Class: class, RequestID: requestid.FromContext(r.Context())}
 	var ce *stages.ClientError
 	if errors.As(err, &ce) {
 		body.Code = &ce.Code
@@ -722,7 +723,7 @@ func RequestIDHandler(h slog.Handler) slog.Handler { return requestIDHandler{h} 
 type requestIDHandler struct{ slog.Handler }
 
 func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
-	if id := deploy.RequestID(ctx); id != "" {
+	if id := requestid.FromContext(ctx); id != "" {
 		has := false
 		r.Attrs(func(a slog.Attr) bool {
 			has = has || a.Key == "request_id"

@@ -498,10 +498,10 @@ func TestClientClosedAgrees(t *testing.T) {
 	s := serveHostile(t, "", "", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.d.Session("steady").Run(ctx, nil); err == nil {
+	if _, err := s.d.Pool("steady").Run(ctx, nil); err == nil {
 		t.Fatal("a cancelled call succeeded")
 	}
-	if _, err := s.d.Session("steady").Run(context.Background(), nil); err != nil {
+	if _, err := s.d.Pool("steady").Run(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	rec := s.do("GET", "/v1/sessions/steady", nil)

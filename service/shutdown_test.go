@@ -34,7 +34,7 @@ func listen(t *testing.T, s *served, ctx context.Context, grace time.Duration) (
 // close, once; Serve returns nil and counts it cut off and answered.
 func TestGraceCutOffAnswers503(t *testing.T) {
 	s := serveHostile(t, "", "queue_limit = 4\nqueue_timeout = \"10m\"", nil)
-	sess := s.d.Session("steady")
+	sess := s.d.Pool("steady")
 	held, err := sess.Acquire(testutil.Context(t, time.Minute))
 	if err != nil {
 		t.Fatal(err)

@@ -141,7 +141,7 @@ func (s *Server) signInInstead(w http.ResponseWriter, r *http.Request, pattern s
 	if pattern != "GET /{$}" || r.Header.Get("Authorization") != "" || !acceptsHTML(r) {
 		return false
 	}
-	s.writeSignIn(w, ClassStatus(Class(err)), "")
+	s.writeSignIn(w, classStatus(Class(err)), "")
 	return true
 }
 

@@ -50,7 +50,7 @@ type supervisedFront struct {
 // only, joined with no deployment), for which m's sessions and residents
 // are known from the start (a call to one that no worker serves yet is
 // 503 unavailable, not 404), and which offers m's session specs
-// ([SessionSpecs]).
+// (sessionSpecs).
 func SupervisorFront(member *lattice.Member, m *manifest.Manifest) Lattice {
 	return supervisedFront{member, m}
 }
@@ -59,7 +59,7 @@ func (f supervisedFront) Known(session string) bool {
 	return f.m.Session(session) != nil || f.Member.Known(session)
 }
 
-var _ SessionSpecs = supervisedFront{}
+var _ sessionSpecs = supervisedFront{}
 
 // SessionSpec is the manifest's session: its max_input and deadline
 // apply at the supervisor, before a call is routed to a worker.
@@ -104,13 +104,13 @@ func (v *workerView) WorkerStates() []WorkerState {
 	return out
 }
 
-func (v *workerView) Sessions() []LatticeSession {
-	byName := map[string]*LatticeSession{}
+func (v *workerView) Sessions() []LatticeSessionStatus {
+	byName := map[string]*LatticeSessionStatus{}
 	var order []string
-	add := func(name string) *LatticeSession {
+	add := func(name string) *LatticeSessionStatus {
 		ls := byName[name]
 		if ls == nil {
-			ls = &LatticeSession{Name: name, State: "unavailable", Hosts: []string{}, HostOutcomes: map[string]map[string]uint64{}}
+			ls = &LatticeSessionStatus{Name: name, State: "unavailable", Hosts: []string{}, HostOutcomes: map[string]map[string]uint64{}}
 			byName[name] = ls
 			order = append(order, name)
 		}
@@ -137,7 +137,7 @@ func (v *workerView) Sessions() []LatticeSession {
 			ls.Waiting += sc.Waiting
 		}
 	}
-	out := make([]LatticeSession, 0, len(order))
+	out := make([]LatticeSessionStatus, 0, len(order))
 	for _, name := range order {
 		ls := byName[name]
 		switch {

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/internal/tracing"
 )
 
@@ -40,7 +40,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) (http.Response
 	}
 	r = r.WithContext(ctx)
 	span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", runRoute),
-		attribute.String("url.path", r.URL.Path), tracing.SessionKey.String(r.PathValue("name")), tracing.RequestIDKey.String(deploy.RequestID(ctx)))
+		attribute.String("url.path", r.URL.Path), tracing.SessionKey.String(r.PathValue("name")), tracing.RequestIDKey.String(requestid.FromContext(ctx)))
 	rec := &recorder{ResponseWriter: w}
 	return rec, r, func() {
 		status := rec.status
@@ -68,7 +68,7 @@ func spanError(ctx context.Context, class, msg, host string) {
 	if host != "" {
 		span.SetAttributes(tracing.HostKey.String(host))
 	}
-	if ClassStatus(class) >= 500 {
+	if classStatus(class) >= 500 {
 		span.SetStatus(codes.Error, msg)
 	}
 }

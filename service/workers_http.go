@@ -25,7 +25,7 @@ type Workers interface {
 	// Sessions lists the sessions the lattice serves, by the front's view
 	// of the live hosts' heartbeats (and the manifest's sessions none
 	// serves now).
-	Sessions() []LatticeSession
+	Sessions() []LatticeSessionStatus
 }
 
 // WorkerState is one worker of a supervisor, as readiness and metrics
@@ -41,8 +41,11 @@ type WorkerState struct {
 	DeviceLosses   int
 }
 
-// LatticeSession is one session of /v1/sessions on a supervisor.
-type LatticeSession struct {
+// LatticeSessionStatus is the status of one manifest session as a
+// supervisor's workers serve it: one row of its /v1/sessions, summed over
+// the live hosts' heartbeats (a single host lists [deploy.SessionStatus]
+// rows instead).
+type LatticeSessionStatus struct {
 	Name string `json:"name"`
 	// State is "ready" while a live host (a worker) serves the session,
 	// else "unavailable", with Reason.
@@ -91,7 +94,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 }
 
 // latticeSession finds a session of the supervisor's view, or nil.
-func latticeSession(wk Workers, name string) *LatticeSession {
+func latticeSession(wk Workers, name string) *LatticeSessionStatus {
 	for _, ls := range wk.Sessions() {
 		if ls.Name == name {
 			return &ls
@@ -113,7 +116,7 @@ func (s *Server) supervisorSession(w http.ResponseWriter, r *http.Request, wk Wo
 		writeJSON(w, http.StatusOK, ls)
 		return
 	}
-	rd := SessionReadiness{Name: ls.Name, State: ls.State, Ready: ls.State == "ready", Reason: ls.Reason}
+	rd := sessionReadiness{Name: ls.Name, State: ls.State, Ready: ls.State == "ready", Reason: ls.Reason}
 	if rd.Ready && s.state.Load() == stateDraining {
 		rd.Ready, rd.Reason = false, "the service is shutting down (SIGTERM)"
 	}

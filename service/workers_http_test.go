@@ -30,8 +30,8 @@ func (f *fakeWorkers) WorkerStates() []service.WorkerState {
 func (f *fakeWorkers) WorkerStatus() []supervise.WorkerStatus {
 	return []supervise.WorkerStatus{{Name: "gpu0", PID: 42}}
 }
-func (f *fakeWorkers) Sessions() []service.LatticeSession {
-	return []service.LatticeSession{
+func (f *fakeWorkers) Sessions() []service.LatticeSessionStatus {
+	return []service.LatticeSessionStatus{
 		{Name: "a", State: "ready", Hosts: []string{"h-gpu0"}, Instances: 1, Free: 1},
 		{Name: "b", State: "unavailable", Reason: "no live host serves it", Hosts: []string{}},
 	}
@@ -69,7 +69,9 @@ func TestWorkersRoutes(t *testing.T) {
 	}
 	f.set(down, up)
 
-	var list struct{ Sessions []service.LatticeSession }
+	var list struct {
+		Sessions []service.LatticeSessionStatus
+	}
 	rec = s.do("GET", "/v1/sessions", nil)
 	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list.Sessions) != 2 || list.Sessions[0].Hosts[0] != "h-gpu0" {
 		t.Errorf("/v1/sessions: %d %s", rec.Code, rec.Body)

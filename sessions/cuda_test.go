@@ -37,7 +37,7 @@ var (
 // module; the platform lives until the process exits).
 func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
-	cudaOnce.Do(func() { cudaP, cudaErr = cuda.Open() })
+	cudaOnce.Do(func() { cudaP, cudaErr = cuda.Open(cuda.NewConfig()) })
 	testutil.GPU(t, cudaErr)
 	return cudaP
 }
@@ -115,13 +115,16 @@ func (r *cudaRig) cleanup() {
 	_ = r.payload.Free()
 }
 
-func (r *cudaRig) session(opts ...ResidentOption) *ResidentSession {
+func (r *cudaRig) session(closeTimeout ...time.Duration) *ResidentSession {
 	r.t.Helper()
-	base := []ResidentOption{WithRuntime(r.rt), WithName("cuda-sess")}
+	cfg := NewResidentConfig().WithRuntime(r.rt).WithName("cuda-sess")
 	if r.owner != nil {
-		base = append(base, WithOwner(r.owner))
+		cfg = cfg.WithOwner(r.owner)
 	}
-	s, err := NewResidentSession(r.startup, r.gp, r.np, append(base, opts...)...)
+	for _, d := range closeTimeout {
+		cfg = cfg.WithCloseTimeout(d)
+	}
+	s, err := NewResidentSession(r.startup, r.gp, r.np, cfg)
 	must(r.t, err)
 	r.sessions = append(r.sessions, s)
 	return s
@@ -444,7 +447,7 @@ func TestCUDAR8CloseUndecidedPublishesAbortAndBothRetire(t *testing.T) {
 
 func TestCUDAR8CloseWithStuckParticipantQuarantines(t *testing.T) {
 	r := newCUDARig(t, 16, true)
-	s := r.session(WithCloseTimeout(100 * time.Millisecond))
+	s := r.session(100 * time.Millisecond)
 	release := r.gateGPU() // the GPU participant cannot start
 	must(t, s.SubmitGPU())
 	must(t, s.SubmitNPU())
@@ -497,7 +500,7 @@ func BenchmarkCUDAResidentStartup(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s, err := NewResidentSession(startup, gp, np)
+		s, err := NewResidentSession(startup, gp, np, NewResidentConfig())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -552,7 +555,7 @@ func BenchmarkCUDAResidentStartup(b *testing.B) {
 // A resident exchange on a real GPU: the resident_gpu_exchange kernel on
 // cuda0 against a Go program on the CUDA platform's host device, host0.
 func ExampleNewCUDAExchange() {
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	if err != nil {
 		return // no CUDA GPU here
 	}
@@ -568,7 +571,7 @@ func ExampleNewCUDAExchange() {
 	if err != nil {
 		panic(err)
 	}
-	s, err := NewResidentSession(startup, gp, np, WithOwner(owner))
+	s, err := NewResidentSession(startup, gp, np, NewResidentConfig().WithOwner(owner))
 	if err != nil {
 		panic(err)
 	}

@@ -32,8 +32,8 @@
 // Example, on the sim backend:
 //
 //	p := sim.New()
-//	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
-//	npu, _ := p.AddDevice("npu0", hw.EngineNPU)
+//	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
+//	npu, _ := p.AddDevice("npu0", hw.EngineNPU, sim.NewDeviceConfig())
 //	owner := host.NewOwner("exchange", hw.NewBudget("exchange", 1<<20))
 //	gs, _ := owner.NewStream(gpu)
 //	ns, _ := owner.NewStream(npu)
@@ -46,7 +46,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	sess, err := sessions.NewResidentSession(startup, g, n, sessions.WithOwner(owner))
+//	sess, err := sessions.NewResidentSession(startup, g, n, sessions.NewResidentConfig().WithOwner(owner))
 //	if err != nil {
 //		return err
 //	}

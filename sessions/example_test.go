@@ -14,8 +14,8 @@ import (
 
 func ExampleNewResidentStartup() {
 	p := sim.New()
-	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
-	npu, _ := p.AddDevice("npu0", hw.EngineNPU)
+	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
+	npu, _ := p.AddDevice("npu0", hw.EngineNPU, sim.NewDeviceConfig())
 	budget := hw.NewBudget("startup", 0)
 
 	startup, err := sessions.NewResidentStartup(p, gpu, npu, budget)
@@ -38,8 +38,8 @@ func ExampleNewResidentStartup() {
 func ExampleNewResidentSession() {
 	rt, _ := host.NewRuntime(host.NewConfig())
 	p := sim.New()
-	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
-	npu, _ := p.AddDevice("npu0", hw.EngineNPU)
+	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
+	npu, _ := p.AddDevice("npu0", hw.EngineNPU, sim.NewDeviceConfig())
 	owner := host.NewOwner("exchange", hw.NewBudget("exchange", 1<<20))
 	gs, _ := owner.NewStream(gpu)
 	ns, _ := owner.NewStream(npu)
@@ -52,7 +52,7 @@ func ExampleNewResidentSession() {
 	if err != nil {
 		panic(err)
 	}
-	sess, err := sessions.NewResidentSession(startup, g, n, sessions.WithOwner(owner), sessions.WithRuntime(rt))
+	sess, err := sessions.NewResidentSession(startup, g, n, sessions.NewResidentConfig().WithOwner(owner).WithRuntime(rt))
 	if err != nil {
 		panic(err)
 	}

@@ -94,9 +94,9 @@ func newRig(t testing.TB, rounds int, opts ...rigOpt) *rig {
 		o(&cfg)
 	}
 	p := sim.New()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	must(t, err)
-	npu, err := p.AddDevice("npu0", cfg.peer)
+	npu, err := p.AddDevice("npu0", cfg.peer, sim.NewDeviceConfig())
 	must(t, err)
 	t.Cleanup(func() {
 		gpu.Lose("test cleanup")
@@ -135,13 +135,16 @@ func must(t testing.TB, err error) {
 }
 
 // session makes the rig's session with the rig's runtime and owner.
-func (r *rig) session(opts ...ResidentOption) *ResidentSession {
+func (r *rig) session(closeTimeout ...time.Duration) *ResidentSession {
 	r.t.Helper()
-	base := []ResidentOption{WithRuntime(r.rt), WithName("sess")}
+	cfg := NewResidentConfig().WithRuntime(r.rt).WithName("sess")
 	if r.owner != nil {
-		base = append(base, WithOwner(r.owner))
+		cfg = cfg.WithOwner(r.owner)
 	}
-	s, err := NewResidentSession(r.startup, r.gp, r.np, append(base, opts...)...)
+	for _, d := range closeTimeout {
+		cfg = cfg.WithCloseTimeout(d)
+	}
+	s, err := NewResidentSession(r.startup, r.gp, r.np, cfg)
 	must(r.t, err)
 	return s
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // DefaultCloseTimeout is how long [ResidentSession.Close] waits for both
-// participants to retire unless [WithCloseTimeout] says otherwise.
+// participants to retire unless [ResidentConfig.WithCloseTimeout] says otherwise.
 const DefaultCloseTimeout = 10 * time.Second
 
 // Participant is one prepared resident invocation: a command and the
@@ -33,14 +33,38 @@ type Participant struct {
 	Command hw.Command
 }
 
-// ResidentOption configures a [ResidentSession].
-type ResidentOption func(*residentConfig)
-
-type residentConfig struct {
+// ResidentConfig configures a [ResidentSession]. It is immutable: every
+// WithX method returns a modified copy, so a ResidentConfig can be shared
+// and reused. A zero ResidentConfig means [NewResidentConfig]'s defaults. A WithX method called on a zero value starts from
+// those defaults.
+//
+//	sess, err := sessions.NewResidentSession(startup, g, n, sessions.NewResidentConfig().WithOwner(owner))
+type ResidentConfig struct {
+	set          bool // made by NewResidentConfig; false: the zero value
 	rt           *host.Runtime
 	name         string
 	owner        *host.Owner
 	closeTimeout time.Duration
+}
+
+// NewResidentConfig returns the default configuration:
+//
+//   - no runtime: the session is not traced (see [ResidentConfig.WithRuntime]);
+//   - name: the owner's name, else "resident" (see [ResidentConfig.WithName]);
+//   - no owner: the caller keeps the participants' resources (see
+//     [ResidentConfig.WithOwner]);
+//   - close timeout [DefaultCloseTimeout] (see [ResidentConfig.WithCloseTimeout]).
+func NewResidentConfig() ResidentConfig {
+	return ResidentConfig{set: true, closeTimeout: DefaultCloseTimeout}
+}
+
+// orDefaults is c, or [NewResidentConfig]'s defaults when c is the zero value, so
+// that a WithX method called on a zero ResidentConfig keeps the other defaults.
+func (c ResidentConfig) orDefaults() ResidentConfig {
+	if !c.set {
+		return NewResidentConfig()
+	}
+	return c
 }
 
 // WithRuntime traces the session in rt: each participant's occupancy, from
@@ -50,14 +74,19 @@ type residentConfig struct {
 // [host.LaneNPU], Owner the session's name, Device the device's name). A
 // participant that never retired is recorded as failed when the session is
 // quarantined, and the quarantine is noted with [host.Runtime.NoteQuarantine].
-func WithRuntime(rt *host.Runtime) ResidentOption {
-	return func(c *residentConfig) { c.rt = rt }
+// Default: none, nothing is traced.
+func (c ResidentConfig) WithRuntime(rt *host.Runtime) ResidentConfig {
+	c = c.orDefaults()
+	c.rt = rt
+	return c
 }
 
 // WithName names the session in traces, quarantine notes and errors.
-// Default: the owner's name (see [WithOwner]), else "resident".
-func WithName(name string) ResidentOption {
-	return func(c *residentConfig) { c.name = name }
+// Default: the owner's name (see [ResidentConfig.WithOwner]), else "resident".
+func (c ResidentConfig) WithName(name string) ResidentConfig {
+	c = c.orDefaults()
+	c.name = name
+	return c
 }
 
 // WithOwner hands the session an owner whose resources (typically the
@@ -65,19 +94,24 @@ func WithName(name string) ResidentOption {
 // session: a healthy [ResidentSession.Close] closes the owner, releasing
 // them and their budget charges; a quarantined session never closes it, so
 // nothing a device may still touch is freed. The caller must not close the
-// owner or free its buffers itself.
-func WithOwner(o *host.Owner) ResidentOption {
-	return func(c *residentConfig) { c.owner = o }
+// owner or free its buffers itself. Default: none, the caller keeps and
+// frees the participants' resources.
+func (c ResidentConfig) WithOwner(o *host.Owner) ResidentConfig {
+	c = c.orDefaults()
+	c.owner = o
+	return c
 }
 
 // WithCloseTimeout bounds how long [ResidentSession.Close] waits for the
 // participants to retire before it quarantines the session. Default
 // [DefaultCloseTimeout]; 0 means "only look at what has already retired".
 // A negative value makes [NewResidentSession] fail. Closing the owner
-// afterwards (see [WithOwner]) gets a deadline of its own, of the same
-// length but at least one second.
-func WithCloseTimeout(d time.Duration) ResidentOption {
-	return func(c *residentConfig) { c.closeTimeout = d }
+// afterwards (see [ResidentConfig.WithOwner]) gets a deadline of its own,
+// of the same length but at least one second.
+func (c ResidentConfig) WithCloseTimeout(d time.Duration) ResidentConfig {
+	c = c.orDefaults()
+	c.closeTimeout = d
+	return c
 }
 
 // participant is the session's private copy of a Participant plus its
@@ -100,7 +134,7 @@ type sessionCore struct {
 	startup *ResidentStartup
 	gpu     participant
 	npu     participant
-	cfg     residentConfig
+	cfg     ResidentConfig
 
 	mu          sync.Mutex
 	decision    uint32
@@ -112,10 +146,11 @@ type sessionCore struct {
 	closeErr    error // what Close returned, for a second Close
 }
 
-// ResidentSession is one resident GPU–NPU exchange (not a stage session:
-// stage sessions are stages.Session for Wasm and stages.NativeSession for
-// Go), including rollback of
-// a partial admission. Submit both participants, in either order; publish
+// ResidentSession is one resident GPU–NPU exchange, including rollback of
+// a partial admission. It is not a stage session (stage sessions are
+// stages.Session for Wasm and stages.NativeSession for Go) and runs no
+// guest code; a manifest's [[resident]] table is served by a
+// deploy.Resident, each of whose runs is one ResidentSession. Submit both participants, in either order; publish
 // [ResidentSession.Start]; then join both completions with
 // [ResidentSession.Wait]. The host performs no action between device
 // rounds: once RUN is published, every exchange round, credit and drain
@@ -160,12 +195,9 @@ type ResidentSession struct {
 //   - [errdefs.ErrClosed] when startup was closed.
 //
 // On error, nothing is owned: the caller keeps startup and may Close it.
-func NewResidentSession(startup *ResidentStartup, gpu, npu Participant, opts ...ResidentOption) (*ResidentSession, error) {
-	cfg := residentConfig{closeTimeout: DefaultCloseTimeout}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
+func NewResidentSession(startup *ResidentStartup, gpu, npu Participant, cfg ResidentConfig) (*ResidentSession, error) {
+	if !cfg.set {
+		cfg = NewResidentConfig()
 	}
 	if startup == nil {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "resident session: nil startup")
@@ -242,7 +274,7 @@ func newParticipant(role string, lane host.Lane, p Participant, startup *Residen
 	return participant{role: role, lane: lane, stream: p.Stream, cmd: cmd}, nil
 }
 
-// Name is the session's name (see [WithName]).
+// Name is the session's name (see [ResidentConfig.WithName]).
 func (s *ResidentSession) Name() string { return s.c.cfg.name }
 
 // readyLocked refuses anything once a decision exists, the session is
@@ -557,11 +589,11 @@ func (c *sessionCore) record(p *participant, end time.Time, failed bool) {
 }
 
 // Close ends the session. If no decision was made it publishes ABORT; it
-// then waits up to the close timeout (see [WithCloseTimeout]) for both
+// then waits up to the close timeout (see [ResidentConfig.WithCloseTimeout]) for both
 // participants to retire.
 //
 // If both retired and the session is not poisoned, Close frees the
-// startup line and closes the owner given with [WithOwner], releasing
+// startup line and closes the owner given with [ResidentConfig.WithOwner], releasing
 // their budget charges, and returns nil (or the owner's close error).
 // Without an owner, the payload and the streams stay the caller's to
 // release.
@@ -569,7 +601,7 @@ func (c *sessionCore) record(p *participant, end time.Time, failed bool) {
 // Otherwise it quarantines the session: the startup line, the owner, the
 // streams and every buffer the commands address are kept, with their
 // budget charges, because a device may still touch them; the session is
-// noted in the runtime given with [WithRuntime]. Nothing of it is ever
+// noted in the runtime given with [ResidentConfig.WithRuntime]. Nothing of it is ever
 // freed.
 //
 // # Errors

@@ -60,10 +60,10 @@ func TestR1StartupLineIsDedicated64BytesVisibleToBoth(t *testing.T) {
 
 func TestR1StartupEngines(t *testing.T) {
 	p := sim.New()
-	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
-	gpu2, _ := p.AddDevice("gpu1", hw.EngineGPU)
-	npu, _ := p.AddDevice("npu0", hw.EngineNPU)
-	cpu, _ := p.AddDevice("cpu0", hw.EngineCPU)
+	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
+	gpu2, _ := p.AddDevice("gpu1", hw.EngineGPU, sim.NewDeviceConfig())
+	npu, _ := p.AddDevice("npu0", hw.EngineNPU, sim.NewDeviceConfig())
+	cpu, _ := p.AddDevice("cpu0", hw.EngineCPU, sim.NewDeviceConfig())
 	budget := hw.NewBudget("b", 0)
 	for _, c := range []struct {
 		name     string
@@ -183,7 +183,7 @@ func TestR2EachParticipantSubmittedAtMostOnce(t *testing.T) {
 
 func TestR2OnlyAGPUEngineIsTheGPUParticipant(t *testing.T) {
 	r := newRig(t, 1)
-	other, err := r.p.AddDevice("gpu1", hw.EngineGPU)
+	other, err := r.p.AddDevice("gpu1", hw.EngineGPU, sim.NewDeviceConfig())
 	must(t, err)
 	t.Cleanup(func() { other.Lose("test cleanup") })
 	os, err := other.NewStream()
@@ -205,7 +205,7 @@ func TestR2OnlyAGPUEngineIsTheGPUParticipant(t *testing.T) {
 		{"does-not-poll-startup", noStartup, r.np},
 		{"nil-stream", Participant{}, r.np},
 	} {
-		_, err := NewResidentSession(r.startup, c.gpu, c.npu)
+		_, err := NewResidentSession(r.startup, c.gpu, c.npu, NewResidentConfig())
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%s: err %v; want invalid argument", c.name, err)
 		}
@@ -213,11 +213,11 @@ func TestR2OnlyAGPUEngineIsTheGPUParticipant(t *testing.T) {
 			t.Errorf("npu-as-gpu: err %v; want it refused as not a GPU engine", err)
 		}
 	}
-	_, err = NewResidentSession(r.startup, r.gp, r.np, WithCloseTimeout(-1))
+	_, err = NewResidentSession(r.startup, r.gp, r.np, NewResidentConfig().WithCloseTimeout(-1))
 	isClass(t, err, errdefs.ErrInvalidArgument)
 	// Refused sessions took nothing: the startup still binds once.
 	s := r.session()
-	_, err = NewResidentSession(r.startup, r.gp, r.np)
+	_, err = NewResidentSession(r.startup, r.gp, r.np, NewResidentConfig())
 	isClass(t, err, errdefs.ErrBusy)
 	isClass(t, r.startup.Close(), errdefs.ErrBusy)
 	must(t, s.Close())
@@ -339,7 +339,7 @@ func TestR4FailedPublicationPoisonsAndNothingMoreIsPublished(t *testing.T) {
 		name := map[bool]string{true: "gpu-visibility", false: "npu-visibility"}[onGPU]
 		t.Run(name, func(t *testing.T) {
 			r := newRig(t, 4)
-			s := r.session(WithCloseTimeout(patience))
+			s := r.session(patience)
 			must(t, s.SubmitGPU())
 			must(t, s.SubmitNPU())
 			failing, healthy := r.gpu, r.npu
@@ -382,7 +382,7 @@ func TestR4FailedPublicationPoisonsAndNothingMoreIsPublished(t *testing.T) {
 
 func TestR4FailedAbortOnCloseIsNotRepublished(t *testing.T) {
 	r := newRig(t, 4)
-	s := r.session(WithCloseTimeout(patience))
+	s := r.session(patience)
 	must(t, s.SubmitGPU())
 	must(t, s.SubmitNPU())
 	r.npu.Inject(sim.Fault{Kind: sim.FailVisibility})
@@ -477,7 +477,7 @@ func TestR6IsCompleteMakesNoProgress(t *testing.T) {
 func TestR6IsCompleteObservesWithoutRecordingOrPoisoning(t *testing.T) {
 	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	r := newRig(t, 4)
-	s := r.session(WithCloseTimeout(patience))
+	s := r.session(patience)
 	simStream(r.gs).Inject(sim.Fault{Kind: sim.FailCompletion})
 	must(t, s.SubmitGPU())
 	must(t, s.SubmitNPU())
@@ -564,7 +564,7 @@ func TestR7BothJoinsShareOneDeadline(t *testing.T) {
 
 func TestR7FailingGPUJoinDoesNotSkipNPUJoin(t *testing.T) {
 	r := newRig(t, 4, recording)
-	s := r.session(WithCloseTimeout(patience))
+	s := r.session(patience)
 	simStream(r.gs).Inject(sim.Fault{Kind: sim.FailCompletion})
 	must(t, s.SubmitGPU())
 	must(t, s.SubmitNPU())
@@ -660,7 +660,7 @@ func TestR8CloseWithHungParticipantQuarantines(t *testing.T) {
 	}{{"gpu-hung-undecided", true, false}, {"gpu-hung-running", true, true}, {"npu-hung-running", false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, 16)
-			s := r.session(WithCloseTimeout(20 * time.Millisecond))
+			s := r.session(20 * time.Millisecond)
 			hung := r.gs
 			if !c.hangGPU {
 				hung = r.ns
@@ -710,7 +710,7 @@ func TestR8CloseWithHungParticipantQuarantines(t *testing.T) {
 
 func TestR8OwnerThatCannotDrainKeepsStartupLine(t *testing.T) {
 	r := newRig(t, 2)
-	s := r.session(WithCloseTimeout(10 * time.Millisecond))
+	s := r.session(10 * time.Millisecond)
 	must(t, s.SubmitGPU())
 	must(t, s.SubmitNPU())
 	must(t, s.Start())
@@ -784,7 +784,7 @@ func TestTracedOccupanciesUseTheirLanes(t *testing.T) {
 
 func TestSessionWithoutOwnerOrRuntime(t *testing.T) {
 	r := newRig(t, 3, noOwner, cpuPeer)
-	s, err := NewResidentSession(r.startup, r.gp, r.np)
+	s, err := NewResidentSession(r.startup, r.gp, r.np, NewResidentConfig())
 	must(t, err)
 	if s.Name() != "resident" {
 		t.Fatalf("default name %q", s.Name())

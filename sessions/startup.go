@@ -69,7 +69,7 @@ type ResidentStartup struct {
 //		return err
 //	}
 //	// build both participants against startup.Shared(), then
-//	sess, err := sessions.NewResidentSession(startup, gpuPart, npuPart)
+//	sess, err := sessions.NewResidentSession(startup, gpuPart, npuPart, sessions.NewResidentConfig())
 //
 // # Errors
 //

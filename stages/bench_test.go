@@ -18,7 +18,7 @@ func BenchmarkNativeStageEmpty(b *testing.B) {
 	if _, err := owner.NewStream(f.gpu); err != nil {
 		b.Fatal(err)
 	}
-	sess := stages.NewNative(f.rt, owner, struct{}{}, func(context.Context, *struct{}) error { return nil })
+	sess := stages.NewNative(f.rt, owner, struct{}{}, func(context.Context, *struct{}) error { return nil }, stages.NewNativeConfig())
 	stage := func(context.Context, *struct{}) error { return nil }
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -37,7 +37,7 @@ func BenchmarkNativeStageBuiltinFence(b *testing.B) {
 	if _, err := owner.NewStream(f.gpu); err != nil {
 		b.Fatal(err)
 	}
-	sess := stages.NewNative(f.rt, owner, struct{}{}, nil)
+	sess := stages.NewNative(f.rt, owner, struct{}{}, nil, stages.NewNativeConfig())
 	stage := func(context.Context, *struct{}) error { return nil }
 	ctx := context.Background()
 	b.ReportAllocs()

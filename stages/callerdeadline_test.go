@@ -18,7 +18,7 @@ import (
 // fails): ABI.md §3, stream_sync.
 func TestCallerDeadlineDuringSyncIsDeadlineExceeded(t *testing.T) {
 	f := newWasmFixture(t)
-	gpu, err := f.p.AddDevice("slow", hw.EngineGPU, sim.WithLatency(20*time.Millisecond))
+	gpu, err := f.p.AddDevice("slow", hw.EngineGPU, sim.NewDeviceConfig().WithLatency(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func TestContainmentFailedReplacementFailsTheSession(t *testing.T) {
 func TestContainmentSyncPastTheDeadlineIsNeverOK(t *testing.T) {
 	f := newWasmFixture(t)
 	ctx := testutil.Context(t, time.Minute)
-	slow, err := f.p.AddDevice("slow", hw.EngineGPU, sim.WithLatency(time.Second))
+	slow, err := f.p.AddDevice("slow", hw.EngineGPU, sim.NewDeviceConfig().WithLatency(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

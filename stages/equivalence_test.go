@@ -48,7 +48,7 @@ func runModule(t *testing.T, eng *Engine, name string, bin, input []byte) outcom
 	}
 	p := sim.New()
 	defer p.Close()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

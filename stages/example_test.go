@@ -20,14 +20,14 @@ func ExampleNewNative() {
 	rt, _ := host.NewRuntime(host.NewConfig())
 	p := sim.New()
 	defer p.Close()
-	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 
 	owner := host.NewOwner("relu-model", hw.NewBudget("relu-model", 1<<20))
 	stream, _ := owner.NewStream(gpu)
 	relu, _ := owner.Prepare(gpu, "relu")
 	x, _ := owner.Alloc(gpu, 16, 0)
 
-	sess := stages.NewNative(rt, owner, struct{}{}, nil) // nil: built-in drain fence
+	sess := stages.NewNative(rt, owner, struct{}{}, nil, stages.NewNativeConfig()) // nil: built-in drain fence
 	input := make([]byte, 16)
 	for i, v := range []float32{-2, -1, 1, 2} {
 		binary.LittleEndian.PutUint32(input[4*i:], math.Float32bits(v))
@@ -78,7 +78,7 @@ func ExampleEngine_NewSession() {
 	rt, _ := host.NewRuntime(host.NewConfig())
 	p := sim.New()
 	defer p.Close()
-	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 
 	bin, _ := os.ReadFile("testdata/hostile/good_stage.wasm")
 	mod, _ := eng.Load(ctx, bin, stages.SHA256(bin), stages.NewLoadConfig().WithName("good"))
@@ -101,7 +101,7 @@ func ExampleEngine_NewSession_readme() {
 	rt, _ := host.NewRuntime(host.NewConfig().WithCapacity(16))
 	p := sim.New()
 	defer p.Close()
-	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.WithLatency(50*time.Microsecond))
+	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig().WithLatency(50*time.Microsecond))
 
 	eng, _ := stages.NewEngine(ctx, stages.NewEngineConfig())
 	defer eng.Close(ctx)
@@ -147,7 +147,7 @@ func ExampleSessionConfig_WithResetPerCall() {
 	rt, _ := host.NewRuntime(host.NewConfig())
 	p := sim.New()
 	defer p.Close()
-	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	// snap_state outputs, among other things, the 4 bytes that the
 	// previous call stored, then stores its input there.
 	bin, _ := os.ReadFile("testdata/snapshot/snap_state.wasm")

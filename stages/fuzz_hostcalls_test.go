@@ -133,7 +133,7 @@ func newReplayEnv(t testing.TB) *replayEnv {
 	}
 	p := sim.New()
 	t.Cleanup(func() { _ = p.Close() })
-	dev, err := p.AddDevice("gpu0", hw.EngineGPU)
+	dev, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

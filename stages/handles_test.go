@@ -64,7 +64,7 @@ func TestBatchesReachStreamsWithAndWithoutBatchSubmission(t *testing.T) {
 	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	p := sim.New()
 	defer p.Close()
-	dev, err := p.AddDevice("gpu0", hw.EngineGPU)
+	dev, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/examples/wasm/mlp/model"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
 )
 
 // The benchmarks in this file measure what interruption costs: each runs
@@ -214,7 +215,7 @@ func BenchmarkInterruptDeadlineToReturn(b *testing.B) {
 	}
 	ss := make([]*Session, sessions)
 	for i := range ss {
-		dev, err := f.p.AddDevice("spin"+string(rune('a'+i)), hw.EngineGPU)
+		dev, err := f.p.AddDevice("spin"+string(rune('a'+i)), hw.EngineGPU, sim.NewDeviceConfig())
 		if err != nil {
 			b.Fatal(err)
 		}

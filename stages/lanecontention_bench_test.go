@@ -23,7 +23,7 @@ import (
 func BenchmarkLaneContention(b *testing.B) {
 	ctx := context.Background()
 	f := newWasmFixture(b)
-	gpu, err := f.p.AddDevice("slow", hw.EngineGPU, sim.WithLatency(100*time.Millisecond))
+	gpu, err := f.p.AddDevice("slow", hw.EngineGPU, sim.NewDeviceConfig().WithLatency(100*time.Millisecond))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestDeadlineCoversTheWaitForTheComputeLane(t *testing.T) {
 
 	// A native stage on the same device holds its compute lane until
 	// released.
-	blocker := NewNative(f.rt, host.NewOwner("blocker", hw.NewBudget("blocker", 1<<20)), struct{}{}, nil, WithDevice(f.gpu.Name()))
+	blocker := NewNative(f.rt, host.NewOwner("blocker", hw.NewBudget("blocker", 1<<20)), struct{}{}, nil, NewNativeConfig().WithDevice(f.gpu.Name()))
 	holding, release, blocked := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		blocked <- blocker.Run(ctx, func(context.Context, *struct{}) error {

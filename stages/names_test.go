@@ -28,7 +28,7 @@ func trapText(t *testing.T, eng *Engine, name string) string {
 	}
 	p := sim.New()
 	defer p.Close()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

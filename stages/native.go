@@ -21,45 +21,76 @@ import (
 type Stage[T any] func(ctx context.Context, state *T) error
 
 // Fence drains a session's work after every stage. ctx has the fence's
-// own deadline ([NativeOption] WithFenceTimeout), independent of the
+// own deadline ([NativeConfig.WithFenceTimeout]), independent of the
 // stage's. A nil fence means the built-in fence, [host.Owner.Drain].
 type Fence[T any] func(ctx context.Context, state *T) error
 
-// NativeOption configures a [NativeSession].
-type NativeOption func(*nativeConfig)
-
-type nativeConfig struct {
+// NativeConfig configures a [NativeSession]. It is immutable: every WithX
+// method returns a modified copy, so a NativeConfig can be shared and
+// reused. A zero NativeConfig means [NewNativeConfig]'s defaults. A WithX method called on a zero value starts from
+// those defaults.
+//
+//	sess := stages.NewNative(rt, owner, state, nil, stages.NewNativeConfig().WithFenceTimeout(time.Second))
+type NativeConfig struct {
+	set          bool // made by NewNativeConfig; false: the zero value
 	fenceTimeout time.Duration
 	device       string
 	cost         int
 	laneTimeout  time.Duration // bounds the wait for the compute lane; 0: only ctx does
 }
 
+// NewNativeConfig returns the default configuration:
+//
+//   - fence timeout 10s (see [NativeConfig.WithFenceTimeout]);
+//   - device label: the device of the owner's first stream (see
+//     [NativeConfig.WithDevice]);
+//   - admission cost 1 (see [NativeConfig.WithAdmissionCost]).
+func NewNativeConfig() NativeConfig {
+	return NativeConfig{set: true, fenceTimeout: 10 * time.Second, cost: 1}
+}
+
+// orDefaults is c, or [NewNativeConfig]'s defaults when c is the zero value, so
+// that a WithX method called on a zero NativeConfig keeps the other defaults.
+func (c NativeConfig) orDefaults() NativeConfig {
+	if !c.set {
+		return NewNativeConfig()
+	}
+	return c
+}
+
 // withLaneTimeout bounds each call's wait for admission and the compute
 // lane (host.Op.Timeout): a [Session] gives its deadline, which covers
 // that wait.
-func withLaneTimeout(d time.Duration) NativeOption {
-	return func(c *nativeConfig) { c.laneTimeout = d }
+func (c NativeConfig) withLaneTimeout(d time.Duration) NativeConfig {
+	c = c.orDefaults()
+	c.laneTimeout = d
+	return c
 }
 
 // WithFenceTimeout bounds each fence run. A fence still running then is
 // treated as failed and the owner is quarantined. Default 10s.
-func WithFenceTimeout(d time.Duration) NativeOption {
-	return func(c *nativeConfig) { c.fenceTimeout = d }
+func (c NativeConfig) WithFenceTimeout(d time.Duration) NativeConfig {
+	c = c.orDefaults()
+	c.fenceTimeout = d
+	return c
 }
 
 // WithDevice labels the session's trace records with a device name.
 // Default: the device of the owner's first stream, or "" when it has none.
-func WithDevice(name string) NativeOption {
-	return func(c *nativeConfig) { c.device = name }
+func (c NativeConfig) WithDevice(name string) NativeConfig {
+	c = c.orDefaults()
+	c.device = name
+	return c
 }
 
 // WithAdmissionCost sets the capacity units a stage holds. Default 1; 0
 // means 1. A cost above the runtime's capacity makes every Run fail with
 // [errdefs.ErrOutOfBudget], a negative one with
 // [errdefs.ErrInvalidArgument].
-func WithAdmissionCost(units int) NativeOption {
-	return func(c *nativeConfig) { c.cost = units }
+func (c NativeConfig) WithAdmissionCost(units int) NativeConfig {
+	c = c.orDefaults()
+	c.cost = units
+	return c
 }
 
 // NativeSession owns a stage's private device state and runs Go stages on
@@ -96,7 +127,7 @@ type NativeSession[T any] struct {
 	rt    *host.Runtime
 	owner *host.Owner
 	fence Fence[T]
-	cfg   nativeConfig
+	cfg   NativeConfig
 	state T
 	lease host.Lease // used by the one running stage
 
@@ -106,17 +137,17 @@ type NativeSession[T any] struct {
 	quarantine error // why the owner was quarantined, nil while healthy
 }
 
-// NewNative creates a session over owner's resources and state. The owner
+// NewNative creates a session over owner's resources and state, configured
+// by cfg (a zero NativeConfig means [NewNativeConfig]'s defaults). The owner
 // must have no pending work; from now on its work goes through Run.
 //
 //	owner := host.NewOwner("mlp", hw.NewBudget("mlp", 64<<20))
 //	stream, _ := owner.NewStream(gpu)
-//	sess := stages.NewNative(rt, owner, myState{stream: stream}, nil)
+//	sess := stages.NewNative(rt, owner, myState{stream: stream}, nil, stages.NewNativeConfig())
 //	err := sess.Run(ctx, func(ctx context.Context, s *myState) error { ... })
-func NewNative[T any](rt *host.Runtime, owner *host.Owner, state T, fence Fence[T], opts ...NativeOption) *NativeSession[T] {
-	cfg := nativeConfig{fenceTimeout: 10 * time.Second, cost: 1}
-	for _, o := range opts {
-		o(&cfg)
+func NewNative[T any](rt *host.Runtime, owner *host.Owner, state T, fence Fence[T], cfg NativeConfig) *NativeSession[T] {
+	if !cfg.set {
+		cfg = NewNativeConfig()
 	}
 	if cfg.device == "" {
 		if s := owner.Streams(); len(s) > 0 {
@@ -208,7 +239,7 @@ func (s *NativeSession[T]) leave() {
 //   - [errdefs.ErrClosed] after Close, or when the owner was closed.
 //   - [errdefs.ErrDeadlineExceeded] if ctx ends while waiting for admission.
 //   - [errdefs.ErrOutOfBudget] or [errdefs.ErrInvalidArgument] for an
-//     admission cost that can never be admitted ([WithAdmissionCost]).
+//     admission cost that can never be admitted ([NativeConfig.WithAdmissionCost]).
 //   - The stage's own error (a client error). If device work of the call
 //     failed as well, the error wraps both: [errors.Is] matches the
 //     stage's error and [errdefs.ErrFault].

@@ -41,7 +41,7 @@ func (f *fixture) bareSession(t testing.TB, name string) (*stages.NativeSession[
 	if _, err := owner.Alloc(f.gpu, 4096, 0); err != nil {
 		t.Fatal(err)
 	}
-	return stages.NewNative(f.rt, owner, bare{}, bareFence, stages.WithDevice("gpu0")), owner
+	return stages.NewNative(f.rt, owner, bare{}, bareFence, stages.NewNativeConfig().WithDevice("gpu0")), owner
 }
 
 func noopStage(ctx context.Context, s *state) error {

@@ -24,18 +24,22 @@ type fixture struct {
 	cpu *sim.Device
 }
 
-func newFixture(t testing.TB, opts ...sim.DeviceOption) *fixture {
+func newFixture(t testing.TB, cfgs ...sim.DeviceConfig) *fixture {
+	devCfg := sim.NewDeviceConfig()
+	if len(cfgs) > 0 {
+		devCfg = cfgs[0]
+	}
 	t.Helper()
 	rt, err := host.NewRuntime(host.NewConfig().WithCapacity(8))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := sim.New()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, opts...)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, devCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpu, err := p.AddDevice("cpu0", hw.EngineCPU)
+	cpu, err := p.AddDevice("cpu0", hw.EngineCPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +57,12 @@ type state struct {
 	panic  bool
 }
 
-func (f *fixture) session(t testing.TB, name string, fence stages.Fence[state], opts ...stages.NativeOption) (*stages.NativeSession[state], *hw.Budget) {
+func (f *fixture) session(t testing.TB, name string, fence stages.Fence[state], cfgs ...stages.NativeConfig) (*stages.NativeSession[state], *hw.Budget) {
 	t.Helper()
+	cfg := stages.NewNativeConfig()
+	if len(cfgs) > 0 {
+		cfg = cfgs[0]
+	}
 	budget := hw.NewBudget(name, 1<<20)
 	owner := host.NewOwner(name, budget)
 	stream, err := owner.NewStream(f.gpu)
@@ -70,7 +78,7 @@ func (f *fixture) session(t testing.TB, name string, fence stages.Fence[state], 
 		t.Fatal(err)
 	}
 	st := state{stream: stream, buf: buf, noop: noop, fences: new(atomic.Int32)}
-	return stages.NewNative(f.rt, owner, st, fence, opts...), budget
+	return stages.NewNative(f.rt, owner, st, fence, cfg), budget
 }
 
 // countingFence is the seed's test fence: it counts, may panic or fail,
@@ -302,7 +310,7 @@ func TestFenceThatLiesIsAFailedFence(t *testing.T) {
 
 func TestFenceTimeoutQuarantinesOnlyThatOwner(t *testing.T) {
 	f := newFixture(t)
-	stuck, stuckBudget := f.session(t, "stuck", nil, stages.WithFenceTimeout(10*time.Millisecond))
+	stuck, stuckBudget := f.session(t, "stuck", nil, stages.NewNativeConfig().WithFenceTimeout(10*time.Millisecond))
 	healthy, _ := f.session(t, "healthy", nil)
 	sst, _ := stuck.State()
 	release := sst.stream.(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
@@ -362,7 +370,7 @@ func TestFenceThatReturnsAfterItsDeadlineFails(t *testing.T) {
 				}
 				return c.ret
 			}
-			sess, budget := f.session(t, "late", late, stages.WithFenceTimeout(10*time.Millisecond))
+			sess, budget := f.session(t, "late", late, stages.NewNativeConfig().WithFenceTimeout(10*time.Millisecond))
 			ctx := testutil.Context(t, 10*time.Second)
 			err := sess.Run(ctx, func(context.Context, *state) error { return nil })
 			if !errors.Is(err, errdefs.ErrDeviceLost) || !errors.Is(err, errdefs.ErrDeadlineExceeded) {
@@ -387,7 +395,7 @@ func TestUploadFlowsWhileStageHoldsCompute(t *testing.T) {
 	// does not depend on timing), and will not finish until an upload,
 	// submitted meanwhile on the upload lane, has completed. If the lease
 	// blocked uploads, this would time out.
-	f := newFixture(t, sim.WithLatency(50*time.Millisecond))
+	f := newFixture(t, sim.NewDeviceConfig().WithLatency(50*time.Millisecond))
 	sess, _ := f.session(t, "stage", nil)
 	upStream, err := f.cpu.NewStream()
 	if err != nil {
@@ -498,9 +506,9 @@ func TestConcurrentRunOfOneSessionIsBusy(t *testing.T) {
 }
 
 func TestDeviceLossFailsPendingAndLaterWorkAndQuarantines(t *testing.T) {
-	f := newFixture(t, sim.WithLatency(time.Hour)) // nothing retires on its own
+	f := newFixture(t, sim.NewDeviceConfig().WithLatency(time.Hour)) // nothing retires on its own
 	lost, _ := f.session(t, "on-lost-device", nil)
-	other, err := f.p.AddDevice("gpu1", hw.EngineGPU)
+	other, err := f.p.AddDevice("gpu1", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,7 +547,7 @@ func TestDeviceLossFailsPendingAndLaterWorkAndQuarantines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	survivor := stages.NewNative(f.rt, owner, struct{}{}, nil)
+	survivor := stages.NewNative(f.rt, owner, struct{}{}, nil, stages.NewNativeConfig())
 	if err := survivor.Run(ctx, func(ctx context.Context, _ *struct{}) error {
 		_, err := s2.Submit(&hw.Command{Program: noop})
 		return err

@@ -223,9 +223,11 @@ type instance struct {
 // Session is one Wasm stage session: a stage module instantiated with
 // its own device resources (a [host.Owner]), handle table and limits. It
 // is the Wasm counterpart of [NativeSession], which it runs every call
-// in; resident GPU–NPU sessions are a different thing, in package
-// sessions, and the service's named sessions (package deploy) each wrap
-// one Session.
+// in. The other types named "session" are other concepts: a
+// manifest.Session is the declaration a Session may be made from; a
+// deploy.Pool serves one declared session with one or more Sessions as
+// its instances; a sessions.ResidentSession is a resident GPU–NPU
+// exchange, with no Wasm in it.
 //
 // Every call runs in this order: re-entrancy guard, admission, compute
 // lease, the stage call under its deadline and the module's memory limit,
@@ -307,7 +309,7 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 		_ = s.owner.Close(ctx)
 		return nil, err
 	}
-	s.native = NewNative(rt, s.owner, st, s.fence, WithFenceTimeout(cfg.fenceTimeout), WithDevice(cfg.device.Name()), withLaneTimeout(cfg.deadline))
+	s.native = NewNative(rt, s.owner, st, s.fence, NewNativeConfig().WithFenceTimeout(cfg.fenceTimeout).WithDevice(cfg.device.Name()).withLaneTimeout(cfg.deadline))
 	s.callCtx.st = &s.native.state
 	if err := s.ensureInstances(ctx); err != nil {
 		if s.owner.Close(ctx) == nil {

@@ -338,7 +338,7 @@ func tenThousandSessions(t *testing.T, devices int, metrics map[string]float64) 
 	defer p.Close()
 	devs := make([]hw.Device, devices)
 	for i := range devs {
-		if devs[i], err = p.AddDevice(fmt.Sprintf("gpu%d", i), hw.EngineGPU); err != nil {
+		if devs[i], err = p.AddDevice(fmt.Sprintf("gpu%d", i), hw.EngineGPU, sim.NewDeviceConfig()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -390,7 +390,7 @@ func TestSnapshotDropsEmptyLeadingTableEntries(t *testing.T) {
 func TestSnapshotMemoryOutlivesAReadInFlight(t *testing.T) {
 	ctx := testutil.Context(t, time.Minute)
 	f := newWasmFixture(t)
-	slow, err := f.p.AddDevice("slow0", hw.EngineGPU, sim.WithLatency(200*time.Millisecond))
+	slow, err := f.p.AddDevice("slow0", hw.EngineGPU, sim.NewDeviceConfig().WithLatency(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func newWasmFixture(t testing.TB) *wasmFixture {
 		t.Fatal(err)
 	}
 	p := sim.New()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +450,7 @@ func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
 	}
 	p := sim.New()
 	defer p.Close()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.WithLatency(time.Millisecond)) // uploads queue up
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig().WithLatency(time.Millisecond)) // uploads queue up
 	if err != nil {
 		t.Fatal(err)
 	}

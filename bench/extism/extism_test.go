@@ -45,7 +45,7 @@ func BenchmarkEmptyStage(b *testing.B) {
 		rt, _ := host.NewRuntime(host.NewConfig())
 		p := sim.New()
 		defer p.Close()
-		gpu, _ := p.AddDevice("gpu0", hw.EngineGPU)
+		gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 		m, err := eng.Load(ctx, bin, stages.SHA256(bin), stages.NewLoadConfig().WithName("empty"))
 		if err != nil {
 			b.Fatal(err)

@@ -184,13 +184,13 @@ func newLogger(stderr io.Writer, level slog.Level) *slog.Logger {
 }
 
 // open opens the deployment; with only set, just that session or
-// resident session and the modules it needs (deploy.Options.Only).
+// resident session and the modules it needs (deploy.Config.WithOnly).
 // Progress (module loading) goes to stderr unless quiet; warnings and
 // errors always do.
 func open(ctx context.Context, m *manifest.Manifest, only string, quiet bool, logger *slog.Logger, stderr io.Writer) (*deploy.Deployment, int) {
-	opt := deploy.Options{Logger: logger, Only: only}
+	opt := deploy.NewConfig().WithLogger(logger).WithOnly(only)
 	if !quiet {
-		opt.Progress = func(msg string) { fmt.Fprintln(stderr, msg) }
+		opt = opt.WithProgress(func(msg string) { fmt.Fprintln(stderr, msg) })
 	}
 	d, err := deploy.Open(ctx, m, opt)
 	if err != nil {
@@ -230,7 +230,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 
 	failed, notCreated := false, false
 	for _, name := range d.SessionNames() {
-		s := d.Session(name)
+		s := d.Pool(name)
 		if err := s.Failed(); err != nil {
 			notCreated = true
 			fmt.Fprintf(stdout, "session %s: FAILED: could not be created: %s\n", name, firstLine(err))
@@ -450,7 +450,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "joined lattice %s as host %s\n", m.Lattice.Name, member.Host().ID())
 	}
 	for _, name := range d.FailedSessions() {
-		fmt.Fprintf(stderr, "stagehost serve: session %s could not be created (it answers 503): %s\n", name, firstLine(d.Session(name).Failed()))
+		fmt.Fprintf(stderr, "stagehost serve: session %s could not be created (it answers 503): %s\n", name, firstLine(d.Pool(name).Failed()))
 	}
 	failedNote := ""
 	if n := len(d.FailedSessions()); n > 0 {

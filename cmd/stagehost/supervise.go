@@ -55,7 +55,7 @@ func workerLattice(m *manifest.Manifest) (manifest.Lattice, error) {
 }
 
 // serveWorker is `serve FILE --worker DEVICE`: the supervisor's worker of
-// one device. It opens that device's work only (deploy.Options.Device),
+// one device. It opens that device's work only (deploy.Config.WithDevice),
 // joins the lattice as host id, reports ready to its supervisor, and
 // exits, after reporting device_lost, when one of its devices is lost;
 // on SIGTERM it leaves the lattice and exits 0.
@@ -76,9 +76,9 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID strin
 		return code
 	}
 	defer stopTracing(tp, stderr) // after the worker left the lattice
-	opt := deploy.Options{Logger: logger, Device: device}
+	opt := deploy.NewConfig().WithLogger(logger).WithDevice(device)
 	if !quiet {
-		opt.Progress = func(msg string) { fmt.Fprintf(stderr, "worker %s: %s\n", device, msg) }
+		opt = opt.WithProgress(func(msg string) { fmt.Fprintf(stderr, "worker %s: %s\n", device, msg) })
 	}
 	d, err := deploy.Open(ctx, m, opt)
 	if err != nil {
@@ -243,7 +243,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	// the service routes every call through the lattice.
 	front := *m
 	front.Devices, front.Modules, front.Sessions, front.Residents = nil, nil, nil, nil
-	d, err := deploy.Open(ctx, &front, deploy.Options{Logger: logger})
+	d, err := deploy.Open(ctx, &front, deploy.NewConfig().WithLogger(logger))
 	if err != nil {
 		return fail("%v", err)
 	}

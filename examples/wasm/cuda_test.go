@@ -25,7 +25,7 @@ import (
 
 func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	testutil.GPU(t, err)
 	t.Cleanup(func() { p.Close() })
 	return p
@@ -202,12 +202,12 @@ func TestCUDAManifestRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	d, err := deploy.Open(ctx, m, deploy.Options{})
+	d, err := deploy.Open(ctx, m, deploy.NewConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close(ctx)
-	s := d.Session("classify")
+	s := d.Pool("classify")
 	in, err := s.DefaultInput()
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	p := sim.New()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

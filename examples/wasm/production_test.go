@@ -45,7 +45,7 @@ func TestProductionManifestWithGoGuests(t *testing.T) {
 	t.Setenv(m.Service.AdminTokenEnv, admin)
 	t.Setenv(m.Service.InvokeTokenEnv, invoke)
 	m.Runtime.CacheDir = cacheDir // the test binary's: the Go guests compile once
-	d, err := deploy.Open(context.Background(), m, deploy.Options{})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestProductionManifestWithGoGuests(t *testing.T) {
 	if rec := do(invoke, make([]byte, 5<<10)); rec.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("over max_input: %d %s", rec.Code, rec.Body)
 	}
-	st := d.Session("classify").Status()
+	st := d.Pool("classify").Status()
 	if len(st.Instances) != 4 || st.Outcomes["ok"] != 8 || !strings.HasPrefix(st.Instances[1].Device, "gpu1") {
 		t.Fatalf("status %+v", st)
 	}

@@ -75,12 +75,12 @@ const (
 // Defaults.
 const (
 	// DefaultBudget is the device-memory budget of an emulator made without
-	// WithBudget: bytes of buffers allocated with buffer_alloc. It is
+	// [Config.WithBudget]: bytes of buffers allocated with buffer_alloc. It is
 	// larger than a host session's default budget (64 MiB, which declared
-	// buffers share there): give WithBudget the budget of the session the
+	// buffers share there): give [Config.WithBudget] the budget of the session the
 	// stage will run in to see OUT_OF_BUDGET where the host would give it.
 	DefaultBudget = 256 << 20
-	// DefaultOutputLimit is the output limit without WithOutputLimit (a
+	// DefaultOutputLimit is the output limit without [Config.WithOutputLimit] (a
 	// host session's default is 16 MiB).
 	DefaultOutputLimit = 1 << 20
 	// queueDepth is how many commands a stream holds before the emulated
@@ -195,27 +195,68 @@ type LogEntry struct {
 	Message string
 }
 
-// Option configures New.
-type Option func(*Emulator)
+// Config configures [New]. It is immutable: every WithX method returns a
+// modified copy, so a Config can be shared between tests. A zero Config
+// means [NewConfig]'s defaults, and a WithX method called on a zero value
+// starts from those defaults.
+//
+//	e := emu.New(emu.NewConfig().WithBudget(1 << 20)).Stream("s0").Programs("fill")
+type Config struct {
+	set      bool // made by NewConfig; false: the zero value
+	budget   int64
+	outLimit int
+	logFn    func(level stagehost.Level, msg string)
+	fence    func() error
+}
+
+// NewConfig returns the default configuration:
+//
+//   - budget [DefaultBudget] (see [Config.WithBudget]);
+//   - output limit [DefaultOutputLimit] (see [Config.WithOutputLimit]);
+//   - log entries kept only in the log (see [Config.WithLog]);
+//   - the registered fence, else the built-in one (see [Config.WithFence]).
+func NewConfig() Config {
+	return Config{set: true, budget: DefaultBudget, outLimit: DefaultOutputLimit}
+}
+
+// orDefaults is c, or [NewConfig]'s defaults when c is the zero value.
+func (c Config) orDefaults() Config {
+	if !c.set {
+		return NewConfig()
+	}
+	return c
+}
 
 // WithBudget sets the device-memory budget: the bytes that buffer_alloc may
 // hold at once (declared buffers are the operator's and not charged). A
-// budget ≤ 0 is unlimited.
-func WithBudget(bytes int64) Option { return func(e *Emulator) { e.budget = bytes } }
+// budget ≤ 0 is unlimited. Default [DefaultBudget].
+func (c Config) WithBudget(bytes int64) Config {
+	c = c.orDefaults()
+	c.budget = bytes
+	return c
+}
 
-// WithOutputLimit sets the most output bytes one run may write.
-func WithOutputLimit(n int) Option { return func(e *Emulator) { e.outLimit = n } }
+// WithOutputLimit sets the most output bytes one run may write. Default
+// [DefaultOutputLimit].
+func (c Config) WithOutputLimit(n int) Config {
+	c = c.orDefaults()
+	c.outLimit = n
+	return c
+}
 
 // WithLog also sends every log entry to fn as it is made (t.Log, say).
-// fn must not call back into the SDK.
-func WithLog(fn func(level stagehost.Level, msg string)) Option {
-	return func(e *Emulator) { e.logFn = fn }
+// fn must not call back into the SDK. Default: none, entries are only
+// kept ([Emulator.Logs]).
+func (c Config) WithLog(fn func(level stagehost.Level, msg string)) Config {
+	c = c.orDefaults()
+	c.logFn = fn
+	return c
 }
 
 // WithFence makes fn the session's fence, as a separate fence module would
-// be. Without it the emulator uses the fence the test binary registered with
-// package fence (the module's own stagehost_fence), or else the built-in
-// fence, which syncs every stream and records every failure it finds.
+// be. Default: the fence the test binary registered with package fence
+// (the module's own stagehost_fence), or else the built-in fence, which
+// syncs every stream and records every failure it finds.
 //
 // fn's result is read as the host reads the export's status (ABI.md §4.4):
 // nil, or an error whose stagehost.StatusOf is FAULT (such as Stream.Sync's
@@ -223,24 +264,27 @@ func WithLog(fn func(level stagehost.Level, msg string)) Option {
 // afterwards, proves the drain, and a FAULT fails the run with a
 // *FaultError; any other error, a panic, or a busy stream quarantines the
 // session.
-func WithFence(fn func() error) Option { return func(e *Emulator) { e.fence = fn } }
+func (c Config) WithFence(fn func() error) Config {
+	c = c.orDefaults()
+	c.fence = fn
+	return c
+}
 
-// New returns an emulator with no resources, a budget of DefaultBudget and
-// an output limit of DefaultOutputLimit.
-func New(opts ...Option) *Emulator {
-	e := &Emulator{
+// New returns an emulator with no resources, configured by cfg (a zero
+// Config means [NewConfig]'s defaults).
+func New(cfg Config) *Emulator {
+	cfg = cfg.orDefaults()
+	return &Emulator{
 		tag:      nextTag(),
 		handles:  make(map[uint32]*object),
 		byName:   make(map[string]*object),
 		named:    make(map[string]*object),
-		budget:   DefaultBudget,
-		outLimit: DefaultOutputLimit,
+		budget:   cfg.budget,
+		outLimit: cfg.outLimit,
+		logFn:    cfg.logFn,
+		fence:    cfg.fence,
 		stages:   make(map[string]func(*stagehost.Call) error),
 	}
-	for _, o := range opts {
-		o(e)
-	}
-	return e
 }
 
 func nameKey(kind uint8, name string) string { return string(rune('0'+kind)) + name }
@@ -306,7 +350,7 @@ func (e *Emulator) Kernel(name string, k Kernel) *Emulator {
 	return e
 }
 
-// Budget sets the device-memory budget (see WithBudget).
+// Budget sets the device-memory budget (see [Config.WithBudget]).
 func (e *Emulator) Budget(bytes int64) *Emulator {
 	e.mu.Lock()
 	e.budget = bytes
@@ -314,7 +358,7 @@ func (e *Emulator) Budget(bytes int64) *Emulator {
 	return e
 }
 
-// OutputLimit sets the output limit (see WithOutputLimit).
+// OutputLimit sets the output limit (see [Config.WithOutputLimit]).
 func (e *Emulator) OutputLimit(n int) *Emulator {
 	e.mu.Lock()
 	e.outLimit = n

@@ -49,7 +49,7 @@ func must[T any](t *testing.T) func(T, error) T {
 }
 
 func TestHandleLayout(t *testing.T) {
-	e := emu.New().Stream("s0").Stream("s1").Buffer("w", 16).Programs("fill")
+	e := emu.New(emu.NewConfig()).Stream("s0").Stream("s1").Buffer("w", 16).Programs("fill")
 	run(t, e, func(c *stagehost.Call) error {
 		s0 := must[stagehost.Stream](t)(c.Stream("s0"))
 		w := must[stagehost.Buffer](t)(c.Buffer("w"))
@@ -88,11 +88,11 @@ func TestHandleLayout(t *testing.T) {
 
 func TestHandleStatuses(t *testing.T) {
 	var foreign stagehost.Buffer
-	run(t, emu.New(), func(c *stagehost.Call) error {
+	run(t, emu.New(emu.NewConfig()), func(c *stagehost.Call) error {
 		foreign = must[stagehost.Buffer](t)(c.Alloc(16))
 		return nil
 	})
-	e := emu.New().Stream("s0").Buffer("decl", 16).Programs("fill")
+	e := emu.New(emu.NewConfig()).Stream("s0").Buffer("decl", 16).Programs("fill")
 	run(t, e, func(c *stagehost.Call) error {
 		s := must[stagehost.Stream](t)(c.Stream("s0"))
 		fill := must[stagehost.Program](t)(c.Program("fill"))
@@ -149,7 +149,7 @@ func TestHandleStatuses(t *testing.T) {
 func second[T any](_ T, err error) error { return err }
 
 func TestBuiltinKernels(t *testing.T) {
-	e := emu.New().Stream("s0").Programs(emu.Builtins()...)
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs(emu.Builtins()...)
 	out := run(t, e, func(c *stagehost.Call) error {
 		s := must[stagehost.Stream](t)(c.Stream("s0"))
 		p := func(name string) stagehost.Program { return must[stagehost.Program](t)(c.Program(name)) }
@@ -192,7 +192,7 @@ func TestBuiltinKernels(t *testing.T) {
 }
 
 func TestKernelFailuresReachSync(t *testing.T) {
-	e := emu.New().Stream("s0").Programs("matmul", "fill", "argmax")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("matmul", "fill", "argmax")
 	_, err := e.Stage("main", func(c *stagehost.Call) error {
 		s := must[stagehost.Stream](t)(c.Stream("s0"))
 		mm := must[stagehost.Program](t)(c.Program("matmul"))
@@ -256,7 +256,7 @@ func TestKernelFailuresReachSync(t *testing.T) {
 }
 
 func TestDeferredExecutionAndIdle(t *testing.T) {
-	e := emu.New().Stream("s0").Buffer("b", 8).Programs("fill")
+	e := emu.New(emu.NewConfig()).Stream("s0").Buffer("b", 8).Programs("fill")
 	run(t, e, func(c *stagehost.Call) error {
 		s := must[stagehost.Stream](t)(c.Stream("s0"))
 		b := must[stagehost.Buffer](t)(c.Buffer("b"))
@@ -299,7 +299,7 @@ func allZero(b []byte) bool {
 }
 
 func TestBatchValidatesAllFirst(t *testing.T) {
-	e := emu.New().Stream("s0").Buffer("b", 16).Programs("fill", "relu")
+	e := emu.New(emu.NewConfig()).Stream("s0").Buffer("b", 16).Programs("fill", "relu")
 	run(t, e, func(c *stagehost.Call) error {
 		s := must[stagehost.Stream](t)(c.Stream("s0"))
 		b := must[stagehost.Buffer](t)(c.Buffer("b"))
@@ -329,7 +329,7 @@ func TestBatchValidatesAllFirst(t *testing.T) {
 }
 
 func TestBudget(t *testing.T) {
-	e := emu.New(emu.WithBudget(100))
+	e := emu.New(emu.NewConfig().WithBudget(100))
 	run(t, e, func(c *stagehost.Call) error {
 		a := must[stagehost.Buffer](t)(c.Alloc(60))
 		if _, err := c.Alloc(41); !errors.Is(err, stagehost.ErrOutOfBudget) {
@@ -348,7 +348,7 @@ func TestBudget(t *testing.T) {
 }
 
 func TestInputOutput(t *testing.T) {
-	e := emu.New(emu.WithOutputLimit(8))
+	e := emu.New(emu.NewConfig().WithOutputLimit(8))
 	in := []byte("input bytes")
 	out, err := e.Stage("io", func(c *stagehost.Call) error {
 		if string(c.Input()) != "input bytes" || c.Entry() != "io" {
@@ -374,7 +374,7 @@ func TestInputOutput(t *testing.T) {
 
 func TestDefaultEntryAndLongEntry(t *testing.T) {
 	long := strings.Repeat("x", 200)
-	e := emu.New().
+	e := emu.New(emu.NewConfig()).
 		Stage("main", func(c *stagehost.Call) error { return c.WriteString("main:" + c.Entry()) }).
 		Stage(long, func(c *stagehost.Call) error { return c.WriteString(c.Entry()) })
 	if out, err := e.Run("", nil); string(out) != "main:main" || err != nil {
@@ -386,7 +386,7 @@ func TestDefaultEntryAndLongEntry(t *testing.T) {
 }
 
 func TestClientErrorKeepsSession(t *testing.T) {
-	e := emu.New().Stream("s0").Programs("noop")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("noop")
 	fail := true
 	e.Stage("main", func(c *stagehost.Call) error {
 		s := must[stagehost.Stream](t)(c.Stream("s0"))
@@ -416,7 +416,7 @@ func TestClientErrorKeepsSession(t *testing.T) {
 }
 
 func TestTrap(t *testing.T) {
-	e := emu.New().Stream("s0").Programs("noop")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("noop")
 	e.Stage("main", func(c *stagehost.Call) error {
 		s := must[stagehost.Stream](t)(c.Stream("s0"))
 		_ = s.Submit(must[stagehost.Program](t)(c.Program("noop")))
@@ -449,11 +449,11 @@ func TestFenceFailuresQuarantine(t *testing.T) {
 		"draining fence ok": {func() error { s, _ := stagehost.LookupStream("s0"); return s.Sync() }, leave, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var opts []emu.Option
+			cfg := emu.NewConfig()
 			if c.fence != nil {
-				opts = append(opts, emu.WithFence(c.fence))
+				cfg = cfg.WithFence(c.fence)
 			}
-			e := emu.New(opts...).Stream("s0").Programs("noop", "fill").Stage("main", c.stage)
+			e := emu.New(cfg).Stream("s0").Programs("noop", "fill").Stage("main", c.stage)
 			_, err := e.Run("main", nil)
 			if c.want == "" {
 				if err != nil {
@@ -479,7 +479,7 @@ func TestFenceFailuresQuarantine(t *testing.T) {
 }
 
 func TestReentrantRunIsBusy(t *testing.T) {
-	e := emu.New()
+	e := emu.New(emu.NewConfig())
 	e.Stage("main", func(c *stagehost.Call) error {
 		_, err := e.Run("main", nil)
 		if !errors.Is(err, stagehost.ErrBusy) {
@@ -495,7 +495,7 @@ func TestReentrantRunIsBusy(t *testing.T) {
 func TestLogs(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
-	e := emu.New(emu.WithLog(func(l stagehost.Level, msg string) {
+	e := emu.New(emu.NewConfig().WithLog(func(l stagehost.Level, msg string) {
 		mu.Lock()
 		seen = append(seen, l.String()+":"+msg)
 		mu.Unlock()
@@ -521,7 +521,7 @@ func TestConcurrency(t *testing.T) {
 	for i := range 4 {
 		t.Run("", func(t *testing.T) {
 			t.Parallel()
-			e := emu.New().Stream("s0").Stream("s1").Programs("fill", "saxpy")
+			e := emu.New(emu.NewConfig()).Stream("s0").Stream("s1").Programs("fill", "saxpy")
 			out := run(t, e, func(c *stagehost.Call) error {
 				var wg sync.WaitGroup
 				errs := make([]error, 2)
@@ -571,11 +571,11 @@ func TestProgramsPanicsOnUnknownKernel(t *testing.T) {
 			t.Errorf("%v", r)
 		}
 	}()
-	emu.New().Programs("spin")
+	emu.New(emu.NewConfig()).Programs("spin")
 }
 
 func TestCustomKernel(t *testing.T) {
-	e := emu.New().Stream("s0").Buffer("b", 4).Kernel("inc", func(args []emu.Arg) error {
+	e := emu.New(emu.NewConfig()).Stream("s0").Buffer("b", 4).Kernel("inc", func(args []emu.Arg) error {
 		if len(args) != 2 || !args[0].IsBuffer() || args[1].IsBuffer() {
 			return errors.New("inc(buf, n)")
 		}
@@ -594,7 +594,7 @@ func TestCustomKernel(t *testing.T) {
 }
 
 func TestAllocNamedFindsTheSameBufferAgain(t *testing.T) {
-	e := emu.New(emu.WithBudget(1024))
+	e := emu.New(emu.NewConfig().WithBudget(1024))
 	var first, second stagehost.Buffer
 	run(t, e, func(c *stagehost.Call) error {
 		var err error

@@ -12,7 +12,7 @@ import (
 // stage. Here the stage is given with Stage; a stage package's own tests
 // use what its init function registered with stagehost.Main.
 func ExampleEmulator_Run() {
-	e := emu.New(emu.WithBudget(1<<20)).
+	e := emu.New(emu.NewConfig().WithBudget(1<<20)).
 		Stream("s0").
 		BufferData("greeting", []byte("hello")).
 		Programs("copy")
@@ -51,7 +51,7 @@ func ExampleEmulator_Run() {
 	fmt.Printf("%s %v\n", out, err)
 
 	// A fence that does not drain quarantines the session.
-	e2 := emu.New(emu.WithFence(func() error { return nil })).Stream("s0").Programs("noop")
+	e2 := emu.New(emu.NewConfig().WithFence(func() error { return nil })).Stream("s0").Programs("noop")
 	e2.Stage("main", func(c *stagehost.Call) error {
 		s, _ := c.Stream("s0")
 		noop, _ := c.Program("noop")

@@ -60,7 +60,7 @@ func wantFault(t *testing.T, e *emu.Emulator, err error, failures int, names ...
 }
 
 func TestUnsyncedFailureUnderBuiltinFence(t *testing.T) {
-	e := emu.New().Stream("s0").Stream("s1").Programs("fill", "noop")
+	e := emu.New(emu.NewConfig()).Stream("s0").Stream("s1").Programs("fill", "noop")
 	e.Stage("main", func(c *stagehost.Call) error {
 		submitBad(t, c, "s0", 2)
 		submitBad(t, c, "s1", 1)
@@ -102,7 +102,7 @@ func TestFenceReturningSyncFault(t *testing.T) {
 		"returns ErrFault": {func() error { _ = syncS0(); return stagehost.ErrFault }, true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			e := emu.New(emu.WithFence(c.fence)).Stream("s0").Programs("fill")
+			e := emu.New(emu.NewConfig().WithFence(c.fence)).Stream("s0").Programs("fill")
 			e.Stage("main", func(c *stagehost.Call) error {
 				submitBad(t, c, "s0", 1)
 				return nil
@@ -137,7 +137,7 @@ func TestFenceFailuresOtherThanFaultQuarantine(t *testing.T) {
 		"FAULT, busy":    {func() error { return stagehost.ErrFault }, `stream "s0" still has 1 commands after the fence`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			e := emu.New(emu.WithFence(c.fence)).Stream("s0").Programs("fill")
+			e := emu.New(emu.NewConfig().WithFence(c.fence)).Stream("s0").Programs("fill")
 			e.Stage("main", func(c *stagehost.Call) error {
 				submitBad(t, c, "s0", 1)
 				return nil
@@ -159,7 +159,7 @@ func TestFenceFailuresOtherThanFaultQuarantine(t *testing.T) {
 }
 
 func TestStageIgnoresSyncFault(t *testing.T) {
-	e := emu.New().Stream("s0").Programs("fill")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("fill")
 	e.Stage("main", func(c *stagehost.Call) error {
 		s := submitBad(t, c, "s0", 1)
 		if err := s.Sync(); !errors.Is(err, stagehost.ErrFault) {
@@ -177,7 +177,7 @@ func TestStageIgnoresSyncFault(t *testing.T) {
 }
 
 func TestClientErrorNamesFailedWork(t *testing.T) {
-	e := emu.New().Stream("s0").Programs("fill")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("fill")
 	e.Stage("main", func(c *stagehost.Call) error {
 		s := submitBad(t, c, "s0", 1)
 		_ = s.Sync()
@@ -202,7 +202,7 @@ func TestClientErrorNamesFailedWork(t *testing.T) {
 }
 
 func TestTrapNamesFailedWork(t *testing.T) {
-	e := emu.New().Stream("s0").Programs("fill")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("fill")
 	e.Stage("main", func(c *stagehost.Call) error {
 		submitBad(t, c, "s0", 1)
 		panic("boom")

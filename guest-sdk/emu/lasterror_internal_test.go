@@ -14,7 +14,7 @@ import (
 // for a message longer than its first guess; a message is cut at
 // maxErrorMessage bytes.
 func TestLastErrorOutParameterRule(t *testing.T) {
-	e := New()
+	e := New(NewConfig())
 	long := strings.Repeat("n", 300)
 	_, err := e.Stage("main", func(c *stagehost.Call) error {
 		if _, err := c.Program(long); err == nil {

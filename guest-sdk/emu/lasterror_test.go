@@ -18,7 +18,7 @@ const saxpyReason = "saxpy: x has 4 values, y 2"
 // the kernel's reason, naming the command and the program, as the host's
 // do (stages' TestLastErrorGivesTheKernelsReason).
 func TestWrongSaxpyGivesTheKernelsReason(t *testing.T) {
-	e := emu.New().Stream("s0").Buffer("x", 16).Buffer("y", 8).Programs("saxpy")
+	e := emu.New(emu.NewConfig()).Stream("s0").Buffer("x", 16).Buffer("y", 8).Programs("saxpy")
 	var syncErr error
 	var last string
 	e.Stage("main", func(c *stagehost.Call) error {
@@ -58,7 +58,7 @@ func TestWrongSaxpyGivesTheKernelsReason(t *testing.T) {
 // TestLookupErrorsNameWhatWasNotFound: the SDK's error of a lookup names
 // the name, and the last error does too.
 func TestLookupErrorsNameWhatWasNotFound(t *testing.T) {
-	e := emu.New().Stream("s0").Programs("saxpy")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("saxpy")
 	run(t, e, func(c *stagehost.Call) error {
 		for _, tc := range []struct {
 			err  error
@@ -82,7 +82,7 @@ func TestLookupErrorsNameWhatWasNotFound(t *testing.T) {
 // TestLastErrorIsPerRun: a run starts with no last error; an OK status
 // does not clear it.
 func TestLastErrorIsPerRun(t *testing.T) {
-	e := emu.New().Stream("s0")
+	e := emu.New(emu.NewConfig()).Stream("s0")
 	run(t, e, func(c *stagehost.Call) error {
 		if _, err := c.Program("nope"); err == nil {
 			t.Error("program_get(nope) succeeded")

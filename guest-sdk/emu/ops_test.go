@@ -14,7 +14,7 @@ import (
 // The typed helpers derive each op's scalars from the dims and submit the
 // launches as one batch.
 func TestOpsHelpers(t *testing.T) {
-	e := emu.New().Stream("s").Programs("gemm", "affine", "softmax", "transpose", "add", "reduce_sum")
+	e := emu.New(emu.NewConfig()).Stream("s").Programs("gemm", "affine", "softmax", "transpose", "add", "reduce_sum")
 	var got []float32
 	e.Stage("main", func(c *stagehost.Call) error {
 		s, _ := c.Stream("s")
@@ -64,7 +64,7 @@ func TestOpsHelpers(t *testing.T) {
 // A launch the op's contract refuses fails at submit with
 // INVALID_ARGUMENT, naming the op and the argument; nothing runs.
 func TestOpsHelpersRefusedAtSubmit(t *testing.T) {
-	e := emu.New().Stream("s").Programs("softmax")
+	e := emu.New(emu.NewConfig()).Stream("s").Programs("softmax")
 	e.Stage("main", func(c *stagehost.Call) error {
 		s, _ := c.Stream("s")
 		buf, _ := c.Alloc(4 * 16)
@@ -81,7 +81,7 @@ func TestOpsHelpersRefusedAtSubmit(t *testing.T) {
 		t.Errorf("error %q does not name the op and argument", err)
 	}
 	// A program the session may not use.
-	e2 := emu.New().Stream("s")
+	e2 := emu.New(emu.NewConfig()).Stream("s")
 	e2.Stage("main", func(c *stagehost.Call) error {
 		s, _ := c.Stream("s")
 		buf, _ := c.Alloc(16)
@@ -97,7 +97,7 @@ func TestOpsHelpersRefusedAtSubmit(t *testing.T) {
 // Build a layer's launches with the typed helpers and submit them as one
 // batch.
 func ExampleOps() {
-	e := emu.New().Stream("s").Programs("gemm", "affine", "gelu_tanh")
+	e := emu.New(emu.NewConfig()).Stream("s").Programs("gemm", "affine", "gelu_tanh")
 	e.Stage("main", func(c *stagehost.Call) error {
 		s, _ := c.Stream("s")
 		buf, err := c.Alloc(4 * 12)

@@ -39,7 +39,7 @@ func cat(bs ...[]byte) []byte {
 func st(s stagehost.Status) int32 { return int32(s) }
 
 func TestRawStatuses(t *testing.T) {
-	e := New().Stream("s0").Buffer("b", 16).Programs("fill")
+	e := New(NewConfig()).Stream("s0").Buffer("b", 16).Programs("fill")
 	h := (*abiHost)(e)
 	s, _ := h.StreamGet([]byte("s0"))
 	b, _ := h.BufferGet([]byte("b"))
@@ -116,7 +116,7 @@ func TestRawStatuses(t *testing.T) {
 }
 
 func TestRawCallState(t *testing.T) {
-	e := New()
+	e := New(NewConfig())
 	h := (*abiHost)(e)
 	e.entry, e.input = "entry", []byte("abc")
 	if n, got := h.EntryName(make([]byte, 2)); n != 5 || got != st(stagehost.StatusOutOfBounds) {

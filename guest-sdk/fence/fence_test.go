@@ -25,7 +25,7 @@ func init() {
 }
 
 func TestRegisteredFenceRunsAfterEveryStage(t *testing.T) {
-	e := emu.New().Stream("s0").Programs("noop")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("noop")
 	e.Stage("main", func(c *stagehost.Call) error {
 		s, _ := c.Stream("s0")
 		noop, _ := c.Program("noop")
@@ -45,7 +45,7 @@ func TestRegisteredFenceRunsAfterEveryStage(t *testing.T) {
 
 func TestRegisteredFenceThatMissesAStream(t *testing.T) {
 	// Work on s1, which this fence does not sync: the idle check catches it.
-	e := emu.New().Stream("s0").Stream("s1").Programs("noop")
+	e := emu.New(emu.NewConfig()).Stream("s0").Stream("s1").Programs("noop")
 	e.Stage("main", func(c *stagehost.Call) error {
 		s, _ := c.Stream("s1")
 		noop, _ := c.Program("noop")
@@ -59,7 +59,7 @@ func TestRegisteredFenceThatMissesAStream(t *testing.T) {
 func TestRegisteredFenceReportsFailedWork(t *testing.T) {
 	// A launch of "fill" without arguments fails on the device. The fence's
 	// s.Sync() returns that FAULT: drained, with failed work.
-	e := emu.New().Stream("s0").Programs("fill")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("fill")
 	e.Stage("main", func(c *stagehost.Call) error {
 		s, _ := c.Stream("s0")
 		fill, _ := c.Program("fill")
@@ -79,7 +79,7 @@ func TestRegisteredFenceReportsFailedWork(t *testing.T) {
 }
 
 func TestRegisteredFenceWithoutItsStream(t *testing.T) {
-	err := emu.New().RunFence()
+	err := emu.New(emu.NewConfig()).RunFence()
 	if !errors.Is(err, stagehost.ErrDeviceLost) || !errors.Is(err, stagehost.ErrNotFound) {
 		t.Fatalf("%v", err)
 	}

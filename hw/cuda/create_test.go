@@ -13,7 +13,7 @@ import (
 // the driver call returns at last, the abandoned stream is destroyed and
 // its driver thread exits, and the device keeps working.
 func TestNewStreamBoundedWhenCreateHangs(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithStreamCreateTimeout(20*time.Millisecond))
+	p, f := newFakePlatform(t, 1, NewConfig().WithStreamCreateTimeout(20*time.Millisecond))
 	dev, err := p.Device("cuda0")
 	if err != nil {
 		t.Fatal(err)

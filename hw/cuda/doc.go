@@ -105,7 +105,7 @@
 //     launch's stream, within [FastGemmBound]. cuBLAS is loaded at the
 //     first use of a fast program (libcublas.so.13, then .12: the
 //     loader's search, LD_LIBRARY_PATH included, then the CUDA toolkit's
-//     directories; [WithBLASLibrary] names a file, or "-" for none); one
+//     directories; [Config.WithBLASLibrary] names a file, or "-" for none); one
 //     handle per device, bound to each launch's stream and to that
 //     stream's own 32 MiB workspace (allocated at its first fast gemm) on
 //     its driver thread. Without cuBLAS the fast programs run the exact
@@ -124,5 +124,5 @@
 // [Stream.SubmitBatch] ([hw.BatchSubmitter]) validates a whole batch and
 // hands it to the driver thread as one queued command. A batch submitted
 // again with exactly the same launches is captured into a CUDA graph once
-// and replayed with one cuGraphLaunch from then on (see [WithBatchGraphs]).
+// and replayed with one cuGraphLaunch from then on (see [Config.WithBatchGraphs]).
 package cuda

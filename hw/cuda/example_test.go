@@ -16,7 +16,7 @@ import (
 // Open the CUDA platform, fill a device buffer and read it back. Without
 // libcuda.so.1 or a GPU, Open fails with errdefs.ErrUnsupported.
 func ExampleOpen() {
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	if errors.Is(err, errdefs.ErrUnsupported) {
 		fmt.Println("no CUDA GPU here:", err)
 		return
@@ -53,7 +53,7 @@ func ExampleOpen() {
 // A device program polls a word of host-coherent memory that the host
 // publishes with a release store (the resident-session startup protocol).
 func ExamplePlatform_AllocShared() {
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	if err != nil {
 		return
 	}
@@ -83,7 +83,7 @@ func ExamplePlatform_AllocShared() {
 // Record a fixed sequence of launches once and replay it with one driver
 // call per replay.
 func ExampleStream_RecordGraph() {
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	if err != nil {
 		return
 	}
@@ -120,7 +120,7 @@ func ExampleRegisterHostProgram() {
 		}
 		return nil
 	})
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	if err != nil {
 		return
 	}
@@ -145,7 +145,7 @@ func ExampleRegisterHostProgram() {
 // A batch is validated whole and handed to the stream's driver thread in
 // one go; repeated, it is replayed from a cached CUDA graph.
 func ExampleStream_SubmitBatch() {
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	if err != nil {
 		return
 	}
@@ -173,10 +173,10 @@ func ExampleStream_SubmitBatch() {
 }
 
 // A fast-tier gemm: cuBLAS when it loads, the exact kernel otherwise
-// (Platform.BLAS says which). WithBLASLibrary("-") would force the exact
-// kernels; WithBLASLibrary(path) names the library.
+// (Platform.BLAS says which). cuda.NewConfig().WithBLASLibrary("-") would force
+// the exact kernels; WithBLASLibrary(path) names the library.
 func ExamplePlatform_BLAS() {
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	if errors.Is(err, errdefs.ErrUnsupported) {
 		fmt.Println("no CUDA GPU here:", err)
 		return

@@ -23,15 +23,15 @@ import (
 // module instead of the embedded one.
 func requireGPU(t testing.TB) *Platform {
 	t.Helper()
-	var opts []Option
+	cfg := NewConfig()
 	if path := os.Getenv("STAGEHOST_CUDA_PTX"); path != "" {
 		src, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatalf("STAGEHOST_CUDA_PTX: %v", err)
 		}
-		opts = append(opts, withPTX(src))
+		cfg = cfg.withPTX(src)
 	}
-	p, err := Open(opts...)
+	p, err := Open(cfg)
 	testutil.GPU(t, err)
 	t.Cleanup(func() {
 		settle(p)
@@ -240,7 +240,7 @@ func TestGPUZZDeviceLost(t *testing.T) {
 	// With the last reference released, the primary context is destroyed;
 	// a new Open gets a fresh, healthy one.
 	t.Logf("cuDevicePrimaryCtxReset_v2 at Close: %s", resultString(p.drv, p.devices[0].resetResult))
-	q, err := Open()
+	q, err := Open(NewConfig())
 	if err != nil {
 		t.Logf("reopen after loss: %v", err)
 		return
@@ -290,13 +290,13 @@ func BenchmarkLaunchNoop(b *testing.B) {
 
 // benchBatch: b.N asynchronous SubmitBatch calls of 64 noops each, one
 // Sync at the end; ns/kernel is per kernel.
-func benchBatch(b *testing.B, opts ...Option) {
+func benchBatch(b *testing.B, cfgs ...Config) {
 	p := requireGPU(b)
-	if len(opts) > 0 {
-		// A platform of its own, so the option applies.
+	if len(cfgs) > 0 {
+		// A platform of its own, so the configuration applies.
 		p.Close()
 		var err error
-		if p, err = Open(opts...); err != nil {
+		if p, err = Open(cfgs[0]); err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { p.Close() })
@@ -335,7 +335,7 @@ func BenchmarkBatchNoop64(b *testing.B) { benchBatch(b) }
 
 // BenchmarkBatchNoop64Direct: the same with the graph cache off: one
 // hand-off, then 64 cuLaunchKernel calls on the driver thread.
-func BenchmarkBatchNoop64Direct(b *testing.B) { benchBatch(b, WithBatchGraphs(0)) }
+func BenchmarkBatchNoop64Direct(b *testing.B) { benchBatch(b, NewConfig().WithBatchGraphs(0)) }
 
 // BenchmarkLaunchSync: launch, then wait for its completion, each time.
 func BenchmarkLaunchSync(b *testing.B) {

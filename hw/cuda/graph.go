@@ -142,7 +142,7 @@ func (s *Stream) execBatch(launches []launch) (cuResult, string) {
 }
 
 // DefaultBatchGraphs is how many batch graphs each stream caches unless
-// [WithBatchGraphs] says otherwise.
+// [Config.WithBatchGraphs] says otherwise.
 const DefaultBatchGraphs = 16
 
 // graphCache holds, per stream, the graphs of recently repeated batches

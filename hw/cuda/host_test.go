@@ -349,7 +349,7 @@ func TestFakeSharedHostOnly(t *testing.T) {
 // graph cache (captured on the second sighting, then replayed).
 func TestFakeSubmitBatch(t *testing.T) {
 	for _, graphs := range []int{DefaultBatchGraphs, 0} {
-		p, f := newFakePlatform(t, 1, WithBatchGraphs(graphs))
+		p, f := newFakePlatform(t, 1, NewConfig().WithBatchGraphs(graphs))
 		r := newRig(t, p)
 		st := r.s.(*Stream)
 		x := r.upload([]float32{1, 2, 3, 4})
@@ -412,7 +412,7 @@ func TestFakeSubmitBatch(t *testing.T) {
 }
 
 func TestFakeSubmitBatchEvictsAndStaysAllocationFree(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithBatchGraphs(2), WithQueueDepth(4096))
+	p, f := newFakePlatform(t, 1, NewConfig().WithBatchGraphs(2).WithQueueDepth(4096))
 	r := newRig(t, p)
 	st := r.s.(*Stream)
 	b := r.alloc(64, 0)

@@ -146,7 +146,7 @@ func (b *fakeBLAS) GemmStridedBatched(h blasHandle, g *gemmCall) int32 {
 func TestFastGemmCallsCUBLAS(t *testing.T) {
 	f := newFake(1)
 	fb := &fakeBLAS{f: f}
-	p, err := Open(withDriver(f), withBLAS(fb))
+	p, err := Open(NewConfig().withDriver(f).withBLAS(fb))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestFastGemmCallsCUBLAS(t *testing.T) {
 // TestFastGemmFallsBack: without cuBLAS the fast programs run the exact
 // kernels, and BLAS says why.
 func TestFastGemmFallsBack(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithBLASLibrary("-"))
+	p, f := newFakePlatform(t, 1, NewConfig().WithBLASLibrary("-"))
 	d := p.devices[0]
 	if _, err := p.BLAS(); !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Fatalf("BLAS: %v, want unsupported", err)
@@ -398,7 +398,7 @@ func (b *failingBLAS) GemmStridedBatched(h blasHandle, g *gemmCall) int32 { retu
 // ErrRejected naming the status; the device stays usable.
 func TestFastGemmFailure(t *testing.T) {
 	f := newFake(1)
-	p, err := Open(withDriver(f), withBLAS(&failingBLAS{fakeBLAS{f: f}}))
+	p, err := Open(NewConfig().withDriver(f).withBLAS(&failingBLAS{fakeBLAS{f: f}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,14 @@ const defaultLibrary = "libcuda.so.1"
 // return [errdefs.ErrBusy] (as the simulator does).
 const DefaultQueueDepth = 1024
 
-type config struct {
+// Config configures [Open]. It is immutable: every WithX method returns a
+// modified copy, so a Config can be shared and reused. A zero Config means
+// [NewConfig]'s defaults. A WithX method called on a zero value starts from
+// those defaults.
+//
+//	p, err := cuda.Open(cuda.NewConfig().WithBLASLibrary("-"))
+type Config struct {
+	set         bool // made by NewConfig; false: the zero value
 	library     string
 	queueDepth  int
 	batchGraphs int
@@ -34,12 +41,35 @@ type config struct {
 	blas          blasAPI // tests: a fake cuBLAS
 }
 
-// Option configures [Open].
-type Option func(*config)
+// NewConfig returns the default configuration:
+//
+//   - the driver libcuda.so.1 (see [Config.WithLibrary]);
+//   - cuBLAS found by the default search (see [Config.WithBLASLibrary]);
+//   - queue depth [DefaultQueueDepth] (see [Config.WithQueueDepth]);
+//   - stream creation bounded by [DefaultStreamCreateTimeout] (see
+//     [Config.WithStreamCreateTimeout]);
+//   - [DefaultBatchGraphs] cached graphs per stream (see
+//     [Config.WithBatchGraphs]);
+//   - staging rings of [DefaultCopyStaging] bytes (see
+//     [Config.WithCopyStaging]).
+func NewConfig() Config {
+	return Config{set: true, library: defaultLibrary, queueDepth: DefaultQueueDepth, createTimeout: DefaultStreamCreateTimeout, batchGraphs: DefaultBatchGraphs, copyStaging: DefaultCopyStaging}
+}
+
+// orDefaults is c, or [NewConfig]'s defaults when c is the zero value, so
+// that a WithX method called on a zero Config keeps the other defaults.
+func (c Config) orDefaults() Config {
+	if !c.set {
+		return NewConfig()
+	}
+	return c
+}
 
 // WithLibrary loads the CUDA driver from path instead of "libcuda.so.1".
-func WithLibrary(path string) Option {
-	return func(c *config) { c.library = path }
+func (c Config) WithLibrary(path string) Config {
+	c = c.orDefaults()
+	c.library = path
+	return c
 }
 
 // WithBLASLibrary loads cuBLAS, for the fast tier of gemm, from path
@@ -47,25 +77,31 @@ func WithLibrary(path string) Option {
 // loader's search, LD_LIBRARY_PATH included, then the CUDA toolkit's
 // directories). "-" disables cuBLAS: the fast programs run the exact
 // kernels.
-func WithBLASLibrary(path string) Option {
-	return func(c *config) {
-		c.blasLibrary = path
-		c.noBLAS = path == "-"
-	}
+func (c Config) WithBLASLibrary(path string) Config {
+	c = c.orDefaults()
+	c.blasLibrary = path
+	c.noBLAS = path == "-"
+	return c
 }
 
 // withBLAS replaces cuBLAS (tests: a fake).
-func withBLAS(b blasAPI) Option { return func(c *config) { c.blas = b } }
+func (c Config) withBLAS(b blasAPI) Config {
+	c = c.orDefaults()
+	c.blas = b
+	return c
+}
 
 // WithQueueDepth sets how many commands each stream buffers before Submit,
 // Write and Read answer [errdefs.ErrBusy] (default [DefaultQueueDepth]; values
 // below 1 mean 1).
-func WithQueueDepth(n int) Option {
-	return func(c *config) { c.queueDepth = max(n, 1) }
+func (c Config) WithQueueDepth(n int) Config {
+	c = c.orDefaults()
+	c.queueDepth = max(n, 1)
+	return c
 }
 
 // DefaultStreamCreateTimeout is how long [Device.NewStream] waits for
-// cuStreamCreate unless [WithStreamCreateTimeout] says otherwise.
+// cuStreamCreate unless [Config.WithStreamCreateTimeout] says otherwise.
 const DefaultStreamCreateTimeout = 5 * time.Second
 
 // WithStreamCreateTimeout bounds how long [Device.NewStream] waits for
@@ -76,26 +112,42 @@ const DefaultStreamCreateTimeout = 5 * time.Second
 // NewStream fails, while the OS thread that called the driver stays
 // blocked in it (nothing can interrupt a driver call). If the call ever
 // returns, that thread destroys the stream it got and exits.
-func WithStreamCreateTimeout(d time.Duration) Option {
-	return func(c *config) { c.createTimeout = max(d, time.Millisecond) }
+func (c Config) WithStreamCreateTimeout(d time.Duration) Config {
+	c = c.orDefaults()
+	c.createTimeout = max(d, time.Millisecond)
+	return c
 }
 
 // WithBatchGraphs sets how many CUDA graphs each stream caches for
 // repeated batches ([Stream.SubmitBatch]; default [DefaultBatchGraphs]);
 // 0 turns the cache off, so every batch is launched kernel by kernel.
-func WithBatchGraphs(n int) Option {
-	return func(c *config) { c.batchGraphs = max(n, 0) }
+func (c Config) WithBatchGraphs(n int) Config {
+	c = c.orDefaults()
+	c.batchGraphs = max(n, 0)
+	return c
 }
 
 // withEagerEvents records each burst's event as soon as the queue runs
 // empty, as before flushDelay existed (benchmarks compare the two).
-func withEagerEvents() Option { return func(c *config) { c.eagerEvents = true } }
+func (c Config) withEagerEvents() Config {
+	c = c.orDefaults()
+	c.eagerEvents = true
+	return c
+}
 
 // withPTX replaces the embedded module (tests: STAGEHOST_CUDA_PTX).
-func withPTX(src []byte) Option { return func(c *config) { c.ptx = src } }
+func (c Config) withPTX(src []byte) Config {
+	c = c.orDefaults()
+	c.ptx = src
+	return c
+}
 
 // withDriver replaces libcuda (tests: the fake driver).
-func withDriver(d driver) Option { return func(c *config) { c.drv = d } }
+func (c Config) withDriver(d driver) Config {
+	c = c.orDefaults()
+	c.drv = d
+	return c
+}
 
 // Platform is the set of CUDA devices of this process, one [Device] per
 // GPU, named cuda0, cuda1, ... in driver order, plus the host device
@@ -103,7 +155,7 @@ func withDriver(d driver) Option { return func(c *config) { c.drv = d } }
 // implements [hw.Platform].
 type Platform struct {
 	drv     driver
-	cfg     config
+	cfg     Config
 	version int32
 	devices []*Device
 	host    *HostDevice
@@ -112,7 +164,8 @@ type Platform struct {
 
 var _ hw.Platform = (*Platform)(nil)
 
-// Open loads the CUDA driver, initializes it and opens every device: it
+// Open loads the CUDA driver, initializes it and opens every device,
+// configured by cfg (a zero Config means [NewConfig]'s defaults): it
 // retains each device's primary context and loads the kernel module into
 // it eagerly (lazy loading can deadlock against a resident kernel).
 //
@@ -121,10 +174,9 @@ var _ hw.Platform = (*Platform)(nil)
 // [errdefs.ErrUnsupported] when libcuda.so.1 cannot be loaded (the message
 // carries dlopen's reason), lacks required symbols (all of them are named),
 // cuInit fails, there is no device, or the driver rejects the kernels.
-func Open(opts ...Option) (*Platform, error) {
-	cfg := config{library: defaultLibrary, queueDepth: DefaultQueueDepth, createTimeout: DefaultStreamCreateTimeout, batchGraphs: DefaultBatchGraphs, copyStaging: DefaultCopyStaging}
-	for _, o := range opts {
-		o(&cfg)
+func Open(cfg Config) (*Platform, error) {
+	if !cfg.set {
+		cfg = NewConfig()
 	}
 	drv := cfg.drv
 	if drv == nil {

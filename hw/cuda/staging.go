@@ -20,7 +20,7 @@ import (
 // RATIONALE.md, "One wait per MLP call").
 
 // DefaultCopyStaging is the size of each of a stream's two staging rings
-// unless [WithCopyStaging] says otherwise.
+// unless [Config.WithCopyStaging] says otherwise.
 const DefaultCopyStaging = 16 << 10
 
 // maxStagedCopy is the largest copy that goes through a staging ring: a
@@ -39,8 +39,10 @@ const stageAlign = 16
 // uploaded from there, a download lands in it and is copied to the
 // caller's memory when it retires. Ring space is reused once its copy has
 // retired; when a ring is full, copies take the pageable path.
-func WithCopyStaging(bytes int) Option {
-	return func(c *config) { c.copyStaging = max(bytes, 0) }
+func (c Config) WithCopyStaging(bytes int) Config {
+	c = c.orDefaults()
+	c.copyStaging = max(bytes, 0)
+	return c
 }
 
 // stagingRing is pinned memory handed out in order and given back in

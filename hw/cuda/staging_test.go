@@ -99,7 +99,7 @@ func TestPinnedRanges(t *testing.T) {
 // pageable path when the staging is full, and free their space once
 // retired.
 func TestFakeStagedUploads(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithCopyStaging(256))
+	p, f := newFakePlatform(t, 1, NewConfig().WithCopyStaging(256))
 	r := newRig(t, p)
 	st := r.s.(*Stream)
 	const n, size = 40, 32
@@ -147,10 +147,10 @@ func TestFakeStagedUploads(t *testing.T) {
 	}
 }
 
-// TestFakeStagingOff: WithCopyStaging(0) copies from and into the
+// TestFakeStagingOff: NewConfig().WithCopyStaging(0) copies from and into the
 // caller's memory.
 func TestFakeStagingOff(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithCopyStaging(0))
+	p, f := newFakePlatform(t, 1, NewConfig().WithCopyStaging(0))
 	r := newRig(t, p)
 	b := r.alloc(64, 0)
 	r.write(b, 0, []byte("abc"))
@@ -167,7 +167,7 @@ func TestFakeStagingOff(t *testing.T) {
 // call returns: no event is recorded or queried for it, and the earlier
 // commands retire with it.
 func TestFakePageableReadRetiresWithoutEvent(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithCopyStaging(0))
+	p, f := newFakePlatform(t, 1, NewConfig().WithCopyStaging(0))
 	r := newRig(t, p)
 	st := r.s.(*Stream)
 	b := r.alloc(64, 0)
@@ -227,7 +227,7 @@ func TestFakePageableReadRetiresWithoutEvent(t *testing.T) {
 // download takes the pageable path, and retiring it retires (and copies
 // out) the staged ones before it.
 func TestFakeStagedDownloads(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithCopyStaging(64))
+	p, f := newFakePlatform(t, 1, NewConfig().WithCopyStaging(64))
 	r := newRig(t, p)
 	st := r.s.(*Stream)
 	b := r.alloc(96, 0)
@@ -351,7 +351,7 @@ func TestFakeMLPCallShape(t *testing.T) {
 		fused   bool
 	}{{DefaultCopyStaging, false}, {0, false}, {DefaultCopyStaging, true}, {0, true}} {
 		staging := c.staging
-		p, f := newFakePlatform(t, 1, WithCopyStaging(staging))
+		p, f := newFakePlatform(t, 1, NewConfig().WithCopyStaging(staging))
 		m := newMLPCall(t, p)
 		m.useFused, m.fusedAsBatch = c.fused, c.fused && staging == 0
 		for i := range 3 {
@@ -486,17 +486,17 @@ func BenchmarkMLPCall(b *testing.B) {
 	for _, c := range []struct {
 		name      string
 		syncFirst bool
-		opts      []Option
+		opts      []Config
 		fused     bool
 		asBatch   bool
 	}{
-		{"before", true, []Option{WithCopyStaging(0), withEagerEvents()}, false, false},
+		{"before", true, []Config{NewConfig().WithCopyStaging(0).withEagerEvents()}, false, false},
 		{"sync-read", true, nil, false, false},
 		{"read", false, nil, false, false},
-		{"read/eager-events", false, []Option{withEagerEvents()}, false, false},
-		{"read/staging-off", false, []Option{WithCopyStaging(0)}, false, false},
+		{"read/eager-events", false, []Config{NewConfig().withEagerEvents()}, false, false},
+		{"read/staging-off", false, []Config{NewConfig().WithCopyStaging(0)}, false, false},
 		{"fused", false, nil, true, false},
-		{"fused/staging-off", false, []Option{WithCopyStaging(0)}, true, false},
+		{"fused/staging-off", false, []Config{NewConfig().WithCopyStaging(0)}, true, false},
 		{"fused/graph", false, nil, true, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
@@ -504,7 +504,7 @@ func BenchmarkMLPCall(b *testing.B) {
 			if len(c.opts) > 0 {
 				p.Close()
 				var err error
-				if p, err = Open(c.opts...); err != nil {
+				if p, err = Open(c.opts[0]); err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { p.Close() })

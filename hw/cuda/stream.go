@@ -158,7 +158,7 @@ const (
 // NewStream creates a non-blocking CUDA stream and its driver thread.
 //
 // It waits at most the platform's stream creation timeout (see
-// [WithStreamCreateTimeout]) for cuStreamCreate. Past it, it returns an
+// [Config.WithStreamCreateTimeout]) for cuStreamCreate. Past it, it returns an
 // [errdefs.ErrDeadlineExceeded] error and leaves behind the driver thread that
 // is still inside the driver: one goroutine and its locked OS thread,
 // blocked until the driver returns, if ever (then the thread destroys the
@@ -243,7 +243,7 @@ func (s *Stream) Device() hw.Device { return s.dev }
 //
 // [errdefs.ErrInvalidArgument] (naming the argument index), [errdefs.ErrClosed] for a
 // freed buffer or a closed stream, [errdefs.ErrDeviceLost], [errdefs.ErrBusy] when
-// the stream's queue is full (see [WithQueueDepth]). A launch the driver
+// the stream's queue is full (see [Config.WithQueueDepth]). A launch the driver
 // refuses fails its completion with [errdefs.ErrRejected].
 func (s *Stream) Submit(cmd *hw.Command) (hw.Completion, error) {
 	var o op
@@ -271,7 +271,7 @@ var batchPool = sync.Pool{New: func() any { return new(batchReq) }}
 // and skips the rest of the batch.
 //
 // The driver thread keeps a small per-stream cache of CUDA graphs (see
-// [WithBatchGraphs]): a batch seen before with exactly the same launches
+// [Config.WithBatchGraphs]): a batch seen before with exactly the same launches
 // (kernels, sizes and argument values, buffer addresses included) is
 // captured into a graph on its second submission and replayed with one
 // cuGraphLaunch from then on. Replaying is exact: the graph holds the very

@@ -86,7 +86,7 @@ func TestLoadSymbolsOptionalOnly(t *testing.T) {
 }
 
 func TestOpenWithoutLibrary(t *testing.T) {
-	_, err := Open(WithLibrary("/nonexistent/libcuda.so.1"))
+	_, err := Open(NewConfig().WithLibrary("/nonexistent/libcuda.so.1"))
 	if !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Fatalf("Open = %v, want ErrUnsupported", err)
 	}
@@ -173,10 +173,14 @@ func TestPTXMatchesParameterTable(t *testing.T) {
 	}
 }
 
-func newFakePlatform(t *testing.T, ndev int, opts ...Option) (*Platform, *fakeDriver) {
+func newFakePlatform(t *testing.T, ndev int, cfgs ...Config) (*Platform, *fakeDriver) {
 	t.Helper()
 	f := newFake(ndev)
-	p, err := Open(append([]Option{withDriver(f)}, opts...)...)
+	cfg := NewConfig()
+	if len(cfgs) > 0 {
+		cfg = cfgs[0]
+	}
+	p, err := Open(cfg.withDriver(f))
 	if err != nil {
 		t.Fatalf("Open(fake): %v", err)
 	}
@@ -443,14 +447,14 @@ func TestFakeDeviceLost(t *testing.T) {
 }
 
 func TestFakeOpenErrors(t *testing.T) {
-	if _, err := Open(withDriver(newFake(0))); !errors.Is(err, errdefs.ErrUnsupported) {
+	if _, err := Open(NewConfig().withDriver(newFake(0))); !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Errorf("Open with no device = %v, want ErrUnsupported", err)
 	}
-	_, err := Open(withDriver(newFake(1)), withPTX([]byte("not ptx")))
+	_, err := Open(NewConfig().withDriver(newFake(1)).withPTX([]byte("not ptx")))
 	if !errors.Is(err, errdefs.ErrUnsupported) || !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_PTX") {
 		t.Errorf("Open with bad PTX = %v, want ErrUnsupported naming CUDA_ERROR_INVALID_PTX", err)
 	}
-	_, err = Open(withDriver(newFake(1)), withPTX([]byte(".version 7.8\n.target sm_90\n")))
+	_, err = Open(NewConfig().withDriver(newFake(1)).withPTX([]byte(".version 7.8\n.target sm_90\n")))
 	if !errors.Is(err, errdefs.ErrUnsupported) || !strings.Contains(err.Error(), `kernel "noop"`) {
 		t.Errorf("Open with a module lacking kernels = %v", err)
 	}
@@ -532,7 +536,7 @@ func TestFakeBudgetAndLifetimes(t *testing.T) {
 	if v0.Device() != p.devices[0] || v0.Size() != 128 || v0.Free() != nil {
 		t.Fatalf("view: %v %d", v0.Device(), v0.Size())
 	}
-	other, _ := Open(withDriver(newFake(1)))
+	other, _ := Open(NewConfig().withDriver(newFake(1)))
 	defer other.Close()
 	if _, err := sh.View(other.devices[0]); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("View(foreign) = %v", err)
@@ -696,7 +700,7 @@ func TestFakeWriteReadPins(t *testing.T) {
 }
 
 func TestFakeConcurrentSubmitters(t *testing.T) {
-	p, _ := newFakePlatform(t, 1, WithQueueDepth(8))
+	p, _ := newFakePlatform(t, 1, NewConfig().WithQueueDepth(8))
 	r := newRig(t, p)
 	b := r.alloc(4*64, 0)
 	saxpy := r.prog("saxpy")
@@ -737,7 +741,7 @@ func TestFakeConcurrentSubmitters(t *testing.T) {
 }
 
 func TestSubmitAllocatesNothing(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithQueueDepth(4096))
+	p, f := newFakePlatform(t, 1, NewConfig().WithQueueDepth(4096))
 	r := newRig(t, p)
 	b := r.alloc(1024, 0)
 	cmd := &hw.Command{Program: r.prog("fill"), Args: []hw.Arg{hw.BufferArg(b, 0, -1), hw.Float32(1)}}
@@ -759,7 +763,7 @@ func TestSubmitAllocatesNothing(t *testing.T) {
 }
 
 func TestFakeQueueFullIsBusy(t *testing.T) {
-	p, f := newFakePlatform(t, 1, WithQueueDepth(2))
+	p, f := newFakePlatform(t, 1, NewConfig().WithQueueDepth(2))
 	r := newRig(t, p)
 	noop := &hw.Command{Program: r.prog("noop")}
 	f.launchGate.Lock() // the driver thread parks in its first launch

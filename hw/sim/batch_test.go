@@ -37,7 +37,7 @@ func TestSubmitBatchRunsInOrderAsOneUnit(t *testing.T) {
 }
 
 func TestSubmitBatchIsAllOrNothing(t *testing.T) {
-	r := newRig(t, sim.WithQueueDepth(4))
+	r := newRig(t, sim.NewDeviceConfig().WithQueueDepth(4))
 	x := r.alloc(r.dev, 16)
 	noop := r.prog(r.dev, "noop")
 	bad := []hw.Command{

@@ -31,7 +31,7 @@ func BenchmarkSubmitToCompletion(b *testing.B) {
 // submitted back to back, then one Sync per batch. Reported per command.
 func BenchmarkSubmitAsync(b *testing.B) {
 	const batch = 512
-	r := newRig(b, sim.WithQueueDepth(batch))
+	r := newRig(b, sim.NewDeviceConfig().WithQueueDepth(batch))
 	cmd := &hw.Command{Program: r.prog(r.dev, "noop")}
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -74,7 +74,7 @@ func BenchmarkNewStream(b *testing.B) {
 func BenchmarkLatency(b *testing.B) {
 	for _, lat := range []time.Duration{20 * time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond} {
 		b.Run(lat.String(), func(b *testing.B) {
-			r := newRig(b, sim.WithLatency(lat))
+			r := newRig(b, sim.NewDeviceConfig().WithLatency(lat))
 			cmd := &hw.Command{Program: r.prog(r.dev, "noop")}
 			ctx := context.Background()
 			for b.Loop() {

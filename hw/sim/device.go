@@ -40,7 +40,7 @@ type lostInfo struct{ err error }
 
 var _ hw.Device = (*Device)(nil)
 
-func newDevice(p *Platform, name string, engine hw.Engine, cfg deviceConfig) *Device {
+func newDevice(p *Platform, name string, engine hw.Engine, cfg DeviceConfig) *Device {
 	return &Device{
 		platform:  p,
 		name:      name,
@@ -59,14 +59,14 @@ func (d *Device) Name() string { return d.name }
 // Engine is the engine kind given at [Platform.AddDevice].
 func (d *Device) Engine() hw.Engine { return d.engine }
 
-// Latency is the simulated time each command takes (see [WithLatency]).
+// Latency is the simulated time each command takes (see [DeviceConfig.WithLatency]).
 func (d *Device) Latency() time.Duration { return d.latency }
 
-// QueueDepth is the per-stream queue depth (see [WithQueueDepth]).
+// QueueDepth is the per-stream queue depth (see [DeviceConfig.WithQueueDepth]).
 func (d *Device) QueueDepth() int { return d.depth }
 
 // InitialQueueDepth is the number of slots a new stream's ring starts with
-// (see [WithInitialQueueDepth]), at most [Device.QueueDepth].
+// (see [DeviceConfig.WithInitialQueueDepth]), at most [Device.QueueDepth].
 func (d *Device) InitialQueueDepth() int { return d.initDepth }
 
 // String returns the device's name, for messages.

@@ -6,13 +6,13 @@
 // [Stream]s, each with one worker goroutine that executes commands strictly
 // in submission order from a bounded ring. The ring starts small
 // ([DefaultInitialQueueDepth] slots, about 5.6 KiB) and doubles when a
-// submission finds it full, up to the queue depth ([WithQueueDepth]), the
+// submission finds it full, up to the queue depth ([DeviceConfig.WithQueueDepth]), the
 // limit beyond which submissions fail with [errdefs.ErrBusy]; it never shrinks.
 // Submit, Write and Read allocate only when they double the ring. Buffers
 // and [Shared] allocations are real memory (anonymous shared mappings) and
 // are always host-visible.
 //
-// A device may have a latency ([WithLatency]): every command then takes
+// A device may have a latency ([DeviceConfig.WithLatency]): every command then takes
 // that long, held to within microseconds by the stream's worker spinning
 // on the monotonic clock (a timer would fire about a millisecond late).
 // The spin burns a CPU per busy stream while a command waits out its
@@ -38,7 +38,7 @@
 //
 //	p := sim.New()
 //	defer p.Close()
-//	dev, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.WithLatency(time.Millisecond))
+//	dev, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig().WithLatency(time.Millisecond))
 //	st, _ := dev.NewStream()
 //	defer st.Close(ctx)
 //	buf, _ := dev.Alloc(64, hw.AllocHostVisible, nil)

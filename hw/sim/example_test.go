@@ -13,7 +13,7 @@ import (
 func ExampleNew() {
 	ctx := context.Background()
 	p := sim.New()
-	dev, err := p.AddDevice("gpu0", hw.EngineGPU)
+	dev, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		panic(err)
 	}

@@ -261,7 +261,7 @@ func checkFailsFast(t *testing.T, r *rig, prog hw.Program, buf hw.Buffer) {
 
 func TestLoseInterruptsLatency(t *testing.T) {
 	callCtx := testutil.Context(t, time.Minute) // for calls that can block
-	r := newRig(t, sim.WithLatency(time.Hour))
+	r := newRig(t, sim.NewDeviceConfig().WithLatency(time.Hour))
 	noop := r.prog(r.dev, "noop")
 	buf := r.alloc(r.dev, 8)
 	c := r.submit(r.st, noop)

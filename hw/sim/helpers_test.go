@@ -33,10 +33,10 @@ type rig struct {
 	st  *sim.Stream
 }
 
-func newRig(t testing.TB, opts ...sim.DeviceOption) *rig {
+func newRig(t testing.TB, cfgs ...sim.DeviceConfig) *rig {
 	t.Helper()
 	p := sim.New()
-	dev, err := p.AddDevice("dev0", hw.EngineGPU, opts...)
+	dev, err := p.AddDevice("dev0", hw.EngineGPU, firstConfig(cfgs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,4 +203,12 @@ func init() {
 		<-l.Lost()
 		return nil
 	})
+}
+
+// firstConfig is cfgs[0], or the default configuration when cfgs is empty.
+func firstConfig(cfgs []sim.DeviceConfig) sim.DeviceConfig {
+	if len(cfgs) > 0 {
+		return cfgs[0]
+	}
+	return sim.NewDeviceConfig()
 }

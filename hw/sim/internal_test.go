@@ -35,7 +35,7 @@ func untilWaiting(t *testing.T, s *Stream, n int) {
 func TestLoseWakesRegisteredWaiter(t *testing.T) {
 	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	p := New()
-	d, _ := p.AddDevice("d", hw.EngineGPU)
+	d, _ := p.AddDevice("d", hw.EngineGPU, NewDeviceConfig())
 	hs, _ := d.NewStream()
 	s := hs.(*Stream)
 	s.Inject(Fault{Kind: Hang})
@@ -70,7 +70,7 @@ func TestLoseWakesRegisteredWaiter(t *testing.T) {
 func TestRetireWakesAllWaiters(t *testing.T) {
 	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	p := New()
-	d, _ := p.AddDevice("d", hw.EngineGPU)
+	d, _ := p.AddDevice("d", hw.EngineGPU, NewDeviceConfig())
 	hs, _ := d.NewStream()
 	s := hs.(*Stream)
 	release := s.Inject(Fault{Kind: Hang})

@@ -36,7 +36,7 @@ func TestLatencyIsPrecise(t *testing.T) {
 	}
 	for _, lat := range []time.Duration{20 * time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, 3 * time.Millisecond} {
 		t.Run(lat.String(), func(t *testing.T) {
-			r := newRig(t, sim.WithLatency(lat))
+			r := newRig(t, sim.NewDeviceConfig().WithLatency(lat))
 			n := 200
 			if lat >= time.Millisecond {
 				n = 20 // sleeps for the bulk, then spins: the same bounds, fewer samples
@@ -134,7 +134,7 @@ func median(d []time.Duration) time.Duration {
 // later; a hang does not count as free time).
 func TestLatencyAfterHang(t *testing.T) {
 	const lat = 200 * time.Microsecond
-	r := newRig(t, sim.WithLatency(lat))
+	r := newRig(t, sim.NewDeviceConfig().WithLatency(lat))
 	noop := r.prog(r.dev, "noop")
 	release := r.st.Inject(sim.Fault{Kind: sim.Hang})
 	var last hw.Completion

@@ -11,7 +11,7 @@ import (
 
 func TestBudget(t *testing.T) {
 	p := sim.New()
-	d, _ := p.AddDevice("d", hw.EngineGPU)
+	d, _ := p.AddDevice("d", hw.EngineGPU, sim.NewDeviceConfig())
 	bud := hw.NewBudget("test", 100)
 	a, err := d.Alloc(60, 0, bud) // flags ignored: still host-visible
 	if err != nil {
@@ -107,8 +107,8 @@ func TestFreeWhileInUse(t *testing.T) {
 
 func TestAllocSharedErrors(t *testing.T) {
 	p, q := sim.New(), sim.New()
-	d, _ := p.AddDevice("d", hw.EngineGPU)
-	e, _ := q.AddDevice("e", hw.EngineGPU)
+	d, _ := p.AddDevice("d", hw.EngineGPU, sim.NewDeviceConfig())
+	e, _ := q.AddDevice("e", hw.EngineGPU, sim.NewDeviceConfig())
 	for _, tc := range []struct {
 		size int
 		devs []hw.Device
@@ -129,9 +129,9 @@ func TestAllocSharedErrors(t *testing.T) {
 
 func TestSharedView(t *testing.T) {
 	p := sim.New()
-	d0, _ := p.AddDevice("d0", hw.EngineGPU)
-	d1, _ := p.AddDevice("d1", hw.EngineNPU)
-	d2, _ := p.AddDevice("d2", hw.EngineCPU)
+	d0, _ := p.AddDevice("d0", hw.EngineGPU, sim.NewDeviceConfig())
+	d1, _ := p.AddDevice("d1", hw.EngineNPU, sim.NewDeviceConfig())
+	d2, _ := p.AddDevice("d2", hw.EngineCPU, sim.NewDeviceConfig())
 	r := &rig{t: t, p: p, dev: d0}
 	s0, s1 := r.stream(d0), r.stream(d1)
 	sh, err := p.AllocShared(64, []hw.Device{d0, d1}, nil)
@@ -214,8 +214,8 @@ func TestSpinReleasedByStore(t *testing.T) {
 
 func TestSharedMisuse(t *testing.T) {
 	p := sim.New()
-	d, _ := p.AddDevice("d", hw.EngineGPU)
-	e, _ := p.AddDevice("e", hw.EngineGPU)
+	d, _ := p.AddDevice("d", hw.EngineGPU, sim.NewDeviceConfig())
+	e, _ := p.AddDevice("e", hw.EngineGPU, sim.NewDeviceConfig())
 	sh, _ := p.AllocShared(16, []hw.Device{d}, nil)
 	for _, off := range []int{-4, 2, 16, 13} {
 		func() {

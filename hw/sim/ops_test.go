@@ -139,7 +139,7 @@ func runOnSim(t *testing.T, name string, args []launchArg) [][]byte {
 
 func runOnEmu(t *testing.T, name string, args []launchArg) [][]byte {
 	t.Helper()
-	e := emu.New().Stream("s").Programs(name)
+	e := emu.New(emu.NewConfig()).Stream("s").Programs(name)
 	names := make([]string, len(args))
 	for i, a := range args {
 		if a.buffer {

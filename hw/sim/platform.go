@@ -23,26 +23,49 @@ var _ hw.Platform = (*Platform)(nil)
 // New returns an empty platform; add devices with [Platform.AddDevice].
 func New() *Platform { return &Platform{} }
 
-// DeviceOption configures a device at [Platform.AddDevice]. Options are
-// immutable values and may be shared between calls.
-type DeviceOption func(*deviceConfig)
-
-type deviceConfig struct {
+// DeviceConfig configures a device at [Platform.AddDevice]. It is
+// immutable: every WithX method returns a modified copy, so a DeviceConfig
+// can be shared between calls. A zero DeviceConfig means
+// [NewDeviceConfig]'s defaults. A WithX method called on a zero value starts from
+// those defaults.
+//
+//	dev, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig().WithLatency(time.Millisecond))
+type DeviceConfig struct {
+	set        bool // made by NewDeviceConfig; false: the zero value
 	latency    time.Duration
 	queueDepth int
 	initDepth  int
 }
 
+// NewDeviceConfig returns the default configuration:
+//
+//   - latency 0 (see [DeviceConfig.WithLatency]);
+//   - queue depth [DefaultQueueDepth] (see [DeviceConfig.WithQueueDepth]);
+//   - initial queue depth [DefaultInitialQueueDepth] (see
+//     [DeviceConfig.WithInitialQueueDepth]).
+func NewDeviceConfig() DeviceConfig {
+	return DeviceConfig{set: true, queueDepth: DefaultQueueDepth, initDepth: DefaultInitialQueueDepth}
+}
+
+// orDefaults is c, or [NewDeviceConfig]'s defaults when c is the zero value, so
+// that a WithX method called on a zero DeviceConfig keeps the other defaults.
+func (c DeviceConfig) orDefaults() DeviceConfig {
+	if !c.set {
+		return NewDeviceConfig()
+	}
+	return c
+}
+
 // DefaultQueueDepth is the queue depth of a device made without
-// [WithQueueDepth].
+// [DeviceConfig.WithQueueDepth].
 const DefaultQueueDepth = 1024
 
-// MaxQueueDepth bounds [WithQueueDepth] and [WithInitialQueueDepth]: the
+// MaxQueueDepth bounds [DeviceConfig.WithQueueDepth] and [DeviceConfig.WithInitialQueueDepth]: the
 // most slots a stream's ring may grow to.
 const MaxQueueDepth = 1 << 16
 
 // DefaultInitialQueueDepth is the number of slots a stream's ring starts
-// with on a device made without [WithInitialQueueDepth]. A slot holds a
+// with on a device made without [DeviceConfig.WithInitialQueueDepth]. A slot holds a
 // whole command (about 720 bytes), so a new stream's ring costs about
 // 5.6 KiB; it doubles when a submission finds it full.
 const DefaultInitialQueueDepth = 8
@@ -61,18 +84,22 @@ const DefaultInitialQueueDepth = 8
 // latency, except that with 2 ms or more to go it sleeps until 1 ms before
 // the end. Default 0: commands run as soon as the worker reaches them, with
 // no clock read at all. A negative latency makes AddDevice fail.
-func WithLatency(d time.Duration) DeviceOption {
-	return func(c *deviceConfig) { c.latency = d }
+func (c DeviceConfig) WithLatency(d time.Duration) DeviceConfig {
+	c = c.orDefaults()
+	c.latency = d
+	return c
 }
 
 // WithQueueDepth sets how many commands (queued plus executing) one stream
 // of the device may hold; a submission beyond that fails with an
 // [errdefs.ErrBusy] error. Default [DefaultQueueDepth]. It must lie in
 // [1, MaxQueueDepth] or AddDevice fails. The depth is a limit, not an
-// allocation: a stream's ring starts at [WithInitialQueueDepth] slots and
+// allocation: a stream's ring starts at [DeviceConfig.WithInitialQueueDepth] slots and
 // doubles on demand up to it (it never shrinks).
-func WithQueueDepth(n int) DeviceOption {
-	return func(c *deviceConfig) { c.queueDepth = n }
+func (c DeviceConfig) WithQueueDepth(n int) DeviceConfig {
+	c = c.orDefaults()
+	c.queueDepth = n
+	return c
 }
 
 // WithInitialQueueDepth sets how many command slots a stream's ring starts
@@ -81,22 +108,22 @@ func WithQueueDepth(n int) DeviceOption {
 // AddDevice fails; a value above the queue depth means the queue depth.
 // Setting it to the queue depth preallocates the whole ring, as streams
 // did before rings grew.
-func WithInitialQueueDepth(n int) DeviceOption {
-	return func(c *deviceConfig) { c.initDepth = n }
+func (c DeviceConfig) WithInitialQueueDepth(n int) DeviceConfig {
+	c = c.orDefaults()
+	c.initDepth = n
+	return c
 }
 
-// AddDevice adds a device named name offering engine.
+// AddDevice adds a device named name offering engine, configured by cfg
+// (a zero DeviceConfig means [NewDeviceConfig]'s defaults).
 //
 // # Errors
 //
 // [errdefs.ErrInvalidArgument] for an empty or duplicate name or an invalid
-// option value; [errdefs.ErrClosed] once the platform is closed.
-func (p *Platform) AddDevice(name string, engine hw.Engine, opts ...DeviceOption) (*Device, error) {
-	cfg := deviceConfig{queueDepth: DefaultQueueDepth, initDepth: DefaultInitialQueueDepth}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
+// configuration value; [errdefs.ErrClosed] once the platform is closed.
+func (p *Platform) AddDevice(name string, engine hw.Engine, cfg DeviceConfig) (*Device, error) {
+	if !cfg.set {
+		cfg = NewDeviceConfig()
 	}
 	switch {
 	case name == "":

@@ -31,7 +31,7 @@ func TestLoseReleasesGrownRing(t *testing.T) {
 	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	for _, running := range []bool{false, true} {
 		p := New()
-		d, _ := p.AddDevice("d", hw.EngineGPU, WithInitialQueueDepth(2), WithQueueDepth(64))
+		d, _ := p.AddDevice("d", hw.EngineGPU, NewDeviceConfig().WithInitialQueueDepth(2).WithQueueDepth(64))
 		hs, _ := d.NewStream()
 		s := hs.(*Stream)
 		hb, _ := d.Alloc(16, hw.AllocHostVisible, nil)

@@ -47,24 +47,24 @@ func TestRingStartsSmall(t *testing.T) {
 	p := sim.New()
 	defer p.Close()
 	for i, tc := range []struct {
-		opts        []sim.DeviceOption
+		cfg         sim.DeviceConfig
 		depth, init int
 	}{
-		{nil, sim.DefaultQueueDepth, sim.DefaultInitialQueueDepth},
-		{[]sim.DeviceOption{sim.WithQueueDepth(4)}, 4, 4},
-		{[]sim.DeviceOption{sim.WithInitialQueueDepth(100), sim.WithQueueDepth(64)}, 64, 64},
-		{[]sim.DeviceOption{sim.WithInitialQueueDepth(1)}, sim.DefaultQueueDepth, 1},
+		{sim.NewDeviceConfig(), sim.DefaultQueueDepth, sim.DefaultInitialQueueDepth},
+		{sim.NewDeviceConfig().WithQueueDepth(4), 4, 4},
+		{sim.NewDeviceConfig().WithInitialQueueDepth(100).WithQueueDepth(64), 64, 64},
+		{sim.NewDeviceConfig().WithInitialQueueDepth(1), sim.DefaultQueueDepth, 1},
 	} {
-		d, err := p.AddDevice(fmt.Sprint("d", i), hw.EngineGPU, tc.opts...)
+		d, err := p.AddDevice(fmt.Sprint("d", i), hw.EngineGPU, tc.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if d.QueueDepth() != tc.depth || d.InitialQueueDepth() != tc.init {
-			t.Errorf("%v: depth %d initial %d, want %d and %d", tc.opts, d.QueueDepth(), d.InitialQueueDepth(), tc.depth, tc.init)
+			t.Errorf("%+v: depth %d initial %d, want %d and %d", tc.cfg, d.QueueDepth(), d.InitialQueueDepth(), tc.depth, tc.init)
 		}
 	}
 	for _, n := range []int{0, -1, sim.MaxQueueDepth + 1} {
-		if _, err := p.AddDevice("bad", hw.EngineGPU, sim.WithInitialQueueDepth(n)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := p.AddDevice("bad", hw.EngineGPU, sim.NewDeviceConfig().WithInitialQueueDepth(n)); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("WithInitialQueueDepth(%d): %v, want invalid argument", n, err)
 		}
 	}
@@ -76,7 +76,7 @@ func TestRingStartsSmall(t *testing.T) {
 // leave the executing one alone. Under -race this also checks that
 // growing never touches the slot the worker holds.
 func TestRingGrowsUnderHeldSlot(t *testing.T) {
-	r := newRig(t, sim.WithInitialQueueDepth(2), sim.WithQueueDepth(1000))
+	r := newRig(t, sim.NewDeviceConfig().WithInitialQueueDepth(2).WithQueueDepth(1000))
 	gtag, g := newGate(t)
 	log, fill := r.prog(r.dev, "test.log"), r.prog(r.dev, "fill")
 	first := r.alloc(r.dev, 16)
@@ -139,7 +139,7 @@ func TestRingGrowsUnderHeldSlot(t *testing.T) {
 // TestRingGrowsWhileRunning grows rings while the worker retires commands
 // concurrently (no hang, no gate), from several submitters.
 func TestRingGrowsWhileRunning(t *testing.T) {
-	r := newRig(t, sim.WithInitialQueueDepth(1), sim.WithQueueDepth(4096))
+	r := newRig(t, sim.NewDeviceConfig().WithInitialQueueDepth(1).WithQueueDepth(4096))
 	log := r.prog(r.dev, "test.log")
 	const submitters, each = 4, 1000
 	var wg sync.WaitGroup
@@ -175,7 +175,7 @@ func TestRingGrowsWhileRunning(t *testing.T) {
 // is the ErrBusy limit, also when it is not a power of two.
 func TestQueueFullAtMaxDepth(t *testing.T) {
 	for _, depth := range []int{1, 3, 100, sim.DefaultQueueDepth} {
-		r := newRig(t, sim.WithQueueDepth(depth))
+		r := newRig(t, sim.NewDeviceConfig().WithQueueDepth(depth))
 		noop := r.prog(r.dev, "noop")
 		release := r.st.Inject(sim.Fault{Kind: sim.Hang})
 		var cs []hw.Completion
@@ -202,7 +202,7 @@ func TestQueueFullAtMaxDepth(t *testing.T) {
 // TestBatchLargerThanRing submits batches larger than the ring's current
 // size: the ring grows to take them whole.
 func TestBatchLargerThanRing(t *testing.T) {
-	r := newRig(t, sim.WithQueueDepth(600))
+	r := newRig(t, sim.NewDeviceConfig().WithQueueDepth(600))
 	log := r.prog(r.dev, "test.log")
 	release := r.st.Inject(sim.Fault{Kind: sim.Hang})
 	tag := tags.Add(1)

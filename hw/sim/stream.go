@@ -60,7 +60,7 @@ func mono() int64 { return int64(time.Since(epoch)) }
 // does.
 //
 // The ring starts small and doubles, under mu, when a submission finds it
-// full, up to the device's queue depth (see [WithInitialQueueDepth]). A
+// full, up to the device's queue depth (see [DeviceConfig.WithInitialQueueDepth]). A
 // grown ring takes over the queued commands' slots, but not the one the
 // worker holds (held): the worker reads that slot, outside mu, in the old
 // ring, which stays alive through the worker's pointer until the command

@@ -18,11 +18,11 @@ var tags atomic.Uint64
 
 func TestPlatformDevices(t *testing.T) {
 	p := sim.New()
-	a, err := p.AddDevice("a", hw.EngineGPU)
+	a, err := p.AddDevice("a", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.AddDevice("b", hw.EngineNPU, sim.WithQueueDepth(4), sim.WithLatency(0))
+	b, err := p.AddDevice("b", hw.EngineNPU, sim.NewDeviceConfig().WithQueueDepth(4).WithLatency(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,15 +31,15 @@ func TestPlatformDevices(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		opts []sim.DeviceOption
+		cfg  sim.DeviceConfig
 	}{
-		{"", nil},
-		{"a", nil},
-		{"c", []sim.DeviceOption{sim.WithQueueDepth(0)}},
-		{"c", []sim.DeviceOption{sim.WithQueueDepth(sim.MaxQueueDepth + 1)}},
-		{"c", []sim.DeviceOption{sim.WithLatency(-1)}},
+		{"", sim.NewDeviceConfig()},
+		{"a", sim.NewDeviceConfig()},
+		{"c", sim.NewDeviceConfig().WithQueueDepth(0)},
+		{"c", sim.NewDeviceConfig().WithQueueDepth(sim.MaxQueueDepth + 1)},
+		{"c", sim.NewDeviceConfig().WithLatency(-1)},
 	} {
-		if _, err := p.AddDevice(tc.name, hw.EngineCPU, tc.opts...); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := p.AddDevice(tc.name, hw.EngineCPU, tc.cfg); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Fatalf("AddDevice(%q): got %v, want invalid argument", tc.name, err)
 		}
 	}
@@ -60,7 +60,7 @@ func TestPlatformDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantClass(t, p.Close(), errdefs.ErrClosed)
-	_, err = p.AddDevice("c", hw.EngineCPU)
+	_, err = p.AddDevice("c", hw.EngineCPU, sim.NewDeviceConfig())
 	wantClass(t, err, errdefs.ErrClosed)
 	_, err = a.NewStream()
 	wantClass(t, err, errdefs.ErrClosed)
@@ -73,13 +73,13 @@ func TestPlatformDevices(t *testing.T) {
 func TestInOrderExecution(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts []sim.DeviceOption
+		cfg  sim.DeviceConfig
 	}{
-		{"latency0", nil},
-		{"latency1us", []sim.DeviceOption{sim.WithLatency(1000)}},
+		{"latency0", sim.NewDeviceConfig()},
+		{"latency1us", sim.NewDeviceConfig().WithLatency(1000)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, tc.opts...)
+			r := newRig(t, tc.cfg)
 			log := r.prog(r.dev, "test.log")
 			fill := r.prog(r.dev, "fill")
 			buf := r.alloc(r.dev, 4)
@@ -147,7 +147,7 @@ func TestWriteRead(t *testing.T) {
 
 func TestConcurrentSubmitters(t *testing.T) {
 	callCtx := testutil.Context(t, time.Minute) // for calls that can block
-	r := newRig(t, sim.WithQueueDepth(64))
+	r := newRig(t, sim.NewDeviceConfig().WithQueueDepth(64))
 	log := r.prog(r.dev, "test.log")
 	tag := tags.Add(1)
 	const workers, each = 4, 200
@@ -198,8 +198,8 @@ func TestConcurrentSubmitters(t *testing.T) {
 
 func TestValidation(t *testing.T) {
 	p := sim.New()
-	d0, _ := p.AddDevice("d0", hw.EngineGPU)
-	d1, _ := p.AddDevice("d1", hw.EngineGPU)
+	d0, _ := p.AddDevice("d0", hw.EngineGPU, sim.NewDeviceConfig())
+	d1, _ := p.AddDevice("d1", hw.EngineGPU, sim.NewDeviceConfig())
 	r := &rig{t: t, p: p, dev: d0}
 	st := r.stream(d0)
 	buf := r.alloc(d0, 64)
@@ -275,7 +275,7 @@ type fakeBuffer struct{ hw.Buffer }
 type fakeProgram struct{ hw.Program }
 
 func TestQueueFullBusy(t *testing.T) {
-	r := newRig(t, sim.WithQueueDepth(2))
+	r := newRig(t, sim.NewDeviceConfig().WithQueueDepth(2))
 	noop := r.prog(r.dev, "noop")
 	release := r.st.Inject(sim.Fault{Kind: sim.Hang})
 	defer release()
@@ -394,7 +394,7 @@ func TestClose(t *testing.T) {
 func TestDeviceCloseNeedsEverythingReleased(t *testing.T) {
 	callCtx := testutil.Context(t, time.Minute) // for calls that can block
 	p := sim.New()
-	d, _ := p.AddDevice("d", hw.EngineCPU)
+	d, _ := p.AddDevice("d", hw.EngineCPU, sim.NewDeviceConfig())
 	s, _ := d.NewStream()
 	b, _ := d.Alloc(8, 0, nil)
 	sh, _ := p.AllocShared(8, []hw.Device{d}, nil)
@@ -422,7 +422,7 @@ func TestDeviceCloseNeedsEverythingReleased(t *testing.T) {
 func TestZeroAllocSubmission(t *testing.T) {
 	// The whole ring up front: growing it allocates (see
 	// TestRingGrowthAllocations); submitting into it does not.
-	r := newRig(t, sim.WithQueueDepth(4096), sim.WithInitialQueueDepth(4096))
+	r := newRig(t, sim.NewDeviceConfig().WithQueueDepth(4096).WithInitialQueueDepth(4096))
 	noop := r.prog(r.dev, "noop")
 	fill := r.prog(r.dev, "fill")
 	buf := r.alloc(r.dev, 256)

@@ -31,7 +31,7 @@ var layers = [][]string{
 	{"abi"},
 	{"hw/sim", "hw/cuda"},
 	{"hw", "internal/tracing"},
-	{"internal/deadline"},
+	{"internal/deadline", "internal/requestid"},
 	{"internal/monotime"},
 	{"errdefs"},
 	{"guest-sdk"}, // a module of its own, built into stages (and embedded by cmd/stagehost); imports nothing of the host's

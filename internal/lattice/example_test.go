@@ -59,7 +59,7 @@ programs = ["noop"]
 		return
 	}
 	ctx := context.Background()
-	d, err := deploy.Open(ctx, m, deploy.Options{Logger: quiet})
+	d, err := deploy.Open(ctx, m, deploy.NewConfig().WithLogger(quiet))
 	if err != nil {
 		fmt.Println(err)
 		return

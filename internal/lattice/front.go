@@ -19,8 +19,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/internal/tracing"
 )
 
@@ -419,7 +419,7 @@ func (f *Front) refuse(session string) *Error {
 // remote sends a call through the lattice, under the front's client
 // span, and returns the traceparent it sent.
 func (f *Front) remote(ctx context.Context, session string, input []byte) (out []byte, tp string, err error) {
-	rid := deploy.RequestID(ctx)
+	rid := requestid.FromContext(ctx)
 	ctx, span := f.startCall(ctx, session, rid)
 	c := &call{ch: make(chan *nats.Msg, 1), gone: make(chan struct{}), span: span}
 	resends := 0

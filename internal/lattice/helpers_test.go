@@ -100,7 +100,7 @@ func openDeployment(t testing.TB, o manifestOpts) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := deploy.Open(context.Background(), m, deploy.Options{Logger: quietLogger()})
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithLogger(quietLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}

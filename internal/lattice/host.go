@@ -18,6 +18,7 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -176,7 +177,7 @@ type Host struct {
 
 type hostSession struct {
 	name     string
-	sess     *deploy.Session
+	sess     *deploy.Pool
 	stage    string // the stage module's sha256
 	fence    string // the fence module's sha256, or ""
 	inflight atomic.Int64
@@ -246,7 +247,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		if err := checkName("session", name); err != nil {
 			return nil, err
 		}
-		s := d.Session(name)
+		s := d.Pool(name)
 		hs := &hostSession{name: name, sess: s, stage: d.Manifest.Module(s.Spec.Stage).SHA256}
 		if m := d.Manifest.Module(s.Spec.Fence); m != nil {
 			hs.fence = m.SHA256
@@ -632,7 +633,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 		_ = h.respond(req, nil, nats.Header{HostHeader: {h.cfg.ID}, AckHeader: {"1"}})
 	}
 	rid := hdr.Get(RequestIDHeader)
-	ctx = deploy.WithRequestID(ctx, rid)
+	ctx = requestid.With(ctx, rid)
 	var err error
 	var out []byte
 	if v := hdr.Get(DeadlineHeader); v != "" {

@@ -84,7 +84,7 @@ func (l *load) waitOK(t *testing.T, n int64, within time.Duration) {
 	}
 }
 
-func calls(m *member) uint64 { return m.d.Session("steady").Status().Calls }
+func calls(m *member) uint64 { return m.d.Pool("steady").Status().Calls }
 
 // TestLatticeSpreadKillRejoin is the "done means": three hosts and
 // a front on one embedded nats-server; calls spread over the hosts; a host
@@ -263,7 +263,7 @@ func TestFrontPrefersLocal(t *testing.T) {
 	if st := f.Stats(); st.Local != 20 || st.Remote != 0 {
 		t.Errorf("stats %+v, want 20 local calls", st)
 	}
-	if st := local.d.Session("steady").Status(); st.Outcomes[errdefs.ClassOK] != 20 || st.Calls != 20 {
+	if st := local.d.Pool("steady").Status(); st.Outcomes[errdefs.ClassOK] != 20 || st.Calls != 20 {
 		t.Errorf("local session outcomes %v", st.Outcomes)
 	}
 }
@@ -292,7 +292,7 @@ func TestSharedQuarantine(t *testing.T) {
 	for _, m := range []*member{b, c} {
 		q := m.h.Quarantine()
 		if err := q.WaitFor(wctx, func() bool { _, ok := q.Lookup(sha); return ok }); err != nil {
-			t.Fatalf("host %s never saw the quarantine: %v (a: %+v)", m.id, err, a.d.Session("steady").Status())
+			t.Fatalf("host %s never saw the quarantine: %v (a: %+v)", m.id, err, a.d.Pool("steady").Status())
 		}
 		_, err := m.h.Call(ctx, "steady", nil)
 		var le *lattice.Error
@@ -467,7 +467,7 @@ func TestLeavingHostAnswers(t *testing.T) {
 	m := join(t, url, lat, "h1", manifestOpts{}, lattice.HostConfig{TTL: time.Second})
 	client := connect(t, url)
 	subj := lattice.SessionSubject(lat, "steady")
-	runsBefore := m.d.Session("steady").Status().Outcomes["ok"]
+	runsBefore := m.d.Pool("steady").Status().Outcomes["ok"]
 
 	lattice.SetLeaving(m.h, true)
 	answer, err := client.Request(subj, []byte("x"), 5*time.Second)
@@ -501,7 +501,7 @@ func TestLeavingHostAnswers(t *testing.T) {
 	}
 
 	lattice.SetLeaving(m.h, false)
-	if n := m.d.Session("steady").Status().Outcomes["ok"]; n != runsBefore {
+	if n := m.d.Pool("steady").Status().Outcomes["ok"]; n != runsBefore {
 		t.Fatalf("the session ran %d calls while its host was leaving", n-runsBefore)
 	}
 	// Not leaving: the same request is served (the check above can fail).
@@ -590,7 +590,7 @@ func TestEndpointFollowsServing(t *testing.T) {
 			t.Fatalf("call %d through the lattice: %q %v", i, out, err)
 		}
 	}
-	if n := b.d.Session("steady").Status().Outcomes["ok"]; n != 20 {
+	if n := b.d.Pool("steady").Status().Outcomes["ok"]; n != 20 {
 		t.Fatalf("b ran %d of the 20 calls", n)
 	}
 	// a left the group as its call ended, before the 20 were sent: none
@@ -603,7 +603,7 @@ func TestEndpointFollowsServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for a.d.Session("steady").Status().Calls == 1 {
+	for a.d.Pool("steady").Status().Calls == 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("a took no call within 5 s of its reset")
 		}
@@ -636,8 +636,8 @@ func TestNotRunCallsGoElsewhere(t *testing.T) {
 	go func() { out, err := f.Call(ctx, "steady", nil); first <- result{out, err} }()
 	waitFor := func(what string, cond func(deploy.SessionStatus) bool) {
 		t.Helper()
-		if !testutil.Poll(10*time.Second, func() bool { return cond(a.d.Session("steady").Status()) }) {
-			t.Fatalf("%s: %+v", what, a.d.Session("steady").Status())
+		if !testutil.Poll(10*time.Second, func() bool { return cond(a.d.Pool("steady").Status()) }) {
+			t.Fatalf("%s: %+v", what, a.d.Pool("steady").Status())
 		}
 	}
 	waitFor("the first call running on a", func(deploy.SessionStatus) bool { return a.h.Record().Sessions[0].InFlight == 1 })
@@ -651,7 +651,7 @@ func TestNotRunCallsGoElsewhere(t *testing.T) {
 	if r := <-second; r.err != nil || string(r.out) != "ok" {
 		t.Fatalf("the second call: %q %v", r.out, r.err)
 	}
-	if n := b.d.Session("steady").Status().Outcomes["ok"]; n != 1 {
+	if n := b.d.Pool("steady").Status().Outcomes["ok"]; n != 1 {
 		t.Fatalf("b ran %d calls, want the second", n)
 	}
 }

@@ -47,7 +47,7 @@ const (
 
 // placementExclusive is the placement a heartbeat and an endpoint's
 // metadata name for a session one host at a time serves (the session's
-// placement = "exclusive", deploy.Session.Exclusive).
+// placement = "exclusive", deploy.Pool.Exclusive).
 const placementExclusive = "exclusive"
 
 // MaxNotRunResends bounds how many times a front sends a call again

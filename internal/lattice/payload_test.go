@@ -133,7 +133,7 @@ func TestLargeInputGone(t *testing.T) {
 		!strings.Contains(string(answer.Data), "NOSUCHOBJECT") || !strings.Contains(string(answer.Data), "payload store") {
 		t.Fatalf("answer %v %s", answer.Header, answer.Data)
 	}
-	if n := m.d.Session("echo").Status().Calls; n != 0 {
+	if n := m.d.Pool("echo").Status().Calls; n != 0 {
 		t.Fatalf("the session ran %d calls", n)
 	}
 }
@@ -162,7 +162,7 @@ func TestMaxInputOnTheHost(t *testing.T) {
 			t.Fatalf("%d bytes: %#v", n, err)
 		}
 	}
-	if n := m.d.Session("echo").Status().Calls; n != 1 {
+	if n := m.d.Pool("echo").Status().Calls; n != 1 {
 		t.Fatalf("the session ran %d calls, want 1", n)
 	}
 	if left := payloadObjects(t, url, lat); len(left) != 0 {

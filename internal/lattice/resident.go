@@ -15,6 +15,7 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/requestid"
 )
 
 // ResidentCapacity is one resident session of a heartbeat.
@@ -92,7 +93,7 @@ func (h *Host) serveResident(name string, start bool, req micro.Request) {
 		op = "start"
 		// The run outlives the request: its joins continue in the
 		// background.
-		out, err = h.startResident(deploy.WithRequestID(context.Background(), rid), name)
+		out, err = h.startResident(requestid.With(context.Background(), rid), name)
 	} else {
 		out, err = h.residentStatus(name)
 	}
@@ -249,7 +250,7 @@ func (f *Front) residentRequest(ctx context.Context, name, op, subject string) (
 		deadline = time.Now().Add(f.cfg.DefaultDeadline)
 	}
 	msg := nats.NewMsg(subject)
-	if rid := deploy.RequestID(ctx); rid != "" {
+	if rid := requestid.FromContext(ctx); rid != "" {
 		msg.Header.Set(RequestIDHeader, rid)
 	}
 	x := exchange{kind: "resident", name: name, noun: "status request", resend: true}

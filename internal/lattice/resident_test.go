@@ -17,6 +17,7 @@ import (
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/manifest"
 )
@@ -133,7 +134,7 @@ func TestResidentThroughLattice(t *testing.T) {
 	}
 
 	// Start through the front: the run's id, then verified.
-	sctx := deploy.WithRequestID(ctx, "rid-1")
+	sctx := requestid.With(ctx, "rid-1")
 	out, err := f.StartResident(sctx, "pp")
 	if err != nil {
 		t.Fatalf("start: %v", err)

@@ -16,9 +16,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/manifest"
 )
@@ -110,7 +110,7 @@ func TestTracingAcrossHosts(t *testing.T) {
 	f := newFront(t, url, "tr1", lattice.FrontConfig{TTL: ttl, TracerProvider: frontSpans.tp})
 
 	// A call with no trace context: the front's span starts a trace.
-	ctx := deploy.WithRequestID(context.Background(), "rid-1")
+	ctx := requestid.With(context.Background(), "rid-1")
 	if out, err := f.Call(ctx, "steady", nil); err != nil || string(out) != "ok" {
 		t.Fatalf("call: %q %v", out, err)
 	}

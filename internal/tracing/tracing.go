@@ -101,7 +101,7 @@ const (
 	// the lattice.
 	SpanLatticeServe = "lattice.serve"
 	// SpanAcquire is a call's wait for a free instance of its session
-	// (deploy.Session.Acquire), a child of the call's span.
+	// (deploy.Pool.Acquire), a child of the call's span.
 	SpanAcquire = "session.acquire"
 	// SpanStage is a call's run on its instance: the stage, then its
 	// fence (deploy.Turn.Run), a child of the call's span.

@@ -59,7 +59,7 @@ const PayloadSize = offData + 4*ExchangeLen
 //
 //   - The payload is [PayloadSize] bytes of host-coherent memory for both
 //     devices (allocated through owner when it is not nil, so that it lives
-//     and dies with the session given [sessions.WithOwner]; otherwise charged to no
+//     and dies with the session given [sessions.ResidentConfig.WithOwner]; otherwise charged to no
 //     budget and the caller frees it once the session closed healthy).
 //     Its data block starts as x[i] = i.
 //   - Each participant's program (through owner when given) polls the

@@ -58,7 +58,7 @@ type row struct {
 }
 
 func run(n, mib, reps, exactReps int, refPath string) error {
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	if err != nil {
 		return err
 	}

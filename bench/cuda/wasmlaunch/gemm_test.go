@@ -67,7 +67,7 @@ func gemmInput(n, reps, size uint32, prog string) []byte {
 // matrices), for every program.
 func TestGemmModuleOnSim(t *testing.T) {
 	p := sim.New()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

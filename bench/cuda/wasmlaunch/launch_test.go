@@ -29,7 +29,7 @@ import (
 
 func requireCUDA(t testing.TB) *cuda.Platform {
 	t.Helper()
-	p, err := cuda.Open()
+	p, err := cuda.Open(cuda.NewConfig())
 	testutil.GPU(t, err)
 	t.Cleanup(func() { p.Close() })
 	return p
@@ -73,7 +73,7 @@ func input(count, batch uint32) []byte {
 // TestModuleOnSim runs both modes on the sim backend.
 func TestModuleOnSim(t *testing.T) {
 	p := sim.New()
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func leave(n int, prog string, args ...stagehost.Arg) func(*stagehost.Call) erro
 }
 
 func TestFenceDrains(t *testing.T) {
-	e := emu.New().Stream("s0").Programs("noop").Stage("main", leave(5, "noop"))
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("noop").Stage("main", leave(5, "noop"))
 	for range 3 {
 		if _, err := e.Run("main", nil); err != nil {
 			t.Fatal(err)
@@ -50,7 +50,7 @@ func TestFenceToleratesFailedLaunch(t *testing.T) {
 	// drains, so the session is not quarantined, but the call fails with
 	// Fault (ABI.md §4.4): failed device work never reaches the caller as
 	// success.
-	e := emu.New().Stream("s0").Programs("fill").Stage("main", leave(1, "fill"))
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("fill").Stage("main", leave(1, "fill"))
 	if _, err := e.Run("main", nil); !errors.Is(err, stagehost.ErrFault) {
 		t.Fatalf("Run = %v, want an error matching ErrFault", err)
 	}
@@ -67,7 +67,7 @@ func TestFenceToleratesFailedLaunch(t *testing.T) {
 }
 
 func TestFenceWithoutStreamFails(t *testing.T) {
-	err := emu.New().Stream("other").RunFence()
+	err := emu.New(emu.NewConfig()).Stream("other").RunFence()
 	if !errors.Is(err, stagehost.ErrDeviceLost) || !errors.Is(err, stagehost.ErrNotFound) {
 		t.Fatalf("%v", err)
 	}
@@ -75,7 +75,7 @@ func TestFenceWithoutStreamFails(t *testing.T) {
 
 func TestFenceMissesOtherStreams(t *testing.T) {
 	// The fence drains s0 only; work on s1 fails the host's idle check.
-	e := emu.New().Stream("s0").Stream("s1").Programs("noop")
+	e := emu.New(emu.NewConfig()).Stream("s0").Stream("s1").Programs("noop")
 	e.Stage("main", func(c *stagehost.Call) error {
 		s1, _ := c.Stream("s1")
 		noop, _ := c.Program("noop")

@@ -7,7 +7,7 @@ import (
 )
 
 func TestMinimal(t *testing.T) {
-	e := emu.New()
+	e := emu.New(emu.NewConfig())
 	for in, want := range map[string]string{"": "ok:", "abc": "ok:cba", "stagehost": "ok:tsohegats"} {
 		out, err := e.Run("main", []byte(in))
 		if err != nil || string(out) != want {

@@ -45,7 +45,7 @@ func readTestdata(t *testing.T) (inputs [][]byte, expected []float64) {
 
 func runOnEmu(t *testing.T, inputs [][]byte) [][]byte {
 	t.Helper()
-	e := emu.New().Stream("s0").Programs(net.Programs...)
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs(net.Programs...)
 	e.Stage("main", net.Run)
 	var outs [][]byte
 	for i, in := range inputs {
@@ -89,7 +89,7 @@ func TestNetMatchesReferenceOnSimAndEmu(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	e := emu.New().Stream("s0").Programs(net.Programs...)
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs(net.Programs...)
 	e.Stage("main", net.Run)
 	_, err := e.Run("main", make([]byte, 3))
 	var ce *emu.ClientError
@@ -112,7 +112,7 @@ func BenchmarkNet(b *testing.B) {
 		}
 	})
 	b.Run("emu", func(b *testing.B) {
-		e := emu.New().Stream("s0").Programs(net.Programs...)
+		e := emu.New(emu.NewConfig()).Stream("s0").Programs(net.Programs...)
 		e.Stage("main", net.Run)
 		for b.Loop() {
 			if _, err := e.Run("main", in); err != nil {

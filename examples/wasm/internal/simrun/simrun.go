@@ -51,7 +51,7 @@ func Open(t testing.TB, path string, programs []string) func(input []byte) ([]by
 	}
 	p := sim.New()
 	t.Cleanup(func() { p.Close() })
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU)
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,12 @@ import (
 )
 
 func newSession() *emu.Emulator {
-	return emu.New(emu.WithBudget(4096)).Stream("s0").Programs("matmul", "bias", "relu", "argmax")
+	return emu.New(emu.NewConfig().WithBudget(4096)).Stream("s0").Programs("matmul", "bias", "relu", "argmax")
 }
 
 // fusedSession lists mlp_forward only: the stage must not need the others.
 func fusedSession() *emu.Emulator {
-	return emu.New(emu.WithBudget(4096)).Stream("s0").Programs("mlp_forward")
+	return emu.New(emu.NewConfig().WithBudget(4096)).Stream("s0").Programs("mlp_forward")
 }
 
 func TestMatchesReference(t *testing.T) {
@@ -48,7 +48,7 @@ func TestMatchesReference(t *testing.T) {
 // TestPrefersMLPForward: with mlp_forward listed, the six-launch batch is
 // never submitted (its programs here fail if they run).
 func TestPrefersMLPForward(t *testing.T) {
-	e := emu.New(emu.WithBudget(4096)).Stream("s0").Programs("mlp_forward")
+	e := emu.New(emu.NewConfig().WithBudget(4096)).Stream("s0").Programs("mlp_forward")
 	for _, name := range []string{"matmul", "bias", "relu", "argmax"} {
 		e.Kernel(name, func([]emu.Arg) error { return errors.New(name + " ran") })
 	}
@@ -85,7 +85,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestMissingProgram(t *testing.T) {
-	e := emu.New().Stream("s0").Programs("matmul", "bias", "relu")
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs("matmul", "bias", "relu")
 	_, err := e.Run("main", make([]byte, model.InputSize))
 	var ce *emu.ClientError
 	if !errors.As(err, &ce) || ce.Code != int32(stagehost.StatusNotFound) {
@@ -94,7 +94,7 @@ func TestMissingProgram(t *testing.T) {
 }
 
 func TestBudgetTooSmall(t *testing.T) {
-	e := emu.New(emu.WithBudget(512)).Stream("s0").Programs("matmul", "bias", "relu", "argmax")
+	e := emu.New(emu.NewConfig().WithBudget(512)).Stream("s0").Programs("matmul", "bias", "relu", "argmax")
 	_, err := e.Run("main", make([]byte, model.InputSize))
 	var ce *emu.ClientError
 	if !errors.As(err, &ce) || ce.Code != int32(stagehost.StatusOutOfBudget) {

@@ -46,7 +46,7 @@ func readTestdata(t *testing.T) (inputs [][]byte, expected []float64) {
 
 func runOnEmu(t *testing.T, inputs [][]byte) [][]byte {
 	t.Helper()
-	e := emu.New().Stream("s0").Programs(block.Programs...)
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs(block.Programs...)
 	e.Stage("main", block.Run)
 	var outs [][]byte
 	for i, in := range inputs {
@@ -90,7 +90,7 @@ func TestBlockMatchesReferenceOnSimAndEmu(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	e := emu.New().Stream("s0").Programs(block.Programs...)
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs(block.Programs...)
 	e.Stage("main", block.Run)
 	_, err := e.Run("main", make([]byte, 3))
 	var ce *emu.ClientError
@@ -113,7 +113,7 @@ func BenchmarkBlock(b *testing.B) {
 		}
 	})
 	b.Run("emu", func(b *testing.B) {
-		e := emu.New().Stream("s0").Programs(block.Programs...)
+		e := emu.New(emu.NewConfig()).Stream("s0").Programs(block.Programs...)
 		e.Stage("main", block.Run)
 		for b.Loop() {
 			if _, err := e.Run("main", in); err != nil {

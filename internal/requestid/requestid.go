@@ -1,31 +1,35 @@
-package deploy
+// Package requestid carries a request id in a context: the HTTP service's
+// id of a request (its X-Request-Id), or the one the lattice carried with
+// a call, so that the logs of the call, on whichever host runs it, carry
+// it too.
+package requestid
 
 import "context"
 
 type ctxKey struct{}
 
-// RequestID returns the request id ctx carries ([WithRequestID]): the
+// FromContext returns the request id ctx carries ([With]): the
 // HTTP service's id of the request, or the one the lattice carried with a
 // call ("" for none).
-func RequestID(ctx context.Context) string {
+func FromContext(ctx context.Context) string {
 	id, _ := ctx.Value(ctxKey{}).(string)
 	return id
 }
 
-// WithRequestID returns ctx carrying a request id, as the service's own
+// With returns ctx carrying a request id, as the service's own
 // requests do (the lattice carries it to the host that runs a call, so
 // that the call's logs there carry it too). An invalid id
-// ([ValidRequestID]) is ignored.
-func WithRequestID(ctx context.Context, id string) context.Context {
-	if !ValidRequestID(id) {
+// ([Valid]) is ignored.
+func With(ctx context.Context, id string) context.Context {
+	if !Valid(id) {
 		return ctx
 	}
 	return context.WithValue(ctx, ctxKey{}, id)
 }
 
-// ValidRequestID accepts a request id (an incoming X-Request-Id): 1 to
+// Valid accepts a request id (an incoming X-Request-Id): 1 to
 // 128 of A-Z a-z 0-9 - _ . :
-func ValidRequestID(id string) bool {
+func Valid(id string) bool {
 	if id == "" || len(id) > 128 {
 		return false
 	}
