@@ -38,9 +38,23 @@ func TestCIRunsTheREADMEsTestCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(strings.Split(string(ci), "\n"), cmd) {
+	lines := strings.Split(string(ci), "\n")
+	i := slices.Index(lines, cmd)
+	if i < 0 {
 		t.Fatalf(".ci/run has no line that is the README's test command:\n%s", cmd)
 	}
+	// Under set -e a failure of the command before && does not stop the
+	// script, so the next command line must check the status.
+	for _, l := range lines[i+1:] {
+		if l = strings.TrimSpace(l); l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if !strings.HasPrefix(l, `rc=$?; [ "$rc" -eq 0 ] ||`) {
+			t.Fatalf(".ci/run does not check the test command's status on the next line; it has %q", l)
+		}
+		return
+	}
+	t.Fatal(".ci/run ends after the test command without checking its status")
 }
 
 // TestEveryGoGuestTestRunsInTheSecondStep: every test that calls
