@@ -34,10 +34,6 @@ func repoRoot(t *testing.T) string {
 // a bad link, so the list can only shrink: delete an entry once its link
 // is fixed or its file is gone.
 var knownBadLinks = []string{
-	// The error classes moved from hw to errdefs (errdefs/errdefs.go).
-	"docs/service.md: [hw/errors.go](../hw/errors.go)",
-	"docs/service.md: hw classes",
-	"docs/service.md: hw/errors.go",
 }
 
 // staleTerms is wording the code no longer supports.
