@@ -33,8 +33,7 @@ func repoRoot(t *testing.T) string {
 // on any bad link not listed here and on any entry that no longer matches
 // a bad link, so the list can only shrink: delete an entry once its link
 // is fixed or its file is gone.
-var knownBadLinks = []string{
-}
+var knownBadLinks = []string{}
 
 // staleTerms is wording the code no longer supports.
 var staleTerms = []Term{{
