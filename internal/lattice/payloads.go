@@ -21,11 +21,12 @@ import (
 // payload that one NATS message cannot carry (see [PayloadHeadroom]).
 const PayloadHeader = "Stagehost-Payload"
 
-// PayloadTTL is how long the payload store keeps an object. The side
-// that reads an object deletes it (the front once the call ended, for an
-// input: a call sent again reads it again; the front, for an output, once
-// read); the TTL only removes the objects of calls whose front or host
-// died before that.
+// PayloadTTL is how long the payload store keeps an object. The front
+// deletes an input once the call ended, however it ended (a call sent
+// again reads it again); an output once read, or as soon as its answer
+// reaches it with no call waiting; the host that stored an output
+// deletes it [OutputKeep] after its answer. The TTL only removes the
+// objects of calls whose host died before that.
 const PayloadTTL = time.Hour
 
 // OutputKeep is how long after its answer the host that stored a call's
