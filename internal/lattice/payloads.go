@@ -25,8 +25,9 @@ const PayloadHeader = "Stagehost-Payload"
 // deletes an input once the call ended, however it ended (a call sent
 // again reads it again); an output once read, or as soon as its answer
 // reaches it with no call waiting; the host that stored an output
-// deletes it [OutputKeep] after its answer. The TTL only removes the
-// objects of calls whose host died before that.
+// deletes it [OutputKeep] after its answer. The TTL only removes an
+// input whose front died during the call, and an output whose host died
+// within OutputKeep of answering to a front that died too.
 const PayloadTTL = time.Hour
 
 // OutputKeep is how long after its answer the host that stored a call's
