@@ -61,6 +61,8 @@ const (
 	minHeartbeatTTL        = 100 * time.Millisecond
 	maxHeartbeatTTL        = time.Hour
 	maxLatticeReplicas     = 5
+	minPayloadStoreMax     = 64 << 10
+	maxPayloadStoreMax     = 1 << 40
 	maxFenceFailures       = 1 << 16
 )
 
@@ -224,7 +226,7 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 	if t == nil {
 		return
 	}
-	lt := &Lattice{HeartbeatTTL: DefaultHeartbeatTTL, ClaimTTL: DefaultClaimTTL, FenceFailures: DefaultFenceFailures, QuarantineOnDeviceLost: true}
+	lt := &Lattice{HeartbeatTTL: DefaultHeartbeatTTL, ClaimTTL: DefaultClaimTTL, FenceFailures: DefaultFenceFailures, QuarantineOnDeviceLost: true, PayloadStoreMax: DefaultPayloadStoreMax}
 	m.Lattice = lt
 	d.latticeIdentity(t, lt)
 	d.latticeServer(t, lt)
@@ -238,6 +240,7 @@ func (d *decoder) lattice(root *table, m *Manifest) {
 	lt.QuarantineOnDeviceLost, _ = t.boolean("quarantine_on_device_lost", true)
 	n, _ = t.integer("replicas", 1, 1, maxLatticeReplicas)
 	lt.Replicas = int(n)
+	lt.PayloadStoreMax, _ = t.size("payload_store_max", DefaultPayloadStoreMax, minPayloadStoreMax, maxPayloadStoreMax)
 	t.finish()
 }
 

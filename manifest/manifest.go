@@ -140,6 +140,10 @@ type Lattice struct {
 	// Replicas is how many NATS servers keep each of the lattice's KV
 	// buckets (1 to 5); default 1.
 	Replicas int
+	// PayloadStoreMax bounds the bytes the lattice's payload store
+	// holds (inputs and outputs too large for one message; 64KiB to
+	// 1TiB); default [DefaultPayloadStoreMax].
+	PayloadStoreMax int64
 }
 
 // DefaultLatticeListen is the [lattice] listen default of an embedded
@@ -161,6 +165,8 @@ const (
 	// instances of a module's sessions on one host put the module in the
 	// lattice's shared quarantine.
 	DefaultFenceFailures = 3
+	// DefaultPayloadStoreMax is the default payload_store_max: 1GiB.
+	DefaultPayloadStoreMax = 1 << 30
 )
 
 // CacheOff is the cache_dir value that disables the file cache.

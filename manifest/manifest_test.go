@@ -116,7 +116,7 @@ func TestGood(t *testing.T) {
 		Lattice: &Lattice{Name: "prod", HostID: "host-1", Embedded: true, Listen: "127.0.0.1:4333", StoreDir: filepath.Join("testdata", "nats"),
 			TokenFile: filepath.Join("testdata", "service", "lattice.token"), TLSCA: filepath.Join("testdata", "service", "cert.pem"),
 			TLSCert: filepath.Join("testdata", "service", "cert.pem"), TLSKey: filepath.Join("testdata", "service", "key.pem"),
-			HeartbeatTTL: time.Second, ClaimTTL: 4 * time.Second, FenceFailures: 0, QuarantineOnDeviceLost: false, Replicas: 3},
+			HeartbeatTTL: time.Second, ClaimTTL: 4 * time.Second, FenceFailures: 0, QuarantineOnDeviceLost: false, Replicas: 3, PayloadStoreMax: 512 << 20},
 		Tracing: &Tracing{Exporter: "otlp", Endpoint: "https://collector.example:4318/otlp", SampleRatio: 0.25, ServiceName: "stagehost-prod"},
 		Devices: []Device{
 			{Name: "gpu0", Backend: BackendSim, Engine: hw.EngineGPU, MaxParked: 32,
@@ -235,7 +235,7 @@ func TestLattice(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Lattice{Name: "l", URL: "nats://10.0.0.5:4222,tls://10.0.0.6:4222", TokenEnv: "NATS_TOKEN", Listen: DefaultLatticeListen,
-		HeartbeatTTL: 3 * time.Second, ClaimTTL: 10 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true, Replicas: 1}
+		HeartbeatTTL: 3 * time.Second, ClaimTTL: 10 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true, Replicas: 1, PayloadStoreMax: 1 << 30}
 	if *m.Lattice != want {
 		t.Errorf("url form:\n got %+v\nwant %+v", *m.Lattice, want)
 	}
@@ -243,12 +243,19 @@ func TestLattice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = Lattice{Name: "l", Embedded: true, Listen: "127.0.0.1:4222", HeartbeatTTL: 3 * time.Second, ClaimTTL: 10 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true, Replicas: 1}
+	want = Lattice{Name: "l", Embedded: true, Listen: "127.0.0.1:4222", HeartbeatTTL: 3 * time.Second, ClaimTTL: 10 * time.Second, FenceFailures: 3, QuarantineOnDeviceLost: true, Replicas: 1, PayloadStoreMax: 1 << 30}
 	if *m.Lattice != want {
 		t.Errorf("embedded defaults:\n got %+v\nwant %+v", *m.Lattice, want)
 	}
+	m, err = Decode("host.toml", []byte("version = 1\n[lattice]\nname = \"l\"\nembedded = true\npayload_store_max = \"2GiB\"\n"+dev), noFiles)
+	if err != nil || m.Lattice.PayloadStoreMax != 2<<30 {
+		t.Fatalf("payload_store_max = \"2GiB\": %v, %+v", err, m)
+	}
 	// The exported defaults are the ones decoded above and the ones
 	// docs/manifest.md and docs/lattice.md give.
+	if DefaultPayloadStoreMax != 1<<30 {
+		t.Errorf("DefaultPayloadStoreMax %d: the documented default is 1GiB", DefaultPayloadStoreMax)
+	}
 	if DefaultHeartbeatTTL != 3*time.Second || DefaultClaimTTL != 10*time.Second || DefaultFenceFailures != 3 {
 		t.Errorf("DefaultHeartbeatTTL %v, DefaultClaimTTL %v, DefaultFenceFailures %d: the documented defaults are 3s, 10s and 3",
 			DefaultHeartbeatTTL, DefaultClaimTTL, DefaultFenceFailures)

@@ -28,13 +28,13 @@ func SupervisedNameErrors(m *manifest.Manifest) []string {
 
 // SupervisedLattice is the lattice, named name, of `serve --supervise` on
 // a manifest without [lattice]: the manifest's defaults
-// (manifest.DefaultHeartbeatTTL, DefaultClaimTTL, DefaultFenceFailures),
-// except that a lost device does not put the module in the shared
+// (manifest.DefaultHeartbeatTTL, DefaultClaimTTL, DefaultFenceFailures,
+// DefaultPayloadStoreMax), except that a lost device does not put the module in the shared
 // quarantine (a worker whose device was lost is restarted, and serves
 // its sessions again).
 func SupervisedLattice(name string) manifest.Lattice {
 	return manifest.Lattice{Name: name, HeartbeatTTL: manifest.DefaultHeartbeatTTL, ClaimTTL: manifest.DefaultClaimTTL,
-		FenceFailures: manifest.DefaultFenceFailures, QuarantineOnDeviceLost: false}
+		FenceFailures: manifest.DefaultFenceFailures, QuarantineOnDeviceLost: false, PayloadStoreMax: manifest.DefaultPayloadStoreMax}
 }
 
 // supervisedFront is the supervisor's Lattice: the member (a

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -43,19 +44,53 @@ const adminAbout = `Model control of a running stagehost serve, through its admi
                            to the manifest's directory), as a version of module NAME;
                            --sha256 gives its sha256 (default: computed from PATH read here)
   upload NAME FILE         upload FILE as a version of module NAME (its sha256 computed here)
+                           (load and upload: --kind stage|fence and --wasi GRANT as the
+                           manifest's [[module]] keys kind and wasi; default: those of the
+                           name's newest version, else a stage module with no grant)
   unload NAME[@SHA256]     unload one version, or every version of NAME (refused while used)
   swap SESSION MODULE      swap SESSION to MODULE (NAME: its newest version, or NAME@SHA256);
                            calls in flight finish on the old version
   reset SESSION            replace SESSION's quarantined or failed instances by fresh ones
 
+The bearer token: the first token of --token-file FILE (one per line), else
+of the variable --token-env NAME (tokens separated by commas or spaces, as
+the manifest's admin_token_env), else of $STAGEHOST_ADMIN_TOKEN when it is
+set, else none. --token-file and --token-env together are bad usage. The
+token is never printed.
+
 Exit codes: 0 done; 1 the server refused the request (its message and class
 on stderr); 64 bad usage; 65 a local file (FILE, PATH, --token-file) cannot
-be read; 69 the server cannot be reached.`
+be read, or the token variable is empty or holds a token shorter than 16
+bytes; 69 the server cannot be reached.`
+
+// defaultTokenEnv is the variable admin takes its token from when no
+// --token-file or --token-env is given (and the variable is set).
+const defaultTokenEnv = "STAGEHOST_ADMIN_TOKEN"
+
+// grantsFlag is a repeatable flag: each use adds grants (comma-separated).
+type grantsFlag []string
+
+func (g *grantsFlag) String() string { return strings.Join(*g, ",") }
+
+func (g *grantsFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			return fmt.Errorf("an empty grant")
+		}
+		*g = append(*g, s)
+	}
+	return nil
+}
 
 func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("admin", "[flags] COMMAND [ARGS]", adminAbout)
 	addr := c.fs.String("addr", "http://127.0.0.1:8080", "the server's base `URL` (a bare host:port means http://host:port)")
 	tokenFile := c.fs.String("token-file", "", "send the first token of `FILE` (one per line, # comments) as the bearer token")
+	tokenEnv := c.fs.String("token-env", "", "send the first token of the environment variable `NAME` (tokens separated by commas or spaces) as the bearer token (default: $"+defaultTokenEnv+" when set)")
+	kind := c.fs.String("kind", "", "load, upload: the module's `KIND`, stage or fence (default: the name's newest version's, else stage)")
+	var wasi grantsFlag
+	c.fs.Var(&wasi, "wasi", "load, upload: a WASI `GRANT` (go-runtime, or one function such as fd_write); repeated or comma-separated for several (default: the name's newest version's, else none)")
 	sum := c.fs.String("sha256", "", "load: the module's `SHA256` (default: computed from PATH read here)")
 	timeout := c.fs.Duration("timeout", 5*time.Minute, "give up on the server's answer after this `duration`")
 	asJSON := c.fs.Bool("json", false, "print the server's JSON answer (modules prints a table by default)")
@@ -96,6 +131,15 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	if *sum != "" && pos[0] != "load" && pos[0] != "upload" {
 		return usageErr("--sha256 is for load and upload")
 	}
+	if (*kind != "" || wasi != nil) && pos[0] != "load" && pos[0] != "upload" {
+		return usageErr("--kind and --wasi are for load and upload")
+	}
+	if *kind != "" && *kind != "stage" && *kind != "fence" {
+		return usageErr("--kind %q: want stage or fence", *kind)
+	}
+	if *tokenFile != "" && *tokenEnv != "" {
+		return usageErr("--token-file and --token-env: give one")
+	}
 	base := strings.TrimRight(*addr, "/")
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
@@ -111,8 +155,25 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 			return exitInvalid
 		}
 		token = toks[0]
+	} else {
+		flagName, env := "--token-env "+*tokenEnv, *tokenEnv
+		if env == "" {
+			if _, set := os.LookupEnv(defaultTokenEnv); set {
+				flagName, env = "$"+defaultTokenEnv, defaultTokenEnv
+			}
+		}
+		if env != "" {
+			// ReadTokens' errors name the variable, never a token.
+			toks, err := deploy.ReadTokens("", env)
+			if err != nil {
+				fmt.Fprintf(stderr, "stagehost admin: %s: %v\n", flagName, err)
+				return exitInvalid
+			}
+			token = toks[0]
+		}
 	}
-	a := &adminClient{base: base, token: token, client: &http.Client{Timeout: *timeout}, stdout: stdout, stderr: stderr, json: *asJSON}
+	a := &adminClient{base: base, token: token, client: &http.Client{Timeout: *timeout}, stdout: stdout, stderr: stderr, json: *asJSON,
+		kind: *kind, wasi: wasi}
 	arg := pos[1:]
 	switch pos[0] {
 	case "modules":
@@ -138,6 +199,10 @@ type adminClient struct {
 	stdout      io.Writer
 	stderr      io.Writer
 	json        bool
+	// kind and wasi: load's and upload's --kind and --wasi ("" and nil:
+	// not given, the server keeps the name's newest version's).
+	kind string
+	wasi []string
 }
 
 // do sends one request. A 2xx answer is printed (or given to show); an
@@ -227,7 +292,7 @@ func (a *adminClient) load(name, path, sum string) int {
 		s := sha256.Sum256(b)
 		sum = hex.EncodeToString(s[:])
 	}
-	body, _ := json.Marshal(deploy.ModuleRequest{Name: name, Path: path, SHA256: sum})
+	body, _ := json.Marshal(deploy.ModuleRequest{Name: name, Path: path, SHA256: sum, Kind: a.kind, WASI: a.wasi})
 	return a.do("POST", "/v1/modules", "application/json", bytes.NewReader(body), int64(len(body)), nil)
 }
 
@@ -256,5 +321,12 @@ func (a *adminClient) upload(name, file, want string) int {
 		fmt.Fprintf(a.stderr, "stagehost admin: upload: %v\n", err)
 		return exitInvalid
 	}
-	return a.do("PUT", "/v1/modules/"+url.PathEscape(name)+"?sha256="+sum, "application/wasm", io.LimitReader(f, n), n, nil)
+	q := url.Values{"sha256": {sum}}
+	if a.kind != "" {
+		q.Set("kind", a.kind)
+	}
+	for _, g := range a.wasi {
+		q.Add("wasi", g)
+	}
+	return a.do("PUT", "/v1/modules/"+url.PathEscape(name)+"?"+q.Encode(), "application/wasm", io.LimitReader(f, n), n, nil)
 }

@@ -94,6 +94,28 @@ func TestAdminEndToEnd(t *testing.T) {
 		t.Fatalf("a refused unload: exit %d\n%s", code, errs)
 	}
 
+	// A Go module (GOOS=wasip1 imports) loads only with its grant; a
+	// fence module with --kind fence. The token comes from the
+	// environment, the variable the manifest's admin_token_env reads.
+	goMod, err := filepath.Abs("../../manifest/testdata/modules/wasi_stage.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := adminCLI("upload", "gomod", goMod); code != 1 || !strings.Contains(errs, "class invalid_argument") {
+		t.Fatalf("a Go module without --wasi: exit %d\n%s", code, errs)
+	}
+	t.Setenv("E2E_ADMIN_TOKENS", admin+",another-token-0123456789")
+	if code, out, errs := runBinary(t, "admin", "--addr", s.base, "--token-env", "E2E_ADMIN_TOKENS", "upload", "--wasi", "go-runtime", "gomod", goMod); code != 0 || !strings.Contains(out, `"go-runtime"`) {
+		t.Fatalf("a Go module with --wasi go-runtime: exit %d\n%s%s", code, out, errs)
+	}
+	fence, err := filepath.Abs("../../manifest/testdata/modules/drain_fence.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := adminCLI("load", "--kind", "fence", "myfence", fence); code != 0 || !strings.Contains(out, `"fence"`) {
+		t.Fatalf("a fence module with --kind fence: exit %d\n%s%s", code, out, errs)
+	}
+
 	// Quarantine the liar, then reset it.
 	if a := s.request(nil, "POST", "/v1/sessions/liar/run", nil, auth...); a.code != 503 {
 		t.Fatalf("liar: %d %s", a.code, a.body)

@@ -41,4 +41,7 @@ type Config struct {
 	// Replicas is how many NATS servers keep each of the lattice's KV
 	// buckets ([HostConfig.Replicas]).
 	Replicas int
+	// PayloadStoreMax bounds the payload store's bytes
+	// ([HostConfig.PayloadStoreMax]).
+	PayloadStoreMax int64
 }

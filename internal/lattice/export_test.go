@@ -1,5 +1,7 @@
 package lattice
 
+import "time"
+
 // SetLeaving marks h as leaving (or not) without stopping its endpoints:
 // the moment between the start of Close and its endpoints stopping,
 // which a test cannot otherwise hold open.
@@ -12,3 +14,11 @@ func SetLeaving(h *Host, on bool) {
 // AsServiceError is the error a [Member] gives the HTTP service for err
 // (classError).
 func AsServiceError(err error) error { return classError(err) }
+
+// SetOutputKeep sets how long after its answer h deletes an output it
+// stored (OutputKeep).
+func SetOutputKeep(h *Host, d time.Duration) { h.outputKeep.Store(int64(d)) }
+
+// SetBeforeAnswer makes h run fn after a call's output was stored in the
+// payload store and before the call's answer is sent.
+func SetBeforeAnswer(h *Host, fn func()) { h.beforeAnswer.Store(&fn) }

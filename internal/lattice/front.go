@@ -49,6 +49,8 @@ type FrontConfig struct {
 	// Replicas: as [HostConfig.Replicas], for the buckets the front opens
 	// (it may be the first member to make them). Default 1.
 	Replicas int
+	// PayloadStoreMax: as [HostConfig.PayloadStoreMax].
+	PayloadStoreMax int64
 	// AckTimeout is how long the front waits for a host to acknowledge a
 	// call it sent (a host acknowledges on receipt, before it runs the
 	// call). A call no host acknowledged in that time reached none that
@@ -80,6 +82,10 @@ type FrontStats struct {
 	// Resent: calls sent again because no host acknowledged them within
 	// AckTimeout.
 	Resent uint64 `json:"resent"`
+	// DroppedOutputs: outputs in the payload store that no call read
+	// (the call had ended, or another host answered it first), deleted
+	// when their answer reached the front.
+	DroppedOutputs uint64 `json:"dropped_outputs"`
 }
 
 // Front routes session calls: to a free local instance, or through the
@@ -108,7 +114,7 @@ type Front struct {
 	// since the front started; made at the first.
 	knownResidents map[string]bool
 
-	stats struct{ local, remote, refused, noResp, gone, unanswered, resent atomic.Uint64 }
+	stats struct{ local, remote, refused, noResp, gone, unanswered, resent, dropped atomic.Uint64 }
 	stop  chan struct{}
 	done  sync.WaitGroup
 }
@@ -158,7 +164,7 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	}
 	f := &Front{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{}, known: map[string]bool{},
 		pending: map[string]*call{}, stop: make(chan struct{})}
-	if f.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas); err != nil {
+	if f.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas, cfg.PayloadStoreMax); err != nil {
 		return nil, err
 	}
 	if cfg.Local != nil {
@@ -289,13 +295,38 @@ func (f *Front) answer(m *nats.Msg) {
 		}
 		return
 	}
-	f.mu.Unlock()
+	taken := false
 	if c != nil {
+		// Under f.mu: roundTrip, which removes c from pending under it,
+		// then finds every answer that reached c's channel.
 		select {
 		case c.ch <- m:
+			taken = true
 		default:
 		}
 	}
+	f.mu.Unlock()
+	if !taken {
+		// Nobody will read this answer: its call ended (the client went
+		// away, the deadline and Grace passed, the host went away) or
+		// another host answered it first. Its output object is deleted
+		// now, not left to the TTL.
+		f.dropAnswer(m)
+	}
+}
+
+// dropAnswer deletes the payload store object of an answer that no call
+// reads (in the background: answer runs on the inbox's subscription).
+func (f *Front) dropAnswer(m *nats.Msg) {
+	name := m.Header.Get(PayloadHeader)
+	if name == "" || m.Header.Get(AckHeader) != "" {
+		return
+	}
+	f.cfg.Logger.Debug("lattice: deleting the output of an answer no call reads", "object", name, "host", m.Header.Get(HostHeader))
+	go func() {
+		f.payloads.remove(name)
+		f.stats.dropped.Add(1)
+	}()
 }
 
 // Hosts lists the live hosts' latest heartbeats, sorted by id.
@@ -329,7 +360,8 @@ func (f *Front) Known(session string) bool {
 // Stats counts the front's calls.
 func (f *Front) Stats() FrontStats {
 	return FrontStats{Local: f.stats.local.Load(), Remote: f.stats.remote.Load(), Refused: f.stats.refused.Load(),
-		NoResponders: f.stats.noResp.Load(), HostGone: f.stats.gone.Load(), Unanswered: f.stats.unanswered.Load(), Resent: f.stats.resent.Load()}
+		NoResponders: f.stats.noResp.Load(), HostGone: f.stats.gone.Load(), Unanswered: f.stats.unanswered.Load(), Resent: f.stats.resent.Load(),
+		DroppedOutputs: f.stats.dropped.Load()}
 }
 
 // Quarantine is the lattice's shared quarantine, as the front sees it.
@@ -498,7 +530,21 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 	defer func() {
 		f.mu.Lock()
 		delete(f.pending, token)
+		// An answer that arrived as the call ended another way (ctx,
+		// the host gone) is not read: its output object is deleted.
+		var unread []*nats.Msg
+		for more := true; more; {
+			select {
+			case m := <-c.ch:
+				unread = append(unread, m)
+			default:
+				more = false
+			}
+		}
 		f.mu.Unlock()
+		for _, m := range unread {
+			f.dropAnswer(m)
+		}
 	}()
 	msg.Reply = f.inbox + "." + token
 	msg.Header.Set(DeadlineHeader, remaining.String())
@@ -625,7 +671,10 @@ func (f *Front) storeInput(ctx context.Context, session string, deadline time.Ti
 	if err == nil {
 		return name, nil
 	}
+	var over *overStoreLimit
 	switch {
+	case errors.As(err, &over):
+		return "", &Error{Class: errdefs.ClassOutOfBudget, Message: fmt.Sprintf("session %q: the input of %d bytes is larger than the lattice's payload store holds (payload_store_max %d bytes)", session, len(input), over.limit)}
 	case errors.Is(ctx.Err(), context.Canceled):
 		return "", &Error{Class: errdefs.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
 	case ctx.Err() != nil:

@@ -58,6 +58,14 @@ type HostConfig struct {
 	// bucket survives the loss of one server. Default 1. One value for
 	// the whole lattice: the first member to make a bucket sets it.
 	Replicas int
+	// PayloadStoreMax bounds the bytes the lattice's payload store holds
+	// (its stream's MaxBytes; the [lattice] table's payload_store_max).
+	// A payload larger than it is refused out_of_budget before it is
+	// stored; one that does not fit beside the objects already there is
+	// refused unavailable (docs/lattice.md, "Large payloads"). One value
+	// for the whole lattice: each member sets it as it joins, the last
+	// one's holds. 0 or negative: no limit.
+	PayloadStoreMax int64
 	// Readiness reports the host's readiness for its heartbeat (the HTTP
 	// service passes its Server.Readiness). Default: from the deployment's
 	// devices and sessions, as Server.Readiness with
@@ -155,12 +163,18 @@ type Host struct {
 	hosts    jetstream.KeyValue
 	q        *Quarantine
 	payloads *payloads
-	claims   *Claims
-	svc      micro.Service
-	started  time.Time
-	seq      atomic.Uint64
-	sessions map[string]*hostSession
-	names    []string
+	// outputKeep is how long after its answer the host deletes an output
+	// it put in the payload store ([OutputKeep]; shorter in tests).
+	outputKeep atomic.Int64 // nanoseconds
+	// beforeAnswer, when set (tests), runs after a call's output was
+	// stored and before its answer is sent.
+	beforeAnswer atomic.Pointer[func()]
+	claims       *Claims
+	svc          micro.Service
+	started      time.Time
+	seq          atomic.Uint64
+	sessions     map[string]*hostSession
+	names        []string
 
 	mu       sync.Mutex
 	closing  bool
@@ -214,6 +228,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 	}
 	h := &Host{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), traced: tracing.Records(cfg.TracerProvider), nc: nc, d: d, started: time.Now().UTC(), sessions: map[string]*hostSession{},
 		poisoned: map[string]bool{}, stop: make(chan struct{}), kick: make(chan struct{}, 1), beatDone: make(chan struct{})}
+	h.outputKeep.Store(int64(OutputKeep))
 	h.runners = newRunners(h.stop)
 	if h.hosts, err = openHosts(ctx, js, cfg.Lattice, cfg.TTL, cfg.Replicas); err != nil {
 		return nil, err
@@ -221,7 +236,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 	if h.q, err = OpenQuarantine(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	if h.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas); err != nil {
+	if h.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas, cfg.PayloadStoreMax); err != nil {
 		_ = h.q.Close()
 		return nil, err
 	}
@@ -677,8 +692,21 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	endServe(span, time.Since(start), err) // before the answer: the caller sees it ended
 	if err == nil {
 		h.cfg.Logger.Debug("lattice call", "host", h.cfg.ID, "session", hs.name, "traceparent", tp, "request_id", rid, "class", class, "took", time.Since(start))
+		object := answer.Get(PayloadHeader)
+		if fn := h.beforeAnswer.Load(); object != "" && fn != nil {
+			(*fn)()
+		}
 		if rerr := h.respond(req, out, answer); rerr != nil {
 			h.cfg.Logger.Warn("lattice: answering a call failed", "host", h.cfg.ID, "session", hs.name, "request_id", rid, "err", rerr)
+			if object != "" {
+				h.payloads.remove(object)
+			}
+			return
+		}
+		if object != "" {
+			// The front deletes it once read, or when the answer finds
+			// no call waiting; this deletes it where the front is gone.
+			time.AfterFunc(time.Duration(h.outputKeep.Load()), func() { h.payloads.remove(object) })
 		}
 		return
 	}
@@ -723,6 +751,10 @@ func (h *Host) storeOutput(ctx context.Context, session string, out []byte) (str
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), payloadTimeout)
 	defer cancel()
 	name, err := h.payloads.put(ctx, out)
+	if over := (*overStoreLimit)(nil); errors.As(err, &over) {
+		return "", &Error{Class: errdefs.ClassOutOfBudget, Host: h.cfg.ID,
+			Message: fmt.Sprintf("session %q: the output of %d bytes is larger than the lattice's payload store holds (payload_store_max %d bytes)", session, len(out), over.limit)}
+	}
 	if err != nil {
 		return "", unavailable(h.cfg.ID, "session %q: storing an output of %d bytes in the lattice's payload store: %v", session, len(out), err)
 	}

@@ -118,12 +118,12 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 	}
 	ff := lt.FenceFailures // 0: never
 	if d != nil {
-		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, ClaimTTL: lt.ClaimTTL, FenceFailures: ff, Replicas: lt.Replicas,
+		if m.host, err = NewHost(ctx, m.nc, d, HostConfig{Lattice: lt.Name, ID: id, TTL: lt.HeartbeatTTL, ClaimTTL: lt.ClaimTTL, FenceFailures: ff, Replicas: lt.Replicas, PayloadStoreMax: lt.PayloadStoreMax,
 			NoDeviceLostQuarantine: !lt.QuarantineOnDeviceLost, Readiness: cfg.Readiness, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
 			return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
 		}
 	}
-	if m.front, err = NewFront(ctx, m.nc, FrontConfig{Lattice: lt.Name, TTL: lt.HeartbeatTTL, Replicas: lt.Replicas, Local: m.host, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
+	if m.front, err = NewFront(ctx, m.nc, FrontConfig{Lattice: lt.Name, TTL: lt.HeartbeatTTL, Replicas: lt.Replicas, PayloadStoreMax: lt.PayloadStoreMax, Local: m.host, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
 		return nil, fmt.Errorf("lattice %s: %w", lt.Name, err)
 	}
 	ok = true

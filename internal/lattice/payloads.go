@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,12 +21,25 @@ import (
 // payload that one NATS message cannot carry (see [PayloadHeadroom]).
 const PayloadHeader = "Stagehost-Payload"
 
-// PayloadTTL is how long the payload store keeps an object. The side
-// that reads an object deletes it (the front once the call ended, for an
-// input: a call sent again reads it again; the front, for an output, once
-// read); the TTL only removes the objects of calls whose front or host
-// died before that.
+// PayloadTTL is how long the payload store keeps an object. The front
+// deletes an input once the call ended, however it ended (a call sent
+// again reads it again); an output once read, or as soon as its answer
+// reaches it with no call waiting; the host that stored an output
+// deletes it [OutputKeep] after its answer. The TTL only removes an
+// input whose front died during the call, and an output whose host died
+// within OutputKeep of answering to a front that died too.
 const PayloadTTL = time.Hour
+
+// OutputKeep is how long after its answer the host that stored a call's
+// output deletes it, whether or not the front read it. The front deletes
+// the object as soon as it has read it, or as soon as the answer reaches
+// it with no call waiting (the client went away, the deadline and the
+// front's grace passed); OutputKeep removes the object of an answer that
+// reached no front (the front died or lost its connection). A front
+// reads an output within payloadTimeout of receiving its answer, which
+// it takes only until the call's deadline plus its grace: one minute
+// leaves room for both.
+const OutputKeep = time.Minute
 
 // PayloadsBucket names a lattice's payload store, a JetStream object
 // store.
@@ -36,20 +51,52 @@ const payloadTimeout = 30 * time.Second
 
 // payloads is a lattice's payload store, as one connection sees it.
 type payloads struct {
-	nc  *nats.Conn
-	obs jetstream.ObjectStore
+	nc     *nats.Conn
+	obs    jetstream.ObjectStore
+	stream jetstream.Stream // the object store's stream
+	bucket string
+	max    int64 // the store's MaxBytes; 0 for none
 }
 
-func openPayloads(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, lattice string, replicas int) (*payloads, error) {
+func openPayloads(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, lattice string, replicas int, maxBytes int64) (*payloads, error) {
+	if maxBytes < 0 {
+		maxBytes = 0
+	}
 	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket: PayloadsBucket(lattice), Description: "stagehost lattice " + lattice + ": inputs and outputs too large for one message",
-		TTL: PayloadTTL, Storage: jetstream.FileStorage, Replicas: max(replicas, 1),
+		TTL: PayloadTTL, Storage: jetstream.FileStorage, Replicas: max(replicas, 1), MaxBytes: maxBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lattice: payload store: %w", err)
 	}
-	return &payloads{nc: nc, obs: obs}, nil
+	bucket := PayloadsBucket(lattice)
+	stream, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("lattice: payload store: %w", err)
+	}
+	return &payloads{nc: nc, obs: obs, stream: stream, bucket: bucket, max: maxBytes}, nil
 }
+
+// overStoreLimit is put's error for a payload larger than the whole
+// store (payload_store_max): it can never be stored.
+type overStoreLimit struct{ size, limit int64 }
+
+func (e *overStoreLimit) Error() string {
+	return fmt.Sprintf("%d bytes is more than the lattice's payload store holds (payload_store_max %d bytes)", e.size, e.limit)
+}
+
+// storeFull is put's error for a payload that does not fit beside the
+// objects the store holds now.
+type storeFull struct {
+	size, limit int64
+	err         error
+}
+
+func (e *storeFull) Error() string {
+	return fmt.Sprintf("the lattice's payload store is full: %d bytes do not fit beside the objects it holds (payload_store_max %d bytes): %v", e.size, e.limit, e.err)
+}
+
+func (e *storeFull) Unwrap() error { return e.err }
 
 // fits says whether n bytes of payload fit in one message, with
 // PayloadHeadroom left for its headers.
@@ -65,8 +112,17 @@ func (p *payloads) put(ctx context.Context, data []byte) (string, error) {
 	if limit := p.nc.MaxPayload() - PayloadHeadroom; limit > 0 && limit < int64(chunk) {
 		chunk = int(limit)
 	}
+	if p.max > 0 && int64(len(data)) > p.max {
+		return "", &overStoreLimit{size: int64(len(data)), limit: p.max}
+	}
 	name := rand.Text()
 	if _, err := p.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(chunk)}}, bytes.NewReader(data)); err != nil {
+		// A failed Put purges the chunks it stored, but a failure seen
+		// once its meta message was sent leaves that: purged too.
+		p.remove(name)
+		if isMaxBytes(err) {
+			return "", &storeFull{size: int64(len(data)), limit: p.max, err: err}
+		}
 		return "", err
 	}
 	return name, nil
@@ -124,11 +180,34 @@ func (p *payloads) get(ctx context.Context, name string, limit int64) ([]byte, e
 }
 
 // remove deletes an object, within payloadTimeout; it reports nothing
-// (the TTL removes what a failed deletion leaves).
+// (the TTL removes what a failed deletion leaves). It purges the
+// object's messages from the store's stream (its chunks, then its meta
+// message; the object store's layout, ADR-20) instead of the object
+// store's Delete, which first writes a deletion marker: in a store at
+// its MaxBytes that write is refused, and nothing would be freed.
 func (p *payloads) remove(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), payloadTimeout)
 	defer cancel()
-	_ = p.obs.Delete(ctx, name)
+	if info, err := p.obs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted()); err == nil && info.NUID != "" {
+		_ = p.stream.Purge(ctx, jetstream.WithPurgeSubject("$O."+p.bucket+".C."+info.NUID))
+	}
+	_ = p.stream.Purge(ctx, jetstream.WithPurgeSubject("$O."+p.bucket+".M."+base64.URLEncoding.EncodeToString([]byte(name))))
 }
 
 var errPayloadGone = errors.New("not in the lattice's payload store (deleted, or past its TTL)")
+
+// jsErrMaxBytes is the JetStream error code of a message refused because
+// its stream is at MaxBytes (the server's JSStreamStoreFailedF family:
+// "maximum bytes exceeded").
+const jsErrMaxBytes = 10077
+
+// isMaxBytes says whether a store operation failed because the stream
+// reached its MaxBytes (a refused chunk; the object store purged the
+// chunks it had put).
+func isMaxBytes(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrMaxBytes {
+		return true
+	}
+	return errors.Is(err, jetstream.ErrMaxBytesExceeded) || strings.Contains(err.Error(), "maximum bytes exceeded")
+}
