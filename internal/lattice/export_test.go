@@ -12,3 +12,15 @@ func SetLeaving(h *Host, on bool) {
 // AsServiceError is the error a [Member] gives the HTTP service for err
 // (classError).
 func AsServiceError(err error) error { return classError(err) }
+
+// SetHold makes every session call h's endpoints take from the lattice
+// run f first, in the endpoint's handler: blocking in f stands for a
+// host stopped (SIGSTOP) before it read the call, with the calls sent to
+// it meanwhile queued. nil removes it.
+func SetHold(h *Host, f func()) {
+	if f == nil {
+		h.hold.Store(nil)
+		return
+	}
+	h.hold.Store(&f)
+}
