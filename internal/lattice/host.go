@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -852,9 +853,21 @@ func (h *Host) claimCall(hs *hostSession, terms callTerms, rid string) (uint64, 
 // unsent says whether the connection still holds bytes it has not
 // written (an acknowledgement among them, maybe).
 func (h *Host) unsent() bool {
+	// The connection's flusher writes within microseconds of a publish:
+	// give it those before paying for a claim.
+	for range unsentYields {
+		if n, err := h.nc.Buffered(); err == nil && n == 0 {
+			return false
+		}
+		runtime.Gosched()
+	}
 	n, err := h.nc.Buffered()
 	return err != nil || n > 0
 }
+
+// unsentYields is how many times unsent yields to the connection's
+// flusher before it takes the acknowledgement for unsent.
+const unsentYields = 8
 
 // overMaxInput is the error of a call whose input is larger than its
 // session's max_input. The limit holds whoever sent the call: a front
