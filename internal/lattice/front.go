@@ -485,7 +485,7 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	if err != nil {
 		return nil, tp, err
 	}
-	out, err = f.decode(session, m)
+	out, err = f.decode(session, m, deadline)
 	return out, tp, err
 }
 
@@ -651,7 +651,7 @@ func (f *Front) ackedBy(c *call) string {
 	return c.host
 }
 
-func (f *Front) decode(session string, m *nats.Msg) ([]byte, error) {
+func (f *Front) decode(session string, m *nats.Msg, deadline time.Time) ([]byte, error) {
 	if m.Header.Get("Status") == "503" { // the server's no-responders answer
 		f.stats.noResp.Add(1)
 		if err := f.refuse(session); err != nil {
@@ -663,7 +663,7 @@ func (f *Front) decode(session string, m *nats.Msg) ([]byte, error) {
 	}
 	out, err := decodeAnswer(m)
 	if name := m.Header.Get(PayloadHeader); err == nil && name != "" {
-		return f.readOutput(session, m.Header.Get(HostHeader), name)
+		return f.readOutput(session, m.Header.Get(HostHeader), name, deadline)
 	}
 	return out, err
 }
@@ -689,12 +689,17 @@ func (f *Front) storeInput(ctx context.Context, session string, deadline time.Ti
 
 // readOutput reads a call's output that its host put in the payload
 // store, then deletes it.
-func (f *Front) readOutput(session, host, name string) ([]byte, error) {
+func (f *Front) readOutput(session, host, name string, deadline time.Time) ([]byte, error) {
 	defer f.payloads.remove(name)
-	ctx, cancel := context.WithTimeout(context.Background(), payloadTimeout)
+	// As long as the front waits for an answer: the deadline plus Grace.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(f.cfg.Grace))
 	defer cancel()
 	out, err := f.payloads.get(ctx, name, maxPayloadObject)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &Error{Class: errdefs.ClassDeadlineExceeded, Host: host,
+				Message: fmt.Sprintf("session %q: the deadline passed while the output (object %s) was read from the lattice's payload store", session, name)}
+		}
 		return nil, unavailable(host, "session %q: reading the output (object %s) from the lattice's payload store: %v", session, name, err)
 	}
 	return out, nil

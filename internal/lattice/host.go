@@ -865,6 +865,10 @@ func (h *Host) unsent() bool {
 	return err != nil || n > 0
 }
 
+// outputGrace is how long past a call's deadline its host may take to
+// store its output: the front's default Grace.
+const outputGrace = 250 * time.Millisecond
+
 // unsentYields is how many times unsent yields to the connection's
 // flusher before it takes the acknowledgement for unsent.
 const unsentYields = 8
@@ -897,11 +901,18 @@ func (h *Host) readInput(ctx context.Context, hs *hostSession, name string) ([]b
 }
 
 // storeOutput puts a call's output that one message cannot carry in the
-// payload store, and returns the object's name for the answer. It is
-// not bound by the call's deadline, which the call may have used up: the
-// output is there to be read.
+// payload store, and returns the object's name for the answer, within
+// the call's deadline plus outputGrace (a front waits that long past the
+// deadline for the answer, with the default FrontConfig.Grace), or
+// payloadTimeout for a call without a deadline.
 func (h *Host) storeOutput(ctx context.Context, session string, out []byte) (string, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), payloadTimeout)
+	// The call has run and used up some of its deadline: the output is
+	// stored for as long as a front waits for the answer past it.
+	dl := time.Now().Add(payloadTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		dl = d.Add(outputGrace)
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
 	defer cancel()
 	name, err := h.payloads.put(ctx, out)
 	if err != nil {
