@@ -211,3 +211,24 @@ func TestDisconnectedHostAnswersWithinDeadline(t *testing.T) {
 	}
 	<-busy
 }
+
+// TestNoCallStartsPastItsDeadline: a call whose deadline has passed by
+// the time it has an instance is not started on it (the instance goes
+// back unused): deadline_exceeded, and the session counts no call.
+func TestNoCallStartsPastItsDeadline(t *testing.T) {
+	url := startServer(t)
+	a := join(t, url, "dl4", "a", manifestOpts{}, lattice.HostConfig{TTL: ttl})
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	_, err := a.h.Call(ctx, "steady", nil)
+	if lattice.Class(err) != errdefs.ClassDeadlineExceeded {
+		t.Fatalf("call past its deadline: %v", err)
+	}
+	if n := calls(a); n != 0 || a.h.Stats().Expired != 1 {
+		t.Fatalf("the session ran %d calls past their deadline (stats %+v)", n, a.h.Stats())
+	}
+	// The instance went back: the next call runs.
+	if out, err := a.h.Call(context.Background(), "steady", nil); err != nil || string(out) != "ok" {
+		t.Fatalf("next call: %q, %v", out, err)
+	}
+}
