@@ -100,6 +100,9 @@ type HostRecord struct {
 	Residents []ResidentCapacity `json:"residents"`
 	// Quarantines lists the host's own quarantined or failed instances.
 	Quarantines []InstanceQuarantine `json:"quarantines,omitempty"`
+	// Calls counts the session calls the host took from the lattice
+	// ([Host.Stats]).
+	Calls HostStats `json:"calls"`
 }
 
 // DeviceHealth is one device of a heartbeat.
@@ -464,6 +467,7 @@ func (h *Host) Record() HostRecord {
 		}
 	}
 	rec.Residents = h.residents() // resident.go
+	rec.Calls = h.Stats()
 	if h.cfg.Readiness != nil {
 		rec.Readiness = h.cfg.Readiness()
 	} else {
