@@ -54,7 +54,10 @@ type FrontConfig struct {
 	// call it sent (a host acknowledges on receipt, before it runs the
 	// call). A call no host acknowledged in that time reached none that
 	// will run it (the host that got it died first), so the front sends
-	// it again, until the deadline. Default 1s.
+	// it again, until the deadline. Default 1s. Half of it is the
+	// acknowledgement window (ClaimAfterHeader): a host that starts the
+	// first copy of a call later than that claims its id first, as it
+	// does every copy sent again (docs/lattice.md, "Delivery").
 	AckTimeout time.Duration
 	// Logger: default slog.Default().
 	Logger *slog.Logger
