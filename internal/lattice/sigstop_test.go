@@ -138,12 +138,12 @@ func delivered(t *testing.T, srv *server.Server, subject string) int64 {
 // in /proc/<pid>/task/*/stat).
 func stopped(pid int) bool {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
-	tasks, err := os.ReadDir(dir)
-	if err != nil || len(tasks) == 0 {
+	threads, err := os.ReadDir(dir)
+	if err != nil || len(threads) == 0 {
 		return false
 	}
-	for _, task := range tasks {
-		b, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
+	for _, th := range threads {
+		b, err := os.ReadFile(dir + "/" + th.Name() + "/stat")
 		if err != nil {
 			return false
 		}
