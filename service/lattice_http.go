@@ -186,6 +186,15 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 		return
 	}
 	defer cancel()
+	if _, ok := ctx.Deadline(); !ok && manifestDeadline > 0 {
+		// Through the lattice a call has one absolute deadline, over its
+		// wait for an instance, its trip and its run: the session's
+		// deadline from the request's arrival, where this process knows
+		// the session (else the front's default).
+		var cancelSession context.CancelFunc
+		ctx, cancelSession = context.WithTimeout(ctx, manifestDeadline)
+		defer cancelSession()
+	}
 	input, err := readRunBody(w, r, limitName, limit)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 
@@ -29,6 +30,9 @@ type fakeLattice struct {
 	// answer of resident "far-pp".
 	residents []string
 	status    []byte
+	// deadlines: each call's context deadline, as time left when it
+	// was routed (-1: none).
+	deadlines []time.Duration
 }
 
 func (f *fakeLattice) Call(ctx context.Context, session string, input []byte) ([]byte, string, error) {
@@ -38,6 +42,11 @@ func (f *fakeLattice) Call(ctx context.Context, session string, input []byte) ([
 	propagation.TraceContext{}.Inject(ctx, hdr)
 	tp := hdr.Get("traceparent")
 	f.calls = append(f.calls, session+"|"+tp+"|"+requestid.FromContext(ctx))
+	left := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	f.deadlines = append(f.deadlines, left)
 	if tp == "" {
 		tp = f.made // as a front makes one
 	}
@@ -190,5 +199,41 @@ func TestSupervisorAppliesTheSessionsMaxInput(t *testing.T) {
 	s.srv.SetLattice(specLattice{f, nil})
 	if rec := s.do("POST", "/v1/sessions/far/run", strings.NewReader("123456789")); rec.Code != 200 {
 		t.Fatalf("9 bytes without a spec: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestLatticeCallCarriesTheSessionsDeadline: a call routed through the
+// lattice has one deadline over its wait, trip and run: the
+// Stagehost-Deadline header's where it is shorter, else the session's
+// manifest deadline where this process knows the session, else none
+// here (the front's default applies).
+func TestLatticeCallCarriesTheSessionsDeadline(t *testing.T) {
+	s := serveHostile(t, "", "", nil)
+	f := &fakeLattice{}
+	s.srv.SetLattice(specLattice{fakeLattice: f, spec: &manifest.Session{Name: "far", MaxInput: 1 << 20, Deadline: 2 * time.Second}})
+	for _, c := range []struct {
+		hdr      []string
+		min, max time.Duration
+	}{
+		{nil, time.Second, 2 * time.Second},
+		{[]string{"Stagehost-Deadline", "500ms"}, 0, 500 * time.Millisecond},
+		{[]string{"Stagehost-Deadline", "9s"}, time.Second, 2 * time.Second},
+	} {
+		if rec := s.do("POST", "/v1/sessions/far/run", strings.NewReader("x"), c.hdr...); rec.Code != 200 {
+			t.Fatalf("%v: %d %s", c.hdr, rec.Code, rec.Body)
+		}
+		f.mu.Lock()
+		left := f.deadlines[len(f.deadlines)-1]
+		f.mu.Unlock()
+		if left <= c.min || left > c.max {
+			t.Errorf("%v: the call had %v left, want in (%v, %v]", c.hdr, left, c.min, c.max)
+		}
+	}
+	// A session whose spec this process does not know: no deadline here.
+	s2 := serveHostile(t, "", "", nil)
+	f2 := &fakeLattice{}
+	s2.srv.SetLattice(f2)
+	if rec := s2.do("POST", "/v1/sessions/far/run", strings.NewReader("x")); rec.Code != 200 || f2.deadlines[0] != -1 {
+		t.Fatalf("unknown spec: %d %s, deadline %v", rec.Code, rec.Body, f2.deadlines)
 	}
 }

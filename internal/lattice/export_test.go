@@ -22,3 +22,15 @@ func SetOutputKeep(h *Host, d time.Duration) { h.outputKeep.Store(int64(d)) }
 // SetBeforeAnswer makes h run fn after a call's output was stored in the
 // payload store and before the call's answer is sent.
 func SetBeforeAnswer(h *Host, fn func()) { h.beforeAnswer.Store(&fn) }
+
+// SetHold makes every session call h's endpoints take from the lattice
+// run f first, in the endpoint's handler: blocking in f stands for a
+// host stopped (SIGSTOP) before it read the call, with the calls sent to
+// it meanwhile queued. nil removes it.
+func SetHold(h *Host, f func()) {
+	if f == nil {
+		h.hold.Store(nil)
+		return
+	}
+	h.hold.Store(&f)
+}

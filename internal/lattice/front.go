@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -55,7 +56,10 @@ type FrontConfig struct {
 	// call it sent (a host acknowledges on receipt, before it runs the
 	// call). A call no host acknowledged in that time reached none that
 	// will run it (the host that got it died first), so the front sends
-	// it again, until the deadline. Default 1s.
+	// it again, until the deadline. Default 1s. Half of it is the
+	// acknowledgement window (ClaimAfterHeader): a host that starts the
+	// first copy of a call later than that claims its id first, as it
+	// does every copy sent again (docs/lattice.md, "Delivery").
 	AckTimeout time.Duration
 	// Logger: default slog.Default().
 	Logger *slog.Logger
@@ -102,6 +106,7 @@ type Front struct {
 	w        jetstream.KeyWatcher
 	inbox    string
 	sub      *nats.Subscription
+	idBase   string // the front's part of its call ids: random, new in each front
 
 	mu      sync.Mutex
 	hosts   map[string]*liveHost
@@ -162,7 +167,7 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	if err != nil {
 		return nil, err
 	}
-	f := &Front{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), hosts: map[string]*liveHost{}, known: map[string]bool{},
+	f := &Front{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), idBase: nuid.Next(), hosts: map[string]*liveHost{}, known: map[string]bool{},
 		pending: map[string]*call{}, stop: make(chan struct{})}
 	if f.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas, cfg.PayloadStoreMax); err != nil {
 		return nil, err
@@ -288,6 +293,13 @@ func (f *Front) answer(m *nats.Msg) {
 	f.mu.Lock()
 	c := f.pending[token]
 	if c != nil && m.Header.Get(AckHeader) != "" {
+		if c.host != "" {
+			// A later copy's: the first host to acknowledge holds it
+			// (a host that claims a copy sent again acknowledges only
+			// what it claimed).
+			f.mu.Unlock()
+			return
+		}
 		c.host = m.Header.Get(HostHeader)
 		f.mu.Unlock()
 		if c.span.IsRecording() {
@@ -401,12 +413,31 @@ func (f *Front) call(ctx context.Context, session string, input []byte) ([]byte,
 			return out, "", err
 		}
 	}
+	if f.cfg.Local != nil && f.nc.Status() != nats.CONNECTED {
+		// No call can go through the lattice now: wait for a local
+		// instance instead, within the call's deadline.
+		ctx, cancel := f.withDeadline(ctx)
+		defer cancel()
+		if out, err, ok := f.cfg.Local.waitCall(ctx, session, input); ok {
+			f.stats.local.Add(1)
+			return out, "", err
+		}
+	}
 	if err := f.refuse(session); err != nil {
 		f.stats.refused.Add(1)
 		return nil, "", err
 	}
 	f.stats.remote.Add(1)
 	return f.remote(ctx, session, input)
+}
+
+// withDeadline is ctx with the call's deadline: ctx's, or
+// DefaultDeadline from now.
+func (f *Front) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, f.cfg.DefaultDeadline)
 }
 
 // refuse returns why the front will not send a call to session, or nil.
@@ -485,11 +516,11 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	if inputObject != "" {
 		msg.Header.Set(PayloadHeader, inputObject)
 	}
-	m, err := f.roundTrip(ctx, c, msg, deadline, exchange{kind: "session", name: session, noun: "call", resend: true, resends: &resends, counted: true})
+	m, err := f.roundTrip(ctx, c, msg, deadline, exchange{kind: "session", name: session, noun: "call", resend: true, resends: &resends, counted: true, claims: true})
 	if err != nil {
 		return nil, tp, err
 	}
-	out, err = f.decode(session, m)
+	out, err = f.decode(session, m, deadline)
 	return out, tp, err
 }
 
@@ -509,6 +540,10 @@ type exchange struct {
 	// deadlineNote is added to a deadline_exceeded error of a request
 	// a host acknowledged (" (the run may have started)").
 	deadlineNote string
+	// claims: the request carries ClaimAfterHeader (session calls): a
+	// host claims its id before it starts a copy sent again, or one
+	// older than half of AckTimeout.
+	claims bool
 }
 
 // what is the start of the request's errors: `session "s"`.
@@ -547,8 +582,13 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 		}
 	}()
 	msg.Reply = f.inbox + "." + token
-	msg.Header.Set(DeadlineHeader, remaining.String())
+	msg.Header.Set(DeadlineAtHeader, unixNanoHeader(deadline))
+	msg.Header.Set(CallIDHeader, f.idBase+"-"+token)
 	msg.Header.Set(AckHeader, "1")
+	sent := time.Now()
+	if x.claims {
+		msg.Header.Set(ClaimAfterHeader, unixNanoHeader(sent.Add(f.cfg.AckTimeout/2)))
+	}
 	if err := f.nc.PublishMsg(msg); err != nil {
 		return nil, unavailable("", "%s: sending the %s: %v", x.what(), x.noun, err)
 	}
@@ -558,6 +598,7 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 	defer ack.Stop()
 	ctxDone := ctx.Done()
 	notRun := 0
+	waitedLate := false
 	for {
 		select {
 		case m := <-c.ch:
@@ -572,7 +613,10 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 			f.mu.Lock()
 			c.host = ""
 			f.mu.Unlock()
-			msg.Header.Set(DeadlineHeader, left.String())
+			if x.claims {
+				msg.Header.Set(ClaimAfterHeader, "0") // a copy sent again is always claimed
+			}
+			sent = time.Now()
 			if err := f.nc.PublishMsg(msg); err != nil {
 				return m, nil
 			}
@@ -592,11 +636,23 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 			if !x.resend || f.ackedBy(c) != "" || left <= 0 {
 				continue
 			}
+			if late := time.Since(sent) - f.cfg.AckTimeout; late > f.cfg.AckTimeout/4 && !waitedLate {
+				// The timer fired late: this process was stopped or
+				// starved, and an acknowledgement may be waiting to be
+				// read. Read it first.
+				waitedLate = true
+				ack.Reset(f.cfg.AckTimeout / 4)
+				continue
+			}
+			waitedLate = false
 			// No host took it: the one the server gave it to died before
 			// it could, so another may. (At least once for such calls: a
 			// host whose acknowledgement was lost with its connection
 			// may have run it too.)
-			msg.Header.Set(DeadlineHeader, left.String())
+			if x.claims {
+				msg.Header.Set(ClaimAfterHeader, "0") // a copy sent again is always claimed
+			}
+			sent = time.Now()
 			if err := f.nc.PublishMsg(msg); err == nil {
 				if x.counted {
 					f.stats.resent.Add(1)
@@ -644,7 +700,7 @@ func (f *Front) ackedBy(c *call) string {
 	return c.host
 }
 
-func (f *Front) decode(session string, m *nats.Msg) ([]byte, error) {
+func (f *Front) decode(session string, m *nats.Msg, deadline time.Time) ([]byte, error) {
 	if m.Header.Get("Status") == "503" { // the server's no-responders answer
 		f.stats.noResp.Add(1)
 		if err := f.refuse(session); err != nil {
@@ -656,7 +712,7 @@ func (f *Front) decode(session string, m *nats.Msg) ([]byte, error) {
 	}
 	out, err := decodeAnswer(m)
 	if name := m.Header.Get(PayloadHeader); err == nil && name != "" {
-		return f.readOutput(session, m.Header.Get(HostHeader), name)
+		return f.readOutput(session, m.Header.Get(HostHeader), name, deadline)
 	}
 	return out, err
 }
@@ -685,12 +741,17 @@ func (f *Front) storeInput(ctx context.Context, session string, deadline time.Ti
 
 // readOutput reads a call's output that its host put in the payload
 // store, then deletes it.
-func (f *Front) readOutput(session, host, name string) ([]byte, error) {
+func (f *Front) readOutput(session, host, name string, deadline time.Time) ([]byte, error) {
 	defer f.payloads.remove(name)
-	ctx, cancel := context.WithTimeout(context.Background(), payloadTimeout)
+	// As long as the front waits for an answer: the deadline plus Grace.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(f.cfg.Grace))
 	defer cancel()
 	out, err := f.payloads.get(ctx, name, maxPayloadObject)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &Error{Class: errdefs.ClassDeadlineExceeded, Host: host,
+				Message: fmt.Sprintf("session %q: the deadline passed while the output (object %s) was read from the lattice's payload store", session, name)}
+		}
 		return nil, unavailable(host, "session %q: reading the output (object %s) from the lattice's payload store: %v", session, name, err)
 	}
 	return out, nil

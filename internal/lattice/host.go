@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,9 @@ type HostRecord struct {
 	Residents []ResidentCapacity `json:"residents"`
 	// Quarantines lists the host's own quarantined or failed instances.
 	Quarantines []InstanceQuarantine `json:"quarantines,omitempty"`
+	// Calls counts the session calls the host took from the lattice
+	// ([Host.Stats]).
+	Calls HostStats `json:"calls"`
 }
 
 // DeviceHealth is one device of a heartbeat.
@@ -170,6 +174,7 @@ type Host struct {
 	// stored and before its answer is sent.
 	beforeAnswer atomic.Pointer[func()]
 	claims       *Claims
+	callIDs      *callClaims // the calls bucket: claims of call ids (calls.go)
 	svc          micro.Service
 	started      time.Time
 	seq          atomic.Uint64
@@ -187,6 +192,33 @@ type Host struct {
 	// stopWatch stops the watch of the placement claims (exclusive
 	// sessions only; nil without).
 	stopWatch func()
+
+	stats struct{ received, expired, claimedElsewhere, claims atomic.Uint64 }
+	// hold, when set (tests), runs first in the handler of every session
+	// call the host takes from the lattice: blocking in it stands for a
+	// host that is stopped (SIGSTOP) before it read the call.
+	hold atomic.Pointer[func()]
+}
+
+// HostStats counts the session calls a host took from the lattice.
+type HostStats struct {
+	// Received: calls handed to the host by the lattice (every copy).
+	Received uint64 `json:"received"`
+	// Expired: calls not started because their deadline had passed, when
+	// they arrived or when an instance came free.
+	Expired uint64 `json:"expired"`
+	// ClaimedElsewhere: calls not started because another host had
+	// claimed their id (a copy sent again ran there).
+	ClaimedElsewhere uint64 `json:"claimed_elsewhere"`
+	// Claims: call ids this host claimed in the calls bucket before it
+	// started the call.
+	Claims uint64 `json:"claims"`
+}
+
+// Stats counts the session calls the host took from the lattice.
+func (h *Host) Stats() HostStats {
+	return HostStats{Received: h.stats.received.Load(), Expired: h.stats.expired.Load(),
+		ClaimedElsewhere: h.stats.claimedElsewhere.Load(), Claims: h.stats.claims.Load()}
 }
 
 type hostSession struct {
@@ -251,6 +283,9 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		}
 	}()
 	if h.claims, err = OpenClaims(ctx, js, cfg.Lattice, cfg.ClaimTTL, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	if h.callIDs, err = openCalls(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
 		return nil, err
 	}
 	h.svc, err = micro.AddService(nc, micro.Config{Name: ServiceName(cfg.Lattice), Version: "1.0.0",
@@ -447,6 +482,7 @@ func (h *Host) Record() HostRecord {
 		}
 	}
 	rec.Residents = h.residents() // resident.go
+	rec.Calls = h.Stats()
 	if h.cfg.Readiness != nil {
 		rec.Readiness = h.cfg.Readiness()
 	} else {
@@ -493,13 +529,16 @@ func (h *Host) refused(hs *hostSession) (Poison, bool) {
 // [Class]), or an [*Error]: not_found for an unknown session, unavailable
 // for a module in the shared quarantine.
 func (h *Host) Call(ctx context.Context, session string, input []byte) ([]byte, error) {
-	out, _, err := h.call(ctx, session, input)
+	out, _, err := h.call(ctx, session, input, nil)
 	return out, err
 }
 
 // call is Call, and says whether the call ran: false when it failed
-// before it had an instance.
-func (h *Host) call(ctx context.Context, session string, input []byte) (out []byte, ran bool, err error) {
+// before it had an instance, or did not start on it. A call whose
+// context's deadline passed by the time it has an instance is not
+// started (deadline_exceeded); nor is one whose gate, run just before
+// it would start, returns an error (that error).
+func (h *Host) call(ctx context.Context, session string, input []byte, gate func() error) (out []byte, ran bool, err error) {
 	hs := h.sessions[session]
 	if hs == nil {
 		return nil, false, &Error{Class: errdefs.ClassNotFound, Message: fmt.Sprintf("no session %q on host %s", session, h.cfg.ID), Host: h.cfg.ID}
@@ -517,8 +556,30 @@ func (h *Host) call(ctx context.Context, session string, input []byte) (out []by
 	if err != nil {
 		return nil, false, err
 	}
+	if err := h.startable(ctx, session); err != nil {
+		turn.Release()
+		return nil, false, err
+	}
+	if gate != nil {
+		if err := gate(); err != nil {
+			turn.Release()
+			return nil, false, err
+		}
+	}
 	out, err = h.run(ctx, hs, turn, input)
 	return out, true, err
+}
+
+// startable is nil unless ctx's deadline has passed: a call is never
+// started after its deadline, measured when it would start (after its
+// wait for an instance).
+func (h *Host) startable(ctx context.Context, session string) error {
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		h.stats.expired.Add(1)
+		return &Error{Class: errdefs.ClassDeadlineExceeded, Host: h.cfg.ID,
+			Message: fmt.Sprintf("session %q: the deadline passed before the call started on host %s", session, h.cfg.ID)}
+	}
+	return nil
 }
 
 // tryCall runs a call locally only if an instance of the session is free
@@ -538,9 +599,32 @@ func (h *Host) tryCall(ctx context.Context, session string, input []byte) (out [
 	if turn == nil {
 		return nil, nil, false
 	}
+	if err := h.startable(ctx, session); err != nil {
+		turn.Release()
+		return nil, err, true
+	}
 	hs.inflight.Add(1)
 	defer hs.inflight.Add(-1)
 	out, err = h.run(ctx, hs, turn, input)
+	return out, err, true
+}
+
+// waitCall runs a call locally, waiting for an instance within ctx's
+// deadline and the session's queue_timeout, when the host serves the
+// session (not failed, not refused, not standing by); ok is false
+// (nothing ran) otherwise. A front uses it while it cannot reach NATS.
+func (h *Host) waitCall(ctx context.Context, session string, input []byte) (out []byte, err error, ok bool) {
+	hs := h.sessions[session]
+	if hs == nil || hs.sess.Failed() != nil {
+		return nil, nil, false
+	}
+	if _, refused := h.refused(hs); refused {
+		return nil, nil, false
+	}
+	if hs.place != nil && !hs.place.holds() {
+		return nil, nil, false
+	}
+	out, _, err = h.call(ctx, session, input, nil)
 	return out, err, true
 }
 
@@ -612,6 +696,9 @@ func (h *Host) poison(hs *hostSession, reason string) {
 // handle takes one lattice request: the call runs in a goroutine of its
 // own, so one session's calls run in parallel on its instances.
 func (h *Host) handle(hs *hostSession, req micro.Request) {
+	if hold := h.hold.Load(); hold != nil {
+		(*hold)()
+	}
 	h.goServe(req, func() { h.serve(hs, req) })
 }
 
@@ -642,24 +729,68 @@ func (h *Host) goServe(req micro.Request, serve func()) {
 func (h *Host) serve(hs *hostSession, req micro.Request) {
 	start := time.Now()
 	hdr := req.Headers()
+	h.stats.received.Add(1)
+	rid := hdr.Get(RequestIDHeader)
+	terms, terr := readTerms(nats.Header(hdr), start)
+	if terr == nil && !terms.deadline.IsZero() && !start.Before(terms.deadline) {
+		// Its front has answered it (or will, at the deadline): it is
+		// neither acknowledged, started nor answered.
+		h.stats.expired.Add(1)
+		h.cfg.Logger.Debug("lattice call not started: its deadline passed before it arrived", "host", h.cfg.ID, "session", hs.name, "request_id", rid, "call_id", terms.id)
+		return
+	}
+	claimed := uint64(0) // the revision of this host's claim of the call, 0 for none
+	if terr == nil && terms.mustClaim(start) {
+		// A copy sent again, or one older than its acknowledgement
+		// window: another host may hold (or have run) a copy. Claimed
+		// before the acknowledgement, so that a host that does not run
+		// it does not acknowledge it.
+		rev, cerr := h.claimCall(hs, terms, rid)
+		if rev == 0 {
+			if cerr != nil {
+				h.respondError(req, cerr)
+			}
+			return
+		}
+		claimed = rev
+	}
 	tp := hdr.Get(TraceparentHeader)
 	ctx, span := h.startServe(hs, hdr) // trace.go
-	if hdr.Get(AckHeader) != "" {
+	acked := hdr.Get(AckHeader) != ""
+	if acked {
 		_ = h.respond(req, nil, nats.Header{HostHeader: {h.cfg.ID}, AckHeader: {"1"}})
 	}
-	rid := hdr.Get(RequestIDHeader)
 	ctx = requestid.With(ctx, rid)
 	var err error
 	var out []byte
-	if v := hdr.Get(DeadlineHeader); v != "" {
-		d, perr := time.ParseDuration(v)
-		if perr != nil || d <= 0 {
-			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v)
-		} else {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, d)
-			defer cancel()
+	if terr != nil {
+		err = errdefs.Errorf(errdefs.ErrInvalidArgument, "%v", terr)
+	} else if !terms.deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, terms.deadline)
+		defer cancel()
+	}
+	// gate runs just before the call would start on its instance: a
+	// call not yet claimed is claimed there when its acknowledgement
+	// window has passed meanwhile (it waited for an instance), or when
+	// its acknowledgement may not have left the process yet (a host
+	// stopped now would run it later, after its front sent it again).
+	gate := func() error {
+		if claimed != 0 || !terms.claims {
+			return nil
 		}
+		if !terms.mustClaim(time.Now()) && !(acked && h.unsent()) {
+			return nil
+		}
+		rev, cerr := h.claimCall(hs, terms, rid)
+		if rev == 0 {
+			if cerr == nil {
+				return errClaimedElsewhere
+			}
+			return cerr
+		}
+		claimed = rev
+		return nil
 	}
 	input := req.Data()
 	if name := hdr.Get(PayloadHeader); name != "" && err == nil {
@@ -671,7 +802,11 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	answer := nats.Header{HostHeader: {h.cfg.ID}}
 	if err == nil {
 		var ran bool
-		out, ran, err = h.call(ctx, hs.name, input)
+		out, ran, err = h.call(ctx, hs.name, input, gate)
+		if errors.Is(err, errClaimedElsewhere) {
+			endServe(span, time.Since(start), nil)
+			return // another host runs it: answered by that host
+		}
 		if !ran && Class(err) == errdefs.ClassDeviceLost {
 			// Every instance went out of service while the call waited
 			// for one: it ran nowhere. This host leaves the session's
@@ -680,6 +815,10 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 			// can run it.
 			h.syncEndpoint(hs)
 			answer[NotRunHeader] = []string{"1"}
+			if claimed != 0 {
+				// The copy sent again must be free to run elsewhere.
+				h.callIDs.release(terms.id, claimed)
+			}
 		}
 	}
 	if err == nil && !h.payloads.fits(len(out)) {
@@ -716,6 +855,56 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	h.respondErrorWith(req, err, answer)
 }
 
+// claimCall claims a call's id for this host in the calls bucket, within
+// the call's deadline. It returns the claim's revision; 0 with a nil
+// error when another host holds it (the call is not started and not
+// answered here), 0 with an error (unavailable, to answer) when the
+// bucket could not be reached.
+func (h *Host) claimCall(hs *hostSession, terms callTerms, rid string) (uint64, error) {
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if !terms.deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, terms.deadline)
+	}
+	defer cancel()
+	rev, err := h.callIDs.claim(ctx, terms.id, h.cfg.ID, terms.deadline)
+	switch {
+	case err == nil:
+		h.stats.claims.Add(1)
+		return rev, nil
+	case errors.Is(err, errClaimedElsewhere):
+		h.stats.claimedElsewhere.Add(1)
+		h.cfg.Logger.Debug("lattice call not started: another host claimed it", "host", h.cfg.ID, "session", hs.name, "request_id", rid, "call_id", terms.id)
+		return 0, nil
+	case ctx.Err() != nil:
+		h.stats.expired.Add(1)
+		return 0, nil // past its deadline: not started, not answered
+	}
+	return 0, unavailable(h.cfg.ID, "session %q: claiming the call in the lattice's calls bucket on host %s: %v", hs.name, h.cfg.ID, err)
+}
+
+// unsent says whether the connection still holds bytes it has not
+// written (an acknowledgement among them, maybe).
+func (h *Host) unsent() bool {
+	// The connection's flusher writes within microseconds of a publish:
+	// give it those before paying for a claim.
+	for range unsentYields {
+		if n, err := h.nc.Buffered(); err == nil && n == 0 {
+			return false
+		}
+		runtime.Gosched()
+	}
+	n, err := h.nc.Buffered()
+	return err != nil || n > 0
+}
+
+// outputGrace is how long past a call's deadline its host may take to
+// store its output: the front's default Grace.
+const outputGrace = 250 * time.Millisecond
+
+// unsentYields is how many times unsent yields to the connection's
+// flusher before it takes the acknowledgement for unsent.
+const unsentYields = 8
+
 // overMaxInput is the error of a call whose input is larger than its
 // session's max_input. The limit holds whoever sent the call: a front
 // that does not know the session's spec applies only the default.
@@ -744,11 +933,18 @@ func (h *Host) readInput(ctx context.Context, hs *hostSession, name string) ([]b
 }
 
 // storeOutput puts a call's output that one message cannot carry in the
-// payload store, and returns the object's name for the answer. It is
-// not bound by the call's deadline, which the call may have used up: the
-// output is there to be read.
+// payload store, and returns the object's name for the answer, within
+// the call's deadline plus outputGrace (a front waits that long past the
+// deadline for the answer, with the default FrontConfig.Grace), or
+// payloadTimeout for a call without a deadline.
 func (h *Host) storeOutput(ctx context.Context, session string, out []byte) (string, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), payloadTimeout)
+	// The call has run and used up some of its deadline: the output is
+	// stored for as long as a front waits for the answer past it.
+	dl := time.Now().Add(payloadTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		dl = d.Add(outputGrace)
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
 	defer cancel()
 	name, err := h.payloads.put(ctx, out)
 	if over := (*overStoreLimit)(nil); errors.As(err, &over) {

@@ -16,6 +16,22 @@ const (
 	// host applies it as the call's context deadline (the wait for an
 	// instance included).
 	DeadlineHeader = "Stagehost-Deadline"
+	// DeadlineAtHeader carries the call's absolute deadline, Unix
+	// nanoseconds of the front's wall clock. A host prefers it to
+	// DeadlineHeader: a call that waited in a paused host's socket keeps
+	// its deadline. It assumes the members' clocks agree to well within
+	// a second (docs/lattice.md, "Delivery").
+	DeadlineAtHeader = "Stagehost-Deadline-At"
+	// CallIDHeader carries the call's id: new for each call the front
+	// sends, the same on every copy of it sent again. It is the call's
+	// key in the calls bucket.
+	CallIDHeader = "Stagehost-Call-Id"
+	// ClaimAfterHeader says from when (Unix nanoseconds of the front's
+	// clock) a host must claim the call's id in the calls bucket before
+	// it starts it: the first copy carries its send time plus half the
+	// front's AckTimeout, a copy sent again "0" (always). A host never
+	// starts a call whose claim failed.
+	ClaimAfterHeader = "Stagehost-Claim-After"
 	// TraceparentHeader is the W3C trace context header (with
 	// "tracestate"): the front's client span's context, or with no
 	// tracer provider the caller's unchanged (or one the front makes).
@@ -109,6 +125,9 @@ func ServiceName(lattice string) string { return "stagehost-" + lattice }
 func HostsBucket(lattice string) string      { return "stagehost-" + lattice + "-hosts" }
 func QuarantineBucket(lattice string) string { return "stagehost-" + lattice + "-quarantine" }
 func PlacementBucket(lattice string) string  { return "stagehost-" + lattice + "-placement" }
+
+// CallsBucket names a lattice's bucket of call claims.
+func CallsBucket(lattice string) string { return "stagehost-" + lattice + "-calls" }
 
 // Error is a call's error as the lattice answers it: the service's error
 // class (deploy's class names, docs/service.md) and its public message
