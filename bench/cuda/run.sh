@@ -19,7 +19,8 @@
 # (saving nvcc's, ISA lowered as gen.sh does, as $OUT/kernels.regen.ptx),
 # (2) runs every GPU test with STAGEHOST_REQUIRE_GPU=1: hw/cuda, the
 # resident sessions R1–R8 on cuda0 + host0, the MLP stage on cuda0 and
-# examples/cuda.toml (in Go and through `stagehost run`), (3) runs the
+# examples/cuda.toml (in Go and through `stagehost run`), the transformer
+# block and the CNN examples on cuda0, (3) runs the
 # benchmarks COUNT (default 5) times: noop launches from C (launch.c),
 # from Go through hw/cuda and from a Wasm stage through the ABI, batches
 # and graphs of 64 noops, the resident start-up latency, the MLP stage on
