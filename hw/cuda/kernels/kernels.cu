@@ -772,7 +772,8 @@ __device__ static void rmsnorm_warp(const T *x, const T *g, T *y, u64 rows, u64 
 	}
 }
 
-// softmax_T(x, y, rows, cols, causal, log): one block of 256 per row. The
+// softmax_T(x, y, rows, cols, causal, log): a warp per row of at most
+// WARP_COLS values, a block of 256 per longer row. The
 // row max (NaN-propagating), then the sum of e^(x-max) over the unmasked
 // columns in the lane order and tree; softmax writes e^(x-max)/sum,
 // log_softmax (x-max) - log(sum); masked columns (causal = Sq > 0: row r
@@ -819,8 +820,8 @@ __device__ static void softmax_k(const T *x, T *y, u64 rows, u64 cols, u64 causa
 	}
 }
 
-// layernorm_T(x, gamma, beta, y, rows, cols, eps): one block of 256 per
-// row. mean = tree sum / cols; var = tree sum of (x-mean)^2 / cols;
+// layernorm_T(x, gamma, beta, y, rows, cols, eps): a warp per row of at
+// most WARP_COLS values, a block of 256 per longer row. mean = tree sum / cols; var = tree sum of (x-mean)^2 / cols;
 // y = ((x-mean) * rstd) * gamma + beta, each operation rounded.
 template <typename T>
 __device__ static void layernorm_k(const T *x, const T *g, const T *bt, T *y, u64 rows, u64 cols, float eps) {
