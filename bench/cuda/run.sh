@@ -4,9 +4,10 @@
 # no Go. Build the test binaries first, where Go is (repository root):
 #
 #	mkdir -p .carry
-#	for p in hw/cuda sessions examples/wasm bench/cuda/wasmlaunch; do
+#	for p in hw/cuda sessions examples/wasm bench/cuda/wasmlaunch examples/wasm/transformer/block examples/wasm/cnn/net; do
 #		CGO_ENABLED=0 go test -c -o .carry/$(basename $p).test ./$p
 #	done
+#	CGO_ENABLED=0 go test -c -tags block128 -o .carry/block128.test ./examples/wasm/transformer/block
 #	CGO_ENABLED=0 go build -o .carry/stagehost ./cmd/stagehost
 #	CGO_ENABLED=0 go build -o .carry/opsbench ./bench/cuda/ops
 #
@@ -18,12 +19,14 @@
 # (saving nvcc's, ISA lowered as gen.sh does, as $OUT/kernels.regen.ptx),
 # (2) runs every GPU test with STAGEHOST_REQUIRE_GPU=1: hw/cuda, the
 # resident sessions R1–R8 on cuda0 + host0, the MLP stage on cuda0 and
-# examples/cuda.toml (in Go and through `stagehost run`), (3) runs the
+# examples/cuda.toml (in Go and through `stagehost run`), the transformer
+# block and the CNN examples on cuda0, (3) runs the
 # benchmarks COUNT (default 5) times: noop launches from C (launch.c),
 # from Go through hw/cuda and from a Wasm stage through the ABI, batches
 # and graphs of 64 noops, the resident start-up latency, the MLP stage on
 # sim and cuda0, and the op library (bench/cuda/ops against cuBLAS from C,
-# bench/cuda/gemm_cublas.c); and (4) prints a table of medians and ratios
+# bench/cuda/gemm_cublas.c), the transformer block (S=128, D=512) from a
+# stage and from Go (BenchmarkBlockCUDA); and (4) prints a table of medians and ratios
 # last. Logs land in $OUT (PACK=1: packed into $OUT/logs.tar.gz, beside
 # summary.txt).
 set -u
@@ -75,8 +78,11 @@ gotest cuda . test-cuda.log 90 -test.v -test.count 1 -test.timeout 85s
 gotest sessions . test-sessions.log 90 -test.v -test.count 1 -test.run CUDA -test.timeout 85s
 gotest wasm examples/wasm test-wasm.log 90 -test.v -test.count 1 -test.run CUDA -test.timeout 85s
 gotest wasmlaunch bench/cuda/wasmlaunch test-wasmlaunch.log 40 -test.v -test.count 1 -test.timeout 35s
+gotest block examples/wasm/transformer/block test-block.log 90 -test.v -test.count 1 -test.run 'CUDA|Direct' -test.timeout 85s
+gotest block128 examples/wasm/transformer/block test-block128.log 90 -test.v -test.count 1 -test.run CUDA -test.timeout 85s
+gotest net examples/wasm/cnn/net test-net.log 90 -test.v -test.count 1 -test.run CUDA -test.timeout 85s
 timeout 40 "$C/stagehost" run examples/cuda.toml >"$OUT/stagehost-run.log" 2>&1 || status=1
-for f in test-cuda test-sessions test-wasm test-wasmlaunch; do
+for f in test-cuda test-sessions test-wasm test-wasmlaunch test-block test-block128 test-net; do
 	grep -E '^(--- |    --- |ok|PASS|FAIL)|_test.go:[0-9]+: ' "$OUT/$f.log" | grep -v '^=== '
 done
 echo "-- stagehost run examples/cuda.toml"
@@ -109,7 +115,8 @@ if [ -x "$C/opsbench" ]; then
 fi
 gotest cuda . bench-ops.log 120 -test.run '^$' -test.bench BenchmarkGPUOps -test.count 1 -test.benchtime 20x
 gotest wasmlaunch bench/cuda/wasmlaunch bench-wasmgemm.log 90 -test.run '^$' -test.bench WasmGemm -test.count 1 -test.benchtime 5x
-grep -h Benchmark "$OUT/bench-ops.log" "$OUT/bench-wasmgemm.log"
+gotest block128 examples/wasm/transformer/block bench-block128.log 150 -test.run '^$' -test.bench BlockCUDA -test.count 3 -test.benchtime 100x
+grep -h Benchmark "$OUT/bench-ops.log" "$OUT/bench-wasmgemm.log" "$OUT/bench-block128.log"
 
 # med FILE BENCH UNIT: the median of UNIT over BENCH's lines in FILE.
 med() {

@@ -29,8 +29,8 @@ target() { # target DIR NAME: where NAME.wasm built in DIR goes
   if $check; then echo "$out/$2.wasm"; else echo "$here/$1/$2.wasm"; fi
 }
 
-go_example() { # go_example DIR NAME
-  (cd "$1" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -buildvcs=false -o "$(target "$1" "$2")" .)
+go_example() { # go_example DIR NAME [TAGS]: TAGS (build tags) default to none
+  (cd "$1" && GOOS=wasip1 GOARCH=wasm go build -tags "${3:-}" -buildmode=c-shared -trimpath -buildvcs=false -o "$(target "$1" "$2")" .)
 }
 
 c_example() { # c_example DIR NAME
@@ -42,6 +42,7 @@ echo "go: $(go version)"
 go_example minimal minimal
 go_example mlp/stage mlp
 go_example transformer/stage transformer
+go_example transformer/stage transformer128 block128 # S=128, D=512: for BenchmarkBlockCUDA
 go_example cnn/stage cnn
 go_example fence fence
 if command -v clang >/dev/null; then
@@ -54,7 +55,7 @@ fi
 
 if $check; then
   status=0
-  for f in minimal/minimal mlp/stage/mlp transformer/stage/transformer cnn/stage/cnn fence/fence cstage/cstage; do
+  for f in minimal/minimal mlp/stage/mlp transformer/stage/transformer transformer/stage/transformer128 cnn/stage/cnn fence/fence cstage/cstage; do
     if ! cmp -s "$f.wasm" "$out/$(basename "$f").wasm"; then
       echo "$f.wasm differs from a fresh build" >&2
       status=1
@@ -62,4 +63,4 @@ if $check; then
   done
   exit $status
 fi
-ls -l minimal/minimal.wasm mlp/stage/mlp.wasm transformer/stage/transformer.wasm cnn/stage/cnn.wasm fence/fence.wasm cstage/cstage.wasm
+ls -l minimal/minimal.wasm mlp/stage/mlp.wasm transformer/stage/transformer.wasm transformer/stage/transformer128.wasm cnn/stage/cnn.wasm fence/fence.wasm cstage/cstage.wasm

@@ -48,9 +48,12 @@
 // the kernels need are appended by the host. All are one-dimensional
 // grid-stride loops: a non-zero Command.Grid[0] is the thread count (y and
 // z are ignored), a zero Grid covers the element count. (The op library's
-// reductions, softmax, norms and gemm run a block of 256 threads per row,
-// output or 64×64 tile, blocks striding over them: a zero Grid gives one
-// block to each, up to 65,536 blocks; Grid[0] still counts threads.)
+// reductions and gemm run a block of 256 threads per output or 64×64
+// tile; softmax, log_softmax, layernorm and rmsnorm a warp of 32 per row
+// of at most 1,024 values (8 rows per block) and a block of 256 per
+// longer row; blocks and warps stride over them: a zero Grid gives one
+// block or warp to each, up to 65,536 blocks; Grid[0] still counts
+// threads. Any grid gives the same results.)
 //
 //	noop                        does nothing; takes and ignores any arguments
 //	fill    (buf, value f32)    buf[i] = value
@@ -95,8 +98,9 @@
 //   - Exact tier: bit-identical to the library's reference (and so to
 //     the simulator), NaN payloads excepted: the kernels use correctly
 //     rounded intrinsics, never a fused multiply-add, and every row or
-//     axis reduction the library's fixed 256-lane order (one block of 256
-//     threads per row or output).
+//     axis reduction the library's fixed 256-lane order (a block of 256
+//     threads per row or output, or a warp holding 8 of the 256 lane
+//     sums per thread, which adds in the same order).
 //   - Bounded ops (exp, log, tanh, sigmoid, silu, gelu_*, softmax,
 //     log_softmax) use CUDA's float32 functions: within [OpBounds] and
 //     [SoftmaxBound] of the float64 result.

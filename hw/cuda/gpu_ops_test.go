@@ -126,18 +126,24 @@ func opCases(k *ops.Kernel, rng *rand.Rand, adv bool) [][]opArg {
 			{fbuf(dt, big), f(4*300, 1), sc64(4), sc64(300), sc64(0)},
 			{fbuf(dt, ninf), f(2*40, 1), sc64(2), sc64(40), sc64(0)},
 			{f(3*3000, 4), f(3*3000, 1), sc64(3), sc64(3000), sc64(2)}, // rows not held in registers
+			{f(5*1024, 4), f(5*1024, 1), sc64(5), sc64(1024), sc64(0)}, // the longest row a warp computes
+			{f(3*1500, 4), f(3*1500, 1), sc64(3), sc64(1500), sc64(2)}, // a block per row, held in registers
 		}
 	case "layernorm":
 		return [][]opArg{
 			{f(5*777, 3), f(777, 1), f(777, 1), f(5*777, 1), sc64(5), sc64(777), scF(1e-5)},
 			{f(3*64, 1e-3), f(64, 1), f(64, 1), f(3*64, 1), sc64(3), sc64(64), scF(0)},
 			{f(2*2500, 3), f(2500, 1), f(2500, 1), f(2*2500, 1), sc64(2), sc64(2500), scF(1e-5)},
+			{f(3*1024, 3), f(1024, 1), f(1024, 1), f(3*1024, 1), sc64(3), sc64(1024), scF(1e-5)},
+			{f(3*1500, 3), f(1500, 1), f(1500, 1), f(3*1500, 1), sc64(3), sc64(1500), scF(1e-5)},
 		}
 	case "rmsnorm":
 		return [][]opArg{
 			{f(5*777, 3), f(777, 1), f(5*777, 1), sc64(5), sc64(777), scF(1e-5)},
 			{f(3*64, 1e-3), f(64, 1), f(3*64, 1), sc64(3), sc64(64), scF(0)},
 			{f(2*2500, 3), f(2500, 1), f(2*2500, 1), sc64(2), sc64(2500), scF(1e-5)},
+			{f(3*1024, 3), f(1024, 1), f(3*1024, 1), sc64(3), sc64(1024), scF(1e-5)},
+			{f(3*1500, 3), f(1500, 1), f(3*1500, 1), sc64(3), sc64(1500), scF(1e-5)},
 		}
 	case "transpose":
 		return [][]opArg{
@@ -497,7 +503,9 @@ func BenchmarkGPUOps(b *testing.B) {
 		flops float64
 	}{
 		{"softmax", []hw.Arg{X, Y, u(vals / cols), u(cols), u(0)}, 8 * vals, 0},
+		{"log_softmax", []hw.Arg{X, Y, u(vals / cols), u(cols), u(0)}, 8 * vals, 0},
 		{"layernorm", []hw.Arg{X, hw.BufferArg(g, 0, -1), hw.BufferArg(bt, 0, -1), Y, u(vals / cols), u(cols), hw.Float32(1e-5)}, 8 * vals, 0},
+		{"rmsnorm", []hw.Arg{X, hw.BufferArg(g, 0, -1), Y, u(vals / cols), u(cols), hw.Float32(1e-5)}, 8 * vals, 0},
 		{"add", []hw.Arg{X, hw.BufferArg(x2, 0, -1), Y, u(1), u(1), u(vals / cols), u(cols), u(1), u(1), u(vals / cols), u(cols)}, 12 * vals, 0},
 		{"gemm.fast", gemmArgs(4), 0, 2 * gn * gn * gn},
 		{"gemm.bf16.fast", gemmArgs(2), 0, 2 * gn * gn * gn},

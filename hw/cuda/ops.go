@@ -212,15 +212,15 @@ func packOp(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape) {
 	case "softmax", "log_softmax":
 		rows := a[2].val
 		p[0], p[1], p[2], p[3], p[4], p[5] = a[0].ptr, a[1].ptr, rows, a[3].val, a[4].val, k.code
-		return 6, launchShape{elems: rows * defaultBlock}
+		return 6, rowShape(rows, a[3].val)
 	case "layernorm":
 		rows := a[4].val
 		p[0], p[1], p[2], p[3], p[4], p[5], p[6] = a[0].ptr, a[1].ptr, a[2].ptr, a[3].ptr, rows, a[5].val, u(a[6].val)
-		return 7, launchShape{elems: rows * defaultBlock}
+		return 7, rowShape(rows, a[5].val)
 	case "rmsnorm":
 		rows := a[3].val
 		p[0], p[1], p[2], p[3], p[4], p[5] = a[0].ptr, a[1].ptr, a[2].ptr, rows, a[4].val, u(a[5].val)
-		return 6, launchShape{elems: rows * defaultBlock}
+		return 6, rowShape(rows, a[4].val)
 	case "transpose":
 		var dd, perm [4]uint64
 		for i := range 4 {
@@ -284,6 +284,22 @@ func packOp(k *kernel, a []resolved, p *[maxParams]uint64) (int, launchShape) {
 	n := a[0].len / es
 	p[0], p[1], p[2], p[3] = a[0].ptr, a[1].ptr, n, k.code
 	return 4, launchShape{elems: n}
+}
+
+// warpRowCols is WARP_COLS of kernels.cu: softmax, log_softmax,
+// layernorm and rmsnorm compute a row of at most this many values with
+// one warp (8 rows per block of 256), a longer row with a whole block.
+const warpRowCols = 1024
+
+// rowShape is the launch of a per-row kernel: a warp (32 threads) per row
+// of at most warpRowCols values, a block per longer row. Any grid gives
+// the same results (the kernels stride over the rows); this one has no
+// idle blocks.
+func rowShape(rows, cols uint64) launchShape {
+	if cols <= warpRowCols {
+		return launchShape{elems: rows * 32}
+	}
+	return launchShape{elems: rows * defaultBlock}
 }
 
 // bcastStrides are the element strides of a row-major 4-dim shape, 0 on

@@ -900,3 +900,33 @@ func checkOpEntries(t *testing.T, decl map[string][]string) {
 		}
 	}
 }
+
+// Per-row op kernels launch a warp per row of at most warpRowCols values
+// (8 rows per block), a block per longer row.
+func TestRowOpLaunchShape(t *testing.T) {
+	cases := []struct {
+		prog       string
+		args       []resolved
+		wantBlocks uint32
+	}{
+		{"softmax", []resolved{{}, {}, {val: 64}, {val: 1024}, {val: 0}}, 8},
+		{"log_softmax", []resolved{{}, {}, {val: 65}, {val: 37}, {val: 0}}, 9},
+		{"softmax", []resolved{{}, {}, {val: 64}, {val: 1025}, {val: 0}}, 64},
+		{"layernorm", []resolved{{}, {}, {}, {}, {val: 16}, {val: 512}, {}}, 2},
+		{"layernorm", []resolved{{}, {}, {}, {}, {val: 16}, {val: 3000}, {}}, 16},
+		{"rmsnorm", []resolved{{}, {}, {}, {val: 24}, {val: 1024}, {}}, 3},
+		{"rmsnorm", []resolved{{}, {}, {}, {val: 24}, {val: 2048}, {}}, 24},
+	}
+	for _, c := range cases {
+		k := kernelByName[c.prog]
+		if k == nil {
+			t.Fatalf("no kernel %q", c.prog)
+		}
+		var p [maxParams]uint64
+		_, shape := packOp(k, c.args, &p)
+		_, g := launchDims(k, shape, [3]uint32{})
+		if g[0] != c.wantBlocks {
+			t.Errorf("%s %v: %d blocks, want %d", c.prog, c.args, g[0], c.wantBlocks)
+		}
+	}
+}

@@ -2,7 +2,7 @@
 // hw/cuda (the path a stage's stream_submit takes, without the Wasm call):
 // gemm at size³ (default 4096³) in the fast tier (cuBLAS) and the exact
 // tier, in float32, bfloat16 and float16 storage, and the memory-bound
-// ops softmax, layernorm and add on tensors of -mib MiB (default 256).
+// ops softmax, log_softmax, layernorm, rmsnorm and add on tensors of -mib MiB (default 256).
 // The reference numbers come from bench/cuda/gemm_cublas.c (cuBLAS called
 // from C, and a device-to-device copy's bandwidth); pass its output with
 // -ref to print the ratios.
@@ -16,9 +16,12 @@
 //
 // Each measurement submits -reps launches (after one warm-up) and waits
 // for them with one Sync; time per launch is the wall time over reps.
-// GB/s counts the bytes each op must move at least: softmax and layernorm
-// read the tensor once and write it once (2 × its size, as the copy's
-// figure counts), add reads two tensors and writes one (3 × its size).
+// GB/s counts the bytes each op must move at least: softmax, log_softmax,
+// layernorm and rmsnorm read the tensor (rows of 1024 values) once and
+// write it once (2 × its size, as the copy's figure counts), add reads
+// two tensors and writes one (3 × its size). -only picks programs and
+// -cdata fills the gemm inputs as gemm_cublas.c does, so that runs of
+// the two can alternate on the same data.
 package main
 
 import (
@@ -42,12 +45,32 @@ func main() {
 	reps := flag.Int("reps", 10, "launches per measurement")
 	exactReps := flag.Int("exact-reps", 2, "launches per exact-tier gemm measurement (slow)")
 	ref := flag.String("ref", "", "gemm_cublas.c's output, for ratios")
+	only := flag.String("only", "", "comma-separated programs to measure (gemm.fast, gemm.bf16.fast, gemm.f16.fast, gemm, gemm.bf16, softmax, log_softmax, layernorm, rmsnorm, add); empty: all")
+	cdata := flag.Bool("cdata", false, "fill the gemm inputs as gemm_cublas.c does (every byte 0x3c) instead of 1.0 in every value")
 	flag.Parse()
+	sel = map[string]bool{}
+	for _, p := range strings.Split(*only, ",") {
+		if p != "" {
+			sel[p] = true
+		}
+	}
+	if *cdata {
+		gemmWords = map[string]uint32{"": 0x3c3c3c3c, "f16": 0x3c3c3c3c, "bf16": 0x3c3c3c3c}
+	}
 	if err := run(*size, *mib, *reps, *exactReps, *ref); err != nil {
 		fmt.Fprintln(os.Stderr, "ops:", err)
 		os.Exit(1)
 	}
 }
+
+// sel holds the programs -only names (empty: every program).
+var sel map[string]bool
+
+func selected(prog string) bool { return len(sel) == 0 || sel[prog] }
+
+// gemmWords are the 32-bit patterns the gemm inputs are filled with, per
+// storage type ("" is float32): 1.0 in every value unless -cdata.
+var gemmWords = map[string]uint32{"": 0x3f800000, "f16": 0x3c003c00, "bf16": 0x3f803f80}
 
 type row struct {
 	name  string
@@ -115,7 +138,7 @@ func run(n, mib, reps, exactReps int, refPath string) error {
 		return time.Since(start) / time.Duration(reps), nil
 	}
 	var rows []row
-	words := map[string]uint32{"": 0x3f800000, "f16": 0x3c003c00, "bf16": 0x3f803f80} // 1.0 in every value
+	words := gemmWords
 	for _, g := range []struct {
 		prog, dt string
 		fast     bool
@@ -123,6 +146,9 @@ func run(n, mib, reps, exactReps int, refPath string) error {
 		{"gemm.fast", "", true}, {"gemm.bf16.fast", "bf16", true}, {"gemm.f16.fast", "f16", true},
 		{"gemm", "", false}, {"gemm.bf16", "bf16", false},
 	} {
+		if !selected(g.prog) {
+			continue
+		}
 		es := 4
 		if g.dt != "" {
 			es = 2
@@ -162,6 +188,9 @@ func run(n, mib, reps, exactReps int, refPath string) error {
 		}
 		bufs = bufs[:0]
 	}
+	if !selected("softmax") && !selected("log_softmax") && !selected("layernorm") && !selected("rmsnorm") && !selected("add") {
+		return report(rows, refPath)
+	}
 	// Memory-bound ops on float32 tensors of mib MiB: rows of 1024.
 	vals := mib << 20 / 4
 	cols := 1024
@@ -194,9 +223,14 @@ func run(n, mib, reps, exactReps int, refPath string) error {
 		bytes float64
 	}{
 		{"softmax", []hw.Arg{X, Y, u(nrows), u(cols), u(0)}, 2},
+		{"log_softmax", []hw.Arg{X, Y, u(nrows), u(cols), u(0)}, 2},
 		{"layernorm", []hw.Arg{X, hw.BufferArg(gb, 0, -1), hw.BufferArg(bb, 0, -1), Y, u(nrows), u(cols), hw.Float32(1e-5)}, 2},
+		{"rmsnorm", []hw.Arg{X, hw.BufferArg(gb, 0, -1), Y, u(nrows), u(cols), hw.Float32(1e-5)}, 2},
 		{"add", []hw.Arg{X, hw.BufferArg(x2, 0, -1), Y, u(1), u(1), u(nrows), u(cols), u(1), u(1), u(nrows), u(cols)}, 3},
 	} {
+		if !selected(m.prog) {
+			continue
+		}
 		prog, err := dev.Prepare(m.prog)
 		if err != nil {
 			return err
@@ -208,6 +242,11 @@ func run(n, mib, reps, exactReps int, refPath string) error {
 		rows = append(rows, row{name: fmt.Sprintf("%s %d MiB f32 (Go, hw/cuda)", m.prog, mib), per: per,
 			value: m.bytes * float64(4*vals) / per.Seconds() / 1e9, unit: "GB/s", refOf: fmt.Sprintf("d2d_copy_%dMiB", mib)})
 	}
+	return report(rows, refPath)
+}
+
+// report prints the rows, with their ratios to the reference numbers.
+func report(rows []row, refPath string) error {
 	refs := readRef(refPath)
 	fmt.Printf("%-44s %12s %12s %10s %s\n", "measurement", "per launch", "rate", "unit", "vs reference")
 	for _, r := range rows {

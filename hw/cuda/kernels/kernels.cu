@@ -619,7 +619,161 @@ __device__ static void softmax_cached(const T *x, T *y, u64 rows, u64 cols, u64 
 	}
 }
 
-// softmax_T(x, y, rows, cols, causal, log): one block of 256 per row. The
+// rstd(v, eps) = 1/sqrt(v + eps): three correctly rounded operations.
+__device__ static __forceinline__ float rstd(float v, float eps) {
+	return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(v, eps)));
+}
+
+// Rows of at most WARP_COLS values run one per warp (8 rows per block of
+// 256), with no shared memory and no block barrier. Lane l of the warp
+// holds columns l + 32i (i < WARP_COLS/32) in registers. Column j is the
+// contract's lane t = j mod 256 = l + 32(i mod 8), and lane t's columns
+// arrive in ascending order as i ascends, so each thread keeps eight of
+// the 256 lane partials (q[k] is lane l + 32k) and adds to them in the
+// contract's order. warp_tree_sum then runs the tree: the levels s = 128,
+// 64, 32 combine partials within a thread (lane t + s is partial
+// k + s/32 of the same thread), the levels 16 ... 1 are tree_sum's
+// shuffles. Every addition has the operands, and the order, of the block
+// version: the results are the same bits.
+#define WARP_COLS 1024
+#define WARP_VALS (WARP_COLS / 32)
+
+__device__ static __forceinline__ float warp_tree_sum(float *q) {
+#pragma unroll
+	for (int k = 0; k < 4; k++) q[k] = __fadd_rn(q[k], q[k + 4]);
+#pragma unroll
+	for (int k = 0; k < 2; k++) q[k] = __fadd_rn(q[k], q[k + 2]);
+	float w = __fadd_rn(q[0], q[1]);
+	for (u32 s = 16; s > 0; s >>= 1) w = __fadd_rn(w, __shfl_down_sync(0xffffffffu, w, s));
+	return __shfl_sync(0xffffffffu, w, 0);
+}
+
+__device__ static __forceinline__ float warp_tree_max(float *q) {
+#pragma unroll
+	for (int k = 0; k < 4; k++) q[k] = op_max(q[k], q[k + 4]);
+#pragma unroll
+	for (int k = 0; k < 2; k++) q[k] = op_max(q[k], q[k + 2]);
+	float w = op_max(q[0], q[1]);
+	for (u32 s = 16; s > 0; s >>= 1) w = op_max(w, __shfl_down_sync(0xffffffffu, w, s));
+	return __shfl_sync(0xffffffffu, w, 0);
+}
+
+// WARP_ROWS(r) loops r over this warp's rows: warp w of the grid takes
+// rows w, w + 8·gridDim.x, ...
+#define WARP_ROWS(r, rows)                                                                                 \
+	for (u64 r = (u64)blockIdx.x * 8 + (threadIdx.x >> 5); r < (rows); r += (u64)gridDim.x * 8)
+
+template <typename T>
+__device__ static void softmax_warp(const T *x, T *y, u64 rows, u64 cols, u64 causal, u32 lg) {
+	u32 ln = threadIdx.x & 31;
+	WARP_ROWS(r, rows) {
+		u64 lim = cols;
+		if (causal > 0) lim = r % causal + (cols - causal) + 1;
+		const u64 base = r * cols;
+		float v[WARP_VALS], q[8];
+#pragma unroll
+		for (int k = 0; k < 8; k++) q[k] = -F32_INF;
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++) {
+			u64 j = ln + 32 * (u64)i;
+			v[i] = j < cols ? ld(x, base + j) : 0.0f;
+			if (j < lim) q[i % 8] = op_max(q[i % 8], v[i]);
+		}
+		float m = warp_tree_max(q);
+#pragma unroll
+		for (int k = 0; k < 8; k++) q[k] = 0.0f;
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++) {
+			u64 j = ln + 32 * (u64)i;
+			if (j < lim) {
+				float h, l;
+				diff2(v[i], m, &h, &l);
+				float e = exp2part(h, l);
+				q[i % 8] = __fadd_rn(q[i % 8], e);
+				if (!lg) v[i] = e; // softmax needs only e^(x-max) from here on
+			}
+		}
+		float s = warp_tree_sum(q);
+		float ls = logf(s);
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++) {
+			u64 j = ln + 32 * (u64)i;
+			if (j >= cols) continue;
+			float o;
+			if (j >= lim) {
+				o = lg ? -F32_INF : 0.0f;
+			} else if (lg) {
+				float h, l;
+				diff2(v[i], m, &h, &l);
+				o = __fadd_rn(__fsub_rn(h, ls), l);
+			} else {
+				o = __fdiv_rn(v[i], s);
+			}
+			st(y, base + j, o);
+		}
+	}
+}
+
+template <typename T>
+__device__ static void layernorm_warp(const T *x, const T *g, const T *bt, T *y, u64 rows, u64 cols, float eps) {
+	u32 ln = threadIdx.x & 31;
+	WARP_ROWS(r, rows) {
+		const u64 base = r * cols;
+		float v[WARP_VALS], q[8];
+#pragma unroll
+		for (int k = 0; k < 8; k++) q[k] = 0.0f;
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++) {
+			u64 j = ln + 32 * (u64)i;
+			v[i] = j < cols ? ld(x, base + j) : 0.0f;
+			if (j < cols) q[i % 8] = __fadd_rn(q[i % 8], v[i]);
+		}
+		float mean = __fdiv_rn(warp_tree_sum(q), (float)cols);
+#pragma unroll
+		for (int k = 0; k < 8; k++) q[k] = 0.0f;
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++) {
+			u64 j = ln + 32 * (u64)i;
+			if (j < cols) {
+				float d = __fsub_rn(v[i], mean);
+				v[i] = d;
+				q[i % 8] = __fadd_rn(q[i % 8], __fmul_rn(d, d));
+			}
+		}
+		float rs = rstd(__fdiv_rn(warp_tree_sum(q), (float)cols), eps);
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++) {
+			u64 j = ln + 32 * (u64)i;
+			if (j < cols) st(y, base + j, __fadd_rn(__fmul_rn(__fmul_rn(v[i], rs), ld(g, j)), ld(bt, j)));
+		}
+	}
+}
+
+template <typename T>
+__device__ static void rmsnorm_warp(const T *x, const T *g, T *y, u64 rows, u64 cols, float eps) {
+	u32 ln = threadIdx.x & 31;
+	WARP_ROWS(r, rows) {
+		const u64 base = r * cols;
+		float v[WARP_VALS], q[8];
+#pragma unroll
+		for (int k = 0; k < 8; k++) q[k] = 0.0f;
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++) {
+			u64 j = ln + 32 * (u64)i;
+			v[i] = j < cols ? ld(x, base + j) : 0.0f;
+			if (j < cols) q[i % 8] = __fadd_rn(q[i % 8], __fmul_rn(v[i], v[i]));
+		}
+		float rs = rstd(__fdiv_rn(warp_tree_sum(q), (float)cols), eps);
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++) {
+			u64 j = ln + 32 * (u64)i;
+			if (j < cols) st(y, base + j, __fmul_rn(__fmul_rn(v[i], rs), ld(g, j)));
+		}
+	}
+}
+
+// softmax_T(x, y, rows, cols, causal, log): a warp per row of at most
+// WARP_COLS values, a block of 256 per longer row. The
 // row max (NaN-propagating), then the sum of e^(x-max) over the unmasked
 // columns in the lane order and tree; softmax writes e^(x-max)/sum,
 // log_softmax (x-max) - log(sum); masked columns (causal = Sq > 0: row r
@@ -629,6 +783,10 @@ template <typename T>
 __device__ static void softmax_k(const T *x, T *y, u64 rows, u64 cols, u64 causal, u32 lg) {
 	__shared__ float p[256];
 	u32 t = threadIdx.x;
+	if (cols <= WARP_COLS) {
+		softmax_warp(x, y, rows, cols, causal, lg);
+		return;
+	}
 	if (cols <= 256 * ROW_CACHE) {
 		softmax_cached(x, y, rows, cols, causal, lg, p);
 		return;
@@ -662,18 +820,17 @@ __device__ static void softmax_k(const T *x, T *y, u64 rows, u64 cols, u64 causa
 	}
 }
 
-// rstd(v, eps) = 1/sqrt(v + eps): three correctly rounded operations.
-__device__ static __forceinline__ float rstd(float v, float eps) {
-	return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(v, eps)));
-}
-
-// layernorm_T(x, gamma, beta, y, rows, cols, eps): one block of 256 per
-// row. mean = tree sum / cols; var = tree sum of (x-mean)^2 / cols;
+// layernorm_T(x, gamma, beta, y, rows, cols, eps): a warp per row of at
+// most WARP_COLS values, a block of 256 per longer row. mean = tree sum / cols; var = tree sum of (x-mean)^2 / cols;
 // y = ((x-mean) * rstd) * gamma + beta, each operation rounded.
 template <typename T>
 __device__ static void layernorm_k(const T *x, const T *g, const T *bt, T *y, u64 rows, u64 cols, float eps) {
 	__shared__ float p[256];
 	u32 t = threadIdx.x;
+	if (cols <= WARP_COLS) {
+		layernorm_warp(x, g, bt, y, rows, cols, eps);
+		return;
+	}
 	if (cols <= 256 * ROW_CACHE) {
 		for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
 			const u64 base = r * cols;
@@ -732,6 +889,10 @@ template <typename T>
 __device__ static void rmsnorm_k(const T *x, const T *g, T *y, u64 rows, u64 cols, float eps) {
 	__shared__ float p[256];
 	u32 t = threadIdx.x;
+	if (cols <= WARP_COLS) {
+		rmsnorm_warp(x, g, y, rows, cols, eps);
+		return;
+	}
 	if (cols <= 256 * ROW_CACHE) {
 		for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
 			const u64 base = r * cols;

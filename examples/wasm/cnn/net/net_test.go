@@ -12,6 +12,8 @@ import (
 	"github.com/stagehost/stagehost/examples/wasm/internal/simrun"
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
 	"github.com/stagehost/stagehost/guest-sdk/emu"
+	"github.com/stagehost/stagehost/hw/cuda"
+	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // Bound is the largest error allowed against the float64 reference, per
@@ -120,4 +122,27 @@ func BenchmarkNet(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The committed module on cuda0 (gemm.fast through cuBLAS when it loads)
+// stays within the float64 reference's bound. It skips without a usable
+// GPU, unless STAGEHOST_REQUIRE_GPU=1.
+func TestNetOnCUDA(t *testing.T) {
+	p, err := cuda.Open(cuda.NewConfig())
+	testutil.GPU(t, err)
+	t.Cleanup(func() { p.Close() })
+	inputs, expected := readTestdata(t)
+	out := simrun.RunOn(t, "../stage/cnn.wasm", net.Programs, p.Devices()[0], inputs...)
+	worst := 0.0
+	for i := range inputs {
+		for j, g := range stagehost.Float32s(out[i]) {
+			want := expected[i*net.Classes+j]
+			err := math.Abs(float64(g)-want) / (1 + math.Abs(want))
+			worst = max(worst, err)
+			if !(err <= Tolerance) {
+				t.Errorf("input %d value %d: %g, reference %g", i, j, g, want)
+			}
+		}
+	}
+	t.Logf("%d inputs on cuda0: largest error |got-ref|/(1+|ref|): %.3g (bound %g)", len(inputs), worst, Tolerance)
 }

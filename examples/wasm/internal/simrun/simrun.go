@@ -1,6 +1,7 @@
-// Package simrun runs an example stage module on the simulator backend,
-// for the examples' tests: a fresh sim GPU, a session with stream "s0"
-// and the given programs, one call per input.
+// Package simrun runs an example stage module on the simulator backend
+// (or on a given device: OpenOn), for the examples' tests: a fresh sim
+// GPU, a session with stream "s0" and the given programs, one call per
+// input.
 package simrun
 
 import (
@@ -31,9 +32,37 @@ func Run(t testing.TB, path string, programs []string, inputs ...[]byte) [][]byt
 	return outs
 }
 
+// RunOn is Run on the given device.
+func RunOn(t testing.TB, path string, programs []string, gpu hw.Device, inputs ...[]byte) [][]byte {
+	t.Helper()
+	call := OpenOn(t, path, programs, gpu)
+	var outs [][]byte
+	for i, in := range inputs {
+		out, err := call(in)
+		if err != nil {
+			t.Fatalf("input %d: %v", i, err)
+		}
+		outs = append(outs, out)
+	}
+	return outs
+}
+
 // Open loads the module at path into a session on a fresh sim GPU and
 // returns a function that calls it; everything is closed when t ends.
 func Open(t testing.TB, path string, programs []string) func(input []byte) ([]byte, error) {
+	t.Helper()
+	p := sim.New()
+	t.Cleanup(func() { p.Close() })
+	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return OpenOn(t, path, programs, gpu)
+}
+
+// OpenOn is Open on the given device (a real GPU, say), which the caller
+// keeps open until t ends.
+func OpenOn(t testing.TB, path string, programs []string, gpu hw.Device) func(input []byte) ([]byte, error) {
 	t.Helper()
 	ctx := context.Background()
 	bin, err := os.ReadFile(path)
@@ -46,12 +75,6 @@ func Open(t testing.TB, path string, programs []string) func(input []byte) ([]by
 	}
 	t.Cleanup(func() { eng.Close(ctx) })
 	rt, err := host.NewRuntime(host.NewConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := sim.New()
-	t.Cleanup(func() { p.Close() })
-	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,11 +27,10 @@ import (
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
 )
 
-// The block's shape.
+// The block's shape: S (sequence length), D (width) and H (heads) are
+// 8, 32 and 4 (shape_small.go), or 128, 512 and 8 when built with the tag
+// block128 (shape_128.go: transformer128.wasm, for benchmarks).
 const (
-	S    = 8      // sequence length
-	D    = 32     // width
-	H    = 4      // heads
 	Dh   = D / H  // head width
 	F    = 4 * D  // MLP width
 	Eps  = 1e-5   // layernorm epsilon
