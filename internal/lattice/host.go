@@ -855,16 +855,23 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	h.respondErrorWith(req, err, answer)
 }
 
+// claimTimeout bounds a claim for a call that carries no deadline: the
+// front's default deadline (FrontConfig.DefaultDeadline's default).
+const claimTimeout = 30 * time.Second
+
 // claimCall claims a call's id for this host in the calls bucket, within
 // the call's deadline. It returns the claim's revision; 0 with a nil
 // error when another host holds it (the call is not started and not
 // answered here), 0 with an error (unavailable, to answer) when the
 // bucket could not be reached.
 func (h *Host) claimCall(hs *hostSession, terms callTerms, rid string) (uint64, error) {
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if !terms.deadline.IsZero() {
-		ctx, cancel = context.WithDeadline(ctx, terms.deadline)
+	// A call without a deadline (a request of an older front) still gets
+	// a bounded claim: the front's default deadline.
+	until := terms.deadline
+	if until.IsZero() {
+		until = time.Now().Add(claimTimeout)
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), until)
 	defer cancel()
 	rev, err := h.callIDs.claim(ctx, terms.id, h.cfg.ID, terms.deadline)
 	switch {
