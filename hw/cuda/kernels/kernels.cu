@@ -663,29 +663,36 @@ __device__ static __forceinline__ float warp_tree_max(float *q) {
 #define WARP_ROWS(r, rows)                                                                                 \
 	for (u64 r = (u64)blockIdx.x * 8 + (threadIdx.x >> 5); r < (rows); r += (u64)gridDim.x * 8)
 
+// WARP_COUNT(n) is how many of lane ln's columns ln + 32i lie below n
+// (i < WARP_COUNT(n) <=> ln + 32i < n), so that the loops below compare
+// the constant i with one register instead of keeping a 64-bit column
+// index per value.
+#define WARP_COUNT(n) ((n) > ln ? (int)(((n) - ln + 31) / 32) : 0)
+
 template <typename T>
 __device__ static void softmax_warp(const T *x, T *y, u64 rows, u64 cols, u64 causal, u32 lg) {
 	u32 ln = threadIdx.x & 31;
+	const int nc = WARP_COUNT(cols);
 	WARP_ROWS(r, rows) {
 		u64 lim = cols;
 		if (causal > 0) lim = r % causal + (cols - causal) + 1;
-		const u64 base = r * cols;
+		const int nl = WARP_COUNT(lim);
+		const T *xr = x + r * cols + ln;
+		T *yr = y + r * cols + ln;
 		float v[WARP_VALS], q[8];
 #pragma unroll
 		for (int k = 0; k < 8; k++) q[k] = -F32_INF;
 #pragma unroll
-		for (int i = 0; i < WARP_VALS; i++) {
-			u64 j = ln + 32 * (u64)i;
-			v[i] = j < cols ? ld(x, base + j) : 0.0f;
-			if (j < lim) q[i % 8] = op_max(q[i % 8], v[i]);
-		}
+		for (int i = 0; i < WARP_VALS; i++) v[i] = i < nc ? ld(xr, 32 * i) : 0.0f;
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++)
+			if (i < nl) q[i % 8] = op_max(q[i % 8], v[i]);
 		float m = warp_tree_max(q);
 #pragma unroll
 		for (int k = 0; k < 8; k++) q[k] = 0.0f;
 #pragma unroll
 		for (int i = 0; i < WARP_VALS; i++) {
-			u64 j = ln + 32 * (u64)i;
-			if (j < lim) {
+			if (i < nl) {
 				float h, l;
 				diff2(v[i], m, &h, &l);
 				float e = exp2part(h, l);
@@ -697,10 +704,9 @@ __device__ static void softmax_warp(const T *x, T *y, u64 rows, u64 cols, u64 ca
 		float ls = logf(s);
 #pragma unroll
 		for (int i = 0; i < WARP_VALS; i++) {
-			u64 j = ln + 32 * (u64)i;
-			if (j >= cols) continue;
+			if (i >= nc) continue;
 			float o;
-			if (j >= lim) {
+			if (i >= nl) {
 				o = lg ? -F32_INF : 0.0f;
 			} else if (lg) {
 				float h, l;
@@ -709,7 +715,7 @@ __device__ static void softmax_warp(const T *x, T *y, u64 rows, u64 cols, u64 ca
 			} else {
 				o = __fdiv_rn(v[i], s);
 			}
-			st(y, base + j, o);
+			st(yr, 32 * i, o);
 		}
 	}
 }
@@ -717,24 +723,25 @@ __device__ static void softmax_warp(const T *x, T *y, u64 rows, u64 cols, u64 ca
 template <typename T>
 __device__ static void layernorm_warp(const T *x, const T *g, const T *bt, T *y, u64 rows, u64 cols, float eps) {
 	u32 ln = threadIdx.x & 31;
+	const int nc = WARP_COUNT(cols);
+	const T *gr = g + ln, *br = bt + ln;
 	WARP_ROWS(r, rows) {
-		const u64 base = r * cols;
+		const T *xr = x + r * cols + ln;
+		T *yr = y + r * cols + ln;
 		float v[WARP_VALS], q[8];
 #pragma unroll
 		for (int k = 0; k < 8; k++) q[k] = 0.0f;
 #pragma unroll
-		for (int i = 0; i < WARP_VALS; i++) {
-			u64 j = ln + 32 * (u64)i;
-			v[i] = j < cols ? ld(x, base + j) : 0.0f;
-			if (j < cols) q[i % 8] = __fadd_rn(q[i % 8], v[i]);
-		}
+		for (int i = 0; i < WARP_VALS; i++) v[i] = i < nc ? ld(xr, 32 * i) : 0.0f;
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++)
+			if (i < nc) q[i % 8] = __fadd_rn(q[i % 8], v[i]);
 		float mean = __fdiv_rn(warp_tree_sum(q), (float)cols);
 #pragma unroll
 		for (int k = 0; k < 8; k++) q[k] = 0.0f;
 #pragma unroll
 		for (int i = 0; i < WARP_VALS; i++) {
-			u64 j = ln + 32 * (u64)i;
-			if (j < cols) {
+			if (i < nc) {
 				float d = __fsub_rn(v[i], mean);
 				v[i] = d;
 				q[i % 8] = __fadd_rn(q[i % 8], __fmul_rn(d, d));
@@ -742,33 +749,31 @@ __device__ static void layernorm_warp(const T *x, const T *g, const T *bt, T *y,
 		}
 		float rs = rstd(__fdiv_rn(warp_tree_sum(q), (float)cols), eps);
 #pragma unroll
-		for (int i = 0; i < WARP_VALS; i++) {
-			u64 j = ln + 32 * (u64)i;
-			if (j < cols) st(y, base + j, __fadd_rn(__fmul_rn(__fmul_rn(v[i], rs), ld(g, j)), ld(bt, j)));
-		}
+		for (int i = 0; i < WARP_VALS; i++)
+			if (i < nc) st(yr, 32 * i, __fadd_rn(__fmul_rn(__fmul_rn(v[i], rs), ld(gr, 32 * i)), ld(br, 32 * i)));
 	}
 }
 
 template <typename T>
 __device__ static void rmsnorm_warp(const T *x, const T *g, T *y, u64 rows, u64 cols, float eps) {
 	u32 ln = threadIdx.x & 31;
+	const int nc = WARP_COUNT(cols);
+	const T *gr = g + ln;
 	WARP_ROWS(r, rows) {
-		const u64 base = r * cols;
+		const T *xr = x + r * cols + ln;
+		T *yr = y + r * cols + ln;
 		float v[WARP_VALS], q[8];
 #pragma unroll
 		for (int k = 0; k < 8; k++) q[k] = 0.0f;
 #pragma unroll
-		for (int i = 0; i < WARP_VALS; i++) {
-			u64 j = ln + 32 * (u64)i;
-			v[i] = j < cols ? ld(x, base + j) : 0.0f;
-			if (j < cols) q[i % 8] = __fadd_rn(q[i % 8], __fmul_rn(v[i], v[i]));
-		}
+		for (int i = 0; i < WARP_VALS; i++) v[i] = i < nc ? ld(xr, 32 * i) : 0.0f;
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++)
+			if (i < nc) q[i % 8] = __fadd_rn(q[i % 8], __fmul_rn(v[i], v[i]));
 		float rs = rstd(__fdiv_rn(warp_tree_sum(q), (float)cols), eps);
 #pragma unroll
-		for (int i = 0; i < WARP_VALS; i++) {
-			u64 j = ln + 32 * (u64)i;
-			if (j < cols) st(y, base + j, __fmul_rn(__fmul_rn(v[i], rs), ld(g, j)));
-		}
+		for (int i = 0; i < WARP_VALS; i++)
+			if (i < nc) st(yr, 32 * i, __fmul_rn(__fmul_rn(v[i], rs), ld(gr, 32 * i)));
 	}
 }
 
