@@ -33,6 +33,7 @@ type adminState struct {
 // moduleVersion is one loaded version of a named module.
 type moduleVersion struct {
 	mod      *stages.Module
+	bin      []byte // the module's bytes, kept so that a lattice can publish them ([Deployment.ModuleBytes])
 	size     int64
 	spec     loadSpec
 	source   string // "manifest", "path" or "upload"
@@ -61,7 +62,7 @@ func (d *Deployment) registerModule(mm *manifest.Module, mod *stages.Module) {
 	if d.admin.versions == nil {
 		d.admin.versions = map[string][]*moduleVersion{}
 	}
-	d.admin.versions[mm.Name] = append(d.admin.versions[mm.Name], &moduleVersion{mod: mod, size: int64(len(mm.Bytes)),
+	d.admin.versions[mm.Name] = append(d.admin.versions[mm.Name], &moduleVersion{mod: mod, bin: mm.Bytes, size: int64(len(mm.Bytes)),
 		spec:   loadSpec{kind: mm.Kind, memoryLimit: mm.MemoryLimit, maxSize: mm.MaxSize, wasi: mm.WASI, snapshot: mm.Snapshot},
 		source: "manifest", loadedAt: time.Now()})
 }
@@ -215,7 +216,7 @@ func (d *Deployment) LoadModule(ctx context.Context, req ModuleRequest, bin []by
 	if d.admin.versions == nil {
 		d.admin.versions = map[string][]*moduleVersion{}
 	}
-	v := &moduleVersion{mod: mod, size: int64(len(bin)), spec: spec, source: source, loadedAt: time.Now()}
+	v := &moduleVersion{mod: mod, bin: bin, size: int64(len(bin)), spec: spec, source: source, loadedAt: time.Now()}
 	d.admin.versions[req.Name] = append(d.admin.versions[req.Name], v)
 	d.logger.Info("module loaded", "module", req.Name, "sha256", sum, "source", source, "bytes", len(bin))
 	return d.infoLocked(req.Name, v), true, nil
@@ -344,6 +345,26 @@ func (d *Deployment) UnloadModule(ctx context.Context, ref string) ([]ModuleInfo
 		delete(d.admin.versions, name)
 	}
 	return out, errors.Join(errs...)
+}
+
+// ModuleBytes returns the module version ref names ("name": its newest
+// version; "name@SHA256") and its bytes, which the caller must not
+// modify: what a lattice publishes for its other hosts to load
+// (docs/lattice.md, "Model control in a lattice").
+//
+// # Errors
+//
+// [errdefs.ErrNotFound] for an unknown module or version;
+// [errdefs.ErrInvalidArgument] for an ambiguous sha256 prefix.
+func (d *Deployment) ModuleBytes(ref string) (ModuleInfo, []byte, error) {
+	d.admin.mu.Lock()
+	defer d.admin.mu.Unlock()
+	name, vs, err := d.resolveLocked(ref)
+	if err != nil {
+		return ModuleInfo{}, nil, err
+	}
+	v := vs[len(vs)-1]
+	return d.infoLocked(name, v), v.bin, nil
 }
 
 // SwapResult is the answer of a swap.

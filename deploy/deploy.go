@@ -849,6 +849,35 @@ func (s *Pool) TryAcquire() *Turn {
 // Instance names the instance the turn holds: its index and device.
 func (t *Turn) Instance() (index int, device string) { return t.m.index, t.m.device }
 
+// StageSHA256 is the sha256 of the stage module of the turn's instance:
+// the module the call will run, whatever swap happened since.
+func (t *Turn) StageSHA256() string { return t.m.val.stage.SHA256() }
+
+// StageSHA256 is the sha256 of the stage module of the session's current
+// instances ("" for a session never created and with no module loaded):
+// after a swap, the new module's.
+func (s *Pool) StageSHA256() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stage == nil {
+		return ""
+	}
+	return s.stage.SHA256()
+}
+
+// Draining counts the session's instances replaced by a swap or a reset
+// whose call still runs: 0 once every call on a replaced instance has
+// ended.
+func (s *Pool) Draining() int {
+	s.mu.Lock()
+	p := s.pool
+	s.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	return len(p.drainingMembers())
+}
+
 // Run calls the stage on the turn's instance, and counts the outcome.
 //
 // # Errors

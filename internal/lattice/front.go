@@ -103,6 +103,12 @@ type Front struct {
 	q        *Quarantine
 	payloads *payloads
 	ownQ     bool // q is the front's own (no Local), closed with it
+	js       jetstream.JetStream
+	// models is the lattice's desired modules, opened by the front's
+	// first lattice-wide swap (the Local host's, with one); under modelsMu.
+	modelsMu  sync.Mutex
+	models    *models
+	ownModels bool
 	w        jetstream.KeyWatcher
 	inbox    string
 	sub      *nats.Subscription
@@ -167,7 +173,7 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	if err != nil {
 		return nil, err
 	}
-	f := &Front{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), idBase: nuid.Next(), hosts: map[string]*liveHost{}, known: map[string]bool{},
+	f := &Front{cfg: cfg, js: js, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), idBase: nuid.Next(), hosts: map[string]*liveHost{}, known: map[string]bool{},
 		pending: map[string]*call{}, stop: make(chan struct{})}
 	if f.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas, cfg.PayloadStoreMax); err != nil {
 		return nil, err
@@ -789,6 +795,12 @@ func (f *Front) Close() {
 	}
 	f.done.Wait()
 	f.closeQ()
+	f.modelsMu.Lock()
+	if f.ownModels {
+		_ = f.models.close()
+		f.ownModels = false
+	}
+	f.modelsMu.Unlock()
 }
 
 // closeQ closes the front's view of the quarantine if it is its own.

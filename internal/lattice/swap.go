@@ -1,0 +1,181 @@
+package lattice
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/stages"
+)
+
+// DefaultSwapTimeout bounds a lattice-wide swap whose context has no
+// deadline: how long the front waits for every live host that has the
+// session to acknowledge it.
+const DefaultSwapTimeout = time.Minute
+
+// SwapAnswer is the answer of a swap through the lattice: lattice-wide
+// ([Front.SwapSession]) or of one host ([Member.SwapSession] with
+// hostOnly).
+type SwapAnswer struct {
+	Session string `json:"session"`
+	// To is the module, name@sha256; SHA256 its sha256.
+	To     string `json:"to"`
+	SHA256 string `json:"sha256"`
+	// HostOnly: the swap of this host only; Local is then its result.
+	HostOnly bool               `json:"host_only"`
+	Local    *deploy.SwapResult `json:"local,omitempty"`
+	// Revision is the lattice-wide swap's revision in the models bucket.
+	Revision uint64 `json:"revision,omitempty"`
+	// Hosts are the live hosts that had the session, each with what its
+	// heartbeat said when the swap answered.
+	Hosts []SwapHost `json:"hosts"`
+	// TookMS is how long the lattice-wide swap took, in milliseconds.
+	TookMS float64 `json:"took_ms"`
+}
+
+// SwapHost is one host's part in a lattice-wide swap.
+type SwapHost struct {
+	ID string `json:"id"`
+	// Acknowledged: its heartbeat says it runs the swap's module
+	// (StageSHA256) at the swap's revision or a later one.
+	Acknowledged bool   `json:"acknowledged"`
+	StageSHA256  string `json:"stage_sha256"`
+	Revision     uint64 `json:"model_revision"`
+	// Error is why its apply failed (it refuses the session's calls).
+	Error string `json:"error,omitempty"`
+}
+
+// frontModels returns the lattice's desired modules, opening them at the
+// first use.
+func (f *Front) frontModels(ctx context.Context) (*models, error) {
+	if f.cfg.Local != nil {
+		return f.cfg.Local.models, nil
+	}
+	f.modelsMu.Lock()
+	defer f.modelsMu.Unlock()
+	if f.models == nil {
+		m, err := openModels(ctx, f.js, f.cfg.Lattice, f.cfg.Replicas)
+		if err != nil {
+			return nil, err
+		}
+		f.models, f.ownModels = m, true
+	}
+	return f.models, nil
+}
+
+// SwapSession swaps session to module dm (dm.Module, dm.SHA256, with
+// bin its bytes) on every host of the lattice: it stores bin in the
+// modules store, under its sha256, and dm as the session's desired
+// module in the models bucket (a new revision), then waits until every
+// live host whose heartbeat has the session acknowledges the revision in
+// its heartbeat (a host acknowledges once its instances run the module
+// and the calls on its old instances have ended). So once it returns nil,
+// no call runs the old module on any live host: a call that starts later
+// runs the new one. A host that joins or restarts later applies the
+// desired module before it serves the session.
+//
+// On an error after the record was written, the record stays (nothing is
+// rolled back): the hosts that have not applied it apply it when they
+// can; a host whose apply failed refuses the session's calls. The
+// answer then lists each host and what it said.
+//
+// # Errors
+//
+//   - invalid_argument: a bad session name, bin whose sha256 is not
+//     dm.SHA256, or a module in the shared quarantine (nothing is
+//     written);
+//   - not_found: no heartbeat named the session since the front started;
+//   - unavailable: the modules store or the models bucket could not be
+//     written, or a host's apply failed (each named, with its error);
+//   - deadline_exceeded: ctx's deadline (or [DefaultSwapTimeout]) passed
+//     before every host acknowledged; the hosts that did not are named.
+func (f *Front) SwapSession(ctx context.Context, dm DesiredModule, bin []byte) (SwapAnswer, error) {
+	start := time.Now()
+	ans := SwapAnswer{Session: dm.Session, To: dm.Module + "@" + dm.SHA256, SHA256: dm.SHA256, Hosts: []SwapHost{}}
+	if err := checkName("session", dm.Session); err != nil {
+		return ans, &Error{Class: errdefs.ClassInvalidArgument, Message: err.Error()}
+	}
+	if got := stages.SHA256(bin); got != dm.SHA256 {
+		return ans, &Error{Class: errdefs.ClassInvalidArgument, Message: fmt.Sprintf("module %s: its bytes hash to %s, not %s", dm.Module, got, dm.SHA256)}
+	}
+	if p, ok := f.q.Lookup(dm.SHA256); ok {
+		return ans, refusedSwap(ans.To, p)
+	}
+	if !f.Known(dm.Session) {
+		return ans, &Error{Class: errdefs.ClassNotFound, Message: fmt.Sprintf("no host of lattice %s has session %q", f.cfg.Lattice, dm.Session)}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultSwapTimeout)
+		defer cancel()
+	}
+	m, err := f.frontModels(ctx)
+	if err != nil {
+		return ans, unavailable("", "swap of session %q: %v", dm.Session, err)
+	}
+	if dm.At.IsZero() {
+		dm.At = time.Now().UTC()
+	}
+	rev, err := m.publish(ctx, dm, bin)
+	if err != nil {
+		return ans, unavailable("", "swap of session %q to %s: %v", dm.Session, ans.To, err)
+	}
+	ans.Revision = rev
+	f.cfg.Logger.Info("lattice: swapping a session lattice-wide", "session", dm.Session, "to", ans.To, "revision", rev)
+	var pending, failed []string
+	check := func() bool {
+		ans.Hosts, pending, failed = f.swapState(dm.Session, dm.SHA256, rev)
+		return len(pending) == 0
+	}
+	werr := f.WaitFor(ctx, check)
+	check()
+	ans.TookMS = float64(time.Since(start).Microseconds()) / 1000
+	switch {
+	case len(failed) > 0 && len(pending) == len(failed):
+		return ans, unavailable("", "swap of session %q to %s (revision %d): applying it failed on %s; those hosts refuse the session's calls; the lattice's module for the session stays %s",
+			dm.Session, ans.To, rev, strings.Join(failed, "; "), ans.To)
+	case werr != nil:
+		return ans, &Error{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("swap of session %q to %s (revision %d): not acknowledged within the deadline by %s; the lattice's module for the session stays %s: they apply it when they can, and keep running their module meanwhile",
+			dm.Session, ans.To, rev, strings.Join(pending, ", "), ans.To)}
+	}
+	f.cfg.Logger.Info("lattice: session swapped lattice-wide", "session", dm.Session, "to", ans.To, "revision", rev, "hosts", len(ans.Hosts), "took_ms", ans.TookMS)
+	return ans, nil
+}
+
+// swapState lists the live hosts that have session, and those that have
+// not acknowledged revision rev of module sha (pending: each with why,
+// failed ones included) and those whose apply failed.
+func (f *Front) swapState(session, sha string, rev uint64) (hosts []SwapHost, pending, failed []string) {
+	hosts = []SwapHost{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, lh := range f.hosts {
+		for _, sc := range lh.rec.Sessions {
+			if sc.Name != session {
+				continue
+			}
+			sh := SwapHost{ID: id, StageSHA256: sc.StageSHA256, Revision: sc.ModelRevision}
+			sh.Acknowledged = sc.ModelRevision > rev || (sc.ModelRevision == rev && sc.StageSHA256 == sha)
+			if !sh.Acknowledged && sc.ModelFailed >= rev {
+				sh.Error = sc.ModelError
+				failed = append(failed, fmt.Sprintf("host %s: %s", id, sc.ModelError))
+			}
+			if !sh.Acknowledged {
+				if sh.Error != "" {
+					pending = append(pending, fmt.Sprintf("host %s (its apply failed: %s)", id, sh.Error))
+				} else {
+					pending = append(pending, "host "+id)
+				}
+			}
+			hosts = append(hosts, sh)
+		}
+	}
+	sort.Slice(hosts, func(i, j int) bool { return hosts[i].ID < hosts[j].ID })
+	sort.Strings(pending)
+	sort.Strings(failed)
+	return hosts, pending, failed
+}
