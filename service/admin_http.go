@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
@@ -20,7 +22,7 @@ import (
 //	POST   /v1/modules                   load a file on the server's machine: JSON ModuleRequest; 201 (200 if already loaded)
 //	PUT    /v1/modules/{name}?sha256=X   load the body's bytes (at most the module size limit); 201 (200 if already loaded)
 //	DELETE /v1/modules/{ref}             unload name (every version) or name@sha256; 400 while a session uses it
-//	POST   /v1/sessions/{name}/swap      {"stage": "name" or "name@sha256"}: swap with a drain
+//	POST   /v1/sessions/{name}/swap      {"stage": "name" or "name@sha256", "host_only", "timeout"}: swap with a drain (in a lattice: on every host, unless host_only)
 //	POST   /v1/sessions/{name}/reset     replace the quarantined or failed instances by fresh ones
 func (s *Server) adminRoutes() {
 	s.route("GET /v1/modules", scopeAdmin, s.listModules)
@@ -154,11 +156,19 @@ func (s *Server) unloadModule(w http.ResponseWriter, r *http.Request) {
 // SwapRequest is the body of POST /v1/sessions/{name}/swap.
 type SwapRequest struct {
 	Stage string `json:"stage"` // "name" (its newest version) or "name@sha256"
+	// HostOnly, in a lattice, swaps the session on this host only
+	// (without a lattice every swap is this host's).
+	HostOnly bool `json:"host_only,omitempty"`
+	// Timeout, in a lattice, bounds the wait for every host's
+	// acknowledgement of a lattice-wide swap (a Go duration, "30s";
+	// default 1m, lattice.DefaultSwapTimeout).
+	Timeout string `json:"timeout,omitempty"`
 }
 
 func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if s.d.Pool(name) == nil {
+	sw, _ := s.latticeOf().(latticeSwapper)
+	if s.d.Pool(name) == nil && sw == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name))
 		return
 	}
@@ -171,7 +181,27 @@ func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, `the body needs "stage": a module name or name@sha256`))
 		return
 	}
-	res, err := s.d.SwapSession(r.Context(), name, req.Stage)
+	ctx := r.Context()
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout %q: want a positive Go duration such as \"30s\"", req.Timeout))
+			return
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	if sw != nil {
+		ans, err := sw.SwapSession(ctx, name, req.Stage, req.HostOnly)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, ans)
+		return
+	}
+	res, err := s.d.SwapSession(ctx, name, req.Stage)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

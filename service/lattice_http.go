@@ -81,6 +81,15 @@ type sessionSpecs interface {
 	SessionSpec(session string) *manifest.Session
 }
 
+// latticeSwapper is what a [Lattice] may offer besides: model control
+// across the lattice (lattice.Member's). POST /v1/sessions/{name}/swap
+// goes through it when it is there: a swap of every host of the lattice,
+// or with hostOnly of this host only, answered with a
+// [lattice.SwapAnswer].
+type latticeSwapper interface {
+	SwapSession(ctx context.Context, session, ref string, hostOnly bool) (lattice.SwapAnswer, error)
+}
+
 type latticeBox struct{ l Lattice }
 
 // SetLattice routes POST /v1/sessions/{name}/run through l, and the

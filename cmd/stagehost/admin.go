@@ -49,7 +49,9 @@ const adminAbout = `Model control of a running stagehost serve, through its admi
                            name's newest version, else a stage module with no grant)
   unload NAME[@SHA256]     unload one version, or every version of NAME (refused while used)
   swap SESSION MODULE      swap SESSION to MODULE (NAME: its newest version, or NAME@SHA256);
-                           calls in flight finish on the old version
+                           calls in flight finish on the old version; in a lattice, on every
+                           host (answered once each acknowledged), or with --host-only on
+                           the addressed host only
   reset SESSION            replace SESSION's quarantined or failed instances by fresh ones
 
 The bearer token: the first token of --token-file FILE (one per line), else
@@ -93,6 +95,7 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	c.fs.Var(&wasi, "wasi", "load, upload: a WASI `GRANT` (go-runtime, or one function such as fd_write); repeated or comma-separated for several (default: the name's newest version's, else none)")
 	sum := c.fs.String("sha256", "", "load: the module's `SHA256` (default: computed from PATH read here)")
 	timeout := c.fs.Duration("timeout", 5*time.Minute, "give up on the server's answer after this `duration`")
+	hostOnly := c.fs.Bool("host-only", false, "swap: in a lattice, swap the session on the addressed host only (default: on every host of the lattice)")
 	asJSON := c.fs.Bool("json", false, "print the server's JSON answer (modules prints a table by default)")
 	fs := c.fs
 	fs.SetOutput(stderr)
@@ -185,7 +188,7 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	case "unload":
 		return a.do("DELETE", "/v1/modules/"+url.PathEscape(arg[0]), "", nil, -1, nil)
 	case "swap":
-		body, _ := json.Marshal(service.SwapRequest{Stage: arg[1]})
+		body, _ := json.Marshal(service.SwapRequest{Stage: arg[1], HostOnly: *hostOnly})
 		return a.do("POST", "/v1/sessions/"+url.PathEscape(arg[0])+"/swap", "application/json", bytes.NewReader(body), int64(len(body)), nil)
 	case "reset":
 		return a.do("POST", "/v1/sessions/"+url.PathEscape(arg[0])+"/reset", "", nil, 0, nil)

@@ -109,10 +109,10 @@ type Front struct {
 	modelsMu  sync.Mutex
 	models    *models
 	ownModels bool
-	w        jetstream.KeyWatcher
-	inbox    string
-	sub      *nats.Subscription
-	idBase   string // the front's part of its call ids: random, new in each front
+	w         jetstream.KeyWatcher
+	inbox     string
+	sub       *nats.Subscription
+	idBase    string // the front's part of its call ids: random, new in each front
 
 	mu      sync.Mutex
 	hosts   map[string]*liveHost

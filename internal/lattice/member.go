@@ -389,6 +389,11 @@ func (m *Member) Clear(ctx context.Context, sha256 string) (bool, error) {
 // fence module or a module in the shared quarantine; and
 // [Front.SwapSession]'s.
 func (m *Member) SwapSession(ctx context.Context, session, ref string, hostOnly bool) (SwapAnswer, error) {
+	ans, err := m.swapSession(ctx, session, ref, hostOnly)
+	return ans, classError(err)
+}
+
+func (m *Member) swapSession(ctx context.Context, session, ref string, hostOnly bool) (SwapAnswer, error) {
 	if m.host == nil {
 		return SwapAnswer{Session: session}, errdefs.Errorf(errdefs.ErrUnsupported, "this process has no deployment: swap through a host of the lattice")
 	}

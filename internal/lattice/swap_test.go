@@ -345,3 +345,59 @@ func TestLateHostRunsTheLatticeModule(t *testing.T) {
 		}
 	}
 }
+
+// TestMemberSwapSession swaps through a Member, as serve's swap route
+// does: lattice-wide with the module's bytes from the member's own
+// deployment (the other host has never loaded it), then on the member's
+// host only; a fence module and a member without a deployment are
+// refused.
+func TestMemberSwapSession(t *testing.T) {
+	dir := t.TempDir()
+	lt := lattice.Config{Name: "mswap", Embedded: true, Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
+		HeartbeatTTL: 30 * time.Second, ClaimTTL: time.Minute, FenceFailures: 3}
+	ctx := waitCtx(t, 30*time.Second)
+	v1, v2 := readVersion(t, "1"), readVersion(t, "2")
+	d := openDeployment(t, manifestOpts{extra: versionSession(t), fence: "spin"})
+	m, err := lattice.Join(ctx, d.Deployment, lattice.MemberConfig{Lattice: lt, HostID: "one", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close) // after the other host's cleanup: it closes the server
+	other := join(t, m.ClientURL(), "mswap", "two", manifestOpts{extra: versionSession(t)}, swapConfig())
+	f := m.Front()
+	if err := f.WaitFor(ctx, func() bool { return len(f.Serving("ver")) == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.LoadModule(ctx, deploy.ModuleRequest{Name: "ver", SHA256: v2.sha}, v2.bin, "upload"); err != nil {
+		t.Fatal(err)
+	}
+	ans, err := m.SwapSession(ctx, "ver", "ver", false)
+	if err != nil || ans.HostOnly || ans.SHA256 != v2.sha || len(ans.Hosts) != 2 {
+		t.Fatalf("lattice-wide swap: %+v, %v", ans, err)
+	}
+	if out, err := other.h.Call(ctx, "ver", nil); err != nil || string(out) != "v2" {
+		t.Fatalf("the other host after the swap: %q, %v", out, err)
+	}
+	ans, err = m.SwapSession(ctx, "ver", "ver@"+v1.sha, true)
+	if err != nil || !ans.HostOnly || ans.Local == nil || !ans.Local.Swapped {
+		t.Fatalf("host-only swap: %+v, %v", ans, err)
+	}
+	if sc, _ := running(f, "two"); sc.StageSHA256 != v2.sha {
+		t.Fatalf("the other host after a host-only swap: %+v", sc)
+	}
+	if sc := recordOf(m.Host()); sc.StageSHA256 != v1.sha || !sc.HostOnly {
+		t.Fatalf("this host after its host-only swap: %+v", sc)
+	}
+	if _, err := m.SwapSession(ctx, "ver", "spin", false); !errors.Is(err, errdefs.ErrInvalidArgument) && lattice.Class(err) != errdefs.ClassInvalidArgument {
+		t.Fatalf("a fence module: %v, want invalid_argument", err)
+	}
+	fo, err := lattice.Join(ctx, nil, lattice.MemberConfig{Lattice: lattice.Config{Name: "mswap", URL: m.ClientURL(), HeartbeatTTL: 30 * time.Second, ClaimTTL: time.Minute},
+		HostID: "front", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fo.Close()
+	if _, err := fo.SwapSession(ctx, "ver", "ver", false); !errors.Is(err, errdefs.ErrUnsupported) {
+		t.Fatalf("a member without a deployment: %v, want unsupported", err)
+	}
+}
