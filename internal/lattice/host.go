@@ -127,8 +127,11 @@ type SessionCapacity struct {
 	// instances run now (after a swap, the new one's; not necessarily
 	// the manifest's).
 	StageSHA256 string `json:"stage_sha256"`
-	State       string `json:"state"` // deploy's session state; "refused" while its module is quarantined lattice-wide, or the lattice's module could not be applied
-	Reason      string `json:"reason,omitempty"`
+	// Module names that module (its [[module]] name, or the name it
+	// was loaded under).
+	Module string `json:"module,omitempty"`
+	State  string `json:"state"` // deploy's session state; "refused" while its module is quarantined lattice-wide, or the lattice's module could not be applied
+	Reason string `json:"reason,omitempty"`
 	// Serving: the host takes calls to the session (its endpoint is
 	// registered and the session is neither failed, fully out of
 	// service, nor refused).
@@ -193,6 +196,7 @@ type Host struct {
 	callIDs      *callClaims // the calls bucket: claims of call ids (calls.go)
 	models       *models     // the lattice's desired modules (models.go)
 	modelsDone   chan struct{}
+	swapMu       sync.Mutex // one swap at a time: the lattice's (applyDesired) or this host's (Swap)
 	beatMu       sync.Mutex // one heartbeat at a time, so that none overtakes a newer one
 	svc          micro.Service
 	started      time.Time
@@ -485,7 +489,7 @@ func (h *Host) Record() HostRecord {
 	for _, name := range h.names {
 		hs := h.sessions[name]
 		st := hs.sess.Status()
-		sc := SessionCapacity{Name: name, StageSHA256: hs.running(), State: st.State, Reason: publicLine(st.Reason),
+		sc := SessionCapacity{Name: name, StageSHA256: hs.running(), Module: st.Stage, State: st.State, Reason: publicLine(st.Reason),
 			Instances: len(st.Instances), Out: st.InstancesOut, Waiting: st.Waiting, InFlight: int(hs.inflight.Load()), Outcomes: st.Outcomes}
 		sc.Free = max(sc.Instances-sc.Out-sc.InFlight, 0)
 		if p, ok := h.refused(hs); ok {

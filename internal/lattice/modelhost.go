@@ -91,6 +91,8 @@ func (h *Host) runnable(hs *hostSession, turn *deploy.Turn) error {
 // which the next heartbeat acknowledges. It reports whether anything
 // changed.
 func (h *Host) applyDesired(ctx context.Context, hs *hostSession) bool {
+	h.swapMu.Lock()
+	defer h.swapMu.Unlock()
 	dm, ok := h.models.lookup(hs.name)
 	if !ok {
 		return false
@@ -231,6 +233,8 @@ func (h *Host) Swap(ctx context.Context, session, ref string) (deploy.SwapResult
 	if p, ok := h.q.Lookup(info.SHA256); ok {
 		return deploy.SwapResult{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "module %s is quarantined lattice-wide (%s): clear it first (DELETE /v1/lattice/quarantine/%s)", info.Ref, p.Reason, info.SHA256)
 	}
+	h.swapMu.Lock()
+	defer h.swapMu.Unlock()
 	res, err := h.d.SwapSession(ctx, session, info.Ref)
 	if err != nil {
 		return res, err
