@@ -34,3 +34,7 @@ func SetHold(h *Host, f func()) {
 	}
 	h.hold.Store(&f)
 }
+
+// SetApplyHold makes every apply of the lattice's desired module on h
+// run f first: blocking in f stands for a host slow to apply, or away.
+func SetApplyHold(h *Host, f func()) { h.applyHold.Store(&f) }

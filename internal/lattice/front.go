@@ -104,8 +104,8 @@ type Front struct {
 	payloads *payloads
 	ownQ     bool // q is the front's own (no Local), closed with it
 	js       jetstream.JetStream
-	// models is the lattice's desired modules, opened by the front's
-	// first lattice-wide swap (the Local host's, with one); under modelsMu.
+	// models is the lattice's desired modules (the Local host's, with
+	// one; else the front's own, closed with it under modelsMu).
 	modelsMu  sync.Mutex
 	models    *models
 	ownModels bool
@@ -177,6 +177,13 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 		pending: map[string]*call{}, stop: make(chan struct{})}
 	if f.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas, cfg.PayloadStoreMax); err != nil {
 		return nil, err
+	}
+	if cfg.Local != nil {
+		f.models = cfg.Local.models
+	} else if f.models, err = openModels(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
+		return nil, err
+	} else {
+		f.ownModels = true
 	}
 	if cfg.Local != nil {
 		f.q = cfg.Local.q
@@ -516,6 +523,9 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	}
 	msg := &nats.Msg{Subject: SessionSubject(f.cfg.Lattice, session), Data: input, Header: nats.Header{}}
 	tp = injectCall(ctx, msg.Header)
+	if rev := f.models.committed(session); rev > 0 {
+		msg.Header.Set(ModelRevisionHeader, strconv.FormatUint(rev, 10))
+	}
 	if rid != "" {
 		msg.Header.Set(RequestIDHeader, rid)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,6 +222,10 @@ type Host struct {
 	// call the host takes from the lattice: blocking in it stands for a
 	// host that is stopped (SIGSTOP) before it read the call.
 	hold atomic.Pointer[func()]
+	// applyHold, when set (tests), runs first in every apply of the
+	// lattice's desired module: blocking in it stands for a host slow
+	// to apply, or away.
+	applyHold atomic.Pointer[func()]
 }
 
 // HostStats counts the session calls a host took from the lattice.
@@ -844,6 +849,21 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 		claimed = rev
 		return nil
 	}
+	answer := nats.Header{HostHeader: {h.cfg.ID}}
+	if err == nil {
+		// The front's committed revision, or this host's own view's.
+		rev, _ := strconv.ParseUint(hdr.Get(ModelRevisionHeader), 10, 64)
+		if rev = max(rev, h.models.committed(hs.name)); h.behindCall(hs, rev) { // modelhost.go
+			// The front knows a swap this host missed: the call runs
+			// nowhere here, and its front sends it again.
+			err = unavailable(h.cfg.ID, "session %q: host %s has not applied revision %d of the lattice's module for it yet", hs.name, h.cfg.ID, rev)
+			answer[NotRunHeader] = []string{"1"}
+			if claimed != 0 {
+				h.callIDs.release(terms.id, claimed)
+			}
+			h.syncEndpoint(hs)
+		}
+	}
 	input := req.Data()
 	if name := hdr.Get(PayloadHeader); name != "" && err == nil {
 		input, err = h.readInput(ctx, hs, name)
@@ -851,7 +871,6 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	if err == nil && int64(len(input)) > hs.sess.Spec.MaxInput {
 		err = h.overMaxInput(hs, uint64(len(input)))
 	}
-	answer := nats.Header{HostHeader: {h.cfg.ID}}
 	if err == nil {
 		var ran bool
 		out, ran, err = h.call(ctx, hs.name, input, gate)

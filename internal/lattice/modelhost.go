@@ -65,7 +65,29 @@ func (h *Host) unapplied(hs *hostSession) string {
 	if m.failed == dm.Revision && m.applied < dm.Revision {
 		return fmt.Sprintf("the lattice's module for it, %s@%s (revision %d), could not be applied on this host: %s", dm.Module, dm.SHA256, dm.Revision, m.why)
 	}
+	if c := h.models.committed(hs.name); m.behind(c) {
+		return fmt.Sprintf("it has not applied revision %d of the lattice's module for it yet (the swap was committed without this host)", c)
+	}
 	return ""
+}
+
+// behind says whether the session runs an older module than revision rev
+// of the lattice's desired one: it has applied an older revision, and no
+// host-only swap since rev. m.mu held.
+func (m *modelState) behind(rev uint64) bool {
+	return rev > m.applied && !(m.hostOnly && m.pinned >= rev)
+}
+
+// behindCall says whether the host must not run a call whose front knows
+// revision rev (ModelRevisionHeader) as committed for the session.
+func (h *Host) behindCall(hs *hostSession, rev uint64) bool {
+	if rev == 0 {
+		return false
+	}
+	m := &hs.model
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.behind(rev)
 }
 
 // runnable checks the module the turn's instance runs against the shared
@@ -124,6 +146,9 @@ func (h *Host) applyDesired(ctx context.Context, hs *hostSession) bool {
 }
 
 func (h *Host) apply(ctx context.Context, hs *hostSession, dm DesiredModule) error {
+	if hold := h.applyHold.Load(); hold != nil {
+		(*hold)()
+	}
 	if p, ok := h.q.Lookup(dm.SHA256); ok {
 		return fmt.Errorf("module %s is quarantined lattice-wide: %s", dm.SHA256, p.Reason)
 	}
@@ -188,11 +213,20 @@ func (h *Host) watchModels() {
 	}()
 	for {
 		changed := h.models.changed.wait()
+		beat := false
 		for _, name := range h.names {
 			hs := h.sessions[name]
 			if h.applyDesired(ctx, hs) {
-				h.settled(hs)
+				beat = true
 			}
+			// A commit this host missed takes it out of the session's
+			// queue group until it has applied it.
+			if h.updateEndpoint(hs) {
+				beat = true
+			}
+		}
+		if beat {
+			h.beatNow()
 		}
 		select {
 		case <-h.stop:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,8 +25,22 @@ func ModelsBucket(lattice string) string { return "stagehost-" + lattice + "-mod
 // ModulesStore: see [ModelsBucket].
 func ModulesStore(lattice string) string { return "stagehost-" + lattice + "-modules" }
 
-// modelKey is a session's key in the models bucket.
-func modelKey(session string) string { return "session." + session }
+// modelKey is a session's key in the models bucket; commitKey the key of
+// the revision of it that every live host acknowledged (a JSON
+// [SwapCommit]).
+func modelKey(session string) string  { return "session." + session }
+func commitKey(session string) string { return "commit." + session }
+
+// SwapCommit is the value of a session's commit key: the revision of its
+// desired module that every live host that had the session acknowledged,
+// written by the front that swapped before it answers. A host whose
+// applied revision is lower refuses the session's calls (they run
+// nowhere, and are sent again): it missed the swap.
+type SwapCommit struct {
+	Revision uint64    `json:"revision"`
+	SHA256   string    `json:"sha256"`
+	At       time.Time `json:"at"`
+}
 
 // DesiredModule is the stage module a lattice-wide swap asks every host
 // that has the session to run: the value of the session's key in the
@@ -62,6 +77,7 @@ type models struct {
 	watcher jetstream.KeyWatcher
 	mu      sync.Mutex
 	desired map[string]DesiredModule // by session
+	commits map[string]uint64        // by session: the committed revision
 	changed notifier
 	done    chan struct{}
 }
@@ -87,7 +103,7 @@ func openModels(ctx context.Context, js jetstream.JetStream, lattice string, rep
 	if err != nil {
 		return nil, fmt.Errorf("lattice: watching the models bucket: %w", err)
 	}
-	m := &models{kv: kv, obs: obs, watcher: w, desired: map[string]DesiredModule{}, done: make(chan struct{})}
+	m := &models{kv: kv, obs: obs, watcher: w, desired: map[string]DesiredModule{}, commits: map[string]uint64{}, done: make(chan struct{})}
 	loaded := make(chan struct{})
 	go m.watch(loaded)
 	select {
@@ -111,7 +127,19 @@ func (m *models) watch(loaded chan struct{}) {
 			}
 			continue
 		}
-		session, ok := cutPrefix(e.Key(), "session.")
+		if session, ok := strings.CutPrefix(e.Key(), "commit."); ok {
+			var c SwapCommit
+			m.mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &c) == nil {
+				m.commits[session] = c.Revision
+			} else {
+				delete(m.commits, session)
+			}
+			m.mu.Unlock()
+			m.changed.notify()
+			continue
+		}
+		session, ok := strings.CutPrefix(e.Key(), "session.")
 		if !ok {
 			continue
 		}
@@ -128,19 +156,33 @@ func (m *models) watch(loaded chan struct{}) {
 	}
 }
 
-func cutPrefix(s, prefix string) (string, bool) {
-	if len(s) < len(prefix) || s[:len(prefix)] != prefix {
-		return "", false
-	}
-	return s[len(prefix):], true
-}
-
 // lookup returns the desired module of a session, if the lattice has one.
 func (m *models) lookup(session string) (DesiredModule, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	dm, ok := m.desired[session]
 	return dm, ok
+}
+
+// committed is the committed revision of a session's desired module (0:
+// none).
+func (m *models) committed(session string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.commits[session]
+}
+
+// commit records that every live host acknowledged revision rev of
+// session's desired module, and returns once this view shows it.
+func (m *models) commit(ctx context.Context, session, sha string, rev uint64) error {
+	b, err := json.Marshal(SwapCommit{Revision: rev, SHA256: sha, At: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	if _, err := m.kv.Put(ctx, commitKey(session), b); err != nil {
+		return fmt.Errorf("writing session %s's committed revision to the lattice's models bucket: %w", session, err)
+	}
+	return m.changed.waitFor(ctx, func() bool { return m.committed(session) >= rev })
 }
 
 // publish stores bin under its sha256 in the modules store (unless it is

@@ -49,24 +49,6 @@ type SwapHost struct {
 	Error string `json:"error,omitempty"`
 }
 
-// frontModels returns the lattice's desired modules, opening them at the
-// first use.
-func (f *Front) frontModels(ctx context.Context) (*models, error) {
-	if f.cfg.Local != nil {
-		return f.cfg.Local.models, nil
-	}
-	f.modelsMu.Lock()
-	defer f.modelsMu.Unlock()
-	if f.models == nil {
-		m, err := openModels(ctx, f.js, f.cfg.Lattice, f.cfg.Replicas)
-		if err != nil {
-			return nil, err
-		}
-		f.models, f.ownModels = m, true
-	}
-	return f.models, nil
-}
-
 // SwapSession swaps session to module dm (dm.Module, dm.SHA256, with
 // bin its bytes) on every host of the lattice: it stores bin in the
 // modules store, under its sha256, and dm as the session's desired
@@ -113,10 +95,7 @@ func (f *Front) SwapSession(ctx context.Context, dm DesiredModule, bin []byte) (
 		ctx, cancel = context.WithTimeout(ctx, DefaultSwapTimeout)
 		defer cancel()
 	}
-	m, err := f.frontModels(ctx)
-	if err != nil {
-		return ans, unavailable("", "swap of session %q: %v", dm.Session, err)
-	}
+	m := f.models
 	if dm.At.IsZero() {
 		dm.At = time.Now().UTC()
 	}
@@ -141,6 +120,12 @@ func (f *Front) SwapSession(ctx context.Context, dm DesiredModule, bin []byte) (
 	case werr != nil:
 		return ans, &Error{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("swap of session %q to %s (revision %d): not acknowledged within the deadline by %s; the lattice's module for the session stays %s: they apply it when they can, and keep running their module meanwhile",
 			dm.Session, ans.To, rev, strings.Join(pending, ", "), ans.To)}
+	}
+	// Committed: a host that missed the swap (it was away) refuses the
+	// session's calls until it has applied it, and so do the calls of
+	// every front that knows the commit.
+	if err := m.commit(ctx, dm.Session, dm.SHA256, rev); err != nil {
+		return ans, unavailable("", "swap of session %q to %s (revision %d): every host acknowledged it, but committing it failed: %v", dm.Session, ans.To, rev, err)
 	}
 	f.cfg.Logger.Info("lattice: session swapped lattice-wide", "session", dm.Session, "to", ans.To, "revision", rev, "hosts", len(ans.Hosts), "took_ms", ans.TookMS)
 	return ans, nil

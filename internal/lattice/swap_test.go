@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
@@ -402,5 +404,69 @@ func TestMemberSwapSession(t *testing.T) {
 	defer fo.Close()
 	if _, err := fo.SwapSession(ctx, "ver", "ver", false); !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Fatalf("a member without a deployment: %v, want unsupported", err)
+	}
+}
+
+// TestHostThatMissedASwapRunsNone: host c is away during a swap (its
+// heartbeat gone from the lattice's view, and its apply held), so the
+// swap answers without it and commits; c still takes the session's calls
+// from the queue group, but runs none of them with the old module: the
+// front's calls carry the committed revision, c answers them not run,
+// and the front sends them to a or b. Once c applies the swap it serves
+// the new version.
+func TestHostThatMissedASwapRunsNone(t *testing.T) {
+	url := startServer(t)
+	const lat = "swapmiss"
+	v2 := readVersion(t, "2")
+	joinVersion(t, url, lat, "a")
+	joinVersion(t, url, lat, "b")
+	c := joinVersion(t, url, lat, "c")
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: 30 * time.Second})
+	ctx := waitCtx(t, 30*time.Second)
+	if err := f.WaitFor(ctx, func() bool { return len(f.Serving("ver")) == 3 }); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	lattice.SetApplyHold(c.h, func() { <-release })
+	// c is away: its heartbeat is gone from the lattice.
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostsKV, err := js.KeyValue(ctx, lattice.HostsBucket(lat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hostsKV.Delete(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WaitFor(ctx, func() bool { return !listed(f, "c") }); err != nil {
+		t.Fatal(err)
+	}
+	ans, err := f.SwapSession(ctx, lattice.DesiredModule{Session: "ver", Module: "ver", SHA256: v2.sha}, v2.bin)
+	if err != nil || len(ans.Hosts) != 2 {
+		t.Fatalf("swap without c: %+v, %v", ans, err)
+	}
+	ran := c.d.Pool("ver").Status().Calls
+	for i := range 30 {
+		if out, err := f.Call(ctx, "ver", nil); err != nil || string(out) != "v2" {
+			t.Fatalf("call %d after the swap: %q, %v", i, out, err)
+		}
+	}
+	if got := c.d.Pool("ver").Status().Calls; got != ran {
+		t.Fatalf("host c ran %d calls with the old module after the swap was committed", got-ran)
+	}
+	if _, err := c.h.Call(ctx, "ver", nil); lattice.Class(err) != errdefs.ClassUnavailable {
+		t.Fatalf("host c's own call before it applied the swap: %v, want unavailable", err)
+	}
+	releaseOnce.Do(func() { close(release) })
+	if err := f.WaitFor(ctx, func() bool { sc, _ := running(f, "c"); return sc.StageSHA256 == v2.sha && sc.Serving }); err != nil {
+		sc, _ := running(f, "c")
+		t.Fatalf("host c after its apply: %+v", sc)
+	}
+	if out, err := c.h.Call(ctx, "ver", nil); err != nil || string(out) != "v2" {
+		t.Fatalf("host c after its apply: %q, %v", out, err)
 	}
 }
