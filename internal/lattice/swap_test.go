@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -469,4 +470,56 @@ func TestHostThatMissedASwapRunsNone(t *testing.T) {
 	if out, err := c.h.Call(ctx, "ver", nil); err != nil || string(out) != "v2" {
 		t.Fatalf("host c after its apply: %q, %v", out, err)
 	}
+}
+
+// TestLatticeSwapWaitsForCallsInFlight: a call runs on the old module
+// (300 ms of sim device latency) as the swap starts; the swap answers
+// only after that call has ended on its host, so no call runs the old
+// module once it has answered.
+func TestLatticeSwapWaitsForCallsInFlight(t *testing.T) {
+	url := startServer(t)
+	const lat = "swapdrain"
+	v2 := readVersion(t, "2")
+	a := join(t, url, lat, "a", manifestOpts{latency: 300 * time.Millisecond}, swapConfig())
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: 30 * time.Second})
+	ctx := waitCtx(t, 30*time.Second)
+	if err := f.WaitFor(ctx, func() bool { return len(f.Serving("steady")) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	pool := a.d.Pool("steady")
+	before := pool.Status().Calls
+	done := make(chan error, 1)
+	go func() {
+		out, err := f.Call(ctx, "steady", nil)
+		if err == nil && string(out) != "ok" {
+			err = errors.New("got " + string(out))
+		}
+		done <- err
+	}()
+	// The call holds the one instance: TryAcquire finds none free.
+	for {
+		turn := pool.TryAcquire()
+		if turn == nil {
+			break
+		}
+		turn.Release()
+		if ctx.Err() != nil {
+			t.Fatal("the call never took the instance")
+		}
+		runtime.Gosched()
+	}
+	ans, err := f.SwapSession(ctx, lattice.DesiredModule{Session: "steady", Module: "ver2", SHA256: v2.sha}, v2.bin)
+	if err != nil {
+		t.Fatalf("swap: %v", err)
+	}
+	if got := pool.Status().Calls; got != before+1 {
+		t.Fatalf("the swap answered (%.1f ms) while the call on the old module still ran: %d calls ended, want %d", ans.TookMS, got-before, 1)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the call in flight: %v", err)
+	}
+	if out, err := f.Call(ctx, "steady", nil); err != nil || string(out) != "v2" {
+		t.Fatalf("after the swap: %q, %v", out, err)
+	}
+	t.Logf("the swap answered after %.1f ms, once the call in flight had ended", ans.TookMS)
 }
