@@ -38,3 +38,9 @@ func SetHold(h *Host, f func()) {
 // SetApplyHold makes every apply of the lattice's desired module on h
 // run f first: blocking in f stands for a host slow to apply, or away.
 func SetApplyHold(h *Host, f func()) { h.applyHold.Store(&f) }
+
+// SetModelRetry sets how long after a failed apply of the lattice's
+// desired module a host tries again; it returns the previous value.
+func SetModelRetry(d time.Duration) time.Duration {
+	return time.Duration(modelRetry.Swap(int64(d)))
+}

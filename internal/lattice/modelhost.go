@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stagehost/stagehost/deploy"
@@ -23,11 +24,19 @@ type modelState struct {
 	// why.
 	applied, failed uint64
 	why             string
+	failedAt        time.Time
 	// hostOnly: a per-host swap since the desired revision pinned, which
 	// the host runs until the lattice's next swap.
 	hostOnly bool
 	pinned   uint64
 }
+
+// modelRetry is how long after a failed apply a host tries the same
+// revision again (the module store may have been unreachable, a device
+// lost for a moment). A variable for the tests.
+var modelRetry atomic.Int64 // nanoseconds
+
+func init() { modelRetry.Store(int64(10 * time.Second)) }
 
 // drainPoll is how often a host checks whether the calls on a session's
 // replaced instances have ended, before it acknowledges a swap.
@@ -121,7 +130,7 @@ func (h *Host) applyDesired(ctx context.Context, hs *hostSession) bool {
 	}
 	m := &hs.model
 	m.mu.Lock()
-	if m.applied >= dm.Revision || m.failed == dm.Revision || (m.hostOnly && dm.Revision <= m.pinned) {
+	if m.applied >= dm.Revision || (m.failed == dm.Revision && time.Since(m.failedAt) < time.Duration(modelRetry.Load())) || (m.hostOnly && dm.Revision <= m.pinned) {
 		m.mu.Unlock()
 		return false
 	}
@@ -131,7 +140,7 @@ func (h *Host) applyDesired(ctx context.Context, hs *hostSession) bool {
 	err := h.apply(ctx, hs, dm)
 	m.mu.Lock()
 	if err != nil {
-		m.failed, m.why = dm.Revision, publicLine(err.Error())
+		m.failed, m.why, m.failedAt = dm.Revision, publicLine(err.Error()), time.Now()
 	} else {
 		m.applied, m.failed, m.why, m.hostOnly = dm.Revision, 0, "", false
 	}
@@ -211,6 +220,8 @@ func (h *Host) watchModels() {
 		<-h.stop
 		cancel()
 	}()
+	retry := time.NewTicker(time.Duration(modelRetry.Load()))
+	defer retry.Stop()
 	for {
 		changed := h.models.changed.wait()
 		beat := false
@@ -232,6 +243,7 @@ func (h *Host) watchModels() {
 		case <-h.stop:
 			return
 		case <-changed:
+		case <-retry.C: // failed applies are tried again
 		}
 	}
 }

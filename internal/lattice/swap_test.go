@@ -1,6 +1,7 @@
 package lattice_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -522,4 +523,58 @@ func TestLatticeSwapWaitsForCallsInFlight(t *testing.T) {
 		t.Fatalf("after the swap: %q, %v", out, err)
 	}
 	t.Logf("the swap answered after %.1f ms, once the call in flight had ended", ans.TookMS)
+}
+
+// TestFailedApplyIsTriedAgain: a host joins while the swapped module's
+// bytes are missing from the modules store: it joins with the session
+// refused (model_failed, model_error, not serving) and runs nothing;
+// once the bytes are back it applies the swap at its next try and
+// serves the new version.
+func TestFailedApplyIsTriedAgain(t *testing.T) {
+	old := lattice.SetModelRetry(100 * time.Millisecond)
+	t.Cleanup(func() { lattice.SetModelRetry(old) }) // after the hosts' cleanups
+	url := startServer(t)
+	const lat = "swapretry"
+	v2 := readVersion(t, "2")
+	a := joinVersion(t, url, lat, "a")
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: 30 * time.Second})
+	ctx := waitCtx(t, 30*time.Second)
+	if err := f.WaitFor(ctx, func() bool { return len(f.Serving("ver")) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	ans, err := f.SwapSession(ctx, lattice.DesiredModule{Session: "ver", Module: "ver", SHA256: v2.sha}, v2.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, lattice.ModulesStore(lat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Delete(ctx, v2.sha); err != nil {
+		t.Fatal(err)
+	}
+	c := joinVersion(t, url, lat, "c")
+	if sc := recordOf(c.h); sc.ModelFailed != ans.Revision || sc.ModelError == "" || sc.State != "refused" || sc.Serving || sc.StageSHA256 == v2.sha {
+		t.Fatalf("host c joined without the module's bytes: %+v", sc)
+	}
+	if _, err := c.h.Call(ctx, "ver", nil); lattice.Class(err) != errdefs.ClassUnavailable {
+		t.Fatalf("host c's call before it applied the swap: %v, want unavailable", err)
+	}
+	if _, err := obs.Put(ctx, jetstream.ObjectMeta{Name: v2.sha}, bytes.NewReader(v2.bin)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WaitFor(ctx, func() bool {
+		sc, _ := running(f, "c")
+		return sc.StageSHA256 == v2.sha && sc.ModelRevision == ans.Revision && sc.Serving && sc.ModelFailed == 0
+	}); err != nil {
+		sc, _ := running(f, "c")
+		t.Fatalf("host c after the bytes came back: %+v", sc)
+	}
+	if out, err := c.h.Call(ctx, "ver", nil); err != nil || string(out) != "v2" {
+		t.Fatalf("host c: %q, %v", out, err)
+	}
 }
