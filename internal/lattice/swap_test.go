@@ -210,6 +210,7 @@ func TestHostOnlySwapHeartbeatsAtOnce(t *testing.T) {
 	if _, _, err := a.d.LoadModule(ctx, deploy.ModuleRequest{Name: "ver", SHA256: v2.sha}, v2.bin, "upload"); err != nil {
 		t.Fatal(err)
 	}
+	swapped := time.Now()
 	res, err := a.h.Swap(ctx, "ver", "ver@"+v2.sha)
 	if err != nil || !res.Swapped {
 		t.Fatalf("host-only swap: %+v, %v", res, err)
@@ -222,6 +223,7 @@ func TestHostOnlySwapHeartbeatsAtOnce(t *testing.T) {
 		sc, _ := running(f, "a")
 		t.Fatalf("host a's heartbeat 2 s after its swap: %+v (want stage %s, host_only)", sc, v2.sha)
 	}
+	t.Logf("the front's view showed the swap %v after it started", time.Since(swapped))
 	if sc, _ := running(f, "b"); sc.StageSHA256 != v1.sha || sc.HostOnly {
 		t.Fatalf("host b's heartbeat: %+v", sc)
 	}
