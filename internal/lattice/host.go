@@ -267,9 +267,11 @@ type hostSession struct {
 }
 
 // NewHost joins d to a lattice over nc: it opens (creating them if
-// needed) the lattice's buckets, registers an endpoint per session that
-// could be created and two per resident session (start, status), and
-// publishes its first heartbeat before it returns.
+// needed) the lattice's buckets, swaps each session whose module the
+// lattice swapped lattice-wide to that module (modelhost.go), registers
+// an endpoint per session that can serve and two per resident session
+// (start, status), and publishes its first heartbeat before it returns.
+// It then follows the lattice's swaps until Close.
 // Close leaves the lattice; nc stays the caller's.
 func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostConfig) (*Host, error) {
 	cfg.defaults()
