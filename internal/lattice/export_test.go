@@ -1,6 +1,9 @@
 package lattice
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetLeaving marks h as leaving (or not) without stopping its endpoints:
 // the moment between the start of Close and its endpoints stopping,
@@ -43,4 +46,10 @@ func SetApplyHold(h *Host, f func()) { h.applyHold.Store(&f) }
 // desired module a host tries again; it returns the previous value.
 func SetModelRetry(d time.Duration) time.Duration {
 	return time.Duration(modelRetry.Swap(int64(d)))
+}
+
+// WaitCommitted waits until h's view of the models bucket shows
+// revision rev of session's desired module committed, or ctx ends.
+func WaitCommitted(ctx context.Context, h *Host, session string, rev uint64) error {
+	return h.models.changed.waitFor(ctx, func() bool { return h.models.committed(session) >= rev })
 }

@@ -644,6 +644,9 @@ func (h *Host) tryCall(ctx context.Context, session string, input []byte) (out [
 	if _, refused := h.refused(hs); refused {
 		return nil, nil, false
 	}
+	if h.unapplied(hs) != "" {
+		return nil, nil, false // behind the lattice's module: through the lattice
+	}
 	if hs.place != nil && !hs.place.holds() {
 		return nil, nil, false // another host serves it: through the lattice
 	}

@@ -465,6 +465,20 @@ func TestHostThatMissedASwapRunsNone(t *testing.T) {
 	if _, err := c.h.Call(ctx, "ver", nil); lattice.Class(err) != errdefs.ClassUnavailable {
 		t.Fatalf("host c's own call before it applied the swap: %v, want unavailable", err)
 	}
+	// c's own front (serve's: Local is c) runs nothing on c either, once
+	// c's view has the commit: its calls go through the lattice.
+	if err := lattice.WaitCommitted(ctx, c.h, "ver", ans.Revision); err != nil {
+		t.Fatal(err)
+	}
+	fc := newFront(t, url, lat, lattice.FrontConfig{TTL: 30 * time.Second, Local: c.h})
+	for i := range 10 {
+		if out, err := fc.Call(ctx, "ver", nil); err != nil || string(out) != "v2" {
+			t.Fatalf("call %d through c's own front: %q, %v", i, out, err)
+		}
+	}
+	if got := c.d.Pool("ver").Status().Calls; got != ran {
+		t.Fatalf("host c ran %d calls of its own front with the old module", got-ran)
+	}
 	releaseOnce.Do(func() { close(release) })
 	if err := f.WaitFor(ctx, func() bool { sc, _ := running(f, "c"); return sc.StageSHA256 == v2.sha && sc.Serving }); err != nil {
 		sc, _ := running(f, "c")
