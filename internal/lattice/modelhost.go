@@ -57,23 +57,15 @@ func (hs *hostSession) running() string {
 	return hs.stage
 }
 
-// unapplied says why the host must not run the session's calls: the
-// lattice's desired module could not be applied here (the session runs
-// another module than the lattice's); "" when it may.
+// unapplied says why the host must not run the session's calls: a swap
+// of the lattice was committed (every live host acknowledged it) and
+// this host has not applied it, so it runs a module that no other host
+// runs any more; "" when it may. A swap this host failed to apply, not
+// committed, leaves it serving its module (the swap's answer says so).
 func (h *Host) unapplied(hs *hostSession) string {
-	dm, ok := h.models.lookup(hs.name)
-	if !ok {
-		return ""
-	}
 	m := &hs.model
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.hostOnly && dm.Revision <= m.pinned {
-		return ""
-	}
-	if m.failed == dm.Revision && m.applied < dm.Revision {
-		return fmt.Sprintf("the lattice's module for it, %s@%s (revision %d), could not be applied on this host: %s", dm.Module, dm.SHA256, dm.Revision, m.why)
-	}
 	if c := h.models.committed(hs.name); m.behind(c) {
 		return fmt.Sprintf("it has not applied revision %d of the lattice's module for it yet (the swap was committed without this host)", c)
 	}
@@ -266,7 +258,9 @@ func (h *Host) settled(hs *hostSession) {
 //
 // [errdefs.ErrNotFound] for a session the host does not have or an
 // unknown module; [errdefs.ErrInvalidArgument] for a module in the
-// shared quarantine (nothing is swapped) and as SwapSession.
+// shared quarantine (read from its bucket; nothing is swapped) and as
+// SwapSession; an [*Error] of class unavailable when the quarantine
+// bucket cannot be read.
 func (h *Host) Swap(ctx context.Context, session, ref string) (deploy.SwapResult, error) {
 	hs := h.sessions[session]
 	if hs == nil {
@@ -276,7 +270,9 @@ func (h *Host) Swap(ctx context.Context, session, ref string) (deploy.SwapResult
 	if err != nil {
 		return deploy.SwapResult{}, err
 	}
-	if p, ok := h.q.Lookup(info.SHA256); ok {
+	if p, ok, err := h.q.Get(ctx, info.SHA256); err != nil {
+		return deploy.SwapResult{}, unavailable(h.cfg.ID, "swap of session %q: %v", session, err)
+	} else if ok {
 		return deploy.SwapResult{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "module %s is quarantined lattice-wide (%s): clear it first (DELETE /v1/lattice/quarantine/%s)", info.Ref, p.Reason, info.SHA256)
 	}
 	h.swapMu.Lock()

@@ -61,18 +61,21 @@ type SwapHost struct {
 // desired module before it serves the session.
 //
 // On an error after the record was written, the record stays (nothing is
-// rolled back): the hosts that have not applied it apply it when they
-// can; a host whose apply failed refuses the session's calls. The
-// answer then lists each host and what it said.
+// rolled back) and the swap is not committed: the hosts that have not
+// applied it keep serving their module and apply it when they can (a
+// failed apply is tried again every 10 s). The answer then lists each
+// host and what it said.
 //
 // # Errors
 //
 //   - invalid_argument: a bad session name, bin whose sha256 is not
-//     dm.SHA256, or a module in the shared quarantine (nothing is
-//     written);
+//     dm.SHA256, or a module in the shared quarantine (read from its
+//     bucket, not this front's view; nothing is written);
 //   - not_found: no heartbeat named the session since the front started;
-//   - unavailable: the modules store or the models bucket could not be
-//     written, or a host's apply failed (each named, with its error);
+//   - unavailable: the quarantine bucket could not be read, the modules
+//     store or the models bucket could not be written, or an apply
+//     failed on every host that did not acknowledge (each named, with
+//     its error; those hosts keep serving their module);
 //   - deadline_exceeded: ctx's deadline (or [DefaultSwapTimeout]) passed
 //     before every host acknowledged; the hosts that did not are named.
 func (f *Front) SwapSession(ctx context.Context, dm DesiredModule, bin []byte) (SwapAnswer, error) {
@@ -84,7 +87,9 @@ func (f *Front) SwapSession(ctx context.Context, dm DesiredModule, bin []byte) (
 	if got := stages.SHA256(bin); got != dm.SHA256 {
 		return ans, &Error{Class: errdefs.ClassInvalidArgument, Message: fmt.Sprintf("module %s: its bytes hash to %s, not %s", dm.Module, got, dm.SHA256)}
 	}
-	if p, ok := f.q.Lookup(dm.SHA256); ok {
+	if p, ok, err := f.q.Get(ctx, dm.SHA256); err != nil {
+		return ans, unavailable("", "swap of session %q: %v", dm.Session, err)
+	} else if ok {
 		return ans, refusedSwap(ans.To, p)
 	}
 	if !f.Known(dm.Session) {
@@ -108,18 +113,19 @@ func (f *Front) SwapSession(ctx context.Context, dm DesiredModule, bin []byte) (
 	var pending, failed []string
 	check := func() bool {
 		ans.Hosts, pending, failed = f.swapState(dm.Session, dm.SHA256, rev)
-		return len(pending) == 0
+		return len(pending) == len(failed) // none still applying: each acknowledged or failed
 	}
+	// The state the last check saw: the one that held, or the last one
+	// before the deadline.
 	werr := f.WaitFor(ctx, check)
-	check()
 	ans.TookMS = float64(time.Since(start).Microseconds()) / 1000
 	switch {
-	case len(failed) > 0 && len(pending) == len(failed):
-		return ans, unavailable("", "swap of session %q to %s (revision %d): applying it failed on %s; those hosts refuse the session's calls; the lattice's module for the session stays %s",
-			dm.Session, ans.To, rev, strings.Join(failed, "; "), ans.To)
+	case werr == nil && len(failed) > 0:
+		return ans, unavailable("", "swap of session %q to %s (revision %d): applying it failed on %s; those hosts keep serving their module and try again every %v; the swap is not committed",
+			dm.Session, ans.To, rev, strings.Join(failed, "; "), time.Duration(modelRetry.Load()))
 	case werr != nil:
-		return ans, &Error{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("swap of session %q to %s (revision %d): not acknowledged within the deadline by %s; the lattice's module for the session stays %s: they apply it when they can, and keep running their module meanwhile",
-			dm.Session, ans.To, rev, strings.Join(pending, ", "), ans.To)}
+		return ans, &Error{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("swap of session %q to %s (revision %d): not acknowledged within the deadline by %s; the swap is not committed: those hosts keep serving their module until they apply it",
+			dm.Session, ans.To, rev, strings.Join(pending, ", "))}
 	}
 	// Committed: a host that missed the swap (it was away) refuses the
 	// session's calls until it has applied it, and so do the calls of

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -592,5 +593,65 @@ func TestFailedApplyIsTriedAgain(t *testing.T) {
 	}
 	if out, err := c.h.Call(ctx, "ver", nil); err != nil || string(out) != "v2" {
 		t.Fatalf("host c: %q, %v", out, err)
+	}
+}
+
+// TestFailedSwapIsReported: a swap to a module whose instances cannot be
+// made (its stagehost_init traps) fails on both hosts: the answer names
+// each with its error, and both keep serving version 1. A swap that one
+// host does not acknowledge within the deadline names that host only;
+// the other already runs version 2.
+func TestFailedSwapIsReported(t *testing.T) {
+	url := startServer(t)
+	const lat = "swapfail"
+	v2 := readVersion(t, "2")
+	a, b := joinVersion(t, url, lat, "a"), joinVersion(t, url, lat, "b")
+	f := newFront(t, url, lat, lattice.FrontConfig{TTL: 30 * time.Second})
+	ctx := waitCtx(t, 30*time.Second)
+	if err := f.WaitFor(ctx, func() bool { return len(f.Serving("ver")) == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	trap, err := os.ReadFile(filepath.Join(repo, "stages/testdata/hostile/trap_init.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans, err := f.SwapSession(ctx, lattice.DesiredModule{Session: "ver", Module: "trap", SHA256: stages.SHA256(trap)}, trap)
+	var le *lattice.Error
+	if !errors.As(err, &le) || le.Class != errdefs.ClassUnavailable || !strings.Contains(le.Message, "host a:") || !strings.Contains(le.Message, "host b:") {
+		t.Fatalf("a swap whose instances cannot be made: %v, want unavailable naming hosts a and b", err)
+	}
+	for _, h := range ans.Hosts {
+		if h.Acknowledged || h.Error == "" {
+			t.Fatalf("host %+v: want its error", h)
+		}
+	}
+	for _, m := range []*member{a, b} {
+		if out, err := m.h.Call(ctx, "ver", nil); err != nil || string(out) != "v1" {
+			t.Fatalf("host %s after the failed swap: %q, %v", m.id, out, err)
+		}
+	}
+	t.Logf("failed swap: %v", err)
+
+	// b does not apply within the deadline.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	lattice.SetApplyHold(b.h, func() { <-release })
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	_, err = f.SwapSession(short, lattice.DesiredModule{Session: "ver", Module: "ver", SHA256: v2.sha}, v2.bin)
+	if !errors.As(err, &le) || le.Class != errdefs.ClassDeadlineExceeded || !strings.Contains(le.Message, "host b") || strings.Contains(le.Message, "host a") {
+		t.Fatalf("a swap host b did not acknowledge: %v, want deadline_exceeded naming host b only", err)
+	}
+	t.Logf("timed out: %v", err)
+	if out, err := a.h.Call(ctx, "ver", nil); err != nil || string(out) != "v2" {
+		t.Fatalf("host a after the swap timed out: %q, %v", out, err)
+	}
+	if out, err := b.h.Call(ctx, "ver", nil); err != nil || string(out) != "v1" {
+		t.Fatalf("host b, still applying: %q, %v", out, err)
+	}
+	releaseOnce.Do(func() { close(release) })
+	if err := f.WaitFor(ctx, func() bool { sc, _ := running(f, "b"); return sc.StageSHA256 == v2.sha }); err != nil {
+		t.Fatal(err)
 	}
 }
