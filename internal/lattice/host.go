@@ -131,7 +131,7 @@ type SessionCapacity struct {
 	// Module names that module (its [[module]] name, or the name it
 	// was loaded under).
 	Module string `json:"module,omitempty"`
-	State  string `json:"state"` // deploy's session state; "refused" while its module is quarantined lattice-wide, or the lattice's module could not be applied
+	State  string `json:"state"` // deploy's session state; "refused" while its module is quarantined lattice-wide, or a lattice-wide swap was committed without this host
 	Reason string `json:"reason,omitempty"`
 	// Serving: the host takes calls to the session (its endpoint is
 	// registered and the session is neither failed, fully out of
@@ -155,7 +155,7 @@ type SessionCapacity struct {
 	// the session acknowledged its revision here.
 	ModelRevision uint64 `json:"model_revision,omitempty"`
 	// ModelFailed is a newer revision whose apply failed, and ModelError
-	// why: the host refuses the session's calls (state "refused").
+	// why: the host serves its module meanwhile, and tries again.
 	ModelFailed uint64 `json:"model_failed,omitempty"`
 	ModelError  string `json:"model_error,omitempty"`
 	// HostOnly: the session runs a module swapped on this host only
