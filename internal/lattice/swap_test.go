@@ -637,7 +637,7 @@ func TestFailedSwapIsReported(t *testing.T) {
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	lattice.SetApplyHold(b.h, func() { <-release })
-	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, err = f.SwapSession(short, lattice.DesiredModule{Session: "ver", Module: "ver", SHA256: v2.sha}, v2.bin)
 	if !errors.As(err, &le) || le.Class != errdefs.ClassDeadlineExceeded || !strings.Contains(le.Message, "host b") || strings.Contains(le.Message, "host a") {
