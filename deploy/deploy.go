@@ -328,6 +328,14 @@ func (d *Deployment) openSessions(ctx context.Context, opt Config) error {
 			continue
 		}
 		s := d.newSession(ms)
+		if mm := m.Module(ms.Stage); s.stage != nil && mm != nil {
+			// The stage module's declared requirements (abi/ABI.md §7):
+			// a module the session cannot serve stops the start-up,
+			// as a manifest error would, rather than fail in a call.
+			if err := s.stage.Requires().Check(ms.Stage, ms.Offer(mm.WASI)); err != nil {
+				return fmt.Errorf("session %q: %w", ms.Name, err)
+			}
+		}
 		if err := s.open(ctx); err != nil {
 			if ctx.Err() != nil {
 				return err // start-up was cancelled: no session is to blame
