@@ -836,6 +836,17 @@ func (s *Pool) Acquire(ctx context.Context) (*Turn, error) {
 	return nil, err
 }
 
+// Module returns the stage module this turn's instance runs.
+func (t *Turn) Module() *stages.Module { return t.m.val.stage }
+
+// Module returns the session's current stage module (the one new calls
+// run), nil when it is not loaded.
+func (s *Pool) Module() *stages.Module {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stage
+}
+
 // TryAcquire takes a free instance of the session for one call if one is
 // free now and no caller is waiting, and returns nil otherwise (a session
 // that failed, or whose instances are all busy or out of service). It
