@@ -325,3 +325,33 @@ func TestOIPMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestUploadAndSwapRefuseUnmetRequirements: over HTTP, an upload of a
+// new version of a session's module, and a swap to a module, that need
+// what the session lacks are 409 failed_precondition, listing every
+// missing item, and the session keeps serving.
+func TestUploadAndSwapRefuseUnmetRequirements(t *testing.T) {
+	h, _ := openOIP(t)
+	needy, needySHA := echoWith(t, &abi.Requires{Programs: []string{"matmul", "softmax"}, Weights: []string{"digits"}})
+	bin, err := os.ReadFile(needy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `module "raw" needs programs "matmul", "softmax" not listed by session "raw"; weights "digits": session "raw" lists no weights`
+	a := do(h, "PUT", "/v1/modules/raw?sha256="+needySHA, bin)
+	var e service.ErrorBody
+	if err := json.Unmarshal(a.body, &e); err != nil || a.status != 409 || e.Class != "failed_precondition" || !strings.Contains(e.Error, want) {
+		t.Fatalf("upload: %d %s", a.status, a.body)
+	}
+	if a = do(h, "PUT", "/v1/modules/other?sha256="+needySHA, bin); a.status != 201 {
+		t.Fatalf("upload under a name no session has: %d %s", a.status, a.body)
+	}
+	a = do(h, "POST", "/v1/sessions/raw/swap", []byte(`{"stage": "other"}`))
+	if err := json.Unmarshal(a.body, &e); err != nil || a.status != 409 || e.Class != "failed_precondition" ||
+		e.Error != `session "raw" keeps its module: module "other" needs programs "matmul", "softmax" not listed by session "raw"; weights "digits": session "raw" lists no weights` {
+		t.Fatalf("swap: %d %s", a.status, a.body)
+	}
+	if a = do(h, "POST", "/v1/sessions/raw/run", []byte("still")); a.status != 200 || string(a.body) != "still" {
+		t.Fatalf("after the refusals: %d %s", a.status, a.body)
+	}
+}
