@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -231,8 +230,8 @@ func oipBodyLimit(maxInput int64) int64 {
 	return 8*maxInput + 1<<20
 }
 
-func (c *oipCall) bodyLimit(session string, maxInput int64) (int64, string) {
-	return oipBodyLimit(maxInput), fmt.Sprintf("session %q's infer limit (8 × max_input + 1MiB)", session)
+func (c *oipCall) bodyLimit(_ string, maxInput int64) (int64, string) {
+	return oipBodyLimit(maxInput), "the session's infer body limit (8 × max_input + 1MiB)"
 }
 
 // boolParam reads a boolean parameter; absent is false.
@@ -248,15 +247,20 @@ func boolParam(what string, params map[string]any, key string) (bool, error) {
 	return b, nil
 }
 
-// sizeParam reads binary_data_size: -1 when absent.
-func sizeParam(what string, params map[string]any) (int64, error) {
+// inputName names an input in an error.
+type inputName string
+
+func (n inputName) String() string { return fmt.Sprintf("input %q", string(n)) }
+
+// sizeParam reads input's binary_data_size: -1 when absent.
+func sizeParam(input string, params map[string]any) (int64, error) {
 	v, ok := params["binary_data_size"]
 	if !ok {
 		return -1, nil
 	}
 	f, ok := v.(float64)
 	if !ok || f < 0 || f != math.Trunc(f) || f > 1<<53 {
-		return 0, oipErrorf("%s: parameter binary_data_size is %v, not a size in bytes", what, v)
+		return 0, oipErrorf("input %q: parameter binary_data_size is %v, not a size in bytes", input, v)
 	}
 	return int64(f), nil
 }
@@ -285,12 +289,17 @@ func (c *oipCall) input(r *http.Request, session string, mod *stages.Module, max
 		}
 		head, bin = body[:n], body[n:]
 	}
-	if err := json.Unmarshal(head, &c.req); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return nil, oipErrorf("the request's %s: a JSON %s where %s is wanted", te.Field, te.Value, te.Type)
+	// The fast reader (oipscan.go) first; encoding/json, whose answer
+	// stands, for what it does not read.
+	if !scanInferRequest(head, &c.req) {
+		c.req = oipRequest{}
+		if err := json.Unmarshal(head, &c.req); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) && te.Field != "" {
+				return nil, oipErrorf("the request's %s: a JSON %s where %s is wanted", te.Field, te.Value, te.Type)
+			}
+			return nil, oipErrorf("the request is not an inference request's JSON: %v", err)
 		}
-		return nil, oipErrorf("the request is not an inference request's JSON: %v", err)
 	}
 	if _, err := boolParam("the request", c.req.Parameters, "binary_data_output"); err != nil {
 		return nil, err
@@ -305,8 +314,10 @@ func (c *oipCall) input(r *http.Request, session string, mod *stages.Module, max
 				return nil, oipErrorf("output %q is requested twice", o.Name)
 			}
 		}
-		if _, err := boolParam(fmt.Sprintf("output %q", o.Name), o.Parameters, "binary_data"); err != nil {
-			return nil, err
+		if v, ok := o.Parameters["binary_data"]; ok {
+			if _, isBool := v.(bool); !isBool {
+				return nil, oipErrorf("output %q: parameter binary_data is %v, not a boolean", o.Name, v)
+			}
 		}
 	}
 	// Inputs: each declared one exactly once, then in declaration order.
@@ -333,8 +344,7 @@ func (c *oipCall) input(r *http.Request, session string, mod *stages.Module, max
 	binOff := make([]int64, len(c.req.Inputs))
 	var binUsed int64
 	for i, in := range c.req.Inputs {
-		what := fmt.Sprintf("input %q", in.Name)
-		n, err := sizeParam(what, in.Parameters)
+		n, err := sizeParam(in.Name, in.Parameters)
 		if err != nil {
 			return nil, err
 		}
@@ -343,13 +353,13 @@ func (c *oipCall) input(r *http.Request, session string, mod *stages.Module, max
 			continue
 		}
 		if r.Header.Get(InferHeaderLength) == "" {
-			return nil, oipErrorf("%s: binary_data_size without the %s header", what, InferHeaderLength)
+			return nil, oipErrorf("input %q: binary_data_size without the %s header", in.Name, InferHeaderLength)
 		}
 		if len(in.Data) > 0 && string(in.Data) != "null" {
-			return nil, oipErrorf("%s: both data and binary_data_size", what)
+			return nil, oipErrorf("input %q: both data and binary_data_size", in.Name)
 		}
 		if binUsed+n > int64(len(bin)) {
-			return nil, oipErrorf("%s: binary_data_size %d passes the end of the binary data (%d bytes after the JSON, %d taken by the inputs before it)", what, n, len(bin), binUsed)
+			return nil, oipErrorf("input %q: binary_data_size %d passes the end of the binary data (%d bytes after the JSON, %d taken by the inputs before it)", in.Name, n, len(bin), binUsed)
 		}
 		binOff[i] = binUsed
 		binUsed += n
@@ -360,7 +370,7 @@ func (c *oipCall) input(r *http.Request, session string, mod *stages.Module, max
 	input := make([]byte, 0, 256)
 	for k, d := range c.decl.Inputs {
 		in := c.req.Inputs[byDecl[k]]
-		what := fmt.Sprintf("input %q", in.Name)
+		what := inputName(in.Name)
 		if in.Datatype != d.Datatype {
 			return nil, oipErrorf("%s: datatype %q, the model declares %s", what, in.Datatype, d.Datatype)
 		}
@@ -375,7 +385,7 @@ func (c *oipCall) input(r *http.Request, session string, mod *stages.Module, max
 			return nil, errdefs.Errorf(errdefs.ErrOutOfBudget, "%s: shape %s makes the stage's input larger than %s of %d bytes", what, shapeString(in.Shape), maxInputName(session), maxInput)
 		}
 		if off := binOff[byDecl[k]]; off >= 0 {
-			n, _ := sizeParam(what, in.Parameters)
+			n, _ := sizeParam(in.Name, in.Parameters)
 			if n != size {
 				return nil, oipErrorf("%s: binary_data_size %d, but shape %s of %s is %d bytes", what, n, shapeString(in.Shape), d.Datatype, size)
 			}
@@ -430,7 +440,7 @@ func (c *oipCall) answer(w http.ResponseWriter, out []byte) error {
 		k      int
 		binary bool
 	}
-	var picks []pick
+	picks := make([]pick, 0, 8)
 	if len(c.req.Outputs) == 0 {
 		for k := range c.decl.Outputs {
 			picks = append(picks, pick{k, binaryAll})
@@ -499,11 +509,9 @@ func (c *oipCall) answer(w http.ResponseWriter, out []byte) error {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set(InferHeaderLength, strconv.Itoa(len(js)))
 	w.Header().Set("Content-Length", strconv.Itoa(total))
-	buf := bytes.NewBuffer(make([]byte, 0, total))
-	buf.Write(js)
+	_, _ = w.Write(js)
 	for _, t := range tail {
-		buf.Write(t)
+		_, _ = w.Write(t)
 	}
-	_, _ = w.Write(buf.Bytes())
 	return nil
 }

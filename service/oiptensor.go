@@ -43,7 +43,7 @@ func elements(shape []int64, limit int64) (int64, bool) {
 
 // checkShape checks a request's shape against a declared one: the same
 // rank, and every fixed dimension equal.
-func checkShape(what string, got, declared []int64) error {
+func checkShape(what inputName, got, declared []int64) error {
 	if len(got) != len(declared) {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: shape %s has rank %d, the model declares %s (rank %d)",
 			what, shapeString(got), len(got), shapeString(declared), len(declared))
@@ -65,7 +65,7 @@ func checkShape(what string, got, declared []int64) error {
 // of elements; an element that is not a number of dt (a string, null, an
 // object, a fraction for an integer type, a value out of range, a
 // number for BOOL) is an error naming its index.
-func appendJSONData(dst []byte, what string, data []byte, dt string) ([]byte, int, error) {
+func appendJSONData(dst []byte, what inputName, data []byte, dt string) ([]byte, int, error) {
 	bad := func(i int, tok []byte, why string) ([]byte, int, error) {
 		if len(tok) > 32 {
 			tok = append(tok[:32:32], "…"...)

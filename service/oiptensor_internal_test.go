@@ -1,7 +1,9 @@
 package service
 
 import (
+	"encoding/json"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -17,9 +19,9 @@ func TestHalfConversions(t *testing.T) {
 	}{
 		{0, 0}, {1, 0x3c00}, {-2, 0xc000}, {65504, 0x7bff}, {0.5, 0x3800},
 		{float32(math.Inf(1)), 0x7c00}, {70000, 0x7c00}, // overflow to infinity
-		{5.960464477539063e-08, 0x0001},                 // the smallest subnormal
-		{1 + 1.0/2048, 0x3c00},                          // a tie: to even (down)
-		{1 + 3.0/2048, 0x3c02},                          // a tie: to even (up)
+		{5.960464477539063e-08, 0x0001}, // the smallest subnormal
+		{1 + 1.0/2048, 0x3c00},          // a tie: to even (down)
+		{1 + 3.0/2048, 0x3c02},          // a tie: to even (up)
 	} {
 		if got := f32ToF16(tc.f); got != tc.h {
 			t.Errorf("f32ToF16(%g) = %#04x, want %#04x", tc.f, got, tc.h)
@@ -94,4 +96,44 @@ func appendJSONValuesInverse(t *testing.T, dt string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// FuzzScanInferRequest: what the fast reader reads, encoding/json reads
+// the same.
+func FuzzScanInferRequest(f *testing.F) {
+	f.Add([]byte(`{"id":"42","inputs":[{"name":"input0","shape":[2,2],"datatype":"UINT32","data":[1,2,3,4]}],"outputs":[{"name":"output0"}]}`))
+	f.Add([]byte(`{"parameters":{"binary_data_output":true,"x":1.5,"s":"t"},"inputs":[{"name":"x","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4}}]}`))
+	f.Add([]byte(`{"model_name":"m","extra":[{"a":null}],"inputs":[{"name":"x","data":[[1e3,-0.5],[2,3]],"shape":[2,2],"datatype":"FP32"}]}`))
+	f.Add([]byte(`{"Inputs":[],"id":"\u0041"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var fast oipRequest
+		if !scanInferRequest(b, &fast) {
+			return
+		}
+		var slow oipRequest
+		if err := json.Unmarshal(b, &slow); err != nil {
+			t.Fatalf("the fast reader read what encoding/json refuses (%v): %s", err, b)
+		}
+		norm := func(r *oipRequest) {
+			if len(r.Inputs) == 0 {
+				r.Inputs = nil
+			}
+			if len(r.Outputs) == 0 {
+				r.Outputs = nil
+			}
+			for i := range r.Inputs {
+				if len(r.Inputs[i].Shape) == 0 && r.Inputs[i].Shape != nil {
+					r.Inputs[i].Shape = []int64{}
+				}
+				if len(r.Inputs[i].Data) == 0 {
+					r.Inputs[i].Data = nil
+				}
+			}
+		}
+		norm(&fast)
+		norm(&slow)
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%s:\nfast %#v\nslow %#v", b, fast, slow)
+		}
+	})
 }
