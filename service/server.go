@@ -104,12 +104,15 @@ func configFromService(s manifest.Service) Config {
 //	GET  /metrics                     admin   Prometheus metrics
 //	GET  /debug/trace                 admin   the trace as Chrome trace-event JSON
 //	GET  /                            admin   the status page (HTML; statuspage.go); POST / signs a browser in
+//	GET  /v2, /v2/models, /v2/models/{name}[/versions/{v}][/ready]  invoke  the Open Inference Protocol's metadata (oip.go)
+//	POST /v2/models/{name}[/versions/{v}]/infer  invoke  a run with the protocol's tensors, on the run's path (serveRun)
 //	GET  /livez, /healthz, /v2/health/live    liveness: 200 while the process serves
 //	GET  /readyz, /v2/health/ready            readiness: 200, or 503 with the reasons
 //
 // Every error is JSON {"error", "class", "request_id"} (and "code" for a
 // stage's own failure), with the status of its class (errors.go); unknown
-// routes and methods included. Every response carries X-Request-Id.
+// routes and methods included; under /v2 it is the protocol's {"error"}
+// alone. Every response carries X-Request-Id.
 //
 // Besides the runtime's metrics, it exports stagehost_session_runs_total
 // by session and outcome (the class names of errors.go, the same counts
