@@ -88,6 +88,11 @@ device = "gpu0"
 name = "short"
 stage = "short"
 device = "gpu0"
+[[session]]
+name = "tiny"
+stage = "mymodel"
+device = "gpu0"
+max_input = "18B"
 `
 
 // openOIP serves oipManifest in-process; it returns the handler and
@@ -272,6 +277,9 @@ func TestOIPErrors(t *testing.T) {
 		{"POST", "/v2/models/short/infer", `{"inputs":[{"name":"a","shape":[4],"datatype":"UINT8","data":[1,2,3,4]}]}`, 500, `output "b": the stage's output of 4 bytes`},
 		{"POST", "/v2/models/f32/infer", `{"inputs":[{"name":"x","shape":[65,4],"datatype":"FP32","data":` + string(js) + `}]}`, 413, `larger than session "f32"'s max_input of 1024 bytes`},
 		{"DELETE", "/v2/models/mymodel", ``, 405, `not allowed`},
+		// Each input fits, both together (16 + 3 bytes) do not.
+		{"POST", "/v2/models/tiny/infer", `{"inputs":[{"name":"input0","shape":[2,2],"datatype":"UINT32","data":[1,2,3,4]},{"name":"input1","shape":[3],"datatype":"BOOL","data":[true,false,true]}]}`,
+			413, `input "input1": shape [3] makes the stage's input larger than session "tiny"'s max_input of 18 bytes`},
 	} {
 		a := do(h, tc.method, tc.path, []byte(tc.body))
 		var e map[string]any
@@ -316,7 +324,7 @@ func TestOIPMetadata(t *testing.T) {
 			Tensors bool
 		}
 	}
-	if err := json.Unmarshal(a.body, &list); err != nil || len(list.Models) != 4 || list.Models[0].Name != "f32" || !list.Models[0].Tensors || list.Models[2].Name != "raw" || list.Models[2].Tensors {
+	if err := json.Unmarshal(a.body, &list); err != nil || len(list.Models) != 5 || list.Models[0].Name != "f32" || !list.Models[0].Tensors || list.Models[2].Name != "raw" || list.Models[2].Tensors {
 		t.Fatalf("list: %v %s", err, a.body)
 	}
 	for _, p := range []string{"/v2/models/mymodel/ready", "/v2/models/mymodel/versions/1/ready"} {
@@ -353,5 +361,29 @@ func TestUploadAndSwapRefuseUnmetRequirements(t *testing.T) {
 	}
 	if a = do(h, "POST", "/v1/sessions/raw/run", []byte("still")); a.status != 200 || string(a.body) != "still" {
 		t.Fatalf("after the refusals: %d %s", a.status, a.body)
+	}
+}
+
+// TestOIPAuth: the /v2 routes need the invoke scope (the health routes
+// none), and refuse with the protocol's error body.
+func TestOIPAuth(t *testing.T) {
+	const invoke = "invoke-token-0123456789"
+	s := serveHostile(t, "", "", func(c *service.Config) { c.InvokeTokens = []string{invoke} })
+	for _, path := range []string{"/v2", "/v2/models", "/v2/models/steady", "/v2/models/steady/ready"} {
+		rec := s.do("GET", path, nil)
+		var e map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != 401 || rec.Header().Get("WWW-Authenticate") == "" || len(e) != 1 || e["error"] == nil {
+			t.Errorf("%s without a token: %d %s", path, rec.Code, rec.Body)
+		}
+		req := httptest.NewRequest("GET", path, nil)
+		req.Header.Set("Authorization", "Bearer "+invoke)
+		rr := httptest.NewRecorder()
+		s.srv.Handler().ServeHTTP(rr, req)
+		if rr.Code != 200 {
+			t.Errorf("%s with an invoke token: %d %s", path, rr.Code, rr.Body)
+		}
+	}
+	if rec := s.do("GET", "/v2/health/live", nil); rec.Code != 200 {
+		t.Errorf("health without a token: %d", rec.Code)
 	}
 }
