@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/service"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -99,6 +101,12 @@ max_input = "18B"
 // mymodel's version.
 func openOIP(t testing.TB) (http.Handler, string) {
 	t.Helper()
+	srv, version := openOIPServer(t)
+	return srv.Handler(), version
+}
+
+func openOIPServer(t testing.TB) (*service.Server, string) {
+	t.Helper()
 	my, mySHA := echoWith(t, &abi.Requires{
 		Inputs:  []abi.TensorSpec{tensor("input0", "UINT32", 2, 2), tensor("input1", "BOOL", 3)},
 		Outputs: []abi.TensorSpec{tensor("output0", "UINT32", 2, 2), tensor("output1", "BOOL", 3)}})
@@ -110,7 +118,7 @@ func openOIP(t testing.TB) (http.Handler, string) {
 	body := strings.NewReplacer("@MYMODEL@", my, "@MYMODELSHA@", mySHA, "@F32@", f32, "@F32SHA@", f32SHA,
 		"@RAW@", raw, "@RAWSHA@", rawSHA, "@SHORT@", short, "@SHORTSHA@", shortSHA).Replace(oipManifest)
 	d := open(t, body)
-	return service.NewServer(d, nil).Handler(), mySHA[:12]
+	return service.NewServer(d, nil), mySHA[:12]
 }
 
 type oipAnswer struct {
@@ -385,5 +393,42 @@ func TestOIPAuth(t *testing.T) {
 	}
 	if rec := s.do("GET", "/v2/health/live", nil); rec.Code != 200 {
 		t.Errorf("health without a token: %d", rec.Code)
+	}
+}
+
+// echoLattice routes every call, answering its input back, or answer.
+type echoLattice struct {
+	*fakeLattice
+}
+
+func (l echoLattice) Call(ctx context.Context, session string, input []byte) ([]byte, string, error) {
+	if _, _, err := l.fakeLattice.Call(ctx, session, input); err != nil {
+		return nil, "", err
+	}
+	return input, "", nil
+}
+
+// TestOIPInferThroughTheLattice: in a lattice an infer is routed as a
+// run (the tensors those of this host's module); one for a session only
+// another host has is 400; another host's error keeps its status, with
+// the protocol's body.
+func TestOIPInferThroughTheLattice(t *testing.T) {
+	srv, version := openOIPServer(t)
+	f := &fakeLattice{}
+	srv.SetLattice(echoLattice{f})
+	h := srv.Handler()
+	a := do(h, "POST", "/v2/models/mymodel/infer", testdata(t, "required_api_request.json", version))
+	if a.status != 200 || !reflect.DeepEqual(jsonOf(t, a.body), jsonOf(t, testdata(t, "required_api_response.json", version))) || len(f.calls) != 1 {
+		t.Fatalf("routed: %d %s (calls %v)", a.status, a.body, f.calls)
+	}
+	a = do(h, "POST", "/v2/models/far/infer", []byte(`{"inputs":[]}`))
+	if a.status != 400 || !strings.Contains(string(a.body), `model \"far\": its tensors are unknown on this host`) || len(f.calls) != 1 {
+		t.Fatalf("another host's session: %d %s", a.status, a.body)
+	}
+	f.answer = &errdefs.RemoteError{Class: errdefs.ClassBusy, Message: "session \"mymodel\" is busy on host h2", Host: "h2"}
+	a = do(h, "POST", "/v2/models/mymodel/infer", testdata(t, "required_api_request.json", version))
+	var e map[string]any
+	if err := json.Unmarshal(a.body, &e); err != nil || a.status != 429 || len(e) != 1 || e["error"] != `session "mymodel" is busy on host h2` {
+		t.Fatalf("a remote error: %d %s", a.status, a.body)
 	}
 }
