@@ -456,13 +456,12 @@ func (c *oipCall) answer(w http.ResponseWriter, out []byte) error {
 	}
 	js := make([]byte, 0, 128+8*len(out))
 	js = append(js, `{"model_name":`...)
-	js = strconv.AppendQuote(js, c.session) // session names are ASCII
+	js = appendJSONString(js, c.session)
 	js = append(js, `,"model_version":`...)
-	js = strconv.AppendQuote(js, c.version)
+	js = appendJSONString(js, c.version)
 	if c.req.ID != "" {
 		js = append(js, `,"id":`...)
-		id, _ := json.Marshal(c.req.ID)
-		js = append(js, id...)
+		js = appendJSONString(js, c.req.ID)
 	}
 	js = append(js, `,"outputs":[`...)
 	var tail [][]byte
@@ -473,7 +472,7 @@ func (c *oipCall) answer(w http.ResponseWriter, out []byte) error {
 			js = append(js, ',')
 		}
 		js = append(js, `{"name":`...)
-		js = strconv.AppendQuote(js, t.Name)
+		js = appendJSONString(js, t.Name)
 		js = append(js, `,"datatype":"`...)
 		js = append(js, t.Datatype...)
 		js = append(js, `","shape":[`...)
@@ -514,4 +513,19 @@ func (c *oipCall) answer(w http.ResponseWriter, out []byte) error {
 		_, _ = w.Write(t)
 	}
 	return nil
+}
+
+// appendJSONString appends s as a JSON string: as it is when it is
+// printable ASCII without a quote or a backslash, else as encoding/json
+// writes it.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
