@@ -432,3 +432,32 @@ func TestOIPInferThroughTheLattice(t *testing.T) {
 		t.Fatalf("a remote error: %d %s", a.status, a.body)
 	}
 }
+
+// TestOIPRawBinaryRequest: the binary extension's raw request
+// (Inference-Header-Content-Length: 0, the body the one input's bytes)
+// gets every output as binary; a model of two inputs refuses it.
+func TestOIPRawBinaryRequest(t *testing.T) {
+	h, _ := openOIP(t)
+	raw := make([]byte, 4*8) // 2 rows of 4 FP32
+	for i := range raw {
+		raw[i] = byte(i)
+	}
+	a := do(h, "POST", "/v2/models/f32/infer", raw, "Content-Type", "application/octet-stream", service.InferHeaderLength, "0")
+	n, _ := strconv.Atoi(a.header.Get(service.InferHeaderLength))
+	if a.status != 200 || n == 0 || !bytes.Equal(a.body[n:], raw) || !strings.Contains(string(a.body[:n]), `"shape":[2,4],"parameters":{"binary_data_size":32}`) {
+		t.Fatalf("raw: %d %s", a.status, a.body)
+	}
+	for _, tc := range []struct {
+		model string
+		body  []byte
+		want  string
+	}{
+		{"f32", raw[:30], `input "x": a raw binary request of 30 bytes does not fit shape [-1, 4] of FP32 (16 bytes per free dimension's unit)`},
+		{"mymodel", raw[:19], `a raw binary request (Inference-Header-Content-Length: 0) needs a model of one input; model "mymodel" has 2`},
+	} {
+		a := do(h, "POST", "/v2/models/"+tc.model+"/infer", tc.body, service.InferHeaderLength, "0")
+		if a.status != 400 || !strings.Contains(string(a.body), strings.ReplaceAll(tc.want, `"`, `\"`)) {
+			t.Errorf("%s: %d %s\nwant %s", tc.model, a.status, a.body, tc.want)
+		}
+	}
+}
