@@ -171,6 +171,8 @@ func TestErrorClasses(t *testing.T) {
 		{errdefs.Errorf(errdefs.ErrFault, "x"), "fault", 500},
 		{errdefs.Errorf(errdefs.ErrClosed, "x"), "closed", 503},
 		{deploy.ErrUnavailable, "unavailable", 503},
+		{errdefs.Errorf(errdefs.ErrFailedPrecondition, "x"), "failed_precondition", 409},
+		{&errdefs.RemoteError{Class: "failed_precondition", Message: "x"}, "failed_precondition", 409},
 		{errors.New("no class"), "internal", 500},
 	} {
 		if got := service.Class(tc.err); got != tc.class {
