@@ -2,6 +2,7 @@ package stages_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -61,4 +62,18 @@ func TestRequiresSection(t *testing.T) {
 	if _, err := stages.SetRequires(bin, &abi.Requires{Version: 2}); err == nil {
 		t.Error("SetRequires wrote a document the host refuses")
 	}
+}
+
+func ExampleSetRequires() {
+	bin, _ := os.ReadFile("testdata/hostile/echo.wasm")
+	out, err := stages.SetRequires(bin, &abi.Requires{Version: abi.RequiresVersion, Programs: []string{"matmul"},
+		Inputs:  []abi.TensorSpec{{Name: "x", Datatype: "FP32", Shape: []int64{-1, 4}}},
+		Outputs: []abi.TensorSpec{{Name: "y", Datatype: "FP32", Shape: []int64{-1, 4}}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	r, _ := stages.ReadRequires(out)
+	fmt.Println(r.Programs, r.Inputs[0].Name, r.Inputs[0].Shape)
+	// Output: [matmul] x [-1 4]
 }
