@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -159,7 +160,9 @@ type callState struct {
 	sess        *Session
 	table       *handleTable
 	input       []byte
-	output      []byte
+	output      []byte // the caller's dst, the call's output appended to it
+	outputBase  int    // len(dst): output_write's limit counts from here
+	spare       []byte // an output buffer of earlier calls, for a dst that overlaps the input
 	outputLimit int
 	entry       string
 	errMsg      string
@@ -618,16 +621,28 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		return dst, s.failed
 	}
 	var out []byte
-	ran := false
+	ran, direct := false, false
 	err := s.native.Run(ctx, func(lctx context.Context, st *callState) error {
 		ran = true
 		st.calls++
 		st.input, st.entry, st.errMsg, st.logs = input, entry, "", 0
 		st.lastErr, st.failure = st.lastErr[:0], nil // a call starts with no last error
-		st.output, st.arena = st.output[:0], st.arena[:0]
+		// The output is appended to dst as the stage writes it (no copy
+		// afterwards), unless dst's spare room holds the input, which
+		// the stage may still be reading: then it collects apart.
+		direct = !overlaps(dst[len(dst):cap(dst)], input)
+		if direct {
+			st.output, st.outputBase = dst, len(dst)
+		} else {
+			st.output, st.outputBase = st.spare[:0], 0
+		}
+		st.arena = st.arena[:0]
 		defer func() {
 			out = st.output
-			st.input = nil
+			if !direct {
+				st.spare = st.output[:0]
+			}
+			st.output, st.input = nil, nil // keep none of the caller's memory
 		}()
 		if err := s.ensureInstances(lctx); err != nil {
 			return err
@@ -649,7 +664,11 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		}
 		return nil
 	})
-	dst = append(dst, out...)
+	if direct {
+		dst = out
+	} else {
+		dst = append(dst, out...)
+	}
 	if ran && errors.Is(err, errdefs.ErrFault) {
 		// A trap, or device work that failed: the host log gets the
 		// reason (a kernel's own, for a command that failed on the
@@ -669,6 +688,15 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		s.afterCall(ctx)
 	}
 	return dst, err
+}
+
+// overlaps reports whether a and b share memory.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }
 
 // afterCallWork reports whether a call left work for after its fence:
