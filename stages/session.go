@@ -87,6 +87,17 @@ func (c SessionConfig) WithPrograms(names ...string) SessionConfig {
 // until the upload ran). When the staged bytes would pass the limit, the
 // host drains the session's streams and reuses the memory; one upload
 // larger than the limit gets OUT_OF_BUDGET. Default 64 MiB.
+//
+// The staging memory grows as uploads need it (64 KiB at first, then
+// doubling, up to the limit) and is kept for later calls. It is
+// host-visible memory of the session's device where the device has some
+// (page-locked on CUDA: the driver uploads from it directly, with no copy
+// into its own staging), else Go memory; it is not charged to the
+// session's budget. Memory it outgrew is freed after the call's fence
+// proved the uploads from it retired, the rest when the session closes; a
+// quarantined session keeps it, as it keeps its buffers. While a call
+// grows it, outgrown and current memory together stay under twice the
+// limit.
 func (c SessionConfig) WithStagingLimit(bytes int) SessionConfig { c.stagingLimit = bytes; return c }
 
 // WithBudget sets the session's memory budget in bytes. Default 64 MiB.
@@ -177,6 +188,8 @@ type callState struct {
 	args        [abi.MaxArgs]hw.Arg
 	batch       batchArena  // the decoded batch of stream_submit_batch
 	arena       []byte      // staged upload bytes of this call
+	arenaBuf    hw.Buffer   // the host-visible buffer arena lies in; nil: Go memory
+	oldArenas   []hw.Buffer // arenas outgrown, freed after a proven fence
 	pendingFree []hw.Buffer // freed by the guest, released after a proven fence
 	calls       int         // calls started, so a failed replacement is told from a failed creation
 }
@@ -204,11 +217,49 @@ func (st *callState) stage(ctx context.Context, n int) ([]byte, error) {
 		st.arena = st.arena[:0] // every staged upload has retired
 	}
 	if len(st.arena)+n > cap(st.arena) {
-		st.arena = make([]byte, 0, min(max(2*cap(st.arena), n, 64<<10), limit))
+		st.growArena(min(max(2*cap(st.arena), n, 64<<10), limit))
 	}
 	b := st.arena[len(st.arena) : len(st.arena)+n]
 	st.arena = st.arena[:len(st.arena)+n]
 	return b, nil
+}
+
+// growArena replaces the arena with an empty one of size bytes:
+// host-visible memory of the session's device when it has some (on CUDA
+// page-locked memory, which the driver uploads from directly: no copy of
+// its own into its staging memory, and the upload is asynchronous), else
+// Go memory. The outgrown arena may still hold uploads in flight: a
+// host-visible one is freed only after a fence has proven them retired
+// (releaseArenas), never by a quarantined session. The arena is not
+// charged to the session's budget, as Go memory was not.
+func (st *callState) growArena(size int) {
+	if st.arenaBuf != nil {
+		st.oldArenas = append(st.oldArenas, st.arenaBuf)
+		st.arenaBuf = nil
+	}
+	if b, err := st.sess.cfg.device.Alloc(size, hw.AllocHostVisible, nil); err == nil {
+		if h, err := b.HostBytes(); err == nil && len(h) >= size {
+			st.arenaBuf, st.arena = b, h[:0:size]
+			return
+		}
+		_ = b.Free()
+	}
+	st.arena = make([]byte, 0, size)
+}
+
+// releaseArenas frees the outgrown arenas, once a fence (or Close) has
+// proven that no upload from them is in flight; with all, the current
+// one too.
+func (st *callState) releaseArenas(all bool) {
+	for _, b := range st.oldArenas {
+		_ = b.Free()
+	}
+	clear(st.oldArenas)
+	st.oldArenas = st.oldArenas[:0]
+	if all && st.arenaBuf != nil {
+		_ = st.arenaBuf.Free()
+		st.arenaBuf, st.arena = nil, nil
+	}
 }
 
 // instance is one instantiation of a module, with its exports looked up
@@ -589,7 +640,13 @@ func (s *Session) Run(ctx context.Context, input, dst []byte) ([]byte, error) {
 
 // RunEntry calls the stage with the given entry name and input, and
 // appends what the stage wrote to dst (also when the stage fails, so no
-// partial output is lost).
+// partial output is lost). The bytes are appended as the stage writes
+// them (output_write), in dst's spare capacity when it has room, so a
+// caller that passes a dst with room gets the output with no further
+// copy or allocation; the output limit counts the stage's bytes, not
+// those dst held. When dst's spare capacity shares memory with input, the
+// output is collected apart and appended when the stage returns, so the
+// stage never sees its input change.
 //
 //	out, err := sess.Run(ctx, input, nil)
 //
@@ -682,6 +739,9 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		if len(s.native.state.pendingFree) > 0 {
 			s.releaseFreed()
 		}
+		if len(s.native.state.oldArenas) > 0 {
+			s.native.state.releaseArenas(false)
+		}
 		if len(s.retired) > 0 {
 			s.releaseRetired()
 		}
@@ -703,7 +763,7 @@ func overlaps(a, b []byte) bool {
 // freed buffers or discarded memories to release, an instance to reset
 // or to replace.
 func (s *Session) afterCallWork() bool {
-	return len(s.native.state.pendingFree) > 0 || len(s.retired) > 0 || s.cfg.resetPerCall ||
+	return len(s.native.state.pendingFree) > 0 || len(s.native.state.oldArenas) > 0 || len(s.retired) > 0 || s.cfg.resetPerCall ||
 		s.inst == nil || (s.cfg.fence != nil && s.fenceIn == nil)
 }
 
@@ -842,8 +902,10 @@ func (s *Session) Close(ctx context.Context) error {
 	err := s.native.Close(ctx)
 	if err == nil {
 		// The streams drained and closed: no device command writes into
-		// guest memory any more. A quarantined session keeps it.
+		// guest memory or reads an upload's staging any more. A
+		// quarantined session keeps both.
 		s.releaseRetired()
+		s.native.state.releaseArenas(true)
 	}
 	return err
 }

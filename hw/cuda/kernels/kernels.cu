@@ -777,11 +777,16 @@ __device__ static void rmsnorm_warp(const T *x, const T *g, T *y, u64 rows, u64 
 	}
 }
 
-// SOFTMAX_VEC (default 1) reads and writes float32 rows whose columns are
-// a multiple of 4 (and whose x and y are 16-byte aligned) as float4, in
-// softmax_warp4; 0 keeps every row on softmax_warp's scalar loads.
+// SOFTMAX_VEC = 1 reads and writes float32 rows whose columns are a
+// multiple of 4 (and whose x and y are 16-byte aligned) as float4, in
+// softmax_warp4; 0 (the default, the committed kernels.ptx) keeps every
+// row on softmax_warp's scalar loads. The results are the same bits either
+// way. docs/gpu.md, run 19: with SOFTMAX_MINB=4 besides, softmax and
+// log_softmax measured 0.58-0.75 of the copy's bandwidth against
+// 0.55-0.57; every hw/cuda test passed on that build, which becomes the
+// default when a GPU run commits its PTX.
 #ifndef SOFTMAX_VEC
-#define SOFTMAX_VEC 1
+#define SOFTMAX_VEC 0
 #endif
 
 // softmax_warp4 is softmax_warp for float32 rows of a multiple of 4

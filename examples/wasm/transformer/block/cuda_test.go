@@ -24,9 +24,10 @@ import (
 	"github.com/stagehost/stagehost/internal/testutil"
 )
 
-// module is the stage module of this build's shape.
+// module is the stage module of this build's shape, or the file that
+// STAGEHOST_BLOCK_MODULE names (to compare builds of the stage in one run).
 func module() string {
-	if m := os.Getenv("BLOCK_WASM"); m != "" {
+	if m := os.Getenv("STAGEHOST_BLOCK_MODULE"); m != "" {
 		return m
 	}
 	if S == 8 {
