@@ -699,7 +699,7 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 			if !direct {
 				st.spare = st.output[:0]
 			}
-			st.output, st.input = nil, nil // keep none of the caller's memory
+			st.output, st.outputBase, st.input = nil, 0, nil // keep none of the caller's memory
 		}()
 		if err := s.ensureInstances(lctx); err != nil {
 			return err
