@@ -236,7 +236,7 @@ func hostOutputWrite(ctx context.Context, st *callState, mod api.Module, stack [
 		ret(stack, abi.StatusOutOfBounds)
 		return
 	}
-	if len(st.output)+len(src) > st.outputLimit {
+	if len(st.output)-st.outputBase+len(src) > st.outputLimit {
 		retErr(st, stack, fmt.Errorf("%d more bytes would take the output past its limit of %d bytes: %w", len(src), st.outputLimit, abi.ErrOutputTooLarge))
 		return
 	}
