@@ -15,12 +15,12 @@ type handleEntry struct {
 	weights *Weights
 	// dirs are a program's argument directions ("in", "out", "inout"),
 	// from its kernel's description; nil when it has none.
-	dirs []string
-	freed    bool
-	name     string // for buffers from buffer_alloc_named
-	stream   hw.Stream
-	buffer   hw.Buffer
-	program  hw.Program
+	dirs    []string
+	freed   bool
+	name    string // for buffers from buffer_alloc_named
+	stream  hw.Stream
+	buffer  hw.Buffer
+	program hw.Program
 }
 
 // handleTable is a session's handle table (ABI.md §2). Serial numbers are
