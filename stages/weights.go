@@ -33,6 +33,7 @@ type WeightsConfig struct {
 	tensors  map[string]WeightsTensor
 	chunk    int
 	progress func(done, total int64)
+	prefix   []byte
 }
 
 // DefaultWeightsChunk is the size of each of the two host staging
@@ -52,6 +53,12 @@ func NewWeightsConfig(name string, size int64) WeightsConfig {
 // (freeing the device copy) when they do not hash to sum (lower-case
 // hex). Default: no check.
 func (c WeightsConfig) WithSHA256(sum string) WeightsConfig { c.sha256 = sum; return c }
+
+// WithHashPrefix gives the bytes that precede the uploaded ones in the
+// file the sha256 of [WeightsConfig.WithSHA256] is of (a safetensors
+// file's header, when only its data section is uploaded): they are
+// hashed first. Default none.
+func (c WeightsConfig) WithHashPrefix(b []byte) WeightsConfig { c.prefix = b; return c }
 
 // WithBudget charges the device copy to b (the device-wide budget of
 // the deployment), once, until the weights are freed. Default nil.
@@ -171,6 +178,7 @@ func upload(ctx context.Context, dev hw.Device, buf hw.Buffer, cfg WeightsConfig
 		staging[i] = make([]byte, chunk) // a device without host-visible memory
 	}
 	h := sha256.New()
+	h.Write(cfg.prefix)
 	var pending [2]hw.Completion
 	var done int64
 	for i := 0; done < cfg.size; i ^= 1 {
