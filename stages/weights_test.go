@@ -7,10 +7,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
 )
 
 // weightsData is the data section the tests upload: 8 bytes of "w", 8
@@ -227,5 +229,29 @@ func TestWeightsResetPerCallUploadsNothing(t *testing.T) {
 	}
 	if n, b := f.gpu.Uploads(); n != before || b != bytesBefore {
 		t.Fatalf("10 calls uploaded %d times, %d bytes", n-before, b-bytesBefore)
+	}
+}
+
+// TestWeightsKeptByAQuarantinedSession: a session whose fence could not
+// be proven keeps its reference, so the weights a command of it may
+// still read stay allocated and charged.
+func TestWeightsKeptByAQuarantinedSession(t *testing.T) {
+	f := newWasmFixture(t)
+	budget := hw.NewBudget("device gpu0", 0)
+	w := uploadTestWeights(t, f, budget)
+	s := f.session(t, abiModule(t, f, "weights"), NewSessionConfig("w", f.gpu).WithStreams("s0").WithPrograms("copy").
+		WithWeights(w).WithDeadline(50*time.Millisecond).WithFenceTimeout(50*time.Millisecond))
+	release := s.Owner().Streams()[0].(*sim.Stream).Inject(sim.Fault{Kind: sim.Hang})
+	defer release()
+	if _, err := s.Run(context.Background(), append([]byte{7}, "digits"...), nil); err == nil {
+		t.Fatal("a call whose read hangs succeeded")
+	}
+	if s.Quarantined() == nil {
+		t.Fatal("not quarantined")
+	}
+	_ = s.Close(context.Background())
+	w.Release()
+	if w.Refs() != 1 || budget.Used() != int64(len(weightsData)) {
+		t.Fatalf("quarantined holder: %d references, %d bytes charged", w.Refs(), budget.Used())
 	}
 }
