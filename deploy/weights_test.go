@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,5 +173,35 @@ func TestWeightsChangedFile(t *testing.T) {
 	_, err = deploy.Open(context.Background(), m, deploy.NewConfig())
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), stages.SHA256(data)) || !strings.Contains(err.Error(), m.Weights[0].SHA256) {
 		t.Fatalf("err = %v, want InvalidArgument naming both sums", err)
+	}
+}
+
+// TestWeightsProgress: an upload above 64 MiB logs a line per tenth on
+// the deployment's log, 10% to 100%.
+func TestWeightsProgress(t *testing.T) {
+	path, data := weightsFile(t, t.TempDir(), 64<<20+8)
+	body := strings.ReplaceAll(weightsManifest, "@WEIGHTS@", path)
+	body = strings.ReplaceAll(body, "@WEIGHTS_SHA@", stages.SHA256(data))
+	body = strings.ReplaceAll(body, "@SHA:stages/testdata/abi/weights.wasm@", sha(t, "stages/testdata/abi/weights.wasm"))
+	body = strings.ReplaceAll(body, "instances = 4", "instances = 1")
+	m, err := manifest.Load(writeManifest(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(context.Background())
+	var lines []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "uploaded to device gpu0") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 10 || !strings.Contains(lines[0], "weights digits: 10% uploaded") || !strings.Contains(lines[9], "100% uploaded") {
+		t.Fatalf("progress lines:\n%s", strings.Join(lines, "\n"))
 	}
 }
