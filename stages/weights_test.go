@@ -136,22 +136,38 @@ func TestWeightsReadOnly(t *testing.T) {
 	defer s.Close(context.Background())
 	r := &weightsRun{t: t, s: s}
 
+	str := s.Owner().Streams()[0].(*sim.Stream)
+	submitted := str.Submitted()
 	uploads, _ := f.gpu.Uploads()
+	nothingEnqueued := func(what string) {
+		t.Helper()
+		if n := str.Submitted(); n != submitted {
+			t.Fatalf("a refused %s enqueued %d commands", what, n-submitted)
+		}
+		if now, _ := f.gpu.Uploads(); now != uploads {
+			t.Fatalf("a refused %s enqueued %d uploads", what, now-uploads)
+		}
+	}
 	r.call(2, "digits").status(abi.StatusInvalidArgument)
 	if msg := r.lastError(); !strings.Contains(msg, "stream_write: buffer is the read-only weights \"digits\"") {
 		t.Fatalf("stream_write's last error: %q", msg)
 	}
-	if now, _ := f.gpu.Uploads(); now != uploads {
-		t.Fatalf("a refused stream_write enqueued %d uploads", now-uploads)
-	}
+	nothingEnqueued("stream_write")
 	r.call(4, "digits").status(abi.StatusInvalidArgument)
 	if msg := r.lastError(); !strings.Contains(msg, "copy: argument 0 is the read-only weights \"digits\"") || !strings.Contains(msg, "written (direction out)") {
 		t.Fatalf("stream_submit's last error: %q", msg)
 	}
+	nothingEnqueued("stream_submit")
+	r.call(8, "digits").status(abi.StatusInvalidArgument)
+	if msg := r.lastError(); !strings.Contains(msg, "copy: argument 0 is the read-only weights \"digits\"") {
+		t.Fatalf("stream_submit_batch's last error: %q", msg)
+	}
+	nothingEnqueued("stream_submit_batch (its first command included)")
 	r.call(3, "digits").status(abi.StatusInvalidArgument)
 	if msg := r.lastError(); !strings.Contains(msg, "buffer_free: buffer is the read-only weights \"digits\"") {
 		t.Fatalf("buffer_free's last error: %q", msg)
 	}
+	nothingEnqueued("buffer_free")
 	r.call(7, "digits").status(abi.StatusOK)
 	if string(r.out) != "01234567" {
 		t.Fatalf("the weights changed: %q", r.out)
