@@ -110,7 +110,8 @@ type Weights struct {
 //
 // # Errors
 //
-//   - [errdefs.ErrInvalidArgument]: a size below 1, or bytes that do not
+//   - [errdefs.ErrInvalidArgument]: a size below 1, a tensor of rank
+//     above [abi.MaxTensorRank] or outside the size, or bytes that do not
 //     hash to the configured sha256 (the message gives both sums);
 //   - [errdefs.ErrOutOfBudget]: the budget cannot take the copy;
 //   - a read error of src (fewer than size bytes: [io.ErrUnexpectedEOF]);
@@ -125,6 +126,12 @@ func UploadWeights(ctx context.Context, dev hw.Device, cfg WeightsConfig, src io
 	}
 	if int64(int(cfg.size)) != cfg.size {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "weights %q: %d bytes do not fit an allocation", cfg.name, cfg.size)
+	}
+	for name, t := range cfg.tensors {
+		if len(t.Dims) > abi.MaxTensorRank || t.Offset > uint64(cfg.size) || t.Bytes > uint64(cfg.size)-t.Offset {
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "weights %q: tensor %q: rank %d (at most %d), bytes [%d,+%d) of %d",
+				cfg.name, name, len(t.Dims), abi.MaxTensorRank, t.Offset, t.Bytes, cfg.size)
+		}
 	}
 	chunk := cfg.chunk
 	if chunk <= 0 {

@@ -271,3 +271,23 @@ func TestWeightsKeptByAQuarantinedSession(t *testing.T) {
 		t.Fatalf("quarantined holder: %d references, %d bytes charged", w.Refs(), budget.Used())
 	}
 }
+
+// TestWeightsTensorsChecked: a tensor tensor_get could not describe is
+// refused before anything is allocated.
+func TestWeightsTensorsChecked(t *testing.T) {
+	f := newWasmFixture(t)
+	budget := hw.NewBudget("device gpu0", 0)
+	for name, tn := range map[string]WeightsTensor{
+		"rank 9":       {Offset: 0, Bytes: 1, Dims: make([]uint64, 9)},
+		"past the end": {Offset: 30, Bytes: 11},
+		"overflowing":  {Offset: 8, Bytes: ^uint64(0)},
+	} {
+		cfg := NewWeightsConfig("w", int64(len(weightsData))).WithBudget(budget).WithTensors(map[string]WeightsTensor{"t": tn})
+		if _, err := UploadWeights(context.Background(), f.gpu, cfg, bytes.NewReader(weightsData)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if budget.Used() != 0 {
+		t.Fatalf("%d bytes charged", budget.Used())
+	}
+}
