@@ -225,6 +225,12 @@ func (w *Weights) Name() string { return w.name }
 // Size is the device copy's size in bytes.
 func (w *Weights) Size() int { return w.buf.Size() }
 
+// Buffer is the device copy, for Go code of the host (a native session's
+// commands, a check of what was uploaded). Guests reach it read-only;
+// Go code that writes it or frees it breaks every session that shares
+// it: only read it.
+func (w *Weights) Buffer() hw.Buffer { return w.buf }
+
 // Device is the device that holds the copy.
 func (w *Weights) Device() hw.Device { return w.buf.Device() }
 
