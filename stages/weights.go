@@ -92,8 +92,7 @@ func (c WeightsConfig) WithProgress(fn func(done, total int64)) WeightsConfig {
 // and its budget charge released, when the last reference goes.
 type Weights struct {
 	name    string
-	buf     hw.Buffer
-	budget  *hw.Budget
+	buf     hw.Buffer // charged to the configured budget until freed
 	tensors map[string]WeightsTensor
 
 	mu    sync.Mutex
@@ -142,7 +141,7 @@ func UploadWeights(ctx context.Context, dev hw.Device, cfg WeightsConfig, src io
 	if err != nil {
 		return nil, fmt.Errorf("weights %q: %w", cfg.name, err)
 	}
-	w := &Weights{name: cfg.name, buf: buf, budget: cfg.budget, tensors: cfg.tensors, refs: 1}
+	w := &Weights{name: cfg.name, buf: buf, tensors: cfg.tensors, refs: 1}
 	drained, err := upload(ctx, dev, buf, cfg, chunk, src)
 	if err != nil {
 		if drained {
