@@ -291,3 +291,27 @@ func TestWeightsTensorsChecked(t *testing.T) {
 		t.Fatalf("%d bytes charged", budget.Used())
 	}
 }
+
+// TestWeightsConfigRefused: weights given twice, or on another device,
+// are refused, and the session holds no reference.
+func TestWeightsConfigRefused(t *testing.T) {
+	f := newWasmFixture(t)
+	w := uploadTestWeights(t, f, nil)
+	defer w.Release()
+	other, err := f.p.AddDevice("gpu1", hw.EngineGPU, sim.NewDeviceConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := abiModule(t, f, "weights")
+	for _, cfg := range []SessionConfig{
+		NewSessionConfig("twice", f.gpu).WithStreams("s0").WithWeights(w, w),
+		NewSessionConfig("elsewhere", other).WithStreams("s0").WithWeights(w),
+	} {
+		if _, err := f.eng.NewSession(context.Background(), f.rt, m, cfg); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%v", err)
+		}
+	}
+	if w.Refs() != 1 {
+		t.Fatalf("%d references after refused sessions, want 1", w.Refs())
+	}
+}
