@@ -230,7 +230,8 @@ func TestWeightsSHA256Mismatch(t *testing.T) {
 }
 
 // TestWeightsResetPerCallUploadsNothing: a session that resets every
-// call and uses weights uploads nothing per call.
+// call and uses weights uploads nothing per call, nor when its instance
+// is replaced after a trap.
 func TestWeightsResetPerCallUploadsNothing(t *testing.T) {
 	f := newWasmFixture(t)
 	w := uploadTestWeights(t, f, nil)
@@ -243,8 +244,16 @@ func TestWeightsResetPerCallUploadsNothing(t *testing.T) {
 	for range 10 {
 		r.call(7, "digits").status(abi.StatusOK)
 	}
+	// A trap replaces the instance; the new one finds the same weights.
+	if _, err := s.Run(context.Background(), append([]byte{9}, "digits"...), nil); !errors.Is(err, errdefs.ErrFault) {
+		t.Fatalf("the trapping call: %v", err)
+	}
+	r.call(7, "digits").status(abi.StatusOK)
+	if s.Replacements() != 1 || string(r.out) != "01234567" {
+		t.Fatalf("%d replacements, read %q", s.Replacements(), r.out)
+	}
 	if n, b := f.gpu.Uploads(); n != before || b != bytesBefore {
-		t.Fatalf("10 calls uploaded %d times, %d bytes", n-before, b-bytesBefore)
+		t.Fatalf("11 calls and a replaced instance uploaded %d times, %d bytes", n-before, b-bytesBefore)
 	}
 }
 

@@ -13,6 +13,7 @@
 ;;   7 stream_read of the weights' first 8 bytes: status, the bytes
 ;;   8 a batch of two copies, the second with the weights as dst:
 ;;     stream_submit_batch status, last error, stream_idle status and value
+;;   9 traps (unreachable), after weights_get
 ;; "last error" is last_error's status, length and message. A failing
 ;; setup step returns client error 100 + step.
 (module
@@ -72,6 +73,8 @@
     (block $done
       (if (i32.eqz (local.get $op))
         (then (drop (call $output_write (i32.const 88) (i32.const 8))) (br $done)))
+      (if (i32.eq (local.get $op) (i32.const 9))
+        (then unreachable))
       (if (i32.eq (local.get $op) (i32.const 2))
         (then
           (call $emit (call $stream_write (i64.load (i32.const 64)) (i64.load (i32.const 88)) (i32.const 0) (i32.const 8192) (i32.const 8)))
