@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"sync"
 
@@ -183,22 +184,24 @@ func upload(ctx context.Context, dev hw.Device, buf hw.Buffer, cfg WeightsConfig
 		}
 		staging[i] = make([]byte, chunk) // a device without host-visible memory
 	}
-	h := sha256.New()
-	h.Write(cfg.prefix)
+	var hasher *chunkHasher
+	if cfg.sha256 != "" {
+		hasher = newChunkHasher(cfg.prefix)
+		defer hasher.stop() // before the staging buffers are freed
+	}
 	var pending [2]hw.Completion
 	var done int64
 	for i := 0; done < cfg.size; i ^= 1 {
 		if err := pending[i].Wait(ctx); err != nil {
 			return true, err // the stream's Close (deferred) says whether it drained
 		}
+		hasher.wait(i)
 		n := int(min(int64(chunk), cfg.size-done))
 		b := staging[i][:n]
 		if _, err := io.ReadFull(src, b); err != nil {
 			return true, fmt.Errorf("reading byte %d of %d: %w", done, cfg.size, err)
 		}
-		if cfg.sha256 != "" {
-			h.Write(b)
-		}
+		hasher.add(i, b)
 		if pending[i], err = str.Write(buf, int(done), b); err != nil {
 			return true, err
 		}
@@ -210,12 +213,79 @@ func upload(ctx context.Context, dev hw.Device, buf hw.Buffer, cfg WeightsConfig
 	if err := str.Sync(ctx); err != nil {
 		return true, err
 	}
-	if cfg.sha256 != "" {
-		if got := hex.EncodeToString(h.Sum(nil)); got != cfg.sha256 {
+	if hasher != nil {
+		if got := hasher.sum(); got != cfg.sha256 {
 			return true, errdefs.Errorf(errdefs.ErrInvalidArgument, "the bytes hash to %s, not the declared sha256 %s", got, cfg.sha256)
 		}
 	}
 	return true, nil
+}
+
+// chunkHasher hashes the chunks of an upload on a goroutine of its own,
+// in order, so that hashing one chunk overlaps reading the next (and the
+// device's copy of both). A staging buffer is refilled only once its
+// chunk was hashed ([chunkHasher.wait]). Its methods are no-ops on a nil
+// *chunkHasher (no sha256 to check).
+type chunkHasher struct {
+	h       hash.Hash
+	jobs    chan hashJob
+	acks    [2]chan struct{}
+	busy    [2]bool
+	exit    chan struct{}
+	stopped bool
+}
+
+type hashJob struct {
+	b []byte
+	i int // the staging buffer
+}
+
+func newChunkHasher(prefix []byte) *chunkHasher {
+	c := &chunkHasher{h: sha256.New(), jobs: make(chan hashJob, 2), exit: make(chan struct{})}
+	c.h.Write(prefix)
+	for i := range c.acks {
+		c.acks[i] = make(chan struct{}, 1)
+	}
+	go func() {
+		defer close(c.exit)
+		for j := range c.jobs {
+			c.h.Write(j.b)
+			c.acks[j.i] <- struct{}{}
+		}
+	}()
+	return c
+}
+
+// add hashes b, the chunk in staging buffer i, after the chunks before.
+func (c *chunkHasher) add(i int, b []byte) {
+	if c != nil {
+		c.busy[i] = true
+		c.jobs <- hashJob{b, i}
+	}
+}
+
+// wait returns once staging buffer i's chunk, if any, was hashed.
+func (c *chunkHasher) wait(i int) {
+	if c != nil && c.busy[i] {
+		<-c.acks[i]
+		c.busy[i] = false
+	}
+}
+
+// stop ends the goroutine once it hashed every chunk given; nothing of
+// the staging buffers is read after it returns.
+func (c *chunkHasher) stop() {
+	if c != nil && !c.stopped {
+		c.stopped = true
+		close(c.jobs)
+		<-c.exit
+	}
+}
+
+// sum stops the hasher and returns the hex sha256 of everything added.
+func (c *chunkHasher) sum() string {
+	c.stop()
+	return hex.EncodeToString(c.h.Sum(nil))
 }
 
 // Name is the weights' name.
