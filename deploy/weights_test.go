@@ -205,3 +205,49 @@ func TestWeightsProgress(t *testing.T) {
 		t.Fatalf("progress lines:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// TestWeightsOneCopyPerDeviceOfTheSession: a session on two devices, and
+// a second session on one of them, listing the same weights: one copy on
+// each device, charged once to each.
+func TestWeightsOneCopyPerDeviceOfTheSession(t *testing.T) {
+	const n = 8192
+	path, data := weightsFile(t, t.TempDir(), n)
+	body := strings.ReplaceAll(weightsManifest, "@WEIGHTS@", path)
+	body = strings.ReplaceAll(body, "@WEIGHTS_SHA@", stages.SHA256(data))
+	body = strings.ReplaceAll(body, "@SHA:stages/testdata/abi/weights.wasm@", sha(t, "stages/testdata/abi/weights.wasm"))
+	body = strings.ReplaceAll(body, `device = "gpu0"
+instances = 4`, `devices = ["gpu0", "gpu1"]
+instances = 4`)
+	body += `
+[[device]]
+name = "gpu1"
+backend = "sim"
+engine = "gpu"
+[[device]]
+name = "gpu2"
+backend = "sim"
+engine = "gpu"
+[[session]]
+name = "second"
+stage = "weights"
+device = "gpu1"
+weights = ["digits"]
+`
+	m, err := manifest.Load(writeManifest(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(context.Background())
+	for dev, want := range map[string]int64{"gpu0": n, "gpu1": n, "gpu2": 0} {
+		if b := d.DeviceBudget(dev); (b == nil && want != 0) || (b != nil && b.Used() != want) {
+			t.Errorf("device %s: budget %v, want %d bytes", dev, b, want)
+		}
+		if _, bytes := d.Device(dev).(*sim.Device).Uploads(); int64(bytes) != want {
+			t.Errorf("device %s: %d bytes uploaded, want %d", dev, bytes, want)
+		}
+	}
+}
