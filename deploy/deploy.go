@@ -55,8 +55,9 @@ func (c Config) WithLogger(logger *slog.Logger) Config {
 	return c
 }
 
-// WithProgress tells fn about slow start-up steps (module compilation),
-// one line each. Default: none.
+// WithProgress tells fn about slow start-up steps (module compilation,
+// the upload of weights above 64 MiB, a line per tenth), one line each.
+// Default: none.
 func (c Config) WithProgress(fn func(msg string)) Config {
 	c.progress = fn
 	return c
@@ -102,7 +103,8 @@ type Deployment struct {
 
 	admin adminState // model control (admin.go)
 
-	weights weightsState // device copies of weights and device budgets (weights.go)
+	weights  weightsState     // device copies of weights and device budgets (weights.go)
+	progress func(msg string) // Config.WithProgress, or nil
 }
 
 // Pool serves one named manifest session: a pool of one or more
@@ -190,7 +192,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 	}
 	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.logger,
 		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
-		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device}
+		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device, progress: opt.progress}
 	if opt.device != "" && m.Device(opt.device) == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
 	}

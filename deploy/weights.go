@@ -83,7 +83,8 @@ func (d *Deployment) retainWeights(ctx context.Context, name, dev string) (*stag
 // uploadWeights reads mw's file as a stream, from its data offset, and
 // uploads it to dev, hashing the whole file on the way (a file that no
 // longer matches the manifest's sha256 is refused, and nothing of it
-// stays charged). Uploads above 64 MiB log a line per tenth.
+// stays charged). Uploads above 64 MiB log a line per tenth, and tell
+// Config.WithProgress's function.
 func (d *Deployment) uploadWeights(ctx context.Context, mw *manifest.Weights, dev string, budget *hw.Budget) (*stages.Weights, error) {
 	device := d.devices[dev]
 	if device == nil {
@@ -108,8 +109,12 @@ func (d *Deployment) uploadWeights(ctx context.Context, mw *manifest.Weights, de
 		next := int64(1)
 		cfg = cfg.WithProgress(func(done, total int64) {
 			for next <= 10 && done*10 >= total*next {
-				d.logger.Info(fmt.Sprintf("weights %s: %d%% uploaded to device %s (%s of %s)", mw.Name, next*10, dev,
-					manifest.FormatSize(done), manifest.FormatSize(total)), "weights", mw.Name, "device", dev)
+				msg := fmt.Sprintf("weights %s: %d%% uploaded to device %s (%s of %s)", mw.Name, next*10, dev,
+					manifest.FormatSize(done), manifest.FormatSize(total))
+				d.logger.Info(msg, "weights", mw.Name, "device", dev)
+				if d.progress != nil {
+					d.progress(msg)
+				}
 				next++
 			}
 		})

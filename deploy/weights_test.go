@@ -177,7 +177,7 @@ func TestWeightsChangedFile(t *testing.T) {
 }
 
 // TestWeightsProgress: an upload above 64 MiB logs a line per tenth on
-// the deployment's log, 10% to 100%.
+// the deployment's log, 10% to 100%, and tells the progress function.
 func TestWeightsProgress(t *testing.T) {
 	path, data := weightsFile(t, t.TempDir(), 64<<20+8)
 	body := strings.ReplaceAll(weightsManifest, "@WEIGHTS@", path)
@@ -190,7 +190,9 @@ func TestWeightsProgress(t *testing.T) {
 	}
 	var logs strings.Builder
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithLogger(logger))
+	var progress []string
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithLogger(logger).
+		WithProgress(func(msg string) { progress = append(progress, msg) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +205,15 @@ func TestWeightsProgress(t *testing.T) {
 	}
 	if len(lines) != 10 || !strings.Contains(lines[0], "weights digits: 10% uploaded") || !strings.Contains(lines[9], "100% uploaded") {
 		t.Fatalf("progress lines:\n%s", strings.Join(lines, "\n"))
+	}
+	var told []string
+	for _, p := range progress {
+		if strings.Contains(p, "uploaded to device gpu0") {
+			told = append(told, p)
+		}
+	}
+	if len(told) != 10 {
+		t.Fatalf("progress function told:\n%s", strings.Join(progress, "\n"))
 	}
 }
 
