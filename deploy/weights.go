@@ -109,8 +109,8 @@ func (d *Deployment) uploadWeights(ctx context.Context, mw *manifest.Weights, de
 		next := int64(1)
 		cfg = cfg.WithProgress(func(done, total int64) {
 			for next <= 10 && done*10 >= total*next {
-				msg := fmt.Sprintf("weights %s: %d%% uploaded to device %s (%s of %s)", mw.Name, next*10, dev,
-					manifest.FormatSize(done), manifest.FormatSize(total))
+				msg := fmt.Sprintf("weights %s: %d%% uploaded to device %s (%.1f of %.1f MiB)", mw.Name, next*10, dev,
+					float64(done)/(1<<20), float64(total)/(1<<20))
 				d.logger.Info(msg, "weights", mw.Name, "device", dev)
 				if d.progress != nil {
 					d.progress(msg)
