@@ -33,7 +33,6 @@ const RequiresVersion = 1
 const (
 	MaxRequiresSize  = 64 << 10 // bytes of the section's payload
 	MaxRequiresItems = 1024     // names, tensors and shape dimensions, counted together
-	MaxTensorRank    = 8        // dimensions of a declared tensor
 	maxNameLen       = 128      // bytes of a program, stream, weights or tensor name
 )
 

@@ -55,8 +55,9 @@ func (c Config) WithLogger(logger *slog.Logger) Config {
 	return c
 }
 
-// WithProgress tells fn about slow start-up steps (module compilation),
-// one line each. Default: none.
+// WithProgress tells fn about slow start-up steps (module compilation,
+// the upload of weights above 64 MiB, a line per tenth), one line each.
+// Default: none.
 func (c Config) WithProgress(fn func(msg string)) Config {
 	c.progress = fn
 	return c
@@ -101,6 +102,9 @@ type Deployment struct {
 	device string // Config.WithDevice: "" for every device
 
 	admin adminState // model control (admin.go)
+
+	weights  weightsState     // device copies of weights and device budgets (weights.go)
+	progress func(msg string) // Config.WithProgress, or nil
 }
 
 // Pool serves one named manifest session: a pool of one or more
@@ -188,7 +192,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 	}
 	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.logger,
 		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
-		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device}
+		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device, progress: opt.progress}
 	if opt.device != "" && m.Device(opt.device) == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
 	}
@@ -208,7 +212,13 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 	if err := d.loadModules(ctx, opt, cacheDir); err != nil {
 		return nil, err
 	}
-	if err := d.openSessions(ctx, opt); err != nil {
+	releaseWeights, err := d.loadWeights(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	err = d.openSessions(ctx, opt)
+	releaseWeights() // the sessions hold theirs: weights no session holds are freed
+	if err != nil {
 		return nil, err
 	}
 	d.addResidents(opt)
@@ -561,6 +571,12 @@ func (s *Pool) makeInstance(ctx context.Context, stage *stages.Module, i, n int,
 	default:
 		cfg = cfg.WithFenceModule(s.fence)
 	}
+	ws, releaseWeights, err := d.sessionWeights(ctx, ms, dev)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseWeights() // the session holds its own references
+	cfg = cfg.WithWeights(ws...)
 	ss, err := d.Engine.NewSession(ctx, d.Runtime, stage, cfg)
 	if err != nil {
 		return nil, err

@@ -53,6 +53,7 @@ type Manifest struct {
 	Tracing   *Tracing // the [tracing] table; nil without one
 	Devices   []Device
 	Modules   []Module
+	Weights   []Weights
 	Sessions  []Session
 	Residents []Resident
 }
@@ -291,13 +292,13 @@ type Session struct {
 	Input        string        // resolved path of the default input file; "" for none
 	MaxInput     int64         // the largest request body stagehost serve accepts for it; default MaxInputSize (64MiB)
 	Buffers      []Buffer
+	Weights      []string // the [[weights]] its instances may look up (weights_get, tensor_get); default none
 }
 
 // WeightNames returns the names of the weights the session lists (its
 // weights key): what a module's declared weights requirement is checked
-// against. None yet: a module that declares weights is refused with
-// "session lists no weights".
-func (s *Session) WeightNames() []string { return nil }
+// against.
+func (s *Session) WeightNames() []string { return s.Weights }
 
 // Offer returns what the session gives a module mod loads with: its
 // programs, streams, weights and budget, and mod's WASI grants, for
