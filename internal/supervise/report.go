@@ -45,6 +45,17 @@ type Event struct {
 	Event  string `json:"event"`
 	Device string `json:"device,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Devices and Sessions, on a ready event ([Reporter.ReadyServing]),
+	// are the devices the worker opened and the sessions it serves: the
+	// supervisor's view of the worker follows them ([WorkerStatus.Sessions]).
+	// Notes are what the worker wants its supervisor to show beside its
+	// state (a persisted module it could not restore).
+	Devices  []string `json:"devices,omitempty"`
+	Sessions []string `json:"sessions,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+	// Serving marks a ready event that lists what the worker serves
+	// (Sessions may then be empty).
+	Serving bool `json:"serving,omitempty"`
 }
 
 // Reporter writes a worker's reports to its supervisor. Its methods are
@@ -121,6 +132,14 @@ func (r *Reporter) Report(e Event) error {
 
 // Ready reports [EventReady].
 func (r *Reporter) Ready() error { return r.Report(Event{Event: EventReady}) }
+
+// ReadyServing reports [EventReady] with the devices the worker opened,
+// the sessions it serves (the supervisor lists these, and no others, for
+// the worker from then on: [WorkerStatus.Sessions]) and notes to show
+// beside its state ([WorkerStatus.Notes]).
+func (r *Reporter) ReadyServing(devices, sessions, notes []string) error {
+	return r.Report(Event{Event: EventReady, Devices: devices, Sessions: sessions, Notes: notes, Serving: true})
+}
 
 // DeviceLost reports [EventDeviceLost] for device.
 func (r *Reporter) DeviceLost(device, reason string) error {
