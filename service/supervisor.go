@@ -59,6 +59,10 @@ func (f supervisedFront) Known(session string) bool {
 	return f.m.Session(session) != nil || f.Member.Known(session)
 }
 
+// Hosts is the front's view of the live hosts' heartbeats (the workers'),
+// for the status page's devices.
+func (v *workerView) Hosts() []lattice.HostRecord { return v.front.Hosts() }
+
 var _ sessionSpecs = supervisedFront{}
 
 // SessionSpec is the manifest's session: its max_input and deadline
@@ -116,8 +120,30 @@ func (v *workerView) Sessions() []LatticeSessionStatus {
 		}
 		return ls
 	}
+	// The manifest's sessions while a worker has not reported what it
+	// serves; then the sessions the workers' latest ready reports list
+	// (a worker that re-read a changed manifest drops a session from
+	// the list): the supervisor's view follows its workers'.
+	workers := v.sup.Status()
+	listed := map[string]bool{}
+	unreported := false
+	for _, st := range workers {
+		if !st.Reported {
+			unreported = true
+		}
+		for _, name := range st.Sessions {
+			listed[name] = true
+		}
+	}
 	for _, ms := range v.m.Sessions {
-		add(ms.Name)
+		if unreported || listed[ms.Name] {
+			add(ms.Name)
+		}
+	}
+	for _, st := range workers {
+		for _, name := range st.Sessions {
+			add(name)
+		}
 	}
 	notServing := map[string][]string{}
 	for _, rec := range v.front.Hosts() {

@@ -361,6 +361,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	insecure := fs.Bool("insecure-no-auth", false, "serve a non-loopback --addr without any token (every route open to anyone who can connect)")
 	supervised := fs.Bool("supervise", false, "supervise a worker process per [[device]] (serve --worker), joined over the lattice (an embedded NATS server unless the manifest has [lattice]); this process opens no device and routes every call through the lattice (docs/lattice.md)")
 	worker := fs.String("worker", "", "internal: run as serve --supervise's worker of `DEVICE`")
+	stateDir := fs.String("state-dir", "", "with --supervise: keep the model state (uploaded modules, swaps) in `DIR` and restore it when a worker or the supervisor restarts; \"off\" keeps it only while the supervisor runs (default USER_CACHE_DIR/stagehost/state/KEY, KEY from the manifest's path; docs/service.md, \"Model state\")")
 	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
@@ -373,7 +374,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return serveWorker(ctx, m, *worker, *hostID, *grace, *quiet, logger, stdout, stderr)
+		return serveWorker(ctx, m, *worker, *hostID, *stateDir, *grace, *quiet, logger, stdout, stderr)
+	}
+	if *stateDir != "" && !*supervised {
+		fmt.Fprintln(stderr, "stagehost serve: --state-dir is for --supervise (a single process keeps no model state)")
+		return exitUsage
 	}
 	if err := checkListenAddr(*addr); err != nil {
 		fmt.Fprintf(stderr, "stagehost serve: --addr %q is not a valid address: %v\n", *addr, err)
@@ -393,7 +398,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *supervised {
-		return serveSupervisor(ctx, stop, m, path, *addr, cfg, supervisorFlags{hostID: *hostID, level: level.String(), grace: *grace, quiet: *quiet}, logger, stdout, stderr)
+		return serveSupervisor(ctx, stop, m, path, *addr, cfg, supervisorFlags{hostID: *hostID, level: level.String(), grace: *grace, quiet: *quiet, stateDir: *stateDir}, logger, stdout, stderr)
 	}
 	// Spans (the manifest's [tracing]) are flushed when serve returns:
 	// after the service has drained and the host has left its lattice.
