@@ -34,6 +34,8 @@ var adminCommands = map[string][]string{
 	"unload":  {"NAME[@SHA256]"},
 	"swap":    {"SESSION", "MODULE"},
 	"reset":   {"SESSION"},
+	"workers": nil,
+	"status":  nil,
 }
 
 const adminAbout = `Model control of a running stagehost serve, through its admin routes
@@ -51,6 +53,14 @@ const adminAbout = `Model control of a running stagehost serve, through its admi
   swap SESSION MODULE      swap SESSION to MODULE (NAME: its newest version, or NAME@SHA256);
                            calls in flight finish on the old version
   reset SESSION            replace SESSION's quarantined or failed instances by fresh ones
+  workers                  a supervisor's (serve --supervise) workers: pid, state, restarts,
+                           uptime, devices, sessions, last exit and its reason
+  status                   the status page's content as JSON (GET /v1/status)
+
+Under serve --supervise, each command reaches the workers: modules lists
+theirs, load and upload load on every ready worker, swap and reset act on
+the workers that serve the session (docs/service.md, "Model control under
+--supervise").
 
 The bearer token: the first token of --token-file FILE (one per line), else
 of the variable --token-env NAME (tokens separated by commas or spaces, as
@@ -189,6 +199,10 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 		return a.do("POST", "/v1/sessions/"+url.PathEscape(arg[0])+"/swap", "application/json", bytes.NewReader(body), int64(len(body)), nil)
 	case "reset":
 		return a.do("POST", "/v1/sessions/"+url.PathEscape(arg[0])+"/reset", "", nil, 0, nil)
+	case "workers":
+		return a.workers()
+	case "status":
+		return a.do("GET", "/v1/status", "", nil, -1, nil)
 	}
 	return exitUsage // not reached: every command is above
 }
@@ -329,4 +343,59 @@ func (a *adminClient) upload(name, file, want string) int {
 		q.Add("wasi", g)
 	}
 	return a.do("PUT", "/v1/modules/"+url.PathEscape(name)+"?"+q.Encode(), "application/wasm", io.LimitReader(f, n), n, nil)
+}
+
+// workers prints GET /v1/status's workers as a table (--json: the
+// answer of GET /v1/workers, every field).
+func (a *adminClient) workers() int {
+	if a.json {
+		return a.do("GET", "/v1/workers", "", nil, -1, nil)
+	}
+	return a.do("GET", "/v1/status", "", nil, -1, func(b []byte) error {
+		var st struct {
+			Workers []struct {
+				Name, State, Uptime, Reason string
+				PID, Restarts               int
+				Devices, Sessions, Notes    []string
+				LastExit                    string `json:"last_exit"`
+				LastExitReason              string `json:"last_exit_reason"`
+			}
+		}
+		if err := json.Unmarshal(b, &st); err != nil {
+			return err
+		}
+		if st.Workers == nil {
+			return errors.New("the server supervises no workers (it is not serve --supervise)")
+		}
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKER\tPID\tSTATE\tRESTARTS\tUPTIME\tDEVICES\tSESSIONS\tLAST EXIT")
+		dash := func(s string) string {
+			if s == "" {
+				return "-"
+			}
+			return s
+		}
+		for _, w := range st.Workers {
+			pid := "-"
+			if w.PID != 0 {
+				pid = fmt.Sprint(w.PID)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", w.Name, pid, w.State, w.Restarts, dash(w.Uptime),
+				dash(strings.Join(w.Devices, ",")), dash(strings.Join(w.Sessions, ",")), dash(w.LastExit))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, w := range st.Workers {
+			if w.Reason != "" {
+				fmt.Fprintf(a.stdout, "%s: %s\n", w.Name, w.Reason)
+			} else if w.LastExitReason != "" {
+				fmt.Fprintf(a.stdout, "%s: last exit: %s\n", w.Name, w.LastExitReason)
+			}
+			for _, n := range w.Notes {
+				fmt.Fprintf(a.stdout, "%s: note: %s\n", w.Name, n)
+			}
+		}
+		return nil
+	})
 }

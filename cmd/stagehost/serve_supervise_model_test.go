@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -151,6 +152,12 @@ func TestServeSuperviseModelControl(t *testing.T) {
 		strings.Contains(page, "no devices") || strings.Contains(page, "no sessions") || !strings.Contains(page, `data-session="b"`) {
 		t.Errorf("status page: %d\n%s", code, page)
 	}
+	if code, out, errOut := sv.admin("workers"); code != 0 || !regexp.MustCompile(`(?m)^gpu1 +[0-9]+ +ready +0 +\S+ +gpu1 +b,echo +-$`).MatchString(out) {
+		t.Errorf("admin workers: %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ := sv.admin("status"); code != 0 || !strings.Contains(out, `"workers"`) {
+		t.Errorf("admin status: %d\n%s", code, out)
+	}
 	call := func(s *supervisor, session, in string) (int, string) {
 		return s.do("POST", "/v1/sessions/"+session+"/run", in)
 	}
@@ -269,6 +276,9 @@ func TestServeSuperviseModelControl(t *testing.T) {
 	})
 	if code, page := sv.do("GET", "/", ""); code != 200 || !strings.Contains(page, "exit status 65") {
 		t.Errorf("status page without the exit: %d", code)
+	}
+	if code, out, _ := sv.admin("workers"); code != 0 || !strings.Contains(out, "gpu1: ") || !strings.Contains(out, "exit status 65: ") {
+		t.Errorf("admin workers after the exit 65:\n%s", out)
 	}
 
 	// A manifest without session echo: the next gpu1 worker serves b
