@@ -153,7 +153,7 @@ func (s *Server) statusDevices() []deviceView {
 func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
 	body := StatusBody{Readiness: s.Readiness(), Devices: []StatusDevice{}}
 	for _, dv := range s.statusDevices() {
-		body.Devices = append(body.Devices, StatusDevice{Name: dv.Name, Backend: dv.Backend, Engine: dv.Engine, Health: dv.Health, Error: dv.Error})
+		body.Devices = append(body.Devices, StatusDevice(dv))
 	}
 	if wk := s.workersOf(); wk != nil {
 		body.Sessions = wk.Sessions()
