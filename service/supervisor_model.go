@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,10 +53,12 @@ type SupervisorModel struct {
 	// name.
 	Conn    *nats.Conn
 	Lattice string
-	// Supervisor gives each worker's state and what it serves; HostOf a
-	// worker's host id in the lattice.
-	Supervisor *supervise.Supervisor
-	HostOf     func(worker string) string
+	// Supervisor gives each worker's state and what it serves (a
+	// *supervise.Supervisor); HostOf a worker's host id in the lattice.
+	Supervisor interface {
+		Status() []supervise.WorkerStatus
+	}
+	HostOf func(worker string) string
 	// Store keeps the module bytes the workers load from and the model
 	// state restored at their start.
 	Store modelctl.Store
@@ -80,14 +83,110 @@ type SupervisorModel struct {
 // A worker's refusal is answered with its class (the status a single
 // process answers), its message prefixed by the worker's name; with no
 // ready worker to ask, the answer is 503 unavailable.
-func SupervisorModelControl(c SupervisorModel) ModelControl {
+//
+// The second value is to be called with each worker's status change
+// (supervise.Config.WithOnChange; it does not block): a worker that
+// reports ready having restored an older revision of the model state
+// than the store holds (an upload or swap came while it started) is
+// asked to restore it again (modelctl.OpRestore), as is every ready
+// worker after a change it was not asked to make.
+func SupervisorModelControl(c SupervisorModel) (ModelControl, func(supervise.WorkerStatus)) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &supervisorModel{c}
+	sm := &supervisorModel{c: c, caught: map[string]caughtUp{}}
+	return sm, sm.workerChanged
 }
 
-type supervisorModel struct{ c SupervisorModel }
+type supervisorModel struct {
+	c  SupervisorModel
+	mu sync.Mutex
+	// caught is, per worker, the process and the state's revision it is
+	// known to have applied (its ready report, an operation it did, a
+	// restore asked of it).
+	caught map[string]caughtUp
+}
+
+type caughtUp struct {
+	pid      int
+	revision uint64
+}
+
+// workerChanged asks a worker that is ready with an older state than
+// the store's to restore it again.
+func (sm *supervisorModel) workerChanged(st supervise.WorkerStatus) {
+	if st.State != supervise.StateReady || !st.Reported {
+		return
+	}
+	go func() {
+		state, err := sm.c.Store.Load(context.Background())
+		if err != nil {
+			sm.c.Logger.Warn("model state: cannot be read to check a ready worker's", "worker", st.Name, "err", err)
+			return
+		}
+		sm.catchUp(st, state.Revision, false)
+	}()
+}
+
+// catchUp makes sure the ready worker st has applied revision: it has if
+// its ready report or an operation says so (done: it just did the
+// operation that made revision); else it is asked to restore.
+func (sm *supervisorModel) catchUp(st supervise.WorkerStatus, revision uint64, done bool) {
+	sm.mu.Lock()
+	c := sm.caught[st.Name]
+	if c.pid != st.PID {
+		c = caughtUp{pid: st.PID}
+	}
+	if done || st.StateRevision >= revision || c.revision >= revision {
+		c.revision = max(c.revision, st.StateRevision)
+		if done {
+			c.revision = max(c.revision, revision)
+		}
+		sm.caught[st.Name] = c
+		sm.mu.Unlock()
+		return
+	}
+	c.revision = revision // asked now: not asked again for it
+	sm.caught[st.Name] = c
+	sm.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), modelctl.DefaultTimeout)
+	defer cancel()
+	rep, err := modelctl.Call(ctx, sm.c.Conn, sm.c.Lattice, sm.c.HostOf(st.Name), modelctl.Request{Op: modelctl.OpRestore})
+	if err == nil {
+		err = rep.Err()
+	}
+	if err != nil {
+		sm.c.Logger.Warn("model state: a worker could not restore the state it missed while it started", "worker", st.Name, "revision", revision, "err", err)
+		return
+	}
+	sm.c.Logger.Warn("model state: a worker restored the state again: it changed while the worker started", "worker", st.Name,
+		"from_revision", st.StateRevision, "to_revision", rep.Restored.Revision, "applied", strings.Join(rep.Restored.Applied, "; "), "notes", strings.Join(rep.Restored.Notes, "; "))
+}
+
+// recorded is called after an operation on workers ws changed the
+// store: ws have applied its new revision; every other ready worker
+// (one that became ready while the operation ran) is asked to restore.
+func (sm *supervisorModel) recorded(ctx context.Context, ws []supervise.WorkerStatus) {
+	state, err := sm.c.Store.Load(ctx)
+	if err != nil {
+		sm.c.Logger.Warn("model state: cannot be read after an update", "err", err)
+		return
+	}
+	did := map[string]int{}
+	for _, w := range ws {
+		did[w.Name] = w.PID
+	}
+	for _, st := range sm.c.Supervisor.Status() {
+		if st.State != supervise.StateReady || !st.Reported {
+			continue
+		}
+		if pid, ok := did[st.Name]; ok && pid == st.PID {
+			sm.catchUp(st, state.Revision, true)
+			continue
+		}
+		go sm.catchUp(st, state.Revision, false)
+	}
+}
 
 // ready returns the ready workers; with session != "", those whose
 // latest ready report lists it.
@@ -207,6 +306,7 @@ func (sm *supervisorModel) LoadModule(ctx context.Context, req deploy.ModuleRequ
 	if err := sm.c.Store.Update(ctx, func(st *modelctl.State) error { st.AddModule(rec); return nil }); err != nil {
 		return deploy.ModuleInfo{}, false, fmt.Errorf("module %s@%s is loaded on every ready worker, but its record could not be saved (a restart loses it): %w", req.Name, req.SHA256, err)
 	}
+	sm.recorded(ctx, ws)
 	return *reps[0].rep.Module, created, nil
 }
 
@@ -234,6 +334,8 @@ func (sm *supervisorModel) UnloadModule(ctx context.Context, ref string) ([]depl
 			return nil
 		}); uerr != nil && err == nil {
 			err = fmt.Errorf("unloaded from every ready worker, but the record could not be updated (a restart loads it again): %w", uerr)
+		} else if uerr == nil && err == nil {
+			sm.recorded(ctx, ws)
 		}
 	}
 	if err != nil {
@@ -269,6 +371,9 @@ func (sm *supervisorModel) SwapSession(ctx context.Context, name, ref string) (d
 	if err != nil {
 		return deploy.SwapResult{}, err
 	}
+	// The ready workers that do not serve the session have nothing to do
+	// for the swap; one that becomes ready meanwhile may serve it.
+	all := sm.ready("")
 	reps, err := sm.each(ctx, ws, modelctl.Request{Op: modelctl.OpSwap, Session: name, Stage: ref})
 	if err != nil {
 		return deploy.SwapResult{}, err
@@ -278,6 +383,7 @@ func (sm *supervisorModel) SwapSession(ctx context.Context, name, ref string) (d
 	if err := sm.c.Store.Update(ctx, func(st *modelctl.State) error { st.SetSwap(rec); return nil }); err != nil {
 		return deploy.SwapResult{}, fmt.Errorf("session %q is swapped to %s on every worker that serves it, but the swap could not be recorded (a restart undoes it): %w", name, res.To, err)
 	}
+	sm.recorded(ctx, all)
 	sm.c.Logger.Info("session swapped on its workers", "session", name, "to", res.To, "workers", len(reps))
 	return res, nil
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/stagehost/stagehost/deploy"
@@ -117,15 +118,14 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID, stat
 	// The model state (modules uploaded, swaps) is applied before the
 	// worker joins: its first call runs what the supervisor recorded.
 	var store modelctl.Store
-	var notes []string
+	var restored modelctl.Restored
 	if stateDir != "" {
 		store = modelctl.OpenDir(stateDir)
-		var applied []string
-		applied, notes = modelctl.Restore(ctx, d, store, logger)
-		for _, line := range applied {
+		restored = modelctl.Restore(ctx, d, store, logger)
+		for _, line := range restored.Applied {
 			fmt.Fprintf(stdout, "worker %s: %s\n", device, line)
 		}
-		for _, line := range notes {
+		for _, line := range restored.Notes {
 			fmt.Fprintf(stdout, "worker %s: model state: %s\n", device, line)
 		}
 	}
@@ -150,7 +150,7 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID, stat
 	}
 	fmt.Fprintf(stdout, "worker %s joined lattice %s as host %s (%s, %s)\n", device, lt.Name, member.Host().ID(),
 		plural(len(d.SessionNames()), "session"), plural(len(d.ResidentNames()), "resident session"))
-	if err := rep.ReadyServing(d.DeviceNames(), d.SessionNames(), notes); err != nil {
+	if err := rep.ReadyServing(supervise.Serving{Devices: d.DeviceNames(), Sessions: d.SessionNames(), Notes: restored.Notes, StateRevision: restored.Revision}); err != nil {
 		logger.Warn("worker: reporting ready", "err", err)
 	}
 	reason, code := "SIGTERM", exitOK
@@ -313,14 +313,26 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		workers = append(workers, supervise.Worker{Name: md.Name, Path: self, Args: args, Env: workerEnv})
 		names = append(names, md.Name)
 	}
-	sup, err := supervise.Start(supervise.NewConfig().WithWorkers(workers...).WithLogger(logger))
+	// The model control's hook on the workers' changes, set once it
+	// exists (before the routes can change the model state).
+	var onChange atomic.Pointer[func(supervise.WorkerStatus)]
+	sup, err := supervise.Start(supervise.NewConfig().WithWorkers(workers...).WithLogger(logger).WithOnChange(func(st supervise.WorkerStatus) {
+		if fn := onChange.Load(); fn != nil {
+			(*fn)(st)
+		}
+	}))
 	if err != nil {
 		member.Close()
 		return fail("--supervise: %v", err)
 	}
 	srv.SetWorkers(service.SupervisorWorkers(sup, member.Front(), m))
-	srv.SetModelControl(service.SupervisorModelControl(service.SupervisorModel{Conn: member.NATSConn(), Lattice: lt.Name,
-		Supervisor: sup, HostOf: func(w string) string { return baseID + "-" + w }, Store: modelctl.OpenDir(stateDir), Manifest: m, Logger: logger}))
+	mc, changed := service.SupervisorModelControl(service.SupervisorModel{Conn: member.NATSConn(), Lattice: lt.Name,
+		Supervisor: sup, HostOf: func(w string) string { return baseID + "-" + w }, Store: modelctl.OpenDir(stateDir), Manifest: m, Logger: logger})
+	onChange.Store(&changed)
+	for _, st := range sup.Status() { // those ready already
+		changed(st)
+	}
+	srv.SetModelControl(mc)
 	fmt.Fprintf(stdout, "supervising %s (%s) in lattice %s as front %s\n", plural(len(workers), "worker"), strings.Join(names, ", "), lt.Name, baseID)
 	if keep {
 		fmt.Fprintf(stdout, "model state (uploaded modules, swaps) kept in %s\n", stateDir)

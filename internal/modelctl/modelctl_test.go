@@ -115,7 +115,11 @@ func TestRestore(t *testing.T) {
 	if got := run(t, d, "hi"); got != "ok" {
 		t.Fatalf("before the restore: %q", got)
 	}
-	applied, notes := modelctl.Restore(context.Background(), d, st, nil)
+	r := modelctl.Restore(context.Background(), d, st, nil)
+	applied, notes := r.Applied, r.Notes
+	if r.Revision != 1 {
+		t.Errorf("revision %d; want 1 (one update)", r.Revision)
+	}
 	if want := fmt.Sprint([]string{"restored module v2@" + echoSHA, "restored swap of b to v2@" + echoSHA}); fmt.Sprint(applied) != want {
 		t.Errorf("applied %q; want %q", applied, want)
 	}
@@ -137,7 +141,8 @@ func TestRestoreReportsWhatItCannotApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := open(t, true) // b's stage is now good2
-	applied, notes := modelctl.Restore(context.Background(), d, st, nil)
+	r := modelctl.Restore(context.Background(), d, st, nil)
+	applied, notes := r.Applied, r.Notes
 	if len(applied) != 0 {
 		t.Errorf("applied %q; want nothing", applied)
 	}
@@ -187,15 +192,15 @@ func TestDir(t *testing.T) {
 	if err := st.Update(ctx, func(s *modelctl.State) error { return errors.New("no") }); err == nil {
 		t.Error("Update's error was lost")
 	}
-	if s, _ := st.Load(ctx); len(s.Swaps) != 1 || s.Swaps[0] != sw {
-		t.Errorf("after a swap: %+v", s.Swaps)
+	if s, _ := st.Load(ctx); len(s.Swaps) != 1 || s.Swaps[0] != sw || s.Revision != 1 {
+		t.Errorf("after a swap: %+v", s)
 	}
 	back := modelctl.SwapRecord{Session: "b", Stage: "good@x", ManifestStage: "good@x"}
 	if err := st.Update(ctx, func(s *modelctl.State) error { s.SetSwap(back); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if s, _ := st.Load(ctx); len(s.Swaps) != 0 {
-		t.Errorf("after a swap back to the manifest's stage: %+v", s.Swaps)
+	if s, _ := st.Load(ctx); len(s.Swaps) != 0 || s.Revision != 2 {
+		t.Errorf("after a swap back to the manifest's stage: %+v", s)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(`{"version": 9}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -269,6 +274,10 @@ func TestServeAndCall(t *testing.T) {
 	}
 	if rep := call(modelctl.Request{Op: modelctl.OpReset, Session: "b"}); rep.Err() != nil || rep.Reset == nil || rep.Reset.Session != "b" {
 		t.Errorf("reset: %+v", rep)
+	}
+	// restore: the store's state (none here: revision 0) applied again.
+	if rep := call(modelctl.Request{Op: modelctl.OpRestore}); rep.Err() != nil || rep.Restored == nil || rep.Restored.Revision != 0 {
+		t.Errorf("restore: %+v", rep)
 	}
 	if rep := call(modelctl.Request{Op: "bogus"}); rep.Class != errdefs.ClassInvalidArgument {
 		t.Errorf("an unknown op: %+v", rep)

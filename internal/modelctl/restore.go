@@ -31,9 +31,25 @@ func ManifestStage(d *deploy.Deployment, session string) string {
 // corrupt, or that no longer loads (its kind, limits or grants no longer
 // fit); a swap of a session the manifest no longer has, whose stage the
 // manifest changed since the swap, or that fails. Nothing is dropped
-// from the store: the notes say what was not applied. applied lists what
-// was, one line each ("restored swap of classify to name@sha256").
-func Restore(ctx context.Context, d *deploy.Deployment, st Store, log *slog.Logger) (applied, notes []string) {
+// from the store: the notes say what was not applied. Applied lists what
+// was, one line each ("restored swap of classify to name@sha256"). It
+// may run again on the same deployment: a module loaded already and a
+// swap done already are applied again as no-ops.
+func Restore(ctx context.Context, d *deploy.Deployment, st Store, log *slog.Logger) Restored {
+	var r Restored
+	r.Revision, r.Applied, r.Notes = restore(ctx, d, st, log)
+	return r
+}
+
+// Restored is what [Restore] did.
+type Restored struct {
+	// Revision is the state's revision it applied.
+	Revision uint64   `json:"revision"`
+	Applied  []string `json:"applied,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+}
+
+func restore(ctx context.Context, d *deploy.Deployment, st Store, log *slog.Logger) (revision uint64, applied, notes []string) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -45,7 +61,7 @@ func Restore(ctx context.Context, d *deploy.Deployment, st Store, log *slog.Logg
 	state, err := st.Load(ctx)
 	if err != nil {
 		note("not restored: %v", err)
-		return nil, notes
+		return 0, nil, notes
 	}
 	for _, rec := range state.Modules {
 		ref := rec.Name + "@" + rec.SHA256
@@ -87,5 +103,5 @@ func Restore(ctx context.Context, d *deploy.Deployment, st Store, log *slog.Logg
 		log.Info(line, "session", sw.Session, "from", res.From, "to", res.To)
 		applied = append(applied, line)
 	}
-	return applied, notes
+	return state.Revision, applied, notes
 }

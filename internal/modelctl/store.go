@@ -52,9 +52,11 @@ type SwapRecord struct {
 // State is the model state a [Store] keeps.
 type State struct {
 	// Version is the format's, 1.
-	Version int            `json:"version"`
-	Modules []ModuleRecord `json:"modules"`
-	Swaps   []SwapRecord   `json:"swaps"`
+	Version int `json:"version"`
+	// Revision counts the updates: each [Store.Update] adds one.
+	Revision uint64         `json:"revision"`
+	Modules  []ModuleRecord `json:"modules"`
+	Swaps    []SwapRecord   `json:"swaps"`
 }
 
 // StateVersion is the version of [State] this package writes and reads.
@@ -73,9 +75,9 @@ type Store interface {
 	Blob(ctx context.Context, sha256 string) ([]byte, error)
 	// Load returns the state; an empty one when nothing was stored yet.
 	Load(ctx context.Context) (State, error)
-	// Update changes the state with fn and stores it, atomically: a
-	// reader sees the state before or after, never a part of it. An
-	// error of fn leaves the state as it was.
+	// Update changes the state with fn and stores it with its Revision
+	// one higher, atomically: a reader sees the state before or after,
+	// never a part of it. An error of fn leaves the state as it was.
 	Update(ctx context.Context, fn func(*State) error) error
 }
 
@@ -219,6 +221,7 @@ func (d *Dir) Update(_ context.Context, fn func(*State) error) error {
 		return err
 	}
 	st.Version = StateVersion
+	st.Revision++
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err

@@ -28,6 +28,10 @@ const (
 	OpUnload  = "unload"  // unload Ref (name or name@sha256)
 	OpSwap    = "swap"    // swap Session to Stage
 	OpReset   = "reset"   // reset Session
+	// OpRestore applies the store's state again ([Restore]): the
+	// supervisor sends it to a worker whose ready report names an older
+	// revision than the store's (the state changed while it started).
+	OpRestore = "restore"
 )
 
 // Request is one model-control request to a worker.
@@ -59,6 +63,8 @@ type Reply struct {
 	// ManifestStage is, for a swap, the session's stage in the worker's
 	// manifest (name@sha256), for the swap's record.
 	ManifestStage string `json:"manifest_stage,omitempty"`
+	// Restored is the answer of OpRestore.
+	Restored *Restored `json:"restored,omitempty"`
 }
 
 // Err is the reply's error: an [*errdefs.RemoteError] of its class, nil
@@ -92,7 +98,7 @@ func Serve(nc *nats.Conn, lattice, host string, d *deploy.Deployment, st Store, 
 				timeout = DefaultTimeout
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			rep = handle(ctx, d, st, req)
+			rep = handle(ctx, d, st, req, log)
 			cancel()
 		}
 		rep.Host = host
@@ -113,8 +119,11 @@ func errReply(err error) Reply {
 	return Reply{Class: deploy.Class(err), Error: err.Error()}
 }
 
-func handle(ctx context.Context, d *deploy.Deployment, st Store, req Request) Reply {
+func handle(ctx context.Context, d *deploy.Deployment, st Store, req Request, log *slog.Logger) Reply {
 	switch req.Op {
+	case OpRestore:
+		r := Restore(ctx, d, st, log)
+		return Reply{Restored: &r}
 	case OpModules:
 		return Reply{Modules: d.Modules()}
 	case OpLoad:

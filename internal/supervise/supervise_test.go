@@ -83,7 +83,7 @@ func workerMain(mode string) {
 		os.Exit(65)
 	case "serving":
 		signal.Notify(terms, syscall.SIGTERM)
-		must(rep.ReadyServing([]string{"cuda0"}, []string{"a", "b"}, []string{"a note"}))
+		must(rep.ReadyServing(Serving{Devices: []string{"cuda0"}, Sessions: []string{"a", "b"}, Notes: []string{"a note"}, StateRevision: 7}))
 		<-terms
 		must(rep.Exiting("SIGTERM"))
 		os.Exit(0)
@@ -700,7 +700,7 @@ func TestSyntheticExitStderr(t *testing.T) {
 func TestReadyServing(t *testing.T) {
 	h := start(t, NewConfig().WithWorkers(testWorker(t, "w", "serving")))
 	st := h.rec.waitFor(t, "w", waitLong, "ready", func(st WorkerStatus) bool { return st.State == StateReady })
-	if !st.Reported || fmt.Sprint(st.Devices, st.Sessions, st.Notes) != "[cuda0] [a b] [a note]" {
+	if !st.Reported || fmt.Sprint(st.Devices, st.Sessions, st.Notes, st.StateRevision) != "[cuda0] [a b] [a note] 7" {
 		t.Errorf("ready status %+v; want its devices, sessions and notes", st)
 	}
 }

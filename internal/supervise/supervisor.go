@@ -122,6 +122,9 @@ type WorkerStatus struct {
 	Devices  []string `json:"devices,omitempty"`
 	Sessions []string `json:"sessions,omitempty"`
 	Notes    []string `json:"notes,omitempty"`
+	// StateRevision is the model state's revision its latest ready report
+	// says it restored ([Serving.StateRevision]).
+	StateRevision uint64 `json:"state_revision,omitempty"`
 }
 
 // Supervisor runs worker processes and restarts them. It is safe for
@@ -536,6 +539,7 @@ func (s *Supervisor) watch(w *worker, p *proc) Exit {
 				if e.Serving {
 					st.Reported = true
 					st.Devices, st.Sessions, st.Notes = clone(e.Devices), clone(e.Sessions), clone(e.Notes)
+					st.StateRevision = e.StateRevision
 				}
 			})
 		case EventDeviceLost:
