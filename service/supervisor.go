@@ -2,7 +2,9 @@ package service
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/internal/supervise"
@@ -44,6 +46,9 @@ func SupervisedLattice(name string) manifest.Lattice {
 type supervisedFront struct {
 	*lattice.Member
 	m *manifest.Manifest
+	// view is the supervisor's view of its workers, once SetWorkers gave
+	// it: the sessions known follow the workers' reports.
+	view *atomic.Pointer[workerView]
 }
 
 // SupervisorFront is the Lattice of `serve --supervise`: member (a front
@@ -52,11 +57,26 @@ type supervisedFront struct {
 // 503 unavailable, not 404), and which offers m's session specs
 // (sessionSpecs).
 func SupervisorFront(member *lattice.Member, m *manifest.Manifest) Lattice {
-	return supervisedFront{member, m}
+	return supervisedFront{member, m, new(atomic.Pointer[workerView])}
 }
 
 func (f supervisedFront) Known(session string) bool {
+	if v := f.view.Load(); v != nil {
+		return v.listed(session) || f.Member.Known(session)
+	}
 	return f.m.Session(session) != nil || f.Member.Known(session)
+}
+
+// listed says whether the supervisor lists session (see Sessions): a
+// session of the workers' latest reports, or of the manifest while a
+// worker has not reported.
+func (v *workerView) listed(session string) bool {
+	for _, st := range v.sup.Status() {
+		if st.Reported && slices.Contains(st.Sessions, session) || !st.Reported && v.m.Session(session) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Hosts is the front's view of the live hosts' heartbeats (the workers'),

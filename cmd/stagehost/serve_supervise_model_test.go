@@ -296,5 +296,8 @@ func TestServeSuperviseModelControl(t *testing.T) {
 	if code, body := sv.do("GET", "/v1/sessions/echo", ""); code != 404 {
 		t.Errorf("GET /v1/sessions/echo after it was dropped: %d %s", code, body)
 	}
+	if code, body := call(sv, "echo", "x"); code != 404 {
+		t.Errorf("a call of echo after it was dropped: %d %s", code, body)
+	}
 	sv.stop()
 }
