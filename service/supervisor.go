@@ -62,9 +62,21 @@ func SupervisorFront(member *lattice.Member, m *manifest.Manifest) Lattice {
 
 func (f supervisedFront) Known(session string) bool {
 	if v := f.view.Load(); v != nil {
-		return v.listed(session) || f.Member.Known(session)
+		return v.listed(session) || v.heartbeatNames(session)
 	}
 	return f.m.Session(session) != nil || f.Member.Known(session)
+}
+
+// heartbeatNames says whether a live host's heartbeat names session now.
+func (v *workerView) heartbeatNames(session string) bool {
+	for _, rec := range v.front.Hosts() {
+		for _, sc := range rec.Sessions {
+			if sc.Name == session {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // listed says whether the supervisor lists session (see Sessions): a
