@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -48,7 +49,8 @@ const adminAbout = `Model control of a running stagehost serve, through its admi
   upload NAME FILE         upload FILE as a version of module NAME (its sha256 computed here)
                            (load and upload: --kind stage|fence and --wasi GRANT as the
                            manifest's [[module]] keys kind and wasi; default: those of the
-                           name's newest version, else a stage module with no grant)
+                           name's newest version, else a stage module with no grant;
+                           --memory-limit SIZE and --snapshot true|false likewise)
   unload NAME[@SHA256]     unload one version, or every version of NAME (refused while used)
   swap SESSION MODULE      swap SESSION to MODULE (NAME: its newest version, or NAME@SHA256);
                            calls in flight finish on the old version
@@ -102,6 +104,8 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	var wasi grantsFlag
 	c.fs.Var(&wasi, "wasi", "load, upload: a WASI `GRANT` (go-runtime, or one function such as fd_write); repeated or comma-separated for several (default: the name's newest version's, else none)")
 	sum := c.fs.String("sha256", "", "load: the module's `SHA256` (default: computed from PATH read here)")
+	memLimit := c.fs.String("memory-limit", "", "load, upload: the module's memory limit, a `SIZE` with its unit, as the manifest's memory_limit (\"128MiB\"; default: the name's newest version's, else 64MiB)")
+	snapshot := c.fs.String("snapshot", "", "load, upload: `true` or false, as the manifest's snapshot (default: the name's newest version's, else true)")
 	timeout := c.fs.Duration("timeout", 5*time.Minute, "give up on the server's answer after this `duration`")
 	asJSON := c.fs.Bool("json", false, "print the server's JSON answer (modules prints a table by default)")
 	fs := c.fs
@@ -147,6 +151,25 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	if *kind != "" && *kind != "stage" && *kind != "fence" {
 		return usageErr("--kind %q: want stage or fence", *kind)
 	}
+	if (*memLimit != "" || *snapshot != "") && pos[0] != "load" && pos[0] != "upload" {
+		return usageErr("--memory-limit and --snapshot are for load and upload")
+	}
+	var memBytes *int64
+	if *memLimit != "" {
+		n, err := manifest.ParseSize(*memLimit)
+		if err != nil {
+			return usageErr("--memory-limit %q: %v", *memLimit, err)
+		}
+		memBytes = &n
+	}
+	var snap *bool
+	if *snapshot != "" {
+		b, err := strconv.ParseBool(*snapshot)
+		if err != nil {
+			return usageErr("--snapshot %q: want true or false", *snapshot)
+		}
+		snap = &b
+	}
 	if *tokenFile != "" && *tokenEnv != "" {
 		return usageErr("--token-file and --token-env: give one")
 	}
@@ -183,7 +206,7 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	a := &adminClient{base: base, token: token, client: &http.Client{Timeout: *timeout}, stdout: stdout, stderr: stderr, json: *asJSON,
-		kind: *kind, wasi: wasi}
+		kind: *kind, wasi: wasi, memoryLimit: memBytes, snapshot: snap}
 	arg := pos[1:]
 	switch pos[0] {
 	case "modules":
@@ -217,6 +240,10 @@ type adminClient struct {
 	// not given, the server keeps the name's newest version's).
 	kind string
 	wasi []string
+	// memoryLimit and snapshot: --memory-limit and --snapshot (nil: not
+	// given).
+	memoryLimit *int64
+	snapshot    *bool
 }
 
 // do sends one request. A 2xx answer is printed (or given to show); an
@@ -306,7 +333,7 @@ func (a *adminClient) load(name, path, sum string) int {
 		s := sha256.Sum256(b)
 		sum = hex.EncodeToString(s[:])
 	}
-	body, _ := json.Marshal(deploy.ModuleRequest{Name: name, Path: path, SHA256: sum, Kind: a.kind, WASI: a.wasi})
+	body, _ := json.Marshal(deploy.ModuleRequest{Name: name, Path: path, SHA256: sum, Kind: a.kind, WASI: a.wasi, MemoryLimit: a.memoryLimit, Snapshot: a.snapshot})
 	return a.do("POST", "/v1/modules", "application/json", bytes.NewReader(body), int64(len(body)), nil)
 }
 
@@ -341,6 +368,12 @@ func (a *adminClient) upload(name, file, want string) int {
 	}
 	for _, g := range a.wasi {
 		q.Add("wasi", g)
+	}
+	if a.memoryLimit != nil {
+		q.Set("memory_limit", strconv.FormatInt(*a.memoryLimit, 10))
+	}
+	if a.snapshot != nil {
+		q.Set("snapshot", strconv.FormatBool(*a.snapshot))
 	}
 	return a.do("PUT", "/v1/modules/"+url.PathEscape(name)+"?"+q.Encode(), "application/wasm", io.LimitReader(f, n), n, nil)
 }
