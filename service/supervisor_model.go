@@ -37,7 +37,7 @@ type ModelControl interface {
 type modelControlBox struct{ mc ModelControl }
 
 // SetModelControl routes the admin routes' model control to mc (call it
-// once, after [Server.Attach]).
+// once, before or after [Server.Attach]).
 func (s *Server) SetModelControl(mc ModelControl) { s.modelCtl.Store(&modelControlBox{mc}) }
 
 func (s *Server) modelControl() ModelControl {
@@ -424,4 +424,77 @@ func (sm *supervisorModel) MaxModuleSize(name string) int64 {
 		limit = stages.DefaultMaxModuleSize
 	}
 	return limit
+}
+
+// LocalModelControl is model control of a single process's own
+// deployment d that records uploads and swaps in store (serve
+// --state-dir), as a supervisor does for its workers: a load or upload
+// stores the bytes and records the module once d loaded it, an unload
+// drops the records of the versions unloaded, a swap is recorded once
+// done. modelctl.Restore applies the record when the process starts
+// again.
+func LocalModelControl(d *deploy.Deployment, store modelctl.Store, logger *slog.Logger) ModelControl {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &localModel{d: d, store: store, log: logger}
+}
+
+type localModel struct {
+	d     *deploy.Deployment
+	store modelctl.Store
+	log   *slog.Logger
+}
+
+func (lm *localModel) Modules(context.Context) (any, error) {
+	return map[string]any{"modules": lm.d.Modules()}, nil
+}
+
+func (lm *localModel) MaxModuleSize(name string) int64 { return lm.d.MaxModuleSize(name) }
+
+func (lm *localModel) LoadModule(ctx context.Context, req deploy.ModuleRequest, bin []byte, source string) (deploy.ModuleInfo, bool, error) {
+	info, created, err := lm.d.LoadModule(ctx, req, bin, source)
+	if err != nil {
+		return info, created, err
+	}
+	if err := lm.store.PutBlob(ctx, info.SHA256, bin); err != nil {
+		return info, created, fmt.Errorf("module %s is loaded, but its bytes could not be kept (a restart loses it): %w", info.Ref, err)
+	}
+	rec := modelctl.ModuleRecord{Name: req.Name, SHA256: info.SHA256, Kind: req.Kind, MemoryLimit: req.MemoryLimit, WASI: req.WASI,
+		Snapshot: req.Snapshot, Source: source, At: time.Now().UTC()}
+	if err := lm.store.Update(ctx, func(st *modelctl.State) error { st.AddModule(rec); return nil }); err != nil {
+		return info, created, fmt.Errorf("module %s is loaded, but its record could not be saved (a restart loses it): %w", info.Ref, err)
+	}
+	return info, created, nil
+}
+
+func (lm *localModel) UnloadModule(ctx context.Context, ref string) ([]deploy.ModuleInfo, error) {
+	gone, err := lm.d.UnloadModule(ctx, ref)
+	if len(gone) > 0 {
+		if uerr := lm.store.Update(ctx, func(st *modelctl.State) error {
+			for _, m := range gone {
+				st.RemoveModule(m.Name, m.SHA256)
+			}
+			return nil
+		}); uerr != nil {
+			lm.log.Error("model state: an unloaded module's record could not be dropped (a restart loads it again)", "module", ref, "err", uerr)
+		}
+	}
+	return gone, err
+}
+
+func (lm *localModel) SwapSession(ctx context.Context, name, ref string) (deploy.SwapResult, error) {
+	res, err := lm.d.SwapSession(ctx, name, ref)
+	if err != nil {
+		return res, err
+	}
+	rec := modelctl.SwapRecord{Session: name, Stage: res.To, ManifestStage: modelctl.ManifestStage(lm.d, name), At: time.Now().UTC()}
+	if err := lm.store.Update(ctx, func(st *modelctl.State) error { st.SetSwap(rec); return nil }); err != nil {
+		return res, fmt.Errorf("session %q is swapped to %s, but the swap could not be recorded (a restart undoes it): %w", name, res.To, err)
+	}
+	return res, nil
+}
+
+func (lm *localModel) ResetSession(ctx context.Context, name string) (deploy.ResetResult, error) {
+	return lm.d.ResetSession(ctx, name)
 }

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/host"
+	"github.com/stagehost/stagehost/internal/modelctl"
 	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/service"
@@ -361,7 +363,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	insecure := fs.Bool("insecure-no-auth", false, "serve a non-loopback --addr without any token (every route open to anyone who can connect)")
 	supervised := fs.Bool("supervise", false, "supervise a worker process per [[device]] (serve --worker), joined over the lattice (an embedded NATS server unless the manifest has [lattice]); this process opens no device and routes every call through the lattice (docs/lattice.md)")
 	worker := fs.String("worker", "", "internal: run as serve --supervise's worker of `DEVICE`")
-	stateDir := fs.String("state-dir", "", "with --supervise: keep the model state (uploaded modules, swaps) in `DIR` and restore it when a worker or the supervisor restarts; \"off\" keeps it only while the supervisor runs (default USER_CACHE_DIR/stagehost/state/KEY, KEY from the manifest's path; docs/service.md, \"Model state\")")
+	stateDir := fs.String("state-dir", "", "keep the model state (uploaded modules, swaps) in `DIR` and restore it at the next start (with --supervise: when a worker or the supervisor restarts; \"off\" keeps it only while the supervisor runs; default USER_CACHE_DIR/stagehost/state/KEY, KEY from the manifest's path. Without --supervise: default none; docs/service.md, \"Model state\")")
 	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
@@ -375,10 +377,6 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return serveWorker(ctx, m, *worker, *hostID, *stateDir, *grace, *quiet, logger, stdout, stderr)
-	}
-	if *stateDir != "" && !*supervised {
-		fmt.Fprintln(stderr, "stagehost serve: --state-dir is for --supervise (a single process keeps no model state)")
-		return exitUsage
 	}
 	if err := checkListenAddr(*addr); err != nil {
 		fmt.Fprintf(stderr, "stagehost serve: --addr %q is not a valid address: %v\n", *addr, err)
@@ -427,6 +425,27 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		stop()
 		<-served
 		return code
+	}
+	if *stateDir != "" && *stateDir != stateDirOff {
+		// Applied before the service attaches: the first call runs
+		// what was recorded.
+		dir, err := filepath.Abs(*stateDir)
+		if err != nil {
+			stop()
+			<-served
+			d.Close(context.Background())
+			fmt.Fprintf(stderr, "stagehost serve: --state-dir: %v\n", err)
+			return exitStartup
+		}
+		store := modelctl.OpenDir(dir)
+		r := modelctl.Restore(ctx, d, store, logger)
+		for _, line := range r.Applied {
+			fmt.Fprintln(stdout, line)
+		}
+		for _, line := range r.Notes {
+			fmt.Fprintf(stderr, "stagehost serve: model state: %s\n", line)
+		}
+		srv.SetModelControl(service.LocalModelControl(d, store, logger))
 	}
 	srv.Attach(d)
 	var early error
