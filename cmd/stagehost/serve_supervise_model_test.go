@@ -301,3 +301,55 @@ func TestServeSuperviseModelControl(t *testing.T) {
 	}
 	sv.stop()
 }
+
+// TestServeStateDir: a plain serve with --state-dir records an upload
+// and a swap, and applies them when it starts again; without
+// --state-dir it starts from the manifest.
+func TestServeStateDir(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "supervise.toml")
+	superviseManifest(t, path, false)
+	stateDir := filepath.Join(t.TempDir(), "state")
+	echo, echoSHA := hostileModule(t, "echo")
+	client := &http.Client{Timeout: 10 * time.Second}
+	call := func(s *server, in string) (int, string) {
+		resp, err := client.Post(s.base+"/v1/sessions/b/run", "application/octet-stream", strings.NewReader(in))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	s := startServe(t, path, "--state-dir", stateDir, "--quiet")
+	for _, args := range [][]string{{"upload", "v2", echo}, {"swap", "b", "v2"}} {
+		if code, out, errOut := runCLI(t, append([]string{"admin", "--addr", s.base}, args...)...); code != 0 {
+			t.Fatalf("admin %v: %d %s %s", args, code, out, errOut)
+		}
+	}
+	if code, body := call(s, "one"); code != 200 || body != "one" {
+		t.Fatalf("b after the swap: %d %q", code, body)
+	}
+	s.stop()
+	s = startServe(t, path, "--state-dir", stateDir, "--quiet")
+	if code, body := call(s, "two"); code != 200 || body != "two" {
+		t.Errorf("b after a restart: %d %q; want the swap restored", code, body)
+	}
+	s.stop()
+	// Without --state-dir: the manifest's module.
+	s = startServe(t, path, "--quiet")
+	if code, body := call(s, "three"); code != 200 || body != "ok" {
+		t.Errorf("b without --state-dir: %d %q", code, body)
+	}
+	s.stop()
+	// A corrupt module file: reported on stderr, b from the manifest.
+	if err := os.WriteFile(filepath.Join(stateDir, "modules", echoSHA+".wasm"), []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = startServe(t, path, "--state-dir", stateDir, "--quiet")
+	if code, body := call(s, "four"); code != 200 || body != "ok" {
+		t.Errorf("b with a corrupt module file: %d %q", code, body)
+	}
+	if _, errOut := s.stop(); !strings.Contains(errOut, "model state: module v2@"+echoSHA+" not restored") || !strings.Contains(errOut, "corrupt") {
+		t.Errorf("stderr without the corrupt module:\n%s", errOut)
+	}
+}
