@@ -144,6 +144,15 @@ func TestServeSuperviseModelControl(t *testing.T) {
 		return ws
 	}
 	ws := ready(sv, "both workers ready")
+	// The devices, from the workers' heartbeats.
+	pollFor(t, limit, "both devices ok in /v1/status", func() (bool, string) {
+		code, body := sv.do("GET", "/v1/status", "")
+		var st struct{ Devices []struct{ Name, Health string } }
+		if code != 200 || json.Unmarshal([]byte(body), &st) != nil {
+			return false, body
+		}
+		return fmt.Sprint(st.Devices) == "[{gpu0 ok} {gpu1 ok}]", body
+	})
 	if g := ws["gpu1"]; fmt.Sprint(g.Devices, g.Sessions) != "[gpu1] [b echo]" || g.PID == 0 {
 		t.Errorf("gpu1 in /v1/status: %+v", g)
 	}
