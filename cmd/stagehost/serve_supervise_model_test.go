@@ -179,15 +179,19 @@ func TestServeSuperviseModelControl(t *testing.T) {
 		t.Fatalf("admin modules: %d\n%s%s", code, out, errOut)
 	}
 	// upload, then swap b (good: "ok") to it (echo: the input back).
+	t0 := time.Now()
 	if code, out, errOut := sv.admin("upload", "v2", echo); code != 0 || !strings.Contains(out, echoSHA) {
 		t.Fatalf("admin upload: %d %s %s", code, out, errOut)
 	}
 	if code, out, _ := sv.admin("modules"); code != 0 || !strings.Contains(out, "v2 *") {
 		t.Errorf("admin modules after the upload:\n%s", out)
 	}
+	tUpload := time.Since(t0)
+	t0 = time.Now()
 	if code, out, errOut := sv.admin("swap", "b", "v2"); code != 0 || !strings.Contains(out, `"to": "v2@`+echoSHA) {
 		t.Fatalf("admin swap: %d %s %s", code, out, errOut)
 	}
+	t.Logf("through the supervisor: admin upload (2 workers) %v, admin swap (1 worker) %v", tUpload, time.Since(t0))
 	if code, body := call(sv, "b", "hello"); code != 200 || body != "hello" {
 		t.Fatalf("b after the swap: %d %q", code, body)
 	}
@@ -216,6 +220,7 @@ func TestServeSuperviseModelControl(t *testing.T) {
 	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	t0 = time.Now()
 	pollFor(t, limit, "gpu1's worker restarted", func() (bool, string) {
 		ws, body := sv.status()
 		return ws != nil && ws["gpu1"].State == "ready" && ws["gpu1"].PID != before.PID, body
@@ -224,6 +229,7 @@ func TestServeSuperviseModelControl(t *testing.T) {
 		code, body := call(sv, "b", "again")
 		return code == 200 && body == "again", body
 	})
+	t.Logf("SIGKILL of gpu1's worker to b answered by the swapped version again: %v", time.Since(t0))
 
 	// A restart of the supervisor: the swap holds.
 	if out := sv.stop(); !strings.Contains(out, "worker gpu1: restored swap of b to v2@"+echoSHA) ||
