@@ -183,8 +183,22 @@ func TestServeSuperviseModelControl(t *testing.T) {
 	if code, out, errOut := sv.admin("upload", "v2", echo); code != 0 || !strings.Contains(out, echoSHA) {
 		t.Fatalf("admin upload: %d %s %s", code, out, errOut)
 	}
-	if code, out, _ := sv.admin("modules"); code != 0 || !strings.Contains(out, "v2 *") {
-		t.Errorf("admin modules after the upload:\n%s", out)
+	// load: a file on the supervisor's machine, loaded by the workers.
+	if code, out, errOut := sv.admin("load", "v3", echo); code != 0 || !strings.Contains(out, `"ref": "v3@`+echoSHA) || !strings.Contains(out, `"source": "path"`) {
+		t.Fatalf("admin load: %d %s %s", code, out, errOut)
+	}
+	if code, out, _ := sv.admin("modules"); code != 0 || !strings.Contains(out, "v2 *") || !strings.Contains(out, "v3 *") {
+		t.Errorf("admin modules after the upload and the load:\n%s", out)
+	}
+	// unload: from every worker, and from the state.
+	if code, out, errOut := sv.admin("unload", "v3"); code != 0 || !strings.Contains(out, `"ref": "v3@`+echoSHA) {
+		t.Errorf("admin unload: %d %s %s", code, out, errOut)
+	}
+	if code, out, _ := sv.admin("modules"); code != 0 || strings.Contains(out, "v3") {
+		t.Errorf("admin modules after the unload:\n%s", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(stateDir, "state.json")); err != nil || strings.Contains(string(b), `"v3"`) || !strings.Contains(string(b), `"v2"`) {
+		t.Errorf("state.json after the unload: %s %v", b, err)
 	}
 	tUpload := time.Since(t0)
 	t0 = time.Now()
