@@ -209,18 +209,29 @@ type workerReply struct {
 	rep    modelctl.Reply
 }
 
-// each sends req to every worker of ws, in order, and returns the
-// replies; the first error (a worker's refusal, or a worker that could
-// not be reached) is returned with the worker's name in its message.
+// each sends req to every worker of ws, all at once, and returns the
+// replies of those that did it, in ws's order; the first error in ws's
+// order (a worker's refusal, or a worker that could not be reached) is
+// returned with the worker's name in its message.
 func (sm *supervisorModel) each(ctx context.Context, ws []supervise.WorkerStatus, req modelctl.Request) ([]workerReply, error) {
+	reps := make([]modelctl.Reply, len(ws))
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i], errs[i] = modelctl.Call(ctx, sm.c.Conn, sm.c.Lattice, sm.c.HostOf(w.Name), req)
+			if errs[i] == nil {
+				errs[i] = reps[i].Err()
+			}
+		}()
+	}
+	wg.Wait()
 	var out []workerReply
 	var first error
-	for _, w := range ws {
-		rep, err := modelctl.Call(ctx, sm.c.Conn, sm.c.Lattice, sm.c.HostOf(w.Name), req)
-		if err == nil {
-			err = rep.Err()
-		}
-		if err != nil {
+	for i, w := range ws {
+		if err := errs[i]; err != nil {
 			re := &errdefs.RemoteError{Class: deploy.Class(err), Message: "worker " + w.Name + ": " + err.Error(), Host: sm.c.HostOf(w.Name)}
 			sm.c.Logger.Warn("model control: a worker refused", "worker", w.Name, "op", req.Op, "class", re.Class, "err", err)
 			if first == nil {
@@ -228,7 +239,7 @@ func (sm *supervisorModel) each(ctx context.Context, ws []supervise.WorkerStatus
 			}
 			continue
 		}
-		out = append(out, workerReply{w.Name, rep})
+		out = append(out, workerReply{w.Name, reps[i]})
 	}
 	return out, first
 }
