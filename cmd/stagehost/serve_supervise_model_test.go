@@ -147,7 +147,9 @@ func TestServeSuperviseModelControl(t *testing.T) {
 	// The devices, from the workers' heartbeats.
 	pollFor(t, limit, "both devices ok in /v1/status", func() (bool, string) {
 		code, body := sv.do("GET", "/v1/status", "")
-		var st struct{ Devices []struct{ Name, Health string } }
+		var st struct {
+			Devices []struct{ Name, Health string }
+		}
 		if code != 200 || json.Unmarshal([]byte(body), &st) != nil {
 			return false, body
 		}
