@@ -132,5 +132,87 @@ programs = ["noop"]
 	}
 }
 
+// A swap of a session two workers serve goes to both; one that refuses
+// is the answer, named, and nothing is recorded.
+func TestSupervisorModelControlTwoWorkers(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	const body = `version = 1
+[runtime]
+cache_dir = "off"
+[[device]]
+name = "gpu0"
+backend = "sim"
+engine = "gpu"
+[[module]]
+name = "good"
+path = "@REPO@/stages/testdata/hostile/good_stage.wasm"
+sha256 = "@SHA:stages/testdata/hostile/good_stage.wasm@"
+[[session]]
+name = "b"
+stage = "good"
+device = "gpu0"
+programs = ["noop"]
+`
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := modelctl.OpenDir(t.TempDir())
+	var ds []*deploy.Deployment
+	var sts fakeStatuses
+	for i, name := range []string{"w1", "w2"} {
+		d := open(t, body)
+		sub, err := modelctl.Serve(nc, "l", "sv-"+name, d, store, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		ds = append(ds, d)
+		sts = append(sts, supervise.WorkerStatus{Name: name, PID: 10 + i, State: supervise.StateReady, Reported: true, Sessions: []string{"b"}})
+	}
+	mc, _ := service.SupervisorModelControl(service.SupervisorModel{Conn: nc, Lattice: "l", Supervisor: sts,
+		HostOf: func(w string) string { return "sv-" + w }, Store: store, Manifest: ds[0].Manifest})
+	echo, err := os.ReadFile(filepath.Join(repo, "stages/testdata/hostile/echo.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoSHA := stages.SHA256(echo)
+	info, created, err := mc.LoadModule(ctx, deploy.ModuleRequest{Name: "v2", SHA256: echoSHA}, echo, "upload")
+	if err != nil || !created || info.Ref != "v2@"+echoSHA {
+		t.Fatalf("load: %+v %v %v", info, created, err)
+	}
+	if _, err := mc.SwapSession(ctx, "b", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range ds {
+		if out, err := d.Pool("b").Run(ctx, []byte("hi")); err != nil || string(out) != "hi" {
+			t.Errorf("worker %d after the swap: %q %v", i+1, out, err)
+		}
+	}
+	// v3 only on w1 (loaded there directly): w2 refuses the swap.
+	if _, _, err := ds[0].LoadModule(ctx, deploy.ModuleRequest{Name: "v3", SHA256: echoSHA}, echo, "upload"); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := store.Load(ctx)
+	_, err = mc.SwapSession(ctx, "b", "v3")
+	if deploy.Class(err) != errdefs.ClassNotFound || !strings.HasPrefix(err.Error(), "worker w2: ") {
+		t.Errorf("a swap w2 refuses: %v", err)
+	}
+	if after, _ := store.Load(ctx); after.Revision != before.Revision || len(after.Swaps) != 1 || after.Swaps[0].Stage != "v2@"+echoSHA {
+		t.Errorf("the state after a refused swap: %+v (before %+v)", after, before)
+	}
+}
+
 func swapErr(_ deploy.SwapResult, err error) error   { return err }
 func resetErr(_ deploy.ResetResult, err error) error { return err }
