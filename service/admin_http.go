@@ -53,8 +53,32 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-func (s *Server) listModules(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) listModules(w http.ResponseWriter, r *http.Request) {
+	if mc := s.modelControl(); mc != nil {
+		body, err := mc.Modules(r.Context())
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"modules": s.d.Modules()})
+}
+
+// control is where model control acts: a ModelControl set with
+// SetModelControl (a supervisor's workers), else the deployment.
+func (s *Server) control() interface {
+	LoadModule(ctx context.Context, req deploy.ModuleRequest, bin []byte, source string) (deploy.ModuleInfo, bool, error)
+	UnloadModule(ctx context.Context, ref string) ([]deploy.ModuleInfo, error)
+	SwapSession(ctx context.Context, name, ref string) (deploy.SwapResult, error)
+	ResetSession(ctx context.Context, name string) (deploy.ResetResult, error)
+	MaxModuleSize(name string) int64
+} {
+	if mc := s.modelControl(); mc != nil {
+		return mc
+	}
+	return s.d
 }
 
 func (s *Server) answerLoad(w http.ResponseWriter, r *http.Request, info deploy.ModuleInfo, created bool, err error) {
@@ -84,7 +108,7 @@ func (s *Server) loadModule(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	info, created, err := s.d.LoadModule(r.Context(), req, bin, "path")
+	info, created, err := s.control().LoadModule(r.Context(), req, bin, "path")
 	s.answerLoad(w, r, info, created, err)
 }
 
@@ -121,7 +145,7 @@ func (s *Server) uploadModule(w http.ResponseWriter, r *http.Request) {
 	if q.Has("wasi") {
 		req.WASI = q["wasi"]
 	}
-	limit := s.d.MaxModuleSize(req.Name)
+	limit := s.control().MaxModuleSize(req.Name)
 	if r.ContentLength > limit {
 		refuseUnread(w, r)
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the module of %d bytes is larger than the module size limit of %d bytes", r.ContentLength, limit))
@@ -137,12 +161,12 @@ func (s *Server) uploadModule(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the request body: %v", err))
 		return
 	}
-	info, created, err := s.d.LoadModule(r.Context(), req, bin, "upload")
+	info, created, err := s.control().LoadModule(r.Context(), req, bin, "upload")
 	s.answerLoad(w, r, info, created, err)
 }
 
 func (s *Server) unloadModule(w http.ResponseWriter, r *http.Request) {
-	gone, err := s.d.UnloadModule(r.Context(), r.PathValue("name"))
+	gone, err := s.control().UnloadModule(r.Context(), r.PathValue("name"))
 	if err != nil && gone == nil {
 		s.writeError(w, r, err)
 		return
@@ -167,8 +191,9 @@ type SwapRequest struct {
 
 func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	mc := s.modelControl() // a supervisor's ModelControl answers for itself
 	sw, _ := s.latticeOf().(latticeSwapper)
-	if s.d.Pool(name) == nil && sw == nil {
+	if mc == nil && sw == nil && s.d.Pool(name) == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name))
 		return
 	}
@@ -192,7 +217,7 @@ func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	if sw != nil {
+	if mc == nil && sw != nil {
 		ans, err := sw.SwapSession(ctx, name, req.Stage, req.HostOnly)
 		if err != nil {
 			s.writeError(w, r, err)
@@ -201,7 +226,7 @@ func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, ans)
 		return
 	}
-	res, err := s.d.SwapSession(ctx, name, req.Stage)
+	res, err := s.control().SwapSession(ctx, name, req.Stage)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -211,7 +236,7 @@ func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) resetSession(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	res, err := s.d.ResetSession(r.Context(), name)
+	res, err := s.control().ResetSession(r.Context(), name)
 	if err != nil && res.Session != "" {
 		err = fmt.Errorf("%w (replaced %d, skipped %d)", err, len(res.Replaced), len(res.Skipped))
 	}

@@ -101,6 +101,7 @@ func configFromService(s manifest.Service) Config {
 //	GET  /v1/lattice/quarantine       admin   the lattice's shared quarantine
 //	DELETE /v1/lattice/quarantine/{sha256} admin  clears one module
 //	GET  /v1/workers                  admin   a supervisor's workers (workers_http.go; 404 elsewhere)
+//	GET  /v1/status                   admin   the status page's content as JSON (status_workers.go)
 //	GET  /metrics                     admin   Prometheus metrics
 //	GET  /debug/trace                 admin   the trace as Chrome trace-event JSON
 //	GET  /                            admin   the status page (HTML; statuspage.go); POST / signs a browser in
@@ -133,10 +134,11 @@ type Server struct {
 	handler  http.Handler
 	tracer   trace.Tracer // Config.TracerProvider's (trace.go)
 
-	attached           atomic.Bool                // Attach has run: d, mux, registry and latency are set
-	lattice            atomic.Pointer[latticeBox] // SetLattice: run calls route through the lattice
-	workers            atomic.Pointer[workersBox] // SetWorkers: a supervisor's workers (workers_http.go)
-	state              atomic.Int32               // stateServing, then stateDraining
+	attached           atomic.Bool                     // Attach has run: d, mux, registry and latency are set
+	lattice            atomic.Pointer[latticeBox]      // SetLattice: run calls route through the lattice
+	workers            atomic.Pointer[workersBox]      // SetWorkers: a supervisor's workers (workers_http.go)
+	modelCtl           atomic.Pointer[modelControlBox] // SetModelControl: model control elsewhere (supervisor_model.go)
+	state              atomic.Int32                    // stateServing, then stateDraining
 	accepted, answered atomic.Uint64
 	cutOffCount        atomic.Uint64 // requests the end of the grace period cut off (shutdown.go)
 	guardsMu           sync.Mutex
@@ -198,6 +200,7 @@ func (s *Server) Attach(d *deploy.Deployment) {
 	s.adminRoutes()                                       // model control: admin_http.go
 	s.latticeRoutes()                                     // the lattice: lattice_http.go
 	s.route("GET /v1/workers", scopeAdmin, s.listWorkers) // a supervisor's: workers_http.go
+	s.route("GET /v1/status", scopeAdmin, s.getStatus)    // the status page's content as JSON: status_workers.go
 	s.route("GET /metrics", scopeAdmin, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP)
 	s.route("GET /debug/trace", scopeAdmin, s.trace)
 	s.route("GET /{$}", scopeAdmin, s.statusPage)

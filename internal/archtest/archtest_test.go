@@ -21,7 +21,7 @@ var layers = [][]string{
 	{"cmd"},
 	{"service"},
 	{"internal/lattice"},
-	{"internal/supervise"},
+	{"internal/supervise", "internal/modelctl"},
 	{"deploy"},
 	{"manifest"},
 	{"sessions/exchange"},
