@@ -44,6 +44,7 @@ go_example mlp/stage mlp
 go_example transformer/stage transformer
 go_example transformer/stage transformer128 block128 # S=128, D=512: for BenchmarkBlockCUDA
 go_example cnn/stage cnn
+go_example digits/stage digits
 go_example fence fence
 if command -v clang >/dev/null; then
   echo "clang: $(clang --version | head -n1)"
@@ -55,7 +56,7 @@ fi
 
 if $check; then
   status=0
-  for f in minimal/minimal mlp/stage/mlp transformer/stage/transformer transformer/stage/transformer128 cnn/stage/cnn fence/fence cstage/cstage; do
+  for f in minimal/minimal mlp/stage/mlp transformer/stage/transformer transformer/stage/transformer128 cnn/stage/cnn digits/stage/digits fence/fence cstage/cstage; do
     if ! cmp -s "$f.wasm" "$out/$(basename "$f").wasm"; then
       echo "$f.wasm differs from a fresh build" >&2
       status=1
@@ -63,4 +64,4 @@ if $check; then
   done
   exit $status
 fi
-ls -l minimal/minimal.wasm mlp/stage/mlp.wasm transformer/stage/transformer.wasm transformer/stage/transformer128.wasm cnn/stage/cnn.wasm fence/fence.wasm cstage/cstage.wasm
+ls -l minimal/minimal.wasm mlp/stage/mlp.wasm transformer/stage/transformer.wasm transformer/stage/transformer128.wasm cnn/stage/cnn.wasm digits/stage/digits.wasm fence/fence.wasm cstage/cstage.wasm

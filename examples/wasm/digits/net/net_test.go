@@ -1,0 +1,310 @@
+package net_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/examples/wasm/digits/net"
+	"github.com/stagehost/stagehost/examples/wasm/internal/simrun"
+	stagehost "github.com/stagehost/stagehost/guest-sdk"
+	"github.com/stagehost/stagehost/guest-sdk/emu"
+	"github.com/stagehost/stagehost/hw/cuda"
+	"github.com/stagehost/stagehost/internal/testutil"
+	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/service"
+)
+
+// reference is ../reference.json, written by ../train.py: the held-out
+// test set through NumPy's float32 forward pass.
+type reference struct {
+	WeightsSHA256 string      `json:"weights_sha256"`
+	Indices       []int       `json:"indices"`
+	Count         int         `json:"count"`
+	Correct       int         `json:"correct"`
+	Accuracy      float64     `json:"accuracy"`
+	Labels        []int       `json:"labels"`
+	Predictions   []int       `json:"predictions"`
+	Inputs        [][]float32 `json:"inputs"`
+	Logits        [][]float32 `json:"logits"`
+	Probabilities [][]float32 `json:"probabilities"`
+}
+
+func readReference(t testing.TB) *reference {
+	t.Helper()
+	b, err := os.ReadFile("../reference.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r reference
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Count != 360 || len(r.Inputs) != r.Count || len(r.Labels) != r.Count || len(r.Predictions) != r.Count ||
+		len(r.Probabilities) != r.Count || len(r.Logits) != r.Count {
+		t.Fatalf("reference.json: %d images, %d inputs, %d labels, %d predictions, %d probability rows",
+			r.Count, len(r.Inputs), len(r.Labels), len(r.Predictions), len(r.Probabilities))
+	}
+	for i := range r.Count {
+		if len(r.Inputs[i]) != net.Pixels || len(r.Probabilities[i]) != net.Classes {
+			t.Fatalf("reference.json image %d: %d inputs, %d probabilities", i, len(r.Inputs[i]), len(r.Probabilities[i]))
+		}
+	}
+	return &r
+}
+
+// images is the input of a call for images [from, to) of the test set.
+func (r *reference) images(from, to int) []byte {
+	var in []byte
+	for _, x := range r.Inputs[from:to] {
+		in = append(in, stagehost.Float32Bytes(x)...)
+	}
+	return in
+}
+
+// argmax is the first index of the largest value, as NumPy's argmax.
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// SimBound is the largest difference allowed between a probability from
+// the simulator and reference.json's, relative to the reference: the
+// logits are bit-identical (conv2d, relu, maxpool2d, gemm and add are in
+// the exact tier and train.py's float32 pass follows their order), and the
+// simulator's softmax, like train.py's, is float64 rounded once to
+// float32: at most 1 ulp apart (|got−ref| ≤ 2^-23·|ref| + 2^-149).
+var SimBound = math.Ldexp(1, -23)
+
+// CUDABound is the same on CUDA, whose softmax is within 4 ulp +
+// (cols/256 + 16)·2^-24 of the float64 result (docs/kernels.md), plus the
+// reference's own rounding: |got−ref| ≤ 5·2^-23·|ref| + 16·2^-24.
+var CUDABound = [2]float64{5 * math.Ldexp(1, -23), 16 * math.Ldexp(1, -24)}
+
+// compare checks the probabilities of images [0, len(out)/ResultSize)
+// against the reference: the predictions image for image, the accuracy,
+// and every probability within rel·|ref| + abs. It returns the number of
+// predictions that differ.
+func compare(t *testing.T, r *reference, out []byte, rel, abs float64) (mismatches int) {
+	t.Helper()
+	n := len(out) / net.ResultSize
+	if len(out) != n*net.ResultSize {
+		t.Fatalf("output of %d bytes is not a whole number of results", len(out))
+	}
+	got := stagehost.Float32s(out)
+	correct, worst, inexact, outside := 0, 0.0, 0, 0
+	for i := range n {
+		p := got[i*net.Classes : (i+1)*net.Classes]
+		if pred := argmax(p); pred != r.Predictions[i] {
+			mismatches++
+			t.Errorf("image %d (digits index %d): predicted %d, reference %d", i, r.Indices[i], pred, r.Predictions[i])
+		} else if pred == r.Labels[i] {
+			correct++
+		}
+		for j, g := range p {
+			want := float64(r.Probabilities[i][j])
+			d := math.Abs(float64(g) - want)
+			if d != 0 {
+				inexact++
+			}
+			if want != 0 {
+				worst = max(worst, d/math.Abs(want))
+			}
+			if !(d <= rel*math.Abs(want)+abs) {
+				if outside++; outside <= 10 {
+					t.Errorf("image %d class %d: probability %g, reference %g", i, j, g, want)
+				}
+			}
+		}
+	}
+	if outside > 10 {
+		t.Errorf("%d probabilities in all outside the bound", outside)
+	}
+	if n == r.Count && correct != r.Correct {
+		t.Errorf("%d of %d correct, reference %d", correct, n, r.Correct)
+	}
+	t.Logf("%d images: %d predictions differ from the reference; %d correct (%.2f%%); %d of %d probabilities not bit-identical, largest relative difference %.3g",
+		n, mismatches, correct, 100*float64(correct)/float64(n), inexact, n*net.Classes, worst)
+	return mismatches
+}
+
+// serve opens the manifest at path and returns a function that posts a
+// body to /v1/sessions/digits/run.
+func serve(t *testing.T, path string) func(body []byte) *httptest.ResponseRecorder {
+	t.Helper()
+	m, err := manifest.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Runtime.CacheDir = t.TempDir() // the test leaves no compiled module behind
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(context.Background()) })
+	h := service.NewServerConfig(d, nil, service.ConfigFromManifest(m)).Handler()
+	return func(body []byte) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/v1/sessions/digits/run", bytes.NewReader(body))
+		req = req.WithContext(testutil.Context(t, 2*time.Minute))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+}
+
+// TestDigitsGoGuestMatchesReferenceThroughTheService: digits.toml on the
+// simulator, served over /v1/sessions/digits/run, classifies the whole
+// held-out test set (one request of 360 images) prediction for prediction
+// as train.py's NumPy float32 forward pass, with its accuracy, and every
+// probability within SimBound; a single image gives the same bytes as its
+// row of the batch.
+func TestDigitsGoGuestMatchesReferenceThroughTheService(t *testing.T) {
+	testutil.GoGuests(t)
+	r := readReference(t)
+	post := serve(t, "../digits.toml")
+	rec := post(r.images(0, r.Count))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	out := rec.Body.Bytes()
+	if n := compare(t, r, out, SimBound, math.Ldexp(1, -149)); n != 0 {
+		t.Fatalf("%d of %d predictions differ from the reference", n, r.Count)
+	}
+	for _, i := range []int{0, 7, r.Count - 1} {
+		rec := post(r.images(i, i+1))
+		if rec.Code != http.StatusOK || !bytes.Equal(rec.Body.Bytes(), out[i*net.ResultSize:(i+1)*net.ResultSize]) {
+			t.Errorf("image %d alone: %d % x, in the batch % x", i, rec.Code, rec.Body.Bytes(), out[i*net.ResultSize:(i+1)*net.ResultSize])
+		}
+	}
+	if rec := post(make([]byte, net.ImageSize+4)); rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "64 float32") {
+		t.Errorf("an image and 4 bytes: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestDigitsGoGuestSimEqualsEmu: the committed module on the simulator and
+// the same stage code on the SDK emulator give the same bytes, for a batch
+// of 8 images and for single images.
+func TestDigitsGoGuestSimEqualsEmu(t *testing.T) {
+	testutil.GoGuests(t)
+	r := readReference(t)
+	inputs := [][]byte{r.images(0, 8), r.images(3, 4), r.images(100, 101)}
+	sim := simrun.Run(t, "../stage/digits.wasm", net.Programs, inputs...)
+	e := newEmu()
+	for i, in := range inputs {
+		got, err := e.Run("main", in)
+		if err != nil {
+			t.Fatalf("emu, input %d: %v", i, err)
+		}
+		if !bytes.Equal(got, sim[i]) {
+			t.Errorf("input %d: sim and emu differ:\n% x\n% x", i, sim[i], got)
+		}
+	}
+	compare(t, r, sim[0], SimBound, math.Ldexp(1, -149))
+}
+
+func newEmu() *emu.Emulator {
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs(net.Programs...)
+	e.Stage("main", net.Run)
+	return e
+}
+
+// TestBadInput: anything but 1 to MaxImages whole images is
+// INVALID_ARGUMENT, and the message says what the stage takes.
+func TestBadInput(t *testing.T) {
+	e := newEmu()
+	for _, n := range []int{0, 3, net.ImageSize - 1, net.ImageSize + 1, (net.MaxImages + 1) * net.ImageSize} {
+		_, err := e.Run("main", make([]byte, n))
+		var ce *emu.ClientError
+		if !errors.As(err, &ce) || ce.Code != int32(stagehost.StatusInvalidArgument) || !strings.Contains(err.Error(), "64 float32") {
+			t.Errorf("%d bytes: %v", n, err)
+		}
+	}
+	if _, err := e.Run("main", make([]byte, net.MaxImages*net.ImageSize)); err != nil {
+		t.Errorf("%d images: %v", net.MaxImages, err)
+	}
+}
+
+// TestArtefacts: reference.json names the committed weights' sha256, which
+// digits.safetensors.sha256 records; the manifests name the committed
+// module's; the reference's own predictions, labels and accuracy agree.
+func TestArtefacts(t *testing.T) {
+	r := readReference(t)
+	w, err := os.ReadFile("../digits.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(w)
+	if got := hex.EncodeToString(sum[:]); got != r.WeightsSHA256 {
+		t.Errorf("digits.safetensors sha256 %s, reference.json says %s", got, r.WeightsSHA256)
+	}
+	rec, err := os.ReadFile("../digits.safetensors.sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := r.WeightsSHA256 + "  digits.safetensors\n"; string(rec) != want {
+		t.Errorf("digits.safetensors.sha256 is %q, want %q", rec, want)
+	}
+	correct := 0
+	for i := range r.Count {
+		if argmax(r.Probabilities[i]) != r.Predictions[i] {
+			t.Errorf("reference image %d: prediction %d is not the argmax of its probabilities", i, r.Predictions[i])
+		}
+		if r.Predictions[i] == r.Labels[i] {
+			correct++
+		}
+	}
+	if correct != r.Correct || r.Accuracy != float64(correct)/float64(r.Count) {
+		t.Errorf("reference: %d correct, says %d (accuracy %g)", correct, r.Correct, r.Accuracy)
+	}
+	bin, err := os.ReadFile("../stage/digits.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"../digits.toml", "../digits-cuda.toml"} {
+		m, err := manifest.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mod := m.Module("digits")
+		if mod == nil || mod.SHA256 != hex.EncodeToString(sha256Of(bin)) {
+			t.Errorf("%s: module digits %+v, the committed module's sha256 is %x", path, mod, sha256Of(bin))
+		}
+	}
+}
+
+func sha256Of(b []byte) []byte { s := sha256.Sum256(b); return s[:] }
+
+// TestDigitsOnCUDA: digits-cuda.toml on cuda0, served, classifies the
+// whole test set prediction for prediction as the reference, every
+// probability within CUDABound. It skips without a usable GPU, unless
+// STAGEHOST_REQUIRE_GPU=1.
+func TestDigitsOnCUDA(t *testing.T) {
+	p, err := cuda.Open(cuda.NewConfig())
+	testutil.GPU(t, err)
+	p.Close() // the manifest's deployment opens its own
+	r := readReference(t)
+	post := serve(t, "../digits-cuda.toml")
+	rec := post(r.images(0, r.Count))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if n := compare(t, r, rec.Body.Bytes(), CUDABound[0], CUDABound[1]); n != 0 {
+		t.Fatalf("%d of %d predictions differ from the reference", n, r.Count)
+	}
+}
