@@ -7,10 +7,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +147,9 @@ func compare(t *testing.T, r *reference, out []byte, rel, abs float64) (mismatch
 	return mismatches
 }
 
+// quiet is the service's logger in these tests: requests are not logged.
+var quiet = slog.New(slog.DiscardHandler)
+
 // serve opens the manifest at path and returns a function that posts a
 // body to /v1/sessions/digits/run.
 func serve(t *testing.T, path string) func(body []byte) *httptest.ResponseRecorder {
@@ -158,7 +164,7 @@ func serve(t *testing.T, path string) func(body []byte) *httptest.ResponseRecord
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close(context.Background()) })
-	h := service.NewServerConfig(d, nil, service.ConfigFromManifest(m)).Handler()
+	h := service.NewServerConfig(d, quiet, service.ConfigFromManifest(m)).Handler()
 	return func(body []byte) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("POST", "/v1/sessions/digits/run", bytes.NewReader(body))
 		req = req.WithContext(testutil.Context(t, 2*time.Minute))
@@ -307,4 +313,67 @@ func TestDigitsOnCUDA(t *testing.T) {
 	if n := compare(t, r, rec.Body.Bytes(), CUDABound[0], CUDABound[1]); n != 0 {
 		t.Fatalf("%d of %d predictions differ from the reference", n, r.Count)
 	}
+}
+
+// BenchmarkDigitsService: one image per request through the service,
+// over loopback HTTP (httptest.NewServer), on the simulator (digits.toml)
+// and on cuda0 (digits-cuda.toml; skipped without a usable GPU). Besides
+// ns/op it reports the p50 and p99 request latency in µs.
+//
+//	go test -run '^$' -bench DigitsService -benchtime 2000x ./examples/wasm/digits/net
+func BenchmarkDigitsService(b *testing.B) {
+	r := readReference(b)
+	for _, backend := range []struct{ name, manifest string }{{"sim", "../digits.toml"}, {"cuda", "../digits-cuda.toml"}} {
+		b.Run(backend.name, func(b *testing.B) {
+			if backend.name == "cuda" {
+				p, err := cuda.Open(cuda.NewConfig())
+				testutil.GPU(b, err)
+				p.Close()
+			}
+			url := httpServe(b, backend.manifest) + "/v1/sessions/digits/run"
+			body := r.images(0, 1)
+			post := func() time.Duration {
+				start := time.Now()
+				resp, err := http.Post(url, "application/octet-stream", bytes.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				out, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK || len(out) != net.ResultSize {
+					b.Fatalf("%v %d %q", err, resp.StatusCode, out)
+				}
+				return time.Since(start)
+			}
+			for range 20 { // warm: the instance, the connection
+				post()
+			}
+			lat := make([]time.Duration, 0, 1024)
+			for b.Loop() {
+				lat = append(lat, post())
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		})
+	}
+}
+
+// httpServe serves the manifest at path on a loopback listener and
+// returns its base URL.
+func httpServe(b *testing.B, path string) string {
+	b.Helper()
+	m, err := manifest.Load(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.Runtime.CacheDir = b.TempDir()
+	d, err := deploy.Open(context.Background(), m, deploy.NewConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close(context.Background()) })
+	srv := httptest.NewServer(service.NewServerConfig(d, quiet, service.ConfigFromManifest(m)).Handler())
+	b.Cleanup(srv.Close)
+	return srv.URL
 }
