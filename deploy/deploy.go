@@ -101,6 +101,8 @@ type Deployment struct {
 	device string // Config.WithDevice: "" for every device
 
 	admin adminState // model control (admin.go)
+
+	weights weightsState // device copies of weights and device budgets (weights.go)
 }
 
 // Pool serves one named manifest session: a pool of one or more
@@ -208,7 +210,13 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 	if err := d.loadModules(ctx, opt, cacheDir); err != nil {
 		return nil, err
 	}
-	if err := d.openSessions(ctx, opt); err != nil {
+	releaseWeights, err := d.loadWeights(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	err = d.openSessions(ctx, opt)
+	releaseWeights() // the sessions hold theirs: weights no session holds are freed
+	if err != nil {
 		return nil, err
 	}
 	d.addResidents(opt)
@@ -553,6 +561,12 @@ func (s *Pool) makeInstance(ctx context.Context, stage *stages.Module, i, n int,
 	default:
 		cfg = cfg.WithFenceModule(s.fence)
 	}
+	ws, releaseWeights, err := d.sessionWeights(ctx, ms, dev)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseWeights() // the session holds its own references
+	cfg = cfg.WithWeights(ws...)
 	ss, err := d.Engine.NewSession(ctx, d.Runtime, stage, cfg)
 	if err != nil {
 		return nil, err

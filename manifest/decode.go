@@ -125,6 +125,7 @@ func (d *decoder) decode(data []byte) *Manifest {
 	d.tracing(root, m)
 	devs := d.devices(root, m)
 	mods := d.modules(root, m)
+	wts := d.weightsList(root, m)
 	sess := d.sessions(root, m)
 	res := d.residents(root, m)
 	root.finish()
@@ -138,12 +139,16 @@ func (d *decoder) decode(data []byte) *Manifest {
 	for _, x := range mods {
 		d.badNames["module"] = d.badNames["module"] || !x.name
 	}
+	for _, x := range wts {
+		d.badNames["weights"] = d.badNames["weights"] || !x.name
+	}
 	for _, x := range sess {
 		d.badNames["session"] = d.badNames["session"] || !x.name
 	}
 	d.checkDevices(m, devs)
 	d.checkModules(m, mods)
 	d.checkSessions(m, devs, mods, sess, res)
+	d.checkWeights(m, sess)
 	d.checkFaults(m, devs, sess)
 	d.checkResidents(m, devs, res)
 	d.checkDeviceMemory(m, devs, sess, res)
@@ -827,6 +832,7 @@ func (d *decoder) session(t *table, s *Session, meta *sessMeta) {
 	d.sessionDevices(t, s, meta)
 	s.Streams = d.names(t, "streams", "stream", []string{"s0"})
 	s.Programs = d.names(t, "programs", "program", []string{})
+	s.Weights = d.names(t, "weights", "weights", nil)
 	var budgetOK bool
 	s.Budget, budgetOK = t.size("budget", defaultBudget, 1, math.MaxInt64)
 	s.OutputLimit, _ = t.size("output_limit", defaultOutputLimit, 0, math.MaxInt64)
@@ -1359,6 +1365,14 @@ func (d *decoder) checkDeviceMemory(m *Manifest, devs []devMeta, sess []sessMeta
 			if res[k].p != nil && res[k].budgeted && (r.GPU == dev.Name || r.NPU == dev.Name) {
 				charges = append(charges, charge{"resident " + strconv.Quote(r.Name), r.Budget})
 				sum = addSat(sum, r.Budget)
+			}
+		}
+		// Weights are charged once per device, whatever the number of
+		// sessions and instances that share them.
+		for _, w := range m.Weights {
+			if weightsUsedOn(m, w.Name, dev.Name) {
+				charges = append(charges, charge{"weights " + strconv.Quote(w.Name), w.DataSize})
+				sum = addSat(sum, w.DataSize)
 			}
 		}
 		if sum <= dev.Memory {

@@ -52,6 +52,7 @@ type Manifest struct {
 	Tracing   *Tracing // the [tracing] table; nil without one
 	Devices   []Device
 	Modules   []Module
+	Weights   []Weights
 	Sessions  []Session
 	Residents []Resident
 }
@@ -287,6 +288,7 @@ type Session struct {
 	Input        string        // resolved path of the default input file; "" for none
 	MaxInput     int64         // the largest request body stagehost serve accepts for it; default MaxInputSize (64MiB)
 	Buffers      []Buffer
+	Weights      []string // the [[weights]] its instances may look up (weights_get, tensor_get); default none
 }
 
 // Reset modes: what a session's instances keep between calls.

@@ -36,6 +36,7 @@ type SessionConfig struct {
 	drain        bool
 	stagingLimit int
 	resetPerCall bool
+	weights      []*Weights
 }
 
 type bufferDecl struct {
@@ -71,6 +72,19 @@ func (c SessionConfig) WithStreams(names ...string) SessionConfig {
 // name. It is charged to the session's budget.
 func (c SessionConfig) WithBuffer(name string, size int) SessionConfig {
 	c.buffers = append(append([]bufferDecl(nil), c.buffers...), bufferDecl{name, size})
+	return c
+}
+
+// WithWeights lists weights the guest can look up by name with
+// weights_get and tensor_get (ABI.md §3): each is a read-only buffer
+// over the one device copy that every session listing it shares. The
+// weights must be on the session's device. The session holds a
+// reference to each ([Weights.Retain]) from its creation until it
+// closes; a quarantined session keeps it. Weights are not charged to
+// the session's budget (their upload charged the budget it was given
+// once). Default none.
+func (c SessionConfig) WithWeights(w ...*Weights) SessionConfig {
+	c.weights = append(append([]*Weights(nil), c.weights...), w...)
 	return c
 }
 
@@ -305,8 +319,14 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 	s := &Session{name: cfg.name, engine: e, module: m, cfg: cfg, logger: e.cfg.logger, who: fmt.Sprintf("session %q", cfg.name)}
 	s.owner = host.NewOwner(cfg.name, hw.NewBudget(cfg.name, cfg.budget))
 	st := callState{sess: s, table: newHandleTable(nextTag()), outputLimit: cfg.outputLimit}
-	if err := s.declare(st.table); err != nil {
+	if err := s.retainWeights(); err != nil {
 		_ = s.owner.Close(ctx)
+		return nil, err
+	}
+	if err := s.declare(st.table); err != nil {
+		if s.owner.Close(ctx) == nil {
+			s.releaseWeights()
+		}
 		return nil, err
 	}
 	s.native = NewNative(rt, s.owner, st, s.fence, NewNativeConfig().WithFenceTimeout(cfg.fenceTimeout).WithDevice(cfg.device.Name()).withLaneTimeout(cfg.deadline))
@@ -314,10 +334,43 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 	if err := s.ensureInstances(ctx); err != nil {
 		if s.owner.Close(ctx) == nil {
 			s.releaseRetired()
+			s.releaseWeights()
 		}
 		return nil, err
 	}
 	return s, nil
+}
+
+// retainWeights takes the session's reference to each of its weights,
+// after checking they are on its device; on an error it holds none.
+func (s *Session) retainWeights() error {
+	for i, w := range s.cfg.weights {
+		err := error(nil)
+		switch {
+		case w == nil:
+			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: weights %d: nil", s.name, i)
+		case w.Device() != s.cfg.device:
+			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: weights %q are on device %q, the session on %q", s.name, w.name, w.Device().Name(), s.cfg.device.Name())
+		default:
+			err = w.Retain()
+		}
+		if err != nil {
+			for _, r := range s.cfg.weights[:i] {
+				r.Release()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseWeights drops the session's references to its weights, once
+// nothing of the session runs on the device any more.
+func (s *Session) releaseWeights() {
+	for _, w := range s.cfg.weights {
+		w.Release()
+	}
+	s.cfg.weights = nil
 }
 
 func (s *Session) declare(t *handleTable) error {
@@ -341,7 +394,19 @@ func (s *Session) declare(t *handleTable) error {
 		if err != nil {
 			return fmt.Errorf("session %q: program %q: %w", s.name, name, err)
 		}
-		t.declare(handleEntry{kind: abi.KindProgram, program: p}, name)
+		e := handleEntry{kind: abi.KindProgram, program: p}
+		if d, ok := p.(hw.Describer); ok {
+			if info, ok := d.KernelInfo(); ok && !info.Variadic {
+				e.dirs = make([]string, len(info.Args))
+				for i, a := range info.Args {
+					e.dirs[i] = a.Dir
+				}
+			}
+		}
+		t.declare(e, name)
+	}
+	for _, w := range s.cfg.weights {
+		t.declare(handleEntry{kind: abi.KindBuffer, buffer: w.buf, weights: w}, w.name)
 	}
 	return nil
 }
@@ -814,8 +879,10 @@ func (s *Session) Close(ctx context.Context) error {
 	err := s.native.Close(ctx)
 	if err == nil {
 		// The streams drained and closed: no device command writes into
-		// guest memory any more. A quarantined session keeps it.
+		// guest memory, or reads the weights, any more. A quarantined
+		// session keeps both.
 		s.releaseRetired()
+		s.releaseWeights()
 	}
 	return err
 }

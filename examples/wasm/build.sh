@@ -46,6 +46,7 @@ go_example transformer/stage transformer128 block128 # S=128, D=512: for Benchma
 go_example cnn/stage cnn
 go_example digits/stage digits
 go_example fence fence
+go_example weights weights
 if command -v clang >/dev/null; then
   echo "clang: $(clang --version | head -n1)"
   c_example cstage cstage
