@@ -3,7 +3,9 @@
 // only. No value is computed on the guest's CPU: a call uploads a batch
 // of images, submits the whole network for the batch as one
 // stream_submit_batch (each layer one launch over every image) and reads
-// the probabilities back, which is the call's only wait.
+// the probabilities back, which is the call's only wait. The weights are
+// the session's [[weights]] "digits" (ABI revision 3), looked up by
+// tensor name; the stage never writes them.
 //
 //	c1 = relu(conv2d(x; conv1))   1→8, 3×3, pad 1:  [N, 8, 8, 8]
 //	p1 = maxpool2d(c1)            2×2, stride 2:    [N, 8, 4, 4]
@@ -18,13 +20,9 @@
 package net
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 
-	"github.com/stagehost/stagehost/examples/wasm/digits"
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
 )
 
@@ -45,8 +43,14 @@ const (
 // Programs are the programs the session must list.
 var Programs = []string{"conv2d", "relu", "maxpool2d", "gemm", "add", "softmax"}
 
-// Tensors are the weights' tensor names (in digits.safetensors) and their
-// shapes.
+// WeightsName is the name of the [[weights]] (digits.safetensors) the
+// session must list; the stage looks its tensors up as
+// "digits/<tensor>".
+const WeightsName = "digits"
+
+// Tensors are the weights' tensor names and shapes (float32): a tensor
+// missing from the weights is NOT_FOUND at the first call, one of another
+// shape or dtype INVALID_ARGUMENT naming it.
 var Tensors = []struct {
 	Name string
 	Dims []int
@@ -78,7 +82,8 @@ const (
 )
 
 // WorkBytes is the device memory one instance allocates for its
-// activations (the weights come on top).
+// activations, charged to the session's budget (the weights are charged
+// to the device, once).
 const WorkBytes = 4 * nWork
 
 type instance struct {
@@ -99,17 +104,13 @@ func setup(c *stagehost.Call) (*instance, error) {
 	if inst != nil && inst.s0 == s0 {
 		return inst, nil
 	}
-	weights, err := loadWeights(c, s0)
+	weights, err := loadWeights()
 	if err != nil {
 		return nil, err
 	}
 	for _, t := range Tensors {
-		w, ok := weights[t.Name]
-		if !ok {
-			return nil, fmt.Errorf("digits: no tensor %q in the weights: %w", t.Name, stagehost.ErrInvalidArgument)
-		}
-		if w.Type != stagehost.DTypeF32 || !sameDims(w.Dims, t.Dims) {
-			return nil, fmt.Errorf("digits: tensor %q is %v of type %d, want %v float32: %w", t.Name, w.Dims, w.Type, t.Dims, stagehost.ErrInvalidArgument)
+		if w := weights[t.Name]; w.Type != stagehost.DTypeF32 || !sameDims(w.Dims, t.Dims) {
+			return nil, &tensorError{t.Name, w, t.Dims}
 		}
 	}
 	work, err := c.AllocNamed("digits.work", WorkBytes)
@@ -199,6 +200,30 @@ func Run(c *stagehost.Call) error {
 	return c.Write(out)
 }
 
+type tensorError struct {
+	name string
+	got  stagehost.Tensor
+	want []int
+}
+
+func (e *tensorError) Error() string {
+	return "digits: tensor " + WeightsName + "/" + e.name + " is " + dimsString(e.got.Dims) + " of dtype " +
+		strconv.Itoa(int(e.got.Type)) + ", want " + dimsString(e.want) + " float32 (dtype 0)"
+}
+
+func (e *tensorError) Unwrap() error { return stagehost.ErrInvalidArgument }
+
+func dimsString(d []int) string {
+	s := "["
+	for i, v := range d {
+		if i > 0 {
+			s += ", "
+		}
+		s += strconv.Itoa(v)
+	}
+	return s + "]"
+}
+
 type inputError struct{ n int }
 
 func (e *inputError) Error() string {
@@ -208,46 +233,17 @@ func (e *inputError) Error() string {
 
 func (e *inputError) Unwrap() error { return stagehost.ErrInvalidArgument }
 
-// loadWeights uploads the embedded digits.safetensors' data section to a
-// named buffer on s0 and returns its tensors.
-func loadWeights(c *stagehost.Call, s0 stagehost.Stream) (map[string]stagehost.Tensor, error) {
-	f := digits.Safetensors
-	if len(f) < 8 {
-		return nil, errors.New("digits: weights file too short")
-	}
-	hlen := binary.LittleEndian.Uint64(f)
-	if hlen > uint64(len(f)-8) {
-		return nil, errors.New("digits: weights header length past the file's end")
-	}
-	var header map[string]json.RawMessage
-	if err := json.Unmarshal(f[8:8+hlen], &header); err != nil {
-		return nil, fmt.Errorf("digits: weights header: %w", err)
-	}
-	data := f[8+hlen:]
-	buf, err := c.AllocNamed("digits.weights", len(data))
-	if err != nil {
-		return nil, err
-	}
-	if err := s0.Write(buf, 0, data); err != nil {
-		return nil, err
-	}
-	ts := map[string]stagehost.Tensor{}
-	for name, raw := range header {
-		if name == "__metadata__" {
-			continue
+// loadWeights looks the network's tensors up in the weights called
+// WeightsName, which the session must list (tensor_get): read-only
+// views of the one device copy every instance on the device shares.
+func loadWeights() (map[string]stagehost.Tensor, error) {
+	ts := make(map[string]stagehost.Tensor, len(Tensors))
+	for _, t := range Tensors {
+		w, err := stagehost.LookupTensor(WeightsName + "/" + t.Name)
+		if err != nil {
+			return nil, err
 		}
-		var t struct {
-			DType   string `json:"dtype"`
-			Shape   []int  `json:"shape"`
-			Offsets [2]int `json:"data_offsets"`
-		}
-		if err := json.Unmarshal(raw, &t); err != nil {
-			return nil, fmt.Errorf("digits: tensor %q: %w", name, err)
-		}
-		if t.DType != "F32" {
-			continue
-		}
-		ts[name] = stagehost.NewTensor(buf, t.Offsets[0], stagehost.DTypeF32, t.Shape...)
+		ts[t.Name] = w
 	}
 	return ts, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -20,7 +21,6 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/examples/wasm/digits/net"
-	"github.com/stagehost/stagehost/examples/wasm/internal/simrun"
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
 	"github.com/stagehost/stagehost/guest-sdk/emu"
 	"github.com/stagehost/stagehost/hw/cuda"
@@ -203,15 +203,24 @@ func TestDigitsGoGuestMatchesReferenceThroughTheService(t *testing.T) {
 	}
 }
 
-// TestDigitsGoGuestSimEqualsEmu: the committed module on the simulator and
-// the same stage code on the SDK emulator give the same bytes, for a batch
+// TestDigitsGoGuestSimEqualsEmu: the committed module on the simulator
+// (digits.toml, the weights uploaded by the host) and the same stage code
+// on the SDK emulator (WithSafetensors) give the same bytes, for a batch
 // of 8 images and for single images.
 func TestDigitsGoGuestSimEqualsEmu(t *testing.T) {
 	testutil.GoGuests(t)
 	r := readReference(t)
 	inputs := [][]byte{r.images(0, 8), r.images(3, 4), r.images(100, 101)}
-	sim := simrun.Run(t, "../stage/digits.wasm", net.Programs, inputs...)
-	e := newEmu()
+	post := serve(t, "../digits.toml")
+	var sim [][]byte
+	for i, in := range inputs {
+		rec := post(in)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("sim, input %d: %d %s", i, rec.Code, rec.Body)
+		}
+		sim = append(sim, rec.Body.Bytes())
+	}
+	e := newEmu(t)
 	for i, in := range inputs {
 		got, err := e.Run("main", in)
 		if err != nil {
@@ -224,8 +233,15 @@ func TestDigitsGoGuestSimEqualsEmu(t *testing.T) {
 	compare(t, r, sim[0], SimBound, math.Ldexp(1, -149))
 }
 
-func newEmu() *emu.Emulator {
-	e := emu.New(emu.NewConfig()).Stream("s0").Programs(net.Programs...)
+// newEmu is the stage on the emulator with digits.safetensors as the
+// weights "digits".
+func newEmu(t testing.TB) *emu.Emulator {
+	t.Helper()
+	file, err := os.ReadFile("../digits.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := emu.New(emu.NewConfig().WithSafetensors(net.WeightsName, file)).Stream("s0").Programs(net.Programs...)
 	e.Stage("main", net.Run)
 	return e
 }
@@ -233,7 +249,7 @@ func newEmu() *emu.Emulator {
 // TestBadInput: anything but 1 to MaxImages whole images is
 // INVALID_ARGUMENT, and the message says what the stage takes.
 func TestBadInput(t *testing.T) {
-	e := newEmu()
+	e := newEmu(t)
 	for _, n := range []int{0, 3, net.ImageSize - 1, net.ImageSize + 1, (net.MaxImages + 1) * net.ImageSize} {
 		_, err := e.Run("main", make([]byte, n))
 		var ce *emu.ClientError
@@ -246,9 +262,65 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestMissingWeights: a session that does not list the weights gets
+// NOT_FOUND at its first call, and the stage names no tensor of its own.
+func TestMissingWeights(t *testing.T) {
+	r := readReference(t)
+	e := emu.New(emu.NewConfig()).Stream("s0").Programs(net.Programs...)
+	e.Stage("main", net.Run)
+	_, err := e.Run("main", r.images(0, 1))
+	var ce *emu.ClientError
+	if !errors.As(err, &ce) || ce.Code != int32(stagehost.StatusNotFound) {
+		t.Fatalf("without the weights: %v", err)
+	}
+}
+
+// TestWrongTensorShape: weights whose tensor has another shape are
+// INVALID_ARGUMENT, naming the tensor and both shapes.
+func TestWrongTensorShape(t *testing.T) {
+	r := readReference(t)
+	// conv1.bias as [2, 4] instead of [8]: the same 32 bytes.
+	file := safetensors(t, map[string][]int{"conv1.bias": {2, 4}})
+	e := emu.New(emu.NewConfig().WithSafetensors(net.WeightsName, file)).Stream("s0").Programs(net.Programs...)
+	e.Stage("main", net.Run)
+	_, err := e.Run("main", r.images(0, 1))
+	var ce *emu.ClientError
+	if !errors.As(err, &ce) || ce.Code != int32(stagehost.StatusInvalidArgument) ||
+		!strings.Contains(err.Error(), "digits/conv1.bias is [2, 4] of dtype 0, want [8] float32") {
+		t.Fatalf("conv1.bias [2, 4]: %v", err)
+	}
+}
+
+// safetensors is digits.safetensors with the shapes of the named tensors
+// replaced (same sizes).
+func safetensors(t *testing.T, shapes map[string][]int) []byte {
+	t.Helper()
+	file, err := os.ReadFile("../digits.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(file)
+	var header map[string]map[string]any
+	if err := json.Unmarshal(file[8:8+n], &header); err != nil {
+		t.Fatal(err)
+	}
+	for name, shape := range shapes {
+		header[name]["shape"] = shape
+	}
+	h, err := json.Marshal(header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+	return append(append(out, h...), file[8+n:]...)
+}
+
 // TestArtefacts: reference.json names the committed weights' sha256, which
-// digits.safetensors.sha256 records; the manifests name the committed
-// module's; the reference's own predictions, labels and accuracy agree.
+// digits.safetensors.sha256 records and the manifests' [[weights]]
+// declare; the manifests name the committed module's; the reference's own predictions, labels and accuracy agree.
 func TestArtefacts(t *testing.T) {
 	r := readReference(t)
 	w, err := os.ReadFile("../digits.safetensors")
@@ -290,6 +362,9 @@ func TestArtefacts(t *testing.T) {
 		mod := m.Module("digits")
 		if mod == nil || mod.SHA256 != hex.EncodeToString(sha256Of(bin)) {
 			t.Errorf("%s: module digits %+v, the committed module's sha256 is %x", path, mod, sha256Of(bin))
+		}
+		if len(m.Weights) != 1 || m.Weights[0].Name != net.WeightsName || m.Weights[0].SHA256 != r.WeightsSHA256 {
+			t.Errorf("%s: weights %+v, want %s with sha256 %s", path, m.Weights, net.WeightsName, r.WeightsSHA256)
 		}
 	}
 }
