@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
@@ -212,6 +213,12 @@ func (d *Deployment) LoadModule(ctx context.Context, req ModuleRequest, bin []by
 	if err != nil {
 		return ModuleInfo{}, false, err
 	}
+	if err := d.checkLoadRequires(req.Name, mod, spec); err != nil {
+		if !d.engineHas(mod) {
+			_ = mod.Close(ctx)
+		}
+		return ModuleInfo{}, false, err
+	}
 	if d.admin.versions == nil {
 		d.admin.versions = map[string][]*moduleVersion{}
 	}
@@ -219,6 +226,48 @@ func (d *Deployment) LoadModule(ctx context.Context, req ModuleRequest, bin []by
 	d.admin.versions[req.Name] = append(d.admin.versions[req.Name], v)
 	d.logger.Info("module loaded", "module", req.Name, "sha256", sum, "source", source, "bytes", len(bin))
 	return d.infoLocked(req.Name, v), true, nil
+}
+
+// checkLoadRequires checks the declared requirements (abi/ABI.md §7) of
+// mod, loaded as name with spec, where a load meets them: the host's
+// revision and the load's WASI grants, and each session whose manifest
+// stage is name (the sessions a new version of it is for). One error
+// lists every session's missing items.
+func (d *Deployment) checkLoadRequires(name string, mod *stages.Module, spec loadSpec) error {
+	r := mod.Requires()
+	if r == nil {
+		return nil
+	}
+	if err := r.Check(name, abi.Offer{WASI: spec.wasi}); err != nil {
+		return err
+	}
+	var errs []string
+	for i := range d.Manifest.Sessions {
+		ms := &d.Manifest.Sessions[i]
+		if ms.Stage != name {
+			continue
+		}
+		if err := r.Check(name, ms.Offer(spec.wasi)); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s (a session whose stage is %q would refuse it at a swap)", strings.Join(errs, "; and "), name)
+}
+
+// engineHas reports whether a loaded version is mod (the engine returns
+// the same *Module for the same bytes and configuration).
+func (d *Deployment) engineHas(mod *stages.Module) bool {
+	for _, vs := range d.admin.versions {
+		for _, v := range vs {
+			if v.mod == mod {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Modules lists the loaded module versions, by name, then load order.
@@ -384,6 +433,11 @@ func (d *Deployment) SwapSession(ctx context.Context, name, ref string) (SwapRes
 	v := vs[len(vs)-1]
 	if v.mod.Kind() != stages.StageModule {
 		return SwapResult{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "module %s@%s is a %s module, not a stage module", modName, v.mod.SHA256(), v.mod.Kind())
+	}
+	// The module's declared requirements (abi/ABI.md §7), before an
+	// instance is made: one error listing every missing item.
+	if err := v.mod.Requires().Check(modName, s.Spec.Offer(v.spec.wasi)); err != nil {
+		return SwapResult{}, fmt.Errorf("session %q keeps its module: %w", name, err)
 	}
 	s.mu.Lock()
 	old, p := s.stage, s.pool

@@ -336,6 +336,14 @@ func (d *Deployment) openSessions(ctx context.Context, opt Config) error {
 			continue
 		}
 		s := d.newSession(ms)
+		if mm := m.Module(ms.Stage); s.stage != nil && mm != nil {
+			// The stage module's declared requirements (abi/ABI.md §7):
+			// a module the session cannot serve stops the start-up,
+			// as a manifest error would, rather than fail in a call.
+			if err := s.stage.Requires().Check(ms.Stage, ms.Offer(mm.WASI)); err != nil {
+				return fmt.Errorf("session %q: %w", ms.Name, err)
+			}
+		}
 		if err := s.open(ctx); err != nil {
 			if ctx.Err() != nil {
 				return err // start-up was cancelled: no session is to blame
@@ -840,6 +848,17 @@ func (s *Pool) Acquire(ctx context.Context) (*Turn, error) {
 	endChild(ctx, span, err)
 	s.count(Outcome(ctx, err))
 	return nil, err
+}
+
+// Module returns the stage module this turn's instance runs.
+func (t *Turn) Module() *stages.Module { return t.m.val.stage }
+
+// Module returns the session's current stage module (the one new calls
+// run), nil when it is not loaded.
+func (s *Pool) Module() *stages.Module {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stage
 }
 
 // TryAcquire takes a free instance of the session for one call if one is

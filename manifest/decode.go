@@ -759,7 +759,9 @@ func (d *decoder) moduleFile(t *table, mod *Module, k moduleKeys) {
 	}
 	if err := stages.Validate(bin, mod.LoadConfig()); err != nil {
 		d.moduleError(t.path.key("path"), mod.Name, err)
+		return
 	}
+	mod.Requires, _ = stages.ReadRequires(bin) // Validate read it
 }
 
 // moduleError reports a stages.Validate error at the module's path key,
@@ -1137,6 +1139,12 @@ func (d *decoder) checkSessionModules(m *Manifest, mods []modMeta, s *Session, m
 			d.notFound(meta.p.key("stage"), "module", s.Stage, moduleNames)
 		case mods[j].kind && mod.Kind != stages.StageModule:
 			d.errorf(meta.p.key("stage"), "module %q is a fence module: stage must name a stage module", s.Stage)
+		default:
+			// The module's declared requirements (abi/ABI.md §7): one
+			// error listing every item the session lacks.
+			if err := mod.Requires.Check(mod.Name, s.Offer(mod.WASI)); err != nil {
+				d.add(meta.p.key("stage"), errdefs.ErrFailedPrecondition, err.Error())
+			}
 		}
 	}
 	if meta.fence && s.Fence != FenceBuiltin && s.Fence != FenceDrain {
