@@ -8,17 +8,21 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/examples/wasm/digits/net"
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
@@ -27,6 +31,7 @@ import (
 	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/service"
+	"github.com/stagehost/stagehost/stages"
 )
 
 // reference is ../reference.json, written by ../train.py: the held-out
@@ -154,6 +159,14 @@ var quiet = slog.New(slog.DiscardHandler)
 // body to /v1/sessions/digits/run.
 func serve(t *testing.T, path string) func(body []byte) *httptest.ResponseRecorder {
 	t.Helper()
+	do := handler(t, path)
+	return func(body []byte) *httptest.ResponseRecorder { return do("POST", "/v1/sessions/digits/run", body) }
+}
+
+// handler opens the manifest at path and returns a function that sends a
+// request to its service.
+func handler(t *testing.T, path string) func(method, target string, body []byte) *httptest.ResponseRecorder {
+	t.Helper()
 	m, err := manifest.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -165,8 +178,8 @@ func serve(t *testing.T, path string) func(body []byte) *httptest.ResponseRecord
 	}
 	t.Cleanup(func() { d.Close(context.Background()) })
 	h := service.NewServerConfig(d, quiet, service.ConfigFromManifest(m)).Handler()
-	return func(body []byte) *httptest.ResponseRecorder {
-		req := httptest.NewRequest("POST", "/v1/sessions/digits/run", bytes.NewReader(body))
+	return func(method, target string, body []byte) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, target, bytes.NewReader(body))
 		req = req.WithContext(testutil.Context(t, 2*time.Minute))
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
@@ -183,7 +196,8 @@ func serve(t *testing.T, path string) func(body []byte) *httptest.ResponseRecord
 func TestDigitsGoGuestMatchesReferenceThroughTheService(t *testing.T) {
 	testutil.GoGuests(t)
 	r := readReference(t)
-	post := serve(t, "../digits.toml")
+	do := handler(t, "../digits.toml")
+	post := func(body []byte) *httptest.ResponseRecorder { return do("POST", "/v1/sessions/digits/run", body) }
 	rec := post(r.images(0, r.Count))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
@@ -191,6 +205,14 @@ func TestDigitsGoGuestMatchesReferenceThroughTheService(t *testing.T) {
 	out := rec.Body.Bytes()
 	if n := compare(t, r, out, SimBound, math.Ldexp(1, -149)); n != 0 {
 		t.Fatalf("%d of %d predictions differ from the reference", n, r.Count)
+	}
+	// The same through the Open Inference Protocol, in JSON: the same bits.
+	rec = do("POST", "/v2/models/digits/infer", inferBody(t, r.Inputs))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/v2 infer: %d %s", rec.Code, rec.Body)
+	}
+	if got := inferProbabilities(t, rec.Body.Bytes(), r.Count); !bytes.Equal(got, out) {
+		t.Errorf("/v2 infer's probabilities differ from /v1 run's")
 	}
 	for _, i := range []int{0, 7, r.Count - 1} {
 		rec := post(r.images(i, i+1))
@@ -201,6 +223,49 @@ func TestDigitsGoGuestMatchesReferenceThroughTheService(t *testing.T) {
 	if rec := post(make([]byte, net.ImageSize+4)); rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "64 float32") {
 		t.Errorf("an image and 4 bytes: %d %s", rec.Code, rec.Body)
 	}
+}
+
+// inferBody is an Open Inference Protocol request for images: the
+// declared input "images", FP32, [N, 64], in JSON.
+func inferBody(t testing.TB, images [][]float32) []byte {
+	t.Helper()
+	type input struct {
+		Name     string      `json:"name"`
+		Shape    []int       `json:"shape"`
+		Datatype string      `json:"datatype"`
+		Data     [][]float32 `json:"data"`
+	}
+	b, err := json.Marshal(map[string][]input{"inputs": {{"images", []int{len(images), net.Pixels}, "FP32", images}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// inferProbabilities reads the output "probabilities" of an infer answer
+// for n images as little-endian float32 bytes, checking its shape.
+func inferProbabilities(t testing.TB, body []byte, n int) []byte {
+	t.Helper()
+	var ans struct {
+		ModelName string `json:"model_name"`
+		Outputs   []struct {
+			Name     string    `json:"name"`
+			Datatype string    `json:"datatype"`
+			Shape    []int     `json:"shape"`
+			Data     []float32 `json:"data"`
+		} `json:"outputs"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil {
+		t.Fatalf("%v: %s", err, body)
+	}
+	if ans.ModelName != "digits" || len(ans.Outputs) != 1 {
+		t.Fatalf("answer: %s", body)
+	}
+	o := ans.Outputs[0]
+	if o.Name != "probabilities" || o.Datatype != "FP32" || !slices.Equal(o.Shape, []int{n, net.Classes}) || len(o.Data) != n*net.Classes {
+		t.Fatalf("output %s %s %v with %d values, want probabilities FP32 [%d %d]", o.Name, o.Datatype, o.Shape, len(o.Data), n, net.Classes)
+	}
+	return stagehost.Float32Bytes(o.Data)
 }
 
 // TestDigitsGoGuestSimEqualsEmu: the committed module on the simulator
@@ -316,6 +381,55 @@ func safetensors(t *testing.T, shapes map[string][]int) []byte {
 	}
 	out := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
 	return append(append(out, h...), file[8+n:]...)
+}
+
+// TestDigitsModuleRequirements: the committed module declares what
+// package net needs (its stagehost.requires section, from
+// stage/requires.toml): the programs, stream s0, the weights, ABI
+// revision 3, a budget of WorkBytes, and the tensors images FP32 [-1, 64]
+// and probabilities FP32 [-1, 10]; a session without the weights is
+// refused where the manifest is read, naming them.
+func TestDigitsModuleRequirements(t *testing.T) {
+	bin, err := os.ReadFile("../stage/digits.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := stages.ReadRequires(bin)
+	if err != nil || req == nil {
+		t.Fatalf("requirements: %v %v", req, err)
+	}
+	if !slices.Equal(req.Programs, net.Programs) || !slices.Equal(req.Streams, []string{"s0"}) ||
+		!slices.Equal(req.Weights, []string{net.WeightsName}) || req.ABIRevision != 3 || req.MinBudgetBytes != net.WorkBytes {
+		t.Errorf("requirements %+v; net: programs %v, weights %s, WorkBytes %d", req, net.Programs, net.WeightsName, net.WorkBytes)
+	}
+	if len(req.Inputs) != 1 || fmt.Sprint(req.Inputs[0]) != fmt.Sprint(abi.TensorSpec{Name: "images", Datatype: "FP32", Shape: []int64{-1, net.Pixels}}) {
+		t.Errorf("inputs %+v", req.Inputs)
+	}
+	if len(req.Outputs) != 1 || fmt.Sprint(req.Outputs[0]) != fmt.Sprint(abi.TensorSpec{Name: "probabilities", Datatype: "FP32", Shape: []int64{-1, net.Classes}}) {
+		t.Errorf("outputs %+v", req.Outputs)
+	}
+
+	// digits.toml without the session's weights key, its paths absolute.
+	src, err := os.ReadFile("../digits.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := strings.Replace(string(src), "\nweights = [\"digits\"]", "\n", 1)
+	for _, f := range []string{"stage/digits.wasm", "digits.safetensors", "sample.bin"} {
+		m = strings.Replace(m, `"`+f+`"`, strconv.Quote(filepath.Join(abs, f)), 1)
+	}
+	path := filepath.Join(t.TempDir(), "digits.toml")
+	if err := os.WriteFile(path, []byte(m), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = manifest.Load(path)
+	if err == nil || !strings.Contains(err.Error(), `module "digits" needs weights "digits": session "digits" lists no weights`) {
+		t.Fatalf("a session without the weights: %v", err)
+	}
 }
 
 // TestArtefacts: reference.json names the committed weights' sha256, which
