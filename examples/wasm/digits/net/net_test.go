@@ -506,8 +506,11 @@ func TestDigitsOnCUDA(t *testing.T) {
 
 // BenchmarkDigitsService: one image per request through the service,
 // over loopback HTTP (httptest.NewServer), on the simulator (digits.toml)
-// and on cuda0 (digits-cuda.toml; skipped without a usable GPU). Besides
-// ns/op it reports the p50 and p99 request latency in µs.
+// and on cuda0 (digits-cuda.toml; skipped without a usable GPU): run is
+// POST /v1/sessions/digits/run with the 256 raw bytes, infer is POST
+// /v2/models/digits/infer with the image as JSON (the answer's 10
+// probabilities as JSON). Besides ns/op it reports the p50 and p99
+// request latency in µs.
 //
 //	go test -run '^$' -bench DigitsService -benchtime 2000x ./examples/wasm/digits/net
 func BenchmarkDigitsService(b *testing.B) {
@@ -519,31 +522,41 @@ func BenchmarkDigitsService(b *testing.B) {
 				testutil.GPU(b, err)
 				p.Close()
 			}
-			url := httpServe(b, backend.manifest) + "/v1/sessions/digits/run"
-			body := r.images(0, 1)
-			post := func() time.Duration {
-				start := time.Now()
-				resp, err := http.Post(url, "application/octet-stream", bytes.NewReader(body))
-				if err != nil {
-					b.Fatal(err)
+			base := httpServe(b, backend.manifest)
+			for _, route := range []struct{ name, path, ctype string }{
+				{"run", "/v1/sessions/digits/run", "application/octet-stream"},
+				{"infer", "/v2/models/digits/infer", "application/json"},
+			} {
+				body := r.images(0, 1)
+				if route.name == "infer" {
+					body = inferBody(b, r.Inputs[:1])
 				}
-				out, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != http.StatusOK || len(out) != net.ResultSize {
-					b.Fatalf("%v %d %q", err, resp.StatusCode, out)
-				}
-				return time.Since(start)
+				b.Run(route.name, func(b *testing.B) {
+					post := func() time.Duration {
+						start := time.Now()
+						resp, err := http.Post(base+route.path, route.ctype, bytes.NewReader(body))
+						if err != nil {
+							b.Fatal(err)
+						}
+						out, err := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if err != nil || resp.StatusCode != http.StatusOK || route.name == "run" && len(out) != net.ResultSize {
+							b.Fatalf("%v %d %q", err, resp.StatusCode, out)
+						}
+						return time.Since(start)
+					}
+					for range 20 { // warm: the instance, the connection
+						post()
+					}
+					lat := make([]time.Duration, 0, 1024)
+					for b.Loop() {
+						lat = append(lat, post())
+					}
+					slices.Sort(lat)
+					b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+					b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+				})
 			}
-			for range 20 { // warm: the instance, the connection
-				post()
-			}
-			lat := make([]time.Duration, 0, 1024)
-			for b.Loop() {
-				lat = append(lat, post())
-			}
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 		})
 	}
 }
