@@ -16,6 +16,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -222,6 +223,35 @@ func TestDigitsGoGuestMatchesReferenceThroughTheService(t *testing.T) {
 	}
 	if rec := post(make([]byte, net.ImageSize+4)); rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "64 float32") {
 		t.Errorf("an image and 4 bytes: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestDigitsGoGuestREADMEClient: README.md's curl example posts the first
+// test image to /v2/models/digits/infer, and the answer it shows is the
+// service's, byte for byte.
+func TestDigitsGoGuestREADMEClient(t *testing.T) {
+	testutil.GoGuests(t)
+	r := readReference(t)
+	readme, err := os.ReadFile("../../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?m)^    curl -s -H 'Content-Type: application/json' http://127\\.0\\.0\\.1:8080/v2/models/digits/infer --data '(.*)'\n\n```json\n(.*)\n```\n").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md has no curl example of /v2/models/digits/infer followed by its answer in a json block")
+	}
+	var req struct {
+		Inputs []struct {
+			Data []float32 `json:"data"`
+		} `json:"inputs"`
+	}
+	if err := json.Unmarshal(m[1], &req); err != nil || len(req.Inputs) != 1 || !slices.Equal(req.Inputs[0].Data, r.Inputs[0]) {
+		t.Fatalf("README.md's request is not the first test image (digits index %d): %v", r.Indices[0], err)
+	}
+	do := handler(t, "../digits.toml")
+	rec := do("POST", "/v2/models/digits/infer", m[1])
+	if rec.Code != http.StatusOK || rec.Body.String() != string(m[2]) {
+		t.Fatalf("the answer is\n%d %s\nREADME.md shows\n%s", rec.Code, rec.Body, m[2])
 	}
 }
 
