@@ -517,20 +517,28 @@ func sha256Of(b []byte) []byte { s := sha256.Sum256(b); return s[:] }
 
 // TestDigitsOnCUDA: digits-cuda.toml on cuda0, served, classifies the
 // whole test set prediction for prediction as the reference, every
-// probability within CUDABound. It skips without a usable GPU, unless
+// probability within CUDABound, through /v1 run and /v2 infer alike. It skips without a usable GPU, unless
 // STAGEHOST_REQUIRE_GPU=1.
 func TestDigitsOnCUDA(t *testing.T) {
 	p, err := cuda.Open(cuda.NewConfig())
 	testutil.GPU(t, err)
 	p.Close() // the manifest's deployment opens its own
 	r := readReference(t)
-	post := serve(t, "../digits-cuda.toml")
-	rec := post(r.images(0, r.Count))
+	do := handler(t, "../digits-cuda.toml")
+	rec := do("POST", "/v1/sessions/digits/run", r.images(0, r.Count))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
 	}
-	if n := compare(t, r, rec.Body.Bytes(), CUDABound[0], CUDABound[1]); n != 0 {
+	out := rec.Body.Bytes()
+	if n := compare(t, r, out, CUDABound[0], CUDABound[1]); n != 0 {
 		t.Fatalf("%d of %d predictions differ from the reference", n, r.Count)
+	}
+	rec = do("POST", "/v2/models/digits/infer", inferBody(t, r.Inputs))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/v2 infer: %d %s", rec.Code, rec.Body)
+	}
+	if got := inferProbabilities(t, rec.Body.Bytes(), r.Count); !bytes.Equal(got, out) {
+		t.Errorf("/v2 infer's probabilities differ from /v1 run's")
 	}
 }
 
