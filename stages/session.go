@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -349,6 +350,8 @@ func (s *Session) retainWeights() error {
 		switch {
 		case w == nil:
 			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: weights %d: nil", s.name, i)
+		case slices.ContainsFunc(s.cfg.weights[:i], func(o *Weights) bool { return o.name == w.name }):
+			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: weights %q given twice", s.name, w.name)
 		case w.Device() != s.cfg.device:
 			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: weights %q are on device %q, the session on %q", s.name, w.name, w.Device().Name(), s.cfg.device.Name())
 		default:

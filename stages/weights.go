@@ -92,8 +92,7 @@ func (c WeightsConfig) WithProgress(fn func(done, total int64)) WeightsConfig {
 // and its budget charge released, when the last reference goes.
 type Weights struct {
 	name    string
-	buf     hw.Buffer
-	budget  *hw.Budget
+	buf     hw.Buffer // charged to the configured budget until freed
 	tensors map[string]WeightsTensor
 
 	mu    sync.Mutex
@@ -110,7 +109,8 @@ type Weights struct {
 //
 // # Errors
 //
-//   - [errdefs.ErrInvalidArgument]: a size below 1, or bytes that do not
+//   - [errdefs.ErrInvalidArgument]: a size below 1, a tensor of rank
+//     above [abi.MaxTensorRank] or outside the size, or bytes that do not
 //     hash to the configured sha256 (the message gives both sums);
 //   - [errdefs.ErrOutOfBudget]: the budget cannot take the copy;
 //   - a read error of src (fewer than size bytes: [io.ErrUnexpectedEOF]);
@@ -126,6 +126,12 @@ func UploadWeights(ctx context.Context, dev hw.Device, cfg WeightsConfig, src io
 	if int64(int(cfg.size)) != cfg.size {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "weights %q: %d bytes do not fit an allocation", cfg.name, cfg.size)
 	}
+	for name, t := range cfg.tensors {
+		if len(t.Dims) > abi.MaxTensorRank || t.Offset > uint64(cfg.size) || t.Bytes > uint64(cfg.size)-t.Offset {
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "weights %q: tensor %q: rank %d (at most %d), bytes [%d,+%d) of %d",
+				cfg.name, name, len(t.Dims), abi.MaxTensorRank, t.Offset, t.Bytes, cfg.size)
+		}
+	}
 	chunk := cfg.chunk
 	if chunk <= 0 {
 		chunk = DefaultWeightsChunk
@@ -135,7 +141,7 @@ func UploadWeights(ctx context.Context, dev hw.Device, cfg WeightsConfig, src io
 	if err != nil {
 		return nil, fmt.Errorf("weights %q: %w", cfg.name, err)
 	}
-	w := &Weights{name: cfg.name, buf: buf, budget: cfg.budget, tensors: cfg.tensors, refs: 1}
+	w := &Weights{name: cfg.name, buf: buf, tensors: cfg.tensors, refs: 1}
 	drained, err := upload(ctx, dev, buf, cfg, chunk, src)
 	if err != nil {
 		if drained {
@@ -217,6 +223,12 @@ func (w *Weights) Name() string { return w.name }
 
 // Size is the device copy's size in bytes.
 func (w *Weights) Size() int { return w.buf.Size() }
+
+// Buffer is the device copy, for Go code of the host (a native session's
+// commands, a check of what was uploaded). Guests reach it read-only;
+// Go code that writes it or frees it breaks every session that shares
+// it: only read it.
+func (w *Weights) Buffer() hw.Buffer { return w.buf }
 
 // Device is the device that holds the copy.
 func (w *Weights) Device() hw.Device { return w.buf.Device() }

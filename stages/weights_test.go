@@ -136,22 +136,38 @@ func TestWeightsReadOnly(t *testing.T) {
 	defer s.Close(context.Background())
 	r := &weightsRun{t: t, s: s}
 
+	str := s.Owner().Streams()[0].(*sim.Stream)
+	submitted := str.Submitted()
 	uploads, _ := f.gpu.Uploads()
+	nothingEnqueued := func(what string) {
+		t.Helper()
+		if n := str.Submitted(); n != submitted {
+			t.Fatalf("a refused %s enqueued %d commands", what, n-submitted)
+		}
+		if now, _ := f.gpu.Uploads(); now != uploads {
+			t.Fatalf("a refused %s enqueued %d uploads", what, now-uploads)
+		}
+	}
 	r.call(2, "digits").status(abi.StatusInvalidArgument)
 	if msg := r.lastError(); !strings.Contains(msg, "stream_write: buffer is the read-only weights \"digits\"") {
 		t.Fatalf("stream_write's last error: %q", msg)
 	}
-	if now, _ := f.gpu.Uploads(); now != uploads {
-		t.Fatalf("a refused stream_write enqueued %d uploads", now-uploads)
-	}
+	nothingEnqueued("stream_write")
 	r.call(4, "digits").status(abi.StatusInvalidArgument)
 	if msg := r.lastError(); !strings.Contains(msg, "copy: argument 0 is the read-only weights \"digits\"") || !strings.Contains(msg, "written (direction out)") {
 		t.Fatalf("stream_submit's last error: %q", msg)
 	}
+	nothingEnqueued("stream_submit")
+	r.call(8, "digits").status(abi.StatusInvalidArgument)
+	if msg := r.lastError(); !strings.Contains(msg, "copy: argument 0 is the read-only weights \"digits\"") {
+		t.Fatalf("stream_submit_batch's last error: %q", msg)
+	}
+	nothingEnqueued("stream_submit_batch (its first command included)")
 	r.call(3, "digits").status(abi.StatusInvalidArgument)
 	if msg := r.lastError(); !strings.Contains(msg, "buffer_free: buffer is the read-only weights \"digits\"") {
 		t.Fatalf("buffer_free's last error: %q", msg)
 	}
+	nothingEnqueued("buffer_free")
 	r.call(7, "digits").status(abi.StatusOK)
 	if string(r.out) != "01234567" {
 		t.Fatalf("the weights changed: %q", r.out)
@@ -214,7 +230,8 @@ func TestWeightsSHA256Mismatch(t *testing.T) {
 }
 
 // TestWeightsResetPerCallUploadsNothing: a session that resets every
-// call and uses weights uploads nothing per call.
+// call and uses weights uploads nothing per call, nor when its instance
+// is replaced after a trap.
 func TestWeightsResetPerCallUploadsNothing(t *testing.T) {
 	f := newWasmFixture(t)
 	w := uploadTestWeights(t, f, nil)
@@ -227,8 +244,16 @@ func TestWeightsResetPerCallUploadsNothing(t *testing.T) {
 	for range 10 {
 		r.call(7, "digits").status(abi.StatusOK)
 	}
+	// A trap replaces the instance; the new one finds the same weights.
+	if _, err := s.Run(context.Background(), append([]byte{9}, "digits"...), nil); !errors.Is(err, errdefs.ErrFault) {
+		t.Fatalf("the trapping call: %v", err)
+	}
+	r.call(7, "digits").status(abi.StatusOK)
+	if s.Replacements() != 1 || string(r.out) != "01234567" {
+		t.Fatalf("%d replacements, read %q", s.Replacements(), r.out)
+	}
 	if n, b := f.gpu.Uploads(); n != before || b != bytesBefore {
-		t.Fatalf("10 calls uploaded %d times, %d bytes", n-before, b-bytesBefore)
+		t.Fatalf("11 calls and a replaced instance uploaded %d times, %d bytes", n-before, b-bytesBefore)
 	}
 }
 
@@ -253,5 +278,49 @@ func TestWeightsKeptByAQuarantinedSession(t *testing.T) {
 	w.Release()
 	if w.Refs() != 1 || budget.Used() != int64(len(weightsData)) {
 		t.Fatalf("quarantined holder: %d references, %d bytes charged", w.Refs(), budget.Used())
+	}
+}
+
+// TestWeightsTensorsChecked: a tensor tensor_get could not describe is
+// refused before anything is allocated.
+func TestWeightsTensorsChecked(t *testing.T) {
+	f := newWasmFixture(t)
+	budget := hw.NewBudget("device gpu0", 0)
+	for name, tn := range map[string]WeightsTensor{
+		"rank 9":       {Offset: 0, Bytes: 1, Dims: make([]uint64, 9)},
+		"past the end": {Offset: 30, Bytes: 11},
+		"overflowing":  {Offset: 8, Bytes: ^uint64(0)},
+	} {
+		cfg := NewWeightsConfig("w", int64(len(weightsData))).WithBudget(budget).WithTensors(map[string]WeightsTensor{"t": tn})
+		if _, err := UploadWeights(context.Background(), f.gpu, cfg, bytes.NewReader(weightsData)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if budget.Used() != 0 {
+		t.Fatalf("%d bytes charged", budget.Used())
+	}
+}
+
+// TestWeightsConfigRefused: weights given twice, or on another device,
+// are refused, and the session holds no reference.
+func TestWeightsConfigRefused(t *testing.T) {
+	f := newWasmFixture(t)
+	w := uploadTestWeights(t, f, nil)
+	defer w.Release()
+	other, err := f.p.AddDevice("gpu1", hw.EngineGPU, sim.NewDeviceConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := abiModule(t, f, "weights")
+	for _, cfg := range []SessionConfig{
+		NewSessionConfig("twice", f.gpu).WithStreams("s0").WithWeights(w, w),
+		NewSessionConfig("elsewhere", other).WithStreams("s0").WithWeights(w),
+	} {
+		if _, err := f.eng.NewSession(context.Background(), f.rt, m, cfg); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%v", err)
+		}
+	}
+	if w.Refs() != 1 {
+		t.Fatalf("%d references after refused sessions, want 1", w.Refs())
 	}
 }

@@ -142,6 +142,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	for _, mod := range m.Modules {
 		fmt.Fprintf(stdout, "  module %-12s %-5s %8d bytes  sha256 %s…  ABI v%d ok\n", mod.Name, mod.Kind, len(mod.Bytes), mod.SHA256[:12], abi.Version)
 	}
+	for _, w := range m.Weights {
+		fmt.Fprintf(stdout, "  weights %-11s %-5s %8d bytes  sha256 %s…  %s\n", w.Name, w.Format, w.DataSize, w.SHA256[:12], plural(len(w.Tensors), "tensor"))
+	}
 	if tr := m.Tracing; tr != nil {
 		to := tr.Endpoint + tracing.OTLPPath
 		if tr.Exporter == manifest.TracingFile {

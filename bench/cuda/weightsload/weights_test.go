@@ -240,14 +240,21 @@ func BenchmarkWeightsLoad(b *testing.B) {
 		p, err := cuda.Open(cuda.NewConfig())
 		testutil.GPU(b, err)
 		defer p.Close()
-		dev := p.Devices()[0]
+		dev, err := p.Device("cuda0")
+		if err != nil {
+			b.Fatal(err)
+		}
 		measure(b, wf.dataBytes, func() { load(b, dev, wf) })
 	})
 	b.Run("cuda/pinned-copy", func(b *testing.B) {
 		p, err := cuda.Open(cuda.NewConfig())
 		testutil.GPU(b, err)
 		defer p.Close()
-		pinnedCopy(b, p.Devices()[0], wf)
+		dev, err := p.Device("cuda0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		pinnedCopy(b, dev, wf)
 	})
 }
 

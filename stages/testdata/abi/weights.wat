@@ -11,6 +11,9 @@
 ;;     sync status, stream_read status, the 8 bytes
 ;;   6 buffer_size: status, the size
 ;;   7 stream_read of the weights' first 8 bytes: status, the bytes
+;;   8 a batch of two copies, the second with the weights as dst:
+;;     stream_submit_batch status, last error, stream_idle status and value
+;;   9 traps (unreachable), after weights_get
 ;; "last error" is last_error's status, length and message. A failing
 ;; setup step returns client error 100 + step.
 (module
@@ -25,13 +28,16 @@
   (import "stagehost_v1" "stream_write" (func $stream_write (param i64 i64 i32 i32 i32) (result i32)))
   (import "stagehost_v1" "stream_read" (func $stream_read (param i64 i64 i32 i32 i32) (result i32)))
   (import "stagehost_v1" "stream_submit" (func $stream_submit (param i64 i64 i32 i32) (result i32)))
+  (import "stagehost_v1" "stream_submit_batch" (func $stream_submit_batch (param i64 i32 i32) (result i32)))
+  (import "stagehost_v1" "stream_idle" (func $stream_idle (param i64 i32) (result i32)))
   (import "stagehost_v1" "stream_sync" (func $stream_sync (param i64) (result i32)))
   (import "stagehost_v1" "weights_get" (func $weights_get (param i32 i32 i32) (result i32)))
   (import "stagehost_v1" "tensor_get" (func $tensor_get (param i32 i32 i32) (result i32)))
   (memory (export "memory") 1 1)
   ;; 16: "s0", 32: "copy", 64: stream, 72: program, 80: buffer, 88:
   ;; weights (handles), 96: status word, 100: value, 120: input length,
-  ;; 128: length word, 256: argument records, 512: tensor record, 2048:
+  ;; 128: length word, 256: argument records, 512: tensor record, 768:
+  ;; batch records, 2048:
   ;; input, 4096: message, 8192: data.
   (data (i32.const 16) "s0")
   (data (i32.const 32) "copy")
@@ -67,6 +73,8 @@
     (block $done
       (if (i32.eqz (local.get $op))
         (then (drop (call $output_write (i32.const 88) (i32.const 8))) (br $done)))
+      (if (i32.eq (local.get $op) (i32.const 9))
+        (then unreachable))
       (if (i32.eq (local.get $op) (i32.const 2))
         (then
           (call $emit (call $stream_write (i64.load (i32.const 64)) (i64.load (i32.const 88)) (i32.const 0) (i32.const 8192) (i32.const 8)))
@@ -101,5 +109,23 @@
           (call $emit (call $stream_sync (i64.load (i32.const 64))))
           (call $emit (call $stream_read (i64.load (i32.const 64)) (i64.load (i32.const 80)) (i32.const 0) (i32.const 8192) (i32.const 8)))
           (drop (call $output_write (i32.const 8192) (i32.const 8))) (br $done)))
+      (if (i32.eq (local.get $op) (i32.const 8))
+        (then
+          ;; command 0: copy(dst = the buffer, src = the weights), fine;
+          ;; command 1: copy(dst = the weights, src = the buffer), refused
+          (call $buffer_record (i32.const 256) (i64.load (i32.const 80)))
+          (call $buffer_record (i32.const 280) (i64.load (i32.const 88)))
+          (call $buffer_record (i32.const 304) (i64.load (i32.const 88)))
+          (call $buffer_record (i32.const 328) (i64.load (i32.const 80)))
+          (i64.store (i32.const 768) (i64.load (i32.const 72)))
+          (i32.store (i32.const 776) (i32.const 256))
+          (i32.store (i32.const 780) (i32.const 2))
+          (i64.store (i32.const 784) (i64.load (i32.const 72)))
+          (i32.store (i32.const 792) (i32.const 304))
+          (i32.store (i32.const 796) (i32.const 2))
+          (call $emit (call $stream_submit_batch (i64.load (i32.const 64)) (i32.const 768) (i32.const 2)))
+          (call $emit_error)
+          (call $emit (call $stream_idle (i64.load (i32.const 64)) (i32.const 100)))
+          (drop (call $output_write (i32.const 100) (i32.const 4))) (br $done)))
       (return (i32.const 199)))
     (i32.const 0)))
