@@ -117,3 +117,17 @@ func FuzzParseRequires(f *testing.F) {
 		}
 	})
 }
+
+func ExampleParseRequires() {
+	r, err := abi.ParseRequires([]byte(`{"version": 1, "programs": ["matmul"], "weights": ["digits"],
+		"inputs": [{"name": "pixels", "datatype": "FP32", "shape": [-1, 784]}]}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(r.Programs, r.Inputs[0].Name, r.Inputs[0].Shape)
+	fmt.Println(r.Check("classify", abi.Offer{Session: "classify", Programs: []string{"fill", "saxpy"}}))
+	// Output:
+	// [matmul] pixels [-1 784]
+	// module "classify" needs programs "matmul" not listed by session "classify"; weights "digits": session "classify" lists no weights
+}

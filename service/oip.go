@@ -288,6 +288,9 @@ func (c *oipCall) input(r *http.Request, session string, mod *stages.Module, max
 			return nil, oipErrorf("%s: %q is not a length within the body of %d bytes", InferHeaderLength, v, len(body))
 		}
 		head, bin = body[:n], body[n:]
+		if n == 0 {
+			return c.rawBinary(session, maxInput, body)
+		}
 	}
 	// The fast reader (oipscan.go) first; encoding/json, whose answer
 	// stands, for what it does not read.
@@ -408,6 +411,39 @@ func (c *oipCall) input(r *http.Request, session string, mod *stages.Module, max
 	return input, nil
 }
 
+// rawBinary reads a raw binary request (the binary tensor data
+// extension's: Inference-Header-Content-Length 0, the body the bytes of
+// the model's one input): the input's free dimension, if it has one, is
+// what the bytes make; every output is answered binary.
+func (c *oipCall) rawBinary(session string, maxInput int64, body []byte) ([]byte, error) {
+	if len(c.decl.Inputs) != 1 {
+		return nil, oipErrorf("a raw binary request (%s: 0) needs a model of one input; model %q has %d (%s)", InferHeaderLength, session, len(c.decl.Inputs), names(c.decl.Inputs))
+	}
+	d := c.decl.Inputs[0]
+	unit, frees := int64(abi.DatatypeSize(d.Datatype)), 0
+	for _, dim := range d.Shape {
+		if dim < 0 {
+			frees++
+		} else {
+			unit *= dim
+		}
+	}
+	per := "tensor"
+	if frees == 1 {
+		per = "free dimension's unit"
+	}
+	switch {
+	case frees > 1:
+		return nil, oipErrorf("input %q: a raw binary request needs an input of at most one free dimension; it is %s", d.Name, shapeString(d.Shape))
+	case int64(len(body)) > maxInput:
+		return nil, errdefs.Errorf(errdefs.ErrOutOfBudget, "input %q: %d bytes, larger than %s of %d bytes", d.Name, len(body), maxInputName(session), maxInput)
+	case frees == 0 && int64(len(body)) != unit, frees == 1 && (unit == 0 || int64(len(body))%unit != 0):
+		return nil, oipErrorf("input %q: a raw binary request of %d bytes does not fit shape %s of %s (%d bytes per %s)", d.Name, len(body), shapeString(d.Shape), d.Datatype, unit, per)
+	}
+	c.req = oipRequest{Parameters: map[string]any{"binary_data_output": true}}
+	return body, nil
+}
+
 func declared(specs []abi.TensorSpec, name string) int {
 	for i, t := range specs {
 		if t.Name == name {
@@ -456,13 +492,12 @@ func (c *oipCall) answer(w http.ResponseWriter, out []byte) error {
 	}
 	js := make([]byte, 0, 128+8*len(out))
 	js = append(js, `{"model_name":`...)
-	js = strconv.AppendQuote(js, c.session) // session names are ASCII
+	js = appendJSONString(js, c.session)
 	js = append(js, `,"model_version":`...)
-	js = strconv.AppendQuote(js, c.version)
+	js = appendJSONString(js, c.version)
 	if c.req.ID != "" {
 		js = append(js, `,"id":`...)
-		id, _ := json.Marshal(c.req.ID)
-		js = append(js, id...)
+		js = appendJSONString(js, c.req.ID)
 	}
 	js = append(js, `,"outputs":[`...)
 	var tail [][]byte
@@ -473,7 +508,7 @@ func (c *oipCall) answer(w http.ResponseWriter, out []byte) error {
 			js = append(js, ',')
 		}
 		js = append(js, `{"name":`...)
-		js = strconv.AppendQuote(js, t.Name)
+		js = appendJSONString(js, t.Name)
 		js = append(js, `,"datatype":"`...)
 		js = append(js, t.Datatype...)
 		js = append(js, `","shape":[`...)
@@ -514,4 +549,19 @@ func (c *oipCall) answer(w http.ResponseWriter, out []byte) error {
 		_, _ = w.Write(t)
 	}
 	return nil
+}
+
+// appendJSONString appends s as a JSON string: as it is when it is
+// printable ASCII without a quote or a backslash, else as encoding/json
+// writes it.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }

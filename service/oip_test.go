@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/service"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -88,11 +90,22 @@ device = "gpu0"
 name = "short"
 stage = "short"
 device = "gpu0"
+[[session]]
+name = "tiny"
+stage = "mymodel"
+device = "gpu0"
+max_input = "18B"
 `
 
 // openOIP serves oipManifest in-process; it returns the handler and
 // mymodel's version.
 func openOIP(t testing.TB) (http.Handler, string) {
+	t.Helper()
+	srv, version := openOIPServer(t)
+	return srv.Handler(), version
+}
+
+func openOIPServer(t testing.TB) (*service.Server, string) {
 	t.Helper()
 	my, mySHA := echoWith(t, &abi.Requires{
 		Inputs:  []abi.TensorSpec{tensor("input0", "UINT32", 2, 2), tensor("input1", "BOOL", 3)},
@@ -105,7 +118,7 @@ func openOIP(t testing.TB) (http.Handler, string) {
 	body := strings.NewReplacer("@MYMODEL@", my, "@MYMODELSHA@", mySHA, "@F32@", f32, "@F32SHA@", f32SHA,
 		"@RAW@", raw, "@RAWSHA@", rawSHA, "@SHORT@", short, "@SHORTSHA@", shortSHA).Replace(oipManifest)
 	d := open(t, body)
-	return service.NewServer(d, nil).Handler(), mySHA[:12]
+	return service.NewServer(d, nil), mySHA[:12]
 }
 
 type oipAnswer struct {
@@ -272,6 +285,9 @@ func TestOIPErrors(t *testing.T) {
 		{"POST", "/v2/models/short/infer", `{"inputs":[{"name":"a","shape":[4],"datatype":"UINT8","data":[1,2,3,4]}]}`, 500, `output "b": the stage's output of 4 bytes`},
 		{"POST", "/v2/models/f32/infer", `{"inputs":[{"name":"x","shape":[65,4],"datatype":"FP32","data":` + string(js) + `}]}`, 413, `larger than session "f32"'s max_input of 1024 bytes`},
 		{"DELETE", "/v2/models/mymodel", ``, 405, `not allowed`},
+		// Each input fits, both together (16 + 3 bytes) do not.
+		{"POST", "/v2/models/tiny/infer", `{"inputs":[{"name":"input0","shape":[2,2],"datatype":"UINT32","data":[1,2,3,4]},{"name":"input1","shape":[3],"datatype":"BOOL","data":[true,false,true]}]}`,
+			413, `input "input1": shape [3] makes the stage's input larger than session "tiny"'s max_input of 18 bytes`},
 	} {
 		a := do(h, tc.method, tc.path, []byte(tc.body))
 		var e map[string]any
@@ -316,7 +332,7 @@ func TestOIPMetadata(t *testing.T) {
 			Tensors bool
 		}
 	}
-	if err := json.Unmarshal(a.body, &list); err != nil || len(list.Models) != 4 || list.Models[0].Name != "f32" || !list.Models[0].Tensors || list.Models[2].Name != "raw" || list.Models[2].Tensors {
+	if err := json.Unmarshal(a.body, &list); err != nil || len(list.Models) != 5 || list.Models[0].Name != "f32" || !list.Models[0].Tensors || list.Models[2].Name != "raw" || list.Models[2].Tensors {
 		t.Fatalf("list: %v %s", err, a.body)
 	}
 	for _, p := range []string{"/v2/models/mymodel/ready", "/v2/models/mymodel/versions/1/ready"} {
@@ -353,5 +369,95 @@ func TestUploadAndSwapRefuseUnmetRequirements(t *testing.T) {
 	}
 	if a = do(h, "POST", "/v1/sessions/raw/run", []byte("still")); a.status != 200 || string(a.body) != "still" {
 		t.Fatalf("after the refusals: %d %s", a.status, a.body)
+	}
+}
+
+// TestOIPAuth: the /v2 routes need the invoke scope (the health routes
+// none), and refuse with the protocol's error body.
+func TestOIPAuth(t *testing.T) {
+	const invoke = "invoke-token-0123456789"
+	s := serveHostile(t, "", "", func(c *service.Config) { c.InvokeTokens = []string{invoke} })
+	for _, path := range []string{"/v2", "/v2/models", "/v2/models/steady", "/v2/models/steady/ready"} {
+		rec := s.do("GET", path, nil)
+		var e map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != 401 || rec.Header().Get("WWW-Authenticate") == "" || len(e) != 1 || e["error"] == nil {
+			t.Errorf("%s without a token: %d %s", path, rec.Code, rec.Body)
+		}
+		req := httptest.NewRequest("GET", path, nil)
+		req.Header.Set("Authorization", "Bearer "+invoke)
+		rr := httptest.NewRecorder()
+		s.srv.Handler().ServeHTTP(rr, req)
+		if rr.Code != 200 {
+			t.Errorf("%s with an invoke token: %d %s", path, rr.Code, rr.Body)
+		}
+	}
+	if rec := s.do("GET", "/v2/health/live", nil); rec.Code != 200 {
+		t.Errorf("health without a token: %d", rec.Code)
+	}
+}
+
+// echoLattice routes every call, answering its input back, or answer.
+type echoLattice struct {
+	*fakeLattice
+}
+
+func (l echoLattice) Call(ctx context.Context, session string, input []byte) ([]byte, string, error) {
+	if _, _, err := l.fakeLattice.Call(ctx, session, input); err != nil {
+		return nil, "", err
+	}
+	return input, "", nil
+}
+
+// TestOIPInferThroughTheLattice: in a lattice an infer is routed as a
+// run (the tensors those of this host's module); one for a session only
+// another host has is 400; another host's error keeps its status, with
+// the protocol's body.
+func TestOIPInferThroughTheLattice(t *testing.T) {
+	srv, version := openOIPServer(t)
+	f := &fakeLattice{}
+	srv.SetLattice(echoLattice{f})
+	h := srv.Handler()
+	a := do(h, "POST", "/v2/models/mymodel/infer", testdata(t, "required_api_request.json", version))
+	if a.status != 200 || !reflect.DeepEqual(jsonOf(t, a.body), jsonOf(t, testdata(t, "required_api_response.json", version))) || len(f.calls) != 1 {
+		t.Fatalf("routed: %d %s (calls %v)", a.status, a.body, f.calls)
+	}
+	a = do(h, "POST", "/v2/models/far/infer", []byte(`{"inputs":[]}`))
+	if a.status != 400 || !strings.Contains(string(a.body), `model \"far\": its tensors are unknown on this host`) || len(f.calls) != 1 {
+		t.Fatalf("another host's session: %d %s", a.status, a.body)
+	}
+	f.answer = &errdefs.RemoteError{Class: errdefs.ClassBusy, Message: "session \"mymodel\" is busy on host h2", Host: "h2"}
+	a = do(h, "POST", "/v2/models/mymodel/infer", testdata(t, "required_api_request.json", version))
+	var e map[string]any
+	if err := json.Unmarshal(a.body, &e); err != nil || a.status != 429 || len(e) != 1 || e["error"] != `session "mymodel" is busy on host h2` {
+		t.Fatalf("a remote error: %d %s", a.status, a.body)
+	}
+}
+
+// TestOIPRawBinaryRequest: the binary extension's raw request
+// (Inference-Header-Content-Length: 0, the body the one input's bytes)
+// gets every output as binary; a model of two inputs refuses it.
+func TestOIPRawBinaryRequest(t *testing.T) {
+	h, _ := openOIP(t)
+	raw := make([]byte, 4*8) // 2 rows of 4 FP32
+	for i := range raw {
+		raw[i] = byte(i)
+	}
+	a := do(h, "POST", "/v2/models/f32/infer", raw, "Content-Type", "application/octet-stream", service.InferHeaderLength, "0")
+	n, _ := strconv.Atoi(a.header.Get(service.InferHeaderLength))
+	if a.status != 200 || n == 0 || !bytes.Equal(a.body[n:], raw) || !strings.Contains(string(a.body[:n]), `"shape":[2,4],"parameters":{"binary_data_size":32}`) {
+		t.Fatalf("raw: %d %s", a.status, a.body)
+	}
+	for _, tc := range []struct {
+		model string
+		body  []byte
+		want  string
+	}{
+		{"f32", raw[:30], `input "x": a raw binary request of 30 bytes does not fit shape [-1, 4] of FP32 (16 bytes per free dimension's unit)`},
+		{"mymodel", raw[:19], `a raw binary request (Inference-Header-Content-Length: 0) needs a model of one input; model "mymodel" has 2`},
+	} {
+		a := do(h, "POST", "/v2/models/"+tc.model+"/infer", tc.body, service.InferHeaderLength, "0")
+		if a.status != 400 || !strings.Contains(string(a.body), strings.ReplaceAll(tc.want, `"`, `\"`)) {
+			t.Errorf("%s: %d %s\nwant %s", tc.model, a.status, a.body, tc.want)
+		}
 	}
 }

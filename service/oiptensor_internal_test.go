@@ -137,3 +137,12 @@ func FuzzScanInferRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range []string{"mymodel", "", `a"b\c`, "tab\there", "ünï", "\x00\xff", "<&>"} {
+		var back string
+		if err := json.Unmarshal(appendJSONString(nil, s), &back); err != nil || back != strings.ToValidUTF8(s, "\ufffd") {
+			t.Errorf("%q: %s → %q %v", s, appendJSONString(nil, s), back, err)
+		}
+	}
+}

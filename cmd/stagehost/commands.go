@@ -141,6 +141,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		plural(len(m.Modules), "module"), plural(len(m.Sessions), "session"), plural(len(m.Residents), "resident session"))
 	for _, mod := range m.Modules {
 		fmt.Fprintf(stdout, "  module %-12s %-5s %8d bytes  sha256 %s…  ABI v%d ok\n", mod.Name, mod.Kind, len(mod.Bytes), mod.SHA256[:12], abi.Version)
+		if r := mod.Requires; r != nil {
+			fmt.Fprintf(stdout, "    requires %s\n", requiresSummary(r))
+		}
 	}
 	for _, w := range m.Weights {
 		fmt.Fprintf(stdout, "  weights %-11s %-5s %8d bytes  sha256 %s…  %s\n", w.Name, w.Format, w.DataSize, w.SHA256[:12], plural(len(w.Tensors), "tensor"))
@@ -158,6 +161,40 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  note: %s is not a NATS subject token (letters, digits, '-', '_'): serve --supervise refuses it; a plain serve runs it\n", name)
 	}
 	return exitOK
+}
+
+// requiresSummary is one line of a module's declared requirements, as
+// check prints them: "programs matmul, softmax; inputs pixels FP32 [-1 784]; …".
+func requiresSummary(r *abi.Requires) string {
+	var parts []string
+	list := func(key string, names []string) {
+		if len(names) > 0 {
+			parts = append(parts, key+" "+strings.Join(names, ", "))
+		}
+	}
+	list("programs", r.Programs)
+	list("streams", r.Streams)
+	list("weights", r.Weights)
+	list("wasi", r.WASI)
+	if r.MinBudgetBytes > 0 {
+		parts = append(parts, "min_budget "+manifest.FormatSize(r.MinBudgetBytes))
+	}
+	if r.ABIRevision > 0 {
+		parts = append(parts, fmt.Sprintf("ABI revision %d", r.ABIRevision))
+	}
+	tensors := func(key string, ts []abi.TensorSpec) {
+		var s []string
+		for _, t := range ts {
+			s = append(s, fmt.Sprintf("%s %s %v", t.Name, t.Datatype, t.Shape))
+		}
+		list(key, s)
+	}
+	tensors("inputs", r.Inputs)
+	tensors("outputs", r.Outputs)
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // logLevel is the --log-level flag: debug, info, warn (the default) or

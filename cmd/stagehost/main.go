@@ -103,7 +103,7 @@ Exit codes:
 `
 
 // commands are the subcommands, for "stagehost help COMMAND".
-var commands = map[string]bool{"check": true, "run": true, "serve": true, "trace": true, "version": true, "admin": true}
+var commands = map[string]bool{"check": true, "run": true, "serve": true, "trace": true, "version": true, "admin": true, "requires": true}
 
 func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 
