@@ -34,6 +34,8 @@ const (
 	MaxRequiresSize  = 64 << 10 // bytes of the section's payload
 	MaxRequiresItems = 1024     // names, tensors and shape dimensions, counted together
 	maxNameLen       = 128      // bytes of a program, stream, weights or tensor name
+	// A declared tensor has at most MaxTensorRank (abi.go) dimensions,
+	// as many as a tensor_get record holds.
 )
 
 // Requires is a module's declared requirements: the JSON document of its

@@ -297,8 +297,14 @@ type Session struct {
 
 // WeightNames returns the names of the weights the session lists (its
 // weights key): what a module's declared weights requirement is checked
-// against.
-func (s *Session) WeightNames() []string { return s.Weights }
+// against. nil when it lists none: a module that declares weights is then
+// refused with "session … lists no weights".
+func (s *Session) WeightNames() []string {
+	if len(s.Weights) == 0 {
+		return nil
+	}
+	return s.Weights
+}
 
 // Offer returns what the session gives a module mod loads with: its
 // programs, streams, weights and budget, and mod's WASI grants, for
