@@ -1,0 +1,770 @@
+//! The emulator's kernels: the simulator's built-in kernels (hw/sim) and a
+//! float32 subset of the op library (hw/internal/ops), written again from
+//! the Go reference so that results are the simulator's bit for bit
+//! (float32 arithmetic in the same order, never fused; the bounded ops
+//! compute in float64 and round once, as the simulator does).
+
+use std::string::{String, ToString};
+use std::vec::Vec;
+
+use super::host::LArg;
+use super::{Kernel, ProgramDef};
+
+/// One argument of a launch, as a kernel sees it.
+#[derive(Clone, Debug)]
+pub struct KArg {
+    /// The bytes of a buffer range (a copy the kernel may modify: the
+    /// emulator writes back what changed), or `None` for a scalar.
+    pub bytes: Option<Vec<u8>>,
+    /// The range's byte offset in its buffer.
+    pub offset: usize,
+    /// The scalar (0 for a buffer).
+    pub value: u64,
+}
+
+impl KArg {
+    /// The scalar's low 32 bits as a float32.
+    pub fn f32(&self) -> f32 {
+        f32::from_bits(self.value as u32)
+    }
+}
+
+/// The names of the natively emulated kernels, sorted.
+pub fn builtins() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = BUILTINS.iter().map(|(n, _)| *n).chain(OPS.iter().map(|o| o.name)).collect();
+    v.sort_unstable();
+    v
+}
+
+pub(crate) fn lookup(name: &str) -> Option<ProgramDef> {
+    if let Some((n, k)) = BUILTINS.iter().find(|(n, _)| *n == name) {
+        return Some(ProgramDef { name: n.to_string(), kernel: *k, op: None });
+    }
+    let op = OPS.iter().find(|o| o.name == name)?;
+    Some(ProgramDef { name: op.name.to_string(), kernel: op.run, op: Some(op) })
+}
+
+const BUILTINS: &[(&str, Kernel)] = &[
+    ("noop", |_| Ok(())),
+    ("fill", k_fill),
+    ("copy", k_copy),
+    ("saxpy", k_saxpy),
+    ("matmul", k_matmul),
+    ("bias", k_bias),
+    ("relu", k_relu),
+    ("argmax", k_argmax),
+];
+
+fn want(name: &str, a: &[KArg], n: usize) -> Result<(), String> {
+    if a.len() != n {
+        return Err(std::format!("kernel {:?} takes {} arguments, got {}", name, n, a.len()));
+    }
+    Ok(())
+}
+
+fn scalar(name: &str, a: &[KArg], i: usize) -> Result<u64, String> {
+    if a[i].bytes.is_some() {
+        return Err(std::format!("kernel {:?}: argument {} is a buffer, not a scalar", name, i));
+    }
+    Ok(a[i].value)
+}
+
+fn floats(name: &str, a: &[KArg], i: usize) -> Result<Vec<f32>, String> {
+    let b = match &a[i].bytes {
+        Some(b) => b,
+        None => return Err(std::format!("kernel {:?}: argument {} is a scalar, not a buffer", name, i)),
+    };
+    if b.len() % 4 != 0 {
+        return Err(std::format!("kernel {:?}: argument {}: {} bytes is not a whole number of float32", name, i, b.len()));
+    }
+    if !b.is_empty() && a[i].offset % 4 != 0 {
+        return Err(std::format!("kernel {:?}: argument {}: offset {} is not 4-byte aligned", name, i, a[i].offset));
+    }
+    Ok(crate::f32s(b))
+}
+
+fn store(a: &mut [KArg], i: usize, v: &[f32]) {
+    a[i].bytes = Some(crate::f32_bytes(v));
+}
+
+fn k_fill(a: &mut [KArg]) -> Result<(), String> {
+    want("fill", a, 2)?;
+    let x = floats("fill", a, 0)?;
+    let v = f32::from_bits(scalar("fill", a, 1)? as u32);
+    store(a, 0, &std::vec![v; x.len()]);
+    Ok(())
+}
+
+fn k_copy(a: &mut [KArg]) -> Result<(), String> {
+    want("copy", a, 2)?;
+    let (d, s) = match (&a[0].bytes, &a[1].bytes) {
+        (Some(d), Some(s)) => (d.len(), s.clone()),
+        (None, _) => return Err("kernel \"copy\": argument 0 is a scalar, not a buffer".into()),
+        _ => return Err("kernel \"copy\": argument 1 is a scalar, not a buffer".into()),
+    };
+    if d != s.len() {
+        return Err(std::format!("copy: dst has {} bytes, src {}", d, s.len()));
+    }
+    a[0].bytes = Some(s);
+    Ok(())
+}
+
+fn k_saxpy(a: &mut [KArg]) -> Result<(), String> {
+    want("saxpy", a, 3)?;
+    let k = f32::from_bits(scalar("saxpy", a, 0)? as u32);
+    let x = floats("saxpy", a, 1)?;
+    let mut y = floats("saxpy", a, 2)?;
+    if x.len() != y.len() {
+        return Err(std::format!("saxpy: x has {} values, y {}", x.len(), y.len()));
+    }
+    for i in 0..y.len() {
+        y[i] += k * x[i]; // Rust never fuses: the product is rounded first
+    }
+    store(a, 2, &y);
+    Ok(())
+}
+
+fn product(a: u64, b: u64) -> Option<usize> {
+    let p = (a as u128) * (b as u128);
+    if p > i32::MAX as u128 {
+        None
+    } else {
+        Some(p as usize)
+    }
+}
+
+fn k_matmul(a: &mut [KArg]) -> Result<(), String> {
+    want("matmul", a, 6)?;
+    let m = scalar("matmul", a, 3)?;
+    let n = scalar("matmul", a, 4)?;
+    let k = scalar("matmul", a, 5)?;
+    let x = floats("matmul", a, 0)?;
+    let y = floats("matmul", a, 1)?;
+    let mut c = floats("matmul", a, 2)?;
+    let (mk, kn, mn) = match (product(m, k), product(k, n), product(m, n)) {
+        (Some(a), Some(b), Some(c)) => (a, b, c),
+        _ => return Err(std::format!("matmul: dimensions M={} N={} K={} too large", m, n, k)),
+    };
+    if x.len() != mk || y.len() != kn || c.len() != mn {
+        return Err(std::format!(
+            "matmul: M={} N={} K={} want A, B, C of {}, {}, {} values; got {}, {}, {}",
+            m,
+            n,
+            k,
+            mk,
+            kn,
+            mn,
+            x.len(),
+            y.len(),
+            c.len()
+        ));
+    }
+    let (m, n, k) = (m as usize, n as usize, k as usize);
+    for i in 0..m {
+        for j in 0..n {
+            let mut sum = 0f32;
+            for p in 0..k {
+                sum += x[i * k + p] * y[p * n + j];
+            }
+            c[i * n + j] = sum;
+        }
+    }
+    store(a, 2, &c);
+    Ok(())
+}
+
+fn k_bias(a: &mut [KArg]) -> Result<(), String> {
+    want("bias", a, 4)?;
+    let m = scalar("bias", a, 2)?;
+    let n = scalar("bias", a, 3)?;
+    let mut x = floats("bias", a, 0)?;
+    let b = floats("bias", a, 1)?;
+    match product(m, n) {
+        Some(mn) if x.len() == mn && b.len() as u64 == n => {}
+        _ => {
+            return Err(std::format!(
+                "bias: M={} N={} want x of M*N and b of N values; got {} and {}",
+                m,
+                n,
+                x.len(),
+                b.len()
+            ))
+        }
+    }
+    let n = n as usize;
+    for i in 0..x.len() {
+        x[i] += b[i % n];
+    }
+    store(a, 0, &x);
+    Ok(())
+}
+
+fn k_relu(a: &mut [KArg]) -> Result<(), String> {
+    want("relu", a, 1)?;
+    let mut x = floats("relu", a, 0)?;
+    for v in x.iter_mut() {
+        if *v < 0.0 {
+            *v = 0.0;
+        }
+    }
+    store(a, 0, &x);
+    Ok(())
+}
+
+fn k_argmax(a: &mut [KArg]) -> Result<(), String> {
+    want("argmax", a, 2)?;
+    let x = floats("argmax", a, 0)?;
+    let out = match &a[1].bytes {
+        Some(b) => b.clone(),
+        None => return Err("kernel \"argmax\": argument 1 is a scalar, not a buffer".into()),
+    };
+    if x.is_empty() {
+        return Err("argmax: x is empty".into());
+    }
+    if out.len() < 8 {
+        return Err(std::format!("argmax: out has {} bytes, want at least 8", out.len()));
+    }
+    let (mut best, mut best_v) = (0usize, x[0]);
+    for (i, &v) in x.iter().enumerate().skip(1) {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    let mut o = out;
+    o[0..4].copy_from_slice(&(best as u32).to_le_bytes());
+    o[4..8].copy_from_slice(&best_v.to_bits().to_le_bytes());
+    a[1].bytes = Some(o);
+    Ok(())
+}
+
+// The op library (float32 storage).
+
+const MAX_ELEMS: u64 = i32::MAX as u64;
+const LANES: usize = 256;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    Unary,
+    Binary,
+    Reduce,
+    Softmax,
+}
+
+/// One op: its arguments (name, 'b' buffer of type, or 's' scalar of
+/// type), its check and its reference.
+pub(crate) struct OpDef {
+    pub name: &'static str,
+    args: &'static [(&'static str, char, &'static str)],
+    check: Check,
+    pub run: Kernel,
+}
+
+const UNARY_ARGS: &[(&str, char, &str)] = &[("x", 'b', "f32"), ("y", 'b', "f32")];
+const BINARY_ARGS: &[(&str, char, &str)] = &[
+    ("a", 'b', "f32"),
+    ("b", 'b', "f32"),
+    ("c", 'b', "f32"),
+    ("a0", 's', "u32"),
+    ("a1", 's', "u32"),
+    ("a2", 's', "u32"),
+    ("a3", 's', "u32"),
+    ("b0", 's', "u32"),
+    ("b1", 's', "u32"),
+    ("b2", 's', "u32"),
+    ("b3", 's', "u32"),
+];
+const REDUCE_ARGS: &[(&str, char, &str)] =
+    &[("x", 'b', "f32"), ("y", 'b', "f32"), ("outer", 's', "u32"), ("n", 's', "u32"), ("inner", 's', "u32")];
+const ARGMAX_ARGS: &[(&str, char, &str)] =
+    &[("x", 'b', "f32"), ("y", 'b', "i32"), ("outer", 's', "u32"), ("n", 's', "u32"), ("inner", 's', "u32")];
+const SOFTMAX_ARGS: &[(&str, char, &str)] =
+    &[("x", 'b', "f32"), ("y", 'b', "f32"), ("rows", 's', "u32"), ("cols", 's', "u32"), ("causal", 's', "u32")];
+const AFFINE_ARGS: &[(&str, char, &str)] = &[("x", 'b', "f32"), ("y", 'b', "f32"), ("a", 's', "f32"), ("b", 's', "f32")];
+
+macro_rules! unary {
+    ($name:expr, $f:expr) => {
+        OpDef {
+            name: $name,
+            args: UNARY_ARGS,
+            check: Check::Unary,
+            run: |a| {
+                let f: fn(f32) -> f32 = $f;
+                let x = loadv(a, 0);
+                let y: Vec<f32> = x.iter().map(|&v| f(v)).collect();
+                store(a, 1, &y);
+                Ok(())
+            },
+        }
+    };
+}
+
+macro_rules! binary {
+    ($name:expr, $f:expr) => {
+        OpDef {
+            name: $name,
+            args: BINARY_ARGS,
+            check: Check::Binary,
+            run: |a| {
+                let f: fn(f32, f32) -> f32 = $f;
+                run_binary(a, f);
+                Ok(())
+            },
+        }
+    };
+}
+
+fn sigmoid64(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn fmax(a: f32, b: f32) -> f32 {
+    if a.is_nan() {
+        a
+    } else if b.is_nan() {
+        b
+    } else if a > b {
+        a
+    } else if b > a {
+        b
+    } else if a.is_sign_negative() {
+        b
+    } else {
+        a
+    }
+}
+
+fn fmin(a: f32, b: f32) -> f32 {
+    if a.is_nan() {
+        a
+    } else if b.is_nan() {
+        b
+    } else if a < b {
+        a
+    } else if b < a {
+        b
+    } else if a.is_sign_negative() {
+        a
+    } else {
+        b
+    }
+}
+
+fn fsqrt(x: f32) -> f32 {
+    (x as f64).sqrt() as f32
+}
+
+static OPS: &[OpDef] = &[
+    unary!("exp", |x| (x as f64).exp() as f32),
+    unary!("log", |x| (x as f64).ln() as f32),
+    unary!("tanh", |x| (x as f64).tanh() as f32),
+    unary!("sigmoid", |x| sigmoid64(x as f64) as f32),
+    unary!("silu", |x| {
+        if x == f32::NEG_INFINITY {
+            -0.0
+        } else {
+            let v = x as f64;
+            (v * sigmoid64(v)) as f32
+        }
+    }),
+    unary!("sqrt", fsqrt),
+    unary!("rsqrt", |x| 1.0 / fsqrt(x)),
+    unary!("neg", |x| f32::from_bits(x.to_bits() ^ 0x8000_0000)),
+    unary!("abs", |x| f32::from_bits(x.to_bits() & !0x8000_0000)),
+    OpDef {
+        name: "affine",
+        args: AFFINE_ARGS,
+        check: Check::Unary,
+        run: |a| {
+            let (k, b) = (a[2].f32(), a[3].f32());
+            let x = loadv(a, 0);
+            let y: Vec<f32> = x.iter().map(|&v| k * v + b).collect();
+            store(a, 1, &y);
+            Ok(())
+        },
+    },
+    binary!("add", |a, b| a + b),
+    binary!("sub", |a, b| a - b),
+    binary!("mul", |a, b| a * b),
+    binary!("div", |a, b| a / b),
+    binary!("max", fmax),
+    binary!("min", fmin),
+    OpDef { name: "reduce_sum", args: REDUCE_ARGS, check: Check::Reduce, run: |a| run_reduce(a, 0) },
+    OpDef { name: "reduce_mean", args: REDUCE_ARGS, check: Check::Reduce, run: |a| run_reduce(a, 1) },
+    OpDef { name: "reduce_max", args: REDUCE_ARGS, check: Check::Reduce, run: |a| run_reduce(a, 2) },
+    OpDef { name: "reduce_argmax", args: ARGMAX_ARGS, check: Check::Reduce, run: run_argmax },
+    OpDef { name: "softmax", args: SOFTMAX_ARGS, check: Check::Softmax, run: |a| run_softmax(a, false) },
+    OpDef { name: "log_softmax", args: SOFTMAX_ARGS, check: Check::Softmax, run: |a| run_softmax(a, true) },
+];
+
+fn loadv(a: &[KArg], i: usize) -> Vec<f32> {
+    crate::f32s(a[i].bytes.as_deref().unwrap_or(&[]))
+}
+
+/// The sum of at(0..n) in the fixed reduction order: lane t adds t, t+256,
+/// … from 0; then the lanes combine by the tree p[t] += p[t+s].
+pub(crate) fn tree_sum(n: usize, at: impl Fn(usize) -> f32) -> f32 {
+    let mut p = [0f32; LANES];
+    for (t, slot) in p.iter_mut().enumerate().take(n.min(LANES)) {
+        let mut s = 0f32;
+        let mut j = t;
+        while j < n {
+            s += at(j);
+            j += LANES;
+        }
+        *slot = s;
+    }
+    let mut s = LANES / 2;
+    while s >= 1 {
+        for t in 0..s {
+            p[t] += p[t + s];
+        }
+        s /= 2;
+    }
+    p[0]
+}
+
+/// The largest of at(0..n) in the fixed reduction order; NaN propagates.
+pub(crate) fn tree_max(n: usize, at: impl Fn(usize) -> f32) -> f32 {
+    let mut p = [f32::NEG_INFINITY; LANES];
+    for (t, slot) in p.iter_mut().enumerate() {
+        let mut j = t;
+        while j < n {
+            *slot = fmax(*slot, at(j));
+            j += LANES;
+        }
+    }
+    let mut s = LANES / 2;
+    while s >= 1 {
+        for t in 0..s {
+            p[t] = fmax(p[t], p[t + s]);
+        }
+        s /= 2;
+    }
+    p[0]
+}
+
+fn run_binary(a: &mut [KArg], f: fn(f32, f32) -> f32) {
+    let mut as_ = [0usize; 4];
+    let mut bs = [0usize; 4];
+    let mut cs = [0usize; 4];
+    for i in 0..4 {
+        as_[i] = a[3 + i].value as usize;
+        bs[i] = a[7 + i].value as usize;
+        cs[i] = as_[i].max(bs[i]);
+    }
+    let (mut sa, mut sb) = ([0usize; 4], [0usize; 4]);
+    let (mut pa, mut pb) = (1, 1);
+    for i in (0..4).rev() {
+        if as_[i] != 1 {
+            sa[i] = pa;
+        }
+        if bs[i] != 1 {
+            sb[i] = pb;
+        }
+        pa *= as_[i];
+        pb *= bs[i];
+    }
+    let (x, y) = (loadv(a, 0), loadv(a, 1));
+    let mut c = Vec::with_capacity(cs.iter().product());
+    for i0 in 0..cs[0] {
+        for i1 in 0..cs[1] {
+            for i2 in 0..cs[2] {
+                for i3 in 0..cs[3] {
+                    let ia = i0 * sa[0] + i1 * sa[1] + i2 * sa[2] + i3 * sa[3];
+                    let ib = i0 * sb[0] + i1 * sb[1] + i2 * sb[2] + i3 * sb[3];
+                    c.push(f(x[ia], y[ib]));
+                }
+            }
+        }
+    }
+    store(a, 2, &c);
+}
+
+fn run_reduce(a: &mut [KArg], mode: u8) -> Result<(), String> {
+    let (outer, n, inner) = (a[2].value as usize, a[3].value as usize, a[4].value as usize);
+    let x = loadv(a, 0);
+    let mut y = std::vec![0f32; outer * inner];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |j: usize| x[(o * n + j) * inner + i];
+            y[o * inner + i] = match mode {
+                2 => tree_max(n, at),
+                1 => tree_sum(n, at) / n as f32,
+                _ => tree_sum(n, at),
+            };
+        }
+    }
+    store(a, 1, &y);
+    Ok(())
+}
+
+fn run_argmax(a: &mut [KArg]) -> Result<(), String> {
+    let (outer, n, inner) = (a[2].value as usize, a[3].value as usize, a[4].value as usize);
+    let x = loadv(a, 0);
+    let mut y = a[1].bytes.clone().unwrap_or_default();
+    for o in 0..outer {
+        for i in 0..inner {
+            let (mut best, mut best_v) = (-1i64, 0f32);
+            for j in 0..n {
+                let v = x[(o * n + j) * inner + i];
+                if v.is_nan() {
+                    continue;
+                }
+                if best < 0 || v > best_v {
+                    best = j as i64;
+                    best_v = v;
+                }
+            }
+            let k = 4 * (o * inner + i);
+            y[k..k + 4].copy_from_slice(&(best.max(0) as u32).to_le_bytes());
+        }
+    }
+    a[1].bytes = Some(y);
+    Ok(())
+}
+
+fn run_softmax(a: &mut [KArg], logs: bool) -> Result<(), String> {
+    let (rows, cols, sq) = (a[2].value as usize, a[3].value as usize, a[4].value as usize);
+    let x = loadv(a, 0);
+    let mut y = std::vec![0f32; x.len()];
+    for r in 0..rows {
+        let row = &x[r * cols..(r + 1) * cols];
+        let out = &mut y[r * cols..(r + 1) * cols];
+        let live = if sq > 0 { r % sq + (cols - sq) + 1 } else { cols };
+        let m = tree_max(live, |j| row[j]) as f64;
+        let mut s = 0f64;
+        for &v in &row[..live] {
+            s += (v as f64 - m).exp();
+        }
+        for j in 0..live {
+            let v = row[j] as f64;
+            out[j] = if logs { ((v - m) - s.ln()) as f32 } else { ((v - m).exp() / s) as f32 };
+        }
+        for o in out.iter_mut().skip(live) {
+            *o = if logs { f32::NEG_INFINITY } else { 0.0 };
+        }
+    }
+    store(a, 1, &y);
+    Ok(())
+}
+
+// Validation, as hw/internal/ops checks a launch: the message is
+// "PROGRAM: reason", the reason in the Go reference's words.
+
+/// `v` with thousands separators: 4,096.
+fn num(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    let lead = s.len() % 3;
+    if lead > 0 {
+        out.push_str(&s[..lead]);
+    }
+    let mut i = lead;
+    while i < s.len() {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(&s[i..i + 3]);
+        i += 3;
+    }
+    out
+}
+
+struct L<'a> {
+    op: &'a OpDef,
+    args: &'a [LArg],
+    addrs: Vec<u64>,
+}
+
+impl<'a> L<'a> {
+    fn err(&self, msg: String) -> String {
+        std::format!("{}: {}", self.op.name, msg)
+    }
+    fn index(&self, name: &str) -> usize {
+        self.op.args.iter().position(|a| a.0 == name).expect("emu: op argument")
+    }
+    fn count(&self, name: &str) -> u64 {
+        let i = self.index(name);
+        self.args[i].len as u64 / type_size(self.op.args[i].2)
+    }
+    fn scalar(&self, name: &str) -> u64 {
+        self.args[self.index(name)].value
+    }
+    fn dim(&self, name: &str) -> Result<u64, String> {
+        let v = self.scalar(name);
+        if v == 0 {
+            return Err(self.err(std::format!("{} = 0: dimensions must be at least 1", name)));
+        }
+        if v > MAX_ELEMS {
+            return Err(self.err(std::format!("{} = {} exceeds the limit {}", name, num(v), num(MAX_ELEMS))));
+        }
+        Ok(v)
+    }
+    fn product(&self, expr: &str, vs: &[u64]) -> Result<u64, String> {
+        let mut p = 1u64;
+        for &v in vs {
+            match p.checked_mul(v) {
+                Some(x) if x <= MAX_ELEMS => p = x,
+                _ => return Err(self.err(std::format!("{} exceeds the limit {}", expr, num(MAX_ELEMS)))),
+            }
+        }
+        Ok(p)
+    }
+    fn want_count(&self, name: &str, want: u64, expr: &str) -> Result<(), String> {
+        let got = self.count(name);
+        if got != want {
+            return Err(self.err(std::format!("{} has {} values, {} = {}", name, num(got), expr, num(want))));
+        }
+        Ok(())
+    }
+    fn range(&self, name: &str) -> (u64, u64) {
+        let i = self.index(name);
+        (self.addrs[i], self.args[i].len as u64)
+    }
+    fn overlap(&self, a: &str, b: &str) -> bool {
+        let (x, xl) = self.range(a);
+        let (y, yl) = self.range(b);
+        xl != 0 && yl != 0 && x < y + yl && y < x + xl
+    }
+    fn same(&self, a: &str, b: &str) -> bool {
+        self.range(a) == self.range(b)
+    }
+    fn in_place(&self, out: &str, inp: &str) -> Result<(), String> {
+        if self.overlap(out, inp) && !self.same(out, inp) {
+            return Err(self.err(std::format!(
+                "{} partially overlaps {} (it may be exactly {}, or apart)",
+                out, inp, inp
+            )));
+        }
+        Ok(())
+    }
+    fn disjoint(&self, out: &str, inp: &str) -> Result<(), String> {
+        if self.overlap(out, inp) {
+            return Err(self.err(std::format!("{} overlaps {}", out, inp)));
+        }
+        Ok(())
+    }
+}
+
+fn type_size(t: &str) -> u64 {
+    match t {
+        "f32" | "i32" => 4,
+        "f16" | "bf16" => 2,
+        _ => 1,
+    }
+}
+
+/// Checks a launch of op against its contract, before anything is
+/// enqueued.
+pub(crate) fn validate(op: &OpDef, args: &[LArg]) -> Result<(), String> {
+    let addrs: Vec<u64> = args.iter().map(|a| a.buf.map_or(0, |b| super::host::address(b, a.off))).collect();
+    let l = L { op, args, addrs };
+    if args.len() != op.args.len() {
+        return Err(l.err(std::format!("takes {} arguments, got {}", op.args.len(), args.len())));
+    }
+    for (i, (name, kind, typ)) in op.args.iter().enumerate() {
+        let a = &args[i];
+        if *kind == 'b' {
+            if a.buf.is_none() {
+                return Err(l.err(std::format!("{} (argument {}) is a scalar, want a buffer range", name, i)));
+            }
+            let len = a.len as u64;
+            if len > MAX_ELEMS * 4 {
+                return Err(l.err(std::format!("{} has {} bytes, more than {} values", name, num(len), num(MAX_ELEMS))));
+            }
+            let es = type_size(typ);
+            if len % es != 0 {
+                return Err(l.err(std::format!("{} has {} bytes, not a whole number of {} values", name, num(len), typ)));
+            }
+            if len > 0 && l.addrs[i] % es != 0 {
+                return Err(l.err(std::format!("{} is not {}-byte aligned", name, es)));
+            }
+        } else {
+            if a.buf.is_some() {
+                return Err(l.err(std::format!("{} (argument {}) is a buffer range, want a scalar", name, i)));
+            }
+            if (*typ == "u32" || *typ == "f32") && a.value > u32::MAX as u64 {
+                return Err(l.err(std::format!("{} = {} does not fit 32 bits", name, num(a.value))));
+            }
+        }
+    }
+    match op.check {
+        Check::Unary => {
+            let n = l.count("x");
+            if n == 0 {
+                return Err(l.err("x has 0 values: zero-size launches are refused".into()));
+            }
+            l.want_count("y", n, "len(x)")?;
+            l.in_place("y", "x")
+        }
+        Check::Binary => {
+            let mut a = [0u64; 4];
+            let mut b = [0u64; 4];
+            for i in 0..4 {
+                a[i] = l.dim(["a0", "a1", "a2", "a3"][i])?;
+            }
+            for i in 0..4 {
+                b[i] = l.dim(["b0", "b1", "b2", "b3"][i])?;
+            }
+            let mut c = [0u64; 4];
+            for i in 0..4 {
+                c[i] = if a[i] == b[i] || b[i] == 1 {
+                    a[i]
+                } else if a[i] == 1 {
+                    b[i]
+                } else {
+                    return Err(l.err(std::format!(
+                        "dim {}: a{} = {} and b{} = {} do not broadcast",
+                        i,
+                        i,
+                        num(a[i]),
+                        i,
+                        num(b[i])
+                    )));
+                };
+            }
+            let na = l.product("a0*a1*a2*a3", &a)?;
+            let nb = l.product("b0*b1*b2*b3", &b)?;
+            let nc = l.product("the broadcast shape", &c)?;
+            l.want_count("a", na, "a0*a1*a2*a3")?;
+            l.want_count("b", nb, "b0*b1*b2*b3")?;
+            l.want_count("c", nc, "the broadcast shape's product")?;
+            for (name, n) in [("a", na), ("b", nb)] {
+                if l.same("c", name) && n == nc {
+                    continue;
+                }
+                if l.overlap("c", name) {
+                    if n != nc {
+                        return Err(l.err(std::format!(
+                            "c overlaps {}, which is broadcast (only an operand of c's shape may be c)",
+                            name
+                        )));
+                    }
+                    return Err(l.err(std::format!("c partially overlaps {} (it may be exactly {}, or apart)", name, name)));
+                }
+            }
+            Ok(())
+        }
+        Check::Reduce => {
+            let d = [l.dim("outer")?, l.dim("n")?, l.dim("inner")?];
+            let nx = l.product("outer*n*inner", &d)?;
+            let ny = l.product("outer*inner", &[d[0], d[2]])?;
+            l.want_count("x", nx, "outer*n*inner")?;
+            l.want_count("y", ny, "outer*inner")?;
+            l.disjoint("y", "x")
+        }
+        Check::Softmax => {
+            let d = [l.dim("rows")?, l.dim("cols")?];
+            let n = l.product("rows*cols", &d)?;
+            l.want_count("x", n, "rows*cols")?;
+            l.want_count("y", n, "rows*cols")?;
+            l.in_place("y", "x")?;
+            let sq = l.scalar("causal");
+            if sq > d[1] {
+                return Err(l.err(std::format!("causal = {} exceeds cols = {}", num(sq), num(d[1]))));
+            }
+            Ok(())
+        }
+    }
+}
