@@ -234,7 +234,9 @@ impl State {
             return (0, INVALID_ARGUMENT);
         }
         if self.budget > 0 && self.used + size as u64 > self.budget {
-            return (0, OUT_OF_BUDGET);
+            // The host's words (hw.Budget), the emulator as the session.
+            let why = std::format!("budget \"emu\": {} bytes requested, {} of {} in use", size, self.used, self.budget);
+            return (0, self.fail(OUT_OF_BUDGET, why));
         }
         self.used += size as u64;
         self.buffers.push(super::BufferMem { mem: std::vec![0u8; size as usize], allocated: true, freed: false });
@@ -280,8 +282,9 @@ impl State {
             return self.fail(INVALID_ARGUMENT, "a declared buffer cannot be freed".into());
         }
         // Queued commands keep the memory; the handle is stale from now on.
+        // The memory stays charged until the run's fence proves the drain.
         self.buffers[b].freed = true;
-        self.used -= self.buffers[b].mem.len() as u64;
+        self.freeing += self.buffers[b].mem.len() as u64;
         OK
     }
 

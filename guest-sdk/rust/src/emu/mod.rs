@@ -231,6 +231,8 @@ pub(crate) struct State {
     pub buffers: Vec<BufferMem>,
     pub budget: u64,
     pub used: u64,
+    /// Bytes freed during the run, charged until its fence proves the drain.
+    pub freeing: u64,
     pub out_limit: usize,
     pub logs: Vec<LogEntry>,
     pub fence: Option<fn() -> i32>,
@@ -265,6 +267,7 @@ impl Emulator {
                 buffers: Vec::new(),
                 budget: cfg.budget,
                 used: 0,
+                freeing: 0,
                 out_limit: cfg.output_limit,
                 logs: Vec::new(),
                 fence: cfg.fence,
@@ -360,7 +363,9 @@ impl Emulator {
         s.streams.iter().find(|x| x.name == name).map_or(0, |x| x.queue.len())
     }
 
-    /// Bytes of allocated buffers not freed yet.
+    /// Bytes charged to the budget: allocated buffers not freed, and those
+    /// freed during a run until its fence has proven the drain (as on the
+    /// host; a quarantined session keeps them charged).
     pub fn budget_used(&self) -> u64 {
         self.st.borrow().used
     }
@@ -470,6 +475,9 @@ impl Emulator {
             s.log(Level::Error, std::format!("emu: {}", note));
             return Err(q);
         }
+        // The drain is proven: what the run freed is released.
+        s.used -= s.freeing;
+        s.freeing = 0;
         let failures = std::mem::take(&mut s.failures);
         match stage_err {
             Some(RunError::Client { code, message, .. }) => Err(RunError::Client { code, message, failed: failures }),

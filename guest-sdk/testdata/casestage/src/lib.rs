@@ -1,0 +1,41 @@
+//! casestage: runs one case of guest-sdk/testdata/emucases.txt on the host.
+//! A call of entry "load" stores its input (the case's call lines); a call
+//! of entry "main" (with the case's own input) runs them through the raw
+//! host functions and returns the case's code, or 99 with the first
+//! mismatch as its error message.
+
+mod interp;
+
+use std::cell::RefCell;
+
+std::thread_local! {
+    static SCRIPT: RefCell<String> = RefCell::new(String::new());
+}
+
+#[no_mangle]
+pub extern "C" fn stagehost_abi_v1() {}
+
+#[no_mangle]
+pub extern "C" fn stagehost_run() -> i32 {
+    let entry = stagehost::entry_name().unwrap_or_default();
+    if entry == "load" {
+        return match stagehost::input() {
+            Ok(b) => {
+                SCRIPT.with(|s| *s.borrow_mut() = String::from_utf8_lossy(&b).into_owned());
+                0
+            }
+            Err(e) => {
+                stagehost::set_error(&e.to_string());
+                98
+            }
+        };
+    }
+    let script = SCRIPT.with(|s| s.borrow().clone());
+    match interp::run(&script) {
+        Ok(code) => code,
+        Err(msg) => {
+            stagehost::set_error(&msg);
+            99
+        }
+    }
+}
