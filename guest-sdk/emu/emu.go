@@ -109,15 +109,15 @@ type Emulator struct {
 	serial  uint32
 	handles map[uint32]*object // by serial
 
-	streams  []*stream // in declaration order
-	byName   map[string]*object
-	named    map[string]*object // buffers from buffer_alloc_named
-	budget   int64
-	used     int64
+	streams []*stream // in declaration order
+	byName  map[string]*object
+	named   map[string]*object // buffers from buffer_alloc_named
+	budget  int64
+	used    int64
 	// freeing is the bytes of buffers freed during the current run: they
 	// stay charged until its fence has proven the drain (ABI.md §3
 	// buffer_free), and a quarantined session keeps them.
-	freeing int64
+	freeing  int64
 	outLimit int
 	logFn    func(stagehost.Level, string)
 	logs     []LogEntry
