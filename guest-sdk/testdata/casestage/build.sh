@@ -3,7 +3,9 @@
 # toolchain), offline:  ./build.sh [--check]
 set -eu
 cd "$(dirname "$0")"
-RUSTC=${RUSTC:-/usr/bin/rustc} CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target} \
+# The checkout's path must not reach the bytes: remap it.
+root=$(cd ../../.. && pwd)
+RUSTFLAGS="--remap-path-prefix=$root=stagehost" RUSTC=${RUSTC:-/usr/bin/rustc} CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target} \
   ${CARGO:-/usr/bin/cargo} build --offline -q --release --target wasm32-unknown-unknown
 out=${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/release/casestage.wasm
 if [ "${1:-}" = "--check" ]; then

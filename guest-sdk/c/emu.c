@@ -1,0 +1,1194 @@
+/*
+ * emu.c: a native emulator of the stagehost host for unit-testing C stages
+ * (see the end of stagehost.h). Build: cc -I. stage.c emu.c test.c -lm.
+ * Same semantics as the Go emulator (guest-sdk/emu) and the Rust one
+ * (guest-sdk/rust/src/emu), checked against guest-sdk/testdata/emucases.txt.
+ */
+#include "stagehost.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_STREAM = 1, K_BUFFER = 2, K_PROGRAM = 3 };
+#define QUEUE_DEPTH 1024
+#define MAX_TAG ((1u << 24) - 1)
+
+typedef struct karg {
+	int is_buf;
+	uint32_t buf; /* buffer index */
+	uint32_t off, len;
+	uint64_t value;
+} karg;
+
+/* A kernel reads and writes bufs[i] (len bytes each, copies of the ranges);
+ * it returns NULL or writes its refusal into why. */
+typedef int (*kernel_fn)(karg *a, uint32_t n, uint8_t **bufs, char *why, size_t cap);
+typedef int (*check_fn)(const char *name, const karg *a, uint32_t n, char *why, size_t cap);
+
+typedef struct program {
+	const char *name;
+	kernel_fn run;
+	check_fn check;
+} program;
+
+typedef struct object {
+	uint8_t kind;
+	uint64_t handle;
+	char *name;
+	uint32_t index; /* stream, buffer or program index */
+} object;
+
+typedef struct buffer {
+	uint8_t *mem;
+	uint32_t size;
+	int allocated, freed;
+	char *named;
+} buffer;
+
+typedef struct command {
+	uint64_t seq;
+	int launch;
+	uint32_t buf, off; /* write */
+	uint8_t *data;
+	uint32_t len;
+	uint32_t prog; /* launch */
+	karg args[STAGEHOST_MAX_ARGS];
+	uint32_t nargs;
+} command;
+
+typedef struct stream {
+	char *name;
+	command *q;
+	uint32_t head, count, cap;
+	uint64_t seq;
+	char **failures;
+	uint32_t nfail;
+} stream;
+
+struct stagehost_emu {
+	uint32_t tag, serial;
+	object *objs;
+	uint32_t nobjs;
+	uint32_t *by_serial; /* serial -> object index + 1 */
+	uint32_t nserial;
+	stream *streams;
+	uint32_t nstreams;
+	buffer *bufs;
+	uint32_t nbufs;
+	program *progs;
+	uint32_t nprogs;
+	uint64_t budget, used, freeing;
+	uint32_t out_limit;
+	int32_t (*fence)(void);
+	int running;
+	char *lost;
+	char **failures;
+	uint32_t nfail;
+	const char *entry;
+	const uint8_t *input;
+	uint32_t input_len;
+	uint8_t *output;
+	uint32_t output_len;
+	char err_msg[STAGEHOST_MAX_ERROR_MESSAGE + 1];
+	char last_err[STAGEHOST_MAX_ERROR_MESSAGE + 1];
+	char why[STAGEHOST_MAX_ERROR_MESSAGE + 1];
+	char message[8192];
+};
+
+static stagehost_emu *cur;
+static uint32_t last_tag;
+static const stagehost_arg *batch_args[STAGEHOST_MAX_BATCH];
+static uint32_t nbatch_args;
+
+static void *xrealloc(void *p, size_t n) {
+	void *q = realloc(p, n ? n : 1);
+	if (!q) {
+		fprintf(stderr, "emu: out of memory\n");
+		abort();
+	}
+	return q;
+}
+
+static char *xstrdup(const char *s) {
+	size_t n = strlen(s);
+	char *d = xrealloc(NULL, n + 1);
+	memcpy(d, s, n + 1);
+	return d;
+}
+
+static stagehost_emu *need(const char *op) {
+	if (!cur) {
+		fprintf(stderr, "stagehost: %s called outside an emulator run (natively, run stages with stagehost_emu_run)\n", op);
+		abort();
+	}
+	return cur;
+}
+
+/* why: the detail of the failing call; st is returned. */
+static stagehost_status fail(stagehost_emu *e, stagehost_status st, const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->why, sizeof e->why, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+static const char *status_text(stagehost_status st) {
+	switch (st) {
+	case STAGEHOST_BAD_HANDLE: return "bad handle";
+	case STAGEHOST_STALE_HANDLE: return "stale handle";
+	case STAGEHOST_FOREIGN_HANDLE: return "handle of another session";
+	case STAGEHOST_OUT_OF_BOUNDS: return "pointer or length outside guest memory";
+	case STAGEHOST_OUTPUT_TOO_LARGE: return "output larger than its limit";
+	case STAGEHOST_INVALID_ARGUMENT: return "invalid argument";
+	case STAGEHOST_NOT_FOUND: return "not found";
+	case STAGEHOST_OUT_OF_BUDGET: return "out of budget";
+	case STAGEHOST_FAULT: return "device fault";
+	}
+	return "error";
+}
+
+/* note makes a non-OK st the run's last error. */
+static stagehost_status note(stagehost_emu *e, stagehost_status st) {
+	if (st != STAGEHOST_OK) {
+		const char *m = e->why[0] ? e->why : status_text(st);
+		size_t n = strlen(m);
+		if (n > STAGEHOST_MAX_ERROR_MESSAGE) {
+			n = STAGEHOST_MAX_ERROR_MESSAGE;
+			while (n > 0 && ((unsigned char)m[n] & 0xC0) == 0x80) {
+				n--;
+			}
+		}
+		memmove(e->last_err, m, n);
+		e->last_err[n] = 0;
+	}
+	e->why[0] = 0;
+	return st;
+}
+
+/* Session setup. */
+
+stagehost_emu *stagehost_emu_new(void) {
+	stagehost_emu *e = xrealloc(NULL, sizeof *e);
+	memset(e, 0, sizeof *e);
+	do {
+		last_tag = (last_tag + 1) & MAX_TAG;
+	} while (last_tag == 0);
+	e->tag = last_tag;
+	e->budget = 256u << 20;
+	e->out_limit = 1u << 20;
+	return e;
+}
+
+void stagehost_emu_free(stagehost_emu *e) {
+	if (!e) {
+		return;
+	}
+	for (uint32_t i = 0; i < e->nobjs; i++) {
+		free(e->objs[i].name);
+	}
+	for (uint32_t i = 0; i < e->nstreams; i++) {
+		stream *s = &e->streams[i];
+		for (uint32_t j = 0; j < s->count; j++) {
+			free(s->q[(s->head + j) % s->cap].data);
+		}
+		for (uint32_t j = 0; j < s->nfail; j++) {
+			free(s->failures[j]);
+		}
+		free(s->failures);
+		free(s->q);
+		free(s->name);
+	}
+	for (uint32_t i = 0; i < e->nbufs; i++) {
+		free(e->bufs[i].mem);
+		free(e->bufs[i].named);
+	}
+	for (uint32_t i = 0; i < e->nfail; i++) {
+		free(e->failures[i]);
+	}
+	free(e->failures);
+	free(e->lost);
+	free(e->objs);
+	free(e->by_serial);
+	free(e->streams);
+	free(e->bufs);
+	free(e->progs);
+	free(e->output);
+	free(e);
+}
+
+void stagehost_emu_budget(stagehost_emu *e, uint64_t bytes) { e->budget = bytes; }
+void stagehost_emu_output_limit(stagehost_emu *e, uint32_t bytes) { e->out_limit = bytes; }
+void stagehost_emu_fence(stagehost_emu *e, int32_t (*fence)(void)) { e->fence = fence; }
+uint64_t stagehost_emu_budget_used(const stagehost_emu *e) { return e->used; }
+
+static uint32_t add_object(stagehost_emu *e, uint8_t kind, const char *name, uint32_t index) {
+	for (uint32_t i = 0; name && i < e->nobjs; i++) {
+		if (e->objs[i].kind == kind && e->objs[i].name && strcmp(e->objs[i].name, name) == 0) {
+			fprintf(stderr, "emu: %s \"%s\" declared twice\n", kind == K_STREAM ? "stream" : kind == K_BUFFER ? "buffer" : "program", name);
+			abort();
+		}
+	}
+	e->objs = xrealloc(e->objs, (e->nobjs + 1) * sizeof *e->objs);
+	e->objs[e->nobjs] = (object){kind, 0, name ? xstrdup(name) : NULL, index};
+	return e->nobjs++;
+}
+
+void stagehost_emu_stream(stagehost_emu *e, const char *name) {
+	e->streams = xrealloc(e->streams, (e->nstreams + 1) * sizeof *e->streams);
+	memset(&e->streams[e->nstreams], 0, sizeof(stream));
+	e->streams[e->nstreams].name = xstrdup(name);
+	add_object(e, K_STREAM, name, e->nstreams++);
+}
+
+static uint32_t add_buffer(stagehost_emu *e, uint32_t size, int allocated) {
+	e->bufs = xrealloc(e->bufs, (e->nbufs + 1) * sizeof *e->bufs);
+	buffer *b = &e->bufs[e->nbufs];
+	memset(b, 0, sizeof *b);
+	b->mem = xrealloc(NULL, size);
+	memset(b->mem, 0, size);
+	b->size = size;
+	b->allocated = allocated;
+	return e->nbufs++;
+}
+
+void stagehost_emu_buffer(stagehost_emu *e, const char *name, uint32_t size) {
+	add_object(e, K_BUFFER, name, add_buffer(e, size, 0));
+}
+
+/* Kernels. */
+
+static float getf(const uint8_t *b, uint32_t i) {
+	float f;
+	memcpy(&f, b + 4 * i, 4);
+	return f;
+}
+static void putf(uint8_t *b, uint32_t i, float f) { memcpy(b + 4 * i, &f, 4); }
+
+#define REFUSE(...) (snprintf(why, cap, __VA_ARGS__), 1)
+
+static int want_args(const char *k, uint32_t n, uint32_t w, char *why, size_t cap) {
+	if (n != w) {
+		return REFUSE("kernel \"%s\" takes %u arguments, got %u", k, w, n);
+	}
+	return 0;
+}
+
+static int floats_arg(const char *k, const karg *a, uint32_t i, char *why, size_t cap) {
+	if (!a[i].is_buf) {
+		return REFUSE("kernel \"%s\": argument %u is a scalar, not a buffer", k, i);
+	}
+	if (a[i].len % 4) {
+		return REFUSE("kernel \"%s\": argument %u: %u bytes is not a whole number of float32", k, i, a[i].len);
+	}
+	if (a[i].len && a[i].off % 4) {
+		return REFUSE("kernel \"%s\": argument %u: offset %u is not 4-byte aligned", k, i, a[i].off);
+	}
+	return 0;
+}
+
+static int scalar_arg(const char *k, const karg *a, uint32_t i, char *why, size_t cap) {
+	if (a[i].is_buf) {
+		return REFUSE("kernel \"%s\": argument %u is a buffer, not a scalar", k, i);
+	}
+	return 0;
+}
+
+static float scalar_f32(const karg *a) {
+	uint32_t u = (uint32_t)a->value;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static int k_noop(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)a, (void)n, (void)b, (void)why, (void)cap;
+	return 0;
+}
+
+static int k_fill(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	if (want_args("fill", n, 2, why, cap) || floats_arg("fill", a, 0, why, cap) || scalar_arg("fill", a, 1, why, cap)) {
+		return 1;
+	}
+	float v = scalar_f32(&a[1]);
+	for (uint32_t i = 0; i < a[0].len / 4; i++) {
+		putf(b[0], i, v);
+	}
+	return 0;
+}
+
+static int k_copy(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	if (want_args("copy", n, 2, why, cap)) {
+		return 1;
+	}
+	for (uint32_t i = 0; i < 2; i++) {
+		if (!a[i].is_buf) {
+			return REFUSE("kernel \"copy\": argument %u is a scalar, not a buffer", i);
+		}
+	}
+	if (a[0].len != a[1].len) {
+		return REFUSE("copy: dst has %u bytes, src %u", a[0].len, a[1].len);
+	}
+	memcpy(b[0], b[1], a[0].len);
+	return 0;
+}
+
+static int k_saxpy(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	if (want_args("saxpy", n, 3, why, cap) || scalar_arg("saxpy", a, 0, why, cap) || floats_arg("saxpy", a, 1, why, cap) ||
+	    floats_arg("saxpy", a, 2, why, cap)) {
+		return 1;
+	}
+	if (a[1].len != a[2].len) {
+		return REFUSE("saxpy: x has %u values, y %u", a[1].len / 4, a[2].len / 4);
+	}
+	float k = scalar_f32(&a[0]);
+	for (uint32_t i = 0; i < a[2].len / 4; i++) {
+		volatile float p = k * getf(b[1], i); /* rounded before the add: never fused */
+		putf(b[2], i, p + getf(b[2], i));
+	}
+	return 0;
+}
+
+static int k_relu(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	if (want_args("relu", n, 1, why, cap) || floats_arg("relu", a, 0, why, cap)) {
+		return 1;
+	}
+	for (uint32_t i = 0; i < a[0].len / 4; i++) {
+		if (getf(b[0], i) < 0) {
+			putf(b[0], i, 0);
+		}
+	}
+	return 0;
+}
+
+static int k_bias(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	if (want_args("bias", n, 4, why, cap) || scalar_arg("bias", a, 2, why, cap) || scalar_arg("bias", a, 3, why, cap) ||
+	    floats_arg("bias", a, 0, why, cap) || floats_arg("bias", a, 1, why, cap)) {
+		return 1;
+	}
+	uint64_t m = a[2].value, nn = a[3].value;
+	if (m * nn > 0x7fffffffu || a[0].len / 4 != m * nn || a[1].len / 4 != nn) {
+		return REFUSE("bias: M=%llu N=%llu want x of M*N and b of N values; got %u and %u", (unsigned long long)m,
+		              (unsigned long long)nn, a[0].len / 4, a[1].len / 4);
+	}
+	for (uint32_t i = 0; i < a[0].len / 4; i++) {
+		putf(b[0], i, getf(b[0], i) + getf(b[1], i % (uint32_t)nn));
+	}
+	return 0;
+}
+
+static int k_matmul(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	if (want_args("matmul", n, 6, why, cap)) {
+		return 1;
+	}
+	for (uint32_t i = 3; i < 6; i++) {
+		if (scalar_arg("matmul", a, i, why, cap)) {
+			return 1;
+		}
+	}
+	for (uint32_t i = 0; i < 3; i++) {
+		if (floats_arg("matmul", a, i, why, cap)) {
+			return 1;
+		}
+	}
+	uint64_t m = a[3].value, nn = a[4].value, k = a[5].value;
+	if (m > 0x7fffffff || nn > 0x7fffffff || k > 0x7fffffff || m * k > 0x7fffffff || k * nn > 0x7fffffff || m * nn > 0x7fffffff) {
+		return REFUSE("matmul: dimensions M=%llu N=%llu K=%llu too large", (unsigned long long)m, (unsigned long long)nn,
+		              (unsigned long long)k);
+	}
+	if (a[0].len / 4 != m * k || a[1].len / 4 != k * nn || a[2].len / 4 != m * nn) {
+		return REFUSE("matmul: M=%llu N=%llu K=%llu want A, B, C of %llu, %llu, %llu values; got %u, %u, %u",
+		              (unsigned long long)m, (unsigned long long)nn, (unsigned long long)k, (unsigned long long)(m * k),
+		              (unsigned long long)(k * nn), (unsigned long long)(m * nn), a[0].len / 4, a[1].len / 4, a[2].len / 4);
+	}
+	for (uint64_t i = 0; i < m; i++) {
+		for (uint64_t j = 0; j < nn; j++) {
+			float sum = 0;
+			for (uint64_t p = 0; p < k; p++) {
+				volatile float prod = getf(b[0], (uint32_t)(i * k + p)) * getf(b[1], (uint32_t)(p * nn + j));
+				sum += prod;
+			}
+			putf(b[2], (uint32_t)(i * nn + j), sum);
+		}
+	}
+	return 0;
+}
+
+static int k_argmax(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	if (want_args("argmax", n, 2, why, cap) || floats_arg("argmax", a, 0, why, cap)) {
+		return 1;
+	}
+	if (!a[1].is_buf) {
+		return REFUSE("kernel \"argmax\": argument 1 is a scalar, not a buffer");
+	}
+	if (a[0].len == 0) {
+		return REFUSE("argmax: x is empty");
+	}
+	if (a[1].len < 8) {
+		return REFUSE("argmax: out has %u bytes, want at least 8", a[1].len);
+	}
+	uint32_t best = 0;
+	float bv = getf(b[0], 0);
+	for (uint32_t i = 1; i < a[0].len / 4; i++) {
+		if (getf(b[0], i) > bv) {
+			best = i, bv = getf(b[0], i);
+		}
+	}
+	memcpy(b[1], &best, 4);
+	memcpy(b[1] + 4, &bv, 4);
+	return 0;
+}
+
+/* The op library's reference: the fixed reduction order (256 lanes). */
+static float fmax_(float a, float b) {
+	if (a != a) return a;
+	if (b != b) return b;
+	if (a > b) return a;
+	if (b > a) return b;
+	return signbit(a) ? b : a;
+}
+
+static float tree_max(const uint8_t *row, uint32_t n) {
+	float p[256];
+	for (uint32_t t = 0; t < 256; t++) {
+		p[t] = -INFINITY;
+		for (uint32_t j = t; j < n; j += 256) {
+			p[t] = fmax_(p[t], getf(row, j));
+		}
+	}
+	for (uint32_t s = 128; s >= 1; s /= 2) {
+		for (uint32_t t = 0; t < s; t++) {
+			p[t] = fmax_(p[t], p[t + s]);
+		}
+	}
+	return p[0];
+}
+
+static int k_softmax_(karg *a, uint8_t **b, int logs) {
+	uint32_t rows = (uint32_t)a[2].value, cols = (uint32_t)a[3].value, sq = (uint32_t)a[4].value;
+	float *y = xrealloc(NULL, (size_t)rows * cols * sizeof(float));
+	for (uint32_t r = 0; r < rows; r++) {
+		const uint8_t *row = b[0] + (size_t)4 * r * cols;
+		uint32_t live = sq ? r % sq + (cols - sq) + 1 : cols;
+		double m = tree_max(row, live), s = 0;
+		for (uint32_t j = 0; j < live; j++) {
+			s += exp((double)getf(row, j) - m);
+		}
+		for (uint32_t j = 0; j < cols; j++) {
+			double v = getf(row, j);
+			float o;
+			if (j < live) {
+				o = logs ? (float)((v - m) - log(s)) : (float)(exp(v - m) / s);
+			} else {
+				o = logs ? -INFINITY : 0.0f;
+			}
+			y[(size_t)r * cols + j] = o;
+		}
+	}
+	memcpy(b[1], y, (size_t)rows * cols * 4);
+	free(y);
+	return 0;
+}
+static int k_softmax(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	return k_softmax_(a, b, 0);
+}
+static int k_log_softmax(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	return k_softmax_(a, b, 1);
+}
+
+/* The emulated device address of byte off of buffer b. */
+static uint64_t address(const karg *a) { return ((uint64_t)(a->buf + 1) << 40) + a->off; }
+
+static void num(char *dst, size_t cap, uint64_t v) { /* 4,096 */
+	char s[32];
+	int n = snprintf(s, sizeof s, "%llu", (unsigned long long)v), o = 0, lead = n % 3;
+	for (int i = 0; i < n && o + 2 < (int)cap; i++) {
+		if (i > 0 && (i - lead) % 3 == 0) {
+			dst[o++] = ',';
+		}
+		dst[o++] = s[i];
+	}
+	dst[o] = 0;
+}
+
+/* softmax's contract (hw/internal/ops), in its words. */
+static int check_softmax(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	static const char *names[] = {"x", "y", "rows", "cols", "causal"};
+	char n1[32], n2[32];
+	if (n != 5) {
+		return REFUSE("%s: takes 5 arguments, got %u", k, n);
+	}
+	for (uint32_t i = 0; i < 5; i++) {
+		if (i < 2 && !a[i].is_buf) {
+			return REFUSE("%s: %s (argument %u) is a scalar, want a buffer range", k, names[i], i);
+		}
+		if (i < 2 && a[i].len % 4) {
+			num(n1, sizeof n1, a[i].len);
+			return REFUSE("%s: %s has %s bytes, not a whole number of f32 values", k, names[i], n1);
+		}
+		if (i < 2 && a[i].len && address(&a[i]) % 4) {
+			return REFUSE("%s: %s is not 4-byte aligned", k, names[i]);
+		}
+		if (i >= 2 && a[i].is_buf) {
+			return REFUSE("%s: %s (argument %u) is a buffer range, want a scalar", k, names[i], i);
+		}
+		if (i >= 2 && a[i].value > 0xffffffffu) {
+			num(n1, sizeof n1, a[i].value);
+			return REFUSE("%s: %s = %s does not fit 32 bits", k, names[i], n1);
+		}
+	}
+	for (uint32_t i = 2; i < 4; i++) {
+		if (a[i].value == 0) {
+			return REFUSE("%s: %s = 0: dimensions must be at least 1", k, names[i]);
+		}
+		if (a[i].value > 0x7fffffff) {
+			num(n1, sizeof n1, a[i].value);
+			return REFUSE("%s: %s = %s exceeds the limit 2,147,483,647", k, names[i], n1);
+		}
+	}
+	uint64_t rc = a[2].value * a[3].value;
+	if (rc > 0x7fffffff) {
+		return REFUSE("%s: rows*cols exceeds the limit 2,147,483,647", k);
+	}
+	for (uint32_t i = 0; i < 2; i++) {
+		if (a[i].len / 4 != rc) {
+			num(n1, sizeof n1, a[i].len / 4);
+			num(n2, sizeof n2, rc);
+			return REFUSE("%s: %s has %s values, rows*cols = %s", k, names[i], n1, n2);
+		}
+	}
+	uint64_t x = address(&a[0]), y = address(&a[1]);
+	int overlap = a[0].len && a[1].len && x < y + a[1].len && y < x + a[0].len;
+	if (overlap && !(x == y && a[0].len == a[1].len)) {
+		return REFUSE("%s: y partially overlaps x (it may be exactly x, or apart)", k);
+	}
+	if (a[4].value > a[3].value) {
+		num(n1, sizeof n1, a[4].value);
+		num(n2, sizeof n2, a[3].value);
+		return REFUSE("%s: causal = %s exceeds cols = %s", k, n1, n2);
+	}
+	return 0;
+}
+
+static const program builtins[] = {
+    {"noop", k_noop, NULL},       {"fill", k_fill, NULL},
+    {"copy", k_copy, NULL},       {"saxpy", k_saxpy, NULL},
+    {"relu", k_relu, NULL},       {"bias", k_bias, NULL},
+    {"matmul", k_matmul, NULL},   {"argmax", k_argmax, NULL},
+    {"softmax", k_softmax, check_softmax}, {"log_softmax", k_log_softmax, check_softmax},
+};
+
+int stagehost_emu_program(stagehost_emu *e, const char *name) {
+	for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
+		if (strcmp(builtins[i].name, name) == 0) {
+			e->progs = xrealloc(e->progs, (e->nprogs + 1) * sizeof *e->progs);
+			e->progs[e->nprogs] = builtins[i];
+			add_object(e, K_PROGRAM, name, e->nprogs++);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Handles. */
+
+static void issue(stagehost_emu *e, uint32_t obj) {
+	e->serial++;
+	e->by_serial = xrealloc(e->by_serial, (e->serial + 1) * sizeof *e->by_serial);
+	e->by_serial[e->serial] = obj + 1;
+	e->objs[obj].handle = (uint64_t)e->objs[obj].kind << 56 | (uint64_t)e->tag << 32 | e->serial;
+}
+
+static stagehost_status resolve(stagehost_emu *e, stagehost_handle h, uint8_t kind, uint32_t *index) {
+	if (h == 0) {
+		return STAGEHOST_BAD_HANDLE;
+	}
+	if (((uint32_t)(h >> 32) & MAX_TAG) != e->tag) {
+		return STAGEHOST_FOREIGN_HANDLE;
+	}
+	uint32_t serial = (uint32_t)h;
+	if (serial == 0 || serial > e->serial) {
+		return STAGEHOST_BAD_HANDLE;
+	}
+	object *o = &e->objs[e->by_serial[serial] - 1];
+	if (o->handle != h || o->kind != kind) {
+		return STAGEHOST_BAD_HANDLE;
+	}
+	if (kind == K_BUFFER && e->bufs[o->index].freed) {
+		return STAGEHOST_STALE_HANDLE;
+	}
+	*index = o->index;
+	return STAGEHOST_OK;
+}
+
+/* Device work. */
+
+static void record_failure(char ***list, uint32_t *n, const char *msg) {
+	*list = xrealloc(*list, (*n + 1) * sizeof **list);
+	(*list)[(*n)++] = xstrdup(msg);
+}
+
+static void retire(stagehost_emu *e, stream *s) {
+	command c = s->q[s->head];
+	s->head = (s->head + 1) % s->cap;
+	s->count--;
+	if (!c.launch) {
+		memcpy(e->bufs[c.buf].mem + c.off, c.data, c.len);
+		free(c.data);
+		return;
+	}
+	const program *p = &e->progs[c.prog];
+	uint8_t *bufs[STAGEHOST_MAX_ARGS] = {0};
+	for (uint32_t i = 0; i < c.nargs; i++) {
+		if (c.args[i].is_buf) {
+			bufs[i] = xrealloc(NULL, c.args[i].len);
+			memcpy(bufs[i], e->bufs[c.args[i].buf].mem + c.args[i].off, c.args[i].len);
+		}
+	}
+	char why[1024];
+	if (p->run(c.args, c.nargs, bufs, why, sizeof why)) {
+		char msg[1400];
+		snprintf(msg, sizeof msg, "stream \"%s\": command %llu: kernel \"%s\": %s", s->name, (unsigned long long)c.seq, p->name, why);
+		record_failure(&s->failures, &s->nfail, msg);
+		fprintf(stderr, "emu: %s\n", msg);
+	} else {
+		/* Write back the ranges the kernel changed, in argument order: an
+		 * input's copy is unchanged, so an output that is exactly an
+		 * input keeps the kernel's result. */
+		for (uint32_t i = 0; i < c.nargs; i++) {
+			uint8_t *dst = bufs[i] ? e->bufs[c.args[i].buf].mem + c.args[i].off : NULL;
+			if (dst && memcmp(dst, bufs[i], c.args[i].len) != 0) {
+				memcpy(dst, bufs[i], c.args[i].len);
+			}
+		}
+	}
+	for (uint32_t i = 0; i < c.nargs; i++) {
+		free(bufs[i]);
+	}
+}
+
+static void drain(stagehost_emu *e, stream *s) {
+	while (s->count) {
+		retire(e, s);
+	}
+}
+
+static void enqueue(stagehost_emu *e, stream *s, command c) {
+	if (s->count >= QUEUE_DEPTH) {
+		retire(e, s);
+	}
+	if (s->count == s->cap) {
+		uint32_t ncap = s->cap ? 2 * s->cap : 16;
+		command *q = xrealloc(NULL, ncap * sizeof *q);
+		for (uint32_t i = 0; i < s->count; i++) {
+			q[i] = s->q[(s->head + i) % s->cap];
+		}
+		free(s->q);
+		s->q = q, s->head = 0, s->cap = ncap;
+	}
+	c.seq = ++s->seq;
+	s->q[(s->head + s->count) % s->cap] = c;
+	s->count++;
+}
+
+/* Host functions. */
+
+stagehost_status stagehost_input_size(uint32_t *out_len) {
+	stagehost_emu *e = need("input_size");
+	if (!out_len) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	*out_len = e->input_len;
+	return note(e, STAGEHOST_OK);
+}
+
+stagehost_status stagehost_input_read(uint32_t offset, void *dst, uint32_t dst_len, uint32_t *out_n) {
+	stagehost_emu *e = need("input_read");
+	if ((!dst && dst_len) || !out_n) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	if (offset > e->input_len) {
+		return note(e, fail(e, STAGEHOST_INVALID_ARGUMENT, "offset %u is beyond the input's %u bytes", offset, e->input_len));
+	}
+	uint32_t n = e->input_len - offset < dst_len ? e->input_len - offset : dst_len;
+	if (n) {
+		memcpy(dst, e->input + offset, n);
+	}
+	*out_n = n;
+	return note(e, STAGEHOST_OK);
+}
+
+stagehost_status stagehost_output_write(const void *src, uint32_t src_len) {
+	stagehost_emu *e = need("output_write");
+	if (!src && src_len) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	if ((uint64_t)e->output_len + src_len > e->out_limit) {
+		return note(e, fail(e, STAGEHOST_OUTPUT_TOO_LARGE,
+		                    "%u more bytes would take the output past its limit of %u bytes: output larger than its limit", src_len,
+		                    e->out_limit));
+	}
+	e->output = xrealloc(e->output, e->output_len + src_len);
+	if (src_len) {
+		memcpy(e->output + e->output_len, src, src_len);
+	}
+	e->output_len += src_len;
+	return note(e, STAGEHOST_OK);
+}
+
+static stagehost_status string_out(const char *s, char *dst, uint32_t cap, uint32_t *out_len) {
+	uint32_t n = (uint32_t)strlen(s);
+	if (!out_len || (!dst && cap)) {
+		return STAGEHOST_OUT_OF_BOUNDS;
+	}
+	*out_len = n;
+	if (cap < n) {
+		return STAGEHOST_OUT_OF_BOUNDS;
+	}
+	memcpy(dst, s, n);
+	return STAGEHOST_OK;
+}
+
+stagehost_status stagehost_entry_name(char *dst, uint32_t dst_cap, uint32_t *out_len) {
+	stagehost_emu *e = need("entry_name");
+	return note(e, string_out(e->entry, dst, dst_cap, out_len));
+}
+
+stagehost_status stagehost_last_error(char *dst, uint32_t dst_cap, uint32_t *out_len) {
+	stagehost_emu *e = need("last_error");
+	return string_out(e->last_err, dst, dst_cap, out_len); /* never changes the last error */
+}
+
+stagehost_status stagehost_error_set(const char *msg, uint32_t msg_len) {
+	stagehost_emu *e = need("error_set");
+	if (!msg && msg_len) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	if (msg_len > STAGEHOST_MAX_ERROR_MESSAGE) {
+		msg_len = STAGEHOST_MAX_ERROR_MESSAGE;
+	}
+	memcpy(e->err_msg, msg, msg_len);
+	e->err_msg[msg_len] = 0;
+	return note(e, STAGEHOST_OK);
+}
+
+stagehost_status stagehost_log(int32_t level, const char *msg, uint32_t msg_len) {
+	stagehost_emu *e = need("log");
+	if (!msg && msg_len) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	if (level < 0 || level > 3) {
+		return note(e, fail(e, STAGEHOST_INVALID_ARGUMENT, "log level %d is not one of 0 to 3", level));
+	}
+	if (getenv("STAGEHOST_EMU_LOG")) {
+		fprintf(stderr, "emu log %d: %.*s\n", level, (int)msg_len, msg);
+	}
+	return note(e, STAGEHOST_OK);
+}
+
+static stagehost_status lookup(const char *op, uint8_t kind, const char *name, uint32_t len, stagehost_handle *out) {
+	stagehost_emu *e = need(op);
+	if ((!name && len) || !out) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	for (uint32_t i = 0; i < e->nobjs; i++) {
+		object *o = &e->objs[i];
+		if (o->kind == kind && o->name && strlen(o->name) == len && memcmp(o->name, name, len) == 0) {
+			if (!o->handle) {
+				issue(e, i);
+			}
+			*out = o->handle;
+			return note(e, STAGEHOST_OK);
+		}
+	}
+	static const char *why[] = {"", "declares no stream of that name", "declares no buffer of that name", "may use no program of that name"};
+	static const char *kinds[] = {"", "stream", "buffer", "program"};
+	return note(e, fail(e, STAGEHOST_NOT_FOUND, "%s \"%.*s\" not found: the session %s", kinds[kind], (int)len, name, why[kind]));
+}
+
+stagehost_status stagehost_stream_get(const char *name, uint32_t name_len, stagehost_handle *out_handle) {
+	return lookup("stream_get", K_STREAM, name, name_len, out_handle);
+}
+stagehost_status stagehost_buffer_get(const char *name, uint32_t name_len, stagehost_handle *out_handle) {
+	return lookup("buffer_get", K_BUFFER, name, name_len, out_handle);
+}
+stagehost_status stagehost_program_get(const char *name, uint32_t name_len, stagehost_handle *out_handle) {
+	return lookup("program_get", K_PROGRAM, name, name_len, out_handle);
+}
+
+static stagehost_status alloc(stagehost_emu *e, uint32_t size, stagehost_handle *out, uint32_t *bufidx) {
+	if (size == 0) {
+		return STAGEHOST_INVALID_ARGUMENT;
+	}
+	if (e->budget && e->used + size > e->budget) {
+		return fail(e, STAGEHOST_OUT_OF_BUDGET, "budget \"emu\": %u bytes requested, %llu of %llu in use", size,
+		            (unsigned long long)e->used, (unsigned long long)e->budget);
+	}
+	e->used += size;
+	uint32_t b = add_buffer(e, size, 1);
+	uint32_t o = add_object(e, K_BUFFER, NULL, b);
+	issue(e, o);
+	*out = e->objs[o].handle;
+	if (bufidx) {
+		*bufidx = b;
+	}
+	return STAGEHOST_OK;
+}
+
+stagehost_status stagehost_buffer_alloc(uint32_t size, stagehost_handle *out_handle) {
+	stagehost_emu *e = need("buffer_alloc");
+	if (!out_handle) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	return note(e, alloc(e, size, out_handle, NULL));
+}
+
+stagehost_status stagehost_buffer_alloc_named(const char *name, uint32_t name_len, uint32_t size, stagehost_handle *out_handle) {
+	stagehost_emu *e = need("buffer_alloc_named");
+	if ((!name && name_len) || !out_handle) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	if (name_len == 0 || name_len > 256) {
+		return note(e, fail(e, STAGEHOST_INVALID_ARGUMENT, "a buffer name of %u bytes: 1 to 256", name_len));
+	}
+	for (uint32_t i = 0; i < e->nobjs; i++) {
+		object *o = &e->objs[i];
+		buffer *b = o->kind == K_BUFFER ? &e->bufs[o->index] : NULL;
+		if (b && b->named && !b->freed && strlen(b->named) == name_len && memcmp(b->named, name, name_len) == 0) {
+			if (b->size != size) {
+				return note(e, fail(e, STAGEHOST_INVALID_ARGUMENT, "buffer \"%.*s\" has %u bytes, not %u", (int)name_len, name, b->size, size));
+			}
+			*out_handle = o->handle;
+			return note(e, STAGEHOST_OK);
+		}
+	}
+	uint32_t b;
+	stagehost_status st = alloc(e, size, out_handle, &b);
+	if (st == STAGEHOST_OK) {
+		e->bufs[b].named = xrealloc(NULL, name_len + 1);
+		memcpy(e->bufs[b].named, name, name_len);
+		e->bufs[b].named[name_len] = 0;
+	}
+	return note(e, st);
+}
+
+stagehost_status stagehost_buffer_free(stagehost_handle buffer) {
+	stagehost_emu *e = need("buffer_free");
+	uint32_t b;
+	stagehost_status st = resolve(e, buffer, K_BUFFER, &b);
+	if (st != STAGEHOST_OK) {
+		return note(e, st);
+	}
+	if (!e->bufs[b].allocated) {
+		return note(e, fail(e, STAGEHOST_INVALID_ARGUMENT, "a declared buffer cannot be freed"));
+	}
+	/* The handle is stale at once; the memory stays charged until the
+	 * run's fence proves the drain. */
+	e->bufs[b].freed = 1;
+	e->freeing += e->bufs[b].size;
+	return note(e, STAGEHOST_OK);
+}
+
+stagehost_status stagehost_buffer_size(stagehost_handle buffer, uint32_t *out_size) {
+	stagehost_emu *e = need("buffer_size");
+	uint32_t b;
+	if (!out_size) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	stagehost_status st = resolve(e, buffer, K_BUFFER, &b);
+	if (st == STAGEHOST_OK) {
+		*out_size = e->bufs[b].size;
+	}
+	return note(e, st);
+}
+
+static stagehost_status transfer(stagehost_emu *e, stagehost_handle sh, stagehost_handle bh, uint32_t off, uint32_t n, uint32_t *s,
+                                 uint32_t *b) {
+	stagehost_status st = resolve(e, sh, K_STREAM, s);
+	if (st == STAGEHOST_OK) {
+		st = resolve(e, bh, K_BUFFER, b);
+	}
+	if (st == STAGEHOST_OK && (uint64_t)off + n > e->bufs[*b].size) {
+		st = STAGEHOST_INVALID_ARGUMENT;
+	}
+	return st;
+}
+
+stagehost_status stagehost_stream_write(stagehost_handle stream_h, stagehost_handle buffer, uint32_t offset, const void *src,
+                                        uint32_t src_len) {
+	stagehost_emu *e = need("stream_write");
+	uint32_t s, b;
+	if (!src && src_len) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	stagehost_status st = transfer(e, stream_h, buffer, offset, src_len, &s, &b);
+	if (st == STAGEHOST_OK) {
+		command c = {0};
+		c.buf = b, c.off = offset, c.len = src_len;
+		c.data = xrealloc(NULL, src_len);
+		if (src_len) {
+			memcpy(c.data, src, src_len);
+		}
+		enqueue(e, &e->streams[s], c);
+	}
+	return note(e, st);
+}
+
+stagehost_status stagehost_stream_read(stagehost_handle stream_h, stagehost_handle buffer, uint32_t offset, void *dst, uint32_t dst_len) {
+	stagehost_emu *e = need("stream_read");
+	uint32_t s, b;
+	if (!dst && dst_len) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	stagehost_status st = transfer(e, stream_h, buffer, offset, dst_len, &s, &b);
+	if (st == STAGEHOST_OK) {
+		drain(e, &e->streams[s]); /* failures are left for stream_sync */
+		if (dst_len) {
+			memcpy(dst, e->bufs[b].mem + offset, dst_len);
+		}
+	}
+	return note(e, st);
+}
+
+static stagehost_status parse_args(stagehost_emu *e, const stagehost_arg *recs, uint32_t n, karg *out) {
+	if (n > STAGEHOST_MAX_ARGS) {
+		return STAGEHOST_INVALID_ARGUMENT;
+	}
+	if (n && !recs) {
+		return STAGEHOST_OUT_OF_BOUNDS;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const stagehost_arg *r = &recs[i];
+		memset(&out[i], 0, sizeof out[i]);
+		if (r->reserved) {
+			return STAGEHOST_INVALID_ARGUMENT;
+		}
+		if (r->kind == STAGEHOST_ARG_SCALAR) {
+			out[i].value = r->value;
+			continue;
+		}
+		if (r->kind != STAGEHOST_ARG_BUFFER) {
+			return STAGEHOST_INVALID_ARGUMENT;
+		}
+		uint32_t b;
+		stagehost_status st = resolve(e, r->value, K_BUFFER, &b);
+		if (st != STAGEHOST_OK) {
+			return st;
+		}
+		uint64_t size = e->bufs[b].size, len = r->length == STAGEHOST_TO_END ? size - (r->offset <= size ? r->offset : size) : r->length;
+		if (r->offset > size || r->offset + len > size) {
+			return STAGEHOST_INVALID_ARGUMENT;
+		}
+		out[i] = (karg){1, b, r->offset, (uint32_t)len, 0};
+	}
+	return STAGEHOST_OK;
+}
+
+static stagehost_status launch(stagehost_emu *e, stagehost_handle ph, const stagehost_arg *recs, uint32_t n, command *c, int index) {
+	uint32_t p;
+	stagehost_status st = resolve(e, ph, K_PROGRAM, &p);
+	if (st != STAGEHOST_OK) {
+		return st;
+	}
+	memset(c, 0, sizeof *c);
+	c->launch = 1, c->prog = p, c->nargs = n;
+	if ((st = parse_args(e, recs, n, c->args)) != STAGEHOST_OK) {
+		return st;
+	}
+	char why[1024];
+	if (e->progs[p].check && e->progs[p].check(e->progs[p].name, c->args, n, why, sizeof why)) {
+		if (index >= 0) {
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "command %d: %s", index, why);
+		}
+		return fail(e, STAGEHOST_INVALID_ARGUMENT, "%s", why);
+	}
+	return STAGEHOST_OK;
+}
+
+stagehost_status stagehost_stream_submit(stagehost_handle stream_h, stagehost_handle program, const stagehost_arg *args, uint32_t args_count) {
+	stagehost_emu *e = need("stream_submit");
+	uint32_t s;
+	command c;
+	stagehost_status st = resolve(e, stream_h, K_STREAM, &s);
+	if (st == STAGEHOST_OK && (st = launch(e, program, args, args_count, &c, -1)) == STAGEHOST_OK) {
+		enqueue(e, &e->streams[s], c);
+	}
+	return note(e, st);
+}
+
+uint32_t stagehost_emu_args_ptr(const stagehost_arg *args, uint32_t count) {
+	(void)count;
+	if (nbatch_args == STAGEHOST_MAX_BATCH) {
+		nbatch_args = 0;
+	}
+	batch_args[nbatch_args++] = args;
+	return nbatch_args; /* a token: index + 1 */
+}
+
+stagehost_status stagehost_stream_submit_batch(stagehost_handle stream_h, const stagehost_command *cmds, uint32_t cmds_count) {
+	stagehost_emu *e = need("stream_submit_batch");
+	uint32_t s, ntok = nbatch_args;
+	nbatch_args = 0;
+	stagehost_status st = resolve(e, stream_h, K_STREAM, &s);
+	if (st != STAGEHOST_OK) {
+		return note(e, st);
+	}
+	if (cmds_count > STAGEHOST_MAX_BATCH) {
+		return note(e, fail(e, STAGEHOST_INVALID_ARGUMENT, "a batch of %u commands, at most %u", cmds_count, STAGEHOST_MAX_BATCH));
+	}
+	if (cmds_count && !cmds) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	command *cs = xrealloc(NULL, (cmds_count ? cmds_count : 1) * sizeof *cs);
+	for (uint32_t i = 0; i < cmds_count; i++) {
+		uint32_t tok = cmds[i].args_ptr;
+		const stagehost_arg *recs = tok >= 1 && tok <= ntok ? batch_args[tok - 1] : NULL;
+		if (cmds[i].args_count > STAGEHOST_MAX_ARGS) {
+			uint32_t p;
+			st = resolve(e, cmds[i].program, K_PROGRAM, &p);
+			st = st != STAGEHOST_OK ? st : STAGEHOST_INVALID_ARGUMENT;
+		} else if (cmds[i].args_count && !recs) {
+			uint32_t p;
+			st = resolve(e, cmds[i].program, K_PROGRAM, &p);
+			st = st != STAGEHOST_OK ? st : STAGEHOST_OUT_OF_BOUNDS;
+		} else {
+			st = launch(e, cmds[i].program, recs, cmds[i].args_count, &cs[i], (int)i);
+		}
+		if (st != STAGEHOST_OK) {
+			free(cs);
+			return note(e, st);
+		}
+	}
+	for (uint32_t i = 0; i < cmds_count; i++) {
+		enqueue(e, &e->streams[s], cs[i]);
+	}
+	free(cs);
+	return note(e, STAGEHOST_OK);
+}
+
+stagehost_status stagehost_stream_sync(stagehost_handle stream_h) {
+	stagehost_emu *e = need("stream_sync");
+	uint32_t si;
+	stagehost_status st = resolve(e, stream_h, K_STREAM, &si);
+	if (st != STAGEHOST_OK) {
+		return note(e, st);
+	}
+	stream *s = &e->streams[si];
+	drain(e, s);
+	if (s->nfail) {
+		/* Recorded: the run fails even if the guest ignores it. */
+		char *why = s->failures[0];
+		memmove(s->failures, s->failures + 1, (s->nfail - 1) * sizeof *s->failures);
+		s->nfail--;
+		record_failure(&e->failures, &e->nfail, why);
+		fail(e, STAGEHOST_FAULT, "%s", why);
+		free(why);
+		return note(e, STAGEHOST_FAULT);
+	}
+	return note(e, STAGEHOST_OK);
+}
+
+stagehost_status stagehost_stream_idle(stagehost_handle stream_h, uint32_t *out_idle) {
+	stagehost_emu *e = need("stream_idle");
+	uint32_t s;
+	if (!out_idle) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	stagehost_status st = resolve(e, stream_h, K_STREAM, &s);
+	if (st == STAGEHOST_OK) {
+		*out_idle = e->streams[s].count == 0;
+		if (e->streams[s].count) {
+			retire(e, &e->streams[s]); /* the device makes progress meanwhile */
+		}
+	}
+	return note(e, st);
+}
+
+/* Runs. */
+
+stagehost_emu_result stagehost_emu_run(stagehost_emu *e, const char *entry, const void *input, uint32_t input_len, int32_t (*stage)(void)) {
+	stagehost_emu_result r = {0};
+	if (e->running || cur) {
+		r.outcome = STAGEHOST_EMU_BUSY;
+		r.message = "emu: run called while an emulator is running a stage: BUSY";
+		return r;
+	}
+	if (e->lost) {
+		r.outcome = STAGEHOST_EMU_QUARANTINED;
+		r.message = e->lost;
+		return r;
+	}
+	e->running = 1;
+	cur = e;
+	e->entry = entry ? entry : "main";
+	e->input = input, e->input_len = input_len;
+	e->output_len = 0;
+	e->err_msg[0] = e->last_err[0] = e->why[0] = 0;
+	for (uint32_t i = 0; i < e->nfail; i++) {
+		free(e->failures[i]);
+	}
+	e->nfail = 0;
+
+	int32_t code = stage ? stage() : 0;
+	char reason[512] = "";
+	int fence_fault = 0;
+	if (e->fence) {
+		int32_t f = e->fence();
+		if (f == STAGEHOST_FAULT) {
+			fence_fault = 1;
+		} else if (f != STAGEHOST_OK) {
+			snprintf(reason, sizeof reason, "fence returned %d", f);
+		}
+	} else {
+		for (uint32_t i = 0; i < e->nstreams; i++) { /* the built-in fence */
+			stream *s = &e->streams[i];
+			drain(e, s);
+			for (uint32_t j = 0; j < s->nfail; j++) {
+				record_failure(&e->failures, &e->nfail, s->failures[j]);
+				free(s->failures[j]);
+			}
+			s->nfail = 0;
+		}
+	}
+	for (uint32_t i = 0; !reason[0] && i < e->nstreams; i++) {
+		if (e->streams[i].count) {
+			snprintf(reason, sizeof reason, "stream \"%s\" still has %u commands after the fence", e->streams[i].name, e->streams[i].count);
+		}
+	}
+	cur = NULL;
+	e->running = 0;
+	e->input = NULL, e->input_len = 0;
+	if (reason[0]) {
+		snprintf(e->message, sizeof e->message, "emu: session quarantined: fence could not be proven: %s", reason);
+		e->lost = xstrdup(e->message);
+		r.outcome = STAGEHOST_EMU_QUARANTINED;
+		r.message = e->lost;
+		return r;
+	}
+	e->used -= e->freeing; /* the drain is proven: what the run freed is released */
+	e->freeing = 0;
+	size_t m = 0;
+	e->message[0] = 0;
+	for (uint32_t i = 0; i < e->nfail && m + 2 < sizeof e->message; i++) {
+		m += (size_t)snprintf(e->message + m, sizeof e->message - m, "%s%s", i ? "; " : "", e->failures[i]);
+	}
+	if (code != 0) {
+		r.outcome = STAGEHOST_EMU_CLIENT;
+		r.code = code;
+		r.message = e->err_msg;
+		return r;
+	}
+	if (e->nfail || fence_fault) {
+		r.outcome = STAGEHOST_EMU_FAULT;
+		r.message = e->message;
+		return r;
+	}
+	r.output = e->output, r.output_len = e->output_len;
+	r.message = "";
+	return r;
+}
