@@ -129,9 +129,9 @@ func TestHelp(t *testing.T) {
 	if code != exitUsage || out != "" || !strings.Contains(errs, "flag needs an argument") || !strings.Contains(errs, "--session NAME") {
 		t.Errorf("run --session: exit %d\n%s%s", code, out, errs)
 	}
-	for _, args := range [][]string{{"new"}, {"new", "go"}, {"new", "rust", "x"}, {"new", "go", "x", "y"}, {"new", "go", "Bad"}, {"new", "--force", "go", "x"}} {
+	for _, args := range [][]string{{"new"}, {"new", "go"}, {"new", "fortran", "x"}, {"new", "go", "x", "y"}, {"new", "go", "Bad"}, {"new", "--force", "go", "x"}} {
 		code, out, errs := runCLI(t, args...)
-		if code != exitUsage || out != "" || !strings.Contains(errs, "Usage: stagehost new go|c NAME") {
+		if code != exitUsage || out != "" || !strings.Contains(errs, "Usage: stagehost new go|c|rust NAME") {
 			t.Errorf("%q: exit %d\n%s%s", args, code, out, errs)
 		}
 	}
