@@ -442,6 +442,82 @@ static int k_argmax(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
 	return 0;
 }
 
+/* mlp_forward(x, W1, b1, W2, b2, scores, out, I, H, C): a two-layer
+ * perceptron on one input row, bit for bit what matmul, bias, relu,
+ * matmul, bias and argmax write (the simulator's kernel). */
+static int k_mlp_forward(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	const char *k = "mlp_forward";
+	if (want_args(k, n, 10, why, cap)) {
+		return 1;
+	}
+	for (uint32_t i = 7; i < 10; i++) {
+		if (scalar_arg(k, a, i, why, cap)) {
+			return 1;
+		}
+	}
+	uint64_t in = a[7].value, hid = a[8].value, cls = a[9].value;
+	if (in == 0 || in > 0x7fffffff || hid == 0 || hid > 1024 || cls == 0 || cls > 1024) {
+		return REFUSE("mlp_forward: I=%llu H=%llu C=%llu: want I \u2265 1 and 1 \u2264 H, C \u2264 1024", (unsigned long long)in,
+		              (unsigned long long)hid, (unsigned long long)cls);
+	}
+	uint64_t want[6] = {in, in * hid, hid, hid * cls, cls, cls};
+	for (uint32_t i = 0; i < 6; i++) {
+		if (floats_arg(k, a, i, why, cap)) {
+			return 1;
+		}
+		if (a[i].len / 4 != want[i]) {
+			return REFUSE("mlp_forward: I=%llu H=%llu C=%llu: argument %u has %u values, want %llu", (unsigned long long)in,
+			              (unsigned long long)hid, (unsigned long long)cls, i, a[i].len / 4, (unsigned long long)want[i]);
+		}
+	}
+	if (!a[6].is_buf) {
+		return REFUSE("kernel \"mlp_forward\": argument 6 is a scalar, not a buffer");
+	}
+	if (a[6].len < 8) {
+		return REFUSE("mlp_forward: argument 6 has %u bytes, want at least 8 (index, max)", a[6].len);
+	}
+	static const uint32_t outs[2] = {5, 6};
+	for (uint32_t j = 0; j < 2; j++) {
+		uint32_t o = outs[j];
+		for (uint32_t i = 0; i < 7; i++) {
+			uint64_t x = ((uint64_t)(a[o].buf + 1) << 40) + a[o].off, y = ((uint64_t)(a[i].buf + 1) << 40) + a[i].off;
+			if (i != o && a[o].len && a[i].len && a[i].is_buf && x < y + a[i].len && y < x + a[o].len) {
+				return REFUSE("mlp_forward: argument %u (an output) overlaps argument %u", o, i);
+			}
+		}
+	}
+	uint32_t nh = (uint32_t)hid, nc = (uint32_t)cls;
+	float h[1024], scores[1024];
+	for (uint32_t j = 0; j < nh; j++) {
+		float sum = 0;
+		for (uint32_t q = 0; q < (uint32_t)in; q++) {
+			volatile float p = getf(b[0], q) * getf(b[1], q * nh + j);
+			sum += p;
+		}
+		sum += getf(b[2], j);
+		h[j] = sum < 0 ? 0 : sum;
+	}
+	for (uint32_t j = 0; j < nc; j++) {
+		float sum = 0;
+		for (uint32_t q = 0; q < nh; q++) {
+			volatile float p = h[q] * getf(b[3], q * nc + j);
+			sum += p;
+		}
+		scores[j] = sum + getf(b[4], j);
+		putf(b[5], j, scores[j]);
+	}
+	uint32_t best = 0;
+	float bv = scores[0];
+	for (uint32_t j = 1; j < nc; j++) {
+		if (scores[j] > bv) {
+			best = j, bv = scores[j];
+		}
+	}
+	memcpy(b[6], &best, 4);
+	memcpy(b[6] + 4, &bv, 4);
+	return 0;
+}
+
 /* The op library's reference: the fixed reduction order (256 lanes). */
 static float fmax_(float a, float b) {
 	if (a != a) return a;
@@ -580,6 +656,7 @@ static const program builtins[] = {
     {"copy", k_copy, NULL},       {"saxpy", k_saxpy, NULL},
     {"relu", k_relu, NULL},       {"bias", k_bias, NULL},
     {"matmul", k_matmul, NULL},   {"argmax", k_argmax, NULL},
+    {"mlp_forward", k_mlp_forward, NULL},
     {"softmax", k_softmax, check_softmax}, {"log_softmax", k_log_softmax, check_softmax},
 };
 

@@ -494,8 +494,9 @@ impl State {
                     bytes: Some(self.buffers[b].mem[a.off..a.off + a.len].to_vec()),
                     offset: a.off,
                     value: 0,
+                    addr: address(b, a.off),
                 },
-                None => KArg { bytes: None, offset: 0, value: a.value },
+                None => KArg { bytes: None, offset: 0, value: a.value, addr: 0 },
             })
             .collect();
         let before: Vec<Option<Vec<u8>>> = kargs.iter().map(|k| k.bytes.clone()).collect();

@@ -20,6 +20,9 @@ pub struct KArg {
     pub offset: usize,
     /// The scalar (0 for a buffer).
     pub value: u64,
+    /// The range's emulated device address (0 for a scalar): ranges of
+    /// one buffer overlap when their addresses do.
+    pub(crate) addr: u64,
 }
 
 impl KArg {
@@ -53,6 +56,7 @@ const BUILTINS: &[(&str, Kernel)] = &[
     ("bias", k_bias),
     ("relu", k_relu),
     ("argmax", k_argmax),
+    ("mlp_forward", k_mlp_forward),
 ];
 
 fn want(name: &str, a: &[KArg], n: usize) -> Result<(), String> {
@@ -235,6 +239,88 @@ fn k_argmax(a: &mut [KArg]) -> Result<(), String> {
     o[0..4].copy_from_slice(&(best as u32).to_le_bytes());
     o[4..8].copy_from_slice(&best_v.to_bits().to_le_bytes());
     a[1].bytes = Some(o);
+    Ok(())
+}
+
+/// The most hidden units and classes mlp_forward takes.
+const MLP_MAX_WIDTH: u64 = 1024;
+
+/// mlp_forward(x, W1, b1, W2, b2, scores, out, I, H, C): a two-layer
+/// perceptron on one input row, bit for bit what matmul, bias, relu,
+/// matmul, bias and argmax write (the simulator's kernel).
+fn k_mlp_forward(a: &mut [KArg]) -> Result<(), String> {
+    let name = "mlp_forward";
+    want(name, a, 10)?;
+    let (i_, h_, c_) = (scalar(name, a, 7)?, scalar(name, a, 8)?, scalar(name, a, 9)?);
+    if i_ == 0 || i_ > i32::MAX as u64 || h_ == 0 || h_ > MLP_MAX_WIDTH || c_ == 0 || c_ > MLP_MAX_WIDTH {
+        return Err(std::format!(
+            "mlp_forward: I={} H={} C={}: want I ≥ 1 and 1 ≤ H, C ≤ {}",
+            i_, h_, c_, MLP_MAX_WIDTH
+        ));
+    }
+    let want_len = [i_, i_ * h_, h_, h_ * c_, c_, c_];
+    let mut v: Vec<Vec<f32>> = Vec::with_capacity(6);
+    for (i, &w) in want_len.iter().enumerate() {
+        let f = floats(name, a, i)?;
+        if f.len() as u64 != w {
+            return Err(std::format!(
+                "mlp_forward: I={} H={} C={}: argument {} has {} values, want {}",
+                i_,
+                h_,
+                c_,
+                i,
+                f.len(),
+                w
+            ));
+        }
+        v.push(f);
+    }
+    let out_len = match &a[6].bytes {
+        Some(b) => b.len(),
+        None => return Err("kernel \"mlp_forward\": argument 6 is a scalar, not a buffer".into()),
+    };
+    if out_len < 8 {
+        return Err(std::format!("mlp_forward: argument 6 has {} bytes, want at least 8 (index, max)", out_len));
+    }
+    let len = |k: &KArg| k.bytes.as_ref().map_or(0, |b| b.len() as u64);
+    for o in [5usize, 6] {
+        for i in 0..7 {
+            let (x, y) = (&a[o], &a[i]);
+            if i != o && len(x) > 0 && len(y) > 0 && x.addr < y.addr + len(y) && y.addr < x.addr + len(x) {
+                return Err(std::format!("mlp_forward: argument {} (an output) overlaps argument {}", o, i));
+            }
+        }
+    }
+    let (nh, nc) = (h_ as usize, c_ as usize);
+    let (x, w1, b1, w2, b2) = (&v[0], &v[1], &v[2], &v[3], &v[4]);
+    let mut h = std::vec![0f32; nh];
+    for (j, hj) in h.iter_mut().enumerate() {
+        let mut sum = 0f32;
+        for (k, xv) in x.iter().enumerate() {
+            sum += xv * w1[k * nh + j];
+        }
+        sum += b1[j];
+        *hj = if sum < 0.0 { 0.0 } else { sum };
+    }
+    let mut scores = std::vec![0f32; nc];
+    for (j, sj) in scores.iter_mut().enumerate() {
+        let mut sum = 0f32;
+        for (k, hv) in h.iter().enumerate() {
+            sum += hv * w2[k * nc + j];
+        }
+        *sj = sum + b2[j];
+    }
+    let (mut best, mut best_v) = (0usize, scores[0]);
+    for (i, &s) in scores.iter().enumerate().skip(1) {
+        if s > best_v {
+            best = i;
+            best_v = s;
+        }
+    }
+    store(a, 5, &scores);
+    let out = a[6].bytes.as_mut().expect("checked above");
+    out[0..4].copy_from_slice(&(best as u32).to_le_bytes());
+    out[4..8].copy_from_slice(&best_v.to_bits().to_le_bytes());
     Ok(())
 }
 

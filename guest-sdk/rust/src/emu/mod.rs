@@ -16,7 +16,7 @@
 //! later run fails.
 //!
 //! Kernels: the built-in ones of the simulator (`noop`, `fill`, `copy`,
-//! `saxpy`, `matmul`, `bias`, `relu`, `argmax`) and these ops of the op
+//! `saxpy`, `matmul`, `bias`, `relu`, `argmax`, `mlp_forward`) and these ops of the op
 //! library at float32 storage, checked at submit against the op's contract
 //! as the host does: `exp`, `log`, `tanh`, `sigmoid`, `silu`, `sqrt`,
 //! `rsqrt`, `neg`, `abs`, `affine`, `add`, `sub`, `mul`, `div`, `max`,
@@ -37,7 +37,7 @@ use std::rc::Rc;
 use std::string::{String, ToString};
 use std::vec::Vec;
 
-pub use kernels::builtins;
+pub use kernels::{builtins, KArg};
 
 use crate::Level;
 
