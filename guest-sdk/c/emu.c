@@ -651,6 +651,389 @@ static int check_softmax(const char *k, const karg *a, uint32_t n, char *why, si
 	return 0;
 }
 
+/* The op library's generic checks (hw/internal/ops), in its words: an op
+ * is its argument names, kinds ('b' buffer, 's' scalar) and types. */
+typedef struct opinfo {
+	const char *name;
+	int nargs;
+	const char *names[14];
+	const char *kinds; /* per argument: b or s */
+	const char *types; /* per argument: f (f32), i (i32), u (u32) */
+} opinfo;
+
+typedef struct launch_ {
+	const opinfo *op;
+	const karg *a;
+	char *why;
+	size_t cap;
+} launch_;
+
+static int lidx(const launch_ *l, const char *name) {
+	for (int i = 0; i < l->op->nargs; i++) {
+		if (strcmp(l->op->names[i], name) == 0) {
+			return i;
+		}
+	}
+	abort();
+}
+static uint64_t lscalar(const launch_ *l, const char *name) { return l->a[lidx(l, name)].value; }
+static uint64_t lcount(const launch_ *l, const char *name) { return l->a[lidx(l, name)].len / 4; }
+
+#define LREFUSE(l, ...) (lrefuse((l), __VA_ARGS__))
+static int lrefuse(const launch_ *l, const char *fmt, ...) {
+	char m[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(m, sizeof m, fmt, ap);
+	va_end(ap);
+	snprintf(l->why, l->cap, "%s: %s", l->op->name, m);
+	return 1;
+}
+
+static int ldim(const launch_ *l, const char *name, uint64_t *v) {
+	char n1[32];
+	*v = lscalar(l, name);
+	if (*v == 0) {
+		return LREFUSE(l, "%s = 0: dimensions must be at least 1", name);
+	}
+	if (*v > 0x7fffffff) {
+		num(n1, sizeof n1, *v);
+		return LREFUSE(l, "%s = %s exceeds the limit 2,147,483,647", name, n1);
+	}
+	return 0;
+}
+
+static int lproduct(const launch_ *l, const char *expr, const uint64_t *vs, int n, uint64_t *out) {
+	uint64_t p = 1;
+	for (int i = 0; i < n; i++) {
+		unsigned __int128 q = (unsigned __int128)p * vs[i];
+		if (q > 0x7fffffff) {
+			return LREFUSE(l, "%s exceeds the limit 2,147,483,647", expr);
+		}
+		p = (uint64_t)q;
+	}
+	*out = p;
+	return 0;
+}
+
+static int lwant(const launch_ *l, const char *name, uint64_t want, const char *expr) {
+	char n1[32], n2[32];
+	uint64_t got = lcount(l, name);
+	if (got != want) {
+		num(n1, sizeof n1, got);
+		num(n2, sizeof n2, want);
+		return LREFUSE(l, "%s has %s values, %s = %s", name, n1, expr, n2);
+	}
+	return 0;
+}
+
+static int loverlap(const launch_ *l, const char *x, const char *y, int *same) {
+	const karg *p = &l->a[lidx(l, x)], *q = &l->a[lidx(l, y)];
+	uint64_t a = address(p), b = address(q);
+	*same = a == b && p->len == q->len;
+	return p->len && q->len && a < b + q->len && b < a + p->len;
+}
+
+static int ldisjoint(const launch_ *l, const char *out, const char *in) {
+	int same;
+	if (loverlap(l, out, in, &same)) {
+		return LREFUSE(l, "%s overlaps %s", out, in);
+	}
+	return 0;
+}
+
+static int linplace(const launch_ *l, const char *out, const char *in) {
+	int same;
+	if (loverlap(l, out, in, &same) && !same) {
+		return LREFUSE(l, "%s partially overlaps %s (it may be exactly %s, or apart)", out, in, in);
+	}
+	return 0;
+}
+
+static int lgeneric(const launch_ *l, uint32_t n) {
+	char n1[32];
+	if ((int)n != l->op->nargs) {
+		return LREFUSE(l, "takes %d arguments, got %u", l->op->nargs, n);
+	}
+	for (int i = 0; i < l->op->nargs; i++) {
+		const char *nm = l->op->names[i];
+		if (l->op->kinds[i] == 'b') {
+			if (!l->a[i].is_buf) {
+				return LREFUSE(l, "%s (argument %d) is a scalar, want a buffer range", nm, i);
+			}
+			if (l->a[i].len % 4) {
+				num(n1, sizeof n1, l->a[i].len);
+				return LREFUSE(l, "%s has %s bytes, not a whole number of %s values", nm, n1, l->op->types[i] == 'i' ? "i32" : "f32");
+			}
+			if (l->a[i].len && address(&l->a[i]) % 4) {
+				return LREFUSE(l, "%s is not 4-byte aligned", nm);
+			}
+		} else {
+			if (l->a[i].is_buf) {
+				return LREFUSE(l, "%s (argument %d) is a buffer range, want a scalar", nm, i);
+			}
+			if (l->a[i].value > 0xffffffffu) {
+				num(n1, sizeof n1, l->a[i].value);
+				return LREFUSE(l, "%s = %s does not fit 32 bits", nm, n1);
+			}
+		}
+	}
+	return 0;
+}
+
+static int lrows_cols(const launch_ *l, uint64_t *cols) {
+	uint64_t d[2], n;
+	if (ldim(l, "rows", &d[0]) || ldim(l, "cols", &d[1]) || lproduct(l, "rows*cols", d, 2, &n) ||
+	    lwant(l, "x", n, "rows*cols") || lwant(l, "y", n, "rows*cols") || linplace(l, "y", "x")) {
+		return 1;
+	}
+	*cols = d[1];
+	return 0;
+}
+
+static const opinfo op_layernorm = {"layernorm", 7, {"x", "gamma", "beta", "y", "rows", "cols", "eps"}, "bbbbsss", "ffffuuf"};
+static const opinfo op_rmsnorm = {"rmsnorm", 6, {"x", "gamma", "y", "rows", "cols", "eps"}, "bbbsss", "fffuuf"};
+static const opinfo op_transpose = {"transpose", 10, {"x", "y", "d0", "d1", "d2", "d3", "p0", "p1", "p2", "p3"}, "bbssssssss", "ffuuuuuuuu"};
+static const opinfo op_gemm = {"gemm", 14,
+                               {"A", "B", "C", "M", "N", "K", "transA", "transB", "alpha", "beta", "batch", "strideA", "strideB", "strideC"},
+                               "bbbsssssssssss", "fffuuuuuffuuuu"};
+static const opinfo op_gather = {"gather", 5, {"table", "idx", "out", "rows", "cols"}, "bbbss", "fifuu"};
+
+static int check_norm(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	int ln = strcmp(k, "layernorm") == 0;
+	launch_ l = {ln ? &op_layernorm : &op_rmsnorm, a, why, cap};
+	uint64_t cols;
+	if (lgeneric(&l, n) || lrows_cols(&l, &cols) || lwant(&l, "gamma", cols, "cols") || (ln && lwant(&l, "beta", cols, "cols"))) {
+		return 1;
+	}
+	return ldisjoint(&l, "y", "gamma") || (ln && ldisjoint(&l, "y", "beta"));
+}
+
+static int check_transpose(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	(void)k;
+	launch_ l = {&op_transpose, a, why, cap};
+	static const char *dn[4] = {"d0", "d1", "d2", "d3"}, *pn[4] = {"p0", "p1", "p2", "p3"};
+	uint64_t d[4], total;
+	int seen[4] = {0};
+	if (lgeneric(&l, n)) {
+		return 1;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (ldim(&l, dn[i], &d[i])) {
+			return 1;
+		}
+	}
+	for (int i = 0; i < 4; i++) {
+		uint64_t p = lscalar(&l, pn[i]);
+		if (p > 3 || seen[p]) {
+			return LREFUSE(&l, "p0..p3 = %llu %llu %llu %llu is not a permutation of 0..3", (unsigned long long)lscalar(&l, "p0"),
+			               (unsigned long long)lscalar(&l, "p1"), (unsigned long long)lscalar(&l, "p2"), (unsigned long long)lscalar(&l, "p3"));
+		}
+		seen[p] = 1;
+	}
+	return lproduct(&l, "d0*d1*d2*d3", d, 4, &total) || lwant(&l, "x", total, "d0*d1*d2*d3") || lwant(&l, "y", total, "d0*d1*d2*d3") ||
+	       ldisjoint(&l, "y", "x");
+}
+
+static int check_gemm(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	opinfo op = op_gemm;
+	op.name = k; /* gemm or gemm.fast */
+	launch_ l = {&op, a, why, cap};
+	char n1[32], n2[32];
+	uint64_t m, nn, kk, batch;
+	if (lgeneric(&l, n) || ldim(&l, "M", &m) || ldim(&l, "N", &nn) || ldim(&l, "K", &kk) || ldim(&l, "batch", &batch)) {
+		return 1;
+	}
+	static const char *ts[2] = {"transA", "transB"};
+	for (int i = 0; i < 2; i++) {
+		uint64_t v = lscalar(&l, ts[i]);
+		if (v > 1) {
+			num(n1, sizeof n1, v);
+			return LREFUSE(&l, "%s = %s, want 0 or 1", ts[i], n1);
+		}
+	}
+	struct {
+		const char *buf, *stride, *expr;
+		uint64_t x, y;
+	} ms[3] = {{"A", "strideA", "(batch-1)*strideA + M*K", m, kk},
+	           {"B", "strideB", "(batch-1)*strideB + K*N", kk, nn},
+	           {"C", "strideC", "(batch-1)*strideC + M*N", m, nn}};
+	for (int i = 0; i < 3; i++) {
+		uint64_t xy[2] = {ms[i].x, ms[i].y}, size, off;
+		if (lproduct(&l, ms[i].expr, xy, 2, &size)) {
+			return 1;
+		}
+		uint64_t st = lscalar(&l, ms[i].stride);
+		if (i == 2 && batch > 1 && st < size) {
+			num(n1, sizeof n1, st);
+			num(n2, sizeof n2, size);
+			return LREFUSE(&l, "strideC = %s is less than M*N = %s: the batch's C matrices would overlap", n1, n2);
+		}
+		uint64_t bs[2] = {batch - 1, st};
+		if (lproduct(&l, ms[i].expr, bs, 2, &off)) {
+			return 1;
+		}
+		if (off + size > 0x7fffffff) {
+			return LREFUSE(&l, "%s exceeds the limit 2,147,483,647", ms[i].expr);
+		}
+		if (lwant(&l, ms[i].buf, off + size, ms[i].expr)) {
+			return 1;
+		}
+	}
+	return ldisjoint(&l, "C", "A") || ldisjoint(&l, "C", "B");
+}
+
+static int check_gather(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	(void)k;
+	launch_ l = {&op_gather, a, why, cap};
+	uint64_t d[2], total, no;
+	if (lgeneric(&l, n) || ldim(&l, "rows", &d[0]) || ldim(&l, "cols", &d[1]) || lproduct(&l, "rows*cols", d, 2, &total) ||
+	    lwant(&l, "table", total, "rows*cols")) {
+		return 1;
+	}
+	uint64_t ni = lcount(&l, "idx");
+	if (ni == 0) {
+		return LREFUSE(&l, "idx has 0 values: zero-size launches are refused");
+	}
+	uint64_t nc[2] = {ni, d[1]};
+	return lproduct(&l, "len(idx)*cols", nc, 2, &no) || lwant(&l, "out", no, "len(idx)*cols") || ldisjoint(&l, "out", "table") ||
+	       ldisjoint(&l, "out", "idx");
+}
+
+static float tree_sum(const float *v, uint32_t n, const float *sq) {
+	/* the fixed reduction order; sq: sum v[j]*sq[j] (squares) when set */
+	float p[256] = {0};
+	for (uint32_t t = 0; t < 256 && t < n; t++) {
+		float s = 0;
+		for (uint32_t j = t; j < n; j += 256) {
+			volatile float term = sq ? v[j] * sq[j] : v[j];
+			s += term;
+		}
+		p[t] = s;
+	}
+	for (uint32_t s = 128; s >= 1; s /= 2) {
+		for (uint32_t t = 0; t < s; t++) {
+			p[t] += p[t + s];
+		}
+	}
+	return p[0];
+}
+
+static float *loadf(const uint8_t *b, uint32_t len) {
+	float *v = xrealloc(NULL, len ? len : 4);
+	memcpy(v, b, len);
+	return v;
+}
+
+static int k_norm_(karg *a, uint8_t **b, int ln) {
+	uint32_t rows = (uint32_t)a[ln ? 4 : 3].value, cols = (uint32_t)a[ln ? 5 : 4].value;
+	float eps = scalar_f32(&a[ln ? 6 : 5]);
+	float *x = loadf(b[0], a[0].len), *g = loadf(b[1], a[1].len), *be = ln ? loadf(b[2], a[2].len) : NULL;
+	float *d = xrealloc(NULL, (size_t)cols * 4);
+	float n = (float)cols;
+	for (uint32_t r = 0; r < rows; r++) {
+		float *row = x + (size_t)r * cols;
+		if (ln) {
+			float mean = tree_sum(row, cols, NULL) / n;
+			for (uint32_t j = 0; j < cols; j++) {
+				d[j] = row[j] - mean;
+			}
+			float var = tree_sum(d, cols, d) / n;
+			volatile float sq = (float)sqrt((double)(var + eps));
+			float inv = 1.0f / sq;
+			for (uint32_t j = 0; j < cols; j++) {
+				volatile float t = d[j] * inv;
+				volatile float u = t * g[j];
+				row[j] = u + be[j];
+			}
+		} else {
+			float ms = tree_sum(row, cols, row) / n;
+			volatile float sq = (float)sqrt((double)(ms + eps));
+			float inv = 1.0f / sq;
+			for (uint32_t j = 0; j < cols; j++) {
+				volatile float t = row[j] * inv;
+				row[j] = t * g[j];
+			}
+		}
+	}
+	memcpy(b[ln ? 3 : 2], x, a[0].len);
+	free(x), free(g), free(be), free(d);
+	return 0;
+}
+static int k_layernorm(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	return k_norm_(a, b, 1);
+}
+static int k_rmsnorm(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	return k_norm_(a, b, 0);
+}
+
+static int k_transpose(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	size_t d[4], p[4], xs[4], e[4], es[4], s = 1;
+	for (int i = 0; i < 4; i++) {
+		d[i] = (size_t)a[2 + i].value, p[i] = (size_t)a[6 + i].value;
+	}
+	for (int i = 3; i >= 0; i--) {
+		xs[i] = s, s *= d[i];
+	}
+	for (int i = 0; i < 4; i++) {
+		e[i] = d[p[i]], es[i] = xs[p[i]];
+	}
+	size_t k = 0;
+	for (size_t i0 = 0; i0 < e[0]; i0++)
+		for (size_t i1 = 0; i1 < e[1]; i1++)
+			for (size_t i2 = 0; i2 < e[2]; i2++)
+				for (size_t i3 = 0; i3 < e[3]; i3++) {
+					memcpy(b[1] + 4 * k++, b[0] + 4 * (i0 * es[0] + i1 * es[1] + i2 * es[2] + i3 * es[3]), 4);
+				}
+	return 0;
+}
+
+static int k_gemm(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	size_t m = (size_t)a[3].value, nn = (size_t)a[4].value, k = (size_t)a[5].value;
+	int ta = a[6].value == 1, tb = a[7].value == 1;
+	float alpha = scalar_f32(&a[8]), beta = scalar_f32(&a[9]);
+	size_t batch = (size_t)a[10].value, sa = (size_t)a[11].value, sb = (size_t)a[12].value, sc = (size_t)a[13].value;
+	for (size_t bi = 0; bi < batch; bi++) {
+		for (size_t i = 0; i < m; i++) {
+			for (size_t j = 0; j < nn; j++) {
+				float sum = 0;
+				for (size_t p = 0; p < k; p++) {
+					float av = getf(b[0], (uint32_t)(bi * sa + (ta ? p * m + i : i * k + p)));
+					float bv = getf(b[1], (uint32_t)(bi * sb + (tb ? j * k + p : p * nn + j)));
+					volatile float prod = av * bv;
+					sum += prod;
+				}
+				volatile float v = alpha * sum;
+				if (beta != 0) {
+					volatile float c = beta * getf(b[2], (uint32_t)(bi * sc + i * nn + j));
+					v = v + c;
+				}
+				putf(b[2], (uint32_t)(bi * sc + i * nn + j), v);
+			}
+		}
+	}
+	return 0;
+}
+
+static int k_gather(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	uint32_t rows = (uint32_t)a[3].value, cols = (uint32_t)a[4].value, w = 4 * cols;
+	for (uint32_t i = 0; i < a[1].len / 4; i++) {
+		int32_t r;
+		memcpy(&r, b[1] + 4 * i, 4);
+		if (r < 0 || (uint32_t)r >= rows) {
+			memset(b[2] + (size_t)i * w, 0, w);
+		} else {
+			memcpy(b[2] + (size_t)i * w, b[0] + (size_t)r * w, w);
+		}
+	}
+	return 0;
+}
+
 static const program builtins[] = {
     {"noop", k_noop, NULL},       {"fill", k_fill, NULL},
     {"copy", k_copy, NULL},       {"saxpy", k_saxpy, NULL},
@@ -658,6 +1041,9 @@ static const program builtins[] = {
     {"matmul", k_matmul, NULL},   {"argmax", k_argmax, NULL},
     {"mlp_forward", k_mlp_forward, NULL},
     {"softmax", k_softmax, check_softmax}, {"log_softmax", k_log_softmax, check_softmax},
+    {"layernorm", k_layernorm, check_norm},  {"rmsnorm", k_rmsnorm, check_norm},
+    {"transpose", k_transpose, check_transpose}, {"gemm", k_gemm, check_gemm},
+    {"gemm.fast", k_gemm, check_gemm},      {"gather", k_gather, check_gather},
 };
 
 int stagehost_emu_program(stagehost_emu *e, const char *name) {

@@ -585,8 +585,9 @@ STAGEHOST_MEMFN_ void *memmove(void *dst, const void *src, __SIZE_TYPE__ n) {
  * the run's fence), deferred device work, built-in fence and quarantine,
  * as the Go and Rust emulators do, checked against the same shared cases
  * (guest-sdk/testdata/emucases.txt). Kernels: noop, fill, copy, saxpy,
- * relu, bias, matmul, argmax, mlp_forward, softmax and log_softmax
- * (float32; softmax's launches checked at submit against its contract). A stage that crashes crashes the
+ * relu, bias, matmul, argmax, mlp_forward, and the float32 ops softmax,
+ * log_softmax, layernorm, rmsnorm, transpose, gemm, gemm.fast and gather
+ * (checked at submit against the op's contract, in the host's words). A stage that crashes crashes the
  * test: traps are not emulated; neither are deadlines. One emulator runs
  * at a time per process. */
 #if !defined(__wasm__)

@@ -335,6 +335,10 @@ enum Check {
     Binary,
     Reduce,
     Softmax,
+    Norm,
+    Transpose,
+    Gemm,
+    Gather,
 }
 
 /// One op: its arguments (name, 'b' buffer of type, or 's' scalar of
@@ -367,6 +371,47 @@ const ARGMAX_ARGS: &[(&str, char, &str)] =
 const SOFTMAX_ARGS: &[(&str, char, &str)] =
     &[("x", 'b', "f32"), ("y", 'b', "f32"), ("rows", 's', "u32"), ("cols", 's', "u32"), ("causal", 's', "u32")];
 const AFFINE_ARGS: &[(&str, char, &str)] = &[("x", 'b', "f32"), ("y", 'b', "f32"), ("a", 's', "f32"), ("b", 's', "f32")];
+const LAYERNORM_ARGS: &[(&str, char, &str)] = &[
+    ("x", 'b', "f32"),
+    ("gamma", 'b', "f32"),
+    ("beta", 'b', "f32"),
+    ("y", 'b', "f32"),
+    ("rows", 's', "u32"),
+    ("cols", 's', "u32"),
+    ("eps", 's', "f32"),
+];
+const RMSNORM_ARGS: &[(&str, char, &str)] =
+    &[("x", 'b', "f32"), ("gamma", 'b', "f32"), ("y", 'b', "f32"), ("rows", 's', "u32"), ("cols", 's', "u32"), ("eps", 's', "f32")];
+const TRANSPOSE_ARGS: &[(&str, char, &str)] = &[
+    ("x", 'b', "f32"),
+    ("y", 'b', "f32"),
+    ("d0", 's', "u32"),
+    ("d1", 's', "u32"),
+    ("d2", 's', "u32"),
+    ("d3", 's', "u32"),
+    ("p0", 's', "u32"),
+    ("p1", 's', "u32"),
+    ("p2", 's', "u32"),
+    ("p3", 's', "u32"),
+];
+const GEMM_ARGS: &[(&str, char, &str)] = &[
+    ("A", 'b', "f32"),
+    ("B", 'b', "f32"),
+    ("C", 'b', "f32"),
+    ("M", 's', "u32"),
+    ("N", 's', "u32"),
+    ("K", 's', "u32"),
+    ("transA", 's', "u32"),
+    ("transB", 's', "u32"),
+    ("alpha", 's', "f32"),
+    ("beta", 's', "f32"),
+    ("batch", 's', "u32"),
+    ("strideA", 's', "u32"),
+    ("strideB", 's', "u32"),
+    ("strideC", 's', "u32"),
+];
+const GATHER_ARGS: &[(&str, char, &str)] =
+    &[("table", 'b', "f32"), ("idx", 'b', "i32"), ("out", 'b', "f32"), ("rows", 's', "u32"), ("cols", 's', "u32")];
 
 macro_rules! unary {
     ($name:expr, $f:expr) => {
@@ -481,7 +526,136 @@ static OPS: &[OpDef] = &[
     OpDef { name: "reduce_argmax", args: ARGMAX_ARGS, check: Check::Reduce, run: run_argmax },
     OpDef { name: "softmax", args: SOFTMAX_ARGS, check: Check::Softmax, run: |a| run_softmax(a, false) },
     OpDef { name: "log_softmax", args: SOFTMAX_ARGS, check: Check::Softmax, run: |a| run_softmax(a, true) },
+    OpDef { name: "layernorm", args: LAYERNORM_ARGS, check: Check::Norm, run: run_layernorm },
+    OpDef { name: "rmsnorm", args: RMSNORM_ARGS, check: Check::Norm, run: run_rmsnorm },
+    OpDef { name: "transpose", args: TRANSPOSE_ARGS, check: Check::Transpose, run: run_transpose },
+    OpDef { name: "gemm", args: GEMM_ARGS, check: Check::Gemm, run: run_gemm },
+    OpDef { name: "gemm.fast", args: GEMM_ARGS, check: Check::Gemm, run: run_gemm },
+    OpDef { name: "gather", args: GATHER_ARGS, check: Check::Gather, run: run_gather },
 ];
+
+fn rsqrt32(v: f32) -> f32 {
+    1.0 / fsqrt(v)
+}
+
+fn run_layernorm(a: &mut [KArg]) -> Result<(), String> {
+    let (rows, cols, eps) = (a[4].value as usize, a[5].value as usize, a[6].f32());
+    let (mut x, g, b) = (loadv(a, 0), loadv(a, 1), loadv(a, 2));
+    let n = cols as f32;
+    let mut d = std::vec![0f32; cols];
+    for r in 0..rows {
+        let row = &mut x[r * cols..(r + 1) * cols];
+        let mean = tree_sum(cols, |j| row[j]) / n;
+        for j in 0..cols {
+            d[j] = row[j] - mean;
+        }
+        let variance = tree_sum(cols, |j| d[j] * d[j]) / n;
+        let inv = rsqrt32(variance + eps);
+        for j in 0..cols {
+            row[j] = (d[j] * inv) * g[j] + b[j];
+        }
+    }
+    store(a, 3, &x);
+    Ok(())
+}
+
+fn run_rmsnorm(a: &mut [KArg]) -> Result<(), String> {
+    let (rows, cols, eps) = (a[3].value as usize, a[4].value as usize, a[5].f32());
+    let (mut x, g) = (loadv(a, 0), loadv(a, 1));
+    let n = cols as f32;
+    for r in 0..rows {
+        let row = &mut x[r * cols..(r + 1) * cols];
+        let ms = tree_sum(cols, |j| row[j] * row[j]) / n;
+        let inv = rsqrt32(ms + eps);
+        for j in 0..cols {
+            row[j] = (row[j] * inv) * g[j];
+        }
+    }
+    store(a, 2, &x);
+    Ok(())
+}
+
+fn run_transpose(a: &mut [KArg]) -> Result<(), String> {
+    let mut d = [0usize; 4];
+    let mut p = [0usize; 4];
+    for i in 0..4 {
+        d[i] = a[2 + i].value as usize;
+        p[i] = a[6 + i].value as usize;
+    }
+    let mut xs = [0usize; 4];
+    let mut s = 1;
+    for i in (0..4).rev() {
+        xs[i] = s;
+        s *= d[i];
+    }
+    let (mut e, mut es) = ([0usize; 4], [0usize; 4]);
+    for i in 0..4 {
+        e[i] = d[p[i]];
+        es[i] = xs[p[i]];
+    }
+    let x = loadv(a, 0);
+    let mut y = Vec::with_capacity(x.len());
+    for i0 in 0..e[0] {
+        for i1 in 0..e[1] {
+            for i2 in 0..e[2] {
+                for i3 in 0..e[3] {
+                    y.push(x[i0 * es[0] + i1 * es[1] + i2 * es[2] + i3 * es[3]]);
+                }
+            }
+        }
+    }
+    store(a, 1, &y);
+    Ok(())
+}
+
+fn run_gemm(a: &mut [KArg]) -> Result<(), String> {
+    let v = |i: usize| a[i].value as usize;
+    let (m, n, k) = (v(3), v(4), v(5));
+    let (ta, tb) = (a[6].value == 1, a[7].value == 1);
+    let (alpha, beta) = (a[8].f32(), a[9].f32());
+    let (batch, sa, sb, sc) = (v(10), v(11), v(12), v(13));
+    let (x, y, mut c) = (loadv(a, 0), loadv(a, 1), loadv(a, 2));
+    for bi in 0..batch {
+        let (ab, bb) = (&x[bi * sa..], &y[bi * sb..]);
+        let cb = &mut c[bi * sc..];
+        for i in 0..m {
+            for j in 0..n {
+                let mut sum = 0f32;
+                for p in 0..k {
+                    let av = if ta { ab[p * m + i] } else { ab[i * k + p] };
+                    let bv = if tb { bb[j * k + p] } else { bb[p * n + j] };
+                    sum += av * bv;
+                }
+                let mut out = alpha * sum;
+                if beta != 0.0 {
+                    out += beta * cb[i * n + j];
+                }
+                cb[i * n + j] = out;
+            }
+        }
+    }
+    store(a, 2, &c);
+    Ok(())
+}
+
+fn run_gather(a: &mut [KArg]) -> Result<(), String> {
+    let (rows, cols) = (a[3].value as usize, a[4].value as usize);
+    let table = a[0].bytes.clone().unwrap_or_default();
+    let idx = a[1].bytes.clone().unwrap_or_default();
+    let out = a[2].bytes.as_mut().expect("a buffer");
+    let w = 4 * cols;
+    for i in 0..idx.len() / 4 {
+        let r = i32::from_le_bytes([idx[4 * i], idx[4 * i + 1], idx[4 * i + 2], idx[4 * i + 3]]);
+        let dst = &mut out[i * w..(i + 1) * w];
+        if r < 0 || r as usize >= rows {
+            dst.iter_mut().for_each(|b| *b = 0);
+            continue;
+        }
+        let r = r as usize;
+        dst.copy_from_slice(&table[r * w..(r + 1) * w]);
+    }
+    Ok(())
+}
 
 fn loadv(a: &[KArg], i: usize) -> Vec<f32> {
     crate::f32s(a[i].bytes.as_deref().unwrap_or(&[]))
@@ -725,6 +899,16 @@ impl<'a> L<'a> {
         }
         Ok(())
     }
+    /// rows and cols checked, x and y of rows*cols values, y exactly x or
+    /// apart; returns cols.
+    fn rows_cols(&self) -> Result<u64, String> {
+        let d = [self.dim("rows")?, self.dim("cols")?];
+        let n = self.product("rows*cols", &d)?;
+        self.want_count("x", n, "rows*cols")?;
+        self.want_count("y", n, "rows*cols")?;
+        self.in_place("y", "x")?;
+        Ok(d[1])
+    }
     fn disjoint(&self, out: &str, inp: &str) -> Result<(), String> {
         if self.overlap(out, inp) {
             return Err(self.err(std::format!("{} overlaps {}", out, inp)));
@@ -840,15 +1024,90 @@ pub(crate) fn validate(op: &OpDef, args: &[LArg]) -> Result<(), String> {
             l.want_count("y", ny, "outer*inner")?;
             l.disjoint("y", "x")
         }
-        Check::Softmax => {
+        Check::Norm => {
+            let cols = l.rows_cols()?;
+            let params: &[&str] = if op.name == "layernorm" { &["gamma", "beta"] } else { &["gamma"] };
+            for p in params {
+                l.want_count(p, cols, "cols")?;
+            }
+            for p in params {
+                l.disjoint("y", p)?;
+            }
+            Ok(())
+        }
+        Check::Transpose => {
+            let mut d = [0u64; 4];
+            for (i, name) in ["d0", "d1", "d2", "d3"].iter().enumerate() {
+                d[i] = l.dim(name)?;
+            }
+            let mut seen = [false; 4];
+            for name in ["p0", "p1", "p2", "p3"] {
+                let p = l.scalar(name);
+                if p > 3 || seen[p as usize] {
+                    return Err(l.err(std::format!(
+                        "p0..p3 = {} {} {} {} is not a permutation of 0..3",
+                        l.scalar("p0"),
+                        l.scalar("p1"),
+                        l.scalar("p2"),
+                        l.scalar("p3")
+                    )));
+                }
+                seen[p as usize] = true;
+            }
+            let n = l.product("d0*d1*d2*d3", &d)?;
+            l.want_count("x", n, "d0*d1*d2*d3")?;
+            l.want_count("y", n, "d0*d1*d2*d3")?;
+            l.disjoint("y", "x")
+        }
+        Check::Gemm => {
+            let (m, n, k, batch) = (l.dim("M")?, l.dim("N")?, l.dim("K")?, l.dim("batch")?);
+            for t in ["transA", "transB"] {
+                let v = l.scalar(t);
+                if v > 1 {
+                    return Err(l.err(std::format!("{} = {}, want 0 or 1", t, num(v))));
+                }
+            }
+            for (buf, stride, expr, x, y) in [
+                ("A", "strideA", "(batch-1)*strideA + M*K", m, k),
+                ("B", "strideB", "(batch-1)*strideB + K*N", k, n),
+                ("C", "strideC", "(batch-1)*strideC + M*N", m, n),
+            ] {
+                let size = l.product(expr, &[x, y])?;
+                let st = l.scalar(stride);
+                if buf == "C" && batch > 1 && st < size {
+                    return Err(l.err(std::format!(
+                        "strideC = {} is less than M*N = {}: the batch's C matrices would overlap",
+                        num(st),
+                        num(size)
+                    )));
+                }
+                let off = l.product(expr, &[batch - 1, st])?;
+                if off + size > MAX_ELEMS {
+                    return Err(l.err(std::format!("{} exceeds the limit {}", expr, num(MAX_ELEMS))));
+                }
+                l.want_count(buf, off + size, expr)?;
+            }
+            l.disjoint("C", "A")?;
+            l.disjoint("C", "B")
+        }
+        Check::Gather => {
             let d = [l.dim("rows")?, l.dim("cols")?];
             let n = l.product("rows*cols", &d)?;
-            l.want_count("x", n, "rows*cols")?;
-            l.want_count("y", n, "rows*cols")?;
-            l.in_place("y", "x")?;
+            l.want_count("table", n, "rows*cols")?;
+            let ni = l.count("idx");
+            if ni == 0 {
+                return Err(l.err("idx has 0 values: zero-size launches are refused".into()));
+            }
+            let no = l.product("len(idx)*cols", &[ni, d[1]])?;
+            l.want_count("out", no, "len(idx)*cols")?;
+            l.disjoint("out", "table")?;
+            l.disjoint("out", "idx")
+        }
+        Check::Softmax => {
+            let cols = l.rows_cols()?;
             let sq = l.scalar("causal");
-            if sq > d[1] {
-                return Err(l.err(std::format!("causal = {} exceeds cols = {}", num(sq), num(d[1]))));
+            if sq > cols {
+                return Err(l.err(std::format!("causal = {} exceeds cols = {}", num(sq), num(cols))));
             }
             Ok(())
         }

@@ -21,8 +21,9 @@
 //! as the host does: `exp`, `log`, `tanh`, `sigmoid`, `silu`, `sqrt`,
 //! `rsqrt`, `neg`, `abs`, `affine`, `add`, `sub`, `mul`, `div`, `max`,
 //! `min`, `reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_argmax`,
-//! `softmax` and `log_softmax`. The others (gemm, norms, transpose,
-//! gather, conv2d, pooling, cast, half storage) are not emulated natively:
+//! `softmax`, `log_softmax`, `layernorm`, `rmsnorm`, `transpose`, `gemm`,
+//! `gemm.fast` and `gather`. The others (conv2d, pooling, cast, and every
+//! op at f16 or bf16 storage) are not emulated natively:
 //! [`Emulator::programs`] panics naming them, and the Go emulator or the
 //! simulator runs them. Deadlines are not emulated.
 
