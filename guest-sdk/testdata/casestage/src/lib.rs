@@ -2,7 +2,8 @@
 //! A call of entry "load" stores its input (the case's call lines); a call
 //! of entry "main" (with the case's own input) runs them through the raw
 //! host functions and returns the case's code, or 99 with the first
-//! mismatch as its error message.
+//! mismatch as its error message. Entry "panic" panics, through the SDK's
+//! stage wrapper, whose hook logs the message before the module traps.
 
 mod interp;
 
@@ -18,6 +19,9 @@ pub extern "C" fn stagehost_abi_v1() {}
 #[no_mangle]
 pub extern "C" fn stagehost_run() -> i32 {
     let entry = stagehost::entry_name().unwrap_or_default();
+    if entry == "panic" {
+        return stagehost::rt::call(deliberate_panic);
+    }
     if entry == "load" {
         return match stagehost::input() {
             Ok(b) => {
@@ -38,4 +42,8 @@ pub extern "C" fn stagehost_run() -> i32 {
             99
         }
     }
+}
+
+fn deliberate_panic() -> stagehost::Result<()> {
+    panic!("casestage: a deliberate panic")
 }
