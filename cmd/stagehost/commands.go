@@ -170,7 +170,7 @@ func printModuleHashes(path string, stdout, stderr io.Writer) int {
 
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("check", "FILE", checkAbout)
-	printSHA := c.fs.Bool("print-sha256", false, "print each module's actual sha256 as a `sha256 = \"…\"` line, whatever the manifest declares, and exit 0 (see below)")
+	printSHA := c.fs.Bool("print-sha256", false, "print each module's actual sha256 as a TOML line, whatever the manifest declares, and exit 0 (see above)")
 	path, code := c.parse(args, stdout, stderr)
 	if code >= 0 {
 		return code

@@ -88,7 +88,7 @@ func TestVersion(t *testing.T) {
 // the command's usage with every flag spelt --flag.
 func TestHelp(t *testing.T) {
 	flags := map[string][]string{
-		"check": nil, "trace": nil, "version": nil, "new": nil,
+		"check": {"--print-sha256"}, "trace": nil, "version": nil, "new": nil,
 		"run":   {"--session NAME", "--input FILE", "--trace out.json", "--quiet"},
 		"serve": {"--addr address", "--grace duration", "--quiet"},
 		"admin": {"--addr URL", "--token-file FILE", "--sha256 SHA256", "--json"},
