@@ -297,8 +297,9 @@ impl Stream {
     /// `INVALID_ARGUMENT` for a launch its kernel's contract refuses (the
     /// last error names the op and argument); `BUSY` for a full queue.
     pub fn submit(&self, prog: &Program, args: &[Arg]) -> Result<()> {
-        let recs: Vec<ArgRecord> = args.iter().map(|a| a.0).collect();
-        check(unsafe { sys::stream_submit(self.0, prog.0, recs.as_ptr(), len32(recs.len())) }, "stream_submit")
+        // Arg is a transparent ArgRecord: the slice is the records.
+        let recs = args.as_ptr() as *const ArgRecord;
+        check(unsafe { sys::stream_submit(self.0, prog.0, recs, len32(args.len())) }, "stream_submit")
     }
 
     /// Enqueues `cmds` in order, validated as a whole before any is
@@ -308,11 +309,9 @@ impl Stream {
     ///
     /// As [`Stream::submit`], for the first command refused.
     pub fn submit_batch(&self, cmds: &[Cmd]) -> Result<()> {
-        let recs: Vec<Vec<ArgRecord>> = cmds.iter().map(|c| c.args.iter().map(|a| a.0).collect()).collect();
         let batch: Vec<CmdRecord> = cmds
             .iter()
-            .zip(recs.iter())
-            .map(|(c, r)| CmdRecord { program: c.program.0, args_ptr: sys::args_ptr(r), args_count: len32(r.len()) })
+            .map(|c| CmdRecord { program: c.program.0, args_ptr: sys::args_ptr(Arg::records(&c.args)), args_count: len32(c.args.len()) })
             .collect();
         check(unsafe { sys::stream_submit_batch(self.0, batch.as_ptr(), len32(batch.len())) }, "stream_submit_batch")
     }
@@ -406,11 +405,18 @@ impl Program {
     }
 }
 
-/// One launch argument: a scalar or a buffer range (ABI.md §3.1).
+/// One launch argument: a scalar or a buffer range (ABI.md §3.1). It is
+/// its record: a slice of `Arg` is passed to the host as it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
 pub struct Arg(pub ArgRecord);
 
 impl Arg {
+    /// The records of `args`, without copying.
+    pub fn records(args: &[Arg]) -> &[ArgRecord] {
+        // SAFETY: Arg is repr(transparent) over ArgRecord.
+        unsafe { core::slice::from_raw_parts(args.as_ptr() as *const ArgRecord, args.len()) }
+    }
     /// The range of `len` bytes at `offset` of `buf` ([`TO_END`]: to its
     /// end).
     pub fn buf(buf: &Buffer, offset: u32, len: u32) -> Arg {
@@ -465,15 +471,22 @@ pub fn f32s(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-/// Exports `$run` (a `fn() -> stagehost::Result<()>`) as the module's
-/// `stagehost_run`, with the ABI marker `stagehost_abi_v1`. An `Err`
-/// becomes the call's client error: its text goes to `error_set` and its
-/// code is the stage's result (1 for a status of code OK). Use once per
+/// Exports the module's `stagehost_run`, with the ABI marker
+/// `stagehost_abi_v1`: `stage!(run)` runs `run` (a
+/// `fn() -> stagehost::Result<()>`) for the entry `main`, and
+/// `stage!("main" => run, "warmup" => warm)` one function per entry name,
+/// as the Go SDK's `Register`. A call of an entry with no function fails
+/// with `NOT_FOUND` ("stagehost: no stage registered for entry …"). An
+/// `Err` becomes the call's client error: its text goes to `error_set` and
+/// its code is the stage's result (1 for a status of code OK). Use once per
 /// module. Natively it defines `stagehost_run() -> i32` for
 /// [`emu::Emulator::run_export`].
 #[macro_export]
 macro_rules! stage {
     ($run:path) => {
+        $crate::stage!("main" => $run);
+    };
+    ($($entry:literal => $f:path),+ $(,)?) => {
         #[cfg(target_arch = "wasm32")]
         #[no_mangle]
         pub extern "C" fn stagehost_abi_v1() {}
@@ -481,13 +494,13 @@ macro_rules! stage {
         #[cfg(target_arch = "wasm32")]
         #[no_mangle]
         pub extern "C" fn stagehost_run() -> i32 {
-            $crate::rt::call($run)
+            $crate::rt::dispatch(&[$(($entry, $f as fn() -> $crate::Result<()>)),+])
         }
 
         #[cfg(not(target_arch = "wasm32"))]
         #[allow(dead_code)]
         pub fn stagehost_run() -> i32 {
-            $crate::rt::call($run)
+            $crate::rt::dispatch(&[$(($entry, $f as fn() -> $crate::Result<()>)),+])
         }
     };
 }

@@ -2,19 +2,50 @@
 
 use crate::{Code, Result};
 
+/// Runs the stage registered for the call's entry name: NOT_FOUND, with
+/// the Go SDK's message, when there is none.
+pub fn dispatch(stages: &[(&str, fn() -> Result<()>)]) -> i32 {
+    install_panic_hook();
+    // The entry name into a stack buffer: no allocation on the hot path.
+    let mut buf = [0u8; 64];
+    let mut n = 0u32;
+    let st = unsafe { crate::sys::entry_name(buf.as_mut_ptr(), buf.len() as u32, &mut n) };
+    let found = if st == 0 {
+        stages.iter().find(|(name, _)| name.as_bytes() == &buf[..n as usize])
+    } else {
+        None // longer than any registered name, or a failure
+    };
+    if let Some((_, f)) = found {
+        return call(*f);
+    }
+    let entry = match crate::entry_name() {
+        Ok(e) => e,
+        Err(e) => return fail(e),
+    };
+    match stages.iter().find(|(name, _)| *name == entry) {
+        Some((_, f)) => call(*f),
+        None => {
+            crate::set_error(&alloc::format!("stagehost: no stage registered for entry {:?}", entry));
+            Code::NotFound.as_i32()
+        }
+    }
+}
+
+fn fail(e: crate::Status) -> i32 {
+    let msg = alloc::string::ToString::to_string(&e);
+    crate::set_error(&msg);
+    match e.code() {
+        Code::Ok => 1,
+        c => c.as_i32(),
+    }
+}
+
 /// Runs a stage: an error becomes error_set and the result code.
 pub fn call(f: fn() -> Result<()>) -> i32 {
     install_panic_hook();
     match f() {
         Ok(()) => 0,
-        Err(e) => {
-            let msg = alloc::string::ToString::to_string(&e);
-            crate::set_error(&msg);
-            match e.code() {
-                Code::Ok => 1,
-                c => c.as_i32(),
-            }
-        }
+        Err(e) => fail(e),
     }
 }
 

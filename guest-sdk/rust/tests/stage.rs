@@ -154,3 +154,30 @@ fn a_panicking_stage_is_a_trap() {
         other => panic!("want a trap, got {:?}", other),
     }
 }
+
+mod entries {
+    use stagehost::emu::{Config, Emulator, RunError};
+    use stagehost::Result;
+
+    fn main_stage() -> Result<()> {
+        stagehost::output(b"main")
+    }
+    fn warm() -> Result<()> {
+        stagehost::output(b"warm")
+    }
+    stagehost::stage!("main" => main_stage, "warmup" => warm);
+
+    #[test]
+    fn one_function_per_entry() {
+        let e = Emulator::new(Config::new());
+        assert_eq!(e.run_export(b"", stagehost_run).unwrap(), b"main");
+        assert_eq!(e.run_entry("warmup", b"", stagehost_run).unwrap(), b"warm");
+        match e.run_entry("nope", b"", stagehost_run) {
+            Err(RunError::Client { code, message, .. }) => {
+                assert_eq!(code, 5);
+                assert_eq!(message, "stagehost: no stage registered for entry \"nope\"");
+            }
+            other => panic!("want NOT_FOUND, got {:?}", other),
+        }
+    }
+}
