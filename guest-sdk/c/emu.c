@@ -656,7 +656,7 @@ static int check_softmax(const char *k, const karg *a, uint32_t n, char *why, si
 typedef struct opinfo {
 	const char *name;
 	int nargs;
-	const char *names[14];
+	const char *names[16];
 	const char *kinds; /* per argument: b or s */
 	const char *types; /* per argument: f (f32), i (i32), u (u32) */
 } opinfo;
@@ -772,7 +772,7 @@ static int lgeneric(const launch_ *l, uint32_t n) {
 			if (l->a[i].is_buf) {
 				return LREFUSE(l, "%s (argument %d) is a buffer range, want a scalar", nm, i);
 			}
-			if (l->a[i].value > 0xffffffffu) {
+			if (l->op->types[i] != 'U' && l->a[i].value > 0xffffffffu) {
 				num(n1, sizeof n1, l->a[i].value);
 				return LREFUSE(l, "%s = %s does not fit 32 bits", nm, n1);
 			}
@@ -898,6 +898,177 @@ static int check_gather(const char *k, const karg *a, uint32_t n, char *why, siz
 	uint64_t nc[2] = {ni, d[1]};
 	return lproduct(&l, "len(idx)*cols", nc, 2, &no) || lwant(&l, "out", no, "len(idx)*cols") || ldisjoint(&l, "out", "table") ||
 	       ldisjoint(&l, "out", "idx");
+}
+
+static const opinfo op_conv = {"conv2d", 15,
+                               {"x", "w", "bias", "y", "N", "C", "H", "W", "K", "R", "S", "stride", "pad", "dil", "groups"},
+                               "bbbbsssssssssss", "ffffuuuuuuuUUUu"};
+static const opinfo op_pool = {"maxpool2d", 10, {"x", "y", "N", "C", "H", "W", "R", "S", "stride", "pad"}, "bbssssssss", "ffuuuuuuUU"};
+
+static int lwindow(const launch_ *l, const char *axis, uint64_t in, uint64_t r, uint64_t stride, uint64_t pad, uint64_t dil, uint64_t *out) {
+	char n1[32], n2[32];
+	uint64_t span = dil * (r - 1) + 1;
+	if (in + 2 * pad < span) {
+		num(n1, sizeof n1, span);
+		num(n2, sizeof n2, in + 2 * pad);
+		return LREFUSE(l, "the %s window spans %s values, more than the padded input's %s: the output would be empty", axis, n1, n2);
+	}
+	*out = (in + 2 * pad - span) / stride + 1;
+	return 0;
+}
+
+static int lgeometry(const launch_ *l, uint64_t h, uint64_t w, uint64_t r, uint64_t s, int with_dil, uint64_t *p, uint64_t *q) {
+	uint64_t st = lscalar(l, "stride"), pd = lscalar(l, "pad"), dl = with_dil ? lscalar(l, "dil") : (1 | (uint64_t)1 << 32);
+	uint64_t sh = st & 0xffffffffu, sw = st >> 32, ph = pd & 0xffffffffu, pw = pd >> 32, dh = dl & 0xffffffffu, dw = dl >> 32;
+	if (sh == 0 || sw == 0) {
+		return LREFUSE(l, "stride = (%llu, %llu): both halves must be at least 1", (unsigned long long)sh, (unsigned long long)sw);
+	}
+	if (dh == 0 || dw == 0) {
+		return LREFUSE(l, "dil = (%llu, %llu): both halves must be at least 1", (unsigned long long)dh, (unsigned long long)dw);
+	}
+	return lwindow(l, "height", h, r, sh, ph, dh, p) || lwindow(l, "width", w, s, sw, pw, dw, q);
+}
+
+static int check_conv(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	opinfo op = op_conv;
+	op.name = k; /* conv2d or conv2d.fast */
+	launch_ l = {&op, a, why, cap};
+	static const char *dn[8] = {"N", "C", "H", "W", "K", "R", "S", "groups"};
+	uint64_t d[8], p, q, nx, nw, ny;
+	char n1[32], n2[32], n3[32];
+	if (lgeneric(&l, n)) {
+		return 1;
+	}
+	for (int i = 0; i < 8; i++) {
+		if (ldim(&l, dn[i], &d[i])) {
+			return 1;
+		}
+	}
+	if (d[1] % d[7] || d[4] % d[7]) {
+		num(n1, sizeof n1, d[7]);
+		num(n2, sizeof n2, d[1]);
+		num(n3, sizeof n3, d[4]);
+		return LREFUSE(&l, "groups = %s divides neither C = %s nor K = %s evenly", n1, n2, n3);
+	}
+	uint64_t vx[4] = {d[0], d[1], d[2], d[3]}, vw[4] = {d[4], d[1] / d[7], d[5], d[6]};
+	if (lgeometry(&l, d[2], d[3], d[5], d[6], 1, &p, &q) || lproduct(&l, "N*C*H*W", vx, 4, &nx) ||
+	    lproduct(&l, "K*(C/groups)*R*S", vw, 4, &nw)) {
+		return 1;
+	}
+	uint64_t vy[4] = {d[0], d[4], p, q};
+	if (lproduct(&l, "N*K*P*Q", vy, 4, &ny) || lwant(&l, "x", nx, "N*C*H*W") || lwant(&l, "w", nw, "K*(C/groups)*R*S")) {
+		return 1;
+	}
+	uint64_t nb = lcount(&l, "bias");
+	if (nb != 0 && nb != d[4]) {
+		num(n1, sizeof n1, nb);
+		num(n2, sizeof n2, d[4]);
+		return LREFUSE(&l, "bias has %s values, want K = %s or none", n1, n2);
+	}
+	return lwant(&l, "y", ny, "N*K*P*Q") || ldisjoint(&l, "y", "x") || ldisjoint(&l, "y", "w") || ldisjoint(&l, "y", "bias");
+}
+
+static int check_pool(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	opinfo op = op_pool;
+	op.name = k;
+	launch_ l = {&op, a, why, cap};
+	static const char *dn[6] = {"N", "C", "H", "W", "R", "S"};
+	uint64_t d[6], p, q, nx, ny;
+	if (lgeneric(&l, n)) {
+		return 1;
+	}
+	for (int i = 0; i < 6; i++) {
+		if (ldim(&l, dn[i], &d[i])) {
+			return 1;
+		}
+	}
+	if (lgeometry(&l, d[2], d[3], d[4], d[5], 0, &p, &q) || lproduct(&l, "N*C*H*W", d, 4, &nx)) {
+		return 1;
+	}
+	uint64_t vy[4] = {d[0], d[1], p, q};
+	return lproduct(&l, "N*C*P*Q", vy, 4, &ny) || lwant(&l, "x", nx, "N*C*H*W") || lwant(&l, "y", ny, "N*C*P*Q") || ldisjoint(&l, "y", "x");
+}
+
+static int k_conv(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	int64_t nn = (int64_t)a[4].value, c = (int64_t)a[5].value, h = (int64_t)a[6].value, w = (int64_t)a[7].value, k = (int64_t)a[8].value,
+	        r = (int64_t)a[9].value, s = (int64_t)a[10].value, g = (int64_t)a[14].value;
+	int64_t sh = (int64_t)(a[11].value & 0xffffffffu), sw = (int64_t)(a[11].value >> 32);
+	int64_t ph = (int64_t)(a[12].value & 0xffffffffu), pw = (int64_t)(a[12].value >> 32);
+	int64_t dh = (int64_t)(a[13].value & 0xffffffffu), dw = (int64_t)(a[13].value >> 32);
+	int64_t p = (h + 2 * ph - dh * (r - 1) - 1) / sh + 1, q = (w + 2 * pw - dw * (s - 1) - 1) / sw + 1;
+	int64_t cg = c / g, kg = k / g;
+	for (int64_t ni = 0; ni < nn; ni++)
+		for (int64_t ki = 0; ki < k; ki++) {
+			int64_t c0 = (ki / kg) * cg;
+			for (int64_t pi = 0; pi < p; pi++)
+				for (int64_t qi = 0; qi < q; qi++) {
+					float sum = 0;
+					for (int64_t ci = 0; ci < cg; ci++)
+						for (int64_t ri = 0; ri < r; ri++) {
+							int64_t hi = pi * sh - ph + ri * dh;
+							if (hi < 0 || hi >= h) {
+								continue;
+							}
+							for (int64_t si = 0; si < s; si++) {
+								int64_t wi = qi * sw - pw + si * dw;
+								if (wi < 0 || wi >= w) {
+									continue;
+								}
+								volatile float prod = getf(b[0], (uint32_t)(((ni * c + c0 + ci) * h + hi) * w + wi)) *
+								                      getf(b[1], (uint32_t)(((ki * cg + ci) * r + ri) * s + si));
+								sum += prod;
+							}
+						}
+					if (a[2].len) {
+						sum += getf(b[2], (uint32_t)ki);
+					}
+					putf(b[3], (uint32_t)(((ni * k + ki) * p + pi) * q + qi), sum);
+				}
+		}
+	return 0;
+}
+
+static int k_pool_(karg *a, uint8_t **b, int is_max) {
+	int64_t nn = (int64_t)a[2].value, c = (int64_t)a[3].value, h = (int64_t)a[4].value, w = (int64_t)a[5].value, r = (int64_t)a[6].value,
+	        s = (int64_t)a[7].value;
+	int64_t sh = (int64_t)(a[8].value & 0xffffffffu), sw = (int64_t)(a[8].value >> 32);
+	int64_t ph = (int64_t)(a[9].value & 0xffffffffu), pw = (int64_t)(a[9].value >> 32);
+	int64_t p = (h + 2 * ph - r) / sh + 1, q = (w + 2 * pw - s) / sw + 1;
+	for (int64_t nc = 0; nc < nn * c; nc++)
+		for (int64_t pi = 0; pi < p; pi++)
+			for (int64_t qi = 0; qi < q; qi++) {
+				float acc = is_max ? -INFINITY : 0.0f;
+				int count = 0;
+				for (int64_t ri = 0; ri < r; ri++) {
+					int64_t hi = pi * sh - ph + ri;
+					if (hi < 0 || hi >= h) {
+						continue;
+					}
+					for (int64_t si = 0; si < s; si++) {
+						int64_t wi = qi * sw - pw + si;
+						if (wi < 0 || wi >= w) {
+							continue;
+						}
+						float v = getf(b[0], (uint32_t)(nc * h * w + hi * w + wi));
+						acc = is_max ? fmax_(acc, v) : acc + v;
+						count++;
+					}
+				}
+				if (!is_max && count > 0) {
+					acc /= (float)count;
+				}
+				putf(b[1], (uint32_t)((nc * p + pi) * q + qi), acc);
+			}
+	return 0;
+}
+static int k_maxpool(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	return k_pool_(a, b, 1);
+}
+static int k_avgpool(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	return k_pool_(a, b, 0);
 }
 
 static float tree_sum(const float *v, uint32_t n, const float *sq) {
@@ -1044,6 +1215,8 @@ static const program builtins[] = {
     {"layernorm", k_layernorm, check_norm},  {"rmsnorm", k_rmsnorm, check_norm},
     {"transpose", k_transpose, check_transpose}, {"gemm", k_gemm, check_gemm},
     {"gemm.fast", k_gemm, check_gemm},      {"gather", k_gather, check_gather},
+    {"conv2d", k_conv, check_conv},          {"conv2d.fast", k_conv, check_conv},
+    {"maxpool2d", k_maxpool, check_pool},    {"avgpool2d", k_avgpool, check_pool},
 };
 
 int stagehost_emu_program(stagehost_emu *e, const char *name) {

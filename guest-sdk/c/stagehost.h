@@ -586,8 +586,9 @@ STAGEHOST_MEMFN_ void *memmove(void *dst, const void *src, __SIZE_TYPE__ n) {
  * as the Go and Rust emulators do, checked against the same shared cases
  * (guest-sdk/testdata/emucases.txt). Kernels: noop, fill, copy, saxpy,
  * relu, bias, matmul, argmax, mlp_forward, and the float32 ops softmax,
- * log_softmax, layernorm, rmsnorm, transpose, gemm, gemm.fast and gather
- * (checked at submit against the op's contract, in the host's words). A stage that crashes crashes the
+ * log_softmax, layernorm, rmsnorm, transpose, gemm, gemm.fast, gather,
+ * conv2d, conv2d.fast, maxpool2d and avgpool2d (checked at submit against
+ * the op's contract, in the host's words). A stage that crashes crashes the
  * test: traps are not emulated; neither are deadlines. One emulator runs
  * at a time per process. */
 #if !defined(__wasm__)

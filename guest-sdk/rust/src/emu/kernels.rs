@@ -339,6 +339,8 @@ enum Check {
     Transpose,
     Gemm,
     Gather,
+    Conv,
+    Pool,
 }
 
 /// One op: its arguments (name, 'b' buffer of type, or 's' scalar of
@@ -409,6 +411,35 @@ const GEMM_ARGS: &[(&str, char, &str)] = &[
     ("strideA", 's', "u32"),
     ("strideB", 's', "u32"),
     ("strideC", 's', "u32"),
+];
+const CONV_ARGS: &[(&str, char, &str)] = &[
+    ("x", 'b', "f32"),
+    ("w", 'b', "f32"),
+    ("bias", 'b', "f32"),
+    ("y", 'b', "f32"),
+    ("N", 's', "u32"),
+    ("C", 's', "u32"),
+    ("H", 's', "u32"),
+    ("W", 's', "u32"),
+    ("K", 's', "u32"),
+    ("R", 's', "u32"),
+    ("S", 's', "u32"),
+    ("stride", 's', "u64"),
+    ("pad", 's', "u64"),
+    ("dil", 's', "u64"),
+    ("groups", 's', "u32"),
+];
+const POOL_ARGS: &[(&str, char, &str)] = &[
+    ("x", 'b', "f32"),
+    ("y", 'b', "f32"),
+    ("N", 's', "u32"),
+    ("C", 's', "u32"),
+    ("H", 's', "u32"),
+    ("W", 's', "u32"),
+    ("R", 's', "u32"),
+    ("S", 's', "u32"),
+    ("stride", 's', "u64"),
+    ("pad", 's', "u64"),
 ];
 const GATHER_ARGS: &[(&str, char, &str)] =
     &[("table", 'b', "f32"), ("idx", 'b', "i32"), ("out", 'b', "f32"), ("rows", 's', "u32"), ("cols", 's', "u32")];
@@ -532,7 +563,104 @@ static OPS: &[OpDef] = &[
     OpDef { name: "gemm", args: GEMM_ARGS, check: Check::Gemm, run: run_gemm },
     OpDef { name: "gemm.fast", args: GEMM_ARGS, check: Check::Gemm, run: run_gemm },
     OpDef { name: "gather", args: GATHER_ARGS, check: Check::Gather, run: run_gather },
+    OpDef { name: "conv2d", args: CONV_ARGS, check: Check::Conv, run: run_conv },
+    OpDef { name: "conv2d.fast", args: CONV_ARGS, check: Check::Conv, run: run_conv },
+    OpDef { name: "maxpool2d", args: POOL_ARGS, check: Check::Pool, run: |a| run_pool(a, true) },
+    OpDef { name: "avgpool2d", args: POOL_ARGS, check: Check::Pool, run: |a| run_pool(a, false) },
 ];
+
+fn halves(v: u64) -> (u64, u64) {
+    (v & 0xFFFF_FFFF, v >> 32)
+}
+
+fn run_conv(a: &mut [KArg]) -> Result<(), String> {
+    let g = |i: usize| a[i].value as usize;
+    let (nn, c, h, w, k, r, s, groups) = (g(4), g(5), g(6), g(7), g(8), g(9), g(10), g(14));
+    let (sh, sw) = halves(a[11].value);
+    let (ph, pw) = halves(a[12].value);
+    let (dh, dw) = halves(a[13].value);
+    let (sh, sw, ph, pw, dh, dw) = (sh as i64, sw as i64, ph as i64, pw as i64, dh as i64, dw as i64);
+    let p = ((h as i64 + 2 * ph - dh * (r as i64 - 1) - 1) / sh + 1) as usize;
+    let q = ((w as i64 + 2 * pw - dw * (s as i64 - 1) - 1) / sw + 1) as usize;
+    let (x, wt, bias) = (loadv(a, 0), loadv(a, 1), loadv(a, 2));
+    let mut y = std::vec![0f32; nn * k * p * q];
+    let (cg, kg) = (c / groups, k / groups);
+    for ni in 0..nn {
+        for ki in 0..k {
+            let c0 = (ki / kg) * cg;
+            for pi in 0..p {
+                for qi in 0..q {
+                    let mut sum = 0f32;
+                    for ci in 0..cg {
+                        for ri in 0..r {
+                            let hi = pi as i64 * sh - ph + ri as i64 * dh;
+                            if hi < 0 || hi >= h as i64 {
+                                continue;
+                            }
+                            for si in 0..s {
+                                let wi = qi as i64 * sw - pw + si as i64 * dw;
+                                if wi < 0 || wi >= w as i64 {
+                                    continue;
+                                }
+                                let xv = x[((ni * c + c0 + ci) * h + hi as usize) * w + wi as usize];
+                                let wv = wt[((ki * cg + ci) * r + ri) * s + si];
+                                sum += xv * wv;
+                            }
+                        }
+                    }
+                    if !bias.is_empty() {
+                        sum += bias[ki];
+                    }
+                    y[((ni * k + ki) * p + pi) * q + qi] = sum;
+                }
+            }
+        }
+    }
+    store(a, 3, &y);
+    Ok(())
+}
+
+fn run_pool(a: &mut [KArg], is_max: bool) -> Result<(), String> {
+    let g = |i: usize| a[i].value as usize;
+    let (nn, c, h, w, r, s) = (g(2), g(3), g(4), g(5), g(6), g(7));
+    let (sh, sw) = halves(a[8].value);
+    let (ph, pw) = halves(a[9].value);
+    let (sh, sw, ph, pw) = (sh as i64, sw as i64, ph as i64, pw as i64);
+    let p = ((h as i64 + 2 * ph - r as i64) / sh + 1) as usize;
+    let q = ((w as i64 + 2 * pw - s as i64) / sw + 1) as usize;
+    let x = loadv(a, 0);
+    let mut y = std::vec![0f32; nn * c * p * q];
+    for nc in 0..nn * c {
+        let plane = &x[nc * h * w..(nc + 1) * h * w];
+        for pi in 0..p {
+            for qi in 0..q {
+                let mut acc = if is_max { f32::NEG_INFINITY } else { 0.0 };
+                let mut count = 0;
+                for ri in 0..r {
+                    let hi = pi as i64 * sh - ph + ri as i64;
+                    if hi < 0 || hi >= h as i64 {
+                        continue;
+                    }
+                    for si in 0..s {
+                        let wi = qi as i64 * sw - pw + si as i64;
+                        if wi < 0 || wi >= w as i64 {
+                            continue;
+                        }
+                        let v = plane[hi as usize * w + wi as usize];
+                        acc = if is_max { fmax(acc, v) } else { acc + v };
+                        count += 1;
+                    }
+                }
+                if !is_max && count > 0 {
+                    acc /= count as f32;
+                }
+                y[(nc * p + pi) * q + qi] = acc;
+            }
+        }
+    }
+    store(a, 1, &y);
+    Ok(())
+}
 
 fn rsqrt32(v: f32) -> f32 {
     1.0 / fsqrt(v)
@@ -909,6 +1037,32 @@ impl<'a> L<'a> {
         self.in_place("y", "x")?;
         Ok(d[1])
     }
+    fn window(&self, axis: &str, inp: u64, r: u64, stride: u64, pad: u64, dil: u64) -> Result<u64, String> {
+        let span = dil * (r - 1) + 1;
+        if inp + 2 * pad < span {
+            return Err(self.err(std::format!(
+                "the {} window spans {} values, more than the padded input's {}: the output would be empty",
+                axis,
+                num(span),
+                num(inp + 2 * pad)
+            )));
+        }
+        Ok((inp + 2 * pad - span) / stride + 1)
+    }
+    fn geometry(&self, h: u64, w: u64, r: u64, s: u64, with_dil: bool) -> Result<(u64, u64), String> {
+        let (sh, sw) = halves(self.scalar("stride"));
+        let (ph, pw) = halves(self.scalar("pad"));
+        let (dh, dw) = if with_dil { halves(self.scalar("dil")) } else { (1, 1) };
+        if sh == 0 || sw == 0 {
+            return Err(self.err(std::format!("stride = ({}, {}): both halves must be at least 1", sh, sw)));
+        }
+        if dh == 0 || dw == 0 {
+            return Err(self.err(std::format!("dil = ({}, {}): both halves must be at least 1", dh, dw)));
+        }
+        let p = self.window("height", h, r, sh, ph, dh)?;
+        let q = self.window("width", w, s, sw, pw, dw)?;
+        Ok((p, q))
+    }
     fn disjoint(&self, out: &str, inp: &str) -> Result<(), String> {
         if self.overlap(out, inp) {
             return Err(self.err(std::format!("{} overlaps {}", out, inp)));
@@ -1102,6 +1256,47 @@ pub(crate) fn validate(op: &OpDef, args: &[LArg]) -> Result<(), String> {
             l.want_count("out", no, "len(idx)*cols")?;
             l.disjoint("out", "table")?;
             l.disjoint("out", "idx")
+        }
+        Check::Conv => {
+            let mut d = [0u64; 8];
+            for (i, n) in ["N", "C", "H", "W", "K", "R", "S", "groups"].iter().enumerate() {
+                d[i] = l.dim(n)?;
+            }
+            let (n, c, h, w, k, r, s, g) = (d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+            if c % g != 0 || k % g != 0 {
+                return Err(l.err(std::format!(
+                    "groups = {} divides neither C = {} nor K = {} evenly",
+                    num(g),
+                    num(c),
+                    num(k)
+                )));
+            }
+            let (p, q) = l.geometry(h, w, r, s, true)?;
+            let nx = l.product("N*C*H*W", &[n, c, h, w])?;
+            let nw = l.product("K*(C/groups)*R*S", &[k, c / g, r, s])?;
+            let ny = l.product("N*K*P*Q", &[n, k, p, q])?;
+            l.want_count("x", nx, "N*C*H*W")?;
+            l.want_count("w", nw, "K*(C/groups)*R*S")?;
+            let nb = l.count("bias");
+            if nb != 0 && nb != k {
+                return Err(l.err(std::format!("bias has {} values, want K = {} or none", num(nb), num(k))));
+            }
+            l.want_count("y", ny, "N*K*P*Q")?;
+            l.disjoint("y", "x")?;
+            l.disjoint("y", "w")?;
+            l.disjoint("y", "bias")
+        }
+        Check::Pool => {
+            let mut d = [0u64; 6];
+            for (i, n) in ["N", "C", "H", "W", "R", "S"].iter().enumerate() {
+                d[i] = l.dim(n)?;
+            }
+            let (p, q) = l.geometry(d[2], d[3], d[4], d[5], false)?;
+            let nx = l.product("N*C*H*W", &d[..4])?;
+            let ny = l.product("N*C*P*Q", &[d[0], d[1], p, q])?;
+            l.want_count("x", nx, "N*C*H*W")?;
+            l.want_count("y", ny, "N*C*P*Q")?;
+            l.disjoint("y", "x")
         }
         Check::Softmax => {
             let cols = l.rows_cols()?;

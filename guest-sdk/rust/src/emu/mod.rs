@@ -22,8 +22,9 @@
 //! `rsqrt`, `neg`, `abs`, `affine`, `add`, `sub`, `mul`, `div`, `max`,
 //! `min`, `reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_argmax`,
 //! `softmax`, `log_softmax`, `layernorm`, `rmsnorm`, `transpose`, `gemm`,
-//! `gemm.fast` and `gather`. The others (conv2d, pooling, cast, and every
-//! op at f16 or bf16 storage) are not emulated natively:
+//! `gemm.fast`, `gather`, `conv2d`, `conv2d.fast`, `maxpool2d` and
+//! `avgpool2d`. The others (`cast`, and every op at f16 or bf16 storage)
+//! are not emulated natively:
 //! [`Emulator::programs`] panics naming them, and the Go emulator or the
 //! simulator runs them. Deadlines are not emulated.
 
