@@ -28,6 +28,7 @@ type sharedCase struct {
 	outcome  string
 	output   []byte
 	hasOut   bool
+	fence    bool // the module's fence runs the case's fence lines
 }
 
 func parseSharedCases(t *testing.T, path string) []*sharedCase {
@@ -87,7 +88,8 @@ func parseSharedCases(t *testing.T, path string) []*sharedCase {
 			cur.outcome = rest
 		case "output":
 			cur.output, cur.hasOut = unhex(rest), true
-		case "call", "lasterr", "return":
+		case "call", "lasterr", "return", "fence":
+			cur.fence = cur.fence || kw == "fence"
 			cur.body.WriteString(l + "\n")
 		default:
 			t.Fatalf("%s:%d: unknown item %q", path, n+1, kw)
@@ -101,7 +103,8 @@ func parseSharedCases(t *testing.T, path string) []*sharedCase {
 
 // TestSharedCasesOnTheHost runs guest-sdk/testdata/emucases.txt on the
 // real host (the sim backend), through casestage.wasm, a Rust stage that
-// interprets each case's calls: the table the Go, Rust and C emulators
+// interprets each case's calls (and, where the case has fence lines, is
+// the session's fence): the table the Go, Rust and C emulators
 // run, so that all four agree on every status, out-value, last error and
 // outcome.
 func TestSharedCasesOnTheHost(t *testing.T) {
@@ -123,6 +126,9 @@ func TestSharedCasesOnTheHost(t *testing.T) {
 		if c.outlimit > 0 {
 			cfg = cfg.WithOutputLimit(c.outlimit)
 		}
+		if !c.fence {
+			cfg = cfg.WithDrainFence() // the built-in fence, not casestage's
+		}
 		s, err := engine(t).NewSession(ctx, f.rt, m, cfg)
 		if err != nil {
 			t.Errorf("case %s (line %d): %v", c.name, c.line, err)
@@ -142,6 +148,10 @@ func TestSharedCasesOnTheHost(t *testing.T) {
 			if !errors.Is(err, errdefs.ErrFault) || errors.As(err, &ce) {
 				t.Errorf("case %s (line %d): want a device fault, got %v", c.name, c.line, err)
 			}
+		case c.outcome == "quarantined":
+			if !errors.Is(err, errdefs.ErrDeviceLost) || s.Quarantined() == nil {
+				t.Errorf("case %s (line %d): want the session quarantined, got %v", c.name, c.line, err)
+			}
 		case strings.HasPrefix(c.outcome, "client "):
 			want, _ := strconv.Atoi(strings.TrimPrefix(c.outcome, "client "))
 			if !errors.As(err, &ce) || int(ce.Code) != want {
@@ -150,7 +160,8 @@ func TestSharedCasesOnTheHost(t *testing.T) {
 		default:
 			t.Fatalf("case %s: unknown outcome %q", c.name, c.outcome)
 		}
-		if err := s.Close(ctx); err != nil {
+		// A quarantined session's close reports the quarantine.
+		if err := s.Close(ctx); err != nil && c.outcome != "quarantined" {
 			t.Errorf("case %s: close: %v", c.name, err)
 		}
 	}

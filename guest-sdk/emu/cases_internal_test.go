@@ -33,6 +33,7 @@ func TestSharedCases(t *testing.T) {
 		budget, limit int
 		input, output []byte
 		hasOut        bool
+		fence         []string // the module fence's lines, if any
 	}
 	var cases []*scase
 	var cur *scase
@@ -74,6 +75,8 @@ func TestSharedCases(t *testing.T) {
 			cur.hasOut = true
 		case "call", "lasterr", "return":
 			cur.body = append(cur.body, l)
+		case "fence":
+			cur.fence = append(cur.fence, rest)
 		default:
 			t.Fatalf("line %d: unknown item %q", n+1, kw)
 		}
@@ -89,7 +92,12 @@ func TestSharedCases(t *testing.T) {
 		if c.limit > 0 {
 			cfg = cfg.WithOutputLimit(c.limit)
 		}
-		e := New(cfg)
+		var e *Emulator
+		if c.fence != nil {
+			lines := c.fence
+			cfg = cfg.WithFence(func() error { return caseFence((*abiHost)(e), lines) })
+		}
+		e = New(cfg)
 		for _, s := range c.streams {
 			e.Stream(s)
 		}
@@ -124,6 +132,11 @@ func TestSharedCases(t *testing.T) {
 			if !errors.As(err, &fe) {
 				t.Errorf("case %s (line %d): want a device fault, got %v", c.name, c.line, err)
 			}
+		case c.outcome == "quarantined":
+			var qe *QuarantineError
+			if !errors.As(err, &qe) || e.Quarantined() == nil {
+				t.Errorf("case %s (line %d): want the session quarantined, got %v", c.name, c.line, err)
+			}
 		case strings.HasPrefix(c.outcome, "client "):
 			want, _ := strconv.Atoi(strings.TrimPrefix(c.outcome, "client "))
 			if !errors.As(err, &ce) || int(ce.Code) != want {
@@ -133,6 +146,32 @@ func TestSharedCases(t *testing.T) {
 			t.Fatalf("case %s: unknown outcome %q", c.name, c.outcome)
 		}
 	}
+}
+
+// caseFence is a shared case's module fence: its lines run in order until
+// one is not 0 (ok: 0; code N: N; sync NAME: stream_sync's status), and
+// the status is returned as the fence export would return it.
+func caseFence(h *abiHost, lines []string) error {
+	for _, l := range lines {
+		f := strings.Fields(l)
+		var st int32
+		switch {
+		case f[0] == "ok":
+		case f[0] == "code" && len(f) == 2:
+			st = int32(u(f[1]))
+		case f[0] == "sync" && len(f) == 2:
+			var s uint64
+			if s, st = h.StreamGet([]byte(f[1])); st == 0 {
+				st = h.StreamSync(s)
+			}
+		default:
+			st = 1
+		}
+		if st != 0 {
+			return &stagehost.Error{Op: "fence", Status: stagehost.Status(st)}
+		}
+	}
+	return nil
 }
 
 // interp runs the call lines of a shared case on the raw host functions.

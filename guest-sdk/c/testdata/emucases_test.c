@@ -328,6 +328,33 @@ static int line(const char *l) {
 	return 0;
 }
 
+static char *fence_lines[16];
+static int nfence;
+
+/* The case's module fence: its lines in order until one is not 0 (ok: 0;
+ * code N: N; sync NAME: stream_sync's status). */
+static int32_t fence(void) {
+	for (int i = 0; i < nfence; i++) {
+		const char *l = fence_lines[i];
+		stagehost_status st = 1;
+		if (strcmp(l, "ok") == 0) {
+			st = 0;
+		} else if (strncmp(l, "code ", 5) == 0) {
+			st = (stagehost_status)u(l + 5);
+		} else if (strncmp(l, "sync ", 5) == 0) {
+			stagehost_handle s;
+			st = stagehost_stream_get(l + 5, stagehost_strlen(l + 5), &s);
+			if (st == STAGEHOST_OK) {
+				st = stagehost_stream_sync(s);
+			}
+		}
+		if (st != STAGEHOST_OK) {
+			return st;
+		}
+	}
+	return 0;
+}
+
 static int32_t stage(void) {
 	nvars = 0;
 	code = 0;
@@ -367,7 +394,7 @@ int main(int argc, char **argv) {
 		if (strncmp(l, "case ", 5) == 0) {
 			snprintf(name, sizeof name, "%s", rest);
 			e = stagehost_emu_new();
-			nscript = 0, input_len = 0, output_len = 0, has_out = 0, case_line = lineno;
+			nscript = 0, nfence = 0, input_len = 0, output_len = 0, has_out = 0, case_line = lineno;
 			strcpy(outcome, "ok");
 		} else if (!e) {
 			fprintf(stderr, "line %d: outside a case\n", lineno);
@@ -394,6 +421,10 @@ int main(int argc, char **argv) {
 			snprintf(outcome, sizeof outcome, "%s", rest);
 		} else if (strncmp(l, "output", 6) == 0) {
 			output_len = unhex(rest, output), has_out = 1;
+		} else if (strncmp(l, "fence ", 6) == 0) {
+			fence_lines[nfence] = malloc(strlen(rest) + 1);
+			strcpy(fence_lines[nfence++], rest);
+			stagehost_emu_fence(e, fence);
 		} else if (strncmp(l, "call ", 5) == 0 || strncmp(l, "lasterr ", 8) == 0 || strncmp(l, "return ", 7) == 0) {
 			script[nscript] = malloc(strlen(l) + 1);
 			strcpy(script[nscript++], l);
@@ -404,6 +435,8 @@ int main(int argc, char **argv) {
 				ok = r.outcome == STAGEHOST_EMU_OK && (!has_out || (r.output_len == output_len && memcmp(r.output, output, output_len) == 0));
 			} else if (strcmp(outcome, "fault") == 0) {
 				ok = r.outcome == STAGEHOST_EMU_FAULT;
+			} else if (strcmp(outcome, "quarantined") == 0) {
+				ok = r.outcome == STAGEHOST_EMU_QUARANTINED;
 			} else if (strncmp(outcome, "client ", 7) == 0) {
 				ok = r.outcome == STAGEHOST_EMU_CLIENT && r.code == (int32_t)u(outcome + 7);
 			} else {
@@ -416,6 +449,9 @@ int main(int argc, char **argv) {
 			}
 			for (int i = 0; i < nscript; i++) {
 				free(script[i]);
+			}
+			for (int i = 0; i < nfence; i++) {
+				free(fence_lines[i]);
 			}
 			stagehost_emu_free(e);
 			e = NULL;

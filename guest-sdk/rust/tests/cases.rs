@@ -13,6 +13,11 @@ std::thread_local! {
     static SCRIPT: RefCell<String> = RefCell::new(String::new());
 }
 
+fn fence() -> i32 {
+    let script = SCRIPT.with(|s| s.borrow().clone());
+    interp::fence(&script)
+}
+
 fn stage() -> i32 {
     let script = SCRIPT.with(|s| s.borrow().clone());
     match interp::run(&script) {
@@ -36,6 +41,7 @@ struct Case {
     input: Vec<u8>,
     outcome: String,
     output: Option<Vec<u8>>,
+    fence: bool,
 }
 
 fn hex(s: &str) -> Vec<u8> {
@@ -65,6 +71,7 @@ fn parse(text: &str) -> Vec<Case> {
                 input: vec![],
                 outcome: "ok".into(),
                 output: None,
+                fence: false,
             });
             continue;
         }
@@ -82,7 +89,10 @@ fn parse(text: &str) -> Vec<Case> {
             "input" => c.input = hex(rest),
             "outcome" => c.outcome = rest.into(),
             "output" => c.output = Some(hex(rest)),
-            "call" | "lasterr" | "return" => {
+            "call" | "lasterr" | "return" | "fence" => {
+                if kw == "fence" {
+                    c.fence = true;
+                }
                 c.body.push_str(l);
                 c.body.push('\n');
             }
@@ -107,6 +117,9 @@ fn shared_cases() {
         if let Some(o) = c.outlimit {
             cfg = cfg.with_output_limit(o);
         }
+        if c.fence {
+            cfg = cfg.with_fence(fence);
+        }
         let mut e = Emulator::new(cfg);
         for s in &c.streams {
             e = e.stream(s);
@@ -121,6 +134,7 @@ fn shared_cases() {
         let ok = match (c.outcome.as_str(), &res) {
             ("ok", Ok(out)) => c.output.as_ref().map_or(true, |w| w == out),
             ("fault", Err(RunError::Fault { .. })) => true,
+            ("quarantined", Err(RunError::Quarantined { .. })) => e.quarantined().is_some(),
             (o, Err(RunError::Client { code, .. })) if o.starts_with("client ") => o[7..].parse::<i32>().unwrap() == *code,
             _ => false,
         };

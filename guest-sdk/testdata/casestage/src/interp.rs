@@ -345,7 +345,7 @@ impl Interp {
                 self.code = num(self.word(toks.get(1))?)? as i32;
                 Ok(())
             }
-            _ => Ok(()), // declarations and outcomes are the harness's
+            _ => Ok(()), // fence lines, declarations and outcomes are the harness's
         }
     }
 }
@@ -362,4 +362,35 @@ pub fn run(script: &str) -> Result<i32, String> {
         it.line(l).map_err(|e| std::format!("{}: {}", l, e))?;
     }
     Ok(it.code)
+}
+
+/// Runs the case's fence lines as its stagehost_fence: `fence ok` returns
+/// 0 at once (whatever is pending), `fence code N` returns N, `fence sync
+/// NAME` syncs the stream NAME and returns 0, or the sync's FAULT (or the
+/// lookup's status). Later lines run only after a 0.
+pub fn fence(script: &str) -> i32 {
+    for line in script.lines() {
+        let mut f = line.split_whitespace();
+        if f.next() != Some("fence") {
+            continue;
+        }
+        let st = match (f.next(), f.next()) {
+            (Some("ok"), _) => 0,
+            (Some("code"), Some(n)) => n.parse().unwrap_or(1),
+            (Some("sync"), Some(name)) => {
+                let mut h = 0u64;
+                let st = unsafe { sys::stream_get(name.as_ptr(), name.len() as u32, &mut h) };
+                if st != 0 {
+                    st
+                } else {
+                    unsafe { sys::stream_sync(h) }
+                }
+            }
+            _ => 1,
+        };
+        if st != 0 {
+            return st;
+        }
+    }
+    0
 }

@@ -2,7 +2,9 @@
 //! A call of entry "load" stores its input (the case's call lines); a call
 //! of entry "main" (with the case's own input) runs them through the raw
 //! host functions and returns the case's code, or 99 with the first
-//! mismatch as its error message. Entry "panic" panics, through the SDK's
+//! mismatch as its error message. Its stagehost_fence runs the case's
+//! fence lines (the host uses it where the case has some; the built-in
+//! fence otherwise). Entry "panic" panics, through the SDK's
 //! stage wrapper, whose hook logs the message before the module traps.
 
 mod interp;
@@ -11,6 +13,9 @@ use std::cell::RefCell;
 
 std::thread_local! {
     static SCRIPT: RefCell<String> = RefCell::new(String::new());
+    // Whether this call ran the case ("main"): the fence of a "load" call
+    // has nothing to do.
+    static RAN: RefCell<bool> = RefCell::new(false);
 }
 
 #[no_mangle]
@@ -35,6 +40,7 @@ pub extern "C" fn stagehost_run() -> i32 {
         };
     }
     let script = SCRIPT.with(|s| s.borrow().clone());
+    RAN.with(|r| *r.borrow_mut() = true);
     match interp::run(&script) {
         Ok(code) => code,
         Err(msg) => {
@@ -46,4 +52,13 @@ pub extern "C" fn stagehost_run() -> i32 {
 
 fn deliberate_panic() -> stagehost::Result<()> {
     panic!("casestage: a deliberate panic")
+}
+
+#[no_mangle]
+pub extern "C" fn stagehost_fence() -> i32 {
+    if !RAN.with(|r| std::mem::replace(&mut *r.borrow_mut(), false)) {
+        return 0;
+    }
+    let script = SCRIPT.with(|s| s.borrow().clone());
+    interp::fence(&script)
 }
