@@ -21,6 +21,7 @@ typedef struct karg {
 	uint32_t buf; /* buffer index */
 	uint32_t off, len;
 	uint64_t value;
+	uint8_t dtype; /* a buffer's values: 0 f32, 1 f16, 2 bf16, 3 i32, 4 bytes */
 } karg;
 
 /* A kernel reads and writes bufs[i] (len bytes each, copies of the ranges);
@@ -29,9 +30,14 @@ typedef int (*kernel_fn)(karg *a, uint32_t n, uint8_t **bufs, char *why, size_t 
 typedef int (*check_fn)(const char *name, const karg *a, uint32_t n, char *why, size_t cap);
 
 typedef struct program {
-	const char *name;
+	char name[48];
 	kernel_fn run;
 	check_fn check;
+	/* Per argument: T a buffer of the storage type, f f32, i i32, B bytes,
+	 * - a scalar (NULL: every buffer f32). half: OP.f16 and OP.bf16 exist. */
+	const char *btypes;
+	int half;
+	uint8_t dtype; /* the storage type: 0 f32, 1 f16, 2 bf16 */
 } program;
 
 typedef struct object {
@@ -592,6 +598,9 @@ static void num(char *dst, size_t cap, uint64_t v) { /* 4,096 */
 	dst[o] = 0;
 }
 
+static uint32_t dsize(uint8_t dtype);
+static const char *dname(uint8_t dtype);
+
 /* softmax's contract (hw/internal/ops), in its words. */
 static int check_softmax(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
 	static const char *names[] = {"x", "y", "rows", "cols", "causal"};
@@ -603,12 +612,12 @@ static int check_softmax(const char *k, const karg *a, uint32_t n, char *why, si
 		if (i < 2 && !a[i].is_buf) {
 			return REFUSE("%s: %s (argument %u) is a scalar, want a buffer range", k, names[i], i);
 		}
-		if (i < 2 && a[i].len % 4) {
+		if (i < 2 && a[i].len % dsize(a[i].dtype)) {
 			num(n1, sizeof n1, a[i].len);
-			return REFUSE("%s: %s has %s bytes, not a whole number of f32 values", k, names[i], n1);
+			return REFUSE("%s: %s has %s bytes, not a whole number of %s values", k, names[i], n1, dname(a[i].dtype));
 		}
-		if (i < 2 && a[i].len && address(&a[i]) % 4) {
-			return REFUSE("%s: %s is not 4-byte aligned", k, names[i]);
+		if (i < 2 && a[i].len && address(&a[i]) % dsize(a[i].dtype)) {
+			return REFUSE("%s: %s is not %u-byte aligned", k, names[i], dsize(a[i].dtype));
 		}
 		if (i >= 2 && a[i].is_buf) {
 			return REFUSE("%s: %s (argument %u) is a buffer range, want a scalar", k, names[i], i);
@@ -632,8 +641,8 @@ static int check_softmax(const char *k, const karg *a, uint32_t n, char *why, si
 		return REFUSE("%s: rows*cols exceeds the limit 2,147,483,647", k);
 	}
 	for (uint32_t i = 0; i < 2; i++) {
-		if (a[i].len / 4 != rc) {
-			num(n1, sizeof n1, a[i].len / 4);
+		if (a[i].len / dsize(a[i].dtype) != rc) {
+			num(n1, sizeof n1, a[i].len / dsize(a[i].dtype));
 			num(n2, sizeof n2, rc);
 			return REFUSE("%s: %s has %s values, rows*cols = %s", k, names[i], n1, n2);
 		}
@@ -677,7 +686,10 @@ static int lidx(const launch_ *l, const char *name) {
 	abort();
 }
 static uint64_t lscalar(const launch_ *l, const char *name) { return l->a[lidx(l, name)].value; }
-static uint64_t lcount(const launch_ *l, const char *name) { return l->a[lidx(l, name)].len / 4; }
+static uint64_t lcount(const launch_ *l, const char *name) {
+	const karg *a = &l->a[lidx(l, name)];
+	return a->len / dsize(a->dtype);
+}
 
 #define LREFUSE(l, ...) (lrefuse((l), __VA_ARGS__))
 static int lrefuse(const launch_ *l, const char *fmt, ...) {
@@ -750,6 +762,12 @@ static int linplace(const launch_ *l, const char *out, const char *in) {
 	return 0;
 }
 
+static uint32_t dsize(uint8_t dtype) { return dtype == 1 || dtype == 2 ? 2 : dtype == 4 ? 1 : 4; }
+static const char *dname(uint8_t dtype) {
+	static const char *n[] = {"f32", "f16", "bf16", "i32", "bytes"};
+	return dtype < 5 ? n[dtype] : "f32";
+}
+
 static int lgeneric(const launch_ *l, uint32_t n) {
 	char n1[32];
 	if ((int)n != l->op->nargs) {
@@ -761,12 +779,13 @@ static int lgeneric(const launch_ *l, uint32_t n) {
 			if (!l->a[i].is_buf) {
 				return LREFUSE(l, "%s (argument %d) is a scalar, want a buffer range", nm, i);
 			}
-			if (l->a[i].len % 4) {
+			uint32_t es = dsize(l->a[i].dtype);
+			if (l->a[i].len % es) {
 				num(n1, sizeof n1, l->a[i].len);
-				return LREFUSE(l, "%s has %s bytes, not a whole number of %s values", nm, n1, l->op->types[i] == 'i' ? "i32" : "f32");
+				return LREFUSE(l, "%s has %s bytes, not a whole number of %s values", nm, n1, dname(l->a[i].dtype));
 			}
-			if (l->a[i].len && address(&l->a[i]) % 4) {
-				return LREFUSE(l, "%s is not 4-byte aligned", nm);
+			if (l->a[i].len && address(&l->a[i]) % es) {
+				return LREFUSE(l, "%s is not %u-byte aligned", nm, es);
 			}
 		} else {
 			if (l->a[i].is_buf) {
@@ -1205,25 +1224,489 @@ static int k_gather(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
 	return 0;
 }
 
+/* Half storage (hw/internal/ops/half.go), bit for bit. */
+static uint16_t f32_to_f16(float f) {
+	uint32_t b;
+	memcpy(&b, &f, 4);
+	uint16_t sign = (uint16_t)(b >> 16) & 0x8000;
+	int exp = (int)(b >> 23) & 0xff;
+	uint32_t man = b & 0x7fffff;
+	if (exp == 0xff) {
+		return man ? (uint16_t)(sign | 0x7e00 | (man >> 13)) : (uint16_t)(sign | 0x7c00);
+	}
+	int e = exp - 127 + 15;
+	if (e >= 0x1f) {
+		return sign | 0x7c00;
+	}
+	if (e <= 0) {
+		unsigned shift = (unsigned)(14 - e);
+		if (shift > 24 || exp == 0) {
+			return sign;
+		}
+		uint32_t m = man | 0x800000, r = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+		if (rem > halfway || (rem == halfway && (r & 1))) {
+			r++;
+		}
+		return (uint16_t)(sign | r);
+	}
+	uint32_t h = (uint32_t)e << 10 | man >> 13, rem = man & 0x1fff;
+	if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) {
+		h++;
+	}
+	return (uint16_t)(sign | h);
+}
+static float u2f(uint32_t u) {
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+static uint32_t f2u(float f) {
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+static float f16_to_f32(uint16_t h) {
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+	if (e == 0) {
+		return u2f(f2u((float)m * (1.0f / 16777216.0f)) | sign);
+	}
+	if (e == 0x1f) {
+		return u2f(sign | 0x7f800000 | m << 13);
+	}
+	return u2f(sign | (e + 127 - 15) << 23 | m << 13);
+}
+static uint16_t f32_to_bf16(float f) {
+	uint32_t b = f2u(f);
+	if ((b & 0x7fffffff) > 0x7f800000) {
+		return (uint16_t)((b >> 16) | 0x40);
+	}
+	b += 0x7fff + ((b >> 16) & 1);
+	return (uint16_t)(b >> 16);
+}
+static float bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
+static int32_t f32_to_i32(float f) {
+	if (f != f) {
+		return 0;
+	}
+	if (f >= 2147483648.0f) {
+		return INT32_MAX;
+	}
+	if (f <= -2147483648.0f) {
+		return INT32_MIN;
+	}
+	return (int32_t)f;
+}
+static uint16_t i32_to_bf16(int32_t v) {
+	uint64_t a = v < 0 ? (uint64_t)(-(int64_t)v) : (uint64_t)v;
+	float sign = v < 0 ? -1.0f : 1.0f;
+	int n = 0;
+	for (uint64_t t = a; t; t >>= 1) {
+		n++;
+	}
+	if (n <= 8) {
+		return f32_to_bf16(sign * (float)a);
+	}
+	unsigned shift = (unsigned)(n - 8);
+	uint64_t r = a >> shift, rem = a & ((1ull << shift) - 1), halfway = 1ull << (shift - 1);
+	if (rem > halfway || (rem == halfway && (r & 1))) {
+		r++;
+	}
+	return f32_to_bf16(sign * (float)(r << shift));
+}
+
+/* Elementwise ops, reductions and cast (float32 arithmetic; the values of
+ * half storage are converted at the kernel's boundary, in retire). */
+static float u_exp(float x) { return (float)exp((double)x); }
+static float u_log(float x) { return (float)log((double)x); }
+static float u_tanh(float x) { return (float)tanh((double)x); }
+static double sigmoid64(double x) { return 1 / (1 + exp(-x)); }
+static float u_sigmoid(float x) { return (float)sigmoid64((double)x); }
+static float u_silu(float x) { return x == -INFINITY ? -0.0f : (float)((double)x * sigmoid64((double)x)); }
+static float u_sqrt(float x) { return (float)sqrt((double)x); }
+static float u_rsqrt(float x) {
+	volatile float s = u_sqrt(x);
+	return 1.0f / s;
+}
+static float u_neg(float x) { return u2f(f2u(x) ^ 0x80000000u); }
+static float u_abs(float x) { return u2f(f2u(x) & 0x7fffffffu); }
+
+static const struct {
+	const char *name;
+	float (*f)(float);
+} unary_ops[] = {{"exp", u_exp},   {"log", u_log},   {"tanh", u_tanh},   {"sigmoid", u_sigmoid}, {"silu", u_silu},
+                 {"sqrt", u_sqrt}, {"rsqrt", u_rsqrt}, {"neg", u_neg},   {"abs", u_abs}};
+
+static const opinfo op_unary = {"unary", 2, {"x", "y"}, "bb", "ff"};
+static const opinfo op_affine = {"affine", 4, {"x", "y", "a", "b"}, "bbss", "ffFF"};
+static const opinfo op_binary = {"binary", 11, {"a", "b", "c", "a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"}, "bbbssssssss", "fffuuuuuuuu"};
+static const opinfo op_reduce = {"reduce", 5, {"x", "y", "outer", "n", "inner"}, "bbsss", "ffuuu"};
+static const opinfo op_cast = {"cast", 4, {"x", "y", "from", "to"}, "bbss", "BBuu"};
+
+static int check_unary(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	opinfo op = strcmp(k, "affine") == 0 || strncmp(k, "affine.", 7) == 0 ? op_affine : op_unary;
+	op.name = k;
+	launch_ l = {&op, a, why, cap};
+	if (lgeneric(&l, n)) {
+		return 1;
+	}
+	uint64_t c = lcount(&l, "x");
+	if (c == 0) {
+		return LREFUSE(&l, "x has 0 values: zero-size launches are refused");
+	}
+	return lwant(&l, "y", c, "len(x)") || linplace(&l, "y", "x");
+}
+
+static int check_binary(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	opinfo op = op_binary;
+	op.name = k;
+	launch_ l = {&op, a, why, cap};
+	static const char *an[4] = {"a0", "a1", "a2", "a3"}, *bn[4] = {"b0", "b1", "b2", "b3"};
+	uint64_t av[4], bv[4], cv[4], na, nb, nc;
+	char n1[32], n2[32];
+	if (lgeneric(&l, n)) {
+		return 1;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (ldim(&l, an[i], &av[i])) {
+			return 1;
+		}
+	}
+	for (int i = 0; i < 4; i++) {
+		if (ldim(&l, bn[i], &bv[i])) {
+			return 1;
+		}
+	}
+	for (int i = 0; i < 4; i++) {
+		if (av[i] == bv[i] || bv[i] == 1) {
+			cv[i] = av[i];
+		} else if (av[i] == 1) {
+			cv[i] = bv[i];
+		} else {
+			num(n1, sizeof n1, av[i]);
+			num(n2, sizeof n2, bv[i]);
+			return LREFUSE(&l, "dim %d: a%d = %s and b%d = %s do not broadcast", i, i, n1, i, n2);
+		}
+	}
+	if (lproduct(&l, "a0*a1*a2*a3", av, 4, &na) || lproduct(&l, "b0*b1*b2*b3", bv, 4, &nb) || lproduct(&l, "the broadcast shape", cv, 4, &nc) ||
+	    lwant(&l, "a", na, "a0*a1*a2*a3") || lwant(&l, "b", nb, "b0*b1*b2*b3") || lwant(&l, "c", nc, "the broadcast shape's product")) {
+		return 1;
+	}
+	const char *ins[2] = {"a", "b"};
+	uint64_t ns[2] = {na, nb};
+	for (int i = 0; i < 2; i++) {
+		int same;
+		int ov = loverlap(&l, "c", ins[i], &same);
+		if (same && ns[i] == nc) {
+			continue;
+		}
+		if (ov) {
+			if (ns[i] != nc) {
+				return LREFUSE(&l, "c overlaps %s, which is broadcast (only an operand of c's shape may be c)", ins[i]);
+			}
+			return LREFUSE(&l, "c partially overlaps %s (it may be exactly %s, or apart)", ins[i], ins[i]);
+		}
+	}
+	return 0;
+}
+
+static int check_reduce(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	opinfo op = op_reduce;
+	op.name = k;
+	launch_ l = {&op, a, why, cap};
+	uint64_t d[3], nx, ny;
+	if (lgeneric(&l, n) || ldim(&l, "outer", &d[0]) || ldim(&l, "n", &d[1]) || ldim(&l, "inner", &d[2]) || lproduct(&l, "outer*n*inner", d, 3, &nx)) {
+		return 1;
+	}
+	uint64_t oi[2] = {d[0], d[2]};
+	return lproduct(&l, "outer*inner", oi, 2, &ny) || lwant(&l, "x", nx, "outer*n*inner") || lwant(&l, "y", ny, "outer*inner") ||
+	       ldisjoint(&l, "y", "x");
+}
+
+static int check_cast(const char *k, const karg *a, uint32_t n, char *why, size_t cap) {
+	opinfo op = op_cast;
+	op.name = k;
+	launch_ l = {&op, a, why, cap};
+	char n1[32], n2[32];
+	if (lgeneric(&l, n)) {
+		return 1;
+	}
+	uint64_t from = a[2].value, to = a[3].value;
+	if (from > 3) {
+		num(n1, sizeof n1, from);
+		return LREFUSE(&l, "from = %s is not a dtype code (0 f32, 1 f16, 2 bf16, 3 i32)", n1);
+	}
+	if (to > 3) {
+		num(n1, sizeof n1, to);
+		return LREFUSE(&l, "to = %s is not a dtype code (0 f32, 1 f16, 2 bf16, 3 i32)", n1);
+	}
+	uint32_t fs = dsize((uint8_t)from), ts = dsize((uint8_t)to);
+	if (a[0].len % fs || (a[0].len && address(&a[0]) % fs)) {
+		num(n1, sizeof n1, a[0].len);
+		return LREFUSE(&l, "x (%s bytes) is not whole, aligned %s values", n1, dname((uint8_t)from));
+	}
+	if (a[1].len % ts || (a[1].len && address(&a[1]) % ts)) {
+		num(n1, sizeof n1, a[1].len);
+		return LREFUSE(&l, "y (%s bytes) is not whole, aligned %s values", n1, dname((uint8_t)to));
+	}
+	uint64_t nv = a[0].len / fs;
+	if (nv == 0) {
+		return LREFUSE(&l, "x has 0 values: zero-size launches are refused");
+	}
+	if (a[1].len / ts != nv) {
+		num(n1, sizeof n1, a[1].len / ts);
+		num(n2, sizeof n2, nv);
+		return LREFUSE(&l, "y has %s %s values, len(x) = %s", n1, dname((uint8_t)to), n2);
+	}
+	return fs == ts ? linplace(&l, "y", "x") : ldisjoint(&l, "y", "x");
+}
+
+static float (*unary_fn(const char *name))(float) {
+	size_t n = strcspn(name, ".");
+	for (size_t i = 0; i < sizeof unary_ops / sizeof unary_ops[0]; i++) {
+		if (strlen(unary_ops[i].name) == n && strncmp(unary_ops[i].name, name, n) == 0) {
+			return unary_ops[i].f;
+		}
+	}
+	return NULL;
+}
+
+/* The running program's name, for kernels shared by several programs. */
+static const char *running_program;
+
+static int k_unary(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	float (*f)(float) = unary_fn(running_program);
+	for (uint32_t i = 0; i < a[0].len / 4; i++) {
+		putf(b[1], i, f(getf(b[0], i)));
+	}
+	return 0;
+}
+
+static int k_affine(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	float k = scalar_f32(&a[2]), c = scalar_f32(&a[3]);
+	for (uint32_t i = 0; i < a[0].len / 4; i++) {
+		volatile float p = k * getf(b[0], i);
+		putf(b[1], i, p + c);
+	}
+	return 0;
+}
+
+static float b_add(float x, float y) { return x + y; }
+static float b_sub(float x, float y) { return x - y; }
+static float b_mul(float x, float y) { return x * y; }
+static float b_div(float x, float y) { return x / y; }
+static float b_min(float a, float b) {
+	if (a != a) return a;
+	if (b != b) return b;
+	if (a < b) return a;
+	if (b < a) return b;
+	return signbit(a) ? a : b;
+}
+
+static int k_binary(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	size_t l = strcspn(running_program, ".");
+	float (*f)(float, float) = strncmp(running_program, "add", l) == 0 ? b_add
+	                           : strncmp(running_program, "sub", l) == 0 ? b_sub
+	                           : strncmp(running_program, "mul", l) == 0 ? b_mul
+	                           : strncmp(running_program, "div", l) == 0 ? b_div
+	                           : strncmp(running_program, "max", l) == 0 ? fmax_
+	                                                                      : b_min;
+	size_t as[4], bs[4], cs[4], sa[4] = {0}, sb[4] = {0}, pa = 1, pb = 1, k = 0;
+	for (int i = 0; i < 4; i++) {
+		as[i] = (size_t)a[3 + i].value, bs[i] = (size_t)a[7 + i].value;
+		cs[i] = as[i] > bs[i] ? as[i] : bs[i];
+	}
+	for (int i = 3; i >= 0; i--) {
+		if (as[i] != 1) sa[i] = pa;
+		if (bs[i] != 1) sb[i] = pb;
+		pa *= as[i], pb *= bs[i];
+	}
+	float *out = xrealloc(NULL, cs[0] * cs[1] * cs[2] * cs[3] * 4);
+	for (size_t i0 = 0; i0 < cs[0]; i0++)
+		for (size_t i1 = 0; i1 < cs[1]; i1++)
+			for (size_t i2 = 0; i2 < cs[2]; i2++)
+				for (size_t i3 = 0; i3 < cs[3]; i3++) {
+					size_t ia = i0 * sa[0] + i1 * sa[1] + i2 * sa[2] + i3 * sa[3], ib = i0 * sb[0] + i1 * sb[1] + i2 * sb[2] + i3 * sb[3];
+					out[k++] = f(getf(b[0], (uint32_t)ia), getf(b[1], (uint32_t)ib));
+				}
+	memcpy(b[2], out, k * 4);
+	free(out);
+	return 0;
+}
+
+static int k_reduce(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	size_t outer = (size_t)a[2].value, nn = (size_t)a[3].value, inner = (size_t)a[4].value;
+	size_t l = strcspn(running_program, ".");
+	int mode = strncmp(running_program, "reduce_max", l) == 0 ? 2 : strncmp(running_program, "reduce_mean", l) == 0 ? 1 : 0;
+	float *col = xrealloc(NULL, (nn ? nn : 1) * 4);
+	for (size_t o = 0; o < outer; o++)
+		for (size_t i = 0; i < inner; i++) {
+			for (size_t j = 0; j < nn; j++) {
+				col[j] = getf(b[0], (uint32_t)((o * nn + j) * inner + i));
+			}
+			float v;
+			if (mode == 2) {
+				uint8_t tmp[4 * 256];
+				(void)tmp;
+				v = tree_max((const uint8_t *)col, (uint32_t)nn);
+			} else {
+				v = tree_sum(col, (uint32_t)nn, NULL);
+				if (mode == 1) {
+					v /= (float)nn;
+				}
+			}
+			putf(b[1], (uint32_t)(o * inner + i), v);
+		}
+	free(col);
+	return 0;
+}
+
+static int k_reduce_argmax(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	size_t outer = (size_t)a[2].value, nn = (size_t)a[3].value, inner = (size_t)a[4].value;
+	for (size_t o = 0; o < outer; o++)
+		for (size_t i = 0; i < inner; i++) {
+			int64_t best = -1;
+			float bv = 0;
+			for (size_t j = 0; j < nn; j++) {
+				float v = getf(b[0], (uint32_t)((o * nn + j) * inner + i));
+				if (v != v) {
+					continue;
+				}
+				if (best < 0 || v > bv) {
+					best = (int64_t)j, bv = v;
+				}
+			}
+			uint32_t r = best < 0 ? 0 : (uint32_t)best;
+			memcpy(b[1] + 4 * (o * inner + i), &r, 4);
+		}
+	return 0;
+}
+
+static void put_float(uint8_t *out, uint64_t t, uint32_t i, float f) {
+	if (t == 1) {
+		uint16_t h = f32_to_f16(f);
+		memcpy(out + 2 * i, &h, 2);
+	} else if (t == 2) {
+		uint16_t h = f32_to_bf16(f);
+		memcpy(out + 2 * i, &h, 2);
+	} else {
+		putf(out, i, f);
+	}
+}
+
+static int k_cast(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
+	(void)n, (void)why, (void)cap;
+	uint64_t from = a[2].value, to = a[3].value;
+	uint32_t nv = a[0].len / dsize((uint8_t)from);
+	uint8_t *out = xrealloc(NULL, a[1].len ? a[1].len : 1);
+	memset(out, 0, a[1].len);
+	for (uint32_t i = 0; i < nv; i++) {
+		if (from == 3) {
+			int32_t v;
+			memcpy(&v, b[0] + 4 * i, 4);
+			if (to == 3) {
+				memcpy(out + 4 * i, &v, 4);
+			} else if (to == 2) {
+				uint16_t h = i32_to_bf16(v);
+				memcpy(out + 2 * i, &h, 2);
+			} else {
+				put_float(out, to, i, (float)v);
+			}
+			continue;
+		}
+		float f;
+		uint16_t h;
+		if (from == 1 || from == 2) {
+			memcpy(&h, b[0] + 2 * i, 2);
+			f = from == 1 ? f16_to_f32(h) : bf16_to_f32(h);
+		} else {
+			f = getf(b[0], i);
+		}
+		if (to == 3) {
+			int32_t v = f32_to_i32(f);
+			memcpy(out + 4 * i, &v, 4);
+			continue;
+		}
+		put_float(out, to, i, f);
+	}
+	memcpy(b[1], out, a[1].len);
+	free(out);
+	return 0;
+}
+
 static const program builtins[] = {
-    {"noop", k_noop, NULL},       {"fill", k_fill, NULL},
-    {"copy", k_copy, NULL},       {"saxpy", k_saxpy, NULL},
-    {"relu", k_relu, NULL},       {"bias", k_bias, NULL},
-    {"matmul", k_matmul, NULL},   {"argmax", k_argmax, NULL},
-    {"mlp_forward", k_mlp_forward, NULL},
-    {"softmax", k_softmax, check_softmax}, {"log_softmax", k_log_softmax, check_softmax},
-    {"layernorm", k_layernorm, check_norm},  {"rmsnorm", k_rmsnorm, check_norm},
-    {"transpose", k_transpose, check_transpose}, {"gemm", k_gemm, check_gemm},
-    {"gemm.fast", k_gemm, check_gemm},      {"gather", k_gather, check_gather},
-    {"conv2d", k_conv, check_conv},          {"conv2d.fast", k_conv, check_conv},
-    {"maxpool2d", k_maxpool, check_pool},    {"avgpool2d", k_avgpool, check_pool},
+    {"noop", k_noop, NULL, NULL, 0, 0},
+    {"fill", k_fill, NULL, NULL, 0, 0},
+    {"copy", k_copy, NULL, NULL, 0, 0},
+    {"saxpy", k_saxpy, NULL, NULL, 0, 0},
+    {"relu", k_relu, NULL, NULL, 0, 0},
+    {"bias", k_bias, NULL, NULL, 0, 0},
+    {"matmul", k_matmul, NULL, NULL, 0, 0},
+    {"argmax", k_argmax, NULL, NULL, 0, 0},
+    {"mlp_forward", k_mlp_forward, NULL, NULL, 0, 0},
+    {"exp", k_unary, check_unary, "TT", 1, 0},
+    {"log", k_unary, check_unary, "TT", 1, 0},
+    {"tanh", k_unary, check_unary, "TT", 1, 0},
+    {"sigmoid", k_unary, check_unary, "TT", 1, 0},
+    {"silu", k_unary, check_unary, "TT", 1, 0},
+    {"sqrt", k_unary, check_unary, "TT", 1, 0},
+    {"rsqrt", k_unary, check_unary, "TT", 1, 0},
+    {"neg", k_unary, check_unary, "TT", 1, 0},
+    {"abs", k_unary, check_unary, "TT", 1, 0},
+    {"affine", k_affine, check_unary, "TT--", 1, 0},
+    {"add", k_binary, check_binary, "TTT--------", 1, 0},
+    {"sub", k_binary, check_binary, "TTT--------", 1, 0},
+    {"mul", k_binary, check_binary, "TTT--------", 1, 0},
+    {"div", k_binary, check_binary, "TTT--------", 1, 0},
+    {"max", k_binary, check_binary, "TTT--------", 1, 0},
+    {"min", k_binary, check_binary, "TTT--------", 1, 0},
+    {"reduce_sum", k_reduce, check_reduce, "TT---", 1, 0},
+    {"reduce_mean", k_reduce, check_reduce, "TT---", 1, 0},
+    {"reduce_max", k_reduce, check_reduce, "TT---", 1, 0},
+    {"reduce_argmax", k_reduce_argmax, check_reduce, "Ti---", 1, 0},
+    {"softmax", k_softmax, check_softmax, "TT---", 1, 0},
+    {"log_softmax", k_log_softmax, check_softmax, "TT---", 1, 0},
+    {"layernorm", k_layernorm, check_norm, "TTTT---", 1, 0},
+    {"rmsnorm", k_rmsnorm, check_norm, "TTT---", 1, 0},
+    {"transpose", k_transpose, check_transpose, "TT--------", 1, 0},
+    {"gemm", k_gemm, check_gemm, "TTT-----------", 1, 0},
+    {"gemm.fast", k_gemm, check_gemm, "TTT-----------", 1, 0},
+    {"gather", k_gather, check_gather, "fif--", 0, 0},
+    {"conv2d", k_conv, check_conv, "ffff-----------", 0, 0},
+    {"conv2d.fast", k_conv, check_conv, "ffff-----------", 0, 0},
+    {"maxpool2d", k_maxpool, check_pool, "ff--------", 0, 0},
+    {"avgpool2d", k_avgpool, check_pool, "ff--------", 0, 0},
+    {"cast", k_cast, check_cast, "BB--", 0, 0},
 };
 
 int stagehost_emu_program(stagehost_emu *e, const char *name) {
+	/* OP, or OP.f16 / OP.bf16 (then .fast where the op has it) for half storage. */
+	char base[48];
+	uint8_t dtype = 0;
+	const char *t = strstr(name, ".f16");
+	size_t tl = 4;
+	if (!t) {
+		t = strstr(name, ".bf16"), tl = 5;
+	}
+	if (strlen(name) >= sizeof base) {
+		return 0;
+	}
+	if (t) {
+		dtype = tl == 4 ? 1 : 2;
+		snprintf(base, sizeof base, "%.*s%s", (int)(t - name), name, t + tl);
+	} else {
+		snprintf(base, sizeof base, "%s", name);
+	}
 	for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
-		if (strcmp(builtins[i].name, name) == 0) {
+		if (strcmp(builtins[i].name, base) == 0 && (dtype == 0 || builtins[i].half)) {
 			e->progs = xrealloc(e->progs, (e->nprogs + 1) * sizeof *e->progs);
 			e->progs[e->nprogs] = builtins[i];
+			snprintf(e->progs[e->nprogs].name, sizeof e->progs[e->nprogs].name, "%s", name);
+			e->progs[e->nprogs].dtype = dtype;
 			add_object(e, K_PROGRAM, name, e->nprogs++);
 			return 1;
 		}
@@ -1280,26 +1763,57 @@ static void retire(stagehost_emu *e, stream *s) {
 	}
 	const program *p = &e->progs[c.prog];
 	uint8_t *bufs[STAGEHOST_MAX_ARGS] = {0};
+	karg ka[STAGEHOST_MAX_ARGS];
 	for (uint32_t i = 0; i < c.nargs; i++) {
-		if (c.args[i].is_buf) {
-			bufs[i] = xrealloc(NULL, c.args[i].len);
-			memcpy(bufs[i], e->bufs[c.args[i].buf].mem + c.args[i].off, c.args[i].len);
+		ka[i] = c.args[i];
+		if (!c.args[i].is_buf) {
+			continue;
+		}
+		const uint8_t *src = e->bufs[c.args[i].buf].mem + c.args[i].off;
+		if (c.args[i].dtype == 1 || c.args[i].dtype == 2) {
+			/* Half values, converted to float32 for the kernel. */
+			uint32_t nv = c.args[i].len / 2;
+			bufs[i] = xrealloc(NULL, nv ? 4 * nv : 4);
+			for (uint32_t j = 0; j < nv; j++) {
+				uint16_t h;
+				memcpy(&h, src + 2 * j, 2);
+				putf(bufs[i], j, c.args[i].dtype == 1 ? f16_to_f32(h) : bf16_to_f32(h));
+			}
+			ka[i].len = 4 * nv;
+		} else {
+			bufs[i] = xrealloc(NULL, c.args[i].len ? c.args[i].len : 1);
+			memcpy(bufs[i], src, c.args[i].len);
 		}
 	}
 	char why[1024];
-	if (p->run(c.args, c.nargs, bufs, why, sizeof why)) {
+	running_program = p->name;
+	if (p->run(ka, c.nargs, bufs, why, sizeof why)) {
 		char msg[1400];
 		snprintf(msg, sizeof msg, "stream \"%s\": command %llu: kernel \"%s\": %s", s->name, (unsigned long long)c.seq, p->name, why);
 		record_failure(&s->failures, &s->nfail, msg);
 		fprintf(stderr, "emu: %s\n", msg);
 	} else {
-		/* Write back the ranges the kernel changed, in argument order: an
-		 * input's copy is unchanged, so an output that is exactly an
-		 * input keeps the kernel's result. */
+		/* Write back the ranges the kernel changed, in argument order (in
+		 * their storage type): an input's copy is unchanged, so an output
+		 * that is exactly an input keeps the kernel's result. */
 		for (uint32_t i = 0; i < c.nargs; i++) {
-			uint8_t *dst = bufs[i] ? e->bufs[c.args[i].buf].mem + c.args[i].off : NULL;
-			if (dst && memcmp(dst, bufs[i], c.args[i].len) != 0) {
-				memcpy(dst, bufs[i], c.args[i].len);
+			if (!bufs[i]) {
+				continue;
+			}
+			uint8_t *dst = e->bufs[c.args[i].buf].mem + c.args[i].off;
+			uint8_t *enc = bufs[i];
+			if (c.args[i].dtype == 1 || c.args[i].dtype == 2) {
+				enc = xrealloc(NULL, c.args[i].len ? c.args[i].len : 1);
+				for (uint32_t j = 0; j < c.args[i].len / 2; j++) {
+					uint16_t h = c.args[i].dtype == 1 ? f32_to_f16(getf(bufs[i], j)) : f32_to_bf16(getf(bufs[i], j));
+					memcpy(enc + 2 * j, &h, 2);
+				}
+			}
+			if (memcmp(dst, enc, c.args[i].len) != 0) {
+				memcpy(dst, enc, c.args[i].len);
+			}
+			if (enc != bufs[i]) {
+				free(enc);
 			}
 		}
 	}
@@ -1620,7 +2134,7 @@ static stagehost_status parse_args(stagehost_emu *e, const stagehost_arg *recs, 
 		if (r->offset > size || r->offset + len > size) {
 			return STAGEHOST_INVALID_ARGUMENT;
 		}
-		out[i] = (karg){1, b, r->offset, (uint32_t)len, 0};
+		out[i] = (karg){1, b, r->offset, (uint32_t)len, 0, 0};
 	}
 	return STAGEHOST_OK;
 }
@@ -1635,6 +2149,11 @@ static stagehost_status launch(stagehost_emu *e, stagehost_handle ph, const stag
 	c->launch = 1, c->prog = p, c->nargs = n;
 	if ((st = parse_args(e, recs, n, c->args)) != STAGEHOST_OK) {
 		return st;
+	}
+	const program *pr = &e->progs[p];
+	for (uint32_t i = 0; pr->btypes && i < n && pr->btypes[i]; i++) {
+		char bt = pr->btypes[i];
+		c->args[i].dtype = bt == 'T' ? pr->dtype : bt == 'i' ? 3 : bt == 'B' ? 4 : 0;
 	}
 	char why[1024];
 	if (e->progs[p].check && e->progs[p].check(e->progs[p].name, c->args, n, why, sizeof why)) {

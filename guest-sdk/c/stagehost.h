@@ -585,10 +585,13 @@ STAGEHOST_MEMFN_ void *memmove(void *dst, const void *src, __SIZE_TYPE__ n) {
  * the run's fence), deferred device work, built-in fence and quarantine,
  * as the Go and Rust emulators do, checked against the same shared cases
  * (guest-sdk/testdata/emucases.txt). Kernels: noop, fill, copy, saxpy,
- * relu, bias, matmul, argmax, mlp_forward, and the float32 ops softmax,
+ * relu, bias, matmul, argmax, mlp_forward, and the op library (checked at
+ * submit against each op's contract, in the host's words): exp, log, tanh,
+ * sigmoid, silu, sqrt, rsqrt, neg, abs, affine, add, sub, mul, div, max,
+ * min, reduce_sum, reduce_mean, reduce_max, reduce_argmax, softmax,
  * log_softmax, layernorm, rmsnorm, transpose, gemm, gemm.fast, gather,
- * conv2d, conv2d.fast, maxpool2d and avgpool2d (checked at submit against
- * the op's contract, in the host's words). A stage that crashes crashes the
+ * conv2d, conv2d.fast, maxpool2d, avgpool2d and cast, with .f16 and .bf16
+ * storage where the op has it; not gelu_tanh and gelu_erf. A stage that crashes crashes the
  * test: traps are not emulated; neither are deadlines. One emulator runs
  * at a time per process. */
 #if !defined(__wasm__)

@@ -371,7 +371,7 @@ impl State {
             Err(st) => return st,
         };
         if let Some(op) = p.op {
-            if let Err(why) = super::kernels::validate(op, &args) {
+            if let Err(why) = super::kernels::validate(op, p.dtype, &args) {
                 return self.fail(INVALID_ARGUMENT, why);
             }
         }
@@ -412,7 +412,7 @@ impl State {
                 Err(st) => return st,
             };
             if let Some(op) = p.op {
-                if let Err(why) = super::kernels::validate(op, &args) {
+                if let Err(why) = super::kernels::validate(op, p.dtype, &args) {
                     return self.fail(INVALID_ARGUMENT, std::format!("command {}: {}", i, why));
                 }
             }
@@ -489,14 +489,19 @@ impl State {
     fn run_kernel(&mut self, p: &ProgramDef, args: &[LArg]) -> Result<(), String> {
         let mut kargs: Vec<KArg> = args
             .iter()
-            .map(|a| match a.buf {
+            .enumerate()
+            .map(|(i, a)| match a.buf {
                 Some(b) => KArg {
                     bytes: Some(self.buffers[b].mem[a.off..a.off + a.len].to_vec()),
                     offset: a.off,
                     value: 0,
                     addr: address(b, a.off),
+                    dtype: match p.op {
+                        Some(op) if i < op.nargs() => super::kernels::arg_dtype(op, p.dtype, i),
+                        _ => 0,
+                    },
                 },
-                None => KArg { bytes: None, offset: 0, value: a.value, addr: 0 },
+                None => KArg { bytes: None, offset: 0, value: a.value, addr: 0, dtype: 0 },
             })
             .collect();
         let before: Vec<Option<Vec<u8>>> = kargs.iter().map(|k| k.bytes.clone()).collect();

@@ -23,6 +23,9 @@ pub struct KArg {
     /// The range's emulated device address (0 for a scalar): ranges of
     /// one buffer overlap when their addresses do.
     pub(crate) addr: u64,
+    /// The storage type of a buffer argument's values: 0 f32, 1 f16, 2
+    /// bf16, 3 i32, 4 bytes (cast's, which decodes them itself).
+    pub(crate) dtype: u8,
 }
 
 impl KArg {
@@ -33,18 +36,34 @@ impl KArg {
 }
 
 /// The names of the natively emulated kernels, sorted.
-pub fn builtins() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = BUILTINS.iter().map(|(n, _)| *n).chain(OPS.iter().map(|o| o.name)).collect();
+pub fn builtins() -> Vec<String> {
+    let mut v: Vec<String> = BUILTINS.iter().map(|(n, _)| n.to_string()).chain(OPS.iter().map(|o| o.name.to_string())).collect();
+    for o in OPS.iter().filter(|o| o.half) {
+        for t in [".f16", ".bf16"] {
+            v.push(match o.name.strip_suffix(".fast") {
+                Some(b) => std::format!("{}{}.fast", b, t),
+                None => std::format!("{}{}", o.name, t),
+            });
+        }
+    }
     v.sort_unstable();
     v
 }
 
 pub(crate) fn lookup(name: &str) -> Option<ProgramDef> {
     if let Some((n, k)) = BUILTINS.iter().find(|(n, _)| *n == name) {
-        return Some(ProgramDef { name: n.to_string(), kernel: *k, op: None });
+        return Some(ProgramDef { name: n.to_string(), kernel: *k, op: None, dtype: 0 });
     }
-    let op = OPS.iter().find(|o| o.name == name)?;
-    Some(ProgramDef { name: op.name.to_string(), kernel: op.run, op: Some(op) })
+    // OP, OP.f16 or OP.bf16 (then .fast for the ops that have it).
+    let (base, dtype) = if let Some(i) = name.find(".f16") {
+        (std::format!("{}{}", &name[..i], &name[i + 4..]), 1)
+    } else if let Some(i) = name.find(".bf16") {
+        (std::format!("{}{}", &name[..i], &name[i + 5..]), 2)
+    } else {
+        (name.to_string(), 0)
+    };
+    let op = OPS.iter().find(|o| o.name == base && (dtype == 0 || o.half))?;
+    Some(ProgramDef { name: name.to_string(), kernel: op.run, op: Some(op), dtype })
 }
 
 const BUILTINS: &[(&str, Kernel)] = &[
@@ -87,8 +106,14 @@ fn floats(name: &str, a: &[KArg], i: usize) -> Result<Vec<f32>, String> {
     Ok(crate::f32s(b))
 }
 
+/// Stores `v` into buffer argument i in its storage type.
 fn store(a: &mut [KArg], i: usize, v: &[f32]) {
-    a[i].bytes = Some(crate::f32_bytes(v));
+    let b = match a[i].dtype {
+        1 => v.iter().flat_map(|&x| super::half::f32_to_f16(x).to_le_bytes()).collect(),
+        2 => v.iter().flat_map(|&x| super::half::f32_to_bf16(x).to_le_bytes()).collect(),
+        _ => crate::f32_bytes(v),
+    };
+    a[i].bytes = Some(b);
 }
 
 fn k_fill(a: &mut [KArg]) -> Result<(), String> {
@@ -341,6 +366,7 @@ enum Check {
     Gather,
     Conv,
     Pool,
+    Cast,
 }
 
 /// One op: its arguments (name, 'b' buffer of type, or 's' scalar of
@@ -350,6 +376,9 @@ pub(crate) struct OpDef {
     args: &'static [(&'static str, char, &'static str)],
     check: Check,
     pub run: Kernel,
+    /// The op has .f16 and .bf16 variants: its "f32" buffer arguments are
+    /// then of the variant's storage type.
+    half: bool,
 }
 
 const UNARY_ARGS: &[(&str, char, &str)] = &[("x", 'b', "f32"), ("y", 'b', "f32")];
@@ -441,6 +470,7 @@ const POOL_ARGS: &[(&str, char, &str)] = &[
     ("stride", 's', "u64"),
     ("pad", 's', "u64"),
 ];
+const CAST_ARGS: &[(&str, char, &str)] = &[("x", 'b', "bytes"), ("y", 'b', "bytes"), ("from", 's', "u32"), ("to", 's', "u32")];
 const GATHER_ARGS: &[(&str, char, &str)] =
     &[("table", 'b', "f32"), ("idx", 'b', "i32"), ("out", 'b', "f32"), ("rows", 's', "u32"), ("cols", 's', "u32")];
 
@@ -450,6 +480,7 @@ macro_rules! unary {
             name: $name,
             args: UNARY_ARGS,
             check: Check::Unary,
+            half: true,
             run: |a| {
                 let f: fn(f32) -> f32 = $f;
                 let x = loadv(a, 0);
@@ -467,6 +498,7 @@ macro_rules! binary {
             name: $name,
             args: BINARY_ARGS,
             check: Check::Binary,
+            half: true,
             run: |a| {
                 let f: fn(f32, f32) -> f32 = $f;
                 run_binary(a, f);
@@ -537,6 +569,7 @@ static OPS: &[OpDef] = &[
         name: "affine",
         args: AFFINE_ARGS,
         check: Check::Unary,
+        half: true,
         run: |a| {
             let (k, b) = (a[2].f32(), a[3].f32());
             let x = loadv(a, 0);
@@ -551,23 +584,72 @@ static OPS: &[OpDef] = &[
     binary!("div", |a, b| a / b),
     binary!("max", fmax),
     binary!("min", fmin),
-    OpDef { name: "reduce_sum", args: REDUCE_ARGS, check: Check::Reduce, run: |a| run_reduce(a, 0) },
-    OpDef { name: "reduce_mean", args: REDUCE_ARGS, check: Check::Reduce, run: |a| run_reduce(a, 1) },
-    OpDef { name: "reduce_max", args: REDUCE_ARGS, check: Check::Reduce, run: |a| run_reduce(a, 2) },
-    OpDef { name: "reduce_argmax", args: ARGMAX_ARGS, check: Check::Reduce, run: run_argmax },
-    OpDef { name: "softmax", args: SOFTMAX_ARGS, check: Check::Softmax, run: |a| run_softmax(a, false) },
-    OpDef { name: "log_softmax", args: SOFTMAX_ARGS, check: Check::Softmax, run: |a| run_softmax(a, true) },
-    OpDef { name: "layernorm", args: LAYERNORM_ARGS, check: Check::Norm, run: run_layernorm },
-    OpDef { name: "rmsnorm", args: RMSNORM_ARGS, check: Check::Norm, run: run_rmsnorm },
-    OpDef { name: "transpose", args: TRANSPOSE_ARGS, check: Check::Transpose, run: run_transpose },
-    OpDef { name: "gemm", args: GEMM_ARGS, check: Check::Gemm, run: run_gemm },
-    OpDef { name: "gemm.fast", args: GEMM_ARGS, check: Check::Gemm, run: run_gemm },
-    OpDef { name: "gather", args: GATHER_ARGS, check: Check::Gather, run: run_gather },
-    OpDef { name: "conv2d", args: CONV_ARGS, check: Check::Conv, run: run_conv },
-    OpDef { name: "conv2d.fast", args: CONV_ARGS, check: Check::Conv, run: run_conv },
-    OpDef { name: "maxpool2d", args: POOL_ARGS, check: Check::Pool, run: |a| run_pool(a, true) },
-    OpDef { name: "avgpool2d", args: POOL_ARGS, check: Check::Pool, run: |a| run_pool(a, false) },
+    OpDef { name: "reduce_sum", args: REDUCE_ARGS, check: Check::Reduce, run: |a| run_reduce(a, 0), half: true },
+    OpDef { name: "reduce_mean", args: REDUCE_ARGS, check: Check::Reduce, run: |a| run_reduce(a, 1), half: true },
+    OpDef { name: "reduce_max", args: REDUCE_ARGS, check: Check::Reduce, run: |a| run_reduce(a, 2), half: true },
+    OpDef { name: "reduce_argmax", args: ARGMAX_ARGS, check: Check::Reduce, run: run_argmax, half: true },
+    OpDef { name: "softmax", args: SOFTMAX_ARGS, check: Check::Softmax, run: |a| run_softmax(a, false), half: true },
+    OpDef { name: "log_softmax", args: SOFTMAX_ARGS, check: Check::Softmax, run: |a| run_softmax(a, true), half: true },
+    OpDef { name: "layernorm", args: LAYERNORM_ARGS, check: Check::Norm, run: run_layernorm, half: true },
+    OpDef { name: "rmsnorm", args: RMSNORM_ARGS, check: Check::Norm, run: run_rmsnorm, half: true },
+    OpDef { name: "transpose", args: TRANSPOSE_ARGS, check: Check::Transpose, run: run_transpose, half: true },
+    OpDef { name: "gemm", args: GEMM_ARGS, check: Check::Gemm, run: run_gemm, half: true },
+    OpDef { name: "gemm.fast", args: GEMM_ARGS, check: Check::Gemm, run: run_gemm, half: true },
+    OpDef { name: "gather", args: GATHER_ARGS, check: Check::Gather, run: run_gather, half: false },
+    OpDef { name: "conv2d", args: CONV_ARGS, check: Check::Conv, run: run_conv, half: false },
+    OpDef { name: "conv2d.fast", args: CONV_ARGS, check: Check::Conv, run: run_conv, half: false },
+    OpDef { name: "maxpool2d", args: POOL_ARGS, check: Check::Pool, run: |a| run_pool(a, true), half: false },
+    OpDef { name: "avgpool2d", args: POOL_ARGS, check: Check::Pool, run: |a| run_pool(a, false), half: false },
+    OpDef { name: "cast", args: CAST_ARGS, check: Check::Cast, run: run_cast, half: false },
 ];
+
+fn dsize(t: u64) -> usize {
+    if t == 1 || t == 2 {
+        2
+    } else {
+        4
+    }
+}
+
+fn run_cast(a: &mut [KArg]) -> Result<(), String> {
+    use super::half::*;
+    let (from, to) = (a[2].value, a[3].value);
+    let x = a[0].bytes.clone().unwrap_or_default();
+    let mut out = std::vec![0u8; a[1].bytes.as_ref().map_or(0, |b| b.len())];
+    let n = x.len() / dsize(from);
+    for i in 0..n {
+        if from == 3 {
+            let v = i32::from_le_bytes([x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]]);
+            match to {
+                3 => out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes()),
+                2 => out[2 * i..2 * i + 2].copy_from_slice(&i32_to_bf16(v).to_le_bytes()),
+                _ => put_float(&mut out, to, i, v as f32),
+            }
+            continue;
+        }
+        let f = match from {
+            1 => f16_to_f32(u16::from_le_bytes([x[2 * i], x[2 * i + 1]])),
+            2 => bf16_to_f32(u16::from_le_bytes([x[2 * i], x[2 * i + 1]])),
+            _ => f32::from_le_bytes([x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]]),
+        };
+        if to == 3 {
+            out[4 * i..4 * i + 4].copy_from_slice(&f32_to_i32(f).to_le_bytes());
+            continue;
+        }
+        put_float(&mut out, to, i, f);
+    }
+    a[1].bytes = Some(out);
+    Ok(())
+}
+
+fn put_float(b: &mut [u8], t: u64, i: usize, f: f32) {
+    use super::half::*;
+    match t {
+        1 => b[2 * i..2 * i + 2].copy_from_slice(&f32_to_f16(f).to_le_bytes()),
+        2 => b[2 * i..2 * i + 2].copy_from_slice(&f32_to_bf16(f).to_le_bytes()),
+        _ => b[4 * i..4 * i + 4].copy_from_slice(&f.to_bits().to_le_bytes()),
+    }
+}
 
 fn halves(v: u64) -> (u64, u64) {
     (v & 0xFFFF_FFFF, v >> 32)
@@ -785,8 +867,31 @@ fn run_gather(a: &mut [KArg]) -> Result<(), String> {
     Ok(())
 }
 
+/// The values of buffer argument i, from its storage type.
 fn loadv(a: &[KArg], i: usize) -> Vec<f32> {
-    crate::f32s(a[i].bytes.as_deref().unwrap_or(&[]))
+    let b = a[i].bytes.as_deref().unwrap_or(&[]);
+    match a[i].dtype {
+        1 => b.chunks_exact(2).map(|c| super::half::f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
+        2 => b.chunks_exact(2).map(|c| super::half::bf16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
+        _ => crate::f32s(b),
+    }
+}
+
+impl OpDef {
+    pub(crate) fn nargs(&self) -> usize {
+        self.args.len()
+    }
+}
+
+/// The storage type of argument i of op at program storage dtype: 0 f32,
+/// 1 f16, 2 bf16, 3 i32, 4 bytes.
+pub(crate) fn arg_dtype(op: &OpDef, dtype: u8, i: usize) -> u8 {
+    match op.args[i].2 {
+        "f32" if op.half => dtype,
+        "i32" => 3,
+        "bytes" => 4,
+        _ => 0,
+    }
 }
 
 /// The sum of at(0..n) in the fixed reduction order: lane t adds t, t+256,
@@ -961,20 +1066,43 @@ fn num(v: u64) -> String {
 
 struct L<'a> {
     op: &'a OpDef,
+    dtype: u8,
     args: &'a [LArg],
     addrs: Vec<u64>,
 }
 
 impl<'a> L<'a> {
     fn err(&self, msg: String) -> String {
-        std::format!("{}: {}", self.op.name, msg)
+        std::format!("{}: {}", self.name(), msg)
+    }
+    /// The program's name: the op's, with its storage type.
+    fn name(&self) -> String {
+        let t = match self.dtype {
+            1 => ".f16",
+            2 => ".bf16",
+            _ => "",
+        };
+        match self.op.name.strip_suffix(".fast") {
+            Some(b) if !t.is_empty() => std::format!("{}{}.fast", b, t),
+            _ => std::format!("{}{}", self.op.name, t),
+        }
+    }
+    /// The size of argument i's values and their type's name.
+    fn value_type(&self, i: usize) -> (u64, &'static str) {
+        match arg_dtype(self.op, self.dtype, i) {
+            1 => (2, "f16"),
+            2 => (2, "bf16"),
+            3 => (4, "i32"),
+            4 => (1, "bytes"),
+            _ => (4, "f32"),
+        }
     }
     fn index(&self, name: &str) -> usize {
         self.op.args.iter().position(|a| a.0 == name).expect("emu: op argument")
     }
     fn count(&self, name: &str) -> u64 {
         let i = self.index(name);
-        self.args[i].len as u64 / type_size(self.op.args[i].2)
+        self.args[i].len as u64 / self.value_type(i).0
     }
     fn scalar(&self, name: &str) -> u64 {
         self.args[self.index(name)].value
@@ -1071,24 +1199,17 @@ impl<'a> L<'a> {
     }
 }
 
-fn type_size(t: &str) -> u64 {
-    match t {
-        "f32" | "i32" => 4,
-        "f16" | "bf16" => 2,
-        _ => 1,
-    }
-}
-
 /// Checks a launch of op against its contract, before anything is
 /// enqueued.
-pub(crate) fn validate(op: &OpDef, args: &[LArg]) -> Result<(), String> {
+pub(crate) fn validate(op: &OpDef, dtype: u8, args: &[LArg]) -> Result<(), String> {
     let addrs: Vec<u64> = args.iter().map(|a| a.buf.map_or(0, |b| super::host::address(b, a.off))).collect();
-    let l = L { op, args, addrs };
+    let l = L { op, dtype, args, addrs };
     if args.len() != op.args.len() {
         return Err(l.err(std::format!("takes {} arguments, got {}", op.args.len(), args.len())));
     }
     for (i, (name, kind, typ)) in op.args.iter().enumerate() {
         let a = &args[i];
+        let (es, tname) = l.value_type(i);
         if *kind == 'b' {
             if a.buf.is_none() {
                 return Err(l.err(std::format!("{} (argument {}) is a scalar, want a buffer range", name, i)));
@@ -1097,9 +1218,8 @@ pub(crate) fn validate(op: &OpDef, args: &[LArg]) -> Result<(), String> {
             if len > MAX_ELEMS * 4 {
                 return Err(l.err(std::format!("{} has {} bytes, more than {} values", name, num(len), num(MAX_ELEMS))));
             }
-            let es = type_size(typ);
             if len % es != 0 {
-                return Err(l.err(std::format!("{} has {} bytes, not a whole number of {} values", name, num(len), typ)));
+                return Err(l.err(std::format!("{} has {} bytes, not a whole number of {} values", name, num(len), tname)));
             }
             if len > 0 && l.addrs[i] % es != 0 {
                 return Err(l.err(std::format!("{} is not {}-byte aligned", name, es)));
@@ -1297,6 +1417,35 @@ pub(crate) fn validate(op: &OpDef, args: &[LArg]) -> Result<(), String> {
             l.want_count("x", nx, "N*C*H*W")?;
             l.want_count("y", ny, "N*C*P*Q")?;
             l.disjoint("y", "x")
+        }
+        Check::Cast => {
+            let (from, to) = (l.scalar("from"), l.scalar("to"));
+            for (name, v) in [("from", from), ("to", to)] {
+                if v > 3 {
+                    return Err(l.err(std::format!("{} = {} is not a dtype code (0 f32, 1 f16, 2 bf16, 3 i32)", name, num(v))));
+                }
+            }
+            let tn = |t: u64| ["f32", "f16", "bf16", "i32"][t as usize];
+            let (fs, ts) = (dsize(from) as u64, dsize(to) as u64);
+            let (xl, yl) = (args[0].len as u64, args[1].len as u64);
+            if xl % fs != 0 || (xl > 0 && l.addrs[0] % fs != 0) {
+                return Err(l.err(std::format!("x ({} bytes) is not whole, aligned {} values", num(xl), tn(from))));
+            }
+            if yl % ts != 0 || (yl > 0 && l.addrs[1] % ts != 0) {
+                return Err(l.err(std::format!("y ({} bytes) is not whole, aligned {} values", num(yl), tn(to))));
+            }
+            let n = xl / fs;
+            if n == 0 {
+                return Err(l.err("x has 0 values: zero-size launches are refused".into()));
+            }
+            if yl / ts != n {
+                return Err(l.err(std::format!("y has {} {} values, len(x) = {}", num(yl / ts), tn(to), num(n))));
+            }
+            if fs == ts {
+                l.in_place("y", "x")
+            } else {
+                l.disjoint("y", "x")
+            }
         }
         Check::Softmax => {
             let cols = l.rows_cols()?;

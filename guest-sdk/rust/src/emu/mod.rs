@@ -16,18 +16,19 @@
 //! later run fails.
 //!
 //! Kernels: the built-in ones of the simulator (`noop`, `fill`, `copy`,
-//! `saxpy`, `matmul`, `bias`, `relu`, `argmax`, `mlp_forward`) and these ops of the op
-//! library at float32 storage, checked at submit against the op's contract
-//! as the host does: `exp`, `log`, `tanh`, `sigmoid`, `silu`, `sqrt`,
-//! `rsqrt`, `neg`, `abs`, `affine`, `add`, `sub`, `mul`, `div`, `max`,
-//! `min`, `reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_argmax`,
-//! `softmax`, `log_softmax`, `layernorm`, `rmsnorm`, `transpose`, `gemm`,
-//! `gemm.fast`, `gather`, `conv2d`, `conv2d.fast`, `maxpool2d` and
-//! `avgpool2d`. The others (`cast`, and every op at f16 or bf16 storage)
-//! are not emulated natively:
-//! [`Emulator::programs`] panics naming them, and the Go emulator or the
-//! simulator runs them. Deadlines are not emulated.
+//! `saxpy`, `matmul`, `bias`, `relu`, `argmax`, `mlp_forward`) and the op
+//! library, checked at submit against each op's contract as the host does:
+//! `exp`, `log`, `tanh`, `sigmoid`, `silu`, `sqrt`, `rsqrt`, `neg`, `abs`,
+//! `affine`, `add`, `sub`, `mul`, `div`, `max`, `min`, `reduce_sum`,
+//! `reduce_mean`, `reduce_max`, `reduce_argmax`, `softmax`, `log_softmax`,
+//! `layernorm`, `rmsnorm`, `transpose`, `gemm`, `gemm.fast`, `gather`,
+//! `conv2d`, `conv2d.fast`, `maxpool2d`, `avgpool2d` and `cast`, each with
+//! its `.f16` and `.bf16` variants where the op has them. `gelu_tanh` and
+//! `gelu_erf` are not emulated natively: [`Emulator::programs`] panics
+//! naming them, and the Go emulator or the simulator runs them. Deadlines
+//! are not emulated.
 
+mod half;
 mod host;
 mod kernels;
 pub mod sys;
@@ -190,6 +191,8 @@ pub(crate) struct ProgramDef {
     pub name: String,
     pub kernel: Kernel,
     pub op: Option<&'static kernels::OpDef>,
+    /// The storage type of the op's T arguments: 0 f32, 1 f16, 2 bf16.
+    pub dtype: u8,
 }
 
 pub(crate) enum Obj {
@@ -346,7 +349,7 @@ impl Emulator {
 
     /// Allows a program called `name` that runs `kernel`.
     pub fn kernel(self, name: &str, kernel: fn(&mut [kernels::KArg]) -> Result<(), String>) -> Emulator {
-        self.declare(3, name, Obj::Program(ProgramDef { name: name.to_string(), kernel, op: None }))
+        self.declare(3, name, Obj::Program(ProgramDef { name: name.to_string(), kernel, op: None, dtype: 0 }))
     }
 
     /// The declared buffer `name`'s contents as the device holds them now.
