@@ -103,10 +103,16 @@ type Front struct {
 	q        *Quarantine
 	payloads *payloads
 	ownQ     bool // q is the front's own (no Local), closed with it
-	w        jetstream.KeyWatcher
-	inbox    string
-	sub      *nats.Subscription
-	idBase   string // the front's part of its call ids: random, new in each front
+	js       jetstream.JetStream
+	// models is the lattice's desired modules (the Local host's, with
+	// one; else the front's own, closed with it under modelsMu).
+	modelsMu  sync.Mutex
+	models    *models
+	ownModels bool
+	w         jetstream.KeyWatcher
+	inbox     string
+	sub       *nats.Subscription
+	idBase    string // the front's part of its call ids: random, new in each front
 
 	mu      sync.Mutex
 	hosts   map[string]*liveHost
@@ -167,10 +173,17 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	if err != nil {
 		return nil, err
 	}
-	f := &Front{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), idBase: nuid.Next(), hosts: map[string]*liveHost{}, known: map[string]bool{},
+	f := &Front{cfg: cfg, js: js, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), idBase: nuid.Next(), hosts: map[string]*liveHost{}, known: map[string]bool{},
 		pending: map[string]*call{}, stop: make(chan struct{})}
 	if f.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas, cfg.PayloadStoreMax); err != nil {
 		return nil, err
+	}
+	if cfg.Local != nil {
+		f.models = cfg.Local.models
+	} else if f.models, err = openModels(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
+		return nil, err
+	} else {
+		f.ownModels = true
 	}
 	if cfg.Local != nil {
 		f.q = cfg.Local.q
@@ -510,6 +523,9 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	}
 	msg := &nats.Msg{Subject: SessionSubject(f.cfg.Lattice, session), Data: input, Header: nats.Header{}}
 	tp = injectCall(ctx, msg.Header)
+	if rev := f.models.committed(session); rev > 0 {
+		msg.Header.Set(ModelRevisionHeader, strconv.FormatUint(rev, 10))
+	}
 	if rid != "" {
 		msg.Header.Set(RequestIDHeader, rid)
 	}
@@ -789,6 +805,12 @@ func (f *Front) Close() {
 	}
 	f.done.Wait()
 	f.closeQ()
+	f.modelsMu.Lock()
+	if f.ownModels {
+		_ = f.models.close()
+		f.ownModels = false
+	}
+	f.modelsMu.Unlock()
 }
 
 // closeQ closes the front's view of the quarantine if it is its own.
