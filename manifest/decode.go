@@ -619,6 +619,7 @@ func (d *decoder) sim(dev *table) (*Sim, []faultMeta) {
 
 func (d *decoder) modules(root *table, m *Manifest) []modMeta {
 	list, _ := root.tables("module")
+	d.moduleCount = len(list)
 	metas := make([]modMeta, len(list))
 	m.Modules = make([]Module, len(list))
 	for i, t := range list {
@@ -637,6 +638,7 @@ func (d *decoder) modules(root *table, m *Manifest) []modMeta {
 type moduleKeys struct {
 	path, sum               string
 	pathOK, sumOK, sumSet   bool
+	sumMalformed            bool // set, a string, but not 64 hex digits
 	kindOK, limitOK, wasiOK bool
 	limit                   fileLimit // the file's size limit
 }
@@ -650,7 +652,7 @@ func (d *decoder) module(t *table, m *Manifest, mod *Module, meta *modMeta) modu
 		d.errorf(t.path.key("name"), "%q is reserved: a session's fence = %q means the built-in fence, not a module", mod.Name, mod.Name)
 	}
 	k.path, k.pathOK = t.name("path")
-	k.sum, k.sumOK, k.sumSet = d.moduleSHA256(t)
+	k.sum, k.sumOK, k.sumSet, k.sumMalformed = d.moduleSHA256(t)
 	mod.Kind, k.kindOK = d.moduleKind(t)
 	meta.kind = k.kindOK
 	mod.MemoryLimit, k.limitOK = d.moduleMemoryLimit(t)
@@ -666,17 +668,33 @@ func (d *decoder) module(t *table, m *Manifest, mod *Module, meta *modMeta) modu
 }
 
 // moduleSHA256 decodes the declared sha256: 64 hex digits, lower-cased.
-func (d *decoder) moduleSHA256(t *table) (sum string, ok, set bool) {
+// A string that is not 64 hex digits (an empty one included) is reported
+// by moduleFile, which can add the file's actual hash: malformed is true.
+func (d *decoder) moduleSHA256(t *table) (sum string, ok, set, malformed bool) {
 	sum, ok = t.str("sha256", "", false)
 	set = t.has("sha256")
 	if ok && set {
 		if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {
-			d.errorf(t.path.key("sha256"), "must be 64 hexadecimal digits, got %q", sum)
-			ok = false
+			return sum, false, set, true
 		}
 		sum = strings.ToLower(sum)
 	}
-	return sum, ok, set
+	return sum, ok, set, false
+}
+
+// malformedSHA256 reports a declared sha256 that is not 64 hex digits,
+// with the file's actual hash when the file was read (actual non-empty),
+// so that an author can accept it after checking it is the file meant.
+func (d *decoder) malformedSHA256(t *table, sum, actual string) {
+	p := t.path.key("sha256")
+	switch {
+	case actual == "":
+		d.errorf(p, "must be 64 hexadecimal digits, got %q", sum)
+	case sum == "":
+		d.errorf(p, "must be 64 hexadecimal digits, got \"\" (the file's sha256 is %s)", actual)
+	default:
+		d.errorf(p, "must be 64 hexadecimal digits, got %q (the file's sha256 is %s)", sum, actual)
+	}
 }
 
 // moduleKind decodes a module's kind: stage (the default) or fence.
@@ -743,11 +761,19 @@ func (d *decoder) moduleFile(t *table, mod *Module, k moduleKeys) {
 		if !k.sumSet {
 			d.errorf(t.path.key("sha256"), "required key is missing")
 		}
+		if k.sumMalformed {
+			d.malformedSHA256(t, k.sum, "")
+		}
 		return
 	}
 	mod.Bytes = bin
 	mod.SHA256 = stages.SHA256(bin)
+	p := t.path.key("sha256")
+	d.hashes = append(d.hashes, ModuleHash{Name: mod.Name, Key: p.String(), Line: d.idx.line(p),
+		File: mod.File, Path: mod.Path, Declared: k.sum, SHA256: mod.SHA256})
 	switch {
+	case k.sumMalformed:
+		d.malformedSHA256(t, k.sum, mod.SHA256)
 	case !k.sumSet:
 		d.errorf(t.path.key("sha256"), "required key is missing (the file's sha256 is %s)", mod.SHA256)
 	case k.sumOK && k.sum != mod.SHA256:
