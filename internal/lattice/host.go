@@ -111,6 +111,10 @@ type HostRecord struct {
 	// Calls counts the session calls the host took from the lattice
 	// ([Host.Stats]).
 	Calls HostStats `json:"calls"`
+	// Reconnects counts the host's reconnections to NATS: a front that
+	// sees it grow asks the host about the calls it holds there, whose
+	// answers may have been lost with the connection (failover.go).
+	Reconnects uint64 `json:"reconnects"`
 }
 
 // DeviceHealth is one device of a heartbeat.
@@ -198,6 +202,13 @@ type Host struct {
 	// call the host takes from the lattice: blocking in it stands for a
 	// host that is stopped (SIGSTOP) before it read the call.
 	hold atomic.Pointer[func()]
+	// runningIDs are the call ids acknowledged and not yet answered, for
+	// call status requests; statusSub takes those (failover.go).
+	runningIDs runningCalls
+	statusSub  *nats.Subscription
+	// onRun, when set (tests), is called with a call's id just before
+	// the call starts on an instance.
+	onRun atomic.Pointer[func(string)]
 }
 
 // HostStats counts the session calls a host took from the lattice.
@@ -333,6 +344,12 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 			return nil, err
 		}
 	}
+	if err := h.startFailover(); err != nil { // failover.go
+		if h.stopWatch != nil {
+			h.stopWatch()
+		}
+		return nil, fmt.Errorf("lattice: call status subscription: %w", err)
+	}
 	if err := h.beat(ctx); err != nil {
 		if h.stopWatch != nil {
 			h.stopWatch()
@@ -434,6 +451,7 @@ func (h *Host) beat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	h.publishBeat(b) // over core NATS first: liveness without JetStream (failover.go)
 	_, err = h.hosts.Put(ctx, h.cfg.ID, b)
 	return err
 }
@@ -483,6 +501,7 @@ func (h *Host) Record() HostRecord {
 	}
 	rec.Residents = h.residents() // resident.go
 	rec.Calls = h.Stats()
+	rec.Reconnects = h.nc.Stats().Reconnects
 	if h.cfg.Readiness != nil {
 		rec.Readiness = h.cfg.Readiness()
 	} else {
@@ -757,6 +776,12 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	tp := hdr.Get(TraceparentHeader)
 	ctx, span := h.startServe(hs, hdr) // trace.go
 	acked := hdr.Get(AckHeader) != ""
+	if acked && terms.id != "" {
+		// Until it is answered, a front that lost its connection
+		// meanwhile hears "running" when it asks (failover.go).
+		h.runningIDs.add(terms.id)
+		defer h.runningIDs.done(terms.id)
+	}
 	if acked {
 		_ = h.respond(req, nil, nats.Header{HostHeader: {h.cfg.ID}, AckHeader: {"1"}})
 	}
@@ -775,7 +800,17 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	// window has passed meanwhile (it waited for an instance), or when
 	// its acknowledgement may not have left the process yet (a host
 	// stopped now would run it later, after its front sent it again).
+	var claimGate func() error
 	gate := func() error {
+		if err := claimGate(); err != nil {
+			return err
+		}
+		if fn := h.onRun.Load(); fn != nil {
+			(*fn)(terms.id)
+		}
+		return nil
+	}
+	claimGate = func() error {
 		if claimed != 0 || !terms.claims {
 			return nil
 		}
@@ -979,6 +1014,9 @@ func (h *Host) Close(ctx context.Context) error {
 	_ = h.svc.Stop()
 	h.stopEndpoints()
 	close(h.stop)
+	if h.statusSub != nil {
+		_ = h.statusSub.Unsubscribe()
+	}
 	<-h.beatDone
 	if h.stopWatch != nil {
 		h.stopWatch()

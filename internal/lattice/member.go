@@ -132,10 +132,11 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 }
 
 // connOptions are the connection's options as host id: reconnect for
-// ever, and record (for Ready) and log disconnections and errors.
+// ever ([ConnOptions]), and record (for Ready) and log disconnections and errors.
 func (m *Member) connOptions(id, name string) []nats.Option {
 	log := m.log
-	return []nats.Option{nats.Name("stagehost " + id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+	// ConnOptions: failover over the servers of the URL list (failover.go).
+	return append(ConnOptions(), nats.Name("stagehost "+id),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if nc.IsClosed() {
 				return // Close: not a disconnection
@@ -149,7 +150,7 @@ func (m *Member) connOptions(id, name string) []nats.Option {
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Warn("lattice: NATS error", "lattice", name, "err", err)
-		})}
+		}))
 }
 
 // credentials reads lt's credentials (a token, an nkey seed) and TLS

@@ -1,0 +1,306 @@
+package lattice
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Failover settings of a member's NATS connection ([ConnOptions]):
+// docs/lattice.md, "A NATS cluster".
+const (
+	// PingInterval: the client pings its server after this long without
+	// traffic, and counts the server dead (and reconnects to another)
+	// once MaxPingsOutstanding pings are unanswered: a server that is
+	// stopped or cut off is left within about 3 s (nats.go's default,
+	// 2 minutes, would hold every call for that long).
+	PingInterval        = time.Second
+	MaxPingsOutstanding = 2
+	// ReconnectBufSize is how many bytes a member publishes while it
+	// reconnects (answers, acknowledgements, heartbeats): they are sent
+	// once it is connected again. nats.go's default.
+	ReconnectBufSize = 8 << 20
+	// DialTimeout bounds one attempt to connect to one server.
+	DialTimeout = time.Second
+)
+
+// ReconnectDelay is how long a member waits before it tries the servers
+// of its URL list again once it has tried every one of them (attempts
+// counts such passes, from 1): 25 ms doubling to 1 s. A server that went
+// away is replaced by another of the list at once, without a wait.
+func ReconnectDelay(attempts int) time.Duration {
+	d := 25 * time.Millisecond
+	for i := 1; i < attempts && d < time.Second; i++ {
+		d *= 2
+	}
+	return min(d, time.Second)
+}
+
+// ConnOptions are the options of a member's NATS connection for
+// failover over a NATS cluster: reconnect for ever ([ReconnectDelay]),
+// detect a dead server within about 3 s ([PingInterval]), keep what it
+// publishes meanwhile ([ReconnectBufSize]). [Join] uses them; a caller
+// that connects by hand passes them with its own.
+func ConnOptions() []nats.Option {
+	return []nats.Option{nats.MaxReconnects(-1), nats.CustomReconnectDelay(ReconnectDelay),
+		nats.PingInterval(PingInterval), nats.MaxPingsOutstanding(MaxPingsOutstanding),
+		nats.ReconnectBufSize(ReconnectBufSize), nats.Timeout(DialTimeout)}
+}
+
+// BeatSubject is where host id publishes its heartbeat over core NATS
+// (the record, as in the hosts bucket), at each beat: a front's liveness
+// of the hosts follows these, so that it does not depend on JetStream
+// (whose streams stop for 4 to 9 s while a lost leader is replaced).
+func BeatSubject(lattice, id string) string { return "stagehost." + lattice + ".beat." + id }
+
+// CallStatusSubject is where host id answers whether it is running a
+// call (the request's body: the call's id): CallStatusHeader "running"
+// or "unknown" (not running it: answered, never taken, or not this
+// host's).
+func CallStatusSubject(lattice, id string) string {
+	return "stagehost." + lattice + ".host." + id + ".calls"
+}
+
+// AnswerLostMessage begins the message of a call's 504
+// deadline_exceeded error when its answer was lost with a NATS
+// connection: the host acknowledged the call and, asked after the
+// connection came back, was no longer running it. The call may have
+// run (it usually has). The host's id ends the message.
+const AnswerLostMessage = "the answer was lost with a dropped NATS connection, and the call may have run, on host "
+
+// CallStatusHeader is on a host's answer to a call status request.
+const CallStatusHeader = "Stagehost-Call-Status"
+
+// statusSuffix ends the reply subject of a front's call status request:
+// its answer comes on the call's own reply subject plus this, through
+// the subscription that takes the call's answer, so that an answer the
+// host sent before its status is read first.
+const statusSuffix = ".s"
+
+// statusRetry is how long a front waits before it asks again a host that
+// did not answer a call status request (no responders: it is not
+// connected yet).
+const statusRetry = 100 * time.Millisecond
+
+// ---- host side ----
+
+// running tracks the call ids a host has acknowledged and not answered.
+type runningCalls struct {
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (r *runningCalls) add(id string) {
+	r.mu.Lock()
+	if r.ids == nil {
+		r.ids = map[string]int{}
+	}
+	r.ids[id]++
+	r.mu.Unlock()
+}
+
+func (r *runningCalls) done(id string) {
+	r.mu.Lock()
+	if r.ids[id]--; r.ids[id] <= 0 {
+		delete(r.ids, id)
+	}
+	r.mu.Unlock()
+}
+
+func (r *runningCalls) has(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ids[id] > 0
+}
+
+// startFailover subscribes the host's call status subject, and beats at
+// once whenever its connection comes back, so that fronts learn of the
+// reconnection (HostRecord.Reconnects) and ask about its calls.
+func (h *Host) startFailover() error {
+	sub, err := h.nc.Subscribe(CallStatusSubject(h.cfg.Lattice, h.cfg.ID), func(m *nats.Msg) {
+		st := "unknown"
+		if h.runningIDs.has(string(m.Data)) {
+			st = "running"
+		}
+		_ = m.RespondMsg(&nats.Msg{Header: nats.Header{CallStatusHeader: {st}, HostHeader: {h.cfg.ID}}})
+	})
+	if err != nil {
+		return err
+	}
+	h.statusSub = sub
+	ch := h.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	go func() {
+		for {
+			select {
+			case <-h.stop:
+				return
+			case st := <-ch:
+				if st == nats.CLOSED {
+					return
+				}
+				select {
+				case h.kick <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// publishBeat sends the heartbeat over core NATS (BeatSubject).
+func (h *Host) publishBeat(b []byte) {
+	_ = h.nc.Publish(BeatSubject(h.cfg.Lattice, h.cfg.ID), b)
+}
+
+// ---- front side ----
+
+// coreBeat takes a heartbeat published over core NATS: the host is live.
+func (f *Front) coreBeat(m *nats.Msg) {
+	var rec HostRecord
+	if err := json.Unmarshal(m.Data, &rec); err != nil || rec.ID == "" {
+		return
+	}
+	f.mu.Lock()
+	if started, ok := f.left[rec.ID]; ok && started.Equal(rec.Started) {
+		f.mu.Unlock() // a beat of a host that has left, overtaken by its delete
+		return
+	}
+	reconnected := f.heard(rec)
+	f.mu.Unlock()
+	if reconnected {
+		f.askHost(rec.ID)
+	}
+	f.changed.notify()
+}
+
+// heard records rec, from either source, if it is newer than what the
+// front has: it says whether the host has reconnected to NATS since.
+// Called under f.mu.
+func (f *Front) heard(rec HostRecord) (reconnected bool) {
+	old := f.hosts[rec.ID]
+	if old != nil && old.rec.Started.Equal(rec.Started) && rec.Seq <= old.rec.Seq {
+		return false // a beat already taken (from the other source), or one replayed
+	}
+	f.hosts[rec.ID] = &liveHost{rec: rec, seen: time.Now()}
+	for _, sc := range rec.Sessions {
+		f.known[sc.Name] = true
+	}
+	for _, rc := range rec.Residents {
+		if f.knownResidents == nil {
+			f.knownResidents = map[string]bool{}
+		}
+		f.knownResidents[rc.Name] = true
+	}
+	return old != nil && old.rec.Started.Equal(rec.Started) && rec.Reconnects > old.rec.Reconnects
+}
+
+// fresh says whether the front heard from host id within the TTL.
+// Called under f.mu.
+func (f *Front) fresh(id string, now time.Time) bool {
+	lh := f.hosts[id]
+	return lh != nil && now.Sub(lh.seen) <= f.cfg.TTL
+}
+
+// followConn follows the front's connection: while it is down no host is
+// counted gone (it cannot hear them), and once it is back the hosts
+// holding calls whose answers may have been lost meanwhile are asked
+// about them.
+func (f *Front) followConn(ch chan nats.Status) {
+	defer f.done.Done()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case st := <-ch:
+			switch st {
+			case nats.CONNECTED:
+				f.mu.Lock()
+				f.connectedAt = time.Now()
+				f.mu.Unlock()
+				f.askHost("")
+			case nats.CLOSED:
+				return
+			}
+		}
+	}
+}
+
+// askHost asks host (every host, for "") about each call it acknowledged
+// and has not answered: an answer sent while the front or the host was
+// disconnected from NATS was lost. The host answers on the call's reply
+// subject plus statusSuffix.
+func (f *Front) askHost(host string) {
+	f.mu.Lock()
+	var ask []*call
+	for _, c := range f.pending {
+		if c.token != "" && c.host != "" && (host == "" || c.host == host) {
+			ask = append(ask, c)
+		}
+	}
+	f.mu.Unlock()
+	for _, c := range ask {
+		f.askCall(c)
+	}
+}
+
+// askCall sends one call status request.
+func (f *Front) askCall(c *call) {
+	f.mu.Lock()
+	host, gone := c.host, f.pending[c.token] != c
+	f.mu.Unlock()
+	if gone || host == "" || time.Now().After(c.deadline) {
+		return
+	}
+	_ = f.nc.PublishMsg(&nats.Msg{Subject: CallStatusSubject(f.cfg.Lattice, host), Reply: f.inbox + "." + c.token + statusSuffix,
+		Data: []byte(c.id)})
+}
+
+// callStatus takes a host's answer to a call status request (token is
+// the call's), in order with the call's answers: a call its host is not
+// running and that has had no answer lost its answer.
+func (f *Front) callStatus(token string, m *nats.Msg) {
+	f.mu.Lock()
+	c := f.pending[token]
+	f.mu.Unlock()
+	if c == nil {
+		return
+	}
+	switch m.Header.Get(CallStatusHeader) {
+	case "unknown":
+		c.loseOnce.Do(func() { close(c.lost) })
+	case "running":
+	default:
+		if m.Header.Get("Status") == "503" { // no responders: the host is not (yet) connected
+			time.AfterFunc(statusRetry, func() { f.askCall(c) })
+		}
+	}
+}
+
+// statusToken is the call token of a call status answer's subject
+// suffix, if it is one.
+func statusToken(token string) (string, bool) { return strings.CutSuffix(token, statusSuffix) }
+
+// claimRetry is the pause between two attempts at a call claim that
+// failed for want of the calls bucket (its stream has no leader while a
+// lost node is replaced), and claimAttempt bounds one attempt.
+const (
+	claimRetry   = 50 * time.Millisecond
+	claimAttempt = 500 * time.Millisecond
+)
+
+// sleepCtx waits d or until ctx ends; false if ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
