@@ -34,3 +34,14 @@ func SetHold(h *Host, f func()) {
 	}
 	h.hold.Store(&f)
 }
+
+// SetOnRun makes h call fn with a call's id just before each call it
+// took from the lattice starts on an instance (the chaos tests count
+// executions by call id with it). nil removes it.
+func SetOnRun(h *Host, fn func(callID string)) {
+	if fn == nil {
+		h.onRun.Store(nil)
+		return
+	}
+	h.onRun.Store(&fn)
+}

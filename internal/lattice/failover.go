@@ -72,6 +72,17 @@ func CallStatusSubject(lattice, id string) string {
 // run (it usually has). The host's id ends the message.
 const AnswerLostMessage = "the answer was lost with a dropped NATS connection, and the call may have run, on host "
 
+// CallWhoSubject is where every host of a lattice answers, if it has
+// acknowledged a call (the request's body: its id), "running" or
+// "answered" (CallStatusHeader), and is silent otherwise: a front asks
+// it before it sends again a call no host acknowledged, in case the
+// acknowledgement was lost with a connection.
+func CallWhoSubject(lattice string) string { return "stagehost." + lattice + ".calls.who" }
+
+// A front waits a quarter of its AckTimeout (at least minWhoWindow) for
+// an answer on CallWhoSubject before it sends the call again.
+const minWhoWindow = 50 * time.Millisecond
+
 // CallStatusHeader is on a host's answer to a call status request.
 const CallStatusHeader = "Stagehost-Call-Status"
 
@@ -88,33 +99,58 @@ const statusRetry = 100 * time.Millisecond
 
 // ---- host side ----
 
-// running tracks the call ids a host has acknowledged and not answered.
+// runningCalls tracks the call ids a host has acknowledged and not
+// answered, and those it answered until their deadline (plus
+// callClaimMargin) has passed.
 type runningCalls struct {
-	mu  sync.Mutex
-	ids map[string]int
+	mu       sync.Mutex
+	ids      map[string]int
+	answered map[string]time.Time // until when it is kept
+	adds     int
 }
 
 func (r *runningCalls) add(id string) {
 	r.mu.Lock()
 	if r.ids == nil {
-		r.ids = map[string]int{}
+		r.ids, r.answered = map[string]int{}, map[string]time.Time{}
 	}
 	r.ids[id]++
 	r.mu.Unlock()
 }
 
-func (r *runningCalls) done(id string) {
+// done: the call's answer was sent (or it ended without one).
+func (r *runningCalls) done(id string, deadline time.Time) {
+	now := time.Now()
+	if deadline.IsZero() {
+		deadline = now.Add(claimTimeout)
+	}
 	r.mu.Lock()
 	if r.ids[id]--; r.ids[id] <= 0 {
 		delete(r.ids, id)
 	}
+	r.answered[id] = deadline.Add(callClaimMargin)
+	if r.adds++; r.adds >= 1024 {
+		r.adds = 0
+		for k, until := range r.answered {
+			if now.After(until) {
+				delete(r.answered, k)
+			}
+		}
+	}
 	r.mu.Unlock()
 }
 
-func (r *runningCalls) has(id string) bool {
+// status is "running", "answered" or "unknown".
+func (r *runningCalls) status(id string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.ids[id] > 0
+	if r.ids[id] > 0 {
+		return "running"
+	}
+	if until, ok := r.answered[id]; ok && time.Now().Before(until) {
+		return "answered"
+	}
+	return "unknown"
 }
 
 // startFailover subscribes the host's call status subject, and beats at
@@ -122,16 +158,22 @@ func (r *runningCalls) has(id string) bool {
 // reconnection (HostRecord.Reconnects) and ask about its calls.
 func (h *Host) startFailover() error {
 	sub, err := h.nc.Subscribe(CallStatusSubject(h.cfg.Lattice, h.cfg.ID), func(m *nats.Msg) {
-		st := "unknown"
-		if h.runningIDs.has(string(m.Data)) {
-			st = "running"
-		}
+		st := h.runningIDs.status(string(m.Data))
 		_ = m.RespondMsg(&nats.Msg{Header: nats.Header{CallStatusHeader: {st}, HostHeader: {h.cfg.ID}}})
 	})
 	if err != nil {
 		return err
 	}
 	h.statusSub = sub
+	// Asked by every host: only one that has the call answers.
+	if h.whoSub, err = h.nc.Subscribe(CallWhoSubject(h.cfg.Lattice), func(m *nats.Msg) {
+		if st := h.runningIDs.status(string(m.Data)); st != "unknown" {
+			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{CallStatusHeader: {st}, HostHeader: {h.cfg.ID}}})
+		}
+	}); err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
 	ch := h.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
 	go func() {
 		for {
@@ -271,9 +313,22 @@ func (f *Front) callStatus(token string, m *nats.Msg) {
 		return
 	}
 	switch m.Header.Get(CallStatusHeader) {
-	case "unknown":
-		c.loseOnce.Do(func() { close(c.lost) })
+	case "unknown", "answered":
+		f.mu.Lock()
+		host := c.host
+		if host == "" {
+			c.host = m.Header.Get(HostHeader) // it had acknowledged it: the acknowledgement was lost
+		}
+		f.mu.Unlock()
+		if host == "" || host == m.Header.Get(HostHeader) {
+			c.loseOnce.Do(func() { close(c.lost) })
+		}
 	case "running":
+		f.mu.Lock()
+		if c.host == "" {
+			c.host = m.Header.Get(HostHeader) // its acknowledgement was lost
+		}
+		f.mu.Unlock()
 	default:
 		if m.Header.Get("Status") == "503" { // no responders: the host is not (yet) connected
 			time.AfterFunc(statusRetry, func() { f.askCall(c) })
@@ -281,9 +336,34 @@ func (f *Front) callStatus(token string, m *nats.Msg) {
 	}
 }
 
+// askWho asks every host whether it has call c (CallWhoSubject).
+func (f *Front) askWho(c *call) {
+	_ = f.nc.PublishMsg(&nats.Msg{Subject: CallWhoSubject(f.cfg.Lattice), Reply: f.inbox + "." + c.token + statusSuffix, Data: []byte(c.id)})
+}
+
 // statusToken is the call token of a call status answer's subject
 // suffix, if it is one.
 func statusToken(token string) (string, bool) { return strings.CutSuffix(token, statusSuffix) }
+
+// noResponderRetry is how long a front waits before it sends again a
+// session call that reached no host (no responders) while live hosts
+// serve the session, at most maxNoResponderResends times within the
+// deadline: after a node of the cluster is lost, the members that were
+// on it are back on another within milliseconds, and the nodes' interest
+// follows.
+const (
+	noResponderRetry      = 50 * time.Millisecond
+	maxNoResponderResends = 20
+)
+
+// noResponders says whether m is the server's no-responders answer to a
+// session call that live hosts serve, with time left to send it again.
+func (f *Front) noResponders(m *nats.Msg, x exchange, left time.Duration) bool {
+	if m.Header.Get("Status") != "503" || !x.claims || left <= 2*noResponderRetry {
+		return false
+	}
+	return f.refuse(x.name) == nil
+}
 
 // claimRetry is the pause between two attempts at a call claim that
 // failed for want of the calls bucket (its stream has no leader while a

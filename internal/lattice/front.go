@@ -634,12 +634,26 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 	ack := time.NewTimer(f.cfg.AckTimeout)
 	defer ack.Stop()
 	ctxDone := ctx.Done()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	noResp := 0
 	notRun := 0
+	asked := false
 	waitedLate := false
 	for {
 		select {
 		case m := <-c.ch:
 			left := time.Until(deadline)
+			if f.noResponders(m, x, left) && noResp < maxNoResponderResends {
+				// Nobody got this copy, while live hosts serve the
+				// session: the server's interest had not caught up with
+				// a member that reconnected to another node of the
+				// cluster (failover.go). Sent again, shortly.
+				noResp++
+				retry.Reset(noResponderRetry)
+				continue
+			}
 			if !x.resend || m.Header.Get(NotRunHeader) == "" || notRun >= MaxNotRunResends || left <= 0 {
 				return m, nil
 			}
@@ -668,12 +682,23 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 			}
 			f.cfg.Logger.Info("lattice request sent again: the host ran it nowhere", "what", x.what(), "host", m.Header.Get(HostHeader), "traceparent", msg.Header.Get(TraceparentHeader))
 			ack.Reset(f.cfg.AckTimeout)
+		case <-retry.C:
+			sent = time.Now()
+			if x.claims && msg.Header.Get(ClaimAfterHeader) != "0" {
+				// No host got the copies before: this is the first that
+				// may run, with its own acknowledgement window.
+				msg.Header.Set(ClaimAfterHeader, unixNanoHeader(sent.Add(f.cfg.AckTimeout/2)))
+			}
+			if err := f.nc.PublishMsg(msg); err != nil {
+				return nil, unavailable("", "%s: sending the %s: %v", x.what(), x.noun, err)
+			}
+			ack.Reset(f.cfg.AckTimeout)
 		case <-ack.C:
 			left := time.Until(deadline)
 			if !x.resend || f.ackedBy(c) != "" || left <= 0 {
 				continue
 			}
-			if late := time.Since(sent) - f.cfg.AckTimeout; late > f.cfg.AckTimeout/4 && !waitedLate {
+			if late := time.Since(sent) - f.cfg.AckTimeout; !asked && late > f.cfg.AckTimeout/4 && !waitedLate {
 				// The timer fired late: this process was stopped or
 				// starved, and an acknowledgement may be waiting to be
 				// read. Read it first.
@@ -682,6 +707,16 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 				continue
 			}
 			waitedLate = false
+			if x.claims && !asked {
+				// Before it is sent again: a host that acknowledged it,
+				// whose acknowledgement was lost with a connection, says
+				// so (failover.go).
+				asked = true
+				f.askWho(c)
+				ack.Reset(max(f.cfg.AckTimeout/4, minWhoWindow))
+				continue
+			}
+			asked = false
 			// No host took it: the one the server gave it to died before
 			// it could, so another may. (At least once for such calls: a
 			// host whose acknowledgement was lost with its connection

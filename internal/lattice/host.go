@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -206,6 +205,7 @@ type Host struct {
 	// call status requests; statusSub takes those (failover.go).
 	runningIDs runningCalls
 	statusSub  *nats.Subscription
+	whoSub     *nats.Subscription
 	// onRun, when set (tests), is called with a call's id just before
 	// the call starts on an instance.
 	onRun atomic.Pointer[func(string)]
@@ -780,7 +780,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 		// Until it is answered, a front that lost its connection
 		// meanwhile hears "running" when it asks (failover.go).
 		h.runningIDs.add(terms.id)
-		defer h.runningIDs.done(terms.id)
+		defer h.runningIDs.done(terms.id, terms.deadline)
 	}
 	if acked {
 		_ = h.respond(req, nil, nats.Header{HostHeader: {h.cfg.ID}, AckHeader: {"1"}})
@@ -814,7 +814,7 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 		if claimed != 0 || !terms.claims {
 			return nil
 		}
-		if !terms.mustClaim(time.Now()) && !(acked && h.unsent()) {
+		if !terms.mustClaim(time.Now()) && !(acked && !h.ackConfirmed(terms)) {
 			return nil
 		}
 		rev, cerr := h.claimCall(hs, terms, rid)
@@ -924,28 +924,22 @@ func (h *Host) claimCall(hs *hostSession, terms callTerms, rid string) (uint64, 
 	return 0, unavailable(h.cfg.ID, "session %q: claiming the call in the lattice's calls bucket on host %s: %v", hs.name, h.cfg.ID, err)
 }
 
-// unsent says whether the connection still holds bytes it has not
-// written (an acknowledgement among them, maybe).
-func (h *Host) unsent() bool {
-	// The connection's flusher writes within microseconds of a publish:
-	// give it those before paying for a claim.
-	for range unsentYields {
-		if n, err := h.nc.Buffered(); err == nil && n == 0 {
-			return false
-		}
-		runtime.Gosched()
+// ackConfirmed says whether the server has the call's acknowledgement
+// (a PING answered after it, before the call's acknowledgement window
+// ends): a call whose acknowledgement may be lost (the connection
+// dropped, or stands still) is claimed before it starts, since its front
+// will send it again.
+func (h *Host) ackConfirmed(terms callTerms) bool {
+	wait := time.Until(terms.claimAfter)
+	if terms.claimAlways || wait <= 0 {
+		return false
 	}
-	n, err := h.nc.Buffered()
-	return err != nil || n > 0
+	return h.nc.FlushTimeout(wait) == nil
 }
 
 // outputGrace is how long past a call's deadline its host may take to
 // store its output: the front's default Grace.
 const outputGrace = 250 * time.Millisecond
-
-// unsentYields is how many times unsent yields to the connection's
-// flusher before it takes the acknowledgement for unsent.
-const unsentYields = 8
 
 // overMaxInput is the error of a call whose input is larger than its
 // session's max_input. The limit holds whoever sent the call: a front
@@ -1016,6 +1010,7 @@ func (h *Host) Close(ctx context.Context) error {
 	close(h.stop)
 	if h.statusSub != nil {
 		_ = h.statusSub.Unsubscribe()
+		_ = h.whoSub.Unsubscribe()
 	}
 	<-h.beatDone
 	if h.stopWatch != nil {
