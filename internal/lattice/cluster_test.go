@@ -528,3 +528,48 @@ func checkChaos(t testing.TB, res chaosResult) {
 		t.Error("no call succeeded")
 	}
 }
+
+// TestAnswerLostWithTheFrontsConnection: a call whose answer is sent
+// while its front is disconnected (its NATS node was killed after the
+// host acknowledged the call, and the front reconnects only after the
+// answer) is answered as soon as the front is back, not at its
+// deadline (20 s): 504 deadline_exceeded, "the answer was lost ... may
+// have run", naming the host. It ran once.
+func TestAnswerLostWithTheFrontsConnection(t *testing.T) {
+	cl := startCluster(t, 3)
+	const lat = "lost"
+	h := join(t, cl.url(1), lat, "h", manifestOpts{latency: 400 * time.Millisecond}, lattice.HostConfig{Replicas: 3})
+	gate := &pauseGate{}
+	nc := connectOrdered(t, cl.url(0), gate)
+	ctx := testutil.Context(t, 20*time.Second)
+	f, err := lattice.NewFront(ctx, nc, lattice.FrontConfig{Lattice: lat, TTL: hostDefaults(lattice.HostConfig{}).TTL, Replicas: 3, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	if err := f.WaitFor(ctx, func() bool { return len(f.Serving("steady")) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	lattice.SetOnRun(h.h, func(string) {
+		if runs.Add(1) == 1 {
+			// The front's node dies as the call starts (400 ms), and
+			// the front cannot reconnect for 1 s.
+			gate.pause()
+			cl.kill(0)
+			time.AfterFunc(time.Second, gate.resume)
+		}
+	})
+	start := time.Now()
+	_, err = f.Call(ctx, "steady", nil)
+	took := time.Since(start)
+	if lattice.Class(err) != errdefs.ClassDeadlineExceeded || !strings.Contains(err.Error(), lattice.AnswerLostMessage+"h") {
+		t.Fatalf("a call whose answer was lost: %v after %v", err, took)
+	}
+	if took > 3*time.Second {
+		t.Errorf("answered after %v, want about 1 s (the front's reconnection)", took)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the call ran %d times", n)
+	}
+}
