@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/internal/testutil"
@@ -719,5 +720,76 @@ func TestUnconfirmedAcknowledgementIsClaimed(t *testing.T) {
 		if len(hs) != 1 || hs[0] != "b" {
 			t.Errorf("call %s ran on %v", id, hs)
 		}
+	}
+}
+
+// TestMemberEmbeddedCluster: three members each embed a node of one NATS
+// cluster (cluster_listen, cluster_routes, replicas = 3): two hosts and
+// a front only. The front's calls reach the hosts; when a host's process
+// ends (its embedded node with it) the front's calls go on to the other
+// host at once.
+func TestMemberEmbeddedCluster(t *testing.T) {
+	var routes []string
+	var listens []string
+	for range 3 {
+		p := strconv.Itoa(freeTCPPort(t))
+		listens = append(listens, "127.0.0.1:"+p)
+		routes = append(routes, "nats-route://127.0.0.1:"+p)
+	}
+	members := make([]*lattice.Member, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		lt := lattice.Config{Name: "emb", Embedded: true, Listen: "127.0.0.1:0", StoreDir: t.TempDir(), HeartbeatTTL: time.Second,
+			ClaimTTL: 4 * time.Second, Replicas: 3, ClusterListen: listens[i], ClusterRoutes: strings.Join(routes, ",")}
+		var d *deployment
+		if i < 2 {
+			d = openDeployment(t, manifestOpts{})
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var dd *deploy.Deployment
+			if d != nil {
+				dd = d.Deployment
+			}
+			members[i], errs[i] = lattice.Join(ctx, dd, lattice.MemberConfig{Lattice: lt, HostID: "m" + strconv.Itoa(i), Logger: quietLogger()})
+		}()
+	}
+	wg.Wait()
+	for i, m := range members {
+		if errs[i] != nil {
+			t.Fatalf("member %d: %v", i, errs[i])
+		}
+		t.Cleanup(m.Close)
+	}
+	f := members[2].Front()
+	ctx := testutil.Context(t, 20*time.Second)
+	if err := f.WaitFor(ctx, func() bool { return len(f.Serving("steady")) == 2 }); err != nil {
+		t.Fatalf("the front sees %v", f.Hosts())
+	}
+	call := func() error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		out, _, err := members[2].Call(cctx, "steady", nil)
+		if err == nil && string(out) != "ok" {
+			err = fmt.Errorf("output %q", out)
+		}
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	members[0].Close() // the host and its NATS node
+	start := time.Now()
+	for i := range 20 {
+		if err := call(); err != nil {
+			t.Fatalf("call %d, %v after m0 ended: %v", i, time.Since(start), err)
+		}
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("20 calls took %v after a host and its node ended", took)
 	}
 }
