@@ -295,7 +295,10 @@ func settleCluster(ctx context.Context, nc *nats.Conn, lt Config) error {
 		return err
 	}
 	steps := []func(context.Context) error{
-		func(ctx context.Context) error { _, err := openHosts(ctx, js, lt.Name, lt.HeartbeatTTL, lt.Replicas); return err },
+		func(ctx context.Context) error {
+			_, err := openHosts(ctx, js, lt.Name, lt.HeartbeatTTL, lt.Replicas)
+			return err
+		},
 		func(ctx context.Context) error {
 			q, err := OpenQuarantine(ctx, js, lt.Name, lt.Replicas)
 			if err == nil {
@@ -303,7 +306,10 @@ func settleCluster(ctx context.Context, nc *nats.Conn, lt Config) error {
 			}
 			return err
 		},
-		func(ctx context.Context) error { _, err := OpenClaims(ctx, js, lt.Name, lt.ClaimTTL, lt.Replicas); return err },
+		func(ctx context.Context) error {
+			_, err := OpenClaims(ctx, js, lt.Name, lt.ClaimTTL, lt.Replicas)
+			return err
+		},
 		func(ctx context.Context) error { _, err := openCalls(ctx, js, lt.Name, lt.Replicas); return err },
 		func(ctx context.Context) error {
 			_, err := openPayloads(ctx, nc, js, lt.Name, lt.Replicas, lt.PayloadStoreMax)
