@@ -236,6 +236,9 @@ type chaosResult struct {
 	longestGap time.Duration    // with no successful call ending, within the load
 	gapAt      time.Duration    // when that gap began, from the load's start
 	events     []string
+	// byPhase counts the failed calls by the last event begun before
+	// each was sent ("before" the first).
+	byPhase map[string]int64
 }
 
 func (r chaosResult) String() string {
@@ -259,6 +262,14 @@ func (r chaosResult) String() string {
 	}
 	for _, e := range r.events {
 		fmt.Fprintf(&b, "  event: %s\n", e)
+	}
+	ks = ks[:0]
+	for k := range r.byPhase {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	for _, k := range ks {
+		fmt.Fprintf(&b, "  failed after %s: %d\n", k, r.byPhase[k])
 	}
 	return b.String()
 }
@@ -352,7 +363,22 @@ func runChaos(t testing.TB, cfg chaosConfig) chaosResult {
 		}
 	}
 
-	res := chaosResult{byClass: map[string]int64{}, byReason: map[string]int64{}}
+	res := chaosResult{byClass: map[string]int64{}, byReason: map[string]int64{}, byPhase: map[string]int64{}}
+	// phases: when each event began, in order.
+	type phase struct {
+		at   time.Duration
+		name string
+	}
+	var phases []phase
+	phaseOf := func(sentAt time.Duration) string { // under resMu
+		name := "before"
+		for _, p := range phases {
+			if p.at <= sentAt {
+				name = p.name
+			}
+		}
+		return name
+	}
 	var okMu sync.Mutex
 	var okEnds []time.Duration
 	mu.Lock()
@@ -390,6 +416,7 @@ func runChaos(t testing.TB, cfg chaosConfig) chaosResult {
 				res.byClass[class]++
 				if err != nil {
 					res.byReason[class+": "+reasonOf(err)]++
+					res.byPhase[phaseOf(t0.Sub(start))]++
 				}
 				resMu.Unlock()
 				if class == "ok" {
@@ -408,6 +435,10 @@ func runChaos(t testing.TB, cfg chaosConfig) chaosResult {
 		go func() {
 			defer wg.Done()
 			time.Sleep(at - time.Since(start)) // the schedule of the chaos, not synchronisation
+			resMu.Lock()
+			phases = append(phases, phase{time.Since(start), fmt.Sprintf("%v %s", at, what)})
+			sort.Slice(phases, func(i, j int) bool { return phases[i].at < phases[j].at })
+			resMu.Unlock()
 			fn()
 			resMu.Lock()
 			res.events = append(res.events, fmt.Sprintf("%v %s", time.Since(start).Round(time.Millisecond), what))
