@@ -590,13 +590,17 @@ func TestAnswerLostWithTheFrontsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	var runs atomic.Int64
-	lattice.SetOnRun(h.h, func(string) {
+	lattice.SetOnRun(h.h, func(id string) {
 		if runs.Add(1) == 1 {
 			// The front's node dies as the call starts (400 ms), and
-			// the front cannot reconnect for 1 s.
+			// the front cannot reconnect until the host has answered.
 			gate.pause()
 			cl.kill(0)
-			time.AfterFunc(time.Second, gate.resume)
+			cl.srvs[0].WaitForShutdown() // before the call runs: its answer finds the front gone
+			go func() {
+				testutil.Poll(10*time.Second, func() bool { return lattice.CallStatus(h.h, id) == "answered" })
+				gate.resume()
+			}()
 		}
 	})
 	start := time.Now()

@@ -45,3 +45,7 @@ func SetOnRun(h *Host, fn func(callID string)) {
 	}
 	h.onRun.Store(&fn)
 }
+
+// CallStatus is what h answers a call status request for id: running,
+// answered or unknown.
+func CallStatus(h *Host, id string) string { return h.runningIDs.status(id) }
