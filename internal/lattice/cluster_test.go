@@ -570,50 +570,60 @@ func checkChaos(t testing.TB, res chaosResult, maxFailed int64) {
 
 // TestAnswerLostWithTheFrontsConnection: a call whose answer is sent
 // while its front is disconnected (its NATS node was killed after the
-// host acknowledged the call, and the front reconnects only after the
-// answer) is answered as soon as the front is back, not at its
-// deadline (20 s): 504 deadline_exceeded, "the answer was lost ... may
-// have run", naming the host. It ran once.
+// host acknowledged the call, and the front reconnects only once the
+// host has answered) is answered as soon as the front is back, not at
+// its deadline (20 s): with the answer the host kept, sent again when
+// the front asks, "ok"; with none kept, 504 deadline_exceeded, "the
+// answer was lost ... may have run", naming the host. It ran once.
 func TestAnswerLostWithTheFrontsConnection(t *testing.T) {
-	cl := startCluster(t, 3)
-	const lat = "lost"
-	h := join(t, cl.url(1), lat, "h", manifestOpts{latency: 400 * time.Millisecond}, lattice.HostConfig{Replicas: 3})
-	gate := &pauseGate{}
-	nc := connectOrdered(t, cl.url(0), gate)
-	ctx := testutil.Context(t, 20*time.Second)
-	f, err := lattice.NewFront(ctx, nc, lattice.FrontConfig{Lattice: lat, TTL: hostDefaults(lattice.HostConfig{}).TTL, Replicas: 3, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	if err := f.WaitFor(ctx, func() bool { return len(f.Serving("steady")) == 1 }); err != nil {
-		t.Fatal(err)
-	}
-	var runs atomic.Int64
-	lattice.SetOnRun(h.h, func(id string) {
-		if runs.Add(1) == 1 {
-			// The front's node dies as the call starts (400 ms), and
-			// the front cannot reconnect until the host has answered.
-			gate.pause()
-			cl.kill(0)
-			cl.srvs[0].WaitForShutdown() // before the call runs: its answer finds the front gone
-			go func() {
-				testutil.Poll(10*time.Second, func() bool { return lattice.CallStatus(h.h, id) == "answered" })
-				gate.resume()
-			}()
-		}
-	})
-	start := time.Now()
-	_, err = f.Call(ctx, "steady", nil)
-	took := time.Since(start)
-	if lattice.Class(err) != errdefs.ClassDeadlineExceeded || !strings.Contains(err.Error(), lattice.AnswerLostMessage+"h") {
-		t.Fatalf("a call whose answer was lost: %v after %v", err, took)
-	}
-	if took > 3*time.Second {
-		t.Errorf("answered after %v, want about 1 s (the front's reconnection)", took)
-	}
-	if n := runs.Load(); n != 1 {
-		t.Errorf("the call ran %d times", n)
+	for _, kept := range []bool{true, false} {
+		t.Run(fmt.Sprintf("kept=%v", kept), func(t *testing.T) {
+			cl := startCluster(t, 3)
+			const lat = "lost"
+			h := join(t, cl.url(1), lat, "h", manifestOpts{latency: 400 * time.Millisecond}, lattice.HostConfig{Replicas: 3})
+			lattice.SetKeepAnswers(h.h, kept)
+			gate := &pauseGate{}
+			const victim = 0
+			nc := connectOrdered(t, cl.url(victim), gate)
+			ctx := testutil.Context(t, 20*time.Second)
+			f, err := lattice.NewFront(ctx, nc, lattice.FrontConfig{Lattice: lat, TTL: hostDefaults(lattice.HostConfig{}).TTL, Replicas: 3, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(f.Close)
+			if err := f.WaitFor(ctx, func() bool { return len(f.Serving("steady")) == 1 }); err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int64
+			lattice.SetOnRun(h.h, func(id string) {
+				if runs.Add(1) == 1 {
+					// The front's node dies as the call starts (400 ms), and
+					// the front cannot reconnect until the host has answered.
+					gate.pause()
+					cl.kill(victim)
+					cl.srvs[victim].WaitForShutdown() // before the call runs: its answer finds the front gone
+					go func() {
+						testutil.Poll(10*time.Second, func() bool { return lattice.CallStatus(h.h, id) == "answered" })
+						gate.resume()
+					}()
+				}
+			})
+			start := time.Now()
+			out, err := f.Call(ctx, "steady", nil)
+			took := time.Since(start)
+			if kept && (err != nil || string(out) != "ok") {
+				t.Fatalf("a call whose answer was lost and kept: %q, %v after %v", out, err, took)
+			}
+			if !kept && (lattice.Class(err) != errdefs.ClassDeadlineExceeded || !strings.Contains(err.Error(), lattice.AnswerLostMessage+"h")) {
+				t.Fatalf("a call whose answer was lost: %v after %v", err, took)
+			}
+			if took > 3*time.Second {
+				t.Errorf("answered after %v, want about 1 s (the front's reconnection)", took)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Errorf("the call ran %d times", n)
+			}
+		})
 	}
 }
 

@@ -49,3 +49,11 @@ func SetOnRun(h *Host, fn func(callID string)) {
 // CallStatus is what h answers a call status request for id: running,
 // answered or unknown.
 func CallStatus(h *Host, id string) string { return h.runningIDs.status(id) }
+
+// SetKeepAnswers turns off (or on again) h's keeping of the answers it
+// sent, to send again when a front asks.
+func SetKeepAnswers(h *Host, on bool) {
+	h.runningIDs.mu.Lock()
+	h.runningIDs.noKeep = !on
+	h.runningIDs.mu.Unlock()
+}

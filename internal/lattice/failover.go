@@ -107,6 +107,66 @@ type runningCalls struct {
 	ids      map[string]int
 	answered map[string]time.Time // until when it is kept
 	adds     int
+	// kept are the answers sent (with their reply subjects), oldest
+	// first in keptOrder, keptBytes of them at most maxKeptBytes: one is
+	// sent again when a front asks about its call (its first copy may
+	// have been lost with a connection).
+	kept      map[string]*nats.Msg
+	keptOrder []string
+	keptBytes int
+	noKeep    bool // tests: keep no answer
+}
+
+// Answers a host keeps to send again: each at most maxKeptAnswer bytes,
+// maxKeptBytes in all (the oldest dropped first), and only until its
+// call's deadline plus callClaimMargin.
+const (
+	maxKeptAnswer = 64 << 10
+	maxKeptBytes  = 8 << 20
+)
+
+// keep records the answer m of call id, sent.
+func (r *runningCalls) keep(id string, m *nats.Msg) {
+	n := len(m.Data) + len(m.Subject)
+	if n > maxKeptAnswer || id == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.noKeep {
+		return
+	}
+	if r.kept == nil {
+		r.kept = map[string]*nats.Msg{}
+	}
+	if _, ok := r.kept[id]; ok {
+		return
+	}
+	r.kept[id] = m
+	r.keptOrder = append(r.keptOrder, id)
+	r.keptBytes += n
+	for r.keptBytes > maxKeptBytes && len(r.keptOrder) > 0 {
+		r.dropKept(r.keptOrder[0])
+		r.keptOrder = r.keptOrder[1:]
+	}
+}
+
+// dropKept forgets a kept answer (under r.mu; keptOrder is the caller's).
+func (r *runningCalls) dropKept(id string) {
+	if m, ok := r.kept[id]; ok {
+		r.keptBytes -= len(m.Data) + len(m.Subject)
+		delete(r.kept, id)
+	}
+}
+
+// answer is the kept answer of call id, or nil.
+func (r *runningCalls) answer(id string) *nats.Msg {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if until, ok := r.answered[id]; !ok || time.Now().After(until) {
+		return nil
+	}
+	return r.kept[id]
 }
 
 func (r *runningCalls) add(id string) {
@@ -134,8 +194,16 @@ func (r *runningCalls) done(id string, deadline time.Time) {
 		for k, until := range r.answered {
 			if now.After(until) {
 				delete(r.answered, k)
+				r.dropKept(k)
 			}
 		}
+		order := r.keptOrder[:0]
+		for _, k := range r.keptOrder {
+			if _, ok := r.kept[k]; ok {
+				order = append(order, k)
+			}
+		}
+		r.keptOrder = order
 	}
 	r.mu.Unlock()
 }
@@ -159,6 +227,11 @@ func (r *runningCalls) status(id string) string {
 func (h *Host) startFailover() error {
 	sub, err := h.nc.Subscribe(CallStatusSubject(h.cfg.Lattice, h.cfg.ID), func(m *nats.Msg) {
 		st := h.runningIDs.status(string(m.Data))
+		if a := h.runningIDs.answer(string(m.Data)); st == "answered" && a != nil {
+			// Sent again before the status, on the same connection: the
+			// front reads it first.
+			_ = h.nc.PublishMsg(a)
+		}
 		_ = m.RespondMsg(&nats.Msg{Header: nats.Header{CallStatusHeader: {st}, HostHeader: {h.cfg.ID}}})
 	})
 	if err != nil {

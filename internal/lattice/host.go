@@ -870,6 +870,9 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 		if fn := h.beforeAnswer.Load(); object != "" && fn != nil {
 			(*fn)()
 		}
+		if acked && terms.id != "" {
+			h.runningIDs.keep(terms.id, &nats.Msg{Subject: req.Reply(), Data: out, Header: answer}) // failover.go
+		}
 		if rerr := h.respond(req, out, answer); rerr != nil {
 			h.cfg.Logger.Warn("lattice: answering a call failed", "host", h.cfg.ID, "session", hs.name, "request_id", rid, "err", rerr)
 			if object != "" {
