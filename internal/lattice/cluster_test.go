@@ -237,8 +237,10 @@ type chaosResult struct {
 	gapAt      time.Duration    // when that gap began, from the load's start
 	events     []string
 	// byPhase counts the failed calls by the last event begun before
-	// each was sent ("before" the first).
-	byPhase map[string]int64
+	// each was sent ("before" the first); gapByPhase is the longest gap
+	// between successful calls from each event to the next.
+	byPhase    map[string]int64
+	gapByPhase map[string]time.Duration
 }
 
 func (r chaosResult) String() string {
@@ -269,7 +271,15 @@ func (r chaosResult) String() string {
 	}
 	sort.Strings(ks)
 	for _, k := range ks {
-		fmt.Fprintf(&b, "  failed after %s: %d\n", k, r.byPhase[k])
+		fmt.Fprintf(&b, "  failed, sent after %s: %d\n", k, r.byPhase[k])
+	}
+	ks = ks[:0]
+	for k := range r.gapByPhase {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	for _, k := range ks {
+		fmt.Fprintf(&b, "  longest gap after %s: %v\n", k, r.gapByPhase[k].Round(time.Millisecond))
 	}
 	return b.String()
 }
@@ -363,7 +373,7 @@ func runChaos(t testing.TB, cfg chaosConfig) chaosResult {
 		}
 	}
 
-	res := chaosResult{byClass: map[string]int64{}, byReason: map[string]int64{}, byPhase: map[string]int64{}}
+	res := chaosResult{byClass: map[string]int64{}, byReason: map[string]int64{}, byPhase: map[string]int64{}, gapByPhase: map[string]time.Duration{}}
 	// phases: when each event began, in order.
 	type phase struct {
 		at   time.Duration
@@ -371,7 +381,7 @@ func runChaos(t testing.TB, cfg chaosConfig) chaosResult {
 	}
 	var phases []phase
 	phaseOf := func(sentAt time.Duration) string { // under resMu
-		name := "before"
+		name := "the start"
 		for _, p := range phases {
 			if p.at <= sentAt {
 				name = p.name
@@ -472,6 +482,8 @@ func runChaos(t testing.TB, cfg chaosConfig) chaosResult {
 		}
 	}
 	mu.Unlock()
+	resMu.Lock() // phaseOf
+	defer resMu.Unlock()
 	okMu.Lock()
 	sort.Slice(okEnds, func(i, j int) bool { return okEnds[i] < okEnds[j] })
 	prev := time.Duration(0)
@@ -481,6 +493,9 @@ func runChaos(t testing.TB, cfg chaosConfig) chaosResult {
 		}
 		if e-prev > res.longestGap {
 			res.longestGap, res.gapAt = e-prev, prev
+		}
+		if ph := phaseOf(prev); e-prev > res.gapByPhase[ph] {
+			res.gapByPhase[ph] = e - prev
 		}
 		prev = e
 	}
