@@ -335,14 +335,36 @@ func (f *Front) followConn(ch chan nats.Status) {
 			switch st {
 			case nats.CONNECTED:
 				f.mu.Lock()
-				f.connectedAt = time.Now()
+				f.connectedAt, f.downSince = time.Now(), time.Time{}
 				f.mu.Unlock()
 				f.askHost("")
+			case nats.DISCONNECTED, nats.RECONNECTING:
+				f.mu.Lock()
+				if f.downSince.IsZero() {
+					f.downSince = time.Now()
+				}
+				f.mu.Unlock()
 			case nats.CLOSED:
 				return
 			}
 		}
 	}
+}
+
+// disconnected refuses a call through the lattice while the front's
+// connection has been down for longer than the TTL (a NATS outage, not a
+// move to another node, which takes milliseconds): 503 at once rather
+// than at the call's deadline. Shorter, the call is sent once the
+// connection is back.
+func (f *Front) disconnected() *Error {
+	f.mu.Lock()
+	since := f.downSince
+	f.mu.Unlock()
+	if since.IsZero() || time.Since(since) <= f.cfg.TTL || f.nc.Status() == nats.CONNECTED {
+		return nil
+	}
+	return unavailable("", "this member has been disconnected from the NATS servers of lattice %s since %s (%v): no call can go through the lattice", f.cfg.Lattice,
+		since.UTC().Format(time.RFC3339), time.Since(since).Round(time.Second))
 }
 
 // askHost asks host (every host, for "") about each call it acknowledged

@@ -124,6 +124,8 @@ type Front struct {
 	// came up (failover.go).
 	left        map[string]time.Time
 	connectedAt time.Time
+	// downSince: when the connection went down (zero while it is up).
+	downSince time.Time
 	beatSub     *nats.Subscription
 
 	stats struct{ local, remote, refused, noResp, gone, unanswered, resent, dropped atomic.Uint64 }
@@ -214,7 +216,7 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	f.done.Add(3)
 	go f.watch(loaded)
 	go f.expire()
-	go f.followConn(nc.StatusChanged(nats.CONNECTED, nats.CLOSED))
+	go f.followConn(nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED))
 	select {
 	case <-loaded:
 		return f, nil
@@ -458,6 +460,10 @@ func (f *Front) call(ctx context.Context, session string, input []byte) ([]byte,
 		}
 	}
 	if err := f.refuse(session); err != nil {
+		f.stats.refused.Add(1)
+		return nil, "", err
+	}
+	if err := f.disconnected(); err != nil { // failover.go
 		f.stats.refused.Add(1)
 		return nil, "", err
 	}

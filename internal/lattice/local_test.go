@@ -2,10 +2,12 @@ package lattice_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/manifest"
@@ -74,4 +76,56 @@ func errString(err error) string {
 		return "<nil>"
 	}
 	return err.Error()
+}
+
+// TestFrontRefusesWhileDisconnected: a front whose NATS server has been
+// gone for longer than the TTL answers a call to another host's session
+// 503 at once ("disconnected"), not at the call's deadline, and still
+// lists the host it last heard (it cannot know it is gone).
+func TestFrontRefusesWhileDisconnected(t *testing.T) {
+	srv, err := lattice.EmbeddedServer(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := false
+	t.Cleanup(func() {
+		if !down {
+			srv.Shutdown()
+		}
+		srv.WaitForShutdown()
+	})
+	url := srv.ClientURL()
+	h := join(t, url, "gone", "h", manifestOpts{}, lattice.HostConfig{TTL: ttl})
+	ctx := testutil.Context(t, 10*time.Second)
+	nc := connect(t, url)
+	f, err := lattice.NewFront(ctx, nc, lattice.FrontConfig{Lattice: "gone", TTL: ttl, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close(); f.Close() }) // as Member.Close does, disconnected
+	if err := f.WaitFor(ctx, func() bool { return len(f.Serving("steady")) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	h.nc.Close()
+	srv.Shutdown()
+	down = true
+	// Within the TTL of the disconnection a call is sent (and waits for
+	// the connection, within its deadline); past it, it is refused.
+	var last error
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		cctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, last = f.Call(cctx, "steady", nil)
+		return strings.Contains(errString(last), "disconnected")
+	}, "no refusal while disconnected: %v", last)
+	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = f.Call(cctx, "steady", nil)
+	if took := time.Since(start); lattice.Class(err) != errdefs.ClassUnavailable || !strings.Contains(errString(err), "disconnected from the NATS servers") || took > 500*time.Millisecond {
+		t.Errorf("a call while disconnected: %v after %v, want 503 at once", err, took)
+	}
+	if len(f.Serving("steady")) != 1 {
+		t.Errorf("the disconnected front forgot the host: %v", f.Hosts())
+	}
 }
