@@ -126,7 +126,7 @@ type Front struct {
 	connectedAt time.Time
 	// downSince: when the connection went down (zero while it is up).
 	downSince time.Time
-	beatSub     *nats.Subscription
+	beatSub   *nats.Subscription
 
 	stats struct{ local, remote, refused, noResp, gone, unanswered, resent, dropped atomic.Uint64 }
 	stop  chan struct{}
