@@ -302,6 +302,7 @@ func (f *Front) heard(rec HostRecord) (reconnected bool) {
 		return false // a beat already taken (from the other source), or one replayed
 	}
 	f.hosts[rec.ID] = &liveHost{rec: rec, seen: time.Now()}
+	delete(f.left, rec.ID) // another process with the id (the callers skip the one that left)
 	for _, sc := range rec.Sessions {
 		f.known[sc.Name] = true
 	}
