@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/internal/testutil"
@@ -127,5 +129,62 @@ func TestFrontRefusesWhileDisconnected(t *testing.T) {
 	}
 	if len(f.Serving("steady")) != 1 {
 		t.Errorf("the disconnected front forgot the host: %v", f.Hosts())
+	}
+}
+
+// TestServerRestartMidCall: the lattice's only NATS server goes away
+// while a host runs a call, and comes back (same port, same store) 1 s
+// later: the call is answered "ok" once both are reconnected, well
+// within its deadline (10 s), not 503 ("went away") nor at the deadline.
+func TestServerRestartMidCall(t *testing.T) {
+	dir := t.TempDir()
+	listen := "127.0.0.1:" + itoa(freeTCPPort(t))
+	start := func() *server.Server {
+		srv, err := lattice.StartEmbedded(lattice.EmbeddedConfig{Listen: listen, StoreDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	var mu sync.Mutex
+	srv := start()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	url := srv.ClientURL()
+	h := join(t, url, "restart", "h", manifestOpts{latency: 500 * time.Millisecond}, lattice.HostConfig{TTL: ttl})
+	ctx := testutil.Context(t, 20*time.Second)
+	nc := connect(t, url)
+	f, err := lattice.NewFront(ctx, nc, lattice.FrontConfig{Lattice: "restart", TTL: ttl, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	if err := f.WaitFor(ctx, func() bool { return len(f.Serving("steady")) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	lattice.SetOnRun(h.h, func(string) {
+		once.Do(func() {
+			mu.Lock()
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			mu.Unlock()
+			time.AfterFunc(time.Second, func() { // the outage's length
+				mu.Lock()
+				srv = start()
+				mu.Unlock()
+			})
+		})
+	})
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	out, err := f.Call(cctx, "steady", nil)
+	if took := time.Since(t0); err != nil || string(out) != "ok" || took > 5*time.Second {
+		t.Fatalf("a call across a restart of the server: %q, %v after %v", out, err, took)
 	}
 }
