@@ -764,7 +764,7 @@ func TestUnconfirmedAcknowledgementIsClaimed(t *testing.T) {
 	}
 	// Calls until one reaches a (the queue group picks at random).
 	for i := 0; i < 40 && !drop.Load(); i++ {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		out, err := f.Call(cctx, "steady", nil)
 		cancel()
 		if err != nil || string(out) != "ok" {
