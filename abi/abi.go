@@ -13,14 +13,16 @@ const Version = 1
 // Revision is the revision of v1 this package describes (ABI.md §1.4).
 // Revision 1 is the first release of v1; each later revision only adds
 // host functions, listed in [AddedIn].
-const Revision = 2
+const Revision = 3
 
 // AddedIn gives the revision of v1 that added each host function added
 // after the first release. A module that imports one is refused at load
 // by a host of an earlier revision (which does not know the import);
 // every other function is of revision 1.
 var AddedIn = map[string]int{
-	FnLastError: 2,
+	FnLastError:  2,
+	FnWeightsGet: 3,
+	FnTensorGet:  3,
 }
 
 const (
@@ -72,6 +74,8 @@ const (
 	FnStreamSubmitBatch = "stream_submit_batch"
 	FnStreamSync        = "stream_sync"
 	FnStreamIdle        = "stream_idle"
+	FnWeightsGet        = "weights_get" // revision 3
+	FnTensorGet         = "tensor_get"  // revision 3
 )
 
 // Signature is a host function's Wasm type.
@@ -108,6 +112,8 @@ var Functions = map[string]Signature{
 	FnStreamSubmitBatch: {[]api.ValueType{i64, i32, i32}, []api.ValueType{i32}},
 	FnStreamSync:        {[]api.ValueType{i64}, []api.ValueType{i32}},
 	FnStreamIdle:        {[]api.ValueType{i64, i32}, []api.ValueType{i32}},
+	FnWeightsGet:        {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
+	FnTensorGet:         {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
 }
 
 // ExportSignatures gives the required type of each function export the
@@ -131,6 +137,11 @@ const (
 	MaxBufferName    = 256 // bytes in a buffer_alloc_named name
 	DefaultEntryName = "main"
 	ToEnd            = 0xFFFFFFFF // argument length meaning "to the end of the buffer"
+	// TensorRecordSize is the size of tensor_get's record: handle u64,
+	// offset u64, nbytes u64, dtype u32, rank u32, dims [MaxTensorRank]u64.
+	TensorRecordSize = 96
+	// MaxTensorRank is the most dimensions a tensor_get record holds.
+	MaxTensorRank = 8
 )
 
 // Argument kinds in an argument record.

@@ -386,23 +386,25 @@ func TestGoSDKImportsAndExports(t *testing.T) {
 
 	consts := goConsts(t, root)
 	for name, want := range map[string]int64{
-		"Version":         Version,
-		"Revision":        Revision,
-		"MaxArgs":         MaxArgs,
-		"MaxBatch":        MaxBatch,
-		"MaxErrorMessage": MaxErrorMessage,
-		"ToEnd":           ToEnd,
-		"argRecordSize":   ArgRecordSize,
-		"batchRecordSize": BatchRecordSize,
-		"argScalar":       int64(ArgScalar),
-		"argBuffer":       int64(ArgBuffer),
-		"kindStream":      int64(KindStream),
-		"kindBuffer":      int64(KindBuffer),
-		"kindProgram":     int64(KindProgram),
-		"LevelDebug":      int64(LogDebug),
-		"LevelInfo":       int64(LogInfo),
-		"LevelWarn":       int64(LogWarn),
-		"LevelError":      int64(LogError),
+		"Version":          Version,
+		"Revision":         Revision,
+		"MaxArgs":          MaxArgs,
+		"MaxBatch":         MaxBatch,
+		"MaxErrorMessage":  MaxErrorMessage,
+		"ToEnd":            ToEnd,
+		"argRecordSize":    ArgRecordSize,
+		"batchRecordSize":  BatchRecordSize,
+		"tensorRecordSize": TensorRecordSize,
+		"maxTensorRank":    MaxTensorRank,
+		"argScalar":        int64(ArgScalar),
+		"argBuffer":        int64(ArgBuffer),
+		"kindStream":       int64(KindStream),
+		"kindBuffer":       int64(KindBuffer),
+		"kindProgram":      int64(KindProgram),
+		"LevelDebug":       int64(LogDebug),
+		"LevelInfo":        int64(LogInfo),
+		"LevelWarn":        int64(LogWarn),
+		"LevelError":       int64(LogError),
 	} {
 		if got := intConst(t, consts, name); got != want {
 			t.Errorf("SDK %s = %d, ABI %d", name, got, want)
@@ -426,16 +428,17 @@ func TestEmulatorConstants(t *testing.T) {
 	files := parseGoDir(t, filepath.Join(sdkDir, "emu"))
 	consts := goConsts(t, files)
 	for name, want := range map[string]int64{
-		"kindStream":      int64(KindStream),
-		"kindBuffer":      int64(KindBuffer),
-		"kindProgram":     int64(KindProgram),
-		"maxTag":          MaxTag,
-		"maxArgs":         MaxArgs,
-		"maxBatch":        MaxBatch,
-		"argRecordSize":   ArgRecordSize,
-		"batchRecordSize": BatchRecordSize,
-		"toEnd":           ToEnd,
-		"maxErrorMessage": MaxErrorMessage,
+		"kindStream":       int64(KindStream),
+		"kindBuffer":       int64(KindBuffer),
+		"kindProgram":      int64(KindProgram),
+		"maxTag":           MaxTag,
+		"maxArgs":          MaxArgs,
+		"maxBatch":         MaxBatch,
+		"argRecordSize":    ArgRecordSize,
+		"batchRecordSize":  BatchRecordSize,
+		"tensorRecordSize": TensorRecordSize,
+		"toEnd":            ToEnd,
+		"maxErrorMessage":  MaxErrorMessage,
 	} {
 		if got := intConst(t, consts, name); got != want {
 			t.Errorf("emu %s = %d, ABI %d", name, got, want)
@@ -548,7 +551,7 @@ func TestCHeaderStatusCodes(t *testing.T) {
 		}
 	}
 	// Every other integer define is one of the known non-status families.
-	nonStatus := regexp.MustCompile(`^STAGEHOST_(LOG_|KIND_|DTYPE_|MAX_|ARG_|BATCH_|TO_END$|ABI_VERSION$|ABI_REVISION$|IMPORT_MODULE$)`)
+	nonStatus := regexp.MustCompile(`^STAGEHOST_(LOG_|KIND_|DTYPE_|MAX_|ARG_|BATCH_|TENSOR_|TO_END$|ABI_VERSION$|ABI_REVISION$|IMPORT_MODULE$)`)
 	for name, value := range h.defines {
 		if f := strings.Fields(value); len(f) == 0 {
 			continue
@@ -634,7 +637,7 @@ func cStruct(t *testing.T, text, name string) (offsets map[string]int, size int)
 		t.Fatalf("C header: struct %s not found", name)
 	}
 	offsets = map[string]int{}
-	field := regexp.MustCompile(`(?m)^\s*(\w+)\s+(\w+);`)
+	field := regexp.MustCompile(`(?m)^\s*(\w+)\s+(\w+)(?:\[(\d+)\])?;`)
 	align := 1
 	for _, f := range field.FindAllStringSubmatch(m[1], -1) {
 		var n int
@@ -646,9 +649,13 @@ func cStruct(t *testing.T, text, name string) (offsets map[string]int, size int)
 		default:
 			t.Fatalf("C header: %s.%s has type %s", name, f[2], f[1])
 		}
+		count := 1
+		if f[3] != "" {
+			count, _ = strconv.Atoi(f[3])
+		}
 		size = (size + n - 1) / n * n
 		offsets[f[2]] = size
-		size += n
+		size += n * count
 		align = max(align, n)
 	}
 	size = (size + align - 1) / align * align
@@ -658,22 +665,24 @@ func cStruct(t *testing.T, text, name string) (offsets map[string]int, size int)
 func TestCHeaderRecords(t *testing.T) {
 	h := readCHeader(t)
 	for name, want := range map[string]int64{
-		"STAGEHOST_ABI_VERSION":       Version,
-		"STAGEHOST_MAX_ARGS":          MaxArgs,
-		"STAGEHOST_MAX_BATCH":         MaxBatch,
-		"STAGEHOST_MAX_ERROR_MESSAGE": MaxErrorMessage,
-		"STAGEHOST_ARG_RECORD_SIZE":   ArgRecordSize,
-		"STAGEHOST_BATCH_RECORD_SIZE": BatchRecordSize,
-		"STAGEHOST_ARG_SCALAR":        int64(ArgScalar),
-		"STAGEHOST_ARG_BUFFER":        int64(ArgBuffer),
-		"STAGEHOST_TO_END":            ToEnd,
-		"STAGEHOST_KIND_STREAM":       int64(KindStream),
-		"STAGEHOST_KIND_BUFFER":       int64(KindBuffer),
-		"STAGEHOST_KIND_PROGRAM":      int64(KindProgram),
-		"STAGEHOST_LOG_DEBUG":         int64(LogDebug),
-		"STAGEHOST_LOG_INFO":          int64(LogInfo),
-		"STAGEHOST_LOG_WARN":          int64(LogWarn),
-		"STAGEHOST_LOG_ERROR":         int64(LogError),
+		"STAGEHOST_ABI_VERSION":        Version,
+		"STAGEHOST_MAX_ARGS":           MaxArgs,
+		"STAGEHOST_MAX_BATCH":          MaxBatch,
+		"STAGEHOST_MAX_ERROR_MESSAGE":  MaxErrorMessage,
+		"STAGEHOST_ARG_RECORD_SIZE":    ArgRecordSize,
+		"STAGEHOST_BATCH_RECORD_SIZE":  BatchRecordSize,
+		"STAGEHOST_TENSOR_RECORD_SIZE": TensorRecordSize,
+		"STAGEHOST_MAX_TENSOR_RANK":    MaxTensorRank,
+		"STAGEHOST_ARG_SCALAR":         int64(ArgScalar),
+		"STAGEHOST_ARG_BUFFER":         int64(ArgBuffer),
+		"STAGEHOST_TO_END":             ToEnd,
+		"STAGEHOST_KIND_STREAM":        int64(KindStream),
+		"STAGEHOST_KIND_BUFFER":        int64(KindBuffer),
+		"STAGEHOST_KIND_PROGRAM":       int64(KindProgram),
+		"STAGEHOST_LOG_DEBUG":          int64(LogDebug),
+		"STAGEHOST_LOG_INFO":           int64(LogInfo),
+		"STAGEHOST_LOG_WARN":           int64(LogWarn),
+		"STAGEHOST_LOG_ERROR":          int64(LogError),
 	} {
 		if got := h.int(t, name); got != want {
 			t.Errorf("C header: %s = %d, ABI %d", name, got, want)
@@ -688,6 +697,7 @@ func TestCHeaderRecords(t *testing.T) {
 	}{
 		{"stagehost_arg", ArgRecordSize, map[string]int{"kind": 0, "offset": 4, "length": 8, "reserved": 12, "value": 16}, "STAGEHOST_ARG_RECORD_SIZE"},
 		{"stagehost_command", BatchRecordSize, map[string]int{"program": 0, "args_ptr": 8, "args_count": 12}, "STAGEHOST_BATCH_RECORD_SIZE"},
+		{"stagehost_tensor_record", TensorRecordSize, map[string]int{"buffer": 0, "offset": 8, "nbytes": 16, "dtype": 24, "rank": 28, "dims": 32}, "STAGEHOST_TENSOR_RECORD_SIZE"},
 	} {
 		offsets, size := cStruct(t, h.text, c.name)
 		if size != c.size {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
@@ -33,6 +34,7 @@ type adminState struct {
 // moduleVersion is one loaded version of a named module.
 type moduleVersion struct {
 	mod      *stages.Module
+	bin      []byte // the module's bytes, kept so that a lattice can publish them ([Deployment.ModuleBytes])
 	size     int64
 	spec     loadSpec
 	source   string // "manifest", "path" or "upload"
@@ -61,7 +63,7 @@ func (d *Deployment) registerModule(mm *manifest.Module, mod *stages.Module) {
 	if d.admin.versions == nil {
 		d.admin.versions = map[string][]*moduleVersion{}
 	}
-	d.admin.versions[mm.Name] = append(d.admin.versions[mm.Name], &moduleVersion{mod: mod, size: int64(len(mm.Bytes)),
+	d.admin.versions[mm.Name] = append(d.admin.versions[mm.Name], &moduleVersion{mod: mod, bin: mm.Bytes, size: int64(len(mm.Bytes)),
 		spec:   loadSpec{kind: mm.Kind, memoryLimit: mm.MemoryLimit, maxSize: mm.MaxSize, wasi: mm.WASI, snapshot: mm.Snapshot},
 		source: "manifest", loadedAt: time.Now()})
 }
@@ -212,13 +214,61 @@ func (d *Deployment) LoadModule(ctx context.Context, req ModuleRequest, bin []by
 	if err != nil {
 		return ModuleInfo{}, false, err
 	}
+	if err := d.checkLoadRequires(req.Name, mod, spec); err != nil {
+		if !d.engineHas(mod) {
+			_ = mod.Close(ctx)
+		}
+		return ModuleInfo{}, false, err
+	}
 	if d.admin.versions == nil {
 		d.admin.versions = map[string][]*moduleVersion{}
 	}
-	v := &moduleVersion{mod: mod, size: int64(len(bin)), spec: spec, source: source, loadedAt: time.Now()}
+	v := &moduleVersion{mod: mod, bin: bin, size: int64(len(bin)), spec: spec, source: source, loadedAt: time.Now()}
 	d.admin.versions[req.Name] = append(d.admin.versions[req.Name], v)
 	d.logger.Info("module loaded", "module", req.Name, "sha256", sum, "source", source, "bytes", len(bin))
 	return d.infoLocked(req.Name, v), true, nil
+}
+
+// checkLoadRequires checks the declared requirements (abi/ABI.md §7) of
+// mod, loaded as name with spec, where a load meets them: the host's
+// revision and the load's WASI grants, and each session whose manifest
+// stage is name (the sessions a new version of it is for). One error
+// lists every session's missing items.
+func (d *Deployment) checkLoadRequires(name string, mod *stages.Module, spec loadSpec) error {
+	r := mod.Requires()
+	if r == nil {
+		return nil
+	}
+	if err := r.Check(name, abi.Offer{WASI: spec.wasi}); err != nil {
+		return err
+	}
+	var errs []string
+	for i := range d.Manifest.Sessions {
+		ms := &d.Manifest.Sessions[i]
+		if ms.Stage != name {
+			continue
+		}
+		if err := r.Check(name, ms.Offer(spec.wasi)); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s (a session whose stage is %q would refuse it at a swap)", strings.Join(errs, "; and "), name)
+}
+
+// engineHas reports whether a loaded version is mod (the engine returns
+// the same *Module for the same bytes and configuration).
+func (d *Deployment) engineHas(mod *stages.Module) bool {
+	for _, vs := range d.admin.versions {
+		for _, v := range vs {
+			if v.mod == mod {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Modules lists the loaded module versions, by name, then load order.
@@ -346,6 +396,26 @@ func (d *Deployment) UnloadModule(ctx context.Context, ref string) ([]ModuleInfo
 	return out, errors.Join(errs...)
 }
 
+// ModuleBytes returns the module version ref names ("name": its newest
+// version; "name@SHA256") and its bytes, which the caller must not
+// modify: what a lattice publishes for its other hosts to load
+// (docs/lattice.md, "Model control in a lattice").
+//
+// # Errors
+//
+// [errdefs.ErrNotFound] for an unknown module or version;
+// [errdefs.ErrInvalidArgument] for an ambiguous sha256 prefix.
+func (d *Deployment) ModuleBytes(ref string) (ModuleInfo, []byte, error) {
+	d.admin.mu.Lock()
+	defer d.admin.mu.Unlock()
+	name, vs, err := d.resolveLocked(ref)
+	if err != nil {
+		return ModuleInfo{}, nil, err
+	}
+	v := vs[len(vs)-1]
+	return d.infoLocked(name, v), v.bin, nil
+}
+
 // SwapResult is the answer of a swap.
 type SwapResult struct {
 	Session        string        `json:"session"`
@@ -384,6 +454,11 @@ func (d *Deployment) SwapSession(ctx context.Context, name, ref string) (SwapRes
 	v := vs[len(vs)-1]
 	if v.mod.Kind() != stages.StageModule {
 		return SwapResult{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "module %s@%s is a %s module, not a stage module", modName, v.mod.SHA256(), v.mod.Kind())
+	}
+	// The module's declared requirements (abi/ABI.md §7), before an
+	// instance is made: one error listing every missing item.
+	if err := v.mod.Requires().Check(modName, s.Spec.Offer(v.spec.wasi)); err != nil {
+		return SwapResult{}, fmt.Errorf("session %q keeps its module: %w", name, err)
 	}
 	s.mu.Lock()
 	old, p := s.stage, s.pool

@@ -55,8 +55,9 @@ func (c Config) WithLogger(logger *slog.Logger) Config {
 	return c
 }
 
-// WithProgress tells fn about slow start-up steps (module compilation),
-// one line each. Default: none.
+// WithProgress tells fn about slow start-up steps (module compilation,
+// the upload of weights above 64 MiB, a line per tenth), one line each.
+// Default: none.
 func (c Config) WithProgress(fn func(msg string)) Config {
 	c.progress = fn
 	return c
@@ -101,6 +102,9 @@ type Deployment struct {
 	device string // Config.WithDevice: "" for every device
 
 	admin adminState // model control (admin.go)
+
+	weights  weightsState     // device copies of weights and device budgets (weights.go)
+	progress func(msg string) // Config.WithProgress, or nil
 }
 
 // Pool serves one named manifest session: a pool of one or more
@@ -188,7 +192,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 	}
 	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.logger,
 		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
-		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device}
+		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device, progress: opt.progress}
 	if opt.device != "" && m.Device(opt.device) == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
 	}
@@ -208,7 +212,13 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 	if err := d.loadModules(ctx, opt, cacheDir); err != nil {
 		return nil, err
 	}
-	if err := d.openSessions(ctx, opt); err != nil {
+	releaseWeights, err := d.loadWeights(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	err = d.openSessions(ctx, opt)
+	releaseWeights() // the sessions hold theirs: weights no session holds are freed
+	if err != nil {
 		return nil, err
 	}
 	d.addResidents(opt)
@@ -328,6 +338,14 @@ func (d *Deployment) openSessions(ctx context.Context, opt Config) error {
 			continue
 		}
 		s := d.newSession(ms)
+		if mm := m.Module(ms.Stage); s.stage != nil && mm != nil {
+			// The stage module's declared requirements (abi/ABI.md §7):
+			// a module the session cannot serve stops the start-up,
+			// as a manifest error would, rather than fail in a call.
+			if err := s.stage.Requires().Check(ms.Stage, ms.Offer(mm.WASI)); err != nil {
+				return fmt.Errorf("session %q: %w", ms.Name, err)
+			}
+		}
 		if err := s.open(ctx); err != nil {
 			if ctx.Err() != nil {
 				return err // start-up was cancelled: no session is to blame
@@ -553,6 +571,12 @@ func (s *Pool) makeInstance(ctx context.Context, stage *stages.Module, i, n int,
 	default:
 		cfg = cfg.WithFenceModule(s.fence)
 	}
+	ws, releaseWeights, err := d.sessionWeights(ctx, ms, dev)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseWeights() // the session holds its own references
+	cfg = cfg.WithWeights(ws...)
 	ss, err := d.Engine.NewSession(ctx, d.Runtime, stage, cfg)
 	if err != nil {
 		return nil, err
@@ -828,6 +852,17 @@ func (s *Pool) Acquire(ctx context.Context) (*Turn, error) {
 	return nil, err
 }
 
+// Module returns the stage module this turn's instance runs.
+func (t *Turn) Module() *stages.Module { return t.m.val.stage }
+
+// Module returns the session's current stage module (the one new calls
+// run), nil when it is not loaded.
+func (s *Pool) Module() *stages.Module {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stage
+}
+
 // TryAcquire takes a free instance of the session for one call if one is
 // free now and no caller is waiting, and returns nil otherwise (a session
 // that failed, or whose instances are all busy or out of service). It
@@ -848,6 +883,35 @@ func (s *Pool) TryAcquire() *Turn {
 
 // Instance names the instance the turn holds: its index and device.
 func (t *Turn) Instance() (index int, device string) { return t.m.index, t.m.device }
+
+// StageSHA256 is the sha256 of the stage module of the turn's instance:
+// the module the call will run, whatever swap happened since.
+func (t *Turn) StageSHA256() string { return t.m.val.stage.SHA256() }
+
+// StageSHA256 is the sha256 of the stage module of the session's current
+// instances ("" for a session never created and with no module loaded):
+// after a swap, the new module's.
+func (s *Pool) StageSHA256() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stage == nil {
+		return ""
+	}
+	return s.stage.SHA256()
+}
+
+// Draining counts the session's instances replaced by a swap or a reset
+// whose call still runs: 0 once every call on a replaced instance has
+// ended.
+func (s *Pool) Draining() int {
+	s.mu.Lock()
+	p := s.pool
+	s.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	return len(p.drainingMembers())
+}
 
 // Run calls the stage on the turn's instance, and counts the outcome.
 //

@@ -26,6 +26,9 @@ const (
 	ClassUnauthenticated  = "unauthenticated" // no or wrong bearer token: 401
 	ClassPermissionDenied = "permission_denied"
 	ClassInternal         = "internal" // an error of no class: 500
+	// ClassFailedPrecondition: ErrFailedPrecondition (a module's declared
+	// requirements are not met by the session or the host): 409.
+	ClassFailedPrecondition = "failed_precondition"
 )
 
 // StatusClientClosed is the status recorded (in the access log) for a
@@ -36,23 +39,24 @@ const StatusClientClosed = 499
 // net/http's StatusX constants, written out so that this package, which
 // every other imports, does not import net/http.
 var classStatus = map[string]int{
-	ClassBusy:             429, // Too Many Requests
-	ClassDeviceLost:       503, // Service Unavailable
-	ClassUnsupported:      501, // Not Implemented
-	ClassInvalidArgument:  400, // Bad Request
-	ClassNotFound:         404, // Not Found
-	ClassOutOfBudget:      413, // Request Entity Too Large
-	ClassDeadlineExceeded: 504, // Gateway Timeout
-	ClassRejected:         503,
-	ClassFault:            500, // Internal Server Error
-	ClassClosed:           503,
-	ClassClientError:      422, // Unprocessable Entity
-	ClassUnavailable:      503,
-	ClassClientClosed:     StatusClientClosed,
-	ClassMethodNotAllowed: 405, // Method Not Allowed
-	ClassUnauthenticated:  401, // Unauthorized
-	ClassPermissionDenied: 403, // Forbidden
-	ClassInternal:         500,
+	ClassBusy:               429, // Too Many Requests
+	ClassDeviceLost:         503, // Service Unavailable
+	ClassUnsupported:        501, // Not Implemented
+	ClassInvalidArgument:    400, // Bad Request
+	ClassNotFound:           404, // Not Found
+	ClassOutOfBudget:        413, // Request Entity Too Large
+	ClassDeadlineExceeded:   504, // Gateway Timeout
+	ClassRejected:           503,
+	ClassFault:              500, // Internal Server Error
+	ClassClosed:             503,
+	ClassClientError:        422, // Unprocessable Entity
+	ClassUnavailable:        503,
+	ClassClientClosed:       StatusClientClosed,
+	ClassMethodNotAllowed:   405, // Method Not Allowed
+	ClassUnauthenticated:    401, // Unauthorized
+	ClassPermissionDenied:   403, // Forbidden
+	ClassInternal:           500,
+	ClassFailedPrecondition: 409, // Conflict: the module conflicts with what the session offers
 }
 
 // HTTPStatus returns the HTTP status of a class name: the status the HTTP
@@ -77,6 +81,9 @@ var classNames = map[error]string{
 	ErrRejected:         ClassRejected,
 	ErrFault:            ClassFault,
 	ErrClosed:           ClassClosed,
+	// Not of [Classes] (no ABI status), but a wire name all the same, so
+	// that another host's answer unwraps to it ([RemoteError]).
+	ErrFailedPrecondition: ClassFailedPrecondition,
 }
 
 // Name returns the wire name of err's class ([ClassOf]): "" when err is

@@ -57,6 +57,15 @@ var (
 	ErrClosed = errors.New("closed")
 )
 
+// ErrFailedPrecondition: the request is well formed, but what it needs is
+// not there: a module declares requirements (its stagehost.requires
+// section, abi/ABI.md §7) that the session, or the host, does not meet.
+// It is a class of the host's only, outside [Classes]: no ABI status
+// code maps to it, since no guest call can fail with it (a guest status
+// of such an error would read FAULT). Its wire name is
+// [ClassFailedPrecondition]; its HTTP status 409.
+var ErrFailedPrecondition = errors.New("failed precondition")
+
 // Classes lists every error class, in a fixed order.
 var Classes = []error{
 	ErrBusy, ErrDeviceLost, ErrUnsupported, ErrInvalidArgument, ErrNotFound,

@@ -7,10 +7,14 @@ import "strconv"
 const (
 	// Version is the ABI version this SDK implements.
 	Version = 1
-	// Revision is the revision of v1 this SDK needs (ABI.md §1.4): it
-	// imports last_error, of revision 2, so its modules are refused at
-	// load by a host of revision 1.
-	Revision = 2
+	// Revision is the highest revision of v1 that any function of this
+	// SDK needs (ABI.md §1.4). Every module built with it imports
+	// last_error, of revision 2, so it is refused at load by a host of
+	// revision 1; a module that calls LookupWeights or LookupTensor
+	// imports weights_get or tensor_get, of revision 3, and needs a host
+	// of revision 3 (the Go linker imports only the functions a module
+	// calls).
+	Revision = 3
 
 	importModule = "stagehost_v1"     // the module every host import comes from
 	abiMarker    = "stagehost_abi_v1" // the version-marker export
@@ -29,8 +33,10 @@ const (
 	// ToEnd as an argument length means "to the end of the buffer".
 	ToEnd = 0xFFFFFFFF
 
-	argRecordSize   = 24 // ABI.md §3.1
-	batchRecordSize = 16 // ABI.md §3.2
+	argRecordSize    = 24 // ABI.md §3.1
+	batchRecordSize  = 16 // ABI.md §3.2
+	tensorRecordSize = 96 // ABI.md §3, tensor_get
+	maxTensorRank    = 8  // dims in a tensor_get record
 
 	argScalar = 0 // argument record kinds
 	argBuffer = 1

@@ -15,7 +15,19 @@ type Call struct {
 	input    []byte
 	inputErr error
 	haveIn   bool
+	// The InputView of this call: a buffer of scratchPool, given back
+	// when the stage returns.
+	view     *[]byte
+	viewData []byte
+	viewErr  error
 }
+
+// scratchPool holds the SDK's reusable byte buffers (InputView,
+// WriteFrom): a stage that uses them allocates nothing per call once the
+// buffers have grown to its sizes. A Go guest runs one goroutine per
+// call, so a buffer is rarely fetched twice; the pool also keeps
+// concurrent emulated calls apart.
+var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // Entry is the entry name the caller requested ("main" unless it asked for
 // another).
@@ -43,12 +55,51 @@ func (c *Call) Input() []byte {
 	return in
 }
 
-func readInput() ([]byte, error) {
+// InputView is ReadInput for input that the stage only uses during the
+// call (uploads, parses): the bytes are read into a buffer the SDK owns
+// and reuses for later calls, so a steady stage allocates nothing per
+// call for its input (a Go guest's per-call allocation of a large input
+// costs zeroing and garbage collection in the guest). The slice is valid
+// only until the stage function returns: do not keep it, or any part of
+// it, past that. Calls in the same stage return the same slice; after
+// ReadInput, InputView returns ReadInput's slice.
+//
+// # Errors
+//
+// As ReadInput.
+func (c *Call) InputView() ([]byte, error) {
+	if c.haveIn {
+		return c.input, c.inputErr
+	}
+	if c.view == nil {
+		c.view = scratchPool.Get().(*[]byte)
+		c.viewData, c.viewErr = readInputInto(*c.view)
+		if cap(c.viewData) > cap(*c.view) {
+			*c.view = c.viewData[:0] // grown: keep the larger buffer
+		}
+	}
+	return c.viewData, c.viewErr
+}
+
+// release gives back the call's SDK-owned buffers once the stage
+// returned.
+func (c *Call) release() {
+	if c.view != nil {
+		scratchPool.Put(c.view)
+		c.view, c.viewData = nil, nil
+	}
+}
+
+func readInput() ([]byte, error) { return readInputInto(make([]byte, 0)) }
+
+// readInputInto reads the input into buf's storage when it has the room,
+// else into a new slice.
+func readInputInto(buf []byte) ([]byte, error) {
 	var n uint32
 	if err := check("input_size", hInputSize(&n)); err != nil {
 		return nil, err
 	}
-	buf := make([]byte, n)
+	buf = grow(buf, int(n))
 	for off := uint32(0); off < n; {
 		var got uint32
 		if err := check("input_read", hInputRead(off, buf[off:], &got)); err != nil {
@@ -68,6 +119,31 @@ func readInput() ([]byte, error) {
 // session's output limit it appends nothing and returns an error matching
 // ErrOutputTooLarge.
 func (c *Call) Write(p []byte) error { return check("output_write", hOutputWrite(p)) }
+
+// WriteFrom appends n bytes of device buffer b, from byte offset off, to
+// the call's output: it downloads them on stream s (stream_read, which
+// waits for the download and every earlier command on s) into a buffer
+// the SDK owns and reuses for later calls, then writes them
+// (output_write). A stage that returns device results this way allocates
+// nothing per call for them. Failures of earlier launches are reported by
+// Sync, as for Stream.Read.
+//
+// # Errors
+//
+// As Stream.Read and Write; n < 0 matches ErrInvalidArgument. Nothing is
+// appended when the download fails.
+func (c *Call) WriteFrom(s Stream, b Buffer, off, n int) error {
+	if n < 0 {
+		return &Error{Op: "stream_read", Status: StatusInvalidArgument}
+	}
+	bp := scratchPool.Get().(*[]byte)
+	defer scratchPool.Put(bp)
+	*bp = grow(*bp, n)
+	if err := s.Read(b, off, *bp); err != nil {
+		return err
+	}
+	return c.Write(*bp)
+}
 
 // Output is Write.
 func (c *Call) Output(p []byte) error { return c.Write(p) }
@@ -152,7 +228,10 @@ func dispatch(override func(*Call) error) Status {
 		setError("stagehost: no stage registered for entry " + quote(entry))
 		return StatusNotFound
 	}
-	if err := fn(&Call{entry: entry}); err != nil {
+	c := &Call{entry: entry}
+	err = fn(c)
+	c.release()
+	if err != nil {
 		return fail(err)
 	}
 	return StatusOK

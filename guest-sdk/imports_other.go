@@ -122,6 +122,18 @@ func hProgramGet(name string, out *uint64) Status {
 	return hLookup(host.Host.ProgramGet, name, out)
 }
 
+func hWeightsGet(name string, out *uint64) Status {
+	return hLookup(host.Host.WeightsGet, name, out)
+}
+
+func hTensorGet(name string, rec *[tensorRecordSize]byte) Status {
+	h := cur()
+	if h == nil {
+		return noHost
+	}
+	return Status(h.TensorGet(strBytesView(name), rec[:]))
+}
+
 func hBufferAlloc(size uint32, out *uint64) Status {
 	h := cur()
 	if h == nil {

@@ -96,6 +96,18 @@ func abiStreamSync(stream uint64) int32
 //go:noescape
 func abiStreamIdle(stream uint64, outPtr unsafe.Pointer) int32
 
+// weights_get and tensor_get are of ABI v1 revision 3: a module that
+// imports them (one that calls LookupWeights or LookupTensor) needs a
+// host of that revision.
+//
+//go:wasmimport stagehost_v1 weights_get
+//go:noescape
+func abiWeightsGet(namePtr unsafe.Pointer, nameLen uint32, outHandlePtr unsafe.Pointer) int32
+
+//go:wasmimport stagehost_v1 tensor_get
+//go:noescape
+func abiTensorGet(namePtr unsafe.Pointer, nameLen uint32, outPtr unsafe.Pointer) int32
+
 // The exports. stagehost_fence lives in package fence, and the SDK never
 // exports stagehost_init: the presence of either changes what the host
 // does.
@@ -166,6 +178,18 @@ func hBufferGet(name string, out *uint64) Status {
 
 func hProgramGet(name string, out *uint64) Status {
 	st := abiProgramGet(stringPtr(name), sizeOf(name), unsafe.Pointer(out))
+	runtime.KeepAlive(name)
+	return Status(st)
+}
+
+func hWeightsGet(name string, out *uint64) Status {
+	st := abiWeightsGet(stringPtr(name), sizeOf(name), unsafe.Pointer(out))
+	runtime.KeepAlive(name)
+	return Status(st)
+}
+
+func hTensorGet(name string, rec *[tensorRecordSize]byte) Status {
+	st := abiTensorGet(stringPtr(name), sizeOf(name), unsafe.Pointer(rec))
 	runtime.KeepAlive(name)
 	return Status(st)
 }

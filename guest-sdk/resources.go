@@ -56,6 +56,51 @@ func LookupProgram(name string) (Program, error) {
 	return Program{h}, nil
 }
 
+// LookupWeights returns the read-only buffer over the device copy of the
+// weights called name (weights_get, ABI revision 3): the file's bytes for
+// raw weights, the data section after the header for safetensors. Every
+// session that lists the weights shares that one copy, so the buffer can
+// be read (an op argument of direction "in", Stream.Read, Size) but never
+// written or freed: Stream.Write into it, an op argument that writes
+// (direction "out" or "inout") and Free are refused with
+// INVALID_ARGUMENT before anything is enqueued. NOT_FOUND when the
+// session does not list the weights.
+func LookupWeights(name string) (Buffer, error) {
+	var h uint64
+	if err := checkName("weights_get", name, hWeightsGet(name, &h)); err != nil {
+		return Buffer{}, err
+	}
+	return Buffer{h}, nil
+}
+
+// LookupTensor returns the tensor called "<weights>/<tensor>" of
+// safetensors weights the session lists (tensor_get, ABI revision 3): its
+// Buf is the weights' read-only buffer (see [LookupWeights]), Off its
+// byte offset there (the file's data_offsets[0]), Type its dtype and Dims
+// its shape. A dtype the op library does not take (F64, I64, U8, ...)
+// has a code of 16 or more (ABI.md §3): read such a tensor by its buffer
+// and offset. NOT_FOUND when the session lists no such weights, or they
+// have no such tensor.
+func LookupTensor(name string) (Tensor, error) {
+	var rec [tensorRecordSize]byte
+	if err := checkName("tensor_get", name, hTensorGet(name, &rec)); err != nil {
+		return Tensor{}, err
+	}
+	le := func(off int) uint64 {
+		var v uint64
+		for i := range 8 {
+			v |= uint64(rec[off+i]) << (8 * i)
+		}
+		return v
+	}
+	rank := min(int(uint32(le(24)>>32)), maxTensorRank)
+	dims := make([]int, rank)
+	for i := range dims {
+		dims[i] = int(le(32 + 8*i))
+	}
+	return Tensor{Buf: Buffer{le(0)}, Off: int(le(8)), Type: DType(uint32(le(24))), Dims: dims}, nil
+}
+
 // AllocBuffer allocates size bytes on the session's device, charged to its
 // budget (buffer_alloc): OUT_OF_BUDGET when they would not fit. Free it with
 // Buffer.Free; otherwise it lives as long as the session.

@@ -99,3 +99,13 @@ func (k KernelInfo) Check() error {
 	}
 	return nil
 }
+
+// Describer is implemented by a [Program] whose kernel has a description
+// (every program of a backend's library: sim and cuda). Hosts read the
+// arguments' directions from it, to refuse a read-only buffer as an
+// argument the kernel writes before anything is enqueued.
+type Describer interface {
+	// KernelInfo returns the kernel's description, or false for a kernel
+	// registered without one.
+	KernelInfo() (KernelInfo, bool)
+}

@@ -125,6 +125,7 @@ func (d *decoder) decode(data []byte) *Manifest {
 	d.tracing(root, m)
 	devs := d.devices(root, m)
 	mods := d.modules(root, m)
+	wts := d.weightsList(root, m)
 	sess := d.sessions(root, m)
 	res := d.residents(root, m)
 	root.finish()
@@ -138,12 +139,16 @@ func (d *decoder) decode(data []byte) *Manifest {
 	for _, x := range mods {
 		d.badNames["module"] = d.badNames["module"] || !x.name
 	}
+	for _, x := range wts {
+		d.badNames["weights"] = d.badNames["weights"] || !x.name
+	}
 	for _, x := range sess {
 		d.badNames["session"] = d.badNames["session"] || !x.name
 	}
 	d.checkDevices(m, devs)
 	d.checkModules(m, mods)
 	d.checkSessions(m, devs, mods, sess, res)
+	d.checkWeights(m, sess)
 	d.checkFaults(m, devs, sess)
 	d.checkResidents(m, devs, res)
 	d.checkDeviceMemory(m, devs, sess, res)
@@ -799,7 +804,9 @@ func (d *decoder) moduleFile(t *table, mod *Module, k moduleKeys) {
 	}
 	if err := stages.Validate(bin, mod.LoadConfig()); err != nil {
 		d.moduleError(t.path.key("path"), mod.Name, err)
+		return
 	}
+	mod.Requires, _ = stages.ReadRequires(bin) // Validate read it
 }
 
 // moduleError reports a stages.Validate error at the module's path key,
@@ -872,6 +879,7 @@ func (d *decoder) session(t *table, s *Session, meta *sessMeta) {
 	d.sessionDevices(t, s, meta)
 	s.Streams = d.names(t, "streams", "stream", []string{"s0"})
 	s.Programs = d.names(t, "programs", "program", []string{})
+	s.Weights = d.names(t, "weights", "weights", nil)
 	var budgetOK bool
 	s.Budget, budgetOK = t.size("budget", defaultBudget, 1, math.MaxInt64)
 	s.OutputLimit, _ = t.size("output_limit", defaultOutputLimit, 0, math.MaxInt64)
@@ -1176,6 +1184,12 @@ func (d *decoder) checkSessionModules(m *Manifest, mods []modMeta, s *Session, m
 			d.notFound(meta.p.key("stage"), "module", s.Stage, moduleNames)
 		case mods[j].kind && mod.Kind != stages.StageModule:
 			d.errorf(meta.p.key("stage"), "module %q is a fence module: stage must name a stage module", s.Stage)
+		default:
+			// The module's declared requirements (abi/ABI.md §7): one
+			// error listing every item the session lacks.
+			if err := mod.Requires.Check(mod.Name, s.Offer(mod.WASI)); err != nil {
+				d.add(meta.p.key("stage"), errdefs.ErrFailedPrecondition, err.Error())
+			}
 		}
 	}
 	if meta.fence && s.Fence != FenceBuiltin && s.Fence != FenceDrain {
@@ -1404,6 +1418,14 @@ func (d *decoder) checkDeviceMemory(m *Manifest, devs []devMeta, sess []sessMeta
 			if res[k].p != nil && res[k].budgeted && (r.GPU == dev.Name || r.NPU == dev.Name) {
 				charges = append(charges, charge{"resident " + strconv.Quote(r.Name), r.Budget})
 				sum = addSat(sum, r.Budget)
+			}
+		}
+		// Weights are charged once per device, whatever the number of
+		// sessions and instances that share them.
+		for _, w := range m.Weights {
+			if weightsUsedOn(m, w.Name, dev.Name) {
+				charges = append(charges, charge{"weights " + strconv.Quote(w.Name), w.DataSize})
+				sum = addSat(sum, w.DataSize)
 			}
 		}
 		if sum <= dev.Memory {

@@ -12,12 +12,13 @@ import (
 	"unicode/utf8"
 )
 
-// fuzzFiles serves the test modules and inputs by base name, from memory,
+// fuzzFiles serves the test modules, weights and inputs by base name, from memory,
 // so that fuzzing never touches the file system.
 func fuzzFiles(f *testing.F) ReadFunc {
 	files := map[string][]byte{}
 	paths, _ := filepath.Glob("testdata/modules/*.wasm")
-	paths = append(paths, "testdata/inputs/sample.bin")
+	weights, _ := filepath.Glob("testdata/weights/*.*")
+	paths = append(append(paths, weights...), "testdata/inputs/sample.bin")
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {

@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/stages"
@@ -52,6 +53,7 @@ type Manifest struct {
 	Tracing   *Tracing // the [tracing] table; nil without one
 	Devices   []Device
 	Modules   []Module
+	Weights   []Weights
 	Sessions  []Session
 	Residents []Resident
 }
@@ -247,6 +249,9 @@ type Module struct {
 	WASI        []string // grants, default none
 	Snapshot    bool     // instances start from a snapshot taken at load (default true)
 	Bytes       []byte   // the file's contents, read once (shared by modules naming the same file; do not modify)
+	// Requires are the module's declared requirements (its
+	// stagehost.requires section, abi/ABI.md §7); nil without one.
+	Requires *abi.Requires
 }
 
 // LoadConfig returns the configuration to load the module with: its name,
@@ -292,6 +297,25 @@ type Session struct {
 	Input        string        // resolved path of the default input file; "" for none
 	MaxInput     int64         // the largest request body stagehost serve accepts for it; default MaxInputSize (64MiB)
 	Buffers      []Buffer
+	Weights      []string // the [[weights]] its instances may look up (weights_get, tensor_get); default none
+}
+
+// WeightNames returns the names of the weights the session lists (its
+// weights key): what a module's declared weights requirement is checked
+// against. nil when it lists none: a module that declares weights is then
+// refused with "session … lists no weights".
+func (s *Session) WeightNames() []string {
+	if len(s.Weights) == 0 {
+		return nil
+	}
+	return s.Weights
+}
+
+// Offer returns what the session gives a module mod loads with: its
+// programs, streams, weights and budget, and mod's WASI grants, for
+// [abi.Requires.Check].
+func (s *Session) Offer(wasi []string) abi.Offer {
+	return abi.Offer{Session: s.Name, Programs: s.Programs, Streams: s.Streams, Weights: s.WeightNames(), Budget: s.Budget, WASI: wasi}
 }
 
 // Reset modes: what a session's instances keep between calls.

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
@@ -20,7 +22,7 @@ import (
 //	POST   /v1/modules                   load a file on the server's machine: JSON ModuleRequest; 201 (200 if already loaded)
 //	PUT    /v1/modules/{name}?sha256=X   load the body's bytes (at most the module size limit); 201 (200 if already loaded)
 //	DELETE /v1/modules/{ref}             unload name (every version) or name@sha256; 400 while a session uses it
-//	POST   /v1/sessions/{name}/swap      {"stage": "name" or "name@sha256"}: swap with a drain
+//	POST   /v1/sessions/{name}/swap      {"stage": "name" or "name@sha256", "host_only", "timeout"}: swap with a drain (in a lattice: on every host, unless host_only)
 //	POST   /v1/sessions/{name}/reset     replace the quarantined or failed instances by fresh ones
 func (s *Server) adminRoutes() {
 	s.route("GET /v1/modules", scopeAdmin, s.listModules)
@@ -51,8 +53,32 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-func (s *Server) listModules(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) listModules(w http.ResponseWriter, r *http.Request) {
+	if mc := s.modelControl(); mc != nil {
+		body, err := mc.Modules(r.Context())
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"modules": s.d.Modules()})
+}
+
+// control is where model control acts: a ModelControl set with
+// SetModelControl (a supervisor's workers), else the deployment.
+func (s *Server) control() interface {
+	LoadModule(ctx context.Context, req deploy.ModuleRequest, bin []byte, source string) (deploy.ModuleInfo, bool, error)
+	UnloadModule(ctx context.Context, ref string) ([]deploy.ModuleInfo, error)
+	SwapSession(ctx context.Context, name, ref string) (deploy.SwapResult, error)
+	ResetSession(ctx context.Context, name string) (deploy.ResetResult, error)
+	MaxModuleSize(name string) int64
+} {
+	if mc := s.modelControl(); mc != nil {
+		return mc
+	}
+	return s.d
 }
 
 func (s *Server) answerLoad(w http.ResponseWriter, r *http.Request, info deploy.ModuleInfo, created bool, err error) {
@@ -82,7 +108,7 @@ func (s *Server) loadModule(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	info, created, err := s.d.LoadModule(r.Context(), req, bin, "path")
+	info, created, err := s.control().LoadModule(r.Context(), req, bin, "path")
 	s.answerLoad(w, r, info, created, err)
 }
 
@@ -119,7 +145,7 @@ func (s *Server) uploadModule(w http.ResponseWriter, r *http.Request) {
 	if q.Has("wasi") {
 		req.WASI = q["wasi"]
 	}
-	limit := s.d.MaxModuleSize(req.Name)
+	limit := s.control().MaxModuleSize(req.Name)
 	if r.ContentLength > limit {
 		refuseUnread(w, r)
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the module of %d bytes is larger than the module size limit of %d bytes", r.ContentLength, limit))
@@ -135,12 +161,12 @@ func (s *Server) uploadModule(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the request body: %v", err))
 		return
 	}
-	info, created, err := s.d.LoadModule(r.Context(), req, bin, "upload")
+	info, created, err := s.control().LoadModule(r.Context(), req, bin, "upload")
 	s.answerLoad(w, r, info, created, err)
 }
 
 func (s *Server) unloadModule(w http.ResponseWriter, r *http.Request) {
-	gone, err := s.d.UnloadModule(r.Context(), r.PathValue("name"))
+	gone, err := s.control().UnloadModule(r.Context(), r.PathValue("name"))
 	if err != nil && gone == nil {
 		s.writeError(w, r, err)
 		return
@@ -154,11 +180,20 @@ func (s *Server) unloadModule(w http.ResponseWriter, r *http.Request) {
 // SwapRequest is the body of POST /v1/sessions/{name}/swap.
 type SwapRequest struct {
 	Stage string `json:"stage"` // "name" (its newest version) or "name@sha256"
+	// HostOnly, in a lattice, swaps the session on this host only
+	// (without a lattice every swap is this host's).
+	HostOnly bool `json:"host_only,omitempty"`
+	// Timeout, in a lattice, bounds the wait for every host's
+	// acknowledgement of a lattice-wide swap (a Go duration, "30s";
+	// default 1m, lattice.DefaultSwapTimeout).
+	Timeout string `json:"timeout,omitempty"`
 }
 
 func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if s.d.Pool(name) == nil {
+	mc := s.modelControl() // a supervisor's ModelControl answers for itself
+	sw, _ := s.latticeOf().(latticeSwapper)
+	if mc == nil && sw == nil && s.d.Pool(name) == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name))
 		return
 	}
@@ -171,7 +206,27 @@ func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, `the body needs "stage": a module name or name@sha256`))
 		return
 	}
-	res, err := s.d.SwapSession(r.Context(), name, req.Stage)
+	ctx := r.Context()
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout %q: want a positive Go duration such as \"30s\"", req.Timeout))
+			return
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	if mc == nil && sw != nil {
+		ans, err := sw.SwapSession(ctx, name, req.Stage, req.HostOnly)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, ans)
+		return
+	}
+	res, err := s.control().SwapSession(ctx, name, req.Stage)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -181,7 +236,7 @@ func (s *Server) swapSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) resetSession(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	res, err := s.d.ResetSession(r.Context(), name)
+	res, err := s.control().ResetSession(r.Context(), name)
 	if err != nil && res.Session != "" {
 		err = fmt.Errorf("%w (replaced %d, skipped %d)", err, len(res.Replaced), len(res.Skipped))
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +16,7 @@ import (
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/stages"
 )
 
 // Lattice is what the HTTP service needs of the lattice its process
@@ -79,6 +79,15 @@ type Lattice interface {
 // the host that runs it). nil for a session it has no spec of.
 type sessionSpecs interface {
 	SessionSpec(session string) *manifest.Session
+}
+
+// latticeSwapper is what a [Lattice] may offer besides: model control
+// across the lattice (lattice.Member's). POST /v1/sessions/{name}/swap
+// goes through it when it is there: a swap of every host of the lattice,
+// or with hostOnly of this host only, answered with a
+// [lattice.SwapAnswer].
+type latticeSwapper interface {
+	SwapSession(ctx context.Context, session, ref string, hostOnly bool) (lattice.SwapAnswer, error)
 }
 
 type latticeBox struct{ l Lattice }
@@ -152,7 +161,7 @@ func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
 // runLattice is POST /v1/sessions/{name}/run in a lattice: a session
 // this host does not have is routed too, when a live host of the lattice
 // has it (404 only when none had it since this process joined).
-func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
+func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice, c runCodec) {
 	name := r.PathValue("name")
 	sess := s.d.Pool(name)
 	if sess == nil && !l.Known(name) {
@@ -171,8 +180,10 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 	} else if ss, ok := l.(sessionSpecs); ok {
 		spec = ss.SessionSpec(name)
 	}
+	maxInput := limit
 	if spec != nil {
-		limit, manifestDeadline, limitName = spec.MaxInput, spec.Deadline, maxInputName(name)
+		maxInput, manifestDeadline = spec.MaxInput, spec.Deadline
+		limit, limitName = c.bodyLimit(name, spec.MaxInput)
 	}
 	if r.ContentLength > limit {
 		refuseUnread(w, r)
@@ -195,7 +206,16 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 		ctx, cancelSession = context.WithTimeout(ctx, manifestDeadline)
 		defer cancelSession()
 	}
-	input, err := readRunBody(w, r, limitName, limit)
+	body, err := readRunBody(w, r, limitName, limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var mod *stages.Module
+	if sess != nil {
+		mod = sess.Module()
+	}
+	input, err := c.input(r, name, mod, maxInput, body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -215,9 +235,9 @@ func (s *Server) runLattice(w http.ResponseWriter, r *http.Request, l Lattice) {
 		s.writeError(w, r, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
-	_, _ = w.Write(out)
+	if err := c.answer(w, out); err != nil {
+		s.writeError(w, r, err)
+	}
 }
 
 // writeClassError answers an error another host (or the lattice) gave,
@@ -246,7 +266,7 @@ func (s *Server) writeClassError(w http.ResponseWriter, r *http.Request, ce *err
 	spanError(r.Context(), class, ce.Message, ce.Host)
 	s.logger.Log(r.Context(), level, "request failed", "request_id", body.RequestID, "method", r.Method, "path", r.URL.Path,
 		"class", class, "status", status, "host", ce.Host, "traceparent", tp, "err", ce.Message)
-	writeJSON(w, status, body)
+	writeErrorBody(w, r, status, body)
 }
 
 var (

@@ -101,15 +101,19 @@ func configFromService(s manifest.Service) Config {
 //	GET  /v1/lattice/quarantine       admin   the lattice's shared quarantine
 //	DELETE /v1/lattice/quarantine/{sha256} admin  clears one module
 //	GET  /v1/workers                  admin   a supervisor's workers (workers_http.go; 404 elsewhere)
+//	GET  /v1/status                   admin   the status page's content as JSON (status_workers.go)
 //	GET  /metrics                     admin   Prometheus metrics
 //	GET  /debug/trace                 admin   the trace as Chrome trace-event JSON
 //	GET  /                            admin   the status page (HTML; statuspage.go); POST / signs a browser in
+//	GET  /v2, /v2/models, /v2/models/{name}[/versions/{v}][/ready]  invoke  the Open Inference Protocol's metadata (oip.go)
+//	POST /v2/models/{name}[/versions/{v}]/infer  invoke  a run with the protocol's tensors, on the run's path (serveRun)
 //	GET  /livez, /healthz, /v2/health/live    liveness: 200 while the process serves
 //	GET  /readyz, /v2/health/ready            readiness: 200, or 503 with the reasons
 //
 // Every error is JSON {"error", "class", "request_id"} (and "code" for a
 // stage's own failure), with the status of its class (errors.go); unknown
-// routes and methods included. Every response carries X-Request-Id.
+// routes and methods included; under /v2 it is the protocol's {"error"}
+// alone. Every response carries X-Request-Id.
 //
 // Besides the runtime's metrics, it exports stagehost_session_runs_total
 // by session and outcome (the class names of errors.go, the same counts
@@ -130,10 +134,11 @@ type Server struct {
 	handler  http.Handler
 	tracer   trace.Tracer // Config.TracerProvider's (trace.go)
 
-	attached           atomic.Bool                // Attach has run: d, mux, registry and latency are set
-	lattice            atomic.Pointer[latticeBox] // SetLattice: run calls route through the lattice
-	workers            atomic.Pointer[workersBox] // SetWorkers: a supervisor's workers (workers_http.go)
-	state              atomic.Int32               // stateServing, then stateDraining
+	attached           atomic.Bool                     // Attach has run: d, mux, registry and latency are set
+	lattice            atomic.Pointer[latticeBox]      // SetLattice: run calls route through the lattice
+	workers            atomic.Pointer[workersBox]      // SetWorkers: a supervisor's workers (workers_http.go)
+	modelCtl           atomic.Pointer[modelControlBox] // SetModelControl: model control elsewhere (supervisor_model.go)
+	state              atomic.Int32                    // stateServing, then stateDraining
 	accepted, answered atomic.Uint64
 	cutOffCount        atomic.Uint64 // requests the end of the grace period cut off (shutdown.go)
 	guardsMu           sync.Mutex
@@ -195,6 +200,7 @@ func (s *Server) Attach(d *deploy.Deployment) {
 	s.adminRoutes()                                       // model control: admin_http.go
 	s.latticeRoutes()                                     // the lattice: lattice_http.go
 	s.route("GET /v1/workers", scopeAdmin, s.listWorkers) // a supervisor's: workers_http.go
+	s.route("GET /v1/status", scopeAdmin, s.getStatus)    // the status page's content as JSON: status_workers.go
 	s.route("GET /metrics", scopeAdmin, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP)
 	s.route("GET /debug/trace", scopeAdmin, s.trace)
 	s.route("GET /{$}", scopeAdmin, s.statusPage)
@@ -204,6 +210,7 @@ func (s *Server) Attach(d *deploy.Deployment) {
 	s.route("GET /healthz", scopePublic, healthz)
 	s.route("GET /readyz", scopePublic, s.ready)
 	s.route("GET /v2/health/ready", scopePublic, s.ready)
+	s.oipRoutes() // the Open Inference Protocol: oip.go
 	s.attached.Store(true)
 }
 
@@ -546,11 +553,51 @@ func callContext(r *http.Request, manifestDeadline time.Duration) (context.Conte
 	return ctx, cancel, nil
 }
 
-func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+// runCodec is how a run's request body becomes the stage's input and
+// the stage's output the answer: /v1's raw bytes (rawCodec), or the Open
+// Inference Protocol's tensors (oipCall, oip.go). Everything else of a
+// call (its span, the lattice, admission, the deadline, the body limit,
+// the latency metric and the session's outcome counts) is serveRun's,
+// the one call path of both routes.
+type runCodec interface {
+	// bodyLimit returns the largest body read for a session of
+	// max_input maxInput, and the limit's name in a 413.
+	bodyLimit(session string, maxInput int64) (int64, string)
+	// input returns the stage's input for the body: for module mod, nil
+	// when the session is another host's.
+	input(r *http.Request, session string, mod *stages.Module, maxInput int64, body []byte) ([]byte, error)
+	// answer writes the stage's output; an error is answered instead.
+	answer(w http.ResponseWriter, out []byte) error
+}
+
+// rawCodec is /v1/sessions/{name}/run's: the body is the input, the
+// output the answer.
+type rawCodec struct{}
+
+func (rawCodec) bodyLimit(session string, maxInput int64) (int64, string) {
+	return maxInput, maxInputName(session)
+}
+
+func (rawCodec) input(_ *http.Request, _ string, _ *stages.Module, _ int64, body []byte) ([]byte, error) {
+	return body, nil
+}
+
+func (rawCodec) answer(w http.ResponseWriter, out []byte) error {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+	_, _ = w.Write(out)
+	return nil
+}
+
+func (s *Server) run(w http.ResponseWriter, r *http.Request) { s.serveRun(w, r, rawCodec{}) }
+
+// serveRun runs session {name} of the request's path, its body turned
+// into the input, and the output into the answer, by c.
+func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, c runCodec) {
 	w, r, end := s.startRun(w, r) // its span: trace.go
 	defer end()
 	if l := s.latticeOf(); l != nil {
-		s.runLattice(w, r, l) // lattice_http.go
+		s.runLattice(w, r, l, c) // lattice_http.go
 		return
 	}
 	name := r.PathValue("name")
@@ -559,11 +606,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", name))
 		return
 	}
-	limit := sess.Spec.MaxInput
+	limit, limitName := c.bodyLimit(name, sess.Spec.MaxInput)
 	if r.ContentLength > limit {
 		// Refused before a byte of the body is read; the connection closes.
 		refuseUnread(w, r)
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than %s of %d bytes", r.ContentLength, maxInputName(name), limit))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrOutOfBudget, "the request body of %d bytes is larger than %s of %d bytes", r.ContentLength, limitName, limit))
 		return
 	}
 	ctx, cancel, err := callContext(r, sess.Spec.Deadline)
@@ -582,7 +629,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer turn.Release()
-	input, err := readRunBody(w, r, maxInputName(name), limit)
+	body, err := readRunBody(w, r, limitName, limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	input, err := c.input(r, name, turn.Module(), sess.Spec.MaxInput, body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -593,9 +645,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
-	_, _ = w.Write(out)
+	if err := c.answer(w, out); err != nil {
+		s.writeError(w, r, err)
+	}
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, _ *http.Request) {
@@ -677,6 +729,17 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	s.logger.Log(r.Context(), level, "request failed", "request_id", body.RequestID, "method", r.Method, "path", r.URL.Path,
 		"class", class, "status", status, "err", err.Error())
+	writeErrorBody(w, r, status, body)
+}
+
+// writeErrorBody writes an error answer: body, or on the Open Inference
+// Protocol's routes (/v2…) the protocol's {"error": "…"} (the class
+// only in the status, the request id only in X-Request-Id).
+func writeErrorBody(w http.ResponseWriter, r *http.Request, status int, body ErrorBody) {
+	if isOIP(r) {
+		writeJSON(w, status, oipErrorBody{body.Error})
+		return
+	}
 	writeJSON(w, status, body)
 }
 

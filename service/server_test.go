@@ -171,6 +171,8 @@ func TestErrorClasses(t *testing.T) {
 		{errdefs.Errorf(errdefs.ErrFault, "x"), "fault", 500},
 		{errdefs.Errorf(errdefs.ErrClosed, "x"), "closed", 503},
 		{deploy.ErrUnavailable, "unavailable", 503},
+		{errdefs.Errorf(errdefs.ErrFailedPrecondition, "x"), "failed_precondition", 409},
+		{&errdefs.RemoteError{Class: "failed_precondition", Message: "x"}, "failed_precondition", 409},
 		{errors.New("no class"), "internal", 500},
 	} {
 		if got := service.Class(tc.err); got != tc.class {
@@ -340,6 +342,12 @@ func TestMaxInFlight(t *testing.T) {
 	rec := s.do("GET", "/v1/sessions", nil)
 	if e := errorBody(t, rec); rec.Code != 429 || e.Class != "busy" || rec.Header().Get("Retry-After") == "" {
 		t.Errorf("second request: %d %+v %v", rec.Code, e, rec.Header())
+	}
+	// An infer of the Open Inference Protocol is a run: limited too,
+	// with the protocol's error body.
+	rec = s.do("POST", "/v2/models/steady/infer", strings.NewReader(`{"inputs":[]}`))
+	if rec.Code != 429 || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), `"error": "the service is handling its max_in_flight of 1 requests`) {
+		t.Errorf("an infer past max_in_flight: %d %v %s", rec.Code, rec.Header(), rec.Body)
 	}
 	if rec := s.do("GET", "/readyz", nil); rec.Code != 200 {
 		t.Errorf("readyz under load: %d", rec.Code)

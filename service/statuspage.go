@@ -231,6 +231,8 @@ type statusView struct {
 	AuthOn      bool // tokens are configured
 	ViaCookie   bool // the page was authorised by the status cookie
 	Devices     []deviceView
+	Supervised  bool        // a supervisor's: Workers are shown
+	Workers     []workerRow // a supervisor's workers
 	Window      string
 	Lanes       []DeviceLanes
 	LaneNote    string
@@ -295,17 +297,17 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	v.ViaCookie = v.AuthOn && r.Header.Get("Authorization") == ""
 	labels := map[string]string{} // the device's own name → its manifest name
 	var order []string
+	v.Devices = s.statusDevices()
 	for i := range s.d.Manifest.Devices {
 		md := &s.d.Manifest.Devices[i]
-		dv := deviceView{Name: md.Name, Backend: string(md.Backend), Engine: md.Engine.String(), Health: "ok"}
-		if err := s.d.DeviceErr(md.Name); err != nil {
-			dv.Health, dv.Error = "lost", err.Error()
-		}
-		v.Devices = append(v.Devices, dv)
 		if dev := s.d.Device(md.Name); dev != nil {
 			labels[dev.Name()] = md.Name
 		}
 		order = append(order, md.Name)
+	}
+	wk := s.workersOf()
+	if wk != nil {
+		v.Supervised, v.Workers = true, workerRows(wk.WorkerStatus())
 	}
 	tr := s.d.Runtime.Tracer()
 	recs := tr.Records()
@@ -322,6 +324,9 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, st := range s.d.Statuses() {
 		v.Sessions = append(v.Sessions, sessionFromStatus(st))
+	}
+	if wk != nil {
+		v.Sessions = supervisorSessionViews(wk)
 	}
 	for _, name := range s.d.ResidentNames() {
 		res := s.d.Resident(name)

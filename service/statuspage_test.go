@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -240,4 +241,30 @@ func TestLaneOccupancy(t *testing.T) {
 	check(got[1], host.LaneDownload, "<0.1", 1, 0)
 	check(got[2], host.LaneCompute, "10.0", 1, 0)
 	check(got[3], host.LaneNPU, "50.0", 1, 0)
+}
+
+// GET /v1/status of a single process: its readiness, devices and
+// sessions as the page shows them, and no workers.
+func TestStatusJSON(t *testing.T) {
+	s := serveHostile(t, "", "", nil)
+	if rec := s.do("POST", "/v1/sessions/liar/run", nil); rec.Code != 503 {
+		t.Fatalf("liar: %d %s", rec.Code, rec.Body)
+	}
+	rec := s.do("GET", "/v1/status", nil)
+	var st struct {
+		Readiness struct{ Status string }
+		Devices   []struct{ Name, Health string }
+		Sessions  []struct{ Name, State string }
+		Workers   []any
+	}
+	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &st) != nil {
+		t.Fatalf("GET /v1/status: %d %s", rec.Code, rec.Body)
+	}
+	states := map[string]string{}
+	for _, x := range st.Sessions {
+		states[x.Name] = x.State
+	}
+	if st.Readiness.Status == "" || len(st.Devices) == 0 || st.Devices[0].Health != "ok" || states["liar"] != "quarantined" || states["steady"] != "ready" || st.Workers != nil {
+		t.Errorf("GET /v1/status: %s", rec.Body)
+	}
 }

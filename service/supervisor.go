@@ -2,7 +2,9 @@ package service
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/stagehost/stagehost/internal/lattice"
 	"github.com/stagehost/stagehost/internal/supervise"
@@ -44,6 +46,9 @@ func SupervisedLattice(name string) manifest.Lattice {
 type supervisedFront struct {
 	*lattice.Member
 	m *manifest.Manifest
+	// view is the supervisor's view of its workers, once SetWorkers gave
+	// it: the sessions known follow the workers' reports.
+	view *atomic.Pointer[workerView]
 }
 
 // SupervisorFront is the Lattice of `serve --supervise`: member (a front
@@ -52,12 +57,43 @@ type supervisedFront struct {
 // 503 unavailable, not 404), and which offers m's session specs
 // (sessionSpecs).
 func SupervisorFront(member *lattice.Member, m *manifest.Manifest) Lattice {
-	return supervisedFront{member, m}
+	return supervisedFront{member, m, new(atomic.Pointer[workerView])}
 }
 
 func (f supervisedFront) Known(session string) bool {
+	if v := f.view.Load(); v != nil {
+		return v.listed(session) || v.heartbeatNames(session)
+	}
 	return f.m.Session(session) != nil || f.Member.Known(session)
 }
+
+// heartbeatNames says whether a live host's heartbeat names session now.
+func (v *workerView) heartbeatNames(session string) bool {
+	for _, rec := range v.front.Hosts() {
+		for _, sc := range rec.Sessions {
+			if sc.Name == session {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// listed says whether the supervisor lists session (see Sessions): a
+// session of the workers' latest reports, or of the manifest while a
+// worker has not reported.
+func (v *workerView) listed(session string) bool {
+	for _, st := range v.sup.Status() {
+		if st.Reported && slices.Contains(st.Sessions, session) || !st.Reported && v.m.Session(session) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Hosts is the front's view of the live hosts' heartbeats (the workers'),
+// for the status page's devices.
+func (v *workerView) Hosts() []lattice.HostRecord { return v.front.Hosts() }
 
 var _ sessionSpecs = supervisedFront{}
 
@@ -116,8 +152,30 @@ func (v *workerView) Sessions() []LatticeSessionStatus {
 		}
 		return ls
 	}
+	// The manifest's sessions while a worker has not reported what it
+	// serves; then the sessions the workers' latest ready reports list
+	// (a worker that re-read a changed manifest drops a session from
+	// the list): the supervisor's view follows its workers'.
+	workers := v.sup.Status()
+	listed := map[string]bool{}
+	unreported := false
+	for _, st := range workers {
+		if !st.Reported {
+			unreported = true
+		}
+		for _, name := range st.Sessions {
+			listed[name] = true
+		}
+	}
 	for _, ms := range v.m.Sessions {
-		add(ms.Name)
+		if unreported || listed[ms.Name] {
+			add(ms.Name)
+		}
+	}
+	for _, st := range workers {
+		for _, name := range st.Sessions {
+			add(name)
+		}
 	}
 	notServing := map[string][]string{}
 	for _, rec := range v.front.Hosts() {

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -39,7 +40,11 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) (http.Response
 		return w, r, func() {}
 	}
 	r = r.WithContext(ctx)
-	span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", runRoute),
+	route := runRoute
+	if _, p, ok := strings.Cut(r.Pattern, " "); ok {
+		route = p // an infer of the Open Inference Protocol (oip.go)
+	}
+	span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route),
 		attribute.String("url.path", r.URL.Path), tracing.SessionKey.String(r.PathValue("name")), tracing.RequestIDKey.String(requestid.FromContext(ctx)))
 	rec := &recorder{ResponseWriter: w}
 	return rec, r, func() {

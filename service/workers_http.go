@@ -73,6 +73,12 @@ type workersBox struct{ w Workers }
 func (s *Server) SetWorkers(w Workers) {
 	s.registry.MustRegister(workersCollector{w})
 	s.workers.Store(&workersBox{w})
+	// A supervisor's front knows the sessions its workers report.
+	if f, ok := s.latticeOf().(supervisedFront); ok {
+		if v, ok := w.(*workerView); ok {
+			f.view.Store(v)
+		}
+	}
 }
 
 func (s *Server) workersOf() Workers {

@@ -1,6 +1,7 @@
 package stages_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -162,4 +163,44 @@ func ExampleSessionConfig_WithResetPerCall() {
 	// Output:
 	// reset false: "init" then "AAAA" (0 resets)
 	// reset true: "init" then "init" (2 resets)
+}
+
+// Upload weights once and share them: every session made with them reads
+// the one device copy, charged once to the budget given here.
+func ExampleUploadWeights() {
+	ctx := context.Background()
+	eng, _ := stages.NewEngine(ctx, stages.NewEngineConfig().WithCacheDir(""))
+	defer eng.Close(ctx)
+	rt, _ := host.NewRuntime(host.NewConfig())
+	p := sim.New()
+	defer p.Close()
+	gpu, _ := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
+	device := hw.NewBudget("device gpu0", 1<<20)
+
+	data := []byte("raw weight bytes")
+	w, err := stages.UploadWeights(ctx, gpu, stages.NewWeightsConfig("table", int64(len(data))).
+		WithBudget(device).WithSHA256(stages.SHA256(data)), bytes.NewReader(data))
+	if err != nil {
+		panic(err)
+	}
+	bin, _ := os.ReadFile("testdata/hostile/good_stage.wasm")
+	mod, _ := eng.Load(ctx, bin, stages.SHA256(bin), stages.NewLoadConfig().WithName("good"))
+	var sessions []*stages.Session
+	for i := range 3 {
+		s, err := eng.NewSession(ctx, rt, mod, stages.NewSessionConfig(fmt.Sprint("s", i), gpu).
+			WithStreams("s0").WithPrograms("noop").WithWeights(w))
+		if err != nil {
+			panic(err)
+		}
+		sessions = append(sessions, s)
+	}
+	w.Release() // the sessions hold their own references
+	fmt.Println(device.Used(), w.Refs())
+	for _, s := range sessions {
+		s.Close(ctx)
+	}
+	fmt.Println(device.Used(), w.Refs())
+	// Output:
+	// 16 3
+	// 0 0
 }

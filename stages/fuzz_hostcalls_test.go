@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -30,7 +31,7 @@ var replayFunctions = []string{
 	abi.FnLog, abi.FnStreamGet, abi.FnBufferGet, abi.FnProgramGet, abi.FnBufferAlloc,
 	abi.FnBufferAllocNamed, abi.FnBufferFree, abi.FnBufferSize, abi.FnStreamWrite, abi.FnStreamRead,
 	abi.FnStreamSubmit, abi.FnStreamSubmitBatch, abi.FnStreamSync, abi.FnStreamIdle,
-	abi.FnLastError,
+	abi.FnLastError, abi.FnWeightsGet, abi.FnTensorGet,
 }
 
 const (
@@ -52,18 +53,24 @@ const (
 	replayNameNoop    = 280 // "noop"
 	replayNameFill    = 288 // "fill"
 	replayNameWeights = 296 // "weights"
+	replayNameTensor  = 304 // "weights/w"
 )
 
 // Serials of the replay session's declared handles, in declaration order:
-// streams, buffers, programs. Allocations start after them.
+// streams, buffers, programs, weights. Allocations start after them.
 const (
 	replayS0 = 1 + iota
 	replayS1
 	replayB0
 	replayNoop
 	replayFill
+	replayWeights
 	replayFirstAlloc
 )
+
+// replayWeightsData is the replay session's weights, "weights", with one
+// tensor, "w" (all of it): every replay must leave them as they were.
+var replayWeightsData = []byte("the weights every replay session shares, which none may change!!")
 
 // own is a handle of the replay session (through replayOwnTag).
 func own(kind abi.HandleKind, serial uint32) uint64 {
@@ -109,6 +116,7 @@ type replayEnv struct {
 	mod *Module
 	rt  *host.Runtime
 	dev *sim.Device
+	w   *Weights
 }
 
 func newReplayEnv(t testing.TB) *replayEnv {
@@ -137,7 +145,35 @@ func newReplayEnv(t testing.TB) *replayEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &replayEnv{eng: eng, mod: mod, rt: rt, dev: dev}
+	n := uint64(len(replayWeightsData))
+	w, err := UploadWeights(ctx, dev, NewWeightsConfig("weights", int64(n)).
+		WithTensors(map[string]WeightsTensor{"w": {Offset: 0, Bytes: n, DType: 20, Dims: []uint64{n}}}), bytes.NewReader(replayWeightsData))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Release)
+	return &replayEnv{eng: eng, mod: mod, rt: rt, dev: dev, w: w}
+}
+
+// checkWeights fails when the weights no longer hold replayWeightsData.
+func (e *replayEnv) checkWeights(t testing.TB) {
+	t.Helper()
+	str, err := e.dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer str.Close(context.Background())
+	got := make([]byte, len(replayWeightsData))
+	c, err := str.Read(e.w.buf, 0, got)
+	if err == nil {
+		err = c.Wait(context.Background())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, replayWeightsData) {
+		t.Fatalf("a replay changed the shared weights: %q", got)
+	}
 }
 
 // replayResult is one replay: the session's tag, what Run returned, and
@@ -158,7 +194,7 @@ func (e *replayEnv) replay(t testing.TB, data []byte) replayResult {
 	ctx := context.Background()
 	cfg := NewSessionConfig("replay", e.dev).WithStreams("s0", "s1").WithBuffer("b0", 4096).
 		WithPrograms("noop", "fill").WithBudget(16 << 20).WithOutputLimit(replayOutputLimit).
-		WithStagingLimit(1 << 20)
+		WithStagingLimit(1 << 20).WithWeights(e.w)
 	s, err := e.eng.NewSession(ctx, e.rt, e.mod, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -179,6 +215,10 @@ func (e *replayEnv) replay(t testing.TB, data []byte) replayResult {
 	if used := s.Owner().Budget().Used(); used != 0 {
 		t.Fatalf("%d bytes still charged after Close", used)
 	}
+	if refs := e.w.Refs(); refs != 1 {
+		t.Fatalf("the weights hold %d references after Close, want 1 (the harness's)", refs)
+	}
+	e.checkWeights(t)
 	return r
 }
 
@@ -429,6 +469,20 @@ var replaySeeds = []struct {
 		rec(abi.FnStreamSubmit, own(abi.KindStream, replayS1), own(abi.KindProgram, replayFill), 0, 0),
 	}, errdefs.ErrFault, []abi.Status{
 		abi.StatusOK, abi.StatusFault, abi.StatusOK, abi.StatusOK,
+	}},
+	{"weights", []replayCall{
+		rec(abi.FnWeightsGet, replayNameWeights, 7, 1024),
+		rec(abi.FnWeightsGet, replayNameS0, 2, 1024),
+		rec(abi.FnTensorGet, replayNameTensor, 9, 1100),
+		rec(abi.FnTensorGet, replayNameTensor, 9, 65500),
+		rec(abi.FnBufferSize, own(abi.KindBuffer, replayWeights), 1200),
+		rec(abi.FnStreamRead, own(abi.KindStream, replayS0), own(abi.KindBuffer, replayWeights), 0, 2000, 8),
+		rec(abi.FnStreamWrite, own(abi.KindStream, replayS0), own(abi.KindBuffer, replayWeights), 0, replayNameNoop, 4),
+		rec(abi.FnBufferFree, own(abi.KindBuffer, replayWeights)),
+		rec(abi.FnBufferGet, replayNameWeights, 7, 1024),
+	}, nil, []abi.Status{
+		abi.StatusOK, abi.StatusNotFound, abi.StatusOK, abi.StatusOutOfBounds, abi.StatusOK, abi.StatusOK,
+		abi.StatusInvalidArgument, abi.StatusInvalidArgument, abi.StatusNotFound,
 	}},
 	{"last_error", []replayCall{
 		rec(abi.FnLastError, 2048, 1024, 2112), // none yet: OK, length 0

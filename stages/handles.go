@@ -10,11 +10,17 @@ import (
 type handleEntry struct {
 	kind     abi.HandleKind
 	declared bool // declared by the operator; a guest cannot free it
-	freed    bool
-	name     string // for buffers from buffer_alloc_named
-	stream   hw.Stream
-	buffer   hw.Buffer
-	program  hw.Program
+	// weights: a read-only buffer over shared weights (buffer is their
+	// device copy); nothing may write or free it.
+	weights *Weights
+	// dirs are a program's argument directions ("in", "out", "inout"),
+	// from its kernel's description; nil when it has none.
+	dirs    []string
+	freed   bool
+	name    string // for buffers from buffer_alloc_named
+	stream  hw.Stream
+	buffer  hw.Buffer
+	program hw.Program
 }
 
 // handleTable is a session's handle table (ABI.md §2). Serial numbers are
@@ -32,10 +38,11 @@ type handleTable struct {
 	next      uint32 // the next serial to issue
 	byName    [4]map[string]abi.Handle
 	named     map[string]abi.Handle // live buffers from buffer_alloc_named
+	weights   map[string]abi.Handle // the weights the session lists, by name
 }
 
 func newHandleTable(tag uint32) *handleTable {
-	t := &handleTable{tag: tag, next: 1, allocated: map[uint32]*handleEntry{}, named: map[string]abi.Handle{}}
+	t := &handleTable{tag: tag, next: 1, allocated: map[uint32]*handleEntry{}, named: map[string]abi.Handle{}, weights: map[string]abi.Handle{}}
 	for i := range t.byName {
 		t.byName[i] = map[string]abi.Handle{}
 	}
@@ -55,7 +62,11 @@ func (t *handleTable) declare(e handleEntry, name string) abi.Handle {
 	t.declared = append(t.declared, e)
 	h := abi.MakeHandle(e.kind, t.tag, t.next)
 	t.next++
-	t.byName[e.kind][name] = h
+	if e.weights != nil {
+		t.weights[name] = h // a namespace of its own, apart from declared buffers
+	} else {
+		t.byName[e.kind][name] = h
+	}
 	return h
 }
 

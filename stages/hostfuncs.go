@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -99,6 +100,8 @@ var hostFunctions = map[string]hostFunc{
 	abi.FnStreamSubmitBatch: hostStreamSubmitBatch,
 	abi.FnStreamSync:        hostStreamSync,
 	abi.FnStreamIdle:        hostStreamIdle,
+	abi.FnWeightsGet:        hostWeightsGet,
+	abi.FnTensorGet:         hostTensorGet,
 }
 
 // callContext is the context of every host-initiated entry into a
@@ -236,7 +239,7 @@ func hostOutputWrite(ctx context.Context, st *callState, mod api.Module, stack [
 		ret(stack, abi.StatusOutOfBounds)
 		return
 	}
-	if len(st.output)+len(src) > st.outputLimit {
+	if len(st.output)-st.outputBase+len(src) > st.outputLimit {
 		retErr(st, stack, fmt.Errorf("%d more bytes would take the output past its limit of %d bytes: %w", len(src), st.outputLimit, abi.ErrOutputTooLarge))
 		return
 	}
@@ -429,6 +432,10 @@ func hostBufferFree(ctx context.Context, st *callState, mod api.Module, stack []
 		retErr(st, stack, err)
 		return
 	}
+	if e.weights != nil {
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrInvalidArgument, "buffer_free: buffer is %s, which cannot be freed", readOnlyNote(e)))
+		return
+	}
 	if e.declared {
 		retErr(st, stack, errdefs.Errorf(errdefs.ErrInvalidArgument, "a declared buffer cannot be freed"))
 		return
@@ -479,6 +486,10 @@ func hostStreamWrite(ctx context.Context, st *callState, mod api.Module, stack [
 		retErr(st, stack, err)
 		return
 	}
+	if e, _ := st.table.get(stack[1], abi.KindBuffer); e.weights != nil {
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrInvalidArgument, "stream_write: buffer is %s, which cannot be written", readOnlyNote(e)))
+		return
+	}
 	off := uint32(stack[2])
 	src, ok := guest(mod, uint32(stack[3]), uint32(stack[4]))
 	if !ok {
@@ -527,7 +538,7 @@ func hostStreamRead(ctx context.Context, st *callState, mod api.Module, stack []
 }
 
 // decodeArgs fills st.args from n argument records at ptr.
-func decodeArgs(st *callState, mod api.Module, ptr, n uint32) ([]hw.Arg, error) {
+func decodeArgs(st *callState, mod api.Module, prog *handleEntry, ptr, n uint32) ([]hw.Arg, error) {
 	if n > abi.MaxArgs {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%d arguments, at most %d", n, abi.MaxArgs)
 	}
@@ -553,6 +564,11 @@ func decodeArgs(st *callState, mod api.Module, ptr, n uint32) ([]hw.Arg, error) 
 			e, err := st.table.get(val, abi.KindBuffer)
 			if err != nil {
 				return nil, err
+			}
+			if e.weights != nil {
+				if err := readOnlyArg(prog, i, e); err != nil {
+					return nil, err
+				}
 			}
 			size := e.buffer.Size()
 			if length == abi.ToEnd {
@@ -583,7 +599,7 @@ func hostStreamSubmit(ctx context.Context, st *callState, mod api.Module, stack 
 		retErr(st, stack, err)
 		return
 	}
-	args, err := decodeArgs(st, mod, uint32(stack[2]), uint32(stack[3]))
+	args, err := decodeArgs(st, mod, p, uint32(stack[2]), uint32(stack[3]))
 	if err != nil {
 		retErr(st, stack, err)
 		return
@@ -642,7 +658,7 @@ func decodeBatch(st *callState, mod api.Module, recs []byte, n uint32) ([]hw.Com
 		if err != nil {
 			return nil, err
 		}
-		args, err := decodeArgs(st, mod, binary.LittleEndian.Uint32(r[8:]), binary.LittleEndian.Uint32(r[12:]))
+		args, err := decodeArgs(st, mod, p, binary.LittleEndian.Uint32(r[8:]), binary.LittleEndian.Uint32(r[12:]))
 		if err != nil {
 			return nil, err
 		}
@@ -702,5 +718,75 @@ func hostStreamIdle(ctx context.Context, st *callState, mod api.Module, stack []
 		ret(stack, abi.StatusOutOfBounds)
 		return
 	}
+	ret(stack, abi.StatusOK)
+}
+
+// readOnlyArg refuses weights as argument i of program prog unless the
+// program's kernel describes that argument as read only ("in"): a
+// kernel without a description, a variadic one, or an argument past the
+// described ones may write, so it cannot take weights.
+func readOnlyArg(prog *handleEntry, i int, e *handleEntry) error {
+	name := prog.program.Name()
+	if i < len(prog.dirs) && prog.dirs[i] == "in" {
+		return nil
+	}
+	dir := "not described as read only"
+	if i < len(prog.dirs) {
+		dir = "written (direction " + prog.dirs[i] + ")"
+	}
+	return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: argument %d is %s, but the kernel's argument %d is %s", name, i, readOnlyNote(e), i, dir)
+}
+
+// hostWeightsGet is weights_get: the read-only buffer handle of weights
+// the session lists.
+func hostWeightsGet(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
+	name, ok := guest(mod, uint32(stack[0]), uint32(stack[1]))
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	outPtr := uint32(stack[2])
+	if _, ok := guest(mod, outPtr, 8); !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	h, found := st.table.weights[string(name)]
+	if !found {
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrNotFound, "weights %q not found: the session lists no weights of that name", name))
+		return
+	}
+	putU64(mod, outPtr, uint64(h))
+	ret(stack, abi.StatusOK)
+}
+
+// hostTensorGet is tensor_get: "<weights>/<tensor>" to a 96-byte record.
+func hostTensorGet(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
+	name, ok := guest(mod, uint32(stack[0]), uint32(stack[1]))
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	rec, ok := guest(mod, uint32(stack[2]), abi.TensorRecordSize)
+	if !ok {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	wname, tname, cut := strings.Cut(string(name), "/")
+	if !cut {
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrNotFound, "tensor %q not found: a tensor is named \"<weights>/<tensor>\"", name))
+		return
+	}
+	h, found := st.table.weights[wname]
+	if !found {
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrNotFound, "tensor %q not found: the session lists no weights %q", name, wname))
+		return
+	}
+	e, _ := st.table.get(uint64(h), abi.KindBuffer)
+	t, found := e.weights.tensor(tname)
+	if !found {
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrNotFound, "tensor %q not found: the weights %q have no tensor %q", name, wname, tname))
+		return
+	}
+	tensorRecord(rec, h, t)
 	ret(stack, abi.StatusOK)
 }

@@ -110,6 +110,7 @@ type Module struct {
 	// compiled module and of the module as loaded (wasmbin.StartDesc);
 	// equal (both empty) without instrumentation or a start section.
 	startDesc [2]string
+	requires  *abi.Requires // its stagehost.requires section; nil without one
 }
 
 // Name is the module's name.
@@ -120,6 +121,11 @@ func (m *Module) Kind() ModuleKind { return m.kind }
 
 // SHA256 is the hex sha256 of the module's bytes as loaded.
 func (m *Module) SHA256() string { return m.sha256 }
+
+// Requires returns the module's declared requirements (its
+// stagehost.requires section, abi/ABI.md §7), nil when it has none. The
+// caller must not modify them.
+func (m *Module) Requires() *abi.Requires { return m.requires }
 
 // HasFence reports whether the module exports stagehost_fence.
 func (m *Module) HasFence() bool { return m.hasFence }
@@ -336,7 +342,68 @@ func validate(bin []byte, cfg LoadConfig) (*Module, *wasmbin.Module, error) {
 	if err := checkMemory(parsed, cfg.memoryPages); err != nil {
 		return fail(errdefs.ErrInvalidArgument, err)
 	}
+	if m.requires, err = requiresOf(parsed); err != nil {
+		return fail(errdefs.ErrInvalidArgument, err)
+	}
 	return m, parsed, nil
+}
+
+// requiresOf reads the stagehost.requires section of p, nil without one.
+func requiresOf(p *wasmbin.Module) (*abi.Requires, error) {
+	var found *wasmbin.Custom
+	for i, c := range p.Customs {
+		if c.Name != abi.RequiresSection {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("a second %s section at byte %d (the first is at byte %d)", abi.RequiresSection, c.At, found.At)
+		}
+		found = &p.Customs[i]
+	}
+	if found == nil {
+		return nil, nil
+	}
+	return abi.ParseRequires(found.Payload)
+}
+
+// ReadRequires returns the declared requirements of the module bin (its
+// stagehost.requires section), nil when it has none. It checks the
+// binary's structure, not the rest of what [Validate] checks.
+//
+// # Errors
+//
+// [errdefs.ErrInvalidArgument]: a malformed binary, two such sections,
+// or a section [abi.ParseRequires] refuses.
+func ReadRequires(bin []byte) (*abi.Requires, error) {
+	p, err := wasmbin.Parse(bin)
+	if err != nil {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%v", err)
+	}
+	r, err := requiresOf(p)
+	if err != nil {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%w", err)
+	}
+	return r, nil
+}
+
+// SetRequires returns the module bin with r as its stagehost.requires
+// section: every such section bin has is dropped, and the new one is
+// appended at the end. bin is not modified.
+//
+// # Errors
+//
+// [errdefs.ErrInvalidArgument]: a malformed binary, or r is not a valid
+// document (it is checked as the host reads it, [abi.ParseRequires]).
+func SetRequires(bin []byte, r *abi.Requires) ([]byte, error) {
+	p, err := wasmbin.Parse(bin)
+	if err != nil {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%v", err)
+	}
+	doc := r.Marshal()
+	if _, err := abi.ParseRequires(doc); err != nil {
+		return nil, err
+	}
+	return wasmbin.ReplaceCustom(p, abi.RequiresSection, doc), nil
 }
 
 func checkMarker(m *wasmbin.Module) error {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -36,6 +38,7 @@ type SessionConfig struct {
 	drain        bool
 	stagingLimit int
 	resetPerCall bool
+	weights      []*Weights
 }
 
 type bufferDecl struct {
@@ -74,6 +77,19 @@ func (c SessionConfig) WithBuffer(name string, size int) SessionConfig {
 	return c
 }
 
+// WithWeights lists weights the guest can look up by name with
+// weights_get and tensor_get (ABI.md §3): each is a read-only buffer
+// over the one device copy that every session listing it shares. The
+// weights must be on the session's device. The session holds a
+// reference to each ([Weights.Retain]) from its creation until it
+// closes; a quarantined session keeps it. Weights are not charged to
+// the session's budget (their upload charged the budget it was given
+// once). Default none.
+func (c SessionConfig) WithWeights(w ...*Weights) SessionConfig {
+	c.weights = append(append([]*Weights(nil), c.weights...), w...)
+	return c
+}
+
 // WithPrograms names the programs the guest may look up; each is prepared
 // on the session's device when the session is created.
 func (c SessionConfig) WithPrograms(names ...string) SessionConfig {
@@ -86,6 +102,17 @@ func (c SessionConfig) WithPrograms(names ...string) SessionConfig {
 // until the upload ran). When the staged bytes would pass the limit, the
 // host drains the session's streams and reuses the memory; one upload
 // larger than the limit gets OUT_OF_BUDGET. Default 64 MiB.
+//
+// The staging memory grows as uploads need it (64 KiB at first, then
+// doubling, up to the limit) and is kept for later calls. It is
+// host-visible memory of the session's device where the device has some
+// (page-locked on CUDA: the driver uploads from it directly, with no copy
+// into its own staging), else Go memory; it is not charged to the
+// session's budget. Memory it outgrew is freed after the call's fence
+// proved the uploads from it retired, the rest when the session closes; a
+// quarantined session keeps it, as it keeps its buffers. While a call
+// grows it, outgrown and current memory together stay under twice the
+// limit.
 func (c SessionConfig) WithStagingLimit(bytes int) SessionConfig { c.stagingLimit = bytes; return c }
 
 // WithBudget sets the session's memory budget in bytes. Default 64 MiB.
@@ -159,7 +186,9 @@ type callState struct {
 	sess        *Session
 	table       *handleTable
 	input       []byte
-	output      []byte
+	output      []byte // the caller's dst, the call's output appended to it
+	outputBase  int    // len(dst): output_write's limit counts from here
+	spare       []byte // an output buffer of earlier calls, for a dst that overlaps the input
 	outputLimit int
 	entry       string
 	errMsg      string
@@ -174,6 +203,8 @@ type callState struct {
 	args        [abi.MaxArgs]hw.Arg
 	batch       batchArena  // the decoded batch of stream_submit_batch
 	arena       []byte      // staged upload bytes of this call
+	arenaBuf    hw.Buffer   // the host-visible buffer arena lies in; nil: Go memory
+	oldArenas   []hw.Buffer // arenas outgrown, freed after a proven fence
 	pendingFree []hw.Buffer // freed by the guest, released after a proven fence
 	calls       int         // calls started, so a failed replacement is told from a failed creation
 }
@@ -201,11 +232,49 @@ func (st *callState) stage(ctx context.Context, n int) ([]byte, error) {
 		st.arena = st.arena[:0] // every staged upload has retired
 	}
 	if len(st.arena)+n > cap(st.arena) {
-		st.arena = make([]byte, 0, min(max(2*cap(st.arena), n, 64<<10), limit))
+		st.growArena(min(max(2*cap(st.arena), n, 64<<10), limit))
 	}
 	b := st.arena[len(st.arena) : len(st.arena)+n]
 	st.arena = st.arena[:len(st.arena)+n]
 	return b, nil
+}
+
+// growArena replaces the arena with an empty one of size bytes:
+// host-visible memory of the session's device when it has some (on CUDA
+// page-locked memory, which the driver uploads from directly: no copy of
+// its own into its staging memory, and the upload is asynchronous), else
+// Go memory. The outgrown arena may still hold uploads in flight: a
+// host-visible one is freed only after a fence has proven them retired
+// (releaseArenas), never by a quarantined session. The arena is not
+// charged to the session's budget, as Go memory was not.
+func (st *callState) growArena(size int) {
+	if st.arenaBuf != nil {
+		st.oldArenas = append(st.oldArenas, st.arenaBuf)
+		st.arenaBuf = nil
+	}
+	if b, err := st.sess.cfg.device.Alloc(size, hw.AllocHostVisible, nil); err == nil {
+		if h, err := b.HostBytes(); err == nil && len(h) >= size {
+			st.arenaBuf, st.arena = b, h[:0:size]
+			return
+		}
+		_ = b.Free()
+	}
+	st.arena = make([]byte, 0, size)
+}
+
+// releaseArenas frees the outgrown arenas, once a fence (or Close) has
+// proven that no upload from them is in flight; with all, the current
+// one too.
+func (st *callState) releaseArenas(all bool) {
+	for _, b := range st.oldArenas {
+		_ = b.Free()
+	}
+	clear(st.oldArenas)
+	st.oldArenas = st.oldArenas[:0]
+	if all && st.arenaBuf != nil {
+		_ = st.arenaBuf.Free()
+		st.arenaBuf, st.arena = nil, nil
+	}
 }
 
 // instance is one instantiation of a module, with its exports looked up
@@ -305,8 +374,14 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 	s := &Session{name: cfg.name, engine: e, module: m, cfg: cfg, logger: e.cfg.logger, who: fmt.Sprintf("session %q", cfg.name)}
 	s.owner = host.NewOwner(cfg.name, hw.NewBudget(cfg.name, cfg.budget))
 	st := callState{sess: s, table: newHandleTable(nextTag()), outputLimit: cfg.outputLimit}
-	if err := s.declare(st.table); err != nil {
+	if err := s.retainWeights(); err != nil {
 		_ = s.owner.Close(ctx)
+		return nil, err
+	}
+	if err := s.declare(st.table); err != nil {
+		if s.owner.Close(ctx) == nil {
+			s.releaseWeights()
+		}
 		return nil, err
 	}
 	s.native = NewNative(rt, s.owner, st, s.fence, NewNativeConfig().WithFenceTimeout(cfg.fenceTimeout).WithDevice(cfg.device.Name()).withLaneTimeout(cfg.deadline))
@@ -314,10 +389,45 @@ func (e *Engine) NewSession(ctx context.Context, rt *host.Runtime, m *Module, cf
 	if err := s.ensureInstances(ctx); err != nil {
 		if s.owner.Close(ctx) == nil {
 			s.releaseRetired()
+			s.releaseWeights()
 		}
 		return nil, err
 	}
 	return s, nil
+}
+
+// retainWeights takes the session's reference to each of its weights,
+// after checking they are on its device; on an error it holds none.
+func (s *Session) retainWeights() error {
+	for i, w := range s.cfg.weights {
+		err := error(nil)
+		switch {
+		case w == nil:
+			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: weights %d: nil", s.name, i)
+		case slices.ContainsFunc(s.cfg.weights[:i], func(o *Weights) bool { return o.name == w.name }):
+			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: weights %q given twice", s.name, w.name)
+		case w.Device() != s.cfg.device:
+			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: weights %q are on device %q, the session on %q", s.name, w.name, w.Device().Name(), s.cfg.device.Name())
+		default:
+			err = w.Retain()
+		}
+		if err != nil {
+			for _, r := range s.cfg.weights[:i] {
+				r.Release()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseWeights drops the session's references to its weights, once
+// nothing of the session runs on the device any more.
+func (s *Session) releaseWeights() {
+	for _, w := range s.cfg.weights {
+		w.Release()
+	}
+	s.cfg.weights = nil
 }
 
 func (s *Session) declare(t *handleTable) error {
@@ -341,7 +451,19 @@ func (s *Session) declare(t *handleTable) error {
 		if err != nil {
 			return fmt.Errorf("session %q: program %q: %w", s.name, name, err)
 		}
-		t.declare(handleEntry{kind: abi.KindProgram, program: p}, name)
+		e := handleEntry{kind: abi.KindProgram, program: p}
+		if d, ok := p.(hw.Describer); ok {
+			if info, ok := d.KernelInfo(); ok && !info.Variadic {
+				e.dirs = make([]string, len(info.Args))
+				for i, a := range info.Args {
+					e.dirs[i] = a.Dir
+				}
+			}
+		}
+		t.declare(e, name)
+	}
+	for _, w := range s.cfg.weights {
+		t.declare(handleEntry{kind: abi.KindBuffer, buffer: w.buf, weights: w}, w.name)
 	}
 	return nil
 }
@@ -586,7 +708,13 @@ func (s *Session) Run(ctx context.Context, input, dst []byte) ([]byte, error) {
 
 // RunEntry calls the stage with the given entry name and input, and
 // appends what the stage wrote to dst (also when the stage fails, so no
-// partial output is lost).
+// partial output is lost). The bytes are appended as the stage writes
+// them (output_write), in dst's spare capacity when it has room, so a
+// caller that passes a dst with room gets the output with no further
+// copy or allocation; the output limit counts the stage's bytes, not
+// those dst held. When dst's spare capacity shares memory with input, the
+// output is collected apart and appended when the stage returns, so the
+// stage never sees its input change.
 //
 //	out, err := sess.Run(ctx, input, nil)
 //
@@ -618,16 +746,28 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		return dst, s.failed
 	}
 	var out []byte
-	ran := false
+	ran, direct := false, false
 	err := s.native.Run(ctx, func(lctx context.Context, st *callState) error {
 		ran = true
 		st.calls++
 		st.input, st.entry, st.errMsg, st.logs = input, entry, "", 0
 		st.lastErr, st.failure = st.lastErr[:0], nil // a call starts with no last error
-		st.output, st.arena = st.output[:0], st.arena[:0]
+		// The output is appended to dst as the stage writes it (no copy
+		// afterwards), unless dst's spare room holds the input, which
+		// the stage may still be reading: then it collects apart.
+		direct = !overlaps(dst[len(dst):cap(dst)], input)
+		if direct {
+			st.output, st.outputBase = dst, len(dst)
+		} else {
+			st.output, st.outputBase = st.spare[:0], 0
+		}
+		st.arena = st.arena[:0]
 		defer func() {
 			out = st.output
-			st.input = nil
+			if !direct {
+				st.spare = st.output[:0]
+			}
+			st.output, st.outputBase, st.input = nil, 0, nil // keep none of the caller's memory
 		}()
 		if err := s.ensureInstances(lctx); err != nil {
 			return err
@@ -649,7 +789,11 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		}
 		return nil
 	})
-	dst = append(dst, out...)
+	if direct {
+		dst = out
+	} else {
+		dst = append(dst, out...)
+	}
 	if ran && errors.Is(err, errdefs.ErrFault) {
 		// A trap, or device work that failed: the host log gets the
 		// reason (a kernel's own, for a command that failed on the
@@ -663,6 +807,9 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 		if len(s.native.state.pendingFree) > 0 {
 			s.releaseFreed()
 		}
+		if len(s.native.state.oldArenas) > 0 {
+			s.native.state.releaseArenas(false)
+		}
 		if len(s.retired) > 0 {
 			s.releaseRetired()
 		}
@@ -671,11 +818,20 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 	return dst, err
 }
 
+// overlaps reports whether a and b share memory.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
+}
+
 // afterCallWork reports whether a call left work for after its fence:
 // freed buffers or discarded memories to release, an instance to reset
 // or to replace.
 func (s *Session) afterCallWork() bool {
-	return len(s.native.state.pendingFree) > 0 || len(s.retired) > 0 || s.cfg.resetPerCall ||
+	return len(s.native.state.pendingFree) > 0 || len(s.native.state.oldArenas) > 0 || len(s.retired) > 0 || s.cfg.resetPerCall ||
 		s.inst == nil || (s.cfg.fence != nil && s.fenceIn == nil)
 }
 
@@ -814,8 +970,11 @@ func (s *Session) Close(ctx context.Context) error {
 	err := s.native.Close(ctx)
 	if err == nil {
 		// The streams drained and closed: no device command writes into
-		// guest memory any more. A quarantined session keeps it.
+		// guest memory, reads an upload's staging or reads the weights any
+		// more. A quarantined session keeps all three.
 		s.releaseRetired()
+		s.native.state.releaseArenas(true)
+		s.releaseWeights()
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,6 +35,8 @@ var adminCommands = map[string][]string{
 	"unload":  {"NAME[@SHA256]"},
 	"swap":    {"SESSION", "MODULE"},
 	"reset":   {"SESSION"},
+	"workers": nil,
+	"status":  nil,
 }
 
 const adminAbout = `Model control of a running stagehost serve, through its admin routes
@@ -46,11 +49,22 @@ const adminAbout = `Model control of a running stagehost serve, through its admi
   upload NAME FILE         upload FILE as a version of module NAME (its sha256 computed here)
                            (load and upload: --kind stage|fence and --wasi GRANT as the
                            manifest's [[module]] keys kind and wasi; default: those of the
-                           name's newest version, else a stage module with no grant)
+                           name's newest version, else a stage module with no grant;
+                           --memory-limit SIZE and --snapshot true|false likewise)
   unload NAME[@SHA256]     unload one version, or every version of NAME (refused while used)
   swap SESSION MODULE      swap SESSION to MODULE (NAME: its newest version, or NAME@SHA256);
-                           calls in flight finish on the old version
+                           calls in flight finish on the old version; in a lattice, on every
+                           host (answered once each acknowledged), or with --host-only on
+                           the addressed host only
   reset SESSION            replace SESSION's quarantined or failed instances by fresh ones
+  workers                  a supervisor's (serve --supervise) workers: pid, state, restarts,
+                           uptime, devices, sessions, last exit and its reason
+  status                   the status page's content as JSON (GET /v1/status)
+
+Under serve --supervise, each command reaches the workers: modules lists
+theirs, load and upload load on every ready worker, swap and reset act on
+the workers that serve the session (docs/service.md, "Model control under
+--supervise").
 
 The bearer token: the first token of --token-file FILE (one per line), else
 of the variable --token-env NAME (tokens separated by commas or spaces, as
@@ -92,7 +106,10 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	var wasi grantsFlag
 	c.fs.Var(&wasi, "wasi", "load, upload: a WASI `GRANT` (go-runtime, or one function such as fd_write); repeated or comma-separated for several (default: the name's newest version's, else none)")
 	sum := c.fs.String("sha256", "", "load: the module's `SHA256` (default: computed from PATH read here)")
+	memLimit := c.fs.String("memory-limit", "", "load, upload: the module's memory limit, a `SIZE` with its unit, as the manifest's memory_limit (\"128MiB\"; default: the name's newest version's, else 64MiB)")
+	snapshot := c.fs.String("snapshot", "", "load, upload: `true` or false, as the manifest's snapshot (default: the name's newest version's, else true)")
 	timeout := c.fs.Duration("timeout", 5*time.Minute, "give up on the server's answer after this `duration`")
+	hostOnly := c.fs.Bool("host-only", false, "swap: in a lattice, swap the session on the addressed host only (default: on every host of the lattice)")
 	asJSON := c.fs.Bool("json", false, "print the server's JSON answer (modules prints a table by default)")
 	fs := c.fs
 	fs.SetOutput(stderr)
@@ -137,6 +154,25 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	if *kind != "" && *kind != "stage" && *kind != "fence" {
 		return usageErr("--kind %q: want stage or fence", *kind)
 	}
+	if (*memLimit != "" || *snapshot != "") && pos[0] != "load" && pos[0] != "upload" {
+		return usageErr("--memory-limit and --snapshot are for load and upload")
+	}
+	var memBytes *int64
+	if *memLimit != "" {
+		n, err := manifest.ParseSize(*memLimit)
+		if err != nil {
+			return usageErr("--memory-limit %q: %v", *memLimit, err)
+		}
+		memBytes = &n
+	}
+	var snap *bool
+	if *snapshot != "" {
+		b, err := strconv.ParseBool(*snapshot)
+		if err != nil {
+			return usageErr("--snapshot %q: want true or false", *snapshot)
+		}
+		snap = &b
+	}
 	if *tokenFile != "" && *tokenEnv != "" {
 		return usageErr("--token-file and --token-env: give one")
 	}
@@ -173,7 +209,7 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	a := &adminClient{base: base, token: token, client: &http.Client{Timeout: *timeout}, stdout: stdout, stderr: stderr, json: *asJSON,
-		kind: *kind, wasi: wasi}
+		kind: *kind, wasi: wasi, memoryLimit: memBytes, snapshot: snap}
 	arg := pos[1:]
 	switch pos[0] {
 	case "modules":
@@ -185,10 +221,14 @@ func cmdAdmin(args []string, stdout, stderr io.Writer) int {
 	case "unload":
 		return a.do("DELETE", "/v1/modules/"+url.PathEscape(arg[0]), "", nil, -1, nil)
 	case "swap":
-		body, _ := json.Marshal(service.SwapRequest{Stage: arg[1]})
+		body, _ := json.Marshal(service.SwapRequest{Stage: arg[1], HostOnly: *hostOnly})
 		return a.do("POST", "/v1/sessions/"+url.PathEscape(arg[0])+"/swap", "application/json", bytes.NewReader(body), int64(len(body)), nil)
 	case "reset":
 		return a.do("POST", "/v1/sessions/"+url.PathEscape(arg[0])+"/reset", "", nil, 0, nil)
+	case "workers":
+		return a.workers()
+	case "status":
+		return a.do("GET", "/v1/status", "", nil, -1, nil)
 	}
 	return exitUsage // not reached: every command is above
 }
@@ -203,6 +243,10 @@ type adminClient struct {
 	// not given, the server keeps the name's newest version's).
 	kind string
 	wasi []string
+	// memoryLimit and snapshot: --memory-limit and --snapshot (nil: not
+	// given).
+	memoryLimit *int64
+	snapshot    *bool
 }
 
 // do sends one request. A 2xx answer is printed (or given to show); an
@@ -292,7 +336,7 @@ func (a *adminClient) load(name, path, sum string) int {
 		s := sha256.Sum256(b)
 		sum = hex.EncodeToString(s[:])
 	}
-	body, _ := json.Marshal(deploy.ModuleRequest{Name: name, Path: path, SHA256: sum, Kind: a.kind, WASI: a.wasi})
+	body, _ := json.Marshal(deploy.ModuleRequest{Name: name, Path: path, SHA256: sum, Kind: a.kind, WASI: a.wasi, MemoryLimit: a.memoryLimit, Snapshot: a.snapshot})
 	return a.do("POST", "/v1/modules", "application/json", bytes.NewReader(body), int64(len(body)), nil)
 }
 
@@ -328,5 +372,66 @@ func (a *adminClient) upload(name, file, want string) int {
 	for _, g := range a.wasi {
 		q.Add("wasi", g)
 	}
+	if a.memoryLimit != nil {
+		q.Set("memory_limit", strconv.FormatInt(*a.memoryLimit, 10))
+	}
+	if a.snapshot != nil {
+		q.Set("snapshot", strconv.FormatBool(*a.snapshot))
+	}
 	return a.do("PUT", "/v1/modules/"+url.PathEscape(name)+"?"+q.Encode(), "application/wasm", io.LimitReader(f, n), n, nil)
+}
+
+// workers prints GET /v1/status's workers as a table (--json: the
+// answer of GET /v1/workers, every field).
+func (a *adminClient) workers() int {
+	if a.json {
+		return a.do("GET", "/v1/workers", "", nil, -1, nil)
+	}
+	return a.do("GET", "/v1/status", "", nil, -1, func(b []byte) error {
+		var st struct {
+			Workers []struct {
+				Name, State, Uptime, Reason string
+				PID, Restarts               int
+				Devices, Sessions, Notes    []string
+				LastExit                    string `json:"last_exit"`
+				LastExitReason              string `json:"last_exit_reason"`
+			}
+		}
+		if err := json.Unmarshal(b, &st); err != nil {
+			return err
+		}
+		if st.Workers == nil {
+			return errors.New("the server supervises no workers (it is not serve --supervise)")
+		}
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKER\tPID\tSTATE\tRESTARTS\tUPTIME\tDEVICES\tSESSIONS\tLAST EXIT")
+		dash := func(s string) string {
+			if s == "" {
+				return "-"
+			}
+			return s
+		}
+		for _, w := range st.Workers {
+			pid := "-"
+			if w.PID != 0 {
+				pid = fmt.Sprint(w.PID)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", w.Name, pid, w.State, w.Restarts, dash(w.Uptime),
+				dash(strings.Join(w.Devices, ",")), dash(strings.Join(w.Sessions, ",")), dash(w.LastExit))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, w := range st.Workers {
+			if w.Reason != "" {
+				fmt.Fprintf(a.stdout, "%s: %s\n", w.Name, w.Reason)
+			} else if w.LastExitReason != "" {
+				fmt.Fprintf(a.stdout, "%s: last exit: %s\n", w.Name, w.LastExitReason)
+			}
+			for _, n := range w.Notes {
+				fmt.Fprintf(a.stdout, "%s: note: %s\n", w.Name, n)
+			}
+		}
+		return nil
+	})
 }

@@ -172,3 +172,44 @@ func TestAdminTokenFromEnvironment(t *testing.T) {
 		t.Errorf("$%s set but empty: exit %d\n%s", defaultTokenEnv, code, errs)
 	}
 }
+
+// TestAdminMemoryLimitAndSnapshot: load sends --memory-limit (a size with
+// its unit, in bytes) and --snapshot in its JSON body, upload in its
+// query; a bad value, or either flag on another command, is bad usage.
+func TestAdminMemoryLimitAndSnapshot(t *testing.T) {
+	t.Setenv(defaultTokenEnv, "")
+	os.Unsetenv(defaultTokenEnv)
+	base, got := adminRecorder(t)
+	wasm := filepath.Join(t.TempDir(), "m.wasm")
+	if err := os.WriteFile(wasm, []byte("\x00asm\x01\x00\x00\x00"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"load", "--memory-limit", "128MiB", "--snapshot", "false", "m", wasm},
+		{"upload", "--memory-limit", "128MiB", "--snapshot", "false", "m", wasm},
+	} {
+		if code, out, errs := runCLI(t, append([]string{"admin", "--addr", base}, args...)...); code != exitOK {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, out, errs)
+		}
+	}
+	r := got()
+	var load deploy.ModuleRequest
+	if len(r) != 2 || json.Unmarshal(r[0].body, &load) != nil || load.MemoryLimit == nil || *load.MemoryLimit != 128<<20 || load.Snapshot == nil || *load.Snapshot {
+		t.Fatalf("load: %+v", r)
+	}
+	if q := r[1].query; q.Get("memory_limit") != "134217728" || q.Get("snapshot") != "false" {
+		t.Errorf("upload: %v", q)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"admin", "--memory-limit", "12", "load", "m", wasm}, `--memory-limit "12"`},
+		{[]string{"admin", "--snapshot", "maybe", "upload", "m", wasm}, `--snapshot "maybe": want true or false`},
+		{[]string{"admin", "--snapshot", "true", "swap", "s", "m"}, "--memory-limit and --snapshot are for load and upload"},
+	} {
+		if code, _, errs := runCLI(t, tc.args...); code != exitUsage || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", tc.args, code, errs, exitUsage, tc.want)
+		}
+	}
+}

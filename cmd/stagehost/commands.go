@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/host"
+	"github.com/stagehost/stagehost/internal/modelctl"
 	"github.com/stagehost/stagehost/internal/tracing"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/service"
@@ -141,6 +143,12 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		plural(len(m.Modules), "module"), plural(len(m.Sessions), "session"), plural(len(m.Residents), "resident session"))
 	for _, mod := range m.Modules {
 		fmt.Fprintf(stdout, "  module %-12s %-5s %8d bytes  sha256 %s…  ABI v%d ok\n", mod.Name, mod.Kind, len(mod.Bytes), mod.SHA256[:12], abi.Version)
+		if r := mod.Requires; r != nil {
+			fmt.Fprintf(stdout, "    requires %s\n", requiresSummary(r))
+		}
+	}
+	for _, w := range m.Weights {
+		fmt.Fprintf(stdout, "  weights %-11s %-5s %8d bytes  sha256 %s…  %s\n", w.Name, w.Format, w.DataSize, w.SHA256[:12], plural(len(w.Tensors), "tensor"))
 	}
 	if tr := m.Tracing; tr != nil {
 		to := tr.Endpoint + tracing.OTLPPath
@@ -155,6 +163,40 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  note: %s is not a NATS subject token (letters, digits, '-', '_'): serve --supervise refuses it; a plain serve runs it\n", name)
 	}
 	return exitOK
+}
+
+// requiresSummary is one line of a module's declared requirements, as
+// check prints them: "programs matmul, softmax; inputs pixels FP32 [-1 784]; …".
+func requiresSummary(r *abi.Requires) string {
+	var parts []string
+	list := func(key string, names []string) {
+		if len(names) > 0 {
+			parts = append(parts, key+" "+strings.Join(names, ", "))
+		}
+	}
+	list("programs", r.Programs)
+	list("streams", r.Streams)
+	list("weights", r.Weights)
+	list("wasi", r.WASI)
+	if r.MinBudgetBytes > 0 {
+		parts = append(parts, "min_budget "+manifest.FormatSize(r.MinBudgetBytes))
+	}
+	if r.ABIRevision > 0 {
+		parts = append(parts, fmt.Sprintf("ABI revision %d", r.ABIRevision))
+	}
+	tensors := func(key string, ts []abi.TensorSpec) {
+		var s []string
+		for _, t := range ts {
+			s = append(s, fmt.Sprintf("%s %s %v", t.Name, t.Datatype, t.Shape))
+		}
+		list(key, s)
+	}
+	tensors("inputs", r.Inputs)
+	tensors("outputs", r.Outputs)
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // logLevel is the --log-level flag: debug, info, warn (the default) or
@@ -361,6 +403,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	insecure := fs.Bool("insecure-no-auth", false, "serve a non-loopback --addr without any token (every route open to anyone who can connect)")
 	supervised := fs.Bool("supervise", false, "supervise a worker process per [[device]] (serve --worker), joined over the lattice (an embedded NATS server unless the manifest has [lattice]); this process opens no device and routes every call through the lattice (docs/lattice.md)")
 	worker := fs.String("worker", "", "internal: run as serve --supervise's worker of `DEVICE`")
+	stateDir := fs.String("state-dir", "", "keep the model state (uploaded modules, swaps) in `DIR` and restore it at the next start (with --supervise: when a worker or the supervisor restarts; \"off\" keeps it only while the supervisor runs; default USER_CACHE_DIR/stagehost/state/KEY, KEY from the manifest's path. Without --supervise: default none; docs/service.md, \"Model state\")")
 	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
@@ -373,7 +416,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return serveWorker(ctx, m, *worker, *hostID, *grace, *quiet, logger, stdout, stderr)
+		return serveWorker(ctx, m, *worker, *hostID, *stateDir, *grace, *quiet, logger, stdout, stderr)
 	}
 	if err := checkListenAddr(*addr); err != nil {
 		fmt.Fprintf(stderr, "stagehost serve: --addr %q is not a valid address: %v\n", *addr, err)
@@ -393,7 +436,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *supervised {
-		return serveSupervisor(ctx, stop, m, path, *addr, cfg, supervisorFlags{hostID: *hostID, level: level.String(), grace: *grace, quiet: *quiet}, logger, stdout, stderr)
+		return serveSupervisor(ctx, stop, m, path, *addr, cfg, supervisorFlags{hostID: *hostID, level: level.String(), grace: *grace, quiet: *quiet, stateDir: *stateDir}, logger, stdout, stderr)
 	}
 	// Spans (the manifest's [tracing]) are flushed when serve returns:
 	// after the service has drained and the host has left its lattice.
@@ -422,6 +465,27 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		stop()
 		<-served
 		return code
+	}
+	if *stateDir != "" && *stateDir != stateDirOff {
+		// Applied before the service attaches: the first call runs
+		// what was recorded.
+		dir, err := filepath.Abs(*stateDir)
+		if err != nil {
+			stop()
+			<-served
+			d.Close(context.Background())
+			fmt.Fprintf(stderr, "stagehost serve: --state-dir: %v\n", err)
+			return exitStartup
+		}
+		store := modelctl.OpenDir(dir)
+		r := modelctl.Restore(ctx, d, store, logger)
+		for _, line := range r.Applied {
+			fmt.Fprintln(stdout, line)
+		}
+		for _, line := range r.Notes {
+			fmt.Fprintf(stderr, "stagehost serve: model state: %s\n", line)
+		}
+		srv.SetModelControl(service.LocalModelControl(d, store, logger))
 	}
 	srv.Attach(d)
 	var early error

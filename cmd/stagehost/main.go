@@ -86,6 +86,9 @@ Usage:
       | swap SESSION MODULE | reset SESSION
       --addr http://127.0.0.1:8080     the server
       --token-file FILE                a file with an admin token
+  stagehost requires set MODULE.wasm REQUIRES.toml -o OUT.wasm
+                                       write a module's declared requirements (abi/ABI.md §7)
+  stagehost requires show MODULE.wasm  print them
   stagehost COMMAND --help             a command's usage and flags
 
 Exit codes:
@@ -100,7 +103,7 @@ Exit codes:
 `
 
 // commands are the subcommands, for "stagehost help COMMAND".
-var commands = map[string]bool{"check": true, "run": true, "serve": true, "trace": true, "version": true, "admin": true}
+var commands = map[string]bool{"check": true, "run": true, "serve": true, "trace": true, "version": true, "admin": true, "requires": true}
 
 func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -127,6 +130,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdNew(args[1:], stdout, stderr)
 	case "admin":
 		return cmdAdmin(args[1:], stdout, stderr)
+	case "requires":
+		return cmdRequires(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) == 2 && args[0] == "help" && commands[args[1]] {
 			return Main([]string{args[1], "--help"}, stdout, stderr)

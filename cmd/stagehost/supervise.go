@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -11,13 +12,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/modelctl"
 	"github.com/stagehost/stagehost/internal/supervise"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/service"
+	"github.com/stagehost/stagehost/stages"
 )
 
 // The environment `serve --supervise` gives its workers: the lattice's
@@ -59,7 +63,7 @@ func workerLattice(m *manifest.Manifest) (manifest.Lattice, error) {
 // joins the lattice as host id, reports ready to its supervisor, and
 // exits, after reporting device_lost, when one of its devices is lost;
 // on SIGTERM it leaves the lattice and exits 0.
-func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID string, grace time.Duration, quiet bool, logger *slog.Logger, stdout, stderr io.Writer) int {
+func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID, stateDir string, grace time.Duration, quiet bool, logger *slog.Logger, stdout, stderr io.Writer) int {
 	rep := supervise.WorkerReporter()
 	if m.Device(device) == nil {
 		fmt.Fprintf(stderr, "stagehost serve: --worker %s: the manifest has no device %q\n", device, device)
@@ -111,6 +115,20 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID strin
 		fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
 		return exitFailed
 	}
+	// The model state (modules uploaded, swaps) is applied before the
+	// worker joins: its first call runs what the supervisor recorded.
+	var store modelctl.Store
+	var restored modelctl.Restored
+	if stateDir != "" {
+		store = modelctl.OpenDir(stateDir)
+		restored = modelctl.Restore(ctx, d, store, logger)
+		for _, line := range restored.Applied {
+			fmt.Fprintf(stdout, "worker %s: %s\n", device, line)
+		}
+		for _, line := range restored.Notes {
+			fmt.Fprintf(stdout, "worker %s: model state: %s\n", device, line)
+		}
+	}
 	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: service.LatticeConfig(lt), HostID: hostID, Logger: logger, TracerProvider: tp.TracerProvider()})
 	if err != nil {
 		closeDeployment()
@@ -118,9 +136,21 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID strin
 		_ = rep.Exiting("cannot join the lattice: " + err.Error())
 		return exitStartup
 	}
+	var modelSub interface{ Unsubscribe() error }
+	if store != nil {
+		sub, err := modelctl.Serve(member.NATSConn(), lt.Name, member.Host().ID(), d, store, logger)
+		if err != nil {
+			member.Close()
+			closeDeployment()
+			fmt.Fprintf(stderr, "stagehost serve: worker %s: model control: %v\n", device, err)
+			_ = rep.Exiting("cannot serve model control: " + err.Error())
+			return exitStartup
+		}
+		modelSub = sub
+	}
 	fmt.Fprintf(stdout, "worker %s joined lattice %s as host %s (%s, %s)\n", device, lt.Name, member.Host().ID(),
 		plural(len(d.SessionNames()), "session"), plural(len(d.ResidentNames()), "resident session"))
-	if err := rep.Ready(); err != nil {
+	if err := rep.ReadyServing(supervise.Serving{Devices: d.DeviceNames(), Sessions: d.SessionNames(), Notes: restored.Notes, StateRevision: restored.Revision}); err != nil {
 		logger.Warn("worker: reporting ready", "err", err)
 	}
 	reason, code := "SIGTERM", exitOK
@@ -142,6 +172,9 @@ watch:
 		}
 	}
 	tick.Stop()
+	if modelSub != nil {
+		_ = modelSub.Unsubscribe()
+	}
 	lctx, cancel := context.WithTimeout(context.Background(), grace)
 	if err := member.Leave(lctx); err != nil {
 		logger.Warn("worker: leaving the lattice", "err", err)
@@ -158,8 +191,11 @@ watch:
 // workers.
 type supervisorFlags struct {
 	hostID, level string
-	grace         time.Duration
-	quiet         bool
+	// stateDir is --state-dir: "" for the default, "off" for none kept
+	// past the supervisor's exit.
+	stateDir string
+	grace    time.Duration
+	quiet    bool
 }
 
 // serveSupervisor is `serve FILE --supervise`: it opens no device, starts
@@ -217,6 +253,14 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		lt.Embedded, lt.Listen, lt.StoreDir, lt.TokenEnv = true, "127.0.0.1:0", filepath.Join(dir, "nats"), envLatticeToken
 		workerEnv = append(workerEnv, envLatticeToken+"="+token)
 	}
+	stateDir, keep, err := resolveStateDir(fl.stateDir, manifestPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "stagehost serve: --state-dir: %v\n", err)
+		return exitStartup
+	}
+	if !keep {
+		defer os.RemoveAll(stateDir)
+	}
 	baseID := lattice.HostID(fl.hostID, service.LatticeConfig(lt))
 	tp, code := startTracing(m, baseID, lt.Name, logger, stderr)
 	if code >= 0 {
@@ -262,20 +306,37 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	names := make([]string, 0, len(m.Devices))
 	for _, md := range m.Devices {
 		args := []string{"serve", manifestPath, "--worker", md.Name, "--host-id", baseID + "-" + md.Name,
-			"--log-level", fl.level, "--grace", fl.grace.String()}
+			"--log-level", fl.level, "--grace", fl.grace.String(), "--state-dir", stateDir}
 		if fl.quiet {
 			args = append(args, "--quiet")
 		}
 		workers = append(workers, supervise.Worker{Name: md.Name, Path: self, Args: args, Env: workerEnv})
 		names = append(names, md.Name)
 	}
-	sup, err := supervise.Start(supervise.NewConfig().WithWorkers(workers...).WithLogger(logger))
+	// The model control's hook on the workers' changes, set once it
+	// exists (before the routes can change the model state).
+	var onChange atomic.Pointer[func(supervise.WorkerStatus)]
+	sup, err := supervise.Start(supervise.NewConfig().WithWorkers(workers...).WithLogger(logger).WithOnChange(func(st supervise.WorkerStatus) {
+		if fn := onChange.Load(); fn != nil {
+			(*fn)(st)
+		}
+	}))
 	if err != nil {
 		member.Close()
 		return fail("--supervise: %v", err)
 	}
 	srv.SetWorkers(service.SupervisorWorkers(sup, member.Front(), m))
+	mc, changed := service.SupervisorModelControl(service.SupervisorModel{Conn: member.NATSConn(), Lattice: lt.Name,
+		Supervisor: sup, HostOf: func(w string) string { return baseID + "-" + w }, Store: modelctl.OpenDir(stateDir), Manifest: m, Logger: logger})
+	onChange.Store(&changed)
+	for _, st := range sup.Status() { // those ready already
+		changed(st)
+	}
+	srv.SetModelControl(mc)
 	fmt.Fprintf(stdout, "supervising %s (%s) in lattice %s as front %s\n", plural(len(workers), "worker"), strings.Join(names, ", "), lt.Name, baseID)
+	if keep {
+		fmt.Fprintf(stdout, "model state (uploaded modules, swaps) kept in %s\n", stateDir)
+	}
 	scheme := "http"
 	if cfg.TLSCert != "" {
 		scheme = "https"
@@ -297,4 +358,34 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	}
 	fmt.Fprintln(stdout, stoppedLine(srv))
 	return exitOK
+}
+
+// stateDirOff is the --state-dir value that keeps no model state past the
+// supervisor's exit.
+const stateDirOff = "off"
+
+// resolveStateDir is serve --supervise's model-state directory: flag
+// (--state-dir) if set, else DefaultStateDir of the manifest. With "off"
+// it is a temporary directory, removed at exit (keep false): the workers
+// still load uploads from it, and restore them when one of them
+// restarts, but a restart of the supervisor starts from the manifest.
+func resolveStateDir(flag, manifestPath string) (dir string, keep bool, err error) {
+	switch flag {
+	case stateDirOff:
+		dir, err := os.MkdirTemp("", "stagehost-state-*")
+		return dir, false, err
+	case "":
+		return defaultStateDir(manifestPath), true, nil
+	}
+	dir, err = filepath.Abs(flag)
+	return dir, true, err
+}
+
+// defaultStateDir is USER_CACHE_DIR/stagehost/state/KEY, beside the
+// compilation cache (stages.DefaultCacheDir), KEY the first 16 hex digits
+// of the sha256 of the manifest's absolute path: a manifest edited in
+// place keeps its state.
+func defaultStateDir(manifestPath string) string {
+	sum := sha256.Sum256([]byte(manifestPath))
+	return filepath.Join(filepath.Dir(stages.DefaultCacheDir()), "state", hex.EncodeToString(sum[:8]))
 }

@@ -33,6 +33,11 @@ go_example() { # go_example DIR NAME [TAGS]: TAGS (build tags) default to none
   (cd "$1" && GOOS=wasip1 GOARCH=wasm go build -tags "${3:-}" -buildmode=c-shared -trimpath -buildvcs=false -o "$(target "$1" "$2")" .)
 }
 
+requires() { # requires DIR NAME: write DIR/requires.toml into NAME.wasm as its
+  # stagehost.requires section (abi/ABI.md §7), with the CLI of this checkout
+  (cd "$here/../.." && go run ./cmd/stagehost requires set "$(target "$1" "$2")" "$here/$1/requires.toml" -o "$(target "$1" "$2")" >/dev/null)
+}
+
 c_example() { # c_example DIR NAME
   (cd "$1" && clang --target=wasm32 -O2 -nostdlib -I"$here/../../guest-sdk/c" \
     -Wl,--no-entry -o "$(target "$1" "$2")" "$2.c" && chmod a-x "$(target "$1" "$2")")
@@ -44,7 +49,10 @@ go_example mlp/stage mlp
 go_example transformer/stage transformer
 go_example transformer/stage transformer128 block128 # S=128, D=512: for BenchmarkBlockCUDA
 go_example cnn/stage cnn
+go_example digits/stage digits
+requires digits/stage digits
 go_example fence fence
+go_example weights weights
 if command -v clang >/dev/null; then
   echo "clang: $(clang --version | head -n1)"
   c_example cstage cstage
@@ -55,7 +63,7 @@ fi
 
 if $check; then
   status=0
-  for f in minimal/minimal mlp/stage/mlp transformer/stage/transformer transformer/stage/transformer128 cnn/stage/cnn fence/fence cstage/cstage; do
+  for f in minimal/minimal mlp/stage/mlp transformer/stage/transformer transformer/stage/transformer128 cnn/stage/cnn digits/stage/digits fence/fence cstage/cstage; do
     if ! cmp -s "$f.wasm" "$out/$(basename "$f").wasm"; then
       echo "$f.wasm differs from a fresh build" >&2
       status=1
@@ -63,4 +71,4 @@ if $check; then
   done
   exit $status
 fi
-ls -l minimal/minimal.wasm mlp/stage/mlp.wasm transformer/stage/transformer.wasm transformer/stage/transformer128.wasm cnn/stage/cnn.wasm fence/fence.wasm cstage/cstage.wasm
+ls -l minimal/minimal.wasm mlp/stage/mlp.wasm transformer/stage/transformer.wasm transformer/stage/transformer128.wasm cnn/stage/cnn.wasm digits/stage/digits.wasm fence/fence.wasm cstage/cstage.wasm

@@ -30,8 +30,10 @@ extern "C" {
 #define STAGEHOST_ABI_VERSION 1
 /* The revision of v1 this header declares (ABI.md §1.4). A module that
  * calls a function of a later revision than the host's is refused at load,
- * naming the import; one that does not call it runs on every v1 host. */
-#define STAGEHOST_ABI_REVISION 2
+ * naming the import; one that does not call it runs on every v1 host: a
+ * module needs revision 2 only if it calls stagehost_last_error, and 3
+ * only if it calls stagehost_weights_get or stagehost_tensor_get. */
+#define STAGEHOST_ABI_REVISION 3
 #define STAGEHOST_IMPORT_MODULE "stagehost_v1"
 
 /* Status codes (ABI.md §5). Treat unknown non-zero codes as failures. */
@@ -74,6 +76,8 @@ extern "C" {
 #define STAGEHOST_ARG_SCALAR 0u
 #define STAGEHOST_ARG_BUFFER 1u
 #define STAGEHOST_TO_END 0xFFFFFFFFu /* argument length: to the end of the buffer */
+#define STAGEHOST_TENSOR_RECORD_SIZE 96 /* tensor_get's record (ABI.md §3) */
+#define STAGEHOST_MAX_TENSOR_RANK 8
 
 typedef uint64_t stagehost_handle;
 typedef int32_t stagehost_status;
@@ -94,7 +98,21 @@ typedef struct stagehost_command {
 	uint32_t args_count; /* at most STAGEHOST_MAX_ARGS */
 } stagehost_command;
 
+/* A tensor of safetensors weights, as tensor_get writes it (96 bytes,
+ * revision 3). buffer is the weights' read-only buffer; the tensor's bytes
+ * are [offset, offset+nbytes) of it. dtype: 0 f32, 1 f16, 2 bf16, 3 i32,
+ * or a code from 16 for the other safetensors types (ABI.md §3). */
+typedef struct stagehost_tensor_record {
+	stagehost_handle buffer;
+	uint64_t offset;
+	uint64_t nbytes;
+	uint32_t dtype;
+	uint32_t rank; /* dims[0..rank) hold the shape; the rest are 0 */
+	uint64_t dims[8];
+} stagehost_tensor_record;
+
 _Static_assert(sizeof(stagehost_arg) == STAGEHOST_ARG_RECORD_SIZE, "stagehost_arg must be 24 bytes");
+_Static_assert(sizeof(stagehost_tensor_record) == STAGEHOST_TENSOR_RECORD_SIZE, "stagehost_tensor_record must be 96 bytes");
 _Static_assert(sizeof(stagehost_command) == STAGEHOST_BATCH_RECORD_SIZE, "stagehost_command must be 16 bytes");
 
 /* Argument constructors. */
@@ -468,6 +486,15 @@ STAGEHOST_IMPORT("stream_submit") stagehost_status stagehost_stream_submit(stage
 STAGEHOST_IMPORT("stream_submit_batch") stagehost_status stagehost_stream_submit_batch(stagehost_handle stream, const stagehost_command *cmds, uint32_t cmds_count);
 STAGEHOST_IMPORT("stream_sync") stagehost_status stagehost_stream_sync(stagehost_handle stream);
 STAGEHOST_IMPORT("stream_idle") stagehost_status stagehost_stream_idle(stagehost_handle stream, uint32_t *out_idle);
+/* Revision 3. The read-only buffer over the device copy of the weights
+ * called name, which every session listing them shares: it can be read
+ * (an op argument of direction "in", stream_read, buffer_size), never
+ * written (stream_write, an "out" or "inout" op argument) or freed:
+ * INVALID_ARGUMENT, with nothing enqueued. NOT_FOUND when the session
+ * lists no such weights. */
+STAGEHOST_IMPORT("weights_get") stagehost_status stagehost_weights_get(const char *name, uint32_t name_len, stagehost_handle *out_handle);
+/* Revision 3. The tensor "<weights>/<tensor>" of safetensors weights. */
+STAGEHOST_IMPORT("tensor_get") stagehost_status stagehost_tensor_get(const char *name, uint32_t name_len, stagehost_tensor_record *out);
 
 /* Copies the call's last error into buf as a NUL-terminated string and
  * returns its length (0: there is none). A message that does not fit

@@ -44,6 +44,7 @@
 package emu
 
 import (
+	"bytes"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -55,6 +56,7 @@ import (
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
 	"github.com/stagehost/stagehost/guest-sdk/emu/internal/ops"
 	"github.com/stagehost/stagehost/guest-sdk/internal/host"
+	"github.com/stagehost/stagehost/guest-sdk/internal/safetensors"
 )
 
 // ABI constants, written out: the emulator is a host of its own.
@@ -63,13 +65,14 @@ const (
 	kindBuffer  = 2
 	kindProgram = 3
 
-	maxTag          = 1<<24 - 1
-	maxArgs         = 16
-	maxBatch        = 1024
-	argRecordSize   = 24
-	batchRecordSize = 16
-	toEnd           = 0xFFFFFFFF
-	maxErrorMessage = 4096
+	maxTag           = 1<<24 - 1
+	maxArgs          = 16
+	maxBatch         = 1024
+	argRecordSize    = 24
+	batchRecordSize  = 16
+	tensorRecordSize = 96
+	toEnd            = 0xFFFFFFFF
+	maxErrorMessage  = 4096
 )
 
 // Defaults.
@@ -112,6 +115,7 @@ type Emulator struct {
 	streams  []*stream // in declaration order
 	byName   map[string]*object
 	named    map[string]*object // buffers from buffer_alloc_named
+	weights  map[string]*object // the weights (Config.WithWeights, WithSafetensors), by name
 	budget   int64
 	used     int64
 	outLimit int
@@ -148,12 +152,21 @@ type object struct {
 	stream  *stream
 	buffer  *buffer
 	program *program
+	tensors map[string]tensor // weights from a safetensors file
 }
 
 type buffer struct {
 	mem       []byte
 	allocated bool
 	freed     bool
+	weights   string // the weights' name: a read-only buffer; "" for any other
+}
+
+// tensor is one tensor of safetensors weights, as tensor_get reports it.
+type tensor struct {
+	off, n uint64
+	dtype  uint32
+	dims   []uint64
 }
 
 type program struct {
@@ -207,6 +220,14 @@ type Config struct {
 	outLimit int
 	logFn    func(level stagehost.Level, msg string)
 	fence    func() error
+	weights  []weightsSpec
+}
+
+// weightsSpec is one WithWeights or WithSafetensors.
+type weightsSpec struct {
+	name        string
+	data        []byte
+	safetensors bool
 }
 
 // NewConfig returns the default configuration:
@@ -214,7 +235,8 @@ type Config struct {
 //   - budget [DefaultBudget] (see [Config.WithBudget]);
 //   - output limit [DefaultOutputLimit] (see [Config.WithOutputLimit]);
 //   - log entries kept only in the log (see [Config.WithLog]);
-//   - the registered fence, else the built-in one (see [Config.WithFence]).
+//   - the registered fence, else the built-in one (see [Config.WithFence]);
+//   - no weights (see [Config.WithWeights] and [Config.WithSafetensors]).
 func NewConfig() Config {
 	return Config{set: true, budget: DefaultBudget, outLimit: DefaultOutputLimit}
 }
@@ -270,21 +292,72 @@ func (c Config) WithFence(fn func() error) Config {
 	return c
 }
 
+// WithWeights adds raw weights called name holding a copy of data, as a
+// manifest's [[weights]] with format "raw" that the session lists: the
+// stage finds them with stagehost.LookupWeights, as a read-only buffer
+// (ABI.md §3, weights_get), with the host's statuses and last errors for
+// what it may not do to them. Weights are not charged to the budget. [New]
+// panics on an empty name or data, or a name given twice.
+func (c Config) WithWeights(name string, data []byte) Config {
+	c = c.orDefaults()
+	c.weights = append(slices.Clone(c.weights), weightsSpec{name: name, data: slices.Clone(data)})
+	return c
+}
+
+// WithSafetensors adds weights called name from a safetensors file's
+// bytes, as [Config.WithWeights] does: the buffer holds the file's data
+// section, and stagehost.LookupTensor finds its tensors
+// ("<name>/<tensor>", ABI.md §3, tensor_get). [New] panics on a file the
+// host would refuse (the header's checks of the manifest).
+func (c Config) WithSafetensors(name string, file []byte) Config {
+	c = c.orDefaults()
+	c.weights = append(slices.Clone(c.weights), weightsSpec{name: name, data: slices.Clone(file), safetensors: true})
+	return c
+}
+
 // New returns an emulator with no resources, configured by cfg (a zero
 // Config means [NewConfig]'s defaults).
 func New(cfg Config) *Emulator {
 	cfg = cfg.orDefaults()
-	return &Emulator{
+	e := &Emulator{
 		tag:      nextTag(),
 		handles:  make(map[uint32]*object),
 		byName:   make(map[string]*object),
 		named:    make(map[string]*object),
+		weights:  make(map[string]*object),
 		budget:   cfg.budget,
 		outLimit: cfg.outLimit,
 		logFn:    cfg.logFn,
 		fence:    cfg.fence,
 		stages:   make(map[string]func(*stagehost.Call) error),
 	}
+	for _, w := range cfg.weights {
+		e.addWeights(w)
+	}
+	return e
+}
+
+// addWeights declares the weights of one WithWeights or WithSafetensors.
+func (e *Emulator) addWeights(w weightsSpec) {
+	if w.name == "" || e.weights[w.name] != nil {
+		panic(fmt.Sprintf("emu: weights %q: an empty name, or given twice", w.name))
+	}
+	o := &object{kind: kindBuffer, name: w.name, buffer: &buffer{mem: w.data, weights: w.name}}
+	if w.safetensors {
+		h, err := safetensors.ReadHeader(bytes.NewReader(w.data), int64(len(w.data)))
+		if err != nil {
+			panic(fmt.Sprintf("emu: weights %q: %v", w.name, err))
+		}
+		o.buffer.mem = w.data[h.DataOffset:]
+		o.tensors = make(map[string]tensor, len(h.Tensors))
+		for _, t := range h.Tensors {
+			o.tensors[t.Name] = tensor{off: t.Begin, n: t.End - t.Begin, dtype: t.Code, dims: t.Shape}
+		}
+	}
+	if len(o.buffer.mem) == 0 {
+		panic(fmt.Sprintf("emu: weights %q hold no bytes", w.name))
+	}
+	e.weights[w.name] = o
 }
 
 func nameKey(kind uint8, name string) string { return string(rune('0'+kind)) + name }

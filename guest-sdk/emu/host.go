@@ -3,6 +3,7 @@ package emu
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
 	"github.com/stagehost/stagehost/guest-sdk/internal/host"
@@ -204,6 +205,9 @@ func (h *abiHost) bufferFree(bh uint64) int32 {
 	if st != ok {
 		return st
 	}
+	if o.buffer.weights != "" {
+		return e.failLocked(invalidArgument, "buffer_free: buffer is the read-only weights %q, which cannot be freed", o.buffer.weights)
+	}
 	if !o.buffer.allocated {
 		return e.failLocked(invalidArgument, "a declared buffer cannot be freed")
 	}
@@ -225,7 +229,7 @@ func (h *abiHost) bufferSize(bh uint64) (uint32, int32) {
 }
 
 // transferLocked checks a transfer's stream, buffer and range.
-func (e *Emulator) transferLocked(sh, bh uint64, offset uint32, n int) (*stream, *buffer, int32) {
+func (e *Emulator) transferLocked(sh, bh uint64, offset uint32, n int, write bool) (*stream, *buffer, int32) {
 	so, st := e.resolveLocked(sh, kindStream)
 	if st != ok {
 		return nil, nil, st
@@ -233,6 +237,9 @@ func (e *Emulator) transferLocked(sh, bh uint64, offset uint32, n int) (*stream,
 	bo, st := e.resolveLocked(bh, kindBuffer)
 	if st != ok {
 		return nil, nil, st
+	}
+	if write && bo.buffer.weights != "" {
+		return nil, nil, e.failLocked(invalidArgument, "stream_write: buffer is the read-only weights %q, which cannot be written", bo.buffer.weights)
 	}
 	if uint64(offset)+uint64(n) > uint64(len(bo.buffer.mem)) {
 		return nil, nil, invalidArgument
@@ -244,7 +251,7 @@ func (h *abiHost) streamWrite(sh, bh uint64, offset uint32, src []byte) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s, b, st := e.transferLocked(sh, bh, offset, len(src))
+	s, b, st := e.transferLocked(sh, bh, offset, len(src), true)
 	if st != ok {
 		return st
 	}
@@ -256,7 +263,7 @@ func (h *abiHost) streamRead(sh, bh uint64, offset uint32, dst []byte) int32 {
 	e := (*Emulator)(h)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s, b, st := e.transferLocked(sh, bh, offset, len(dst))
+	s, b, st := e.transferLocked(sh, bh, offset, len(dst), false)
 	if st != ok {
 		return st
 	}
@@ -268,7 +275,7 @@ func (h *abiHost) streamRead(sh, bh uint64, offset uint32, dst []byte) int32 {
 }
 
 // parseArgsLocked validates count argument records in rec.
-func (e *Emulator) parseArgsLocked(rec []byte, count uint32) ([]Arg, int32) {
+func (e *Emulator) parseArgsLocked(prog *program, rec []byte, count uint32) ([]Arg, int32) {
 	if count > maxArgs {
 		return nil, invalidArgument
 	}
@@ -293,6 +300,16 @@ func (e *Emulator) parseArgsLocked(rec []byte, count uint32) ([]Arg, int32) {
 			o, st := e.resolveLocked(value, kindBuffer)
 			if st != ok {
 				return nil, st
+			}
+			if o.buffer.weights != "" {
+				if dir := argDir(prog, i); dir != "in" {
+					if dir == "" {
+						dir = "not described as read only"
+					} else {
+						dir = "written (direction " + dir + ")"
+					}
+					return nil, e.failLocked(invalidArgument, "%s: argument %d is the read-only weights %q, but the kernel's argument %d is %s", prog.name, i, o.buffer.weights, i, dir)
+				}
 			}
 			size := uint64(len(o.buffer.mem))
 			if uint64(off) > size {
@@ -325,7 +342,7 @@ func (h *abiHost) streamSubmit(sh, ph uint64, rec []byte, count uint32) int32 {
 	if st != ok {
 		return st
 	}
-	args, st := e.parseArgsLocked(rec, count)
+	args, st := e.parseArgsLocked(po.program, rec, count)
 	if st != ok {
 		return st
 	}
@@ -367,7 +384,7 @@ func (h *abiHost) streamSubmitBatch(sh uint64, cmds, args []byte, count uint32) 
 		if ptr+uint64(n)*argRecordSize > uint64(len(args)) {
 			return outOfBounds
 		}
-		a, st := e.parseArgsLocked(args[ptr:], n)
+		a, st := e.parseArgsLocked(po.program, args[ptr:], n)
 		if st != ok {
 			return st
 		}
@@ -466,4 +483,88 @@ func runKernel(p *program, args []Arg) (err error) {
 		return fmt.Errorf("kernel %q: %w", p.name, err)
 	}
 	return nil
+}
+
+// builtinDirs are the argument directions of the built-in kernels that
+// are not of the op library, as hw/sim describes them; noop, variadic,
+// has none (so it takes no weights, as on the host).
+var builtinDirs = map[string][]string{
+	"fill":        {"out", "in"},
+	"copy":        {"out", "in"},
+	"saxpy":       {"in", "in", "inout"},
+	"matmul":      {"in", "in", "out", "in", "in", "in"},
+	"bias":        {"inout", "in", "in", "in"},
+	"relu":        {"inout"},
+	"argmax":      {"in", "out"},
+	"mlp_forward": {"in", "in", "in", "in", "in", "out", "out", "in", "in", "in"},
+}
+
+// argDir is the direction of argument i of prog ("" when its kernel has
+// no description of it: a kernel added with Kernel, noop, an argument
+// past the described ones).
+func argDir(prog *program, i int) string {
+	if prog.op != nil {
+		if args := prog.op.Info().Args; i < len(args) {
+			return args[i].Dir
+		}
+		return ""
+	}
+	if prog.kernel == nil || builtins[prog.name] == nil {
+		return ""
+	}
+	if dirs := builtinDirs[prog.name]; i < len(dirs) {
+		return dirs[i]
+	}
+	return ""
+}
+
+// weightsGet is weights_get.
+func (h *abiHost) weightsGet(name []byte) (uint64, int32) {
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.weights[string(name)]
+	if o == nil {
+		return 0, e.failLocked(notFound, "weights %q not found: the session lists no weights of that name", name)
+	}
+	if o.handle == 0 {
+		e.issueLocked(o)
+	}
+	return o.handle, ok
+}
+
+// tensorGet is tensor_get: the 96-byte record of "<weights>/<tensor>".
+func (h *abiHost) tensorGet(name, rec []byte) int32 {
+	if len(rec) < tensorRecordSize {
+		return outOfBounds
+	}
+	e := (*Emulator)(h)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	wname, tname, cut := strings.Cut(string(name), "/")
+	if !cut {
+		return e.failLocked(notFound, "tensor %q not found: a tensor is named \"<weights>/<tensor>\"", name)
+	}
+	o := e.weights[wname]
+	if o == nil {
+		return e.failLocked(notFound, "tensor %q not found: the session lists no weights %q", name, wname)
+	}
+	t, found := o.tensors[tname]
+	if !found {
+		return e.failLocked(notFound, "tensor %q not found: the weights %q have no tensor %q", name, wname, tname)
+	}
+	if o.handle == 0 {
+		e.issueLocked(o)
+	}
+	le := binary.LittleEndian
+	clear(rec[:tensorRecordSize])
+	le.PutUint64(rec[0:], o.handle)
+	le.PutUint64(rec[8:], t.off)
+	le.PutUint64(rec[16:], t.n)
+	le.PutUint32(rec[24:], t.dtype)
+	le.PutUint32(rec[28:], uint32(len(t.dims)))
+	for i, d := range t.dims {
+		le.PutUint64(rec[32+8*i:], d)
+	}
+	return ok
 }

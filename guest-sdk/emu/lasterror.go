@@ -66,6 +66,12 @@ func (h *abiHost) StreamIdle(stream uint64) (uint32, int32) {
 	return v, h.note(st)
 }
 
+func (h *abiHost) WeightsGet(name []byte) (uint64, int32) {
+	v, st := h.weightsGet(name)
+	return v, h.note(st)
+}
+func (h *abiHost) TensorGet(name, rec []byte) int32 { return h.note(h.tensorGet(name, rec)) }
+
 // LastError is last_error: entry_name's rule applied to the run's last
 // error. Its own OUT_OF_BOUNDS does not change the last error.
 func (h *abiHost) LastError(dst []byte) (uint32, int32) {

@@ -465,3 +465,6 @@ type program struct {
 
 func (p *program) Name() string      { return p.k.name }
 func (p *program) Device() hw.Device { return p.dev }
+
+// KernelInfo returns the kernel's description (every kernel has one).
+func (p *program) KernelInfo() (hw.KernelInfo, bool) { return p.k.info(), true }

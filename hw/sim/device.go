@@ -30,6 +30,8 @@ type Device struct {
 	liveBuffers atomic.Int64  // allocated and not yet freed (views excluded)
 	visibility  atomic.Uint64 // executed visibility actions
 	nextStream  atomic.Uint64 // stream ids, for messages
+	uploads     atomic.Uint64 // uploads (Stream.Write) enqueued, see Uploads
+	uploadBytes atomic.Uint64
 
 	mu      sync.Mutex // guards streams and closed; see the lock order in doc.go
 	streams map[*Stream]struct{}
@@ -153,6 +155,13 @@ func (d *Device) Alloc(size int, flags hw.AllocFlags, budget *hw.Budget) (hw.Buf
 	return &Buffer{dev: d, region: r}, nil
 }
 
+// Uploads reports the uploads ([Stream.Write]) enqueued on the device's
+// streams since it was made: how many, and their bytes. Tests count
+// with it what a host uploads.
+func (d *Device) Uploads() (count, bytes uint64) {
+	return d.uploads.Load(), d.uploadBytes.Load()
+}
+
 // Prepare looks program up in the kernel registry (see [Register]). The
 // result is a [*Program].
 //
@@ -168,7 +177,7 @@ func (d *Device) Prepare(program string) (hw.Program, error) {
 	if !ok {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sim: device %q: no kernel %q", d.name, program)
 	}
-	return &Program{dev: d, name: program, kernel: e.k, check: e.check}, nil
+	return &Program{dev: d, name: program, kernel: e.k, check: e.check, info: e.info}, nil
 }
 
 // Lose marks the device lost with cause (the first cause wins; later calls

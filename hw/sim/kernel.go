@@ -103,9 +103,22 @@ type Program struct {
 	// check validates a command's arguments at submit (the op library's
 	// kernels); nil when the kernel checks them as it runs.
 	check func([]hw.Arg) error
+	info  *hw.KernelInfo // nil for a kernel registered without a description
 }
 
-var _ hw.Program = (*Program)(nil)
+var (
+	_ hw.Program   = (*Program)(nil)
+	_ hw.Describer = (*Program)(nil)
+)
+
+// KernelInfo returns the kernel's description; false for a kernel added
+// with [Register].
+func (p *Program) KernelInfo() (hw.KernelInfo, bool) {
+	if p.info == nil {
+		return hw.KernelInfo{}, false
+	}
+	return *p.info, true
+}
 
 // Name is the kernel's registered name.
 func (p *Program) Name() string { return p.name }

@@ -272,6 +272,10 @@ func (s *Stream) transfer(kind opKind, buf hw.Buffer, off int, host []byte) (hw.
 		sl.at = mono()
 	}
 	s.commitLocked(seq)
+	if kind == opWrite {
+		s.dev.uploads.Add(1)
+		s.dev.uploadBytes.Add(uint64(len(host)))
+	}
 	return hw.NewCompletion(s, seq), nil
 }
 

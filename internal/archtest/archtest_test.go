@@ -21,7 +21,7 @@ var layers = [][]string{
 	{"cmd"},
 	{"service"},
 	{"internal/lattice"},
-	{"internal/supervise"},
+	{"internal/supervise", "internal/modelctl"},
 	{"deploy"},
 	{"manifest"},
 	{"sessions/exchange"},
@@ -32,7 +32,7 @@ var layers = [][]string{
 	{"hw/sim", "hw/cuda"},
 	{"hw", "internal/tracing"},
 	{"internal/deadline", "internal/requestid"},
-	{"internal/monotime"},
+	{"internal/monotime", "internal/safetensors"},
 	{"errdefs"},
 	{"guest-sdk"}, // a module of its own, built into stages (and embedded by cmd/stagehost); imports nothing of the host's
 }

@@ -10,7 +10,12 @@
 // idempotent). [Claims] are exclusive
 // placement keys won by KV
 // compare-and-swap, and [Quarantine] is the lattice-wide list of poisoned
-// module sha256s.
+// module sha256s, checked against the module a session runs. A
+// lattice-wide swap ([Front.SwapSession], [Member.SwapSession]) writes a
+// session's desired module to a KV bucket (its bytes to an object store):
+// every host applies it and acknowledges it in its heartbeat, and one
+// that joins later applies it before it serves; [Host.Swap] swaps one
+// host only.
 //
 // A call carries the W3C trace context in its NATS headers: with a
 // TracerProvider ([FrontConfig], [HostConfig]) the front records a client

@@ -156,6 +156,9 @@ func (h *Host) canServe(hs *hostSession) (bool, string) {
 	if p, ok := h.refused(hs); ok {
 		return false, refusal(h.cfg.ID, p).Message
 	}
+	if why := h.unapplied(hs); why != "" {
+		return false, why
+	}
 	st := hs.sess.Status()
 	if len(st.Instances)-st.InstancesOut <= 0 {
 		return false, fmt.Sprintf("no instance in service: %s", publicLine(st.Reason))

@@ -1,6 +1,9 @@
 package lattice
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetLeaving marks h as leaving (or not) without stopping its endpoints:
 // the moment between the start of Close and its endpoints stopping,
@@ -56,4 +59,20 @@ func SetKeepAnswers(h *Host, on bool) {
 	h.runningIDs.mu.Lock()
 	h.runningIDs.noKeep = !on
 	h.runningIDs.mu.Unlock()
+}
+
+// SetApplyHold makes every apply of the lattice's desired module on h
+// run f first: blocking in f stands for a host slow to apply, or away.
+func SetApplyHold(h *Host, f func()) { h.applyHold.Store(&f) }
+
+// SetModelRetry sets how long after a failed apply of the lattice's
+// desired module a host tries again; it returns the previous value.
+func SetModelRetry(d time.Duration) time.Duration {
+	return time.Duration(modelRetry.Swap(int64(d)))
+}
+
+// WaitCommitted waits until h's view of the models bucket shows
+// revision rev of session's desired module committed, or ctx ends.
+func WaitCommitted(ctx context.Context, h *Host, session string, rev uint64) error {
+	return h.models.changed.waitFor(ctx, func() bool { return h.models.committed(session) >= rev })
 }

@@ -241,6 +241,9 @@ func (h *Host) startFailover() error {
 	// Asked by every host: only one that has the call answers.
 	if h.whoSub, err = h.nc.Subscribe(CallWhoSubject(h.cfg.Lattice), func(m *nats.Msg) {
 		if st := h.runningIDs.status(string(m.Data)); st != "unknown" {
+			if a := h.runningIDs.answer(string(m.Data)); st == "answered" && a != nil {
+				_ = h.nc.PublishMsg(a) // as for a call status request
+			}
 			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{CallStatusHeader: {st}, HostHeader: {h.cfg.ID}}})
 		}
 	}); err != nil {
@@ -281,7 +284,7 @@ func (f *Front) coreBeat(m *nats.Msg) {
 		return
 	}
 	f.mu.Lock()
-	if started, ok := f.left[rec.ID]; ok && started.Equal(rec.Started) {
+	if f.hasLeft(rec, time.Now()) {
 		f.mu.Unlock() // a beat of a host that has left, overtaken by its delete
 		return
 	}
@@ -313,6 +316,19 @@ func (f *Front) heard(rec HostRecord) (reconnected bool) {
 		f.knownResidents[rc.Name] = true
 	}
 	return old != nil && old.rec.Started.Equal(rec.Started) && rec.Reconnects > old.rec.Reconnects
+}
+
+// leftHost is a host whose heartbeat was deleted: its start time and
+// when the front saw the delete.
+type leftHost struct{ started, at time.Time }
+
+// hasLeft says whether rec is a beat of a host that left, sent before it
+// left: its process's (same start time), within a beat interval (TTL/3)
+// of the delete. A process that goes on beating after that is live (its
+// record was deleted by someone else). Called under f.mu.
+func (f *Front) hasLeft(rec HostRecord, now time.Time) bool {
+	l, ok := f.left[rec.ID]
+	return ok && l.started.Equal(rec.Started) && now.Sub(l.at) < f.cfg.TTL/3
 }
 
 // fresh says whether the front heard from host id within the TTL.

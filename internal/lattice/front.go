@@ -103,10 +103,16 @@ type Front struct {
 	q        *Quarantine
 	payloads *payloads
 	ownQ     bool // q is the front's own (no Local), closed with it
-	w        jetstream.KeyWatcher
-	inbox    string
-	sub      *nats.Subscription
-	idBase   string // the front's part of its call ids: random, new in each front
+	js       jetstream.JetStream
+	// models is the lattice's desired modules (the Local host's, with
+	// one; else the front's own, closed with it under modelsMu).
+	modelsMu  sync.Mutex
+	models    *models
+	ownModels bool
+	w         jetstream.KeyWatcher
+	inbox     string
+	sub       *nats.Subscription
+	idBase    string // the front's part of its call ids: random, new in each front
 
 	mu      sync.Mutex
 	hosts   map[string]*liveHost
@@ -118,11 +124,11 @@ type Front struct {
 	// knownResidents (under mu): every resident session a heartbeat named
 	// since the front started; made at the first.
 	knownResidents map[string]bool
-	// left (under mu): the start time of each host that left (its
-	// heartbeat deleted), so that a core beat overtaken by the delete
-	// does not bring it back; connectedAt: when the connection last
+	// left (under mu): each host that left (its heartbeat deleted), so
+	// that a core beat overtaken by the delete does not bring it back
+	// (hasLeft); connectedAt: when the connection last
 	// came up (failover.go).
-	left        map[string]time.Time
+	left        map[string]leftHost
 	connectedAt time.Time
 	// downSince: when the connection went down (zero while it is up).
 	downSince time.Time
@@ -184,10 +190,17 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 	if err != nil {
 		return nil, err
 	}
-	f := &Front{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), idBase: nuid.Next(), hosts: map[string]*liveHost{}, known: map[string]bool{},
-		pending: map[string]*call{}, stop: make(chan struct{}), left: map[string]time.Time{}, connectedAt: time.Now()}
+	f := &Front{cfg: cfg, js: js, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), idBase: nuid.Next(), hosts: map[string]*liveHost{}, known: map[string]bool{},
+		pending: map[string]*call{}, stop: make(chan struct{}), left: map[string]leftHost{}, connectedAt: time.Now()}
 	if f.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas, cfg.PayloadStoreMax); err != nil {
 		return nil, err
+	}
+	if cfg.Local != nil {
+		f.models = cfg.Local.models
+	} else if f.models, err = openModels(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
+		return nil, err
+	} else {
+		f.ownModels = true
 	}
 	if cfg.Local != nil {
 		f.q = cfg.Local.q
@@ -243,7 +256,7 @@ func (f *Front) watch(loaded chan struct{}) {
 				continue
 			}
 			f.mu.Lock()
-			if started, ok := f.left[id]; !ok || !started.Equal(rec.Started) {
+			if !f.hasLeft(rec, time.Now()) {
 				f.heard(rec) // failover.go: unless its core beat came first
 			}
 			f.mu.Unlock()
@@ -257,7 +270,7 @@ func (f *Front) watch(loaded chan struct{}) {
 			f.mu.Lock()
 			if e.Operation() == jetstream.KeyValueDelete {
 				if lh := f.hosts[id]; lh != nil {
-					f.left[id] = lh.rec.Started
+					f.left[id] = leftHost{lh.rec.Started, time.Now()}
 				}
 				f.dropHost(id, false)
 			} else if !f.fresh(id, time.Now()) {
@@ -550,6 +563,9 @@ func (f *Front) remote(ctx context.Context, session string, input []byte) (out [
 	}
 	msg := &nats.Msg{Subject: SessionSubject(f.cfg.Lattice, session), Data: input, Header: nats.Header{}}
 	tp = injectCall(ctx, msg.Header)
+	if rev := f.models.committed(session); rev > 0 {
+		msg.Header.Set(ModelRevisionHeader, strconv.FormatUint(rev, 10))
+	}
 	if rid != "" {
 		msg.Header.Set(RequestIDHeader, rid)
 	}
@@ -880,6 +896,12 @@ func (f *Front) Close() {
 	}
 	f.done.Wait()
 	f.closeQ()
+	f.modelsMu.Lock()
+	if f.ownModels {
+		_ = f.models.close()
+		f.ownModels = false
+	}
+	f.modelsMu.Unlock()
 }
 
 // closeQ closes the front's view of the quarantine if it is its own.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,10 +126,16 @@ type DeviceHealth struct {
 
 // SessionCapacity is one session of a heartbeat.
 type SessionCapacity struct {
-	Name        string `json:"name"`
+	Name string `json:"name"`
+	// StageSHA256 is the sha256 of the stage module the session's
+	// instances run now (after a swap, the new one's; not necessarily
+	// the manifest's).
 	StageSHA256 string `json:"stage_sha256"`
-	State       string `json:"state"` // deploy's session state; "refused" while its module is quarantined lattice-wide
-	Reason      string `json:"reason,omitempty"`
+	// Module names that module (its [[module]] name, or the name it
+	// was loaded under).
+	Module string `json:"module,omitempty"`
+	State  string `json:"state"` // deploy's session state; "refused" while its module is quarantined lattice-wide, or a lattice-wide swap was committed without this host
+	Reason string `json:"reason,omitempty"`
 	// Serving: the host takes calls to the session (its endpoint is
 	// registered and the session is neither failed, fully out of
 	// service, nor refused).
@@ -144,6 +151,19 @@ type SessionCapacity struct {
 	// Outcomes counts the session's calls on this host since it started,
 	// by outcome ("ok" or an error class), as its /v1/sessions does.
 	Outcomes map[string]uint64 `json:"outcomes,omitempty"`
+	// ModelRevision is the revision of the lattice's desired module for
+	// the session (the models bucket's) that the host has applied: its
+	// instances run it and the calls on the old ones have ended. 0: none
+	// applied. A lattice-wide swap answers once every live host that has
+	// the session acknowledged its revision here.
+	ModelRevision uint64 `json:"model_revision,omitempty"`
+	// ModelFailed is a newer revision whose apply failed, and ModelError
+	// why: the host serves its module meanwhile, and tries again.
+	ModelFailed uint64 `json:"model_failed,omitempty"`
+	ModelError  string `json:"model_error,omitempty"`
+	// HostOnly: the session runs a module swapped on this host only
+	// (Host.Swap), until the lattice's next swap of it.
+	HostOnly bool `json:"host_only,omitempty"`
 }
 
 // InstanceQuarantine is one instance out of service.
@@ -178,6 +198,10 @@ type Host struct {
 	beforeAnswer atomic.Pointer[func()]
 	claims       *Claims
 	callIDs      *callClaims // the calls bucket: claims of call ids (calls.go)
+	models       *models     // the lattice's desired modules (models.go)
+	modelsDone   chan struct{}
+	swapMu       sync.Mutex // one swap at a time: the lattice's (applyDesired) or this host's (Swap)
+	beatMu       sync.Mutex // one heartbeat at a time, so that none overtakes a newer one
 	svc          micro.Service
 	started      time.Time
 	seq          atomic.Uint64
@@ -209,6 +233,10 @@ type Host struct {
 	// onRun, when set (tests), is called with a call's id just before
 	// the call starts on an instance.
 	onRun atomic.Pointer[func(string)]
+	// applyHold, when set (tests), runs first in every apply of the
+	// lattice's desired module: blocking in it stands for a host slow
+	// to apply, or away.
+	applyHold atomic.Pointer[func()]
 }
 
 // HostStats counts the session calls a host took from the lattice.
@@ -235,7 +263,7 @@ func (h *Host) Stats() HostStats {
 type hostSession struct {
 	name     string
 	sess     *deploy.Pool
-	stage    string // the stage module's sha256
+	stage    string // the manifest's stage module's sha256 (running(): the module it runs now)
 	fence    string // the fence module's sha256, or ""
 	inflight atomic.Int64
 	// place is the claim state of a session with placement "exclusive";
@@ -244,12 +272,17 @@ type hostSession struct {
 	// ep is the endpoint of a session that is not exclusive
 	// (endpoints.go).
 	ep sessionEndpoint
+	// model is the module the session runs, as the lattice asked
+	// (modelhost.go).
+	model modelState
 }
 
 // NewHost joins d to a lattice over nc: it opens (creating them if
-// needed) the lattice's buckets, registers an endpoint per session that
-// could be created and two per resident session (start, status), and
-// publishes its first heartbeat before it returns.
+// needed) the lattice's buckets, swaps each session whose module the
+// lattice swapped lattice-wide to that module (modelhost.go), registers
+// an endpoint per session that can serve and two per resident session
+// (start, status), and publishes its first heartbeat before it returns.
+// It then follows the lattice's swaps until Close.
 // Close leaves the lattice; nc stays the caller's.
 func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostConfig) (*Host, error) {
 	cfg.defaults()
@@ -270,7 +303,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		return nil, err
 	}
 	h := &Host{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), traced: tracing.Records(cfg.TracerProvider), nc: nc, d: d, started: time.Now().UTC(), sessions: map[string]*hostSession{},
-		poisoned: map[string]bool{}, stop: make(chan struct{}), kick: make(chan struct{}, 1), beatDone: make(chan struct{})}
+		poisoned: map[string]bool{}, stop: make(chan struct{}), kick: make(chan struct{}, 1), beatDone: make(chan struct{}), modelsDone: make(chan struct{})}
 	h.outputKeep.Store(int64(OutputKeep))
 	h.runners = newRunners(h.stop)
 	if h.hosts, err = openHosts(ctx, js, cfg.Lattice, cfg.TTL, cfg.Replicas); err != nil {
@@ -283,10 +316,15 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		_ = h.q.Close()
 		return nil, err
 	}
+	if h.models, err = openModels(ctx, js, cfg.Lattice, cfg.Replicas); err != nil {
+		_ = h.q.Close()
+		return nil, err
+	}
 	ok := false
 	defer func() {
 		if !ok {
 			_ = h.q.Close()
+			_ = h.models.close()
 			if h.svc != nil {
 				_ = h.svc.Stop()
 			}
@@ -315,6 +353,9 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 		}
 		h.sessions[name] = hs
 		h.names = append(h.names, name)
+		// A swap the lattice recorded applies before the host serves
+		// the session (a host that restarts or joins late).
+		h.applyDesired(ctx, hs) // modelhost.go
 		if s.Exclusive() {
 			hs.place = &placement{}
 			continue // served while this host holds its claim (place)
@@ -358,6 +399,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 	}
 	ok = true
 	go h.heartbeats()
+	go h.watchModels() // modelhost.go
 	return h, nil
 }
 
@@ -367,7 +409,7 @@ func (h *Host) addEndpoint(svc micro.Service, hs *hostSession) error {
 	err := svc.AddEndpoint(hs.name, micro.HandlerFunc(func(req micro.Request) { h.handle(hs, req) }),
 		micro.WithEndpointSubject(SessionSubject(h.cfg.Lattice, hs.name)),
 		micro.WithEndpointQueueGroup(QueueGroup(h.cfg.Lattice, hs.name)),
-		micro.WithEndpointMetadata(map[string]string{"session": hs.name, "stage_sha256": hs.stage}))
+		micro.WithEndpointMetadata(map[string]string{"session": hs.name, "stage_sha256": hs.running()}))
 	if err != nil {
 		return fmt.Errorf("lattice: endpoint for session %q: %w", hs.name, err)
 	}
@@ -447,6 +489,8 @@ func (h *Host) beatNow() {
 }
 
 func (h *Host) beat(ctx context.Context) error {
+	h.beatMu.Lock()
+	defer h.beatMu.Unlock()
 	b, err := json.Marshal(h.Record())
 	if err != nil {
 		return err
@@ -470,7 +514,7 @@ func (h *Host) Record() HostRecord {
 	for _, name := range h.names {
 		hs := h.sessions[name]
 		st := hs.sess.Status()
-		sc := SessionCapacity{Name: name, StageSHA256: hs.stage, State: st.State, Reason: publicLine(st.Reason),
+		sc := SessionCapacity{Name: name, StageSHA256: hs.running(), Module: st.Stage, State: st.State, Reason: publicLine(st.Reason),
 			Instances: len(st.Instances), Out: st.InstancesOut, Waiting: st.Waiting, InFlight: int(hs.inflight.Load()), Outcomes: st.Outcomes}
 		sc.Free = max(sc.Instances-sc.Out-sc.InFlight, 0)
 		if p, ok := h.refused(hs); ok {
@@ -482,6 +526,7 @@ func (h *Host) Record() HostRecord {
 				sc.State, sc.Reason = "standby", hs.place.standby(h)
 			}
 		}
+		h.modelFields(hs, &sc) // modelhost.go
 		sc.Serving = sc.State == "ready"
 		if hs.place == nil && sc.Serving {
 			// Ready, and taking the lattice's calls only with its
@@ -533,7 +578,7 @@ func (h *Host) readiness(rec HostRecord) deploy.Readiness {
 // refused says whether a session's stage or fence module is in the shared
 // quarantine.
 func (h *Host) refused(hs *hostSession) (Poison, bool) {
-	if p, ok := h.q.Lookup(hs.stage); ok {
+	if p, ok := h.q.Lookup(hs.running()); ok {
 		return p, true
 	}
 	if hs.fence != "" {
@@ -565,6 +610,9 @@ func (h *Host) call(ctx context.Context, session string, input []byte, gate func
 	if p, ok := h.refused(hs); ok {
 		return nil, false, refusal(h.cfg.ID, p)
 	}
+	if why := h.unapplied(hs); why != "" {
+		return nil, false, unavailable(h.cfg.ID, "session %q on host %s: %s", session, h.cfg.ID, why)
+	}
 	if hs.place != nil && !hs.place.holds() {
 		return nil, false, &Error{Class: errdefs.ClassUnavailable, Host: h.cfg.ID,
 			Message: fmt.Sprintf("session %q on host %s: %s", session, h.cfg.ID, hs.place.standby(h))}
@@ -573,6 +621,10 @@ func (h *Host) call(ctx context.Context, session string, input []byte, gate func
 	defer hs.inflight.Add(-1)
 	turn, err := hs.sess.Acquire(ctx)
 	if err != nil {
+		return nil, false, err
+	}
+	if err := h.runnable(hs, turn); err != nil {
+		turn.Release()
 		return nil, false, err
 	}
 	if err := h.startable(ctx, session); err != nil {
@@ -611,12 +663,19 @@ func (h *Host) tryCall(ctx context.Context, session string, input []byte) (out [
 	if _, refused := h.refused(hs); refused {
 		return nil, nil, false
 	}
+	if h.unapplied(hs) != "" {
+		return nil, nil, false // behind the lattice's module: through the lattice
+	}
 	if hs.place != nil && !hs.place.holds() {
 		return nil, nil, false // another host serves it: through the lattice
 	}
 	turn := hs.sess.TryAcquire() // a free instance now, or nil; counts nothing
 	if turn == nil {
 		return nil, nil, false
+	}
+	if h.runnable(hs, turn) != nil {
+		turn.Release()
+		return nil, nil, false // refused here: the front decides, by its own view
 	}
 	if err := h.startable(ctx, session); err != nil {
 		turn.Release()
@@ -649,6 +708,7 @@ func (h *Host) waitCall(ctx context.Context, session string, input []byte) (out 
 
 func (h *Host) run(ctx context.Context, hs *hostSession, turn *deploy.Turn, input []byte) ([]byte, error) {
 	_, dev := turn.Instance()
+	sha := turn.StageSHA256()
 	lostBefore := h.d.DeviceErr(dev) != nil
 	out, err := turn.Run(ctx, input)
 	turn.Release()
@@ -659,7 +719,7 @@ func (h *Host) run(ctx context.Context, hs *hostSession, turn *deploy.Turn, inpu
 	if err != nil && errdefs.ClassOf(err) == errdefs.ErrDeviceLost {
 		if !lostBefore && !h.cfg.NoDeviceLostQuarantine {
 			if derr := h.d.DeviceErr(dev); derr != nil {
-				h.poison(hs, fmt.Sprintf("a call to session %s made device %s on host %s lost: %s", hs.name, dev, h.cfg.ID, deploy.PublicMessage(derr)))
+				h.poison(hs, sha, fmt.Sprintf("a call to session %s made device %s on host %s lost: %s", hs.name, dev, h.cfg.ID, deploy.PublicMessage(derr)))
 			}
 		}
 		h.checkFences(hs)
@@ -674,9 +734,10 @@ func (h *Host) checkFences(hs *hostSession) {
 	if h.cfg.FenceFailures <= 0 {
 		return
 	}
+	sha := hs.running()
 	n, first := 0, ""
 	for _, other := range h.sessions {
-		if other.stage != hs.stage || other.sess.Failed() != nil {
+		if other.running() != sha || other.sess.Failed() != nil {
 			continue
 		}
 		for _, is := range other.sess.Status().Instances {
@@ -689,25 +750,26 @@ func (h *Host) checkFences(hs *hostSession) {
 		}
 	}
 	if n >= h.cfg.FenceFailures {
-		h.poison(hs, fmt.Sprintf("%d instances of its sessions were quarantined on host %s (fence failed; limit %d): %s", n, h.cfg.ID, h.cfg.FenceFailures, first))
+		h.poison(hs, sha, fmt.Sprintf("%d instances of its sessions were quarantined on host %s (fence failed; limit %d): %s", n, h.cfg.ID, h.cfg.FenceFailures, first))
 	}
 }
 
-func (h *Host) poison(hs *hostSession, reason string) {
+// poison puts module sha, which hs's call ran, in the shared quarantine.
+func (h *Host) poison(hs *hostSession, sha, reason string) {
 	h.mu.Lock()
-	done := h.poisoned[hs.stage]
-	h.poisoned[hs.stage] = true
+	done := h.poisoned[sha]
+	h.poisoned[sha] = true
 	h.mu.Unlock()
 	if done {
 		return
 	}
-	h.cfg.Logger.Warn("lattice: quarantining module lattice-wide", "host", h.cfg.ID, "session", hs.name, "sha256", hs.stage, "reason", reason)
+	h.cfg.Logger.Warn("lattice: quarantining module lattice-wide", "host", h.cfg.ID, "session", hs.name, "sha256", sha, "reason", reason)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := h.q.Poison(ctx, Poison{SHA256: hs.stage, Reason: reason, Host: h.cfg.ID, Session: hs.name}); err != nil {
-		h.cfg.Logger.Error("lattice: quarantining module failed", "host", h.cfg.ID, "sha256", hs.stage, "err", err)
+	if err := h.q.Poison(ctx, Poison{SHA256: sha, Reason: reason, Host: h.cfg.ID, Session: hs.name}); err != nil {
+		h.cfg.Logger.Error("lattice: quarantining module failed", "host", h.cfg.ID, "sha256", sha, "err", err)
 		h.mu.Lock()
-		delete(h.poisoned, hs.stage)
+		delete(h.poisoned, sha)
 		h.mu.Unlock()
 	}
 }
@@ -827,6 +889,21 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 		claimed = rev
 		return nil
 	}
+	answer := nats.Header{HostHeader: {h.cfg.ID}}
+	if err == nil {
+		// The front's committed revision, or this host's own view's.
+		rev, _ := strconv.ParseUint(hdr.Get(ModelRevisionHeader), 10, 64)
+		if rev = max(rev, h.models.committed(hs.name)); h.behindCall(hs, rev) { // modelhost.go
+			// The front knows a swap this host missed: the call runs
+			// nowhere here, and its front sends it again.
+			err = unavailable(h.cfg.ID, "session %q: host %s has not applied revision %d of the lattice's module for it yet", hs.name, h.cfg.ID, rev)
+			answer[NotRunHeader] = []string{"1"}
+			if claimed != 0 {
+				h.callIDs.release(terms.id, claimed)
+			}
+			h.syncEndpoint(hs)
+		}
+	}
 	input := req.Data()
 	if name := hdr.Get(PayloadHeader); name != "" && err == nil {
 		input, err = h.readInput(ctx, hs, name)
@@ -834,7 +911,6 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	if err == nil && int64(len(input)) > hs.sess.Spec.MaxInput {
 		err = h.overMaxInput(hs, uint64(len(input)))
 	}
-	answer := nats.Header{HostHeader: {h.cfg.ID}}
 	if err == nil {
 		var ran bool
 		out, ran, err = h.call(ctx, hs.name, input, gate)
@@ -1016,6 +1092,7 @@ func (h *Host) Close(ctx context.Context) error {
 		_ = h.whoSub.Unsubscribe()
 	}
 	<-h.beatDone
+	<-h.modelsDone
 	if h.stopWatch != nil {
 		h.stopWatch()
 	}
@@ -1043,7 +1120,7 @@ func (h *Host) Close(ctx context.Context) error {
 		// Claims of calls still running are left to expire.
 		err = errors.Join(err, fmt.Errorf("lattice: host %s: calls still in flight: %w", h.cfg.ID, ctx.Err()))
 	}
-	return errors.Join(err, h.q.Close())
+	return errors.Join(err, h.q.Close(), h.models.close())
 }
 
 // sortedHosts sorts heartbeats by id.

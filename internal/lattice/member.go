@@ -315,6 +315,13 @@ func settleCluster(ctx context.Context, nc *nats.Conn, lt Config) error {
 			_, err := openPayloads(ctx, nc, js, lt.Name, lt.Replicas, lt.PayloadStoreMax)
 			return err
 		},
+		func(ctx context.Context) error {
+			m, err := openModels(ctx, js, lt.Name, lt.Replicas)
+			if err == nil {
+				err = m.close()
+			}
+			return err
+		},
 	}
 	for _, step := range steps {
 		for {
@@ -467,6 +474,53 @@ func (m *Member) Clear(ctx context.Context, sha256 string) (bool, error) {
 	defer cancel()
 	_ = q.WaitFor(wctx, func() bool { _, in := q.Lookup(sha256); return !in })
 	return true, nil
+}
+
+// SwapSession swaps session to stage module ref ("name": its newest
+// version loaded on this host; "name@SHA256"): on every host of the
+// lattice ([Front.SwapSession], with the module's bytes from this host's
+// deployment), or with hostOnly on this host only ([Host.Swap]). The
+// answer is JSON-ready.
+//
+// # Errors
+//
+// unsupported for a member without a deployment (a supervisor's front);
+// not_found for an unknown session or module; invalid_argument for a
+// fence module or a module in the shared quarantine; and
+// [Front.SwapSession]'s.
+func (m *Member) SwapSession(ctx context.Context, session, ref string, hostOnly bool) (SwapAnswer, error) {
+	ans, err := m.swapSession(ctx, session, ref, hostOnly)
+	return ans, classError(err)
+}
+
+func (m *Member) swapSession(ctx context.Context, session, ref string, hostOnly bool) (SwapAnswer, error) {
+	if m.host == nil {
+		return SwapAnswer{Session: session}, errdefs.Errorf(errdefs.ErrUnsupported, "this process has no deployment: swap through a host of the lattice")
+	}
+	if hostOnly {
+		res, err := m.host.Swap(ctx, session, ref)
+		if err != nil {
+			return SwapAnswer{Session: session, HostOnly: true}, err
+		}
+		_, sha, _ := strings.Cut(res.To, "@")
+		return SwapAnswer{Session: session, To: res.To, SHA256: sha, HostOnly: true, Local: &res,
+			Hosts: []SwapHost{{ID: m.host.ID(), Acknowledged: true, StageSHA256: sha}}}, nil
+	}
+	if m.host.sessions[session] == nil && !m.front.Known(session) {
+		return SwapAnswer{Session: session}, errdefs.Errorf(errdefs.ErrNotFound, "no session %q in lattice %s", session, m.host.cfg.Lattice)
+	}
+	info, bin, err := m.host.d.ModuleBytes(ref)
+	if err != nil {
+		return SwapAnswer{Session: session}, err
+	}
+	if info.Kind != "stage" {
+		return SwapAnswer{Session: session}, errdefs.Errorf(errdefs.ErrInvalidArgument, "module %s is a %s module, not a stage module", info.Ref, info.Kind)
+	}
+	if bin == nil {
+		return SwapAnswer{Session: session}, errdefs.Errorf(errdefs.ErrUnsupported, "module %s: this host did not keep its bytes", info.Ref)
+	}
+	return m.front.SwapSession(ctx, DesiredModule{Session: session, Module: info.Name, SHA256: info.SHA256,
+		MemoryLimit: info.MemoryLimit, WASI: info.WASI, Snapshot: info.Snapshot, By: m.host.ID()}, bin)
 }
 
 // Stats are the front's counts by route.

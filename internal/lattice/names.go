@@ -59,6 +59,12 @@ const (
 	// group. The front sends such a call again (at most
 	// MaxNotRunResends times, within its deadline).
 	NotRunHeader = "Stagehost-Not-Run"
+	// ModelRevisionHeader, on a session call, carries the revision of
+	// the session's desired module that the front knows as committed
+	// (every live host acknowledged it: docs/lattice.md, "Model control
+	// in a lattice"). A host that has applied an older one does not run
+	// the call: it answers NotRunHeader, and the front sends it again.
+	ModelRevisionHeader = "Stagehost-Model-Revision"
 )
 
 // placementExclusive is the placement a heartbeat and an endpoint's

@@ -115,6 +115,25 @@ func (q *Quarantine) Lookup(sha256 string) (Poison, bool) {
 	return p, ok
 }
 
+// Get reads whether a module is quarantined from the bucket itself, not
+// this view (a round trip: for a decision that must not miss a poison
+// the view has not seen yet, such as a swap).
+func (q *Quarantine) Get(ctx context.Context, sha256 string) (Poison, bool, error) {
+	e, err := q.kv.Get(ctx, sha256)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Poison{}, false, nil
+	}
+	if err != nil {
+		return Poison{}, false, fmt.Errorf("lattice: reading the quarantine bucket: %w", err)
+	}
+	var p Poison
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		return Poison{}, false, fmt.Errorf("lattice: quarantine entry %s: %w", sha256, err)
+	}
+	p.SHA256 = sha256
+	return p, true, nil
+}
+
 // List lists the quarantined modules, sorted by sha256.
 func (q *Quarantine) List() []Poison {
 	q.mu.Lock()

@@ -11,6 +11,7 @@
 // names it in [EnvReportFD]; the worker writes JSON lines:
 //
 //	{"event":"ready"}
+//	{"event":"ready","serving":true,"devices":["cuda0"],"sessions":["classify"],"notes":["..."],"state_revision":3}
 //	{"event":"device_lost","device":"cuda0","reason":"..."}
 //	{"event":"exiting","reason":"..."}
 //
@@ -30,7 +31,11 @@
 //   - records how each process ended ([Exit]): its exit code or signal,
 //     and whether it said why ([EventExiting]) or died without a word, in
 //     which case the record is synthetic ([Exit.Synthetic]), as containerd
-//     records a synthetic exit for a shim that died;
+//     records a synthetic exit for a shim that died, with the last line
+//     the process wrote to its stderr in the reason ([Exit.Stderr] keeps
+//     its last lines);
+//   - keeps what a worker's ready report says it serves (its devices,
+//     sessions, notes: [Reporter.ReadyServing]) until its next one;
 //   - keeps each worker's state ([WorkerStatus]: pid, state, restarts,
 //     last exit, device losses, uptime) for [Supervisor.Status], and tells
 //     of every change ([Supervisor.Changes], [Config.WithOnChange]);

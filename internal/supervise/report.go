@@ -45,6 +45,28 @@ type Event struct {
 	Event  string `json:"event"`
 	Device string `json:"device,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Devices and Sessions, on a ready event ([Reporter.ReadyServing]),
+	// are the devices the worker opened and the sessions it serves: the
+	// supervisor's view of the worker follows them ([WorkerStatus.Sessions]).
+	// Notes are what the worker wants its supervisor to show beside its
+	// state (a persisted module it could not restore).
+	Devices  []string `json:"devices,omitempty"`
+	Sessions []string `json:"sessions,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+	// Serving marks a ready event that lists what the worker serves
+	// (Sessions may then be empty).
+	Serving bool `json:"serving,omitempty"`
+	// StateRevision is the revision of the model state the worker
+	// restored before it reported ready (package modelctl), 0 for none.
+	StateRevision uint64 `json:"state_revision,omitempty"`
+}
+
+// Serving is what a worker's ready report says it serves
+// ([Reporter.ReadyServing]).
+type Serving struct {
+	Devices, Sessions, Notes []string
+	// StateRevision is the revision of the model state it restored.
+	StateRevision uint64
 }
 
 // Reporter writes a worker's reports to its supervisor. Its methods are
@@ -121,6 +143,15 @@ func (r *Reporter) Report(e Event) error {
 
 // Ready reports [EventReady].
 func (r *Reporter) Ready() error { return r.Report(Event{Event: EventReady}) }
+
+// ReadyServing reports [EventReady] with the devices the worker opened,
+// the sessions it serves (the supervisor lists these, and no others, for
+// the worker from then on: [WorkerStatus.Sessions]), notes to show
+// beside its state ([WorkerStatus.Notes]) and the model state's revision
+// it restored.
+func (r *Reporter) ReadyServing(s Serving) error {
+	return r.Report(Event{Event: EventReady, Devices: s.Devices, Sessions: s.Sessions, Notes: s.Notes, Serving: true, StateRevision: s.StateRevision})
+}
 
 // DeviceLost reports [EventDeviceLost] for device.
 func (r *Reporter) DeviceLost(device, reason string) error {

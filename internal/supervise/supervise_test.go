@@ -38,6 +38,8 @@ func TestMain(m *testing.M) {
 //	lost-once    the first process (per SUPERVISE_TEST_MARKER) reports
 //	             ready then device_lost; later ones as ready
 //	exit3        exit 3 without reporting
+//	stderr65     write two lines to stderr, exit 65 without reporting
+//	serving      report ready with devices, sessions and notes
 //	sigkill      report ready, then SIGKILL itself
 //	ignore-term  ignore SIGTERM, report ready, sleep
 //	never-ready  report nothing; on SIGTERM exit 0 without reporting
@@ -75,6 +77,16 @@ func workerMain(mode string) {
 		serve()
 	case "exit3":
 		os.Exit(3)
+	case "stderr65":
+		fmt.Fprintln(os.Stderr, "first line")
+		fmt.Fprintln(os.Stderr, "stagehost serve: m.toml:3: not TOML")
+		os.Exit(65)
+	case "serving":
+		signal.Notify(terms, syscall.SIGTERM)
+		must(rep.ReadyServing(Serving{Devices: []string{"cuda0"}, Sessions: []string{"a", "b"}, Notes: []string{"a note"}, StateRevision: 7}))
+		<-terms
+		must(rep.Exiting("SIGTERM"))
+		os.Exit(0)
 	case "sigkill":
 		must(rep.Ready())
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -666,5 +678,29 @@ func TestReporter(t *testing.T) {
 	t.Setenv(EnvReportFD, "x")
 	if err := newReporterFromEnv().Ready(); err == nil {
 		t.Error("a bad descriptor reports without error")
+	}
+}
+
+// A worker that dies without reporting has the end of its stderr in its
+// exit record, and its last line in the reason.
+func TestSyntheticExitStderr(t *testing.T) {
+	h := start(t, NewConfig().WithBackoff(time.Minute, time.Minute, 2).WithWorkers(testWorker(t, "w", "stderr65")))
+	st := h.rec.waitFor(t, "w", waitLong, "an exit", func(st WorkerStatus) bool { return st.LastExit != nil })
+	e := st.LastExit
+	if !e.Synthetic || e.Code != 65 || e.Reason != "died without reporting: exit status 65: stagehost serve: m.toml:3: not TOML" ||
+		fmt.Sprint(e.Stderr) != "[first line stagehost serve: m.toml:3: not TOML]" {
+		t.Errorf("exit %+v; want code 65 with the last stderr line in the reason", *e)
+	}
+	if st.State != StateBackingOff || !strings.Contains(st.Reason, "m.toml:3: not TOML") {
+		t.Errorf("state %s reason %q; want backing off with the stderr line", st.State, st.Reason)
+	}
+}
+
+// A ready report with what the worker serves is the worker's status.
+func TestReadyServing(t *testing.T) {
+	h := start(t, NewConfig().WithWorkers(testWorker(t, "w", "serving")))
+	st := h.rec.waitFor(t, "w", waitLong, "ready", func(st WorkerStatus) bool { return st.State == StateReady })
+	if !st.Reported || fmt.Sprint(st.Devices, st.Sessions, st.Notes, st.StateRevision) != "[cuda0] [a b] [a note] 7" {
+		t.Errorf("ready status %+v; want its devices, sessions and notes", st)
 	}
 }

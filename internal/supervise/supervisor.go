@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -52,8 +53,14 @@ type Exit struct {
 	// does for a shim that died.
 	Synthetic bool `json:"synthetic"`
 	// Reason is the worker's own, from [EventExiting], or for a synthetic
-	// exit the wait status ("died without reporting: signal: killed").
+	// exit the wait status ("died without reporting: signal: killed"),
+	// followed by the last line the process wrote to its stderr, if any
+	// ("died without reporting: exit status 65: stagehost serve: ...").
 	Reason string `json:"reason"`
+	// Stderr is the end of what the process wrote to its stderr: its last
+	// lines (at most [StderrTailLines] lines of [StderrTailBytes] bytes),
+	// oldest first; nil if it wrote nothing.
+	Stderr []string `json:"stderr,omitempty"`
 	// Cause is why the supervisor stopped the worker, if it did ("device
 	// cuda0 lost: ...", "not ready within 1m0s", "the supervisor is
 	// stopping"); empty when the worker ended by itself.
@@ -107,6 +114,17 @@ type WorkerStatus struct {
 	// ([Exit.Synthetic]).
 	Exits          int `json:"exits"`
 	SyntheticExits int `json:"synthetic_exits"`
+	// Reported is true once a process of the worker reported ready with
+	// what it serves ([Reporter.ReadyServing]); Devices and Sessions are
+	// then those of its latest such report (kept while it restarts), and
+	// Notes that report's notes.
+	Reported bool     `json:"reported"`
+	Devices  []string `json:"devices,omitempty"`
+	Sessions []string `json:"sessions,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+	// StateRevision is the model state's revision its latest ready report
+	// says it restored ([Serving.StateRevision]).
+	StateRevision uint64 `json:"state_revision,omitempty"`
 }
 
 // Supervisor runs worker processes and restarts them. It is safe for
@@ -141,6 +159,7 @@ type proc struct {
 	quit    chan struct{} // closed to stop the reader
 	exited  chan struct{} // closed once cmd.Wait returned
 	waitErr error         // cmd.Wait's, read after exited
+	stderr  *tailWriter   // the end of its stderr
 }
 
 // Start validates cfg, starts every worker and supervises them until
@@ -256,7 +275,15 @@ func (w *worker) snapshot(now time.Time) WorkerStatus {
 		l := *st.LastDeviceLoss
 		st.LastDeviceLoss = &l
 	}
+	st.Devices, st.Sessions, st.Notes = clone(st.Devices), clone(st.Sessions), clone(st.Notes)
 	return st
+}
+
+func clone(s []string) []string {
+	if s == nil {
+		return nil
+	}
+	return append([]string{}, s...)
 }
 
 // update changes w's status under the lock, then tells the watchers.
@@ -294,7 +321,8 @@ func (s *Supervisor) spawn(w *worker, restart bool) (*proc, error) {
 	cmd.Env = append(append(os.Environ(), w.spec.Env...),
 		EnvReportFD+"="+strconv.Itoa(3), EnvWorkerName+"="+w.spec.Name)
 	cmd.ExtraFiles = []*os.File{wr}
-	cmd.Stdout, cmd.Stderr = w.spec.stdout(), w.spec.stderr()
+	tail := &tailWriter{w: w.spec.stderr()}
+	cmd.Stdout, cmd.Stderr = w.spec.stdout(), tail
 	cmd.SysProcAttr = sysProcAttr()
 	// Output copied through a pipe (a Stdout that is not a file) is read
 	// until every holder closes it; a descendant could hold it forever.
@@ -306,7 +334,7 @@ func (s *Supervisor) spawn(w *worker, restart bool) (*proc, error) {
 		return nil, err
 	}
 	p := &proc{
-		cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), r: r,
+		cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), r: r, stderr: tail,
 		events: make(chan Event), quit: make(chan struct{}), exited: make(chan struct{}),
 	}
 	s.wg.Add(2)
@@ -371,7 +399,7 @@ func (s *Supervisor) run(w *worker, p *proc) {
 		exit := s.watch(w, p)
 		s.log.Log(context.Background(), exitLevel(exit), "worker exited", "worker", name, "pid", exit.PID,
 			"code", exit.Code, "signal", exit.SignalName, "synthetic", exit.Synthetic, "reason", exit.Reason,
-			"cause", exit.Cause, "uptime", exit.Uptime)
+			"cause", exit.Cause, "uptime", exit.Uptime, "stderr", strings.Join(exit.Stderr, "\n"))
 		if exit.Uptime >= s.cfg.stable {
 			delay = s.cfg.initial
 		}
@@ -508,6 +536,11 @@ func (s *Supervisor) watch(w *worker, p *proc) Exit {
 				if st.State == StateStarting {
 					st.State, st.ReadyAt = StateReady, time.Now()
 				}
+				if e.Serving {
+					st.Reported = true
+					st.Devices, st.Sessions, st.Notes = clone(e.Devices), clone(e.Sessions), clone(e.Notes)
+					st.StateRevision = e.StateRevision
+				}
 			})
 		case EventDeviceLost:
 			s.log.Warn("worker lost a device", "worker", name, "pid", p.pid, "device", e.Device, "reason", e.Reason)
@@ -583,6 +616,9 @@ func (p *proc) exit(reported bool, reason, cause string, killed bool) Exit {
 	} else if p.waitErr != nil {
 		status = p.waitErr.Error()
 	}
+	if p.stderr != nil {
+		e.Stderr = p.stderr.lines()
+	}
 	switch {
 	case reported && reason != "":
 		e.Reason = reason
@@ -590,6 +626,9 @@ func (p *proc) exit(reported bool, reason, cause string, killed bool) Exit {
 		e.Reason = "exiting (" + status + ")"
 	default:
 		e.Reason = "died without reporting: " + status
+		if n := len(e.Stderr); n > 0 {
+			e.Reason += ": " + e.Stderr[n-1]
+		}
 	}
 	return e
 }

@@ -47,6 +47,12 @@ type Host interface {
 	StreamSubmitBatch(stream uint64, cmds, args []byte, count uint32) int32
 	StreamSync(stream uint64) int32
 	StreamIdle(stream uint64) (idle uint32, status int32)
+	// WeightsGet is weights_get: the read-only handle of the weights
+	// called name (revision 3).
+	WeightsGet(name []byte) (handle uint64, status int32)
+	// TensorGet is tensor_get: it writes the 96-byte record of the tensor
+	// "<weights>/<tensor>" into rec (revision 3).
+	TensorGet(name []byte, rec []byte) int32
 }
 
 var (

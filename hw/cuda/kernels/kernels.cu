@@ -777,6 +777,101 @@ __device__ static void rmsnorm_warp(const T *x, const T *g, T *y, u64 rows, u64 
 	}
 }
 
+// SOFTMAX_VEC = 1 reads and writes float32 rows whose columns are a
+// multiple of 4 (and whose x and y are 16-byte aligned) as float4, in
+// softmax_warp4; 0 (the default, the committed kernels.ptx) keeps every
+// row on softmax_warp's scalar loads. The results are the same bits either
+// way. docs/gpu.md, run 19: with SOFTMAX_MINB=4 besides, softmax and
+// log_softmax measured 0.58-0.75 of the copy's bandwidth against
+// 0.55-0.57; every hw/cuda test passed on that build, which becomes the
+// default when a GPU run commits its PTX.
+#ifndef SOFTMAX_VEC
+#define SOFTMAX_VEC 0
+#endif
+
+// softmax_warp4 is softmax_warp for float32 rows of a multiple of 4
+// columns, read and written as float4: lane l holds columns
+// 128i + 4l + c (i < 8, c < 4). Column j is the contract's lane
+// t = j mod 256 = 128(i mod 2) + 4l + c, so each thread keeps the 8 lane
+// partials (i mod 2, c), each added to in ascending column order as i
+// ascends. The tree: level 128 adds partial (1, c) to (0, c) in the
+// thread, the levels 64 ... 4 add lane l + 16 ... l + 1's partial c by
+// shuffles (4 each), the levels 2 and 1 add partials c + 2 and c + 1 in
+// lane 0. Every addition has the operands of the block tree, so the sum,
+// and every result, has the same bits as softmax_warp's. The max does not
+// depend on the order (op_max): one running max per thread.
+__device__ static __forceinline__ float warp4_tree_sum(float *q) {
+#pragma unroll
+	for (int c = 0; c < 4; c++) q[c] = __fadd_rn(q[c], q[c + 4]);
+	for (u32 s = 16; s > 0; s >>= 1) {
+#pragma unroll
+		for (int c = 0; c < 4; c++) q[c] = __fadd_rn(q[c], __shfl_down_sync(0xffffffffu, q[c], s));
+	}
+	q[0] = __fadd_rn(q[0], q[2]);
+	q[1] = __fadd_rn(q[1], q[3]);
+	return __shfl_sync(0xffffffffu, __fadd_rn(q[0], q[1]), 0);
+}
+
+__device__ static bool softmax_warp4(const f16 *, f16 *, u64, u64, u64, u32) { return false; }
+__device__ static bool softmax_warp4(const bf16 *, bf16 *, u64, u64, u64, u32) { return false; }
+
+__device__ static bool softmax_warp4(const float *x, float *y, u64 rows, u64 cols, u64 causal, u32 lg) {
+	if (!SOFTMAX_VEC || cols % 4 != 0 || ((unsigned long long)x | (unsigned long long)y) % 16 != 0) return false;
+	u32 ln = threadIdx.x & 31;
+	const int c4 = (int)cols;    // cols <= WARP_COLS
+	const int j0 = 4 * (int)ln; // column of value (0, 0)
+	const int nv = c4 > j0 ? (c4 - j0 + 127) / 128 : 0; // float4s of this lane
+	WARP_ROWS(r, rows) {
+		int lim = c4;
+		if (causal > 0) lim = (int)(r % causal + (cols - causal) + 1);
+		const float4 *xr = (const float4 *)(x + r * cols) + ln;
+		float4 *yr = (float4 *)(y + r * cols) + ln;
+		float v[WARP_VALS], q[8];
+#pragma unroll
+		for (int i = 0; i < WARP_VALS / 4; i++) {
+			float4 a = i < nv ? xr[32 * i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+		}
+		float m = -F32_INF;
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++)
+			if (128 * (i / 4) + j0 + i % 4 < lim) m = op_max(m, v[i]);
+		for (u32 s = 16; s > 0; s >>= 1) m = op_max(m, __shfl_xor_sync(0xffffffffu, m, s));
+#pragma unroll
+		for (int k = 0; k < 8; k++) q[k] = 0.0f;
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++) {
+			if (128 * (i / 4) + j0 + i % 4 < lim) {
+				float h, l;
+				diff2(v[i], m, &h, &l);
+				float e = exp2part(h, l);
+				q[(i / 4) % 2 * 4 + i % 4] = __fadd_rn(q[(i / 4) % 2 * 4 + i % 4], e);
+				if (!lg) v[i] = e;
+			}
+		}
+		float s = warp4_tree_sum(q);
+		float ls = logf(s);
+#pragma unroll
+		for (int i = 0; i < WARP_VALS; i++) {
+			float o;
+			if (128 * (i / 4) + j0 + i % 4 >= lim) {
+				o = lg ? -F32_INF : 0.0f;
+			} else if (lg) {
+				float h, l;
+				diff2(v[i], m, &h, &l);
+				o = __fadd_rn(__fsub_rn(h, ls), l);
+			} else {
+				o = __fdiv_rn(v[i], s);
+			}
+			v[i] = o;
+		}
+#pragma unroll
+		for (int i = 0; i < WARP_VALS / 4; i++)
+			if (i < nv) yr[32 * i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+	}
+	return true;
+}
+
 // softmax_T(x, y, rows, cols, causal, log): a warp per row of at most
 // WARP_COLS values, a block of 256 per longer row. The
 // row max (NaN-propagating), then the sum of e^(x-max) over the unmasked
@@ -789,7 +884,7 @@ __device__ static void softmax_k(const T *x, T *y, u64 rows, u64 cols, u64 causa
 	__shared__ float p[256];
 	u32 t = threadIdx.x;
 	if (cols <= WARP_COLS) {
-		softmax_warp(x, y, rows, cols, causal, lg);
+		if (!softmax_warp4(x, y, rows, cols, causal, lg)) softmax_warp(x, y, rows, cols, causal, lg);
 		return;
 	}
 	if (cols <= 256 * ROW_CACHE) {
@@ -1158,6 +1253,18 @@ extern "C" __global__ void cast(const void *x, void *y, u64 n, u32 from, u32 to)
 	}
 }
 
+// SOFTMAX_MINB > 0 asks the compiler to fit that many blocks of 256
+// threads per SM for softmax (__launch_bounds__); 0 (the default) leaves
+// the registers to it.
+#ifndef SOFTMAX_MINB
+#define SOFTMAX_MINB 0
+#endif
+#if SOFTMAX_MINB > 0
+#define SOFTMAX_BOUNDS __launch_bounds__(256, SOFTMAX_MINB)
+#else
+#define SOFTMAX_BOUNDS
+#endif
+
 // The extern "C" entries, one per op family and storage type.
 #define STORAGE_ENTRIES(T, SUF)                                                                                     \
 	extern "C" __global__ void unary_##SUF(const T *x, T *y, u64 n, u32 op) { unary_k(x, y, n, op); }          \
@@ -1172,7 +1279,8 @@ extern "C" __global__ void cast(const void *x, void *y, u64 n, u32 from, u32 to)
 	extern "C" __global__ void reduce_##SUF(const T *x, void *y, u64 outer, u64 n, u64 inner, u32 op) {         \
 		reduce_k(x, y, outer, n, inner, op);                                                              \
 	}                                                                                                         \
-	extern "C" __global__ void softmax_##SUF(const T *x, T *y, u64 rows, u64 cols, u64 causal, u32 lg) {        \
+	extern "C" __global__ void SOFTMAX_BOUNDS softmax_##SUF(const T *x, T *y, u64 rows, u64 cols, u64 causal,    \
+								 u32 lg) {                                         \
 		softmax_k(x, y, rows, cols, causal, lg);                                                          \
 	}                                                                                                         \
 	extern "C" __global__ void layernorm_##SUF(const T *x, const T *g, const T *b, T *y, u64 rows, u64 cols,    \

@@ -200,6 +200,14 @@ type TableType struct {
 	Limits Limits
 }
 
+// Custom is one custom section: its name and its payload after the
+// name, a slice of the binary.
+type Custom struct {
+	Name    string
+	Payload []byte
+	At      int // the payload's offset in the binary
+}
+
 type section struct {
 	id          byte
 	start, end  int // payload bounds in the binary
@@ -224,6 +232,7 @@ type Module struct {
 	NumElems     uint32       // element segments
 	NumData      uint32       // data segments
 	HasDataCount bool         // whether the module has a data count section
+	Customs      []Custom     // the custom sections, in order ("name" included)
 
 	funcs      []uint32 // type index per defined function
 	nImpFunc   int
@@ -403,6 +412,7 @@ func (m *Module) parseCustom(r *reader) {
 	if r.err != nil {
 		return
 	}
+	m.Customs = append(m.Customs, Custom{Name: n, Payload: r.b[r.i:len(r.b):len(r.b)], At: r.i})
 	if n == "name" {
 		if m.hasNames {
 			r.failAt(r.i, "second \"name\" section")
@@ -1367,4 +1377,27 @@ func appendS32(b []byte, v int32) []byte {
 		}
 		b = append(b, c|0x80)
 	}
+}
+
+// ReplaceCustom returns m's binary without its custom sections named
+// name, and with one of that name holding payload appended at its end
+// (where a custom section may always be). The binary m read is not
+// modified.
+func ReplaceCustom(m *Module, name string, payload []byte) []byte {
+	out := make([]byte, 0, len(m.bin)+len(name)+len(payload)+12)
+	out = append(out, m.bin[:8]...)
+	for _, s := range m.sections {
+		if s.id == secCustom {
+			r := reader{b: m.bin[:s.end], i: s.start}
+			if r.name() == name && r.err == nil {
+				continue
+			}
+		}
+		out = append(out, m.bin[s.headerStart:s.end]...)
+	}
+	body := appendName(nil, name)
+	body = append(body, payload...)
+	out = append(out, secCustom)
+	out = appendU32(out, uint32(len(body)))
+	return append(out, body...)
 }

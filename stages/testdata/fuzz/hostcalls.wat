@@ -4,7 +4,7 @@
 ;; Its input is a sequence of 44-byte records; a trailing partial record is
 ;; ignored. A record is
 ;;
-;;   offset 0   u32  selector: the import called is number (selector mod 20)
+;;   offset 0   u32  selector: the import called is number (selector mod 22)
 ;;                   in the list below
 ;;   offset 4   u64  argument 0
 ;;   offset 12  u64  argument 1
@@ -23,6 +23,7 @@
 ;;    2 output_write        7 buffer_get          12 buffer_size         17 stream_sync
 ;;    3 entry_name          8 program_get         13 stream_write        18 stream_idle
 ;;    4 error_set           9 buffer_alloc        14 stream_read         19 last_error
+;;   20 weights_get        21 tensor_get
 ;;
 ;; After each call the guest appends the call's i32 status to the output
 ;; (4 bytes, u32 LE), so the output is the concatenation, in record order,
@@ -34,7 +35,7 @@
 ;;
 ;; Memory: one page, fixed (min 1, max 1). Names a record can point at:
 ;; 256 "s0", 264 "s1", 272 "b0", 280 "noop", 288 "fill", 296 "weights" (7
-;; bytes). The guest's own scratch words are at the top of the page:
+;; bytes), 304 "weights/w" (9 bytes). The guest's own scratch words are at the top of the page:
 ;; 65472 the current record (re-read before every call, so a call that
 ;; writes over it changes nothing), 65520 the status being appended, 65524
 ;; input_read's count, 65528 the input size. The loop's state is in locals,
@@ -60,6 +61,8 @@
   (import "stagehost_v1" "stream_sync" (func $stream_sync (param i64) (result i32)))
   (import "stagehost_v1" "stream_idle" (func $stream_idle (param i64 i32) (result i32)))
   (import "stagehost_v1" "last_error" (func $last_error (param i32 i32 i32) (result i32)))
+  (import "stagehost_v1" "weights_get" (func $weights_get (param i32 i32 i32) (result i32)))
+  (import "stagehost_v1" "tensor_get" (func $tensor_get (param i32 i32 i32) (result i32)))
   (memory (export "memory") 1 1)
   (data (i32.const 256) "s0")
   (data (i32.const 264) "s1")
@@ -67,6 +70,7 @@
   (data (i32.const 280) "noop")
   (data (i32.const 288) "fill")
   (data (i32.const 296) "weights")
+  (data (i32.const 304) "weights/w")
   (func (export "stagehost_abi_v1"))
   ;; $a64 k: argument k of the current record; $a32 k: its low 32 bits.
   (func $a64 (param $k i32) (result i64)
@@ -75,6 +79,8 @@
     (i32.wrap_i64 (call $a64 (local.get $k))))
   ;; $dispatch calls the import the current record selects and returns its status.
   (func $dispatch (result i32)
+    (block $f21
+    (block $f20
     (block $f19
     (block $f18
     (block $f17
@@ -95,8 +101,8 @@
     (block $f2
     (block $f1
     (block $f0
-      (br_table $f0 $f1 $f2 $f3 $f4 $f5 $f6 $f7 $f8 $f9 $f10 $f11 $f12 $f13 $f14 $f15 $f16 $f17 $f18 $f19 $f0
-        (i32.rem_u (i32.load (i32.const 65472)) (i32.const 20))))
+      (br_table $f0 $f1 $f2 $f3 $f4 $f5 $f6 $f7 $f8 $f9 $f10 $f11 $f12 $f13 $f14 $f15 $f16 $f17 $f18 $f19 $f20 $f21 $f0
+        (i32.rem_u (i32.load (i32.const 65472)) (i32.const 22))))
     (return (call $input_size (call $a32 (i32.const 0)))))  ;; 0
     (return (call $input_read (call $a32 (i32.const 0)) (call $a32 (i32.const 1)) (call $a32 (i32.const 2)) (call $a32 (i32.const 3)))))  ;; 1
     (return (call $output_write (call $a32 (i32.const 0)) (call $a32 (i32.const 1)))))  ;; 2
@@ -116,7 +122,9 @@
     (return (call $stream_submit_batch (call $a64 (i32.const 0)) (call $a32 (i32.const 1)) (call $a32 (i32.const 2)))))  ;; 16
     (return (call $stream_sync (call $a64 (i32.const 0)))))  ;; 17
     (return (call $stream_idle (call $a64 (i32.const 0)) (call $a32 (i32.const 1)))))  ;; 18
-    (return (call $last_error (call $a32 (i32.const 0)) (call $a32 (i32.const 1)) (call $a32 (i32.const 2))))  ;; 19
+    (return (call $last_error (call $a32 (i32.const 0)) (call $a32 (i32.const 1)) (call $a32 (i32.const 2)))))  ;; 19
+    (return (call $weights_get (call $a32 (i32.const 0)) (call $a32 (i32.const 1)) (call $a32 (i32.const 2)))))  ;; 20
+    (return (call $tensor_get (call $a32 (i32.const 0)) (call $a32 (i32.const 1)) (call $a32 (i32.const 2))))  ;; 21
     (unreachable))
   (func (export "stagehost_run") (result i32)
     (local $n i32)

@@ -24,8 +24,12 @@ import (
 	"github.com/stagehost/stagehost/internal/testutil"
 )
 
-// module is the stage module of this build's shape.
+// module is the stage module of this build's shape, or the file that
+// STAGEHOST_BLOCK_MODULE names (to compare builds of the stage in one run).
 func module() string {
+	if m := os.Getenv("STAGEHOST_BLOCK_MODULE"); m != "" {
+		return m
+	}
 	if S == 8 {
 		return "../stage/transformer.wasm"
 	}
@@ -242,9 +246,94 @@ func TestBlockOnCUDA(t *testing.T) {
 // fence) and from Go through hw/cuda (go: upload, the same batch,
 // download, sync); ns/call-p50 and ns/call-p90 besides the mean. Run with
 // -tags block128 for the S = 128, D = 512 block.
-func BenchmarkBlockCUDA(b *testing.B) {
-	dev := openGPU(b)
+func BenchmarkBlockCUDA(b *testing.B) { benchBlock(b, openGPU(b)) }
+
+// BenchmarkBlockSim is BenchmarkBlockCUDA on the simulator: the two
+// paths' difference is the host's own cost (the simulated kernels are the
+// same work on both).
+func BenchmarkBlockSim(b *testing.B) {
+	p := sim.New()
+	b.Cleanup(func() { p.Close() })
+	dev, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchBlock(b, dev)
+}
+
+// noopDevice is a sim device whose programs all do nothing (sim's
+// "noop"): a call then costs only the host's work (copies, checks,
+// submission, waits), which is what sets the module's path apart from
+// Go's.
+type noopDevice struct{ hw.Device }
+
+func (d noopDevice) Prepare(string) (hw.Program, error) { return d.Device.Prepare("noop") }
+
+// BenchmarkBlockHost is BenchmarkBlockSim with every launch a no-op: the
+// host's own cost per call, on each path.
+func BenchmarkBlockHost(b *testing.B) {
+	p := sim.New()
+	b.Cleanup(func() { p.Close() })
+	dev, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchBlock(b, noopDevice{dev})
+}
+
+// stamps are the moments of one call's device operations, taken by a
+// timedDevice: when the batch was handed over, and when the first Sync
+// after the download returned (the stage's own Sync, or the Go path's).
+type stamps struct {
+	batch, read, done time.Time
+}
+
+// timedDevice wraps a device so that its streams note, in st, when a call
+// handed over its batch and when its download was known to be done: the
+// phases of a call are then the host's work before the batch (pre), the
+// wait for the device (wait) and the host's work after it (post).
+type timedDevice struct {
+	hw.Device
+	st *stamps
+}
+
+func (d timedDevice) NewStream() (hw.Stream, error) {
+	s, err := d.Device.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	return timedStream{s, s.(hw.BatchSubmitter), d.st}, nil
+}
+
+type timedStream struct {
+	hw.Stream
+	bs hw.BatchSubmitter
+	st *stamps
+}
+
+func (s timedStream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
+	c, err := s.bs.SubmitBatch(cmds)
+	s.st.batch = time.Now()
+	return c, err
+}
+
+func (s timedStream) Read(b hw.Buffer, off int, dst []byte) (hw.Completion, error) {
+	s.st.read = time.Now()
+	return s.Stream.Read(b, off, dst)
+}
+
+func (s timedStream) Sync(ctx context.Context) error {
+	err := s.Stream.Sync(ctx)
+	if s.st.done.IsZero() && !s.st.read.IsZero() {
+		s.st.done = time.Now()
+	}
+	return err
+}
+
+func benchBlock(b *testing.B, dev hw.Device) {
 	in := stagehost.Float32Bytes(Values(1000, S*D, 2))
+	st := new(stamps)
+	dev = timedDevice{dev, st}
 	for _, c := range []struct {
 		name string
 		open func(testing.TB) func([]byte) ([]byte, error)
@@ -257,17 +346,29 @@ func BenchmarkBlockCUDA(b *testing.B) {
 			if _, err := call(in); err != nil { // warm-up
 				b.Fatal(err)
 			}
-			var d []time.Duration
+			var d, pre, wait, post []time.Duration
 			for b.Loop() {
+				*st = stamps{}
 				t0 := time.Now()
 				if _, err := call(in); err != nil {
 					b.Fatal(err)
 				}
-				d = append(d, time.Since(t0))
+				t1 := time.Now()
+				d = append(d, t1.Sub(t0))
+				pre = append(pre, st.batch.Sub(t0))
+				wait = append(wait, st.done.Sub(st.batch))
+				post = append(post, t1.Sub(st.done))
 			}
+			p50 := func(d []time.Duration) float64 {
+				slices.Sort(d)
+				return float64(d[len(d)/2].Nanoseconds())
+			}
+			b.ReportMetric(p50(d), "ns/call-p50")
 			slices.Sort(d)
-			b.ReportMetric(float64(d[len(d)/2].Nanoseconds()), "ns/call-p50")
 			b.ReportMetric(float64(d[len(d)*9/10].Nanoseconds()), "ns/call-p90")
+			b.ReportMetric(p50(pre), "ns/pre-p50")
+			b.ReportMetric(p50(wait), "ns/wait-p50")
+			b.ReportMetric(p50(post), "ns/post-p50")
 		})
 	}
 }
