@@ -309,11 +309,56 @@ func (d *decoder) latticeEmbedded(t *table, lt *Lattice) {
 			lt.StoreDir = resolve(d.dir, dir)
 		}
 	}
-	for _, k := range []string{"listen", "store_dir"} {
+	d.latticeCluster(t, lt)
+	for _, k := range []string{"listen", "store_dir", "cluster_listen", "cluster_routes"} {
 		if t.has(k) && !lt.Embedded {
 			d.errorf(t.path.key(k), "%s is for an embedded server: it needs embedded = true", k)
 		}
 	}
+}
+
+// latticeCluster decodes the keys that make an embedded server a node
+// of a NATS cluster: cluster_listen (host:port) and cluster_routes
+// (nats-route://host:port URLs, comma-separated), which needs it.
+func (d *decoder) latticeCluster(t *table, lt *Lattice) {
+	if l, ok := t.str("cluster_listen", "", false); ok && t.has("cluster_listen") {
+		if _, port, err := net.SplitHostPort(l); err != nil || !validPort(port) {
+			d.errorf(t.path.key("cluster_listen"), "%q is not a host:port address (for example \"0.0.0.0:6222\")", l)
+		} else {
+			lt.ClusterListen = l
+		}
+	}
+	if r, ok := t.str("cluster_routes", "", false); ok && t.has("cluster_routes") {
+		if err := checkRouteURLs(r); err != nil {
+			d.errorf(t.path.key("cluster_routes"), "%v", err)
+		} else {
+			lt.ClusterRoutes = r
+		}
+		if !t.has("cluster_listen") {
+			d.errorf(t.path.key("cluster_routes"), "cluster_routes needs cluster_listen: the address this node's routes listen on")
+		}
+	}
+}
+
+// checkRouteURLs checks a comma-separated list of NATS route URLs.
+func checkRouteURLs(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return fmt.Errorf("must not be empty: route URLs such as \"nats-route://10.0.0.5:6222,nats-route://10.0.0.6:6222\"")
+	}
+	for _, one := range strings.Split(s, ",") {
+		one = strings.TrimSpace(one)
+		u, err := url.Parse(one)
+		if err == nil && u.User != nil {
+			return fmt.Errorf("a route URL holds credentials: routes here take none")
+		}
+		if err != nil || u.Host == "" || u.Port() == "" || !validPort(u.Port()) {
+			return fmt.Errorf("%q is not a route URL (for example \"nats-route://10.0.0.5:6222\")", one)
+		}
+		if u.Scheme != "nats-route" && u.Scheme != "nats" {
+			return fmt.Errorf("%q: the scheme must be nats-route, not %q", one, u.Scheme)
+		}
+	}
+	return nil
 }
 
 // latticeCredentials decodes where the lattice's credential (at most
