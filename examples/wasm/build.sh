@@ -46,15 +46,9 @@ c_example() { # c_example DIR NAME
     -Wl,--no-entry -o "$(target "$1" "$2")" "$2.c" && chmod a-x "$(target "$1" "$2")")
 }
 
-rust_example() { # rust_example DIR NAME: cargo's cdylib NAME.wasm, offline
-  local rustc=${RUSTC:-/usr/bin/rustc} cargo=${CARGO:-/usr/bin/cargo}
-  local tdir="$here/$1/target"
-  $check && tdir="$out/target-$2"
-  # The checkout's path must not reach the bytes.
-  (cd "$1" && RUSTFLAGS="--remap-path-prefix=$(cd "$here/../.." && pwd)=stagehost" RUSTC="$rustc" CARGO_TARGET_DIR="$tdir" \
-    "$cargo" build --offline --quiet --release --target wasm32-unknown-unknown)
-  cp "$tdir/wasm32-unknown-unknown/release/$2.wasm" "$(target "$1" "$2")"
-  chmod a-x "$(target "$1" "$2")"
+rust_example() { # rust_example DIR NAME: cargo's cdylib NAME.wasm, offline,
+  # built where the checkout's path cannot reach the bytes
+  "$here/../../guest-sdk/rust/build-wasm.sh" "examples/wasm/$1" "$2" "$(target "$1" "$2")"
 }
 
 echo "go: $(go version)"

@@ -3,11 +3,10 @@
 # toolchain), offline:  ./build.sh [--check]
 set -eu
 cd "$(dirname "$0")"
-# The checkout's path must not reach the bytes: remap it.
-root=$(cd ../../.. && pwd)
-RUSTFLAGS="--remap-path-prefix=$root=stagehost" RUSTC=${RUSTC:-/usr/bin/rustc} CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target} \
-  ${CARGO:-/usr/bin/cargo} build --offline -q --release --target wasm32-unknown-unknown
-out=${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/release/casestage.wasm
+# Built where the checkout's path cannot reach the bytes
+# (guest-sdk/rust/build-wasm.sh).
+out=$(mktemp -d)/casestage.wasm
+../../rust/build-wasm.sh guest-sdk/testdata/casestage casestage "$out"
 if [ "${1:-}" = "--check" ]; then
   cmp -s "$out" casestage.wasm || { echo "guest-sdk/testdata/casestage/casestage.wasm differs from a fresh build" >&2; exit 1; }
 else
