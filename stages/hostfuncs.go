@@ -165,6 +165,8 @@ func hostYield(ctx context.Context, _ api.Module, stack []uint64) {
 			c.slice = now
 			runtime.Gosched()
 		}
+	} else if err := ctx.Err(); err != nil { // a vendor kernel's launch (kernel.go)
+		panic(&interruption{cause: err})
 	}
 	stack[0] = yieldFuel
 }
