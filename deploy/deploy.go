@@ -95,6 +95,7 @@ type Deployment struct {
 	cudaP   *cuda.Platform
 	devices map[string]hw.Device
 	modules map[string]*stages.Module
+	kernels map[string]*stages.WasmKernel // vendor Wasm kernels, by name (kernels.go)
 
 	sessions  map[string]*Pool
 	residents map[string]*Resident
@@ -210,6 +211,9 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 		return nil, err
 	}
 	if err := d.loadModules(ctx, opt, cacheDir); err != nil {
+		return nil, err
+	}
+	if err := d.loadKernels(ctx); err != nil {
 		return nil, err
 	}
 	releaseWeights, err := d.loadWeights(ctx, opt)
@@ -571,6 +575,7 @@ func (s *Pool) makeInstance(ctx context.Context, stage *stages.Module, i, n int,
 	default:
 		cfg = cfg.WithFenceModule(s.fence)
 	}
+	cfg = cfg.WithKernels(d.sessionKernels(ms)...)
 	ws, releaseWeights, err := d.sessionWeights(ctx, ms, dev)
 	if err != nil {
 		return nil, err

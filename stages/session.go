@@ -17,6 +17,7 @@ import (
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
 	"github.com/stagehost/stagehost/internal/monotime"
 	"github.com/stagehost/stagehost/stages/internal/wasmbin"
 )
@@ -29,6 +30,7 @@ type SessionConfig struct {
 	streams      []string
 	buffers      []bufferDecl
 	programs     []string
+	kernels      []*WasmKernel
 	budget       int64
 	outputLimit  int
 	deadline     time.Duration
@@ -87,6 +89,15 @@ func (c SessionConfig) WithBuffer(name string, size int) SessionConfig {
 // once). Default none.
 func (c SessionConfig) WithWeights(w ...*Weights) SessionConfig {
 	c.weights = append(append([]*Weights(nil), c.weights...), w...)
+	return c
+}
+
+// WithKernels gives the session vendor kernels ([Engine.LoadKernel]):
+// a name in [SessionConfig.WithPrograms] that is one of theirs is
+// prepared from the kernel (on a sim device: [sim.Device.PrepareKernel])
+// rather than looked up in the device's registry. Default none.
+func (c SessionConfig) WithKernels(k ...*WasmKernel) SessionConfig {
+	c.kernels = append(append([]*WasmKernel(nil), c.kernels...), k...)
 	return c
 }
 
@@ -191,6 +202,7 @@ type callState struct {
 	spare       []byte // an output buffer of earlier calls, for a dst that overlaps the input
 	outputLimit int
 	entry       string
+	shape       hw.LaunchShape // stream_launch's, reused
 	errMsg      string
 	logs        int
 	// lastErr is the call's last error (ABI.md §3, last_error): the
@@ -430,6 +442,22 @@ func (s *Session) releaseWeights() {
 	s.cfg.weights = nil
 }
 
+// prepare prepares a program: a vendor kernel of the session's, else one
+// of the device's registry.
+func (s *Session) prepare(dev hw.Device, name string) (hw.Program, error) {
+	for _, k := range s.cfg.kernels {
+		if k.spec.Name != name {
+			continue
+		}
+		sd, ok := dev.(*sim.Device)
+		if !ok {
+			return nil, errdefs.Errorf(errdefs.ErrUnsupported, "vendor kernel %q: its Wasm module runs on sim devices only, not on %s", name, dev.Name())
+		}
+		return sd.PrepareKernel(k.spec.Info(), k.SimKernel())
+	}
+	return s.owner.Prepare(dev, name)
+}
+
 func (s *Session) declare(t *handleTable) error {
 	dev := s.cfg.device
 	for _, name := range s.cfg.streams {
@@ -447,11 +475,17 @@ func (s *Session) declare(t *handleTable) error {
 		t.declare(handleEntry{kind: abi.KindBuffer, buffer: buf}, b.name)
 	}
 	for _, name := range s.cfg.programs {
-		p, err := s.owner.Prepare(dev, name)
+		p, err := s.prepare(dev, name)
 		if err != nil {
 			return fmt.Errorf("session %q: program %q: %w", s.name, name, err)
 		}
 		e := handleEntry{kind: abi.KindProgram, program: p}
+		for _, k := range s.cfg.kernels {
+			if k.spec.Name == name {
+				info := k.spec.Info()
+				e.vendor = &info
+			}
+		}
 		if d, ok := p.(hw.Describer); ok {
 			if info, ok := d.KernelInfo(); ok && !info.Variadic {
 				e.dirs = make([]string, len(info.Args))
