@@ -10,6 +10,7 @@ import (
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 func init() { commands["kernels"] = true }
@@ -27,8 +28,31 @@ func cmdKernels(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("kernels", "[flags]", "Print the kernels a stage may prepare by name: their arguments in order and\nwhich backends have them (a compact table; --markdown for docs/kernels.md).")
 	c.nargs = 0
 	markdown := c.fs.Bool("markdown", false, "print the full reference, docs/kernels.md")
+	manifestPath := c.fs.String("manifest", "", "list the vendor kernels ([[kernel]]) of this manifest instead, checked as `check` checks them")
 	if _, code := c.parse(args, stdout, stderr); code >= 0 {
 		return code
+	}
+	if *manifestPath != "" {
+		m, err := manifest.Load(*manifestPath)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitInvalid
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KERNEL\tENTRY\tFILES\tARGUMENTS")
+		for i := range m.Kernels {
+			k := &m.Kernels[i]
+			var files []string
+			if k.Wasm != "" {
+				files = append(files, "wasm "+k.WasmSHA256[:12]+"…")
+			}
+			if k.PTX != "" {
+				files = append(files, "ptx "+k.PTXSHA256[:12]+"…")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.Name, k.Entry, strings.Join(files, ", "), vendorArgs(k))
+		}
+		tw.Flush()
+		return exitOK
 	}
 	if *markdown {
 		fmt.Fprint(stdout, kernelsDoc())
@@ -57,6 +81,30 @@ func cmdKernels(args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	return exitOK
+}
+
+// vendorArgs is a vendor kernel's arguments, compactly: "x f32[] in, n u32".
+func vendorArgs(k *manifest.Kernel) string {
+	parts := make([]string, len(k.Args))
+	for i, a := range k.Spec().Args {
+		parts[i] = a.Name + " " + argType(a)
+	}
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// vendorKernelSummary is check's line for a [[kernel]].
+func vendorKernelSummary(k *manifest.Kernel) string {
+	var files []string
+	if k.Wasm != "" {
+		files = append(files, "wasm sha256 "+k.WasmSHA256[:12]+"… ok")
+	}
+	if k.PTX != "" {
+		files = append(files, "ptx sha256 "+k.PTXSHA256[:12]+"… (verified against the driver at load)")
+	}
+	return "entry " + k.Entry + " (" + vendorArgs(k) + "); " + strings.Join(files, "; ")
 }
 
 // argType is a compact type: "f32[] in" for a buffer, "u32" for a scalar.
