@@ -42,6 +42,8 @@ type fakeDriver struct {
 	graphsMade  map[cuGraph][]fakeLaunch
 	execs       map[cuGraphExec][]fakeLaunch
 	launchFail  cuResult // next launch fails synchronously with this
+	noParamInfo bool     // cuFuncGetParamInfo is absent (vendor_fake_test.go)
+	funcMods    map[cuFunction]cuModule
 	kernelsRun  map[string]int
 
 	wrongThread atomic.Int64
@@ -484,6 +486,9 @@ func (f *fakeDriver) ModuleLoadData(image []byte) (cuModule, string, cuResult) {
 	if len(image) == 0 || image[len(image)-1] != 0 || !strings.Contains(string(image), ".target") {
 		return 0, "fake: not a PTX image", cudaErrorInvalidPTX
 	}
+	if log, bad := fakePTXErrors(string(image)); bad {
+		return 0, log, cudaErrorInvalidPTX
+	}
 	m := cuModule(f.handle())
 	f.modules[m] = string(image)
 	return m, "", cudaSuccess
@@ -503,6 +508,10 @@ func (f *fakeDriver) ModuleGetFunction(m cuModule, name string) (cuFunction, cuR
 	}
 	h := cuFunction(f.handle())
 	f.funcs[h] = name
+	if f.funcMods == nil {
+		f.funcMods = map[cuFunction]cuModule{}
+	}
+	f.funcMods[h] = m
 	return h, cudaSuccess
 }
 
