@@ -38,6 +38,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/stagehost/stagehost/hw/cuda"
 	"io"
 	"os"
 )
@@ -132,6 +133,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdAdmin(args[1:], stdout, stderr)
 	case "requires":
 		return cmdRequires(args[1:], stdout, stderr)
+	case cuda.JITSubcommand: // hidden: the JIT child process (hw/cuda.CompilePTX)
+		return cmdInternalJIT(args[1:], stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) == 2 && args[0] == "help" && commands[args[1]] {
 			return Main([]string{args[1], "--help"}, stdout, stderr)
