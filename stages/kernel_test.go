@@ -70,6 +70,7 @@ func TestKernelCorpus(t *testing.T) {
 		run        string
 	}{
 		{file: "double"},
+		{file: "double_c"}, // built from C, docs/guest.md
 		{file: "loop", runClasses: []error{errdefs.ErrFault, errdefs.ErrDeadlineExceeded}, run: `kernel "double": interrupted: it ran past its time limit of 200ms`},
 		{file: "trap", runClasses: []error{errdefs.ErrFault}, run: `kernel "double": failed: wasm error: unreachable`},
 		{file: "oob", runClasses: []error{errdefs.ErrFault}, run: `kernel "double": failed: wasm error: out of bounds memory access`},

@@ -4,3 +4,5 @@
 set -e
 cd "$(dirname "$0")"
 for f in *.wat; do wat2wasm "$f" -o "${f%.wat}.wasm"; done
+# The C kernel (docs/guest.md, "Vendor kernels"):
+clang --target=wasm32 -O2 -nostdlib -Wl,--no-entry -o double_c.wasm double_c.c
