@@ -219,3 +219,29 @@ func TestKernelLostDevice(t *testing.T) {
 	}
 	_ = str.Close(ctx)
 }
+
+// BenchmarkWasmKernelRun is one launch of the double kernel over 4
+// floats, run directly: a fresh instance, the copies in and out, the call.
+func BenchmarkWasmKernelRun(b *testing.B) {
+	ctx := context.Background()
+	eng, err := NewEngine(ctx, NewEngineConfig().WithCacheDir(""))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	bin, err := os.ReadFile(filepath.Join("testdata", "kernels", "double.wasm"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	k, err := eng.LoadKernel(ctx, bin, doubleSpec, NewKernelConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := KernelArgs{Bufs: [][]byte{f32bytes(1, 2, 3, 4), make([]byte, 16), nil}, Scalars: []uint64{0, 0, 4}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := k.Run(ctx, args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
