@@ -28,7 +28,7 @@ func cmdKernels(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("kernels", "[flags]", "Print the kernels a stage may prepare by name: their arguments in order and\nwhich backends have them (a compact table; --markdown for docs/kernels.md).")
 	c.nargs = 0
 	markdown := c.fs.Bool("markdown", false, "print the full reference, docs/kernels.md")
-	manifestPath := c.fs.String("manifest", "", "list the vendor kernels ([[kernel]]) of this manifest instead, checked as `check` checks them")
+	manifestPath := c.fs.String("manifest", "", "list the vendor kernels ([[kernel]]) of the manifest `FILE` instead, verified as check verifies them")
 	if _, code := c.parse(args, stdout, stderr); code >= 0 {
 		return code
 	}

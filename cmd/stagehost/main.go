@@ -81,6 +81,7 @@ Usage:
   stagehost trace FILE                 summarise a saved trace
   stagehost version                    print the stagehost, ABI and wazero versions
   stagehost kernels [--markdown]       the kernels and their arguments (docs/kernels.md)
+  stagehost kernels --manifest FILE    a manifest's vendor kernels ([[kernel]], docs/manifest.md)
   stagehost new go|c NAME              write a new guest project in NAME (docs/guest.md)
   stagehost admin [flags] COMMAND      model control of a running serve (docs/service.md):
       modules | load NAME PATH [--sha256 X] | upload NAME FILE | unload NAME[@SHA256]
