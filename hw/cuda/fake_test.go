@@ -651,6 +651,11 @@ func (f *fakeDriver) run(ctx cuContext, l fakeLaunch) {
 		for i, x := 0, f32view(mem(p[0], p[2]*4)); i < len(x); i++ {
 			x[i] = f32(p[1])
 		}
+	case "double": // the vendor kernel of testdata/vendor/double.ptx
+		x, y := f32view(mem(p[0], uint64(uint32(p[2]))*4)), f32view(mem(p[1], uint64(uint32(p[2]))*4))
+		for i := range min(len(x), len(y)) {
+			y[i] = 2 * x[i]
+		}
 	case "copy":
 		dst, src := mem(p[0], p[2]), mem(p[1], p[2])
 		if dst != nil && src != nil {

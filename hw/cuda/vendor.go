@@ -46,8 +46,13 @@ var _ hw.LaunchLimiter = (*Device)(nil)
 // LaunchLimits reads the device's launch limits with cuDeviceGetAttribute
 // (MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM_X/Y/Z, MAX_GRID_DIM_X/Y/Z,
 // MAX_SHARED_MEMORY_PER_BLOCK). Where the driver does not give one, the
-// limit of [hw.DefaultLaunchLimits] stands.
+// limit of [hw.DefaultLaunchLimits] stands. They are read once.
 func (d *Device) LaunchLimits() hw.LaunchLimits {
+	d.limitsOnce.Do(func() { d.limits = d.readLaunchLimits() })
+	return d.limits
+}
+
+func (d *Device) readLaunchLimits() hw.LaunchLimits {
 	l := hw.DefaultLaunchLimits
 	get := func(attr int32, dst *uint32) {
 		if v, r := d.drv.DeviceGetAttribute(attr, d.dev); r == cudaSuccess && v > 0 {
@@ -167,4 +172,96 @@ var jitLine = regexp.MustCompile(`ptxas[^,\n]*, line (\d+); `)
 // error   : …"), and trims it.
 func MapJITLog(log, file string) string {
 	return strings.TrimSpace(jitLine.ReplaceAllString(log, file+":$1: "))
+}
+
+// PrepareVendor loads a vendor kernel on the device, from its cubin
+// ([CompilePTX]) or its PTX (JIT-compiled here, blocking this thread:
+// serving processes load cubins), finds entry and checks its parameter
+// layout against info's arguments (as [Device.VerifyPTX]). Its launches
+// take their grid, block and shared memory from [hw.Command.Shape],
+// which they must have (stream_launch), and their arguments are checked
+// against info: count, kinds, a buffer inside its allocation, a 32-bit
+// scalar below 2^32. The module stays loaded until the device closes.
+//
+// # Errors
+//
+// As for [Device.VerifyPTX].
+func (d *Device) PrepareVendor(image []byte, file, entry string, info hw.KernelInfo) (hw.Program, error) {
+	if err := d.usable(); err != nil {
+		return nil, err
+	}
+	params := make([]ParamDecl, len(info.Args))
+	for i, a := range info.Args {
+		kind := a.Type
+		if a.Kind == hw.KindBuffer {
+			kind = "buffer"
+		}
+		params[i] = ParamDecl{Name: a.Name, Size: ParamSize(kind)}
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if r := d.drv.CtxSetCurrent(d.ctx); r != cudaSuccess {
+		return nil, d.resultErr("cuCtxSetCurrent", r)
+	}
+	img := append(append(make([]byte, 0, len(image)+1), image...), 0)
+	mod, log, r := d.drv.ModuleLoadData(img)
+	if r != cudaSuccess {
+		msg := fmt.Sprintf("%s: the driver refuses the image (%s)", file, d.drv.ErrorName(r))
+		if log = MapJITLog(log, file); log != "" {
+			msg += ":\n" + log
+		}
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s", msg)
+	}
+	f, r := d.drv.ModuleGetFunction(mod, entry)
+	if r != cudaSuccess {
+		d.drv.ModuleUnload(mod)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: no .entry %q (%s)", file, entry, d.drv.ErrorName(r))
+	}
+	if err := checkParamLayout(d.drv, f, file, entry, params); err != nil {
+		d.drv.ModuleUnload(mod)
+		return nil, err
+	}
+	d.vendorMu.Lock()
+	d.vendorMods = append(d.vendorMods, mod)
+	d.vendorMu.Unlock()
+	return &program{dev: d, k: &kernel{name: info.Name}, fn: f, vendor: &info}, nil
+}
+
+// prepareVendorLaunch validates a vendor kernel's command and packs it.
+func (d *Device) prepareVendorLaunch(prog *program, cmd *hw.Command, l *launch) error {
+	k := prog.vendor
+	if cmd.Shape == nil {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s is a vendor kernel: it is launched with a shape (stream_launch)", k.Name)
+	}
+	if err := d.LaunchLimits().Check(cmd.Shape); err != nil {
+		return fmt.Errorf("cuda: %s: %w", k.Name, err)
+	}
+	if len(cmd.Args) != len(k.Args) {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s takes %d arguments, got %d", k.Name, len(k.Args), len(cmd.Args))
+	}
+	for i, a := range cmd.Args {
+		decl := k.Args[i]
+		if (a.Buffer != nil) != (decl.Kind == hw.KindBuffer) {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: argument %d (%s): the kind does not match its declaration (%s %s)", k.Name, i, decl.Name, decl.Kind, decl.Type)
+		}
+		if a.Buffer == nil {
+			if decl.Type != "u64" && a.Value>>32 != 0 {
+				return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: argument %d (%s): %#x does not fit a %s", k.Name, i, decl.Name, a.Value, decl.Type)
+			}
+			l.params[i] = a.Value
+			continue
+		}
+		buf, err := d.bufferOf(a.Buffer, i)
+		if err != nil {
+			return err
+		}
+		if err := checkRange(i, a.Offset, a.Length, buf.size); err != nil {
+			return err
+		}
+		l.params[i] = uint64(buf.ptr) + uint64(a.Offset)
+	}
+	l.fn, l.nparams = prog.fn, len(cmd.Args)
+	l.grid, l.block, l.shared = cmd.Shape.Grid, cmd.Shape.Block, cmd.Shape.SharedBytes
+	l.blas, l.dtype = false, 0
+	return nil
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/hw"
 )
 
 // The fake driver's vendor-kernel entry points: parameter layouts read
@@ -167,4 +169,75 @@ func fakePTXErrors(text string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestPrepareVendorFake: a vendor PTX kernel prepared on the fake GPU
+// runs with its shape; a launch without a shape, over the device's
+// limits or with arguments off its declaration is refused at submit; a
+// layout mismatch is refused at prepare.
+func TestPrepareVendorFake(t *testing.T) {
+	f := newFake(1)
+	p, err := Open(NewConfig().withDriver(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dev := p.Devices()[0].(*Device)
+	info := hw.KernelInfo{Name: "vdouble", Args: []hw.KernelArg{
+		hw.KernelBuffer("x", "f32", "in", ""), hw.KernelBuffer("y", "f32", "out", ""), hw.KernelScalar("n", "u32")}}
+	bad := info
+	bad.Args = []hw.KernelArg{info.Args[0], info.Args[1], hw.KernelScalar("n", "u64")}
+	if _, err := dev.PrepareVendor(vendorPTX(t, "double.ptx"), "double.ptx", "double", bad); !errors.Is(err, errdefs.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "parameter 2 is 4 bytes, but argument 2 (n) is declared with 8 bytes") {
+		t.Fatalf("layout mismatch: %v", err)
+	}
+	prog, err := dev.PrepareVendor(vendorPTX(t, "double.ptx"), "double.ptx", "double", info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer s.Close(ctx)
+	x, _ := dev.Alloc(16, 0, nil)
+	y, _ := dev.Alloc(16, 0, nil)
+	defer x.Free()
+	defer y.Free()
+	in := []byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40} // 1, 2, 3, 4
+	if _, err := s.Write(x, 0, in); err != nil {
+		t.Fatal(err)
+	}
+	args := []hw.Arg{hw.BufferArg(x, 0, -1), hw.BufferArg(y, 0, -1), hw.Uint(4)}
+	shape := &hw.LaunchShape{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{4, 1, 1}}
+	for _, row := range []struct {
+		name string
+		cmd  hw.Command
+		want string
+	}{
+		{"no shape", hw.Command{Program: prog, Args: args}, "vdouble is a vendor kernel: it is launched with a shape (stream_launch)"},
+		{"over limits", hw.Command{Program: prog, Args: args, Shape: &hw.LaunchShape{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 128}}}, "block.z = 128, over the device's limit of 64"},
+		{"shared over", hw.Command{Program: prog, Args: args, Shape: &hw.LaunchShape{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}, SharedBytes: 1 << 20}}, "1048576 bytes of shared memory, over the device's limit of 49152"},
+		{"arg count", hw.Command{Program: prog, Args: args[:2], Shape: shape}, "vdouble takes 3 arguments, got 2"},
+		{"arg kind", hw.Command{Program: prog, Args: []hw.Arg{args[0], hw.Uint(1), args[2]}, Shape: shape}, "argument 1 (y): the kind does not match its declaration (buffer f32)"},
+		{"u32 range", hw.Command{Program: prog, Args: []hw.Arg{args[0], args[1], hw.Uint(1 << 40)}, Shape: shape}, "does not fit a u32"},
+	} {
+		if _, err := s.Submit(&row.cmd); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), row.want) {
+			t.Errorf("%s: got %v, want invalid_argument containing %q", row.name, err, row.want)
+		}
+	}
+	if _, err := s.Submit(&hw.Command{Program: prog, Args: args, Shape: shape}); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 16)
+	if _, err := s.Read(y, 0, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []byte{0, 0, 0, 0x40, 0, 0, 0x80, 0x40, 0, 0, 0xc0, 0x40, 0, 0, 0, 0x41}; string(out) != string(want) {
+		t.Fatalf("y = %x, want %x", out, want)
+	}
 }
