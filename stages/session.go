@@ -31,6 +31,7 @@ type SessionConfig struct {
 	buffers      []bufferDecl
 	programs     []string
 	kernels      []*WasmKernel
+	vendorProgs  []vendorProgram
 	budget       int64
 	outputLimit  int
 	deadline     time.Duration
@@ -99,6 +100,40 @@ func (c SessionConfig) WithWeights(w ...*Weights) SessionConfig {
 func (c SessionConfig) WithKernels(k ...*WasmKernel) SessionConfig {
 	c.kernels = append(append([]*WasmKernel(nil), c.kernels...), k...)
 	return c
+}
+
+// WithVendorProgram gives the session a vendor kernel of any backend: a
+// name in [SessionConfig.WithPrograms] equal to info.Name is prepared by
+// prepare on the session's device (a cuda device's
+// Device.PrepareVendor of hw/cuda, for instance) and launched only with
+// stream_launch, checked against info. Default none.
+func (c SessionConfig) WithVendorProgram(info hw.KernelInfo, prepare func(hw.Device) (hw.Program, error)) SessionConfig {
+	c.vendorProgs = append(append([]vendorProgram(nil), c.vendorProgs...), vendorProgram{info, prepare})
+	return c
+}
+
+// vendorProgram is one WithVendorProgram.
+type vendorProgram struct {
+	info    hw.KernelInfo
+	prepare func(hw.Device) (hw.Program, error)
+}
+
+// vendorInfo returns the declaration of the vendor kernel called name,
+// or nil.
+func (c *SessionConfig) vendorInfo(name string) *hw.KernelInfo {
+	for _, k := range c.kernels {
+		if k.spec.Name == name {
+			info := k.spec.Info()
+			return &info
+		}
+	}
+	for _, v := range c.vendorProgs {
+		if v.info.Name == name {
+			info := v.info
+			return &info
+		}
+	}
+	return nil
 }
 
 // WithPrograms names the programs the guest may look up; each is prepared
@@ -455,6 +490,11 @@ func (s *Session) prepare(dev hw.Device, name string) (hw.Program, error) {
 		}
 		return sd.PrepareKernel(k.spec.Info(), k.SimKernel())
 	}
+	for _, v := range s.cfg.vendorProgs {
+		if v.info.Name == name {
+			return v.prepare(dev)
+		}
+	}
 	return s.owner.Prepare(dev, name)
 }
 
@@ -480,12 +520,7 @@ func (s *Session) declare(t *handleTable) error {
 			return fmt.Errorf("session %q: program %q: %w", s.name, name, err)
 		}
 		e := handleEntry{kind: abi.KindProgram, program: p}
-		for _, k := range s.cfg.kernels {
-			if k.spec.Name == name {
-				info := k.spec.Info()
-				e.vendor = &info
-			}
-		}
+		e.vendor = s.cfg.vendorInfo(name)
 		if d, ok := p.(hw.Describer); ok {
 			if info, ok := d.KernelInfo(); ok && !info.Variadic {
 				e.dirs = make([]string, len(info.Args))
