@@ -180,7 +180,8 @@ func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.r
 // # Errors
 //
 // [errdefs.ErrUnsupported] when a cuda device is declared but no CUDA driver is
-// present; [errdefs.ErrNotFound] for a [Config.WithDevice] device the
+// present, or a session on a cuda GPU lists a vendor PTX kernel (it runs
+// only in a worker process of its tenant: serve --supervise); [errdefs.ErrNotFound] for a [Config.WithDevice] device the
 // manifest does not declare; device errors; module load errors; the error of a session's
 // creation when ctx ends during it.
 func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, error) {
@@ -196,6 +197,9 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device, progress: opt.progress}
 	if opt.device != "" && m.Device(opt.device) == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
+	}
+	if err := refuseVendorPTX(m, opt.device); err != nil {
+		return nil, err
 	}
 	ok := false
 	defer func() {

@@ -30,8 +30,8 @@ func (d *Deployment) loadKernels(ctx context.Context) error {
 				if !ok {
 					continue // another worker's device
 				}
-				if md := m.Device(devName); md != nil && md.Backend == manifest.BackendCUDA && dev.Engine() == hw.EngineGPU {
-					return errdefs.Errorf(errdefs.ErrUnsupported, "session %q: vendor PTX kernel %q runs only in a worker process of its tenant: start with serve --supervise", s.Name, name)
+				if dev.Engine() == hw.EngineGPU && m.Device(devName).Backend == manifest.BackendCUDA {
+					continue // refused by refuseVendorPTX
 				}
 				if _, done := d.kernels[name]; done {
 					continue
@@ -70,4 +70,27 @@ func (d *Deployment) sessionKernels(s *manifest.Session) []*stages.WasmKernel {
 		}
 	}
 	return ks
+}
+
+// refuseVendorPTX refuses a session on a cuda GPU of the deployment
+// (every device, or only device when it is not "") that lists a vendor
+// kernel, before any device is opened.
+func refuseVendorPTX(m *manifest.Manifest, device string) error {
+	for _, s := range m.Sessions {
+		for _, name := range s.Programs {
+			if m.KernelNamed(name) == nil {
+				continue
+			}
+			for _, devName := range s.Devices {
+				md := m.Device(devName)
+				if md == nil || (device != "" && devName != device) {
+					continue
+				}
+				if md.Backend == manifest.BackendCUDA && md.Engine == hw.EngineGPU {
+					return errdefs.Errorf(errdefs.ErrUnsupported, "session %q: vendor PTX kernel %q runs only in a worker process of its tenant: start with serve --supervise", s.Name, name)
+				}
+			}
+		}
+	}
+	return nil
 }
