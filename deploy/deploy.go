@@ -240,7 +240,12 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 // cacheDirOf is the directory of m's compilation file cache ("" when it
 // is off): cache_dir, resolved against the manifest's directory, or the
 // default one.
-func cacheDirOf(m *manifest.Manifest) string {
+func cacheDirOf(m *manifest.Manifest) string { return CacheDir(m) }
+
+// CacheDir is the directory of m's compilation caches, Wasm modules and
+// vendor kernels' cubins ("" when cache_dir is "off"): cache_dir,
+// resolved against the manifest's directory, or the default one.
+func CacheDir(m *manifest.Manifest) string {
 	switch dir := m.Runtime.CacheDir; {
 	case dir == manifest.CacheOff:
 		return ""

@@ -153,6 +153,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	for _, k := range m.Kernels {
 		fmt.Fprintf(stdout, "  kernel %-12s %s\n", k.Name, vendorKernelSummary(&k))
 	}
+	if !checkVendorPTX(m, stdout, stderr) {
+		return exitInvalid
+	}
 	if tr := m.Tracing; tr != nil {
 		to := tr.Endpoint + tracing.OTLPPath
 		if tr.Exporter == manifest.TracingFile {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/hw/sim"
@@ -102,7 +104,7 @@ func vendorKernelSummary(k *manifest.Kernel) string {
 		files = append(files, "wasm sha256 "+k.WasmSHA256[:12]+"… ok")
 	}
 	if k.PTX != "" {
-		files = append(files, "ptx sha256 "+k.PTXSHA256[:12]+"… (verified against the driver at load)")
+		files = append(files, "ptx sha256 "+k.PTXSHA256[:12]+"… ok")
 	}
 	return "entry " + k.Entry + " (" + vendorArgs(k) + "); " + strings.Join(files, "; ")
 }
@@ -270,4 +272,52 @@ emulator (guest-sdk/emu), for testing guests without a host.
 		fmt.Fprintf(&b, "Backends: %s.\n", strings.Join(r.backends(), ", "))
 	}
 	return b.String()
+}
+
+// checkVendorPTX verifies every [[kernel]]'s PTX against the CUDA
+// driver when there is one: compiled to a cubin in the internal-jit
+// child under its jit_timeout (cached as the deployment caches it), then
+// loaded on cuda0 with its parameter layout checked against the args.
+// Without a driver it says so and passes. It reports false when a PTX is
+// refused.
+func checkVendorPTX(m *manifest.Manifest, stdout, stderr io.Writer) bool {
+	var ptx []*manifest.Kernel
+	for i := range m.Kernels {
+		if m.Kernels[i].PTX != "" {
+			ptx = append(ptx, &m.Kernels[i])
+		}
+	}
+	if len(ptx) == 0 {
+		return true
+	}
+	p, err := cuda.Open(cuda.NewConfig().WithBLASLibrary("-"))
+	if err != nil {
+		fmt.Fprintf(stdout, "  note: vendor PTX not verified against a driver here (%v); it is at load\n", err)
+		return true
+	}
+	defer p.Close()
+	dev := p.Devices()[0].(*cuda.Device)
+	ok := true
+	for _, k := range ptx {
+		src, err := manifest.ReadFile(k.PTXFile, m.Runtime.MaxModuleSize)
+		if err == nil {
+			var cubin []byte
+			cubin, _, err = cuda.CompilePTX(context.Background(), cuda.JITConfig{CacheDir: deploy.CacheDir(m), Timeout: k.JITTimeout,
+				ComputeCapability: dev.ComputeCapability(), DriverVersion: int32(p.DriverVersion())}, k.Name, src)
+			if err == nil {
+				params := make([]cuda.ParamDecl, len(k.Args))
+				for i, a := range k.Args {
+					params[i] = cuda.ParamDecl{Name: a.Name, Size: cuda.ParamSize(a.Kind)}
+				}
+				err = dev.VerifyPTX(cubin, k.PTX, k.Entry, params)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: kernel %q: %s\n", m.Path, k.Name, cuda.MapJITLog(err.Error(), k.PTX))
+			ok = false
+			continue
+		}
+		fmt.Fprintf(stdout, "  kernel %-12s ptx verified on %s (compute capability %s): entry %s, %d parameters as declared\n", k.Name, dev.Name(), dev.ComputeCapability(), k.Entry, len(k.Args))
+	}
+	return ok
 }

@@ -12,8 +12,13 @@ import (
 func TestVendorKernelCLI(t *testing.T) {
 	m := filepath.Join("testdata", "vkernel", "host.toml")
 	code, out, errs := runCLI(t, "check", m)
-	if code != exitOK || !strings.Contains(out, "kernel double       entry double (x f32[] in, y f32[] out, n u32); wasm sha256 943488418cf6… ok") {
+	if code != exitOK || !strings.Contains(out, "kernel double       entry double (x f32[] in, y f32[] out, n u32); wasm sha256 943488418cf6… ok; ptx sha256 ebd4d2b5ac52… ok") {
 		t.Fatalf("check: exit %d\n%s%s", code, out, errs)
+	}
+	// The PTX is verified against the driver where there is one; here
+	// (no GPU in CI) check says it was not.
+	if !strings.Contains(out, "kernel double       ptx verified on cuda0") && !strings.Contains(out, "note: vendor PTX not verified against a driver here (") {
+		t.Fatalf("check says nothing of the PTX:\n%s", out)
 	}
 	code, out, errs = runCLI(t, "kernels", "--manifest", m)
 	if code != exitOK || !strings.Contains(out, "double  double  wasm 943488418cf6…, ptx ebd4d2b5ac52…  x f32[] in, y f32[] out, n u32") {
