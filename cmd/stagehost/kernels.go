@@ -292,7 +292,7 @@ func checkVendorPTX(m *manifest.Manifest, stdout, stderr io.Writer) bool {
 	}
 	p, err := cuda.Open(cuda.NewConfig().WithBLASLibrary("-"))
 	if err != nil {
-		fmt.Fprintf(stdout, "  note: vendor PTX not verified against a driver here (%v); it is at load\n", err)
+		fmt.Fprintf(stdout, "  note: vendor PTX not verified against a driver here (%v)\n", err)
 		return true
 	}
 	defer p.Close()
