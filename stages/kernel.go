@@ -3,6 +3,7 @@ package stages
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -246,12 +247,17 @@ type KernelArgs struct {
 //   - the kernel ran past its time limit or ctx ended (also
 //     [errdefs.ErrDeadlineExceeded]).
 func (k *WasmKernel) Run(ctx context.Context, args KernelArgs) error {
+	return k.run(ctx, args, fmt.Sprintf("kernel %q: ", k.spec.Name))
+}
+
+// run is Run with the prefix of its errors: the sim stream names the
+// kernel itself.
+func (k *WasmKernel) run(ctx context.Context, args KernelArgs, prefix string) error {
 	ctx, cancel := context.WithTimeout(ctx, k.cfg.timeLimit)
 	defer cancel()
-	name := k.spec.Name
 	mod, err := k.engine.runtime.InstantiateModule(ctx, k.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
-		return k.failure(ctx, "does not instantiate", err)
+		return k.failure(ctx, prefix, "does not instantiate", err)
 	}
 	defer mod.Close(context.WithoutCancel(ctx))
 	mem := mod.Memory()
@@ -264,7 +270,7 @@ func (k *WasmKernel) Run(ctx context.Context, args KernelArgs) error {
 	base := uint64(mem.Size())
 	if total > 0 {
 		if _, ok := mem.Grow(uint32((total + 65535) >> 16)); !ok {
-			return errdefs.Errorf(errdefs.ErrFault, "kernel %q: its buffers (%d bytes) and its own memory (%d bytes) do not fit its memory limit of %d bytes: %w", name, total, base, uint64(k.cfg.memoryPages)<<16, errdefs.ErrOutOfBudget)
+			return errdefs.Errorf(errdefs.ErrFault, "%sits buffers (%d bytes) and its own memory (%d bytes) do not fit its memory limit of %d bytes: %w", prefix, total, base, uint64(k.cfg.memoryPages)<<16, errdefs.ErrOutOfBudget)
 		}
 	}
 	params := make([]uint64, 0, 2*len(k.spec.Args))
@@ -288,13 +294,13 @@ func (k *WasmKernel) Run(ctx context.Context, args KernelArgs) error {
 		off += uint64(len(b)+15) &^ 15
 	}
 	if _, err := mod.ExportedFunction(k.spec.Entry).Call(ctx, params...); err != nil {
-		return k.failure(ctx, "failed", err)
+		return k.failure(ctx, prefix, "failed", err)
 	}
 	for i, a := range k.spec.Args {
 		if a.Kind == hw.KindBuffer && a.Dir != "in" {
 			got, ok := mem.Read(uint32(offs[i]), uint32(len(args.Bufs[i])))
 			if !ok {
-				return errdefs.Errorf(errdefs.ErrFault, "kernel %q: argument %d (%s) is no longer in its memory", name, i, a.Name)
+				return errdefs.Errorf(errdefs.ErrFault, "%sargument %d (%s) is no longer in its memory", prefix, i, a.Name)
 			}
 			copy(args.Bufs[i], got)
 		}
@@ -302,15 +308,15 @@ func (k *WasmKernel) Run(ctx context.Context, args KernelArgs) error {
 	return nil
 }
 
-func (k *WasmKernel) failure(ctx context.Context, what string, err error) error {
+func (k *WasmKernel) failure(ctx context.Context, prefix, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		why := "it ran past its time limit of " + k.cfg.timeLimit.String()
 		if !errors.Is(cerr, context.DeadlineExceeded) {
 			why = "its launch was cancelled (the device was lost)"
 		}
-		return errdefs.Errorf(errdefs.ErrFault, "kernel %q: interrupted: %s: %w", k.spec.Name, why, errdefs.ErrDeadlineExceeded)
+		return errdefs.Errorf(errdefs.ErrFault, "%sinterrupted: %s: %w", prefix, why, errdefs.ErrDeadlineExceeded)
 	}
-	return errdefs.Errorf(errdefs.ErrFault, "kernel %q: %s: %s", k.spec.Name, what, kernelTrapText(err))
+	return errdefs.Errorf(errdefs.ErrFault, "%s%s: %s", prefix, what, kernelTrapText(err))
 }
 
 // kernelTrapText is a trap's message without wazero's stack trace.
@@ -346,6 +352,6 @@ func (k *WasmKernel) SimKernel() sim.Kernel {
 				a.Scalars[i] = l.Uint(i)
 			}
 		}
-		return k.Run(ctx, a)
+		return k.run(ctx, a, "")
 	}
 }

@@ -3,10 +3,13 @@ package stages
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stagehost/stagehost/abi"
+	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw/sim"
 )
 
@@ -95,5 +98,42 @@ func TestStreamLaunch(t *testing.T) {
 				t.Fatalf("y = %x, want %x", got, want)
 			}
 		})
+	}
+}
+
+// TestStreamLaunchLoopPastDeadline: a vendor kernel that loops past the
+// stage call's deadline: the call fails with DeadlineExceeded; the
+// kernel is stopped at its own time limit, so the fence proves the
+// stream drained within its timeout and the session is not quarantined.
+func TestStreamLaunchLoopPastDeadline(t *testing.T) {
+	f := newWasmFixture(t)
+	ctx := context.Background()
+	k, err := f.eng.LoadKernel(ctx, kernelFile(t, "loop"), doubleSpec, NewKernelConfig().WithTimeLimit(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := NewSessionConfig("loop", f.gpu).WithStreams("s0").WithPrograms("double", "fill").
+		WithBuffer("x", 16).WithBuffer("y", 16).WithKernels(k).
+		WithDeadline(100 * time.Millisecond).WithFenceTimeout(2 * time.Second)
+	s := f.session(t, abiModule(t, f, "launch"), cfg)
+	defer s.Close(ctx)
+	in := make([]byte, 48)
+	for i := range 3 {
+		binary.LittleEndian.PutUint32(in[4*i:], 1)
+		binary.LittleEndian.PutUint32(in[12+4*i:], 1)
+	}
+	start := time.Now()
+	_, err = s.Run(ctx, in, nil)
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		t.Fatalf("call: %v, want deadline_exceeded", err)
+	}
+	t.Logf("call: %v after %s", err, time.Since(start))
+	if q := s.Quarantined(); q != nil {
+		t.Fatalf("quarantined: %v", q)
+	}
+	// The next call runs: the looping launch failed (FAULT, reported
+	// once, at this call's sync) and the new one too.
+	if _, err := s.Run(ctx, in, nil); err != nil && !errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		t.Fatalf("second call: %v", err)
 	}
 }
