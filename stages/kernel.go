@@ -27,8 +27,11 @@ const (
 	// DefaultKernelMemoryLimit caps a vendor kernel instance's linear
 	// memory, its buffers included: 256 MiB.
 	DefaultKernelMemoryLimit = 256 << 20
-	// DefaultKernelTimeLimit bounds one launch of a vendor kernel: 10 s.
-	DefaultKernelTimeLimit = 10 * time.Second
+	// DefaultKernelTimeLimit bounds one launch of a vendor kernel: 5 s, so
+	// that with the session defaults (a 5 s deadline, a 10 s fence timeout)
+	// a kernel launched before the deadline has stopped before the fence
+	// gives up, and a looping kernel never quarantines its session.
+	DefaultKernelTimeLimit = 5 * time.Second
 )
 
 // KernelConfig configures [Engine.LoadKernel]. The zero value is not
