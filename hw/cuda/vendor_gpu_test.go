@@ -2,8 +2,10 @@ package cuda
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,5 +103,57 @@ func TestGPUJITTimeout(t *testing.T) {
 	_, _, err = CompilePTX(ctx, cfg, "malformed", vendorPTX(t, "malformed.ptx"))
 	if !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("malformed: %v", err)
+	}
+}
+
+// TestGPUPrepareVendor: the vendor PTX kernel "double" from its cubin
+// (compiled in-process here) runs with its shape; a launch over the
+// device's limits is refused at submit, nothing enqueued.
+func TestGPUPrepareVendor(t *testing.T) {
+	p := requireGPU(t)
+	dev := p.Devices()[0].(*Device)
+	info := hw.KernelInfo{Name: "vdouble", Args: []hw.KernelArg{
+		hw.KernelBuffer("x", "f32", "in", ""), hw.KernelBuffer("y", "f32", "out", ""), hw.KernelScalar("n", "u32")}}
+	prog, err := dev.PrepareVendor(vendorPTX(t, "double.ptx"), "double.ptx", "double", info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	const n = 1000
+	x, _ := dev.Alloc(4*n, 0, nil)
+	y, _ := dev.Alloc(4*n, 0, nil)
+	defer x.Free()
+	defer y.Free()
+	in := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(in[4*i:], math.Float32bits(float32(i)))
+	}
+	if _, err := s.Write(x, 0, in); err != nil {
+		t.Fatal(err)
+	}
+	args := []hw.Arg{hw.BufferArg(x, 0, -1), hw.BufferArg(y, 0, -1), hw.Uint(n)}
+	l := dev.LaunchLimits()
+	if _, err := s.Submit(&hw.Command{Program: prog, Args: args, Shape: &hw.LaunchShape{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{l.MaxThreadsPerBlock + 1, 1, 1}}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("over the limits: %v", err)
+	}
+	if _, err := s.Submit(&hw.Command{Program: prog, Args: args, Shape: &hw.LaunchShape{Grid: [3]uint32{(n + 255) / 256, 1, 1}, Block: [3]uint32{256, 1, 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 4*n)
+	if _, err := s.Read(y, 0, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:])); got != 2*float32(i) {
+			t.Fatalf("y[%d] = %v, want %v", i, got, 2*float32(i))
+		}
 	}
 }
