@@ -13,16 +13,17 @@ const Version = 1
 // Revision is the revision of v1 this package describes (ABI.md §1.4).
 // Revision 1 is the first release of v1; each later revision only adds
 // host functions, listed in [AddedIn].
-const Revision = 3
+const Revision = 4
 
 // AddedIn gives the revision of v1 that added each host function added
 // after the first release. A module that imports one is refused at load
 // by a host of an earlier revision (which does not know the import);
 // every other function is of revision 1.
 var AddedIn = map[string]int{
-	FnLastError:  2,
-	FnWeightsGet: 3,
-	FnTensorGet:  3,
+	FnLastError:    2,
+	FnWeightsGet:   3,
+	FnTensorGet:    3,
+	FnStreamLaunch: 4,
 }
 
 const (
@@ -74,8 +75,9 @@ const (
 	FnStreamSubmitBatch = "stream_submit_batch"
 	FnStreamSync        = "stream_sync"
 	FnStreamIdle        = "stream_idle"
-	FnWeightsGet        = "weights_get" // revision 3
-	FnTensorGet         = "tensor_get"  // revision 3
+	FnWeightsGet        = "weights_get"   // revision 3
+	FnTensorGet         = "tensor_get"    // revision 3
+	FnStreamLaunch      = "stream_launch" // revision 4
 )
 
 // Signature is a host function's Wasm type.
@@ -114,6 +116,7 @@ var Functions = map[string]Signature{
 	FnStreamIdle:        {[]api.ValueType{i64, i32}, []api.ValueType{i32}},
 	FnWeightsGet:        {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
 	FnTensorGet:         {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
+	FnStreamLaunch:      {[]api.ValueType{i64, i64, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
 }
 
 // ExportSignatures gives the required type of each function export the

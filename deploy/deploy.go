@@ -95,6 +95,7 @@ type Deployment struct {
 	cudaP   *cuda.Platform
 	devices map[string]hw.Device
 	modules map[string]*stages.Module
+	kernels map[string]*stages.WasmKernel // vendor Wasm kernels, by name (kernels.go)
 
 	sessions  map[string]*Pool
 	residents map[string]*Resident
@@ -179,7 +180,8 @@ func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.r
 // # Errors
 //
 // [errdefs.ErrUnsupported] when a cuda device is declared but no CUDA driver is
-// present; [errdefs.ErrNotFound] for a [Config.WithDevice] device the
+// present, or a session on a cuda GPU lists a vendor PTX kernel (it runs
+// only in a worker process of its tenant: serve --supervise); [errdefs.ErrNotFound] for a [Config.WithDevice] device the
 // manifest does not declare; device errors; module load errors; the error of a session's
 // creation when ctx ends during it.
 func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, error) {
@@ -196,6 +198,9 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 	if opt.device != "" && m.Device(opt.device) == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
 	}
+	if err := refuseVendorPTX(m, opt.device); err != nil {
+		return nil, err
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -210,6 +215,9 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 		return nil, err
 	}
 	if err := d.loadModules(ctx, opt, cacheDir); err != nil {
+		return nil, err
+	}
+	if err := d.loadKernels(ctx); err != nil {
 		return nil, err
 	}
 	releaseWeights, err := d.loadWeights(ctx, opt)
@@ -232,7 +240,12 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 // cacheDirOf is the directory of m's compilation file cache ("" when it
 // is off): cache_dir, resolved against the manifest's directory, or the
 // default one.
-func cacheDirOf(m *manifest.Manifest) string {
+func cacheDirOf(m *manifest.Manifest) string { return CacheDir(m) }
+
+// CacheDir is the directory of m's compilation caches, Wasm modules and
+// vendor kernels' cubins ("" when cache_dir is "off"): cache_dir,
+// resolved against the manifest's directory, or the default one.
+func CacheDir(m *manifest.Manifest) string {
 	switch dir := m.Runtime.CacheDir; {
 	case dir == manifest.CacheOff:
 		return ""
@@ -571,6 +584,7 @@ func (s *Pool) makeInstance(ctx context.Context, stage *stages.Module, i, n int,
 	default:
 		cfg = cfg.WithFenceModule(s.fence)
 	}
+	cfg = cfg.WithKernels(d.sessionKernels(ms)...)
 	ws, releaseWeights, err := d.sessionWeights(ctx, ms, dev)
 	if err != nil {
 		return nil, err

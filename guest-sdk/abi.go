@@ -13,8 +13,9 @@ const (
 	// revision 1; a module that calls LookupWeights or LookupTensor
 	// imports weights_get or tensor_get, of revision 3, and needs a host
 	// of revision 3 (the Go linker imports only the functions a module
-	// calls).
-	Revision = 3
+	// calls); one that calls Stream.Launch imports stream_launch, of
+	// revision 4.
+	Revision = 4
 
 	importModule = "stagehost_v1"     // the module every host import comes from
 	abiMarker    = "stagehost_abi_v1" // the version-marker export

@@ -208,6 +208,18 @@ func hStreamSubmit(stream, program uint64, rec *argRecords, count uint32) Status
 	return Status(st)
 }
 
+func hStreamLaunch(stream, program uint64, grid, block *[3]uint32, shared uint32, rec *argRecords, count uint32) Status {
+	h := cur()
+	if h == nil {
+		return noHost
+	}
+	p := recordPool.Get().(*argRecords)
+	*p = *rec
+	st := h.StreamLaunch(stream, program, *grid, *block, shared, p[:min(int(count), MaxArgs)*argRecordSize], count)
+	recordPool.Put(p)
+	return Status(st)
+}
+
 // argsBase: natively, batch records address their argument records by
 // offset into the args region.
 func argsBase([]byte) uint32 { return 0 }

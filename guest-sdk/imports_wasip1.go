@@ -85,6 +85,13 @@ func abiStreamRead(stream uint64, buffer uint64, offset uint32, dstPtr unsafe.Po
 //go:noescape
 func abiStreamSubmit(stream uint64, program uint64, argsPtr unsafe.Pointer, argsCount uint32) int32
 
+// stream_launch is of ABI v1 revision 4: only a module that calls
+// Stream.Launch imports it.
+
+//go:wasmimport stagehost_v1 stream_launch
+//go:noescape
+func abiStreamLaunch(stream uint64, program uint64, gridPtr unsafe.Pointer, blockPtr unsafe.Pointer, sharedBytes uint32, argsPtr unsafe.Pointer, argsCount uint32) int32
+
 //go:wasmimport stagehost_v1 stream_submit_batch
 //go:noescape
 func abiStreamSubmitBatch(stream uint64, cmdsPtr unsafe.Pointer, cmdsCount uint32) int32
@@ -224,6 +231,14 @@ func hStreamRead(stream, buffer uint64, offset uint32, dst []byte) Status {
 
 func hStreamSubmit(stream, program uint64, rec *argRecords, count uint32) Status {
 	st := abiStreamSubmit(stream, program, unsafe.Pointer(rec), count)
+	runtime.KeepAlive(rec)
+	return Status(st)
+}
+
+func hStreamLaunch(stream, program uint64, grid, block *[3]uint32, shared uint32, rec *argRecords, count uint32) Status {
+	st := abiStreamLaunch(stream, program, unsafe.Pointer(grid), unsafe.Pointer(block), shared, unsafe.Pointer(rec), count)
+	runtime.KeepAlive(grid)
+	runtime.KeepAlive(block)
 	runtime.KeepAlive(rec)
 	return Status(st)
 }

@@ -270,6 +270,27 @@ func (s Stream) Submit(p Program, args ...Arg) error {
 	return check("stream_submit", hStreamSubmit(s.h, p.h, &rec, uint32(len(args))))
 }
 
+// Dim3 is a launch dimension: x, y, z.
+type Dim3 = [3]uint32
+
+// Launch enqueues one launch of the vendor kernel p (stream_launch, ABI
+// revision 4) with its grid of blocks, each block's threads and its
+// dynamic shared memory in bytes. The host checks the shape against the
+// device's launch limits and args against the kernel's declaration
+// before it enqueues anything. Built-in programs are launched with
+// Submit; a vendor kernel given to Submit fails with
+// StatusInvalidArgument.
+func (s Stream) Launch(p Program, grid, block Dim3, sharedBytes uint32, args ...Arg) error {
+	if len(args) > MaxArgs {
+		return &Error{Op: "stream_launch", Status: StatusInvalidArgument}
+	}
+	var rec argRecords
+	if !encodeArgs(rec[:], args) {
+		return &Error{Op: "stream_launch", Status: StatusInvalidArgument}
+	}
+	return check("stream_launch", hStreamLaunch(s.h, p.h, &grid, &block, sharedBytes, &rec, uint32(len(args))))
+}
+
 // Command is one launch of a batch.
 type Command struct {
 	Program Program

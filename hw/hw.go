@@ -145,6 +145,75 @@ type Command struct {
 	// Grid optionally sizes a launch (threads in x, y, z). Backends that
 	// derive the size from the arguments ignore it.
 	Grid [3]uint32
+	// Shape is the launch shape of a vendor kernel launched with
+	// stream_launch (abi/ABI.md §3.5); nil for every other command.
+	Shape *LaunchShape
+}
+
+// LaunchShape is a launch's grid of blocks, each block's threads and
+// its dynamic shared memory, as a CUDA launch takes them.
+type LaunchShape struct {
+	Grid, Block [3]uint32
+	SharedBytes uint32
+}
+
+// LaunchLimits are a device's limits on a [LaunchShape].
+type LaunchLimits struct {
+	MaxThreadsPerBlock uint32    // the product of the block's dimensions
+	MaxBlock           [3]uint32 // each block dimension
+	MaxGrid            [3]uint32 // each grid dimension
+	MaxSharedBytes     uint32    // dynamic shared memory per block
+}
+
+// DefaultLaunchLimits are the limits of a device that states none, and
+// the fixed limits of sim devices: those of every CUDA GPU since compute
+// capability 3.0 with the default (not opted-in) shared memory.
+var DefaultLaunchLimits = LaunchLimits{
+	MaxThreadsPerBlock: 1024,
+	MaxBlock:           [3]uint32{1024, 1024, 64},
+	MaxGrid:            [3]uint32{1<<31 - 1, 65535, 65535},
+	MaxSharedBytes:     48 << 10,
+}
+
+// LaunchLimiter is a device that states its launch limits (a CUDA
+// device reads them with cuDeviceGetAttribute).
+type LaunchLimiter interface {
+	LaunchLimits() LaunchLimits
+}
+
+// LimitsOf returns dev's launch limits: its own, or [DefaultLaunchLimits].
+func LimitsOf(dev Device) LaunchLimits {
+	if l, ok := dev.(LaunchLimiter); ok {
+		return l.LaunchLimits()
+	}
+	return DefaultLaunchLimits
+}
+
+// Check reports the first dimension of s outside l, naming it: a zero
+// dimension, a block or grid dimension over its maximum, more threads
+// per block than allowed, or more shared memory.
+func (l LaunchLimits) Check(s *LaunchShape) error {
+	axes := "xyz"
+	threads := uint64(1)
+	for i := range 3 {
+		if s.Grid[i] == 0 || s.Block[i] == 0 {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "launch shape: grid %v, block %v: every dimension is at least 1", s.Grid, s.Block)
+		}
+		if s.Block[i] > l.MaxBlock[i] {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "launch shape: block.%c = %d, over the device's limit of %d", axes[i], s.Block[i], l.MaxBlock[i])
+		}
+		if s.Grid[i] > l.MaxGrid[i] {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "launch shape: grid.%c = %d, over the device's limit of %d", axes[i], s.Grid[i], l.MaxGrid[i])
+		}
+		threads *= uint64(s.Block[i])
+	}
+	if threads > uint64(l.MaxThreadsPerBlock) {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "launch shape: block %v is %d threads, over the device's limit of %d per block", s.Block, threads, l.MaxThreadsPerBlock)
+	}
+	if s.SharedBytes > l.MaxSharedBytes {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "launch shape: %d bytes of shared memory, over the device's limit of %d", s.SharedBytes, l.MaxSharedBytes)
+	}
+	return nil
 }
 
 // Stream is an ordered queue of commands on one device. Commands retire in

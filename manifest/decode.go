@@ -126,6 +126,7 @@ func (d *decoder) decode(data []byte) *Manifest {
 	devs := d.devices(root, m)
 	mods := d.modules(root, m)
 	wts := d.weightsList(root, m)
+	kerns := d.kernels(root, m)
 	sess := d.sessions(root, m)
 	res := d.residents(root, m)
 	root.finish()
@@ -141,6 +142,9 @@ func (d *decoder) decode(data []byte) *Manifest {
 	}
 	for _, x := range wts {
 		d.badNames["weights"] = d.badNames["weights"] || !x.name
+	}
+	for _, x := range kerns {
+		d.badNames["kernel"] = d.badNames["kernel"] || !x.name
 	}
 	for _, x := range sess {
 		d.badNames["session"] = d.badNames["session"] || !x.name
@@ -1247,7 +1251,7 @@ func (d *decoder) checkSessionDevices(m *Manifest, devs []devMeta, s *Session, m
 		}
 		if first == nil {
 			first = dev
-			d.checkPrograms(s, meta, dev)
+			d.checkPrograms(m, s, meta, dev)
 			continue
 		}
 		if dev.Backend != first.Backend || dev.Engine != first.Engine {
@@ -1258,12 +1262,15 @@ func (d *decoder) checkSessionDevices(m *Manifest, devs []devMeta, s *Session, m
 }
 
 // checkPrograms: every program a session names is one dev's backend has.
-func (d *decoder) checkPrograms(s *Session, meta sessMeta, dev *Device) {
+func (d *decoder) checkPrograms(m *Manifest, s *Session, meta sessMeta, dev *Device) {
 	known, ok := programNames(dev)
 	if !ok {
 		return
 	}
 	for k, prog := range s.Programs {
+		if prog != "" && d.vendorProgram(meta.p.key("programs").at(k), prog, dev, m) {
+			continue
+		}
 		if prog != "" && !slices.Contains(known, prog) {
 			d.noProgram(meta.p.key("programs").at(k), prog, dev, known)
 		}

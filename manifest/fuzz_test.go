@@ -18,7 +18,8 @@ func fuzzFiles(f *testing.F) ReadFunc {
 	files := map[string][]byte{}
 	paths, _ := filepath.Glob("testdata/modules/*.wasm")
 	weights, _ := filepath.Glob("testdata/weights/*.*")
-	paths = append(append(paths, weights...), "testdata/inputs/sample.bin")
+	kernels, _ := filepath.Glob("testdata/kernels/*.*")
+	paths = append(append(append(paths, weights...), kernels...), "testdata/inputs/sample.bin")
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {

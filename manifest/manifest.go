@@ -54,6 +54,7 @@ type Manifest struct {
 	Devices   []Device
 	Modules   []Module
 	Weights   []Weights
+	Kernels   []Kernel // the [[kernel]] tables: vendor device programs
 	Sessions  []Session
 	Residents []Resident
 }

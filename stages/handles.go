@@ -15,7 +15,10 @@ type handleEntry struct {
 	weights *Weights
 	// dirs are a program's argument directions ("in", "out", "inout"),
 	// from its kernel's description; nil when it has none.
-	dirs    []string
+	dirs []string
+	// vendor is a vendor kernel's declaration (launched only with
+	// stream_launch); nil for a built-in program.
+	vendor  *hw.KernelInfo
 	freed   bool
 	name    string // for buffers from buffer_alloc_named
 	stream  hw.Stream

@@ -97,6 +97,7 @@ var hostFunctions = map[string]hostFunc{
 	abi.FnStreamWrite:       hostStreamWrite,
 	abi.FnStreamRead:        hostStreamRead,
 	abi.FnStreamSubmit:      hostStreamSubmit,
+	abi.FnStreamLaunch:      hostStreamLaunch,
 	abi.FnStreamSubmitBatch: hostStreamSubmitBatch,
 	abi.FnStreamSync:        hostStreamSync,
 	abi.FnStreamIdle:        hostStreamIdle,
@@ -165,6 +166,8 @@ func hostYield(ctx context.Context, _ api.Module, stack []uint64) {
 			c.slice = now
 			runtime.Gosched()
 		}
+	} else if err := ctx.Err(); err != nil { // a vendor kernel's launch (kernel.go)
+		panic(&interruption{cause: err})
 	}
 	stack[0] = yieldFuel
 }
@@ -599,6 +602,10 @@ func hostStreamSubmit(ctx context.Context, st *callState, mod api.Module, stack 
 		retErr(st, stack, err)
 		return
 	}
+	if p.vendor != nil {
+		retErr(st, stack, needsLaunch(p))
+		return
+	}
 	args, err := decodeArgs(st, mod, p, uint32(stack[2]), uint32(stack[3]))
 	if err != nil {
 		retErr(st, stack, err)
@@ -609,6 +616,97 @@ func hostStreamSubmit(ctx context.Context, st *callState, mod api.Module, stack 
 	clear(args)
 	st.cmd.Program, st.cmd.Args = nil, nil
 	retErr(st, stack, err)
+}
+
+// needsLaunch is the error of a vendor kernel given to stream_submit or
+// stream_submit_batch.
+func needsLaunch(p *handleEntry) error {
+	return errdefs.Errorf(errdefs.ErrInvalidArgument, "program %q is a vendor kernel: launch it with stream_launch, which gives its grid, block and shared memory (ABI.md §3.5)", p.program.Name())
+}
+
+// hostStreamLaunch is stream_launch (revision 4): one launch of a vendor
+// kernel with its shape, validated against the device's launch limits
+// and the kernel's declaration before anything is enqueued.
+func hostStreamLaunch(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
+	s, err := st.table.get(stack[0], abi.KindStream)
+	if err != nil {
+		retErr(st, stack, err)
+		return
+	}
+	p, err := st.table.get(stack[1], abi.KindProgram)
+	if err != nil {
+		retErr(st, stack, err)
+		return
+	}
+	grid, ok1 := guest(mod, uint32(stack[2]), 12)
+	block, ok2 := guest(mod, uint32(stack[3]), 12)
+	if !ok1 || !ok2 {
+		ret(stack, abi.StatusOutOfBounds)
+		return
+	}
+	if p.vendor == nil {
+		retErr(st, stack, errdefs.Errorf(errdefs.ErrInvalidArgument, "program %q is built in: stream_launch launches vendor kernels; use stream_submit", p.program.Name()))
+		return
+	}
+	sh := &st.shape
+	for i := range 3 {
+		sh.Grid[i] = binary.LittleEndian.Uint32(grid[4*i:])
+		sh.Block[i] = binary.LittleEndian.Uint32(block[4*i:])
+	}
+	sh.SharedBytes = uint32(stack[4])
+	if err := hw.LimitsOf(s.stream.Device()).Check(sh); err != nil {
+		retErr(st, stack, fmt.Errorf("kernel %q: %w", p.vendor.Name, err))
+		return
+	}
+	args, err := decodeArgs(st, mod, p, uint32(stack[5]), uint32(stack[6]))
+	if err == nil {
+		err = checkSignature(p.vendor, args)
+	}
+	if err != nil {
+		clear(args)
+		retErr(st, stack, err)
+		return
+	}
+	st.cmd.Program, st.cmd.Args, st.cmd.Shape = p.program, args, sh
+	_, err = s.stream.Submit(&st.cmd)
+	clear(args)
+	st.cmd.Program, st.cmd.Args, st.cmd.Shape = nil, nil, nil
+	retErr(st, stack, err)
+}
+
+// checkSignature checks a launch's arguments against a vendor kernel's
+// declaration: their count, each one's kind (buffer or scalar), a
+// buffer's length against its dtype, a scalar's value against a 32-bit
+// type. (Weights were checked to be in arguments by decodeArgs.)
+func checkSignature(k *hw.KernelInfo, args []hw.Arg) error {
+	if len(args) != len(k.Args) {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q takes %d arguments, got %d", k.Name, len(k.Args), len(args))
+	}
+	for i, a := range k.Args {
+		isBuf := args[i].Buffer != nil
+		switch {
+		case a.Kind == hw.KindBuffer && !isBuf:
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s) is a buffer (%s, %s), got a scalar", k.Name, i, a.Name, a.Type, a.Dir)
+		case a.Kind != hw.KindBuffer && isBuf:
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s) is a %s scalar, got a buffer", k.Name, i, a.Name, a.Type)
+		case isBuf && args[i].Length%dtypeSize(a.Type) != 0:
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s): %d bytes is not a whole number of %s values", k.Name, i, a.Name, args[i].Length, a.Type)
+		case !isBuf && a.Type != "u64" && args[i].Value>>32 != 0:
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s): %#x does not fit a %s", k.Name, i, a.Name, args[i].Value, a.Type)
+		}
+	}
+	return nil
+}
+
+// dtypeSize is the size of one value of a buffer dtype.
+func dtypeSize(t string) int {
+	switch t {
+	case "f32", "i32":
+		return 4
+	case "f16", "bf16":
+		return 2
+	}
+	return 1
 }
 
 func hostStreamSubmitBatch(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
@@ -657,6 +755,9 @@ func decodeBatch(st *callState, mod api.Module, recs []byte, n uint32) ([]hw.Com
 		p, err := st.table.get(binary.LittleEndian.Uint64(r[0:]), abi.KindProgram)
 		if err != nil {
 			return nil, err
+		}
+		if p.vendor != nil {
+			return nil, fmt.Errorf("command %d: %w", i, needsLaunch(p))
 		}
 		args, err := decodeArgs(st, mod, p, binary.LittleEndian.Uint32(r[8:]), binary.LittleEndian.Uint32(r[12:]))
 		if err != nil {

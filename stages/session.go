@@ -17,6 +17,7 @@ import (
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/host"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
 	"github.com/stagehost/stagehost/internal/monotime"
 	"github.com/stagehost/stagehost/stages/internal/wasmbin"
 )
@@ -29,6 +30,8 @@ type SessionConfig struct {
 	streams      []string
 	buffers      []bufferDecl
 	programs     []string
+	kernels      []*WasmKernel
+	vendorProgs  []vendorProgram
 	budget       int64
 	outputLimit  int
 	deadline     time.Duration
@@ -88,6 +91,49 @@ func (c SessionConfig) WithBuffer(name string, size int) SessionConfig {
 func (c SessionConfig) WithWeights(w ...*Weights) SessionConfig {
 	c.weights = append(append([]*Weights(nil), c.weights...), w...)
 	return c
+}
+
+// WithKernels gives the session vendor kernels ([Engine.LoadKernel]):
+// a name in [SessionConfig.WithPrograms] that is one of theirs is
+// prepared from the kernel (on a sim device: [sim.Device.PrepareKernel])
+// rather than looked up in the device's registry. Default none.
+func (c SessionConfig) WithKernels(k ...*WasmKernel) SessionConfig {
+	c.kernels = append(append([]*WasmKernel(nil), c.kernels...), k...)
+	return c
+}
+
+// WithVendorProgram gives the session a vendor kernel of any backend: a
+// name in [SessionConfig.WithPrograms] equal to info.Name is prepared by
+// prepare on the session's device (a cuda device's
+// Device.PrepareVendor of hw/cuda, for instance) and launched only with
+// stream_launch, checked against info. Default none.
+func (c SessionConfig) WithVendorProgram(info hw.KernelInfo, prepare func(hw.Device) (hw.Program, error)) SessionConfig {
+	c.vendorProgs = append(append([]vendorProgram(nil), c.vendorProgs...), vendorProgram{info, prepare})
+	return c
+}
+
+// vendorProgram is one WithVendorProgram.
+type vendorProgram struct {
+	info    hw.KernelInfo
+	prepare func(hw.Device) (hw.Program, error)
+}
+
+// vendorInfo returns the declaration of the vendor kernel called name,
+// or nil.
+func (c *SessionConfig) vendorInfo(name string) *hw.KernelInfo {
+	for _, k := range c.kernels {
+		if k.spec.Name == name {
+			info := k.spec.Info()
+			return &info
+		}
+	}
+	for _, v := range c.vendorProgs {
+		if v.info.Name == name {
+			info := v.info
+			return &info
+		}
+	}
+	return nil
 }
 
 // WithPrograms names the programs the guest may look up; each is prepared
@@ -191,6 +237,7 @@ type callState struct {
 	spare       []byte // an output buffer of earlier calls, for a dst that overlaps the input
 	outputLimit int
 	entry       string
+	shape       hw.LaunchShape // stream_launch's, reused
 	errMsg      string
 	logs        int
 	// lastErr is the call's last error (ABI.md §3, last_error): the
@@ -430,6 +477,27 @@ func (s *Session) releaseWeights() {
 	s.cfg.weights = nil
 }
 
+// prepare prepares a program: a vendor kernel of the session's, else one
+// of the device's registry.
+func (s *Session) prepare(dev hw.Device, name string) (hw.Program, error) {
+	for _, k := range s.cfg.kernels {
+		if k.spec.Name != name {
+			continue
+		}
+		sd, ok := dev.(*sim.Device)
+		if !ok {
+			return nil, errdefs.Errorf(errdefs.ErrUnsupported, "vendor kernel %q: its Wasm module runs on sim devices only, not on %s", name, dev.Name())
+		}
+		return sd.PrepareKernel(k.spec.Info(), k.SimKernel())
+	}
+	for _, v := range s.cfg.vendorProgs {
+		if v.info.Name == name {
+			return v.prepare(dev)
+		}
+	}
+	return s.owner.Prepare(dev, name)
+}
+
 func (s *Session) declare(t *handleTable) error {
 	dev := s.cfg.device
 	for _, name := range s.cfg.streams {
@@ -447,11 +515,12 @@ func (s *Session) declare(t *handleTable) error {
 		t.declare(handleEntry{kind: abi.KindBuffer, buffer: buf}, b.name)
 	}
 	for _, name := range s.cfg.programs {
-		p, err := s.owner.Prepare(dev, name)
+		p, err := s.prepare(dev, name)
 		if err != nil {
 			return fmt.Errorf("session %q: program %q: %w", s.name, name, err)
 		}
 		e := handleEntry{kind: abi.KindProgram, program: p}
+		e.vendor = s.cfg.vendorInfo(name)
 		if d, ok := p.(hw.Describer); ok {
 			if info, ok := d.KernelInfo(); ok && !info.Variadic {
 				e.dirs = make([]string, len(info.Args))

@@ -199,6 +199,12 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	for _, w := range m.Weights {
 		fmt.Fprintf(stdout, "  weights %-11s %-5s %8d bytes  sha256 %s…  %s\n", w.Name, w.Format, w.DataSize, w.SHA256[:12], plural(len(w.Tensors), "tensor"))
 	}
+	for _, k := range m.Kernels {
+		fmt.Fprintf(stdout, "  kernel %-12s %s\n", k.Name, vendorKernelSummary(&k))
+	}
+	if !checkVendorPTX(m, stdout, stderr) {
+		return exitInvalid
+	}
 	if tr := m.Tracing; tr != nil {
 		to := tr.Endpoint + tracing.OTLPPath
 		if tr.Exporter == manifest.TracingFile {

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/hw"
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/hw/sim"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 func init() { commands["kernels"] = true }
@@ -27,8 +30,31 @@ func cmdKernels(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("kernels", "[flags]", "Print the kernels a stage may prepare by name: their arguments in order and\nwhich backends have them (a compact table; --markdown for docs/kernels.md).")
 	c.nargs = 0
 	markdown := c.fs.Bool("markdown", false, "print the full reference, docs/kernels.md")
+	manifestPath := c.fs.String("manifest", "", "list the vendor kernels ([[kernel]]) of the manifest `FILE` instead, verified as check verifies them")
 	if _, code := c.parse(args, stdout, stderr); code >= 0 {
 		return code
+	}
+	if *manifestPath != "" {
+		m, err := manifest.Load(*manifestPath)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitInvalid
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KERNEL\tENTRY\tFILES\tARGUMENTS")
+		for i := range m.Kernels {
+			k := &m.Kernels[i]
+			var files []string
+			if k.Wasm != "" {
+				files = append(files, "wasm "+k.WasmSHA256[:12]+"…")
+			}
+			if k.PTX != "" {
+				files = append(files, "ptx "+k.PTXSHA256[:12]+"…")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.Name, k.Entry, strings.Join(files, ", "), vendorArgs(k))
+		}
+		tw.Flush()
+		return exitOK
 	}
 	if *markdown {
 		fmt.Fprint(stdout, kernelsDoc())
@@ -57,6 +83,30 @@ func cmdKernels(args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	return exitOK
+}
+
+// vendorArgs is a vendor kernel's arguments, compactly: "x f32[] in, n u32".
+func vendorArgs(k *manifest.Kernel) string {
+	parts := make([]string, len(k.Args))
+	for i, a := range k.Spec().Args {
+		parts[i] = a.Name + " " + argType(a)
+	}
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// vendorKernelSummary is check's line for a [[kernel]].
+func vendorKernelSummary(k *manifest.Kernel) string {
+	var files []string
+	if k.Wasm != "" {
+		files = append(files, "wasm sha256 "+k.WasmSHA256[:12]+"… ok")
+	}
+	if k.PTX != "" {
+		files = append(files, "ptx sha256 "+k.PTXSHA256[:12]+"… ok")
+	}
+	return "entry " + k.Entry + " (" + vendorArgs(k) + "); " + strings.Join(files, "; ")
 }
 
 // argType is a compact type: "f32[] in" for a buffer, "u32" for a scalar.
@@ -222,4 +272,52 @@ emulator (guest-sdk/emu), for testing guests without a host.
 		fmt.Fprintf(&b, "Backends: %s.\n", strings.Join(r.backends(), ", "))
 	}
 	return b.String()
+}
+
+// checkVendorPTX verifies every [[kernel]]'s PTX against the CUDA
+// driver when there is one: compiled to a cubin in the internal-jit
+// child under its jit_timeout (cached as the deployment caches it), then
+// loaded on cuda0 with its parameter layout checked against the args.
+// Without a driver it says so and passes. It reports false when a PTX is
+// refused.
+func checkVendorPTX(m *manifest.Manifest, stdout, stderr io.Writer) bool {
+	var ptx []*manifest.Kernel
+	for i := range m.Kernels {
+		if m.Kernels[i].PTX != "" {
+			ptx = append(ptx, &m.Kernels[i])
+		}
+	}
+	if len(ptx) == 0 {
+		return true
+	}
+	p, err := cuda.Open(cuda.NewConfig().WithBLASLibrary("-"))
+	if err != nil {
+		fmt.Fprintf(stdout, "  note: vendor PTX not verified against a driver here (%v)\n", err)
+		return true
+	}
+	defer p.Close()
+	dev := p.Devices()[0].(*cuda.Device)
+	ok := true
+	for _, k := range ptx {
+		src, err := manifest.ReadFile(k.PTXFile, m.Runtime.MaxModuleSize)
+		if err == nil {
+			var cubin []byte
+			cubin, _, err = cuda.CompilePTX(context.Background(), cuda.JITConfig{CacheDir: deploy.CacheDir(m), Timeout: k.JITTimeout,
+				ComputeCapability: dev.ComputeCapability(), DriverVersion: int32(p.DriverVersion())}, k.Name, src)
+			if err == nil {
+				params := make([]cuda.ParamDecl, len(k.Args))
+				for i, a := range k.Args {
+					params[i] = cuda.ParamDecl{Name: a.Name, Size: cuda.ParamSize(a.Kind)}
+				}
+				err = dev.VerifyPTX(cubin, k.PTX, k.Entry, params)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: kernel %q: %s\n", m.Path, k.Name, cuda.MapJITLog(err.Error(), k.PTX))
+			ok = false
+			continue
+		}
+		fmt.Fprintf(stdout, "  kernel %-12s ptx verified on %s (compute capability %s): entry %s, %d parameters as declared\n", k.Name, dev.Name(), dev.ComputeCapability(), k.Entry, len(k.Args))
+	}
+	return ok
 }

@@ -38,6 +38,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/stagehost/stagehost/hw/cuda"
 	"io"
 	"os"
 )
@@ -81,6 +82,7 @@ Usage:
   stagehost trace FILE                 summarise a saved trace
   stagehost version                    print the stagehost, ABI and wazero versions
   stagehost kernels [--markdown]       the kernels and their arguments (docs/kernels.md)
+  stagehost kernels --manifest FILE    a manifest's vendor kernels ([[kernel]], docs/manifest.md)
   stagehost new go|c|rust NAME         write a new guest project in NAME (docs/guest.md)
   stagehost admin [flags] COMMAND      model control of a running serve (docs/service.md):
       modules | load NAME PATH [--sha256 X] | upload NAME FILE | unload NAME[@SHA256]
@@ -133,6 +135,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdAdmin(args[1:], stdout, stderr)
 	case "requires":
 		return cmdRequires(args[1:], stdout, stderr)
+	case cuda.JITSubcommand: // hidden: the JIT child process (hw/cuda.CompilePTX)
+		return cmdInternalJIT(args[1:], stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) == 2 && args[0] == "help" && commands[args[1]] {
 			return Main([]string{args[1], "--help"}, stdout, stderr)

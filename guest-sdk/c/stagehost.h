@@ -33,7 +33,7 @@ extern "C" {
  * naming the import; one that does not call it runs on every v1 host: a
  * module needs revision 2 only if it calls stagehost_last_error, and 3
  * only if it calls stagehost_weights_get or stagehost_tensor_get. */
-#define STAGEHOST_ABI_REVISION 3
+#define STAGEHOST_ABI_REVISION 4
 #define STAGEHOST_IMPORT_MODULE "stagehost_v1"
 
 /* Status codes (ABI.md §5). Treat unknown non-zero codes as failures. */
@@ -506,6 +506,13 @@ STAGEHOST_IMPORT("stream_idle") stagehost_status stagehost_stream_idle(stagehost
 STAGEHOST_IMPORT("weights_get") stagehost_status stagehost_weights_get(const char *name, uint32_t name_len, stagehost_handle *out_handle);
 /* Revision 3. The tensor "<weights>/<tensor>" of safetensors weights. */
 STAGEHOST_IMPORT("tensor_get") stagehost_status stagehost_tensor_get(const char *name, uint32_t name_len, stagehost_tensor_record *out);
+/* Revision 4. One launch of a vendor kernel (a manifest's [[kernel]]):
+ * grid and block are 3 uint32 each (x, y, z), shared_bytes its dynamic
+ * shared memory. Checked against the device's launch limits and the
+ * kernel's declared arguments before anything is enqueued
+ * (INVALID_ARGUMENT, naming the dimension or argument). A vendor kernel
+ * given to stream_submit is INVALID_ARGUMENT. */
+STAGEHOST_IMPORT("stream_launch") stagehost_status stagehost_stream_launch(stagehost_handle stream, stagehost_handle program, const uint32_t *grid, const uint32_t *block, uint32_t shared_bytes, const stagehost_arg *args, uint32_t args_count);
 
 /* Copies the call's last error into buf as a NUL-terminated string and
  * returns its length (0: there is none). A message that does not fit

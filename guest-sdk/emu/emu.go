@@ -179,6 +179,9 @@ type program struct {
 	// op is the op library's program, whose launches are checked at
 	// submit; nil for the other kernels.
 	op *ops.Kernel
+	// vendor is a vendor kernel's declared arguments (launched only
+	// with stream_launch); nil for the other programs.
+	vendor []VendorArg
 }
 
 type opKind uint8
@@ -424,6 +427,31 @@ func (e *Emulator) Kernel(name string, k Kernel) *Emulator {
 		panic("emu: Kernel: nil kernel")
 	}
 	e.declare(kindProgram, name, &object{program: &program{name: name, kernel: k}})
+	return e
+}
+
+// VendorKernel allows a vendor kernel called name (a manifest's
+// [[kernel]]) with the declared args, run by k: the Go stand-in for the
+// kernel's PTX or Wasm module, which the emulator cannot run. As on the
+// host, the kernel is launched only with Stream.Launch (stream_launch);
+// its shape is checked against [LaunchLimits] and its arguments against
+// args (count, kinds, a buffer's length against its dtype, weights only
+// as in arguments) before it is enqueued. It panics on an empty name, a
+// nil kernel or an arg of an unknown kind, dtype or direction.
+//
+// What differs from the host: k runs in the test's process with Go's
+// safety, not in a Wasm instance of its own memory (sim) or on a GPU
+// (cuda); the shape is checked and then ignored, as on sim.
+func (e *Emulator) VendorKernel(name string, args []VendorArg, k Kernel) *Emulator {
+	if name == "" || k == nil {
+		panic("emu: VendorKernel: empty name or nil kernel")
+	}
+	for _, a := range args {
+		if err := a.check(); err != nil {
+			panic("emu: VendorKernel: " + err.Error())
+		}
+	}
+	e.declare(kindProgram, name, &object{program: &program{name: name, kernel: k, vendor: slices.Clone(args)}})
 	return e
 }
 

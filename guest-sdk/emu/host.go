@@ -344,6 +344,9 @@ func (h *abiHost) streamSubmit(sh, ph uint64, rec []byte, count uint32) int32 {
 	if st != ok {
 		return st
 	}
+	if po.program.vendor != nil {
+		return e.needsLaunchLocked(po.program)
+	}
 	args, st := e.parseArgsLocked(po.program, rec, count)
 	if st != ok {
 		return st
@@ -379,6 +382,9 @@ func (h *abiHost) streamSubmitBatch(sh uint64, cmds, args []byte, count uint32) 
 		po, st := e.resolveLocked(ph, kindProgram)
 		if st != ok {
 			return st
+		}
+		if po.program.vendor != nil {
+			return e.needsLaunchLocked(po.program)
 		}
 		if n > maxArgs {
 			return invalidArgument
@@ -505,6 +511,12 @@ var builtinDirs = map[string][]string{
 // no description of it: a kernel added with Kernel, noop, an argument
 // past the described ones).
 func argDir(prog *program, i int) string {
+	if prog.vendor != nil {
+		if i < len(prog.vendor) {
+			return prog.vendor[i].Dir
+		}
+		return ""
+	}
 	if prog.op != nil {
 		if args := prog.op.Info().Args; i < len(args) {
 			return args[i].Dir

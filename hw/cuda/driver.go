@@ -181,6 +181,13 @@ type driver interface {
 	// the JIT error log on failure.
 	ModuleLoadData(image []byte) (cuModule, string, cuResult)
 	ModuleUnload(m cuModule) cuResult
+	// FuncGetParamInfo gives parameter index's offset and size
+	// (cuFuncGetParamInfo, an optional symbol: CUDA_ERROR_NOT_SUPPORTED
+	// without it; CUDA_ERROR_INVALID_VALUE past the last parameter).
+	FuncGetParamInfo(f cuFunction, index int) (offset, size uintptr, r cuResult)
+	// DeviceGetAttribute reads a device attribute (cuDeviceGetAttribute,
+	// optional here: CUDA_ERROR_NOT_SUPPORTED without it).
+	DeviceGetAttribute(attr int32, dev cuDevice) (int32, cuResult)
 	ModuleGetFunction(m cuModule, name string) (cuFunction, cuResult)
 	// LaunchKernel passes p.ptrs[:n] as kernelParams (nil when n is 0).
 	LaunchKernel(f cuFunction, grid, block [3]uint32, sharedMem uint32, s cuStream, p *paramBlock, n int) cuResult

@@ -42,6 +42,8 @@ type fakeDriver struct {
 	graphsMade  map[cuGraph][]fakeLaunch
 	execs       map[cuGraphExec][]fakeLaunch
 	launchFail  cuResult // next launch fails synchronously with this
+	noParamInfo bool     // cuFuncGetParamInfo is absent (vendor_fake_test.go)
+	funcMods    map[cuFunction]cuModule
 	kernelsRun  map[string]int
 
 	wrongThread atomic.Int64
@@ -484,6 +486,9 @@ func (f *fakeDriver) ModuleLoadData(image []byte) (cuModule, string, cuResult) {
 	if len(image) == 0 || image[len(image)-1] != 0 || !strings.Contains(string(image), ".target") {
 		return 0, "fake: not a PTX image", cudaErrorInvalidPTX
 	}
+	if log, bad := fakePTXErrors(string(image)); bad {
+		return 0, log, cudaErrorInvalidPTX
+	}
 	m := cuModule(f.handle())
 	f.modules[m] = string(image)
 	return m, "", cudaSuccess
@@ -503,6 +508,10 @@ func (f *fakeDriver) ModuleGetFunction(m cuModule, name string) (cuFunction, cuR
 	}
 	h := cuFunction(f.handle())
 	f.funcs[h] = name
+	if f.funcMods == nil {
+		f.funcMods = map[cuFunction]cuModule{}
+	}
+	f.funcMods[h] = m
 	return h, cudaSuccess
 }
 
@@ -641,6 +650,11 @@ func (f *fakeDriver) run(ctx cuContext, l fakeLaunch) {
 	case "fill":
 		for i, x := 0, f32view(mem(p[0], p[2]*4)); i < len(x); i++ {
 			x[i] = f32(p[1])
+		}
+	case "double": // the vendor kernel of testdata/vendor/double.ptx
+		x, y := f32view(mem(p[0], uint64(uint32(p[2]))*4)), f32view(mem(p[1], uint64(uint32(p[2]))*4))
+		for i := range min(len(x), len(y)) {
+			y[i] = 2 * x[i]
 		}
 	case "copy":
 		dst, src := mem(p[0], p[2]), mem(p[1], p[2])

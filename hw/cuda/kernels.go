@@ -502,6 +502,7 @@ type launch struct {
 	block   [3]uint32
 	nparams int
 	params  [maxParams]uint64
+	shared  uint32 // dynamic shared memory (vendor kernels)
 }
 
 // prepareLaunch validates cmd for device d and packs it into l.
@@ -519,6 +520,10 @@ func (d *Device) prepareLaunch(cmd *hw.Command, l *launch) error {
 	if len(cmd.Args) > hw.MaxArgs {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %d arguments, at most %d", len(cmd.Args), hw.MaxArgs)
 	}
+	if prog.vendor != nil {
+		return d.prepareVendorLaunch(prog, cmd, l)
+	}
+	l.shared = 0
 	var res [hw.MaxArgs]resolved
 	if err := d.resolveArgs(prog.k, cmd.Args, &res); err != nil {
 		return err

@@ -291,6 +291,11 @@ type Device struct {
 	freeGen   atomic.Uint64        // bumped by every Free
 
 	blas deviceBLAS // the fast tier's cuBLAS handle (blas.go)
+
+	limitsOnce sync.Once
+	limits     hw.LaunchLimits // LaunchLimits, read once
+	vendorMu   sync.Mutex
+	vendorMods []cuModule // vendor kernels' modules (vendor.go), unloaded at Close
 }
 
 var _ hw.Device = (*Device)(nil)
@@ -443,6 +448,14 @@ func (d *Device) Close() error {
 			err = d.check("cuModuleUnload", r, errdefs.ErrFault)
 		}
 	}
+	if d.drv.CtxSetCurrent(d.ctx) == cudaSuccess {
+		d.vendorMu.Lock()
+		for _, m := range d.vendorMods {
+			d.drv.ModuleUnload(m)
+		}
+		d.vendorMods = nil
+		d.vendorMu.Unlock()
+	}
 	d.drv.CtxSetCurrent(0)
 	if r := d.drv.DevicePrimaryCtxRelease(d.dev); r != cudaSuccess && err == nil && d.Err() == nil {
 		err = d.check("cuDevicePrimaryCtxRelease", r, errdefs.ErrFault)
@@ -461,10 +474,18 @@ type program struct {
 	dev *Device
 	k   *kernel
 	fn  cuFunction
+	// vendor is a vendor kernel's declaration (PrepareVendor); nil for
+	// the built-in kernels.
+	vendor *hw.KernelInfo
 }
 
 func (p *program) Name() string      { return p.k.name }
 func (p *program) Device() hw.Device { return p.dev }
 
 // KernelInfo returns the kernel's description (every kernel has one).
-func (p *program) KernelInfo() (hw.KernelInfo, bool) { return p.k.info(), true }
+func (p *program) KernelInfo() (hw.KernelInfo, bool) {
+	if p.vendor != nil {
+		return *p.vendor, true
+	}
+	return p.k.info(), true
+}

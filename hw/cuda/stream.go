@@ -706,7 +706,7 @@ func (s *Stream) issue(l *launch) (cuResult, string) {
 	}
 	n := l.nparams
 	copy(s.pb.vals[:n], l.params[:n])
-	r := d.drv.LaunchKernel(l.fn, l.grid, l.block, 0, s.cs, s.pb, n)
+	r := d.drv.LaunchKernel(l.fn, l.grid, l.block, l.shared, s.cs, s.pb, n)
 	runtime.KeepAlive(s.pb)
 	return r, "cuLaunchKernel"
 }

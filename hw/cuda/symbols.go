@@ -54,6 +54,8 @@ type symbols struct {
 	cuGraphExecDestroy          uintptr `cuda:"cuGraphExecDestroy,optional"`
 	cuGraphDestroy              uintptr `cuda:"cuGraphDestroy,optional"`
 	cuDevicePrimaryCtxReset     uintptr `cuda:"cuDevicePrimaryCtxReset_v2,optional"`
+	cuFuncGetParamInfo          uintptr `cuda:"cuFuncGetParamInfo,optional"`
+	cuDeviceGetAttribute        uintptr `cuda:"cuDeviceGetAttribute,optional"`
 	missingOptional             []string
 	graphsLoaded                bool
 }
@@ -339,6 +341,26 @@ func (l *libDriver) ModuleLoadData(image []byte) (cuModule, string, cuResult) {
 		log = log[:i]
 	}
 	return m, strings.TrimSpace(log), res(r)
+}
+
+func (l *libDriver) FuncGetParamInfo(f cuFunction, index int) (offset, size uintptr, r cuResult) {
+	if l.sym.cuFuncGetParamInfo == 0 {
+		return 0, 0, cudaErrorNotSupported
+	}
+	rr, _, _ := purego.SyscallN(l.sym.cuFuncGetParamInfo, uintptr(f), uintptr(index), uintptr(unsafe.Pointer(&offset)), uintptr(unsafe.Pointer(&size)))
+	runtime.KeepAlive(&offset)
+	runtime.KeepAlive(&size)
+	return offset, size, res(rr)
+}
+
+func (l *libDriver) DeviceGetAttribute(attr int32, dev cuDevice) (int32, cuResult) {
+	if l.sym.cuDeviceGetAttribute == 0 {
+		return 0, cudaErrorNotSupported
+	}
+	var v int32
+	r, _, _ := purego.SyscallN(l.sym.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(attr), uintptr(dev))
+	runtime.KeepAlive(&v)
+	return v, res(r)
 }
 
 func (l *libDriver) ModuleUnload(m cuModule) cuResult {

@@ -275,3 +275,45 @@ func (d *Device) removeStream(s *Stream) {
 	delete(d.streams, s)
 	d.mu.Unlock()
 }
+
+// PrepareKernel prepares a kernel that is not in the process-wide
+// registry (a vendor kernel a manifest ships) for this device, under
+// info.Name. Its commands are checked at submit against info: the
+// argument count, each argument's kind (buffer or scalar), and, for a
+// buffer of f32 or i32 values, that its length is a multiple of 4.
+//
+// # Errors
+//
+//   - [errdefs.ErrInvalidArgument]: an empty name, a nil kernel, or a
+//     variadic info.
+//   - [errdefs.ErrDeviceLost]: the device is lost.
+func (d *Device) PrepareKernel(info hw.KernelInfo, k Kernel) (*Program, error) {
+	if err := d.usable(); err != nil {
+		return nil, err
+	}
+	if info.Name == "" || k == nil || info.Variadic {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "sim: device %q: PrepareKernel needs a name, a kernel and a fixed argument list", d.name)
+	}
+	return &Program{dev: d, name: info.Name, kernel: k, check: checkAgainst(info), info: &info}, nil
+}
+
+// checkAgainst returns the submit check of a kernel described by info.
+func checkAgainst(info hw.KernelInfo) func([]hw.Arg) error {
+	return func(args []hw.Arg) error {
+		if len(args) != len(info.Args) {
+			return badArgs("kernel %q takes %d arguments, got %d", info.Name, len(info.Args), len(args))
+		}
+		for i, a := range info.Args {
+			isBuf := args[i].Buffer != nil
+			switch {
+			case a.Kind == hw.KindBuffer && !isBuf:
+				return badArgs("kernel %q: argument %d (%s) is a buffer, got a scalar", info.Name, i, a.Name)
+			case a.Kind != hw.KindBuffer && isBuf:
+				return badArgs("kernel %q: argument %d (%s) is a %s scalar, got a buffer", info.Name, i, a.Name, a.Type)
+			case isBuf && (a.Type == "f32" || a.Type == "i32") && args[i].Length%4 != 0:
+				return badArgs("kernel %q: argument %d (%s): %d bytes is not a whole number of %s values", info.Name, i, a.Name, args[i].Length, a.Type)
+			}
+		}
+		return nil
+	}
+}

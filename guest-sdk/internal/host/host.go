@@ -45,6 +45,9 @@ type Host interface {
 	StreamRead(stream, buffer uint64, offset uint32, dst []byte) int32
 	StreamSubmit(stream, program uint64, args []byte, count uint32) int32
 	StreamSubmitBatch(stream uint64, cmds, args []byte, count uint32) int32
+	// StreamLaunch is stream_launch: one launch of a vendor kernel with
+	// its grid, block and shared memory (revision 4).
+	StreamLaunch(stream, program uint64, grid, block [3]uint32, shared uint32, args []byte, count uint32) int32
 	StreamSync(stream uint64) int32
 	StreamIdle(stream uint64) (idle uint32, status int32)
 	// WeightsGet is weights_get: the read-only handle of the weights

@@ -1,0 +1,82 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/errdefs"
+)
+
+// TestMain lets this test binary stand in for the JIT child process
+// (STAGEHOST_TEST_JIT=ok|hang|fail), so the child's orchestration is
+// tested without a GPU.
+func TestMain(m *testing.M) {
+	switch os.Getenv("STAGEHOST_TEST_JIT") {
+	case "":
+		os.Exit(m.Run())
+	case "ok":
+		ptx, _ := io.ReadAll(os.Stdin)
+		out := os.Args[len(os.Args)-1]
+		_ = os.WriteFile(out, append([]byte("CUBIN:"), ptx...), 0o644)
+		os.Exit(0)
+	case "hang":
+		select {} // a JIT that never ends
+	case "fail":
+		os.Stderr.WriteString("x.ptx:9: error   : Not a name of any known instruction: 'frobnicate'\n")
+		os.Exit(1)
+	}
+}
+
+func jitChild(t *testing.T, mode string) []string {
+	t.Setenv("STAGEHOST_TEST_JIT", mode)
+	return []string{os.Args[0]}
+}
+
+// TestCompilePTX: a compile's cubin is cached by the PTX, the compute
+// capability and the driver version; a JIT past its timeout is killed
+// and refused; a refused PTX carries the child's log.
+func TestCompilePTX(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	cfg := JITConfig{Command: jitChild(t, "ok"), CacheDir: dir, ComputeCapability: "9.0", DriverVersion: 13000, Timeout: 20 * time.Second}
+	ptx := []byte(".version 8.0\n.target sm_90\n")
+	cubin, cached, err := CompilePTX(ctx, cfg, "k", ptx)
+	if err != nil || cached || string(cubin) != "CUBIN:"+string(ptx) {
+		t.Fatalf("first compile: %q %v %v", cubin, cached, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cubin", JITCacheKey(ptx, "9.0", 13000)+".cubin")); err != nil {
+		t.Fatal(err)
+	}
+	// A cache hit does not run the child (which now fails).
+	cfg.Command = jitChild(t, "fail")
+	if cubin, cached, err = CompilePTX(ctx, cfg, "k", ptx); err != nil || !cached || string(cubin) != "CUBIN:"+string(ptx) {
+		t.Fatalf("second compile: %q %v %v", cubin, cached, err)
+	}
+	// Another compute capability or driver is another key.
+	if JITCacheKey(ptx, "9.0", 13000) == JITCacheKey(ptx, "8.0", 13000) || JITCacheKey(ptx, "9.0", 13000) == JITCacheKey(ptx, "9.0", 12080) {
+		t.Fatal("cache keys do not depend on the compute capability and the driver")
+	}
+	cfg.ComputeCapability = "8.0"
+	_, _, err = CompilePTX(ctx, cfg, "k", ptx)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `kernel "k": the PTX does not compile (exit status 1 after`) ||
+		!strings.Contains(err.Error(), "x.ptx:9: error   : Not a name of any known instruction") {
+		t.Fatalf("failing child: %v", err)
+	}
+	// A JIT past its timeout is killed.
+	cfg.Command, cfg.Timeout = jitChild(t, "hang"), 300*time.Millisecond
+	start := time.Now()
+	_, _, err = CompilePTX(ctx, cfg, "k", []byte("other"))
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), `kernel "k": compiling its PTX took longer than its jit_timeout of 300ms: the JIT process was killed and the kernel refused`) {
+		t.Fatalf("hanging child: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the hanging child was stopped after %s", d)
+	}
+}

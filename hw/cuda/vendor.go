@@ -1,0 +1,267 @@
+package cuda
+
+import (
+	"fmt"
+	"regexp"
+	"runtime"
+	"strings"
+
+	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/hw"
+)
+
+// Vendor kernels: PTX a manifest ships ([[kernel]] ptx), verified against
+// the driver before it serves (docs/gpu.md, "Vendor kernels").
+
+// ParamDecl is one declared parameter of a vendor PTX kernel: its name
+// and its size in bytes (8 for a buffer, which is passed as a device
+// pointer, and for u64; 4 for u32, i32 and f32).
+type ParamDecl struct {
+	Name string
+	Size uintptr
+}
+
+// ParamSize is the size of a declared argument's parameter: kind is
+// "buffer", "u32", "i32", "f32" or "u64".
+func ParamSize(kind string) uintptr {
+	switch kind {
+	case "u32", "i32", "f32":
+		return 4
+	}
+	return 8
+}
+
+// Device attributes (cuda.h, CUdevice_attribute).
+const (
+	attrMaxThreadsPerBlock = 1
+	attrMaxBlockDimX       = 2
+	attrMaxGridDimX        = 5
+	attrMaxSharedPerBlock  = 8
+	attrCCMajor            = 75
+	attrCCMinor            = 76
+)
+
+var _ hw.LaunchLimiter = (*Device)(nil)
+
+// LaunchLimits reads the device's launch limits with cuDeviceGetAttribute
+// (MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM_X/Y/Z, MAX_GRID_DIM_X/Y/Z,
+// MAX_SHARED_MEMORY_PER_BLOCK). Where the driver does not give one, the
+// limit of [hw.DefaultLaunchLimits] stands. They are read once.
+func (d *Device) LaunchLimits() hw.LaunchLimits {
+	d.limitsOnce.Do(func() { d.limits = d.readLaunchLimits() })
+	return d.limits
+}
+
+func (d *Device) readLaunchLimits() hw.LaunchLimits {
+	l := hw.DefaultLaunchLimits
+	get := func(attr int32, dst *uint32) {
+		if v, r := d.drv.DeviceGetAttribute(attr, d.dev); r == cudaSuccess && v > 0 {
+			*dst = uint32(v)
+		}
+	}
+	get(attrMaxThreadsPerBlock, &l.MaxThreadsPerBlock)
+	for i := range int32(3) {
+		get(attrMaxBlockDimX+i, &l.MaxBlock[i])
+		get(attrMaxGridDimX+i, &l.MaxGrid[i])
+	}
+	get(attrMaxSharedPerBlock, &l.MaxSharedBytes)
+	return l
+}
+
+// ComputeCapability returns the device's compute capability ("9.0"), or
+// "" when the driver does not say.
+func (d *Device) ComputeCapability() string {
+	maj, r1 := d.drv.DeviceGetAttribute(attrCCMajor, d.dev)
+	minor, r2 := d.drv.DeviceGetAttribute(attrCCMinor, d.dev)
+	if r1 != cudaSuccess || r2 != cudaSuccess {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d", maj, minor)
+}
+
+// VerifyPTX loads a vendor kernel's PTX on the device (JIT-compiling it
+// in this thread: run it in a process of its own when the PTX is not
+// trusted to compile quickly, docs/gpu.md), finds entry, and checks the
+// entry's parameter layout (cuFuncGetParamInfo) against params: their
+// count and each one's size. The module is unloaded again.
+//
+// # Errors
+//
+//   - [errdefs.ErrInvalidArgument]: the driver refuses the image (the
+//     JIT log is included, its "line N" rewritten to file:N), it has no
+//     entry, or the layout does not match (naming the argument).
+//   - [errdefs.ErrUnsupported]: the driver lacks cuFuncGetParamInfo, so
+//     the layout cannot be checked (CUDA 12.4 and later have it).
+//   - [errdefs.ErrDeviceLost]: the device is lost.
+func (d *Device) VerifyPTX(image []byte, file, entry string, params []ParamDecl) error {
+	if err := d.usable(); err != nil {
+		return err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if r := d.drv.CtxSetCurrent(d.ctx); r != cudaSuccess {
+		return d.resultErr("cuCtxSetCurrent", r)
+	}
+	if len(image) == 0 || image[len(image)-1] != 0 {
+		image = append(image[:len(image):len(image)], 0)
+	}
+	mod, log, r := d.drv.ModuleLoadData(image)
+	if r != cudaSuccess {
+		msg := fmt.Sprintf("%s: the driver refuses the PTX (%s)", file, d.drv.ErrorName(r))
+		if log = MapJITLog(log, file); log != "" {
+			msg += ":\n" + log
+		}
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s", msg)
+	}
+	defer d.drv.ModuleUnload(mod)
+	f, r := d.drv.ModuleGetFunction(mod, entry)
+	if r != cudaSuccess {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: no .entry %q (%s)", file, entry, d.drv.ErrorName(r))
+	}
+	return checkParamLayout(d.drv, f, file, entry, params)
+}
+
+// resultErr is the error of a driver call that failed.
+func (d *Device) resultErr(call string, r cuResult) error {
+	class := errdefs.ErrUnsupported
+	if r.sticky() {
+		class = errdefs.ErrDeviceLost
+	}
+	return errdefs.Errorf(class, "cuda: %s: %s: %s", d.name, call, d.drv.ErrorName(r))
+}
+
+// maxParamsChecked bounds the parameters checkParamLayout reads: more
+// than any launch passes.
+const maxParamsChecked = 64
+
+// checkParamLayout compares f's parameters with the declaration.
+func checkParamLayout(drv driver, f cuFunction, file, entry string, params []ParamDecl) error {
+	var got [][2]uintptr // offset, size
+	for i := range maxParamsChecked {
+		off, size, r := drv.FuncGetParamInfo(f, i)
+		if r == cudaErrorNotSupported {
+			return errdefs.Errorf(errdefs.ErrUnsupported, "%s: .entry %s: the driver lacks cuFuncGetParamInfo (CUDA 12.4 or later), so its parameter layout cannot be checked against the declared args", file, entry)
+		}
+		if r == cudaErrorInvalidValue {
+			break // past the last parameter
+		}
+		if r != cudaSuccess {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: .entry %s: cuFuncGetParamInfo(%d): %s", file, entry, i, drv.ErrorName(r))
+		}
+		got = append(got, [2]uintptr{off, size})
+	}
+	for i, p := range params {
+		if i >= len(got) {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: .entry %s has %d parameters, the declaration %d: argument %d (%s) has no parameter", file, entry, len(got), len(params), i, p.Name)
+		}
+		if got[i][1] != p.Size {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: .entry %s: parameter %d is %d bytes, but argument %d (%s) is declared with %d bytes", file, entry, i, got[i][1], i, p.Name, p.Size)
+		}
+	}
+	if len(got) > len(params) {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: .entry %s has %d parameters, the declaration %d: parameter %d (%d bytes at offset %d) is not declared", file, entry, len(got), len(params), len(params), got[len(params)][1], got[len(params)][0])
+	}
+	return nil
+}
+
+// jitLine matches the position ptxas gives in a JIT log.
+var jitLine = regexp.MustCompile(`ptxas[^,\n]*, line (\d+); `)
+
+// MapJITLog rewrites the positions of a PTX JIT log ("ptxas application
+// ptx input, line 12; error   : …") to file:line ("kernels/x.ptx:12:
+// error   : …"), and trims it.
+func MapJITLog(log, file string) string {
+	return strings.TrimSpace(jitLine.ReplaceAllString(log, file+":$1: "))
+}
+
+// PrepareVendor loads a vendor kernel on the device, from its cubin
+// ([CompilePTX]) or its PTX (JIT-compiled here, blocking this thread:
+// serving processes load cubins), finds entry and checks its parameter
+// layout against info's arguments (as [Device.VerifyPTX]). Its launches
+// take their grid, block and shared memory from [hw.Command.Shape],
+// which they must have (stream_launch), and their arguments are checked
+// against info: count, kinds, a buffer inside its allocation, a 32-bit
+// scalar below 2^32. The module stays loaded until the device closes.
+//
+// # Errors
+//
+// As for [Device.VerifyPTX].
+func (d *Device) PrepareVendor(image []byte, file, entry string, info hw.KernelInfo) (hw.Program, error) {
+	if err := d.usable(); err != nil {
+		return nil, err
+	}
+	params := make([]ParamDecl, len(info.Args))
+	for i, a := range info.Args {
+		kind := a.Type
+		if a.Kind == hw.KindBuffer {
+			kind = "buffer"
+		}
+		params[i] = ParamDecl{Name: a.Name, Size: ParamSize(kind)}
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if r := d.drv.CtxSetCurrent(d.ctx); r != cudaSuccess {
+		return nil, d.resultErr("cuCtxSetCurrent", r)
+	}
+	img := append(append(make([]byte, 0, len(image)+1), image...), 0)
+	mod, log, r := d.drv.ModuleLoadData(img)
+	if r != cudaSuccess {
+		msg := fmt.Sprintf("%s: the driver refuses the image (%s)", file, d.drv.ErrorName(r))
+		if log = MapJITLog(log, file); log != "" {
+			msg += ":\n" + log
+		}
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s", msg)
+	}
+	f, r := d.drv.ModuleGetFunction(mod, entry)
+	if r != cudaSuccess {
+		d.drv.ModuleUnload(mod)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: no .entry %q (%s)", file, entry, d.drv.ErrorName(r))
+	}
+	if err := checkParamLayout(d.drv, f, file, entry, params); err != nil {
+		d.drv.ModuleUnload(mod)
+		return nil, err
+	}
+	d.vendorMu.Lock()
+	d.vendorMods = append(d.vendorMods, mod)
+	d.vendorMu.Unlock()
+	return &program{dev: d, k: &kernel{name: info.Name}, fn: f, vendor: &info}, nil
+}
+
+// prepareVendorLaunch validates a vendor kernel's command and packs it.
+func (d *Device) prepareVendorLaunch(prog *program, cmd *hw.Command, l *launch) error {
+	k := prog.vendor
+	if cmd.Shape == nil {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s is a vendor kernel: it is launched with a shape (stream_launch)", k.Name)
+	}
+	if err := d.LaunchLimits().Check(cmd.Shape); err != nil {
+		return fmt.Errorf("cuda: %s: %w", k.Name, err)
+	}
+	if len(cmd.Args) != len(k.Args) {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s takes %d arguments, got %d", k.Name, len(k.Args), len(cmd.Args))
+	}
+	for i, a := range cmd.Args {
+		decl := k.Args[i]
+		if (a.Buffer != nil) != (decl.Kind == hw.KindBuffer) {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: argument %d (%s): the kind does not match its declaration (%s %s)", k.Name, i, decl.Name, decl.Kind, decl.Type)
+		}
+		if a.Buffer == nil {
+			if decl.Type != "u64" && a.Value>>32 != 0 {
+				return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: argument %d (%s): %#x does not fit a %s", k.Name, i, decl.Name, a.Value, decl.Type)
+			}
+			l.params[i] = a.Value
+			continue
+		}
+		buf, err := d.bufferOf(a.Buffer, i)
+		if err != nil {
+			return err
+		}
+		if err := checkRange(i, a.Offset, a.Length, buf.size); err != nil {
+			return err
+		}
+		l.params[i] = uint64(buf.ptr) + uint64(a.Offset)
+	}
+	l.fn, l.nparams = prog.fn, len(cmd.Args)
+	l.grid, l.block, l.shared = cmd.Shape.Grid, cmd.Shape.Block, cmd.Shape.SharedBytes
+	l.blas, l.dtype = false, 0
+	return nil
+}

@@ -1,0 +1,134 @@
+package manifest
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const kernelManifest = `version = 1
+
+[[device]]
+name = "gpu0"
+backend = "sim"
+engine = "gpu"
+
+[[module]]
+name = "good"
+path = "modules/good_stage.wasm"
+sha256 = "376dd78101d7619e264b9b86af6604dd324cf0357b7bcc497f5d888c52a22f2b"
+
+[[kernel]]
+name = "double"
+%KERNEL%
+
+[[session]]
+name = "s"
+stage = "good"
+device = "gpu0"
+budget = "64KiB"
+programs = ["fill", "double"]
+`
+
+const goodKernel = `ptx = "kernels/double.ptx"
+ptx_sha256 = "ebd4d2b5ac52fd7c2e6737638ecb7420a56f3be093050ddbdf1ec7eaaef04ada"
+wasm = "kernels/double.wasm"
+wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"
+entry = "double"
+args = [ { name = "x", kind = "buffer", dtype = "f32", dir = "in" },
+         { name = "y", kind = "buffer", dtype = "f32", dir = "out" },
+         { name = "n", kind = "u32" } ]`
+
+func kernelToml(kernel string) []byte {
+	return []byte(strings.ReplaceAll(kernelManifest, "%KERNEL%", kernel))
+}
+
+func TestKernel(t *testing.T) {
+	m, err := Decode(filepath.Join("testdata", "host.toml"), kernelToml(goodKernel), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := m.KernelNamed("double")
+	if k == nil || k.Entry != "double" || k.JITTimeout != 30*time.Second || len(k.Args) != 3 || k.Tenant != "" ||
+		k.WasmFile != filepath.Join("testdata", "kernels", "double.wasm") || k.PTXSHA256 != "ebd4d2b5ac52fd7c2e6737638ecb7420a56f3be093050ddbdf1ec7eaaef04ada" {
+		t.Fatalf("kernel = %+v", k)
+	}
+	if a := k.Args[2]; a.Kind != "u32" || a.Dir != "in" || a.DType != "" {
+		t.Fatalf("arg n = %+v", a)
+	}
+	if s := k.Spec(); len(s.Args) != 3 || s.Args[0].Kind != "buffer" || s.Args[2].Kind != "scalar" || s.Args[2].Type != "u32" {
+		t.Fatalf("spec = %+v", s)
+	}
+}
+
+// TestKernelErrors: each row's [[kernel]] body gives exactly its errors,
+// each naming the line and key.
+func TestKernelErrors(t *testing.T) {
+	replace := func(old, new string) string { return strings.Replace(goodKernel, old, new, 1) }
+	for _, row := range []struct {
+		name, kernel string
+		want         []string
+	}{
+		{"no files", `entry = "double"
+args = []`, []string{`:13: kernel[0]: a kernel needs ptx (for cuda devices) or wasm (for sim and cpu devices), or both`,
+			`:23: session[0].programs[1]: kernel "double" has no wasm`}},
+		{"sha256 mismatch", replace("943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad", "043488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"),
+			[]string{`host.toml:18: kernel[0].wasm_sha256: does not match "testdata/kernels/double.wasm": expected 043488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad, the file hashes to 943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad`}},
+		{"sha256 missing", replace(`ptx_sha256 = "ebd4d2b5ac52fd7c2e6737638ecb7420a56f3be093050ddbdf1ec7eaaef04ada"`, ""),
+			[]string{`kernel[0].ptx_sha256: required key is missing (the file's sha256 is ebd4d2b5ac52fd7c2e6737638ecb7420a56f3be093050ddbdf1ec7eaaef04ada)`}},
+		{"wrong signature", replace(`wasm = "kernels/double.wasm"
+wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"`, `wasm = "kernels/wrongsig.wasm"
+wasm_sha256 = "2260e299246e546e1f6b9342e00478464616dcb80e348794004ea4b125039e81"`),
+			[]string{`host.toml:17: kernel[0].wasm: "testdata/kernels/wrongsig.wasm": kernel "double": export "double" is (i32) -> (), want (i32, i32, i32, i32, i32) -> ()`}},
+		{"bad kind", replace(`kind = "u32"`, `kind = "u16"`), []string{`kernel[0].args[2].kind: unknown kind "u16" (want buffer, u32, u64, i32, f32)`}},
+		{"scalar dir", replace(`kind = "u32"`, `kind = "u32", dir = "out"`), []string{`kernel[0].args[2].dir: only a buffer argument has a dir (this one is a u32 scalar)`}},
+		{"buffer without dir", replace(`dtype = "f32", dir = "in"`, `dtype = "f32"`), []string{`kernel[0].args[0].dir: required key is missing`}},
+		{"unknown key", goodKernel + "\ngrid = 4", []string{`kernel[0].grid: unknown key`}},
+		{"duplicate arg", replace(`name = "n"`, `name = "x"`), []string{`host.toml:22: kernel[0].args[2].name: duplicate argument name "x" (also at kernel[0].args[0].name, line 20)`}},
+		{"no entry", replace(`entry = "double"`, ""), []string{`kernel[0].entry: required key is missing`}},
+		{"bad jit_timeout", goodKernel + "\njit_timeout = \"0s\"", []string{`kernel[0].jit_timeout: must be positive`}},
+	} {
+		t.Run(row.name, func(t *testing.T) {
+			_, err := Decode(filepath.Join("testdata", "host.toml"), kernelToml(row.kernel), nil)
+			var errs *Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("err = %v", err)
+			}
+			var got []string
+			for _, e := range errs.List {
+				got = append(got, e.Error())
+			}
+			for _, w := range row.want {
+				found := false
+				for _, g := range got {
+					found = found || strings.Contains(g, w)
+				}
+				if !found {
+					t.Errorf("want an error containing %q, got:\n%s", w, strings.Join(got, "\n"))
+				}
+			}
+			if len(got) != len(row.want) {
+				t.Errorf("got %d errors, want %d:\n%s", len(got), len(row.want), strings.Join(got, "\n"))
+			}
+		})
+	}
+}
+
+// TestKernelPrograms: a session lists a [[kernel]] in programs; a kernel
+// may not take a built-in program's name, and a sim session needs the
+// kernel's Wasm module.
+func TestKernelPrograms(t *testing.T) {
+	noWasm := strings.Replace(strings.Replace(goodKernel, `wasm = "kernels/double.wasm"`, "", 1),
+		`wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"`, "", 1)
+	_, err := Decode(filepath.Join("testdata", "host.toml"), kernelToml(noWasm), nil)
+	if err == nil || !strings.Contains(err.Error(), `session[0].programs[1]: kernel "double" has no wasm: a session on a sim device runs a kernel's Wasm module`) {
+		t.Fatalf("err = %v", err)
+	}
+	builtin := strings.Replace(string(kernelToml(goodKernel)), `name = "double"`, `name = "fill"`, 1)
+	_, err = Decode(filepath.Join("testdata", "host.toml"), []byte(builtin), nil)
+	if err == nil || !strings.Contains(err.Error(), `kernel[0].name: "fill" is a built-in program's name`) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,8 @@
+#!/bin/sh
+# Rebuilds the hostile kernel corpus's .wasm files from their .wat
+# sources (wabt's wat2wasm: apt-get install wabt).
+set -e
+cd "$(dirname "$0")"
+for f in *.wat; do wat2wasm "$f" -o "${f%.wat}.wasm"; done
+# The C kernel (docs/guest.md, "Vendor kernels"):
+clang --target=wasm32 -O2 -nostdlib -Wl,--no-entry -o double_c.wasm double_c.c
