@@ -9,12 +9,19 @@
 # cargo derives the crates' metadata hashes (and so symbol names) from the
 # packages' absolute paths, which --remap-path-prefix does not cover. So
 # the SDK and the package are copied to one fixed directory and built
-# there, with that directory remapped as well.
+# there, with that directory remapped as well; builds running at the same
+# time wait for each other.
 set -eu
 pkg=$1 name=$2 out=$3
 root=$(cd "$(dirname "$0")/../.." && pwd)
 case $out in /*) ;; *) out=$(pwd)/$out ;; esac
 fixed=/tmp/stagehost-rust-build-$(id -u)
+# One build at a time uses the directory (flock from util-linux, where
+# there is one).
+if command -v flock >/dev/null; then
+  exec 9>"$fixed.lock"
+  flock 9
+fi
 rm -rf "$fixed"
 mkdir -p "$fixed/guest-sdk" "$fixed/$pkg"
 cp -R "$root/guest-sdk/rust" "$fixed/guest-sdk/rust"
