@@ -127,7 +127,7 @@ func (v *workerView) WorkerStates() []WorkerState {
 	sts := v.sup.Status()
 	out := make([]WorkerState, len(sts))
 	for i, st := range sts {
-		ws := WorkerState{Name: st.Name, State: string(st.State), Ready: st.State == supervise.StateReady,
+		ws := WorkerState{Name: st.Name, Tenant: st.Tenant, State: string(st.State), Ready: st.State == supervise.StateReady,
 			Restarts: st.Restarts, SyntheticExits: st.SyntheticExits, DeviceLosses: st.DeviceLosses}
 		if !ws.Ready {
 			ws.Reason = st.Reason

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -58,15 +59,21 @@ func workerLattice(m *manifest.Manifest) (manifest.Lattice, error) {
 	return lt, nil
 }
 
-// serveWorker is `serve FILE --worker DEVICE`: the supervisor's worker of
-// one device. It opens that device's work only (deploy.Config.WithDevice),
+// serveWorker is `serve FILE --worker DEVICE [--tenant NAME]`: the
+// supervisor's worker of one device and tenant ("" for the sessions
+// without a tenant, and the residents). It opens that device's work of
+// that tenant only (deploy.Config.WithDevice, WithTenant),
 // joins the lattice as host id, reports ready to its supervisor, and
 // exits, after reporting device_lost, when one of its devices is lost;
 // on SIGTERM it leaves the lattice and exits 0.
-func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID, stateDir string, grace time.Duration, quiet bool, logger *slog.Logger, stdout, stderr io.Writer) int {
+func serveWorker(ctx context.Context, m *manifest.Manifest, device, tenant, hostID, stateDir string, grace time.Duration, quiet bool, logger *slog.Logger, stdout, stderr io.Writer) int {
 	rep := supervise.WorkerReporter()
 	if m.Device(device) == nil {
 		fmt.Fprintf(stderr, "stagehost serve: --worker %s: the manifest has no device %q\n", device, device)
+		return exitUsage
+	}
+	if tenant != "" && !slices.Contains(m.SessionTenants(device), tenant) {
+		fmt.Fprintf(stderr, "stagehost serve: --worker %s --tenant %s: no session of tenant %q is on device %q\n", device, tenant, tenant, device)
 		return exitUsage
 	}
 	lt, err := workerLattice(m)
@@ -80,7 +87,7 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID, stat
 		return code
 	}
 	defer stopTracing(tp, stderr) // after the worker left the lattice
-	opt := deploy.NewConfig().WithLogger(logger).WithDevice(device)
+	opt := deploy.NewConfig().WithLogger(logger).WithDevice(device).WithTenant(tenant)
 	if !quiet {
 		opt = opt.WithProgress(func(msg string) { fmt.Fprintf(stderr, "worker %s: %s\n", device, msg) })
 	}
@@ -302,16 +309,14 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	}
 	srv.SetLattice(service.SupervisorFront(member, m))
 
-	workers := make([]supervise.Worker, 0, len(m.Devices))
-	names := make([]string, 0, len(m.Devices))
-	for _, md := range m.Devices {
-		args := []string{"serve", manifestPath, "--worker", md.Name, "--host-id", baseID + "-" + md.Name,
-			"--log-level", fl.level, "--grace", fl.grace.String(), "--state-dir", stateDir}
-		if fl.quiet {
-			args = append(args, "--quiet")
-		}
-		workers = append(workers, supervise.Worker{Name: md.Name, Path: self, Args: args, Env: workerEnv})
-		names = append(names, md.Name)
+	workers, err := supervisedWorkers(m, self, manifestPath, baseID, stateDir, fl, workerEnv)
+	if err != nil {
+		member.Close()
+		return fail("--supervise: %v", err)
+	}
+	names := make([]string, 0, len(workers))
+	for _, w := range workers {
+		names = append(names, w.Name)
 	}
 	// The model control's hook on the workers' changes, set once it
 	// exists (before the routes can change the model state).
@@ -358,6 +363,45 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	}
 	fmt.Fprintln(stdout, stoppedLine(srv))
 	return exitOK
+}
+
+// supervisedWorkers are the workers of `serve --supervise`: per device,
+// its shared worker (named after the device: the sessions without a
+// tenant, and the residents), and a worker per tenant with a session on
+// it (named DEVICE-TENANT, started with --tenant TENANT): a failure
+// domain per (device, tenant), docs/security.md.
+//
+// # Errors
+//
+// A tenant worker's name that is also a device's (device "a-b" and
+// tenant "b" of device "a").
+func supervisedWorkers(m *manifest.Manifest, self, manifestPath, baseID, stateDir string, fl supervisorFlags, env []string) ([]supervise.Worker, error) {
+	var workers []supervise.Worker
+	add := func(device, tenant string) {
+		name := device
+		if tenant != "" {
+			name = device + "-" + tenant
+		}
+		args := []string{"serve", manifestPath, "--worker", device, "--host-id", baseID + "-" + name,
+			"--log-level", fl.level, "--grace", fl.grace.String(), "--state-dir", stateDir}
+		if tenant != "" {
+			args = append(args, "--tenant", tenant)
+		}
+		if fl.quiet {
+			args = append(args, "--quiet")
+		}
+		workers = append(workers, supervise.Worker{Name: name, Tenant: tenant, Path: self, Args: args, Env: env})
+	}
+	for _, md := range m.Devices {
+		add(md.Name, "")
+		for _, t := range m.SessionTenants(md.Name) {
+			if m.Device(md.Name+"-"+t) != nil {
+				return nil, fmt.Errorf("the worker of device %q and tenant %q would be named %q, a device's name: rename the device or the tenant", md.Name, t, md.Name+"-"+t)
+			}
+			add(md.Name, t)
+		}
+	}
+	return workers, nil
 }
 
 // stateDirOff is the --state-dir value that keeps no model state past the

@@ -107,6 +107,12 @@ func (q *Quarantine) Poison(ctx context.Context, p Poison) error {
 	return nil
 }
 
+// TenantKey is the shared quarantine's key of a tenant (manifest
+// [[tenant]]): every host refuses calls to the tenant's sessions while
+// it is there, as for a poisoned module. A module's key is its sha256
+// (64 hex digits), so the two never meet.
+func TenantKey(tenant string) string { return "tenant." + tenant }
+
 // Lookup says whether a module is quarantined, and why.
 func (q *Quarantine) Lookup(sha256 string) (Poison, bool) {
 	q.mu.Lock()
