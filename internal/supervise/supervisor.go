@@ -88,8 +88,8 @@ type WorkerStatus struct {
 	Name string `json:"name"`
 	// Tenant is [Worker.Tenant]: "" for a device's shared worker.
 	Tenant string `json:"tenant,omitempty"`
-	PID   int    `json:"pid,omitempty"` // 0 while it has no process
-	State State  `json:"state"`
+	PID    int    `json:"pid,omitempty"` // 0 while it has no process
+	State  State  `json:"state"`
 	// Reason says why it is restarting, stopping or backing off.
 	Reason string `json:"reason,omitempty"`
 	// Restarts counts the restart attempts (every start after the first,
