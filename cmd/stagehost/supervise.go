@@ -168,6 +168,19 @@ watch:
 		case <-ctx.Done():
 			break watch
 		case <-tick.C:
+			if tenant != "" {
+				if why := quarantinedInstance(d); why != "" {
+					// The device work of a call cannot be proven
+					// finished: only the end of this process stops it.
+					// No graceful close: closing could wait on it.
+					reason := fmt.Sprintf("tenant %s: %s; ending the worker", tenant, why)
+					logger.Error("worker: a call's device work did not finish; exiting to be restarted", "tenant", tenant, "why", why)
+					_ = rep.DeviceLost(device, reason)
+					_ = rep.Exiting(reason)
+					fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
+					hardExit(exitFailed)
+				}
+			}
 			if name, err := lost(); err != nil {
 				reason, code = fmt.Sprintf("device %s lost: %v", name, err), exitFailed
 				logger.Error("worker: device lost; exiting to be restarted", "device", name, "err", err)
@@ -193,6 +206,9 @@ watch:
 	fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
 	return code
 }
+
+// hardExit ends a worker at once (os.Exit): no deferred call runs.
+var hardExit = os.Exit
 
 // supervisorFlags are the serve flags a supervisor passes on to its
 // workers.
@@ -321,7 +337,19 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	// The model control's hook on the workers' changes, set once it
 	// exists (before the routes can change the model state).
 	var onChange atomic.Pointer[func(supervise.WorkerStatus)]
+	guard := newTenantGuard(m, time.Now, func(tenant, reason string) {
+		logger.Error("tenant quarantined lattice-wide", "tenant", tenant, "reason", reason)
+		fmt.Fprintf(stdout, "tenant %s quarantined lattice-wide: %s\n", tenant, reason)
+		go func() {
+			pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := member.Front().Quarantine().Poison(pctx, lattice.Poison{SHA256: lattice.TenantKey(tenant), Reason: reason, Host: baseID}); err != nil {
+				logger.Warn("quarantining a tenant", "tenant", tenant, "err", err)
+			}
+		}()
+	})
 	sup, err := supervise.Start(supervise.NewConfig().WithWorkers(workers...).WithLogger(logger).WithOnChange(func(st supervise.WorkerStatus) {
+		guard.changed(st)
 		if fn := onChange.Load(); fn != nil {
 			(*fn)(st)
 		}
