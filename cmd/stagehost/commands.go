@@ -443,6 +443,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if *supervised {
 		return serveSupervisor(ctx, stop, m, path, *addr, cfg, supervisorFlags{hostID: *hostID, level: level.String(), grace: *grace, quiet: *quiet, stateDir: *stateDir}, logger, stdout, stderr)
 	}
+	if bad := needsWorker(m); len(bad) > 0 {
+		fmt.Fprintf(stderr, "stagehost serve: %s: untrusted device code needs a process of its own: serve it with --supervise (docs/security.md)\n", strings.Join(bad, "; "))
+		return exitUsage
+	}
 	// Spans (the manifest's [tracing]) are flushed when serve returns:
 	// after the service has drained and the host has left its lattice.
 	id, latticeName := memberID(m, *hostID), ""

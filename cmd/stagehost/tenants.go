@@ -80,3 +80,30 @@ func quarantinedInstance(d *deploy.Deployment) string {
 	}
 	return ""
 }
+
+// needsWorker lists the sessions that plain `serve` (one process, no
+// --supervise) refuses to run, each with why: a cuda session that runs
+// vendor PTX kernels ([[kernel]] with ptx), whose faults and hangs only
+// a process boundary contains (docs/security.md). A session's tenant
+// alone is no reason: a tenant without vendor device code runs
+// in-process (its sessions share the process's failure domain), and Wasm
+// vendor kernels on sim are contained by wazero. Until [[kernel]]
+// exists the list is empty: vendorPTXOn is the hook.
+func needsWorker(m *manifest.Manifest) []string {
+	var out []string
+	for i := range m.Sessions {
+		s := &m.Sessions[i]
+		for _, dev := range s.Devices {
+			if md := m.Device(dev); md != nil && md.Backend == manifest.BackendCUDA {
+				if k := vendorPTXOn(m, s); k != "" {
+					out = append(out, fmt.Sprintf("session %q runs vendor PTX kernel %q on cuda device %q", s.Name, k, dev))
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// vendorPTXOn names a vendor PTX kernel session s lists, "" for none.
+var vendorPTXOn = func(m *manifest.Manifest, s *manifest.Session) string { return "" }

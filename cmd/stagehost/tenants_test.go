@@ -43,3 +43,22 @@ func TestTenantGuard(t *testing.T) {
 		t.Fatalf("poisoned twice: %v", poisoned)
 	}
 }
+
+// TestNeedsWorker: plain serve refuses a cuda session that runs vendor
+// PTX kernels (vendorPTXOn names one), and nothing else: a session of a
+// tenant, or a sim session, runs in-process.
+func TestNeedsWorker(t *testing.T) {
+	m := &manifest.Manifest{
+		Devices:  []manifest.Device{{Name: "cuda0", Backend: manifest.BackendCUDA}, {Name: "gpu0", Backend: manifest.BackendSim}},
+		Sessions: []manifest.Session{{Name: "v", Devices: []string{"cuda0"}, Tenant: "acme"}, {Name: "w", Devices: []string{"gpu0"}, Programs: []string{"k"}}},
+	}
+	if got := needsWorker(m); len(got) != 0 {
+		t.Fatalf("without vendor kernels: %v", got)
+	}
+	old := vendorPTXOn
+	t.Cleanup(func() { vendorPTXOn = old })
+	vendorPTXOn = func(_ *manifest.Manifest, s *manifest.Session) string { return "k" }
+	if got := needsWorker(m); len(got) != 1 || got[0] != `session "v" runs vendor PTX kernel "k" on cuda device "cuda0"` {
+		t.Fatalf("with a vendor kernel: %v", got)
+	}
+}
