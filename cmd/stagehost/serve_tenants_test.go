@@ -259,7 +259,12 @@ func TestServeSuperviseTenants(t *testing.T) {
 	})
 	pollFor(t, limit, "acme quarantined lattice-wide", func() (bool, string) {
 		code, body := call("a")
-		return code == 503 && strings.Contains(body, "tenant acme: 3 failures of its workers"), body
+		return code == 503 && strings.Contains(body, "quarantined") && strings.Contains(body, "failures of its workers within 10m0s (max_failures 3"), body
+	})
+	// acme's worker restarts again (with backoff), quarantined or not.
+	pollFor(t, limit, "acme's worker restarted after it ended itself", func() (bool, string) {
+		ws, body := workers()
+		return ws != nil && ws["gpu0-acme"].Restarts >= 3 && ws["gpu0-acme"].State == "ready", body
 	})
 	close(done)
 	wg.Wait()

@@ -155,6 +155,17 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, tenant, host
 		}
 		modelSub = sub
 	}
+	stopLocal, err := serveLocal(member.Host(), m, logger)
+	if err != nil {
+		if modelSub != nil {
+			_ = modelSub.Unsubscribe()
+		}
+		member.Close()
+		closeDeployment()
+		fmt.Fprintf(stderr, "stagehost serve: worker %s: local transport: %v\n", device, err)
+		_ = rep.Exiting("cannot serve the local transport: " + err.Error())
+		return exitStartup
+	}
 	fmt.Fprintf(stdout, "worker %s joined lattice %s as host %s (%s, %s)\n", device, lt.Name, member.Host().ID(),
 		plural(len(d.SessionNames()), "session"), plural(len(d.ResidentNames()), "resident session"))
 	if err := rep.ReadyServing(supervise.Serving{Devices: d.DeviceNames(), Sessions: d.SessionNames(), Notes: restored.Notes, StateRevision: restored.Revision}); err != nil {
@@ -192,6 +203,7 @@ watch:
 		}
 	}
 	tick.Stop()
+	stopLocal()
 	if modelSub != nil {
 		_ = modelSub.Unsubscribe()
 	}
@@ -323,13 +335,30 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	if url := member.ClientURL(); url != "" {
 		workerEnv = append(workerEnv, envLatticeURL+"="+url)
 	}
-	srv.SetLattice(service.SupervisorFront(member, m))
-
-	workers, err := supervisedWorkers(m, self, manifestPath, baseID, stateDir, fl, workerEnv)
+	// The local transport: a socket per worker in a directory of
+	// this process's (mode 0700, sockets 0600).
+	sockDir, err := os.MkdirTemp("", "stagehost-sock-*")
 	if err != nil {
 		member.Close()
 		return fail("--supervise: %v", err)
 	}
+	defer os.RemoveAll(sockDir)
+	srvWorkers, err := supervisedWorkers(m, self, manifestPath, baseID, stateDir, fl, workerEnv)
+	if err != nil {
+		member.Close()
+		return fail("--supervise: %v", err)
+	}
+	sockets, hosts := map[string]string{}, map[string]string{}
+	for i := range srvWorkers {
+		w := &srvWorkers[i]
+		sockets[w.Name], hosts[w.Name] = filepath.Join(sockDir, w.Name+".sock"), baseID+"-"+w.Name
+		w.Env = append(slices.Clone(w.Env), envLocalSocket+"="+sockets[w.Name])
+	}
+	routes := newLocalRoutes(member.Front(), sockets, hosts)
+	defer routes.close()
+	srv.SetLattice(service.SupervisorFrontLocal(member, m, routes.route))
+
+	workers := srvWorkers
 	names := make([]string, 0, len(workers))
 	for _, w := range workers {
 		names = append(names, w.Name)
@@ -358,6 +387,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		member.Close()
 		return fail("--supervise: %v", err)
 	}
+	routes.sup.Store(sup)
 	srv.SetWorkers(service.SupervisorWorkers(sup, member.Front(), m))
 	mc, changed := service.SupervisorModelControl(service.SupervisorModel{Conn: member.NATSConn(), Lattice: lt.Name,
 		Supervisor: sup, HostOf: func(w string) string { return baseID + "-" + w }, Store: modelctl.OpenDir(stateDir), Manifest: m, Logger: logger})

@@ -1,12 +1,21 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stagehost/stagehost/deploy"
+	"github.com/stagehost/stagehost/internal/lattice"
+	"github.com/stagehost/stagehost/internal/localcall"
+	"github.com/stagehost/stagehost/internal/requestid"
 	"github.com/stagehost/stagehost/internal/supervise"
 	"github.com/stagehost/stagehost/manifest"
 )
@@ -107,3 +116,85 @@ func needsWorker(m *manifest.Manifest) []string {
 
 // vendorPTXOn names a vendor PTX kernel session s lists, "" for none.
 var vendorPTXOn = func(m *manifest.Manifest, s *manifest.Session) string { return "" }
+
+// envLocalSocket is the environment variable that gives a worker of
+// `serve --supervise` the path of its local transport's socket
+// (internal/localcall).
+const envLocalSocket = "STAGEHOST_LOCAL_SOCKET"
+
+// localRoutes is the supervisor's side of the local transport: a client
+// per worker socket, and the choice of a ready worker that serves a
+// session (in turn, when several do).
+type localRoutes struct {
+	front   *lattice.Front // for the calls' client spans
+	sup     atomic.Pointer[supervise.Supervisor]
+	clients map[string]*localcall.Client // worker → client
+	hosts   map[string]string            // worker → its host id
+	next    atomic.Uint64
+}
+
+func newLocalRoutes(front *lattice.Front, sockets, hosts map[string]string) *localRoutes {
+	r := &localRoutes{front: front, clients: map[string]*localcall.Client{}, hosts: hosts}
+	for w, path := range sockets {
+		r.clients[w] = localcall.NewClient(path)
+	}
+	return r
+}
+
+// route is the service's LocalRoute.
+func (r *localRoutes) route(ctx context.Context, session string, input []byte) ([]byte, bool, error) {
+	sup := r.sup.Load()
+	if sup == nil {
+		return nil, false, nil
+	}
+	var ready []string
+	for _, st := range sup.Status() {
+		if st.State == supervise.StateReady && slices.Contains(st.Sessions, session) && r.clients[st.Name] != nil {
+			ready = append(ready, st.Name)
+		}
+	}
+	if len(ready) == 0 {
+		return nil, false, nil
+	}
+	w := ready[int(r.next.Add(1)%uint64(len(ready)))]
+	carrier := map[string][]string{}
+	cctx, end := r.front.StartLocal(ctx, session, carrier)
+	out, err := r.clients[w].Call(cctx, session, requestid.FromContext(ctx), carrier, input)
+	if errors.Is(err, localcall.ErrNotSent) {
+		end("", err)
+		return nil, false, nil
+	}
+	end(r.hosts[w], err)
+	return out, true, err
+}
+
+func (r *localRoutes) close() {
+	for _, c := range r.clients {
+		c.Close()
+	}
+}
+
+// serveLocal serves the worker's local transport on the socket the
+// supervisor named (envLocalSocket), with host's calls (which keep the
+// shared quarantine's refusals); stop ends it. Without the variable it
+// serves nothing.
+func serveLocal(host *lattice.Host, m *manifest.Manifest, logger *slog.Logger) (stop func(), err error) {
+	path := os.Getenv(envLocalSocket)
+	if path == "" {
+		return func() {}, nil
+	}
+	ln, err := localcall.Listen(path)
+	if err != nil {
+		return nil, err
+	}
+	maxInput := int64(manifest.MaxInputSize)
+	for _, s := range m.Sessions {
+		maxInput = max(maxInput, s.MaxInput)
+	}
+	call := func(ctx context.Context, c localcall.Call) ([]byte, error) {
+		return host.CallLocal(ctx, c.Session, c.RequestID, c.Traceparent, c.Tracestate, c.Input)
+	}
+	srv := &http.Server{Handler: localcall.Handler(call, maxInput), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close(); _ = os.Remove(path) }, nil
+}

@@ -41,18 +41,24 @@ const (
 	HeaderCode      = "Stagehost-Code"
 )
 
-// CallFunc runs one call of a session: the worker's (lattice.Host.Call,
-// which keeps the shared quarantine's refusals).
-type CallFunc func(ctx context.Context, session string, input []byte) ([]byte, error)
-
-// requestIDKey is the context key of a call's request id.
-type requestIDKey struct{}
-
-// RequestID returns the request id a call arrived with, "" for none.
-func RequestID(ctx context.Context) string {
-	s, _ := ctx.Value(requestIDKey{}).(string)
-	return s
+// Call is one call as it arrived: its session, request id, W3C trace
+// context (traceparent and tracestate headers) and input.
+type Call struct {
+	Session, RequestID      string
+	Traceparent, Tracestate string
+	Input                   []byte
 }
+
+// CallFunc runs one call of a session under ctx (with the call's
+// deadline): the worker's is lattice.Host.CallLocal, which keeps the
+// shared quarantine's refusals.
+type CallFunc func(ctx context.Context, c Call) ([]byte, error)
+
+// Grace is how long past a call's deadline a [Client] waits for the
+// worker's answer before it answers deadline_exceeded itself: the worker
+// has the same deadline and answers at it, unless a call's device work
+// outlives it (the worker then ends itself: docs/security.md).
+const Grace = 250 * time.Millisecond
 
 // Listen listens on a Unix socket at path, replacing a stale socket file
 // there, with mode 0600: only the user the supervisor and its workers
@@ -91,9 +97,6 @@ func Handler(call CallFunc, maxInput int64) http.Handler {
 			ctx, cancel = context.WithDeadline(ctx, time.Unix(0, ns))
 			defer cancel()
 		}
-		if id := r.Header.Get(HeaderRequestID); id != "" {
-			ctx = context.WithValue(ctx, requestIDKey{}, id)
-		}
 		input, err := io.ReadAll(io.LimitReader(r.Body, maxInput+1))
 		if err != nil {
 			return
@@ -102,7 +105,8 @@ func Handler(call CallFunc, maxInput int64) http.Handler {
 			writeErr(w, errdefs.ClassOutOfBudget, fmt.Sprintf("the input is larger than %d bytes", maxInput), nil)
 			return
 		}
-		out, err := call(ctx, r.PathValue("session"), input)
+		out, err := call(ctx, Call{Session: r.PathValue("session"), RequestID: r.Header.Get(HeaderRequestID),
+			Traceparent: r.Header.Get("traceparent"), Tracestate: r.Header.Get("tracestate"), Input: input})
 		if err != nil {
 			var code *int32
 			var ce *stages.ClientError
@@ -158,23 +162,55 @@ func NewClient(path string) *Client {
 var ErrNotSent = errors.New("localcall: not sent")
 
 // Call runs a call of session on the worker, with ctx's deadline sent as
-// the call's absolute deadline and requestID as its request id.
+// the call's absolute deadline, requestID as its request id and the
+// headers of carrier (the trace context: traceparent, tracestate). Past
+// the deadline it waits [Grace] for the worker's answer.
 //
 // # Errors
 //
 // An [*errdefs.RemoteError] with the worker's class, message and stage
-// code; an error that wraps [ErrNotSent] when the worker's socket could
-// not be reached; ctx's error when it ended first.
-func (c *Client) Call(ctx context.Context, session, requestID string, input []byte) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://worker/call/"+session, bytes.NewReader(input))
+// code; deadline_exceeded when the worker did not answer within the
+// deadline plus [Grace]; an error that wraps [ErrNotSent] when the
+// worker's socket could not be reached; client_closed when ctx was
+// cancelled.
+func (c *Client) Call(ctx context.Context, session, requestID string, carrier map[string][]string, input []byte) ([]byte, error) {
+	// The request outlives ctx's deadline by Grace (the worker answers
+	// at the deadline), not its cancellation.
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	dl, hasDeadline := ctx.Deadline()
+	if hasDeadline {
+		var cancelDL context.CancelFunc
+		rctx, cancelDL = context.WithDeadline(rctx, dl.Add(Grace))
+		defer cancelDL()
+	}
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	defer stop()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, "http://worker/call/"+session, bytes.NewReader(input))
 	if err != nil {
 		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); ok {
+	for k, v := range carrier {
+		req.Header[k] = v
+	}
+	if hasDeadline {
 		req.Header.Set(HeaderDeadline, strconv.FormatInt(dl.UnixNano(), 10))
 	}
 	if requestID != "" {
 		req.Header.Set(HeaderRequestID, requestID)
+	}
+	failed := func(what string, err error) error {
+		switch {
+		case errors.Is(rctx.Err(), context.DeadlineExceeded):
+			return &errdefs.RemoteError{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the worker did not answer within the deadline and %v", session, Grace)}
+		case ctx.Err() != nil:
+			return &errdefs.RemoteError{Class: errdefs.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
+		}
+		return &errdefs.RemoteError{Class: errdefs.ClassUnavailable, Message: fmt.Sprintf("session %q: %s: %v", session, what, err)}
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -182,18 +218,12 @@ func (c *Client) Call(ctx context.Context, session, requestID string, input []by
 		if errors.As(err, &op) && op.Op == "dial" {
 			return nil, fmt.Errorf("%w: %s: %v", ErrNotSent, c.path, err)
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &errdefs.RemoteError{Class: errdefs.ClassUnavailable, Message: "the worker's connection failed during the call: " + err.Error()}
+		return nil, failed("the worker's connection failed during the call", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &errdefs.RemoteError{Class: errdefs.ClassUnavailable, Message: "the worker's answer was cut: " + err.Error()}
+		return nil, failed("the worker's answer was cut", err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		return body, nil

@@ -41,15 +41,20 @@ func serve(t testing.TB, call localcall.CallFunc) string {
 // on is ErrNotSent.
 func TestRoundTrip(t *testing.T) {
 	deadline := time.Now().Add(time.Minute).Truncate(time.Nanosecond)
-	path := serve(t, func(ctx context.Context, session string, input []byte) ([]byte, error) {
+	path := serve(t, func(ctx context.Context, c localcall.Call) ([]byte, error) {
 		dl, ok := ctx.Deadline()
+		session, input := c.Session, c.Input
 		switch {
+		case session == "hang":
+			<-ctx.Done()
+			time.Sleep(time.Hour) // device work that outlives the deadline
+			return nil, nil
 		case session == "fail":
 			return nil, &stages.ClientError{Code: 7}
 		case session == "lost":
 			return nil, errdefs.Errorf(errdefs.ErrDeviceLost, "device gpu0 lost")
-		case !ok || !dl.Equal(deadline) || localcall.RequestID(ctx) != "r1":
-			return nil, errors.New("deadline or request id not carried")
+		case !ok || !dl.Equal(deadline) || c.RequestID != "r1" || c.Traceparent != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01":
+			return nil, errors.New("deadline, request id or trace context not carried")
 		}
 		return append([]byte(session+":"), input...), nil
 	})
@@ -61,26 +66,36 @@ func TestRoundTrip(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	out, err := c.Call(ctx, "echo", "r1", []byte("hi"))
+	tc := map[string][]string{"traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+	out, err := c.Call(ctx, "echo", "r1", tc, []byte("hi"))
 	if err != nil || string(out) != "echo:hi" {
 		t.Fatalf("echo: %q %v", out, err)
 	}
-	_, err = c.Call(ctx, "fail", "r1", nil)
+	_, err = c.Call(ctx, "fail", "r1", tc, nil)
 	var re *errdefs.RemoteError
 	if !errors.As(err, &re) || re.Class != errdefs.ClassClientError || re.Code == nil || *re.Code != 7 {
 		t.Fatalf("fail: %#v", err)
 	}
-	_, err = c.Call(ctx, "lost", "r1", nil)
+	_, err = c.Call(ctx, "lost", "r1", tc, nil)
 	if !errors.Is(err, errdefs.ErrDeviceLost) {
 		t.Fatalf("lost: %v", err)
 	}
-	_, err = c.Call(ctx, "big", "r1", make([]byte, 1<<20+1))
+	_, err = c.Call(ctx, "big", "r1", tc, make([]byte, 1<<20+1))
 	if !errors.Is(err, errdefs.ErrOutOfBudget) {
 		t.Fatalf("big: %v", err)
 	}
 	gone := localcall.NewClient(filepath.Join(t.TempDir(), "none.sock"))
-	if _, err := gone.Call(ctx, "echo", "", nil); !errors.Is(err, localcall.ErrNotSent) {
+	if _, err := gone.Call(ctx, "echo", "", nil, nil); !errors.Is(err, localcall.ErrNotSent) {
 		t.Fatalf("no listener: %v", err)
+	}
+	// A call whose work outlives its deadline is answered
+	// deadline_exceeded by the client at the deadline plus Grace.
+	hctx, hcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer hcancel()
+	t0 := time.Now()
+	_, err = c.Call(hctx, "hang", "", nil, nil)
+	if took := time.Since(t0); !errors.Is(err, errdefs.ErrDeadlineExceeded) || took < 100*time.Millisecond+localcall.Grace || took > 100*time.Millisecond+localcall.Grace+2*time.Second {
+		t.Fatalf("hang: %v after %v", err, took)
 	}
 }
 
@@ -88,7 +103,7 @@ func TestRoundTrip(t *testing.T) {
 // to a call that returns at once; the added cost of the transport over
 // an in-process call. b.ReportMetric gives p50 and p99.
 func BenchmarkLocalCall(b *testing.B) {
-	path := serve(b, func(ctx context.Context, session string, input []byte) ([]byte, error) { return input, nil })
+	path := serve(b, func(ctx context.Context, c localcall.Call) ([]byte, error) { return c.Input, nil })
 	c := localcall.NewClient(path)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -98,7 +113,7 @@ func BenchmarkLocalCall(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		if _, err := c.Call(ctx, "s", "r", in); err != nil {
+		if _, err := c.Call(ctx, "s", "r", nil, in); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(t0))
