@@ -123,3 +123,16 @@ func BenchmarkLocalCall(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 }
+
+// BenchmarkInProcessCall: the same call made in process, the baseline of
+// BenchmarkLocalCall.
+func BenchmarkInProcessCall(b *testing.B) {
+	var call localcall.CallFunc = func(ctx context.Context, c localcall.Call) ([]byte, error) { return c.Input, nil }
+	ctx := context.Background()
+	in := make([]byte, 64)
+	for range b.N {
+		if _, err := call(ctx, localcall.Call{Session: "s", RequestID: "r", Input: in}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
