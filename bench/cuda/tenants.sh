@@ -20,6 +20,15 @@
 #
 #	OUT=/tmp/tenants bench/cuda/tenants.sh
 #
+# The same on the GPU as a Go test (TestServeSuperviseTenantsGPU: it
+# fails where it would skip, with STAGEHOST_REQUIRE_GPU=1), pre-built too:
+#
+#	CGO_ENABLED=0 go test -c -o .carry/bin/stagehost.test ./cmd/stagehost
+#	(cd cmd/stagehost && STAGEHOST_TEST_BINARY=$PWD/../../.carry/bin/stagehost \
+#	  STAGEHOST_REQUIRE_GPU=1 ../../.carry/bin/stagehost.test -test.run 'TenantsGPU' -test.v)
+#
+# TESTS=1 runs it after the faults below.
+#
 # BACKEND=sim is a dry run anywhere (a SIGKILL of acme's worker instead
 # of the fault kernel). REPEAT (3) faults in a row; acme's max_failures
 # is set above REPEAT so that it is never quarantined here. Everything
@@ -108,6 +117,12 @@ TOML
 	' "$BIN" "$M" "$ADDR" "$OUT" "$MODE" "$REPEAT"
 	rc=$?
 	echo "== exit $rc (124: the hard timeout of ${LIMIT}s fired)"
+	if [ -n "${TESTS:-}" ]; then
+		echo "== TestServeSuperviseTenantsGPU"
+		(cd "$ROOT/cmd/stagehost" && STAGEHOST_TEST_BINARY="$BIN/stagehost" STAGEHOST_REQUIRE_GPU=1 \
+			timeout -k 5 "$LIMIT" "$BIN/stagehost.test" -test.run 'TenantsGPU' -test.v -test.count 1)
+		echo "== test exit $?"
+	fi
 	pgrep -fa "stagehost serve" && echo "== processes left over (above)"
 } 2>&1 | tee "$OUT/tenants.log"
 tail -3 "$OUT/serve.log" 2>/dev/null | cut -c1-300
