@@ -2,6 +2,7 @@ package lattice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -64,5 +65,9 @@ func (h *Host) CallLocal(ctx context.Context, session, rid, traceparent, tracest
 	start := time.Now()
 	out, _, err := h.call(ctx, session, input, nil)
 	endServe(span, time.Since(start), err)
+	var le *Error
+	if errors.As(err, &le) { // the host's own refusals, with their class
+		return nil, &errdefs.RemoteError{Class: le.Class, Message: le.Message, Host: le.Host, Code: le.Code}
+	}
 	return out, err
 }

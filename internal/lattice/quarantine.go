@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,5 +176,8 @@ func (q *Quarantine) Close() error {
 
 // refusal is the error of a call to a session whose module is quarantined.
 func refusal(host string, p Poison) *Error {
+	if tenant, ok := strings.CutPrefix(p.SHA256, TenantKey("")); ok {
+		return unavailable(host, "tenant %s is quarantined lattice-wide: %s", tenant, p.Reason)
+	}
 	return unavailable(host, "module %s is quarantined lattice-wide: %s", p.SHA256, p.Reason)
 }

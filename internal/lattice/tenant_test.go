@@ -2,6 +2,7 @@ package lattice_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -31,8 +32,13 @@ func TestTenantQuarantine(t *testing.T) {
 	if err := a.h.Quarantine().WaitFor(ctx, func() bool { _, ok := a.h.Quarantine().Lookup(lattice.TenantKey("acme")); return ok }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.h.Call(ctx, "steady", nil); lattice.Class(err) != errdefs.ClassUnavailable || !strings.Contains(err.Error(), "3 failures") {
+	if _, err := a.h.Call(ctx, "steady", nil); lattice.Class(err) != errdefs.ClassUnavailable || !strings.Contains(err.Error(), "tenant acme is quarantined lattice-wide: tenant acme: 3 failures") {
 		t.Fatalf("a call of the quarantined tenant: %v", err)
+	}
+	// Over the local transport the refusal keeps its class.
+	var re *errdefs.RemoteError
+	if _, err := a.h.CallLocal(ctx, "steady", "", "", "", nil); !errors.As(err, &re) || re.Class != errdefs.ClassUnavailable {
+		t.Fatalf("a local call of the quarantined tenant: %#v", err)
 	}
 	if out, err := other.h.Call(ctx, "steady", nil); err != nil || string(out) != "ok" {
 		t.Fatalf("a session without the tenant: %q %v", out, err)
