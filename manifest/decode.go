@@ -311,11 +311,56 @@ func (d *decoder) latticeEmbedded(t *table, lt *Lattice) {
 			lt.StoreDir = resolve(d.dir, dir)
 		}
 	}
-	for _, k := range []string{"listen", "store_dir"} {
+	d.latticeCluster(t, lt)
+	for _, k := range []string{"listen", "store_dir", "cluster_listen", "cluster_routes"} {
 		if t.has(k) && !lt.Embedded {
 			d.errorf(t.path.key(k), "%s is for an embedded server: it needs embedded = true", k)
 		}
 	}
+}
+
+// latticeCluster decodes the keys that make an embedded server a node
+// of a NATS cluster: cluster_listen (host:port) and cluster_routes
+// (nats-route://host:port URLs, comma-separated), which needs it.
+func (d *decoder) latticeCluster(t *table, lt *Lattice) {
+	if l, ok := t.str("cluster_listen", "", false); ok && t.has("cluster_listen") {
+		if _, port, err := net.SplitHostPort(l); err != nil || !validPort(port) {
+			d.errorf(t.path.key("cluster_listen"), "%q is not a host:port address (for example \"0.0.0.0:6222\")", l)
+		} else {
+			lt.ClusterListen = l
+		}
+	}
+	if r, ok := t.str("cluster_routes", "", false); ok && t.has("cluster_routes") {
+		if err := checkRouteURLs(r); err != nil {
+			d.errorf(t.path.key("cluster_routes"), "%v", err)
+		} else {
+			lt.ClusterRoutes = r
+		}
+		if !t.has("cluster_listen") {
+			d.errorf(t.path.key("cluster_routes"), "cluster_routes needs cluster_listen: the address this node's routes listen on")
+		}
+	}
+}
+
+// checkRouteURLs checks a comma-separated list of NATS route URLs.
+func checkRouteURLs(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return fmt.Errorf("must not be empty: route URLs such as \"nats-route://10.0.0.5:6222,nats-route://10.0.0.6:6222\"")
+	}
+	for _, one := range strings.Split(s, ",") {
+		one = strings.TrimSpace(one)
+		u, err := url.Parse(one)
+		if err == nil && u.User != nil {
+			return fmt.Errorf("a route URL holds credentials: routes here take none")
+		}
+		if err != nil || u.Host == "" || u.Port() == "" || !validPort(u.Port()) {
+			return fmt.Errorf("%q is not a route URL (for example \"nats-route://10.0.0.5:6222\")", one)
+		}
+		if u.Scheme != "nats-route" && u.Scheme != "nats" {
+			return fmt.Errorf("%q: the scheme must be nats-route, not %q", one, u.Scheme)
+		}
+	}
+	return nil
 }
 
 // latticeCredentials decodes where the lattice's credential (at most
@@ -621,6 +666,7 @@ func (d *decoder) sim(dev *table) (*Sim, []faultMeta) {
 
 func (d *decoder) modules(root *table, m *Manifest) []modMeta {
 	list, _ := root.tables("module")
+	d.moduleCount = len(list)
 	metas := make([]modMeta, len(list))
 	m.Modules = make([]Module, len(list))
 	for i, t := range list {
@@ -639,6 +685,7 @@ func (d *decoder) modules(root *table, m *Manifest) []modMeta {
 type moduleKeys struct {
 	path, sum               string
 	pathOK, sumOK, sumSet   bool
+	sumMalformed            bool // set, a string, but not 64 hex digits
 	kindOK, limitOK, wasiOK bool
 	limit                   fileLimit // the file's size limit
 }
@@ -652,7 +699,7 @@ func (d *decoder) module(t *table, m *Manifest, mod *Module, meta *modMeta) modu
 		d.errorf(t.path.key("name"), "%q is reserved: a session's fence = %q means the built-in fence, not a module", mod.Name, mod.Name)
 	}
 	k.path, k.pathOK = t.name("path")
-	k.sum, k.sumOK, k.sumSet = d.moduleSHA256(t)
+	k.sum, k.sumOK, k.sumSet, k.sumMalformed = d.moduleSHA256(t)
 	mod.Kind, k.kindOK = d.moduleKind(t)
 	meta.kind = k.kindOK
 	mod.MemoryLimit, k.limitOK = d.moduleMemoryLimit(t)
@@ -668,17 +715,33 @@ func (d *decoder) module(t *table, m *Manifest, mod *Module, meta *modMeta) modu
 }
 
 // moduleSHA256 decodes the declared sha256: 64 hex digits, lower-cased.
-func (d *decoder) moduleSHA256(t *table) (sum string, ok, set bool) {
+// A string that is not 64 hex digits (an empty one included) is reported
+// by moduleFile, which can add the file's actual hash: malformed is true.
+func (d *decoder) moduleSHA256(t *table) (sum string, ok, set, malformed bool) {
 	sum, ok = t.str("sha256", "", false)
 	set = t.has("sha256")
 	if ok && set {
 		if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {
-			d.errorf(t.path.key("sha256"), "must be 64 hexadecimal digits, got %q", sum)
-			ok = false
+			return sum, false, set, true
 		}
 		sum = strings.ToLower(sum)
 	}
-	return sum, ok, set
+	return sum, ok, set, false
+}
+
+// malformedSHA256 reports a declared sha256 that is not 64 hex digits,
+// with the file's actual hash when the file was read (actual non-empty),
+// so that an author can accept it after checking it is the file meant.
+func (d *decoder) malformedSHA256(t *table, sum, actual string) {
+	p := t.path.key("sha256")
+	switch {
+	case actual == "":
+		d.errorf(p, "must be 64 hexadecimal digits, got %q", sum)
+	case sum == "":
+		d.errorf(p, "must be 64 hexadecimal digits, got \"\" (the file's sha256 is %s)", actual)
+	default:
+		d.errorf(p, "must be 64 hexadecimal digits, got %q (the file's sha256 is %s)", sum, actual)
+	}
 }
 
 // moduleKind decodes a module's kind: stage (the default) or fence.
@@ -745,11 +808,19 @@ func (d *decoder) moduleFile(t *table, mod *Module, k moduleKeys) {
 		if !k.sumSet {
 			d.errorf(t.path.key("sha256"), "required key is missing")
 		}
+		if k.sumMalformed {
+			d.malformedSHA256(t, k.sum, "")
+		}
 		return
 	}
 	mod.Bytes = bin
 	mod.SHA256 = stages.SHA256(bin)
+	p := t.path.key("sha256")
+	d.hashes = append(d.hashes, ModuleHash{Name: mod.Name, Key: p.String(), Line: d.idx.line(p),
+		File: mod.File, Path: mod.Path, Declared: k.sum, SHA256: mod.SHA256})
 	switch {
+	case k.sumMalformed:
+		d.malformedSHA256(t, k.sum, mod.SHA256)
 	case !k.sumSet:
 		d.errorf(t.path.key("sha256"), "required key is missing (the file's sha256 is %s)", mod.SHA256)
 	case k.sumOK && k.sum != mod.SHA256:

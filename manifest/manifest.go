@@ -147,6 +147,11 @@ type Lattice struct {
 	// holds (inputs and outputs too large for one message; 64KiB to
 	// 1TiB); default [DefaultPayloadStoreMax].
 	PayloadStoreMax int64
+	// ClusterListen makes the embedded server a node of a NATS cluster:
+	// the host:port its routes listen on ("" for none: a single server).
+	// ClusterRoutes is the comma-separated nats-route://host:port URLs of
+	// the cluster's nodes. Only with Embedded.
+	ClusterListen, ClusterRoutes string
 }
 
 // DefaultLatticeListen is the [lattice] listen default of an embedded

@@ -471,3 +471,28 @@ func TestModuleErrorEscapes(t *testing.T) {
 		}
 	}
 }
+
+// TestLatticeCluster: cluster_listen and cluster_routes make the
+// embedded server a cluster node; they need embedded = true, and
+// cluster_routes needs cluster_listen.
+func TestLatticeCluster(t *testing.T) {
+	const dev = "[[device]]\nname = \"d\"\nbackend = \"sim\"\nengine = \"cpu\"\n"
+	m, err := Decode("host.toml", []byte("version = 1\n[lattice]\nname = \"l\"\nembedded = true\nreplicas = 3\ncluster_listen = \"0.0.0.0:6222\"\n"+
+		"cluster_routes = \"nats-route://n1:6222, nats-route://n2:6222,nats-route://n3:6222\"\n"+dev), noFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lt := m.Lattice; lt.ClusterListen != "0.0.0.0:6222" || lt.ClusterRoutes != "nats-route://n1:6222, nats-route://n2:6222,nats-route://n3:6222" || lt.Replicas != 3 {
+		t.Errorf("%+v", *lt)
+	}
+	for body, want := range map[string]string{
+		"url = \"nats://a:4222\"\ncluster_listen = \"0.0.0.0:6222\"\n":                "lattice.cluster_listen: cluster_listen is for an embedded server: it needs embedded = true",
+		"embedded = true\ncluster_routes = \"nats-route://n1:6222\"\n":                "lattice.cluster_routes: cluster_routes needs cluster_listen",
+		"embedded = true\ncluster_listen = \"0.0.0.0:6222\"\ncluster_routes = \"\"\n": "lattice.cluster_routes: must not be empty",
+	} {
+		_, err := Decode("host.toml", []byte("version = 1\n[lattice]\nname = \"l\"\n"+body+dev), noFiles)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", body, err, want)
+		}
+	}
+}

@@ -26,6 +26,8 @@ type decoder struct {
 	badNames    map[string]bool // kinds of entry with a name that did not decode
 	files       map[fileRead]readResult
 	moduleLimit fileLimit // the limit of modules without their own max_size
+	hashes      []ModuleHash
+	moduleCount int // [[module]] tables seen
 }
 
 // fileLimit is the most a file named by the manifest may hold, with what

@@ -133,9 +133,58 @@ func parseManifest(c *command, args []string, stdout, stderr io.Writer) (*manife
 	return m, path, -1
 }
 
+const checkAbout = `Validate a manifest and every module it names; nothing is compiled or run.
+A module whose sha256 is missing, empty, malformed or stale is reported
+with the file's actual hash.
+
+With --print-sha256, print instead one line per module with the sha256
+its file has now, a TOML line to paste over the module's sha256 after
+checking that the file is the one meant:
+
+  sha256 = "HASH" # module[0] NAME: PATH (line N: matches, differs, empty or missing, malformed)
+
+and exit 0 whatever the manifest declares (65 when a module's file cannot
+be read; the manifest's errors are then printed). The manifest itself is
+not changed: it still pins every module, and run and serve still refuse
+one whose hash is not the file's.`
+
+// printModuleHashes is check --print-sha256.
+func printModuleHashes(path string, stdout, stderr io.Writer) int {
+	hashes, err := manifest.ModuleHashes(path)
+	for _, h := range hashes {
+		state := "differs"
+		switch {
+		case h.Matches():
+			state = "matches"
+		case h.Declared == "":
+			state = "empty or missing"
+		case len(h.Declared) != len(h.SHA256):
+			state = "malformed"
+		}
+		fmt.Fprintf(stdout, "sha256 = %q # %s %s: %s (line %d: %s)\n", h.SHA256, strings.TrimSuffix(h.Key, ".sha256"), h.Name, h.Path, h.Line, state)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	}
+	return exitOK
+}
+
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
-	c := newCommand("check", "FILE", "Validate a manifest and every module it names; nothing is compiled or run.")
-	m, path, code := parseManifest(c, args, stdout, stderr)
+	c := newCommand("check", "FILE", checkAbout)
+	printSHA := c.fs.Bool("print-sha256", false, "print each module's actual sha256 as a TOML line, whatever the manifest declares, and exit 0 (see above)")
+	path, code := c.parse(args, stdout, stderr)
+	if code >= 0 {
+		return code
+	}
+	if *printSHA {
+		return printModuleHashes(path, stdout, stderr)
+	}
+	m, err := manifest.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	}
 	if code >= 0 {
 		return code
 	}

@@ -5,7 +5,7 @@
 //	stagehost serve FILE [--addr 127.0.0.1:8080] [--grace 30s] [--quiet]
 //	stagehost trace FILE
 //	stagehost version
-//	stagehost new go|c NAME
+//	stagehost new go|c|rust NAME
 //	stagehost admin [--addr URL] [--token-file FILE] modules|load|upload|unload|swap|reset ...
 //
 // Every command takes --help (or -h), which prints its usage and flags and
@@ -63,6 +63,7 @@ const usage = `stagehost: a host for sandboxed accelerator stages
 
 Usage:
   stagehost check FILE                 validate a manifest and every module it names
+      --print-sha256                   print each module's actual sha256 as a TOML line, exit 0
   stagehost run FILE [flags]           run the sessions (and resident sessions) once
       --session NAME                   only this session or resident session (loads only what it needs)
       --input FILE                     input for the session (default: its manifest input)
@@ -80,7 +81,7 @@ Usage:
   stagehost trace FILE                 summarise a saved trace
   stagehost version                    print the stagehost, ABI and wazero versions
   stagehost kernels [--markdown]       the kernels and their arguments (docs/kernels.md)
-  stagehost new go|c NAME              write a new guest project in NAME (docs/guest.md)
+  stagehost new go|c|rust NAME         write a new guest project in NAME (docs/guest.md)
   stagehost admin [flags] COMMAND      model control of a running serve (docs/service.md):
       modules | load NAME PATH [--sha256 X] | upload NAME FILE | unload NAME[@SHA256]
       | swap SESSION MODULE | reset SESSION

@@ -25,33 +25,45 @@ func init() { commands["new"] = true }
 // (sysexits EX_CANTCREAT).
 const exitCantCreate = 73
 
-// scaffold holds the templates of new projects: go/ and c/ for each
-// language, and the files both share. In a template, {{name}} is the
+// scaffold holds the templates of new projects: go/, c/ and rust/ for
+// each language, and the files they share. In a template, {{name}} is the
 // project's name; see newProject for the others.
 //
 //go:embed scaffold
 var scaffold embed.FS
 
-// sdkDir is where a Go project gets the SDK's sources, and cHeader where
-// a C project gets stagehost.h.
+// sdkDir is where a Go or Rust project gets the SDK's sources, cHeader
+// where a C project gets stagehost.h, and cEmu its emulator.
 const (
 	sdkDir  = "stagehost-sdk"
 	cHeader = "include/stagehost.h"
+	cEmu    = "emu.c"
 )
+
+// renamed maps a template's name (without .tmpl) to its path in a project,
+// where they differ.
+var renamed = map[string]string{"lib.rs": "src/lib.rs", "gitignore": ".gitignore"}
+
+// languages are new's languages, and what each project is.
+var languages = map[string]string{"go": "a Go stage", "c": "a C stage", "rust": "a Rust stage"}
 
 // validName is what NAME's last element may be: a manifest name (module
 // and session) and a Go module path, and a file name on every system.
 var validName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
 
-const newAbout = `Write a new guest project in the directory NAME: a stage in Go or C that
-uploads its input (float32 values x), runs the kernels fill and saxpy on
-stream s0 to compute 2x + 1, and outputs the result; build.sh, which builds
-NAME.wasm and writes its sha256 into the manifests; host.toml (the sim
-backend) and cuda.toml (the first NVIDIA GPU); input.bin; and a README with
-every command. A Go project has a unit test on the SDK's emulator and the
-SDK's sources in NAME/stagehost-sdk (its go.mod replaces the unpublished
-SDK module with them), so it builds with no network access; a C project
-has include/stagehost.h.
+const newAbout = `Write a new guest project in the directory NAME: a stage in Go, C or Rust
+that uploads its input (float32 values x), runs the kernels fill and
+saxpy on stream s0 to compute 2x + 1, and outputs the result; unit tests
+of it on the SDK's emulator; build.sh, which builds NAME.wasm and writes
+its sha256 into the manifests; host.toml (the sim backend) and cuda.toml
+(the first NVIDIA GPU); input.bin; and a README with every command.
+Everything builds with no network access:
+  go    the SDK's sources in NAME/stagehost-sdk (its go.mod replaces the
+        unpublished SDK module with them); go test ./...
+  c     include/stagehost.h, and emu.c, the emulator, for test.sh
+  rust  the Rust SDK's crate in NAME/stagehost-sdk (a path dependency);
+        test.sh (cargo test) and build.sh use Debian's /usr/bin/rustc
+        and cargo when present (RUSTC and CARGO pick others)
 
 NAME is a directory; its last element must be lowercase letters, digits,
 _ and -, starting with a letter. NAME must not exist, or be an empty
@@ -62,7 +74,7 @@ See docs/guest.md for the whole path from here to a stage on a GPU.`
 
 // cmdNew writes a new guest project.
 func cmdNew(args []string, stdout, stderr io.Writer) int {
-	c := newCommand("new", "go|c NAME", newAbout)
+	c := newCommand("new", "go|c|rust NAME", newAbout)
 	c.fs.SetOutput(stderr)
 	var pos []string
 	for len(args) > 0 { // flags may come before, between or after the arguments
@@ -87,11 +99,11 @@ func cmdNew(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if len(pos) != 2 {
-		return bad("want a language (go or c) and a NAME, got %d arguments", len(pos))
+		return bad("want a language (go, c or rust) and a NAME, got %d arguments", len(pos))
 	}
 	lang, dir := pos[0], pos[1]
-	if lang != "go" && lang != "c" {
-		return bad("unknown language %q: want go or c", lang)
+	if languages[lang] == "" {
+		return bad("unknown language %q: want go, c or rust", lang)
 	}
 	name := filepath.Base(filepath.Clean(dir))
 	if !validName.MatchString(name) {
@@ -106,11 +118,12 @@ func cmdNew(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stagehost new: %v\n", err)
 		return exitCantCreate
 	}
-	what := map[string]string{"go": "a Go stage", "c": "a C stage"}[lang]
 	fmt.Fprintf(stdout, "created %s: %s (see %s)\n\nNext:\n  cd %s\n",
-		dir, what, filepath.Join(dir, "README.md"), dir)
+		dir, languages[lang], filepath.Join(dir, "README.md"), dir)
 	if lang == "go" {
 		fmt.Fprintf(stdout, "  go test ./...               # the stage on the SDK's emulator\n")
+	} else {
+		fmt.Fprintf(stdout, "  ./test.sh                   # the stage on the SDK's emulator\n")
 	}
 	fmt.Fprintf(stdout, "  ./build.sh                  # %s.wasm, and its sha256 in the manifests\n", name)
 	fmt.Fprintf(stdout, "  stagehost run host.toml     # on the simulated backend\n")
@@ -125,8 +138,8 @@ type projectFile struct {
 	exec bool
 }
 
-// newProject returns the files of a new project in lang ("go" or "c")
-// named name.
+// newProject returns the files of a new project in lang ("go", "c" or
+// "rust") named name.
 func newProject(lang, name string) ([]projectFile, error) {
 	read := func(p string) (string, error) {
 		b, err := scaffold.ReadFile(p)
@@ -149,7 +162,8 @@ func newProject(lang, name string) ([]projectFile, error) {
 	}
 	// module and sha256 are expanded first: they hold {{name}}.
 	r := strings.NewReplacer("{{module}}", module, "{{sha256}}", strings.TrimSuffix(sha, "\n"))
-	names := strings.NewReplacer("{{name}}", name, "{{go}}", goVersion)
+	// {{name_}} is the name of the crate's artefacts: cargo writes - as _.
+	names := strings.NewReplacer("{{name}}", name, "{{name_}}", strings.ReplaceAll(name, "-", "_"), "{{go}}", goVersion)
 	expand := func(s string) []byte { return []byte(names.Replace(r.Replace(s))) }
 
 	var files []projectFile
@@ -167,7 +181,11 @@ func newProject(lang, name string) ([]projectFile, error) {
 			if err != nil {
 				return nil, err
 			}
-			files = append(files, projectFile{path: n, data: expand(s), exec: strings.HasSuffix(n, ".sh")})
+			p := n
+			if r, ok := renamed[n]; ok {
+				p = r
+			}
+			files = append(files, projectFile{path: p, data: expand(s), exec: strings.HasSuffix(n, ".sh")})
 		}
 	}
 	files = append(files, projectFile{path: "input.bin", data: f32LE(1, 2, 3, 4)})
@@ -189,9 +207,20 @@ func newProject(lang, name string) ([]projectFile, error) {
 			return err
 		})
 	case "c":
-		var b []byte
-		b, err = sdk.Sources.ReadFile("c/stagehost.h")
-		files = append(files, projectFile{path: cHeader, data: b})
+		for _, f := range [][2]string{{"c/stagehost.h", cHeader}, {"c/emu.c", cEmu}} {
+			b, rerr := sdk.Sources.ReadFile(f[0])
+			err = errors.Join(err, rerr)
+			files = append(files, projectFile{path: f[1], data: b})
+		}
+	case "rust":
+		err = fs.WalkDir(sdk.RustSources, "rust", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := sdk.RustSources.ReadFile(p)
+			files = append(files, projectFile{path: path.Join(sdkDir, strings.TrimPrefix(p, "rust/")), data: b})
+			return err
+		})
 	}
 	if err != nil {
 		return nil, err

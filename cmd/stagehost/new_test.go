@@ -80,7 +80,8 @@ func TestNewWritesTheWholeSDK(t *testing.T) {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if strings.HasSuffix(rel, "_test.go") || rel == "sources.go" || strings.HasSuffix(rel, ".md") || strings.Contains(rel, "testdata/") {
+		// The Rust SDK goes into Rust projects: TestNewWritesTheWholeRustSDK.
+		if strings.HasSuffix(rel, "_test.go") || rel == "sources.go" || strings.HasSuffix(rel, ".md") || strings.Contains(rel, "testdata/") || strings.HasPrefix(rel, "rust/") {
 			return nil
 		}
 		want++
@@ -100,6 +101,51 @@ func TestNewWritesTheWholeSDK(t *testing.T) {
 	}
 	if len(got) != want {
 		t.Errorf("new Go projects get %d SDK files, guest-sdk has %d", len(got), want)
+	}
+}
+
+// TestNewWritesTheWholeRustSDK: a Rust project's stagehost-sdk/ is the
+// crate guest-sdk/rust (its Cargo.toml and src/), byte for byte.
+func TestNewWritesTheWholeRustSDK(t *testing.T) {
+	files, err := newProject("rust", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]byte{}
+	for _, f := range files {
+		if p, ok := strings.CutPrefix(f.path, sdkDir+"/"); ok {
+			got[p] = f.data
+		}
+	}
+	want := 0
+	for _, root := range []string{"Cargo.toml", "src"} {
+		err = filepath.WalkDir(filepath.Join("../../guest-sdk/rust", root), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, err := filepath.Rel("../../guest-sdk/rust", p)
+			if err != nil {
+				return err
+			}
+			rel = filepath.ToSlash(rel)
+			want++
+			disk, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if b, ok := got[rel]; !ok {
+				t.Errorf("guest-sdk/rust/%s is not written into new Rust projects: add it to RustSources in guest-sdk/sources.go", rel)
+			} else if !bytes.Equal(b, disk) {
+				t.Errorf("%s/%s differs from guest-sdk/rust/%s", sdkDir, rel, rel)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != want || want < 9 {
+		t.Errorf("new Rust projects get %d SDK files, guest-sdk/rust has %d", len(got), want)
 	}
 }
 
@@ -155,8 +201,59 @@ func TestNewCProject(t *testing.T) {
 	}
 	t.Parallel()
 	dir := newProjectDir(t, "c", "cstage")
+	if _, err := exec.LookPath("cc"); err == nil {
+		if out := runIn(t, dir, os.Environ(), "./test.sh"); strings.TrimSpace(out) != "ok" {
+			t.Errorf("./test.sh (the stage on emu.c): %s", out)
+		}
+	} else {
+		t.Log("cc not on PATH: test.sh (the stage on the C emulator) not run")
+	}
 	runIn(t, dir, os.Environ(), "./build.sh")
 	runManifest(t, dir, "cstage")
+}
+
+// rustToolchain returns the rustc that build.sh uses (Debian's
+// /usr/bin/rustc when present, else rustc on PATH), or why the Rust
+// project's test must skip: no rustc or cargo, or no standard library for
+// wasm32-unknown-unknown.
+func rustToolchain() (string, string) {
+	rustc := "/usr/bin/rustc"
+	if _, err := os.Stat(rustc); err != nil {
+		if rustc, err = exec.LookPath("rustc"); err != nil {
+			return "", "no rustc (Debian: apt-get install -y rustc cargo libstd-rust-dev-wasm32)"
+		}
+	}
+	if _, err := os.Stat("/usr/bin/cargo"); err != nil {
+		if _, err := exec.LookPath("cargo"); err != nil {
+			return "", "no cargo (Debian: apt-get install -y cargo)"
+		}
+	}
+	out, err := exec.Command(rustc, "--print", "sysroot").Output()
+	if err != nil {
+		return "", rustc + " --print sysroot: " + err.Error()
+	}
+	lib := filepath.Join(strings.TrimSpace(string(out)), "lib", "rustlib", "wasm32-unknown-unknown", "lib")
+	if _, err := os.Stat(lib); err != nil {
+		return "", rustc + " has no standard library for wasm32-unknown-unknown (Debian: apt-get install -y libstd-rust-dev-wasm32)"
+	}
+	return rustc, ""
+}
+
+// TestNewRustProject is the same for Rust: the emulator tests (cargo
+// test), the build and stagehost run, offline, from an empty directory.
+func TestNewRustProject(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and a Rust guest")
+	}
+	if _, why := rustToolchain(); why != "" {
+		t.Skip(why)
+	}
+	t.Parallel()
+	dir := newProjectDir(t, "rust", "rstage")
+	env := append(os.Environ(), "CARGO_NET_OFFLINE=true", "CARGO_HOME="+t.TempDir())
+	runIn(t, dir, env, "./test.sh")
+	runIn(t, dir, env, "./build.sh")
+	runManifest(t, dir, "rstage")
 }
 
 // newProjectDir runs the built binary's "new lang name" in an empty

@@ -88,7 +88,7 @@ func TestVersion(t *testing.T) {
 // the command's usage with every flag spelt --flag.
 func TestHelp(t *testing.T) {
 	flags := map[string][]string{
-		"check": nil, "trace": nil, "version": nil, "new": nil,
+		"check": {"--print-sha256"}, "trace": nil, "version": nil, "new": nil,
 		"run":   {"--session NAME", "--input FILE", "--trace out.json", "--quiet"},
 		"serve": {"--addr address", "--grace duration", "--quiet"},
 		"admin": {"--addr URL", "--token-file FILE", "--sha256 SHA256", "--json"},
@@ -129,9 +129,9 @@ func TestHelp(t *testing.T) {
 	if code != exitUsage || out != "" || !strings.Contains(errs, "flag needs an argument") || !strings.Contains(errs, "--session NAME") {
 		t.Errorf("run --session: exit %d\n%s%s", code, out, errs)
 	}
-	for _, args := range [][]string{{"new"}, {"new", "go"}, {"new", "rust", "x"}, {"new", "go", "x", "y"}, {"new", "go", "Bad"}, {"new", "--force", "go", "x"}} {
+	for _, args := range [][]string{{"new"}, {"new", "go"}, {"new", "fortran", "x"}, {"new", "go", "x", "y"}, {"new", "go", "Bad"}, {"new", "--force", "go", "x"}} {
 		code, out, errs := runCLI(t, args...)
-		if code != exitUsage || out != "" || !strings.Contains(errs, "Usage: stagehost new go|c NAME") {
+		if code != exitUsage || out != "" || !strings.Contains(errs, "Usage: stagehost new go|c|rust NAME") {
 			t.Errorf("%q: exit %d\n%s%s", args, code, out, errs)
 		}
 	}

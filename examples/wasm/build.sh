@@ -11,6 +11,9 @@
 # run in the example's folder, plus -trimpath and -buildvcs=false so that
 # the committed bytes do not depend on the checkout's path or git state.
 # C guests need clang and wasm-ld (Debian: apt-get install -y clang lld).
+# The Rust guest needs Debian's rustc and cargo with the wasm32 standard
+# library (apt-get install -y rustc cargo libstd-rust-dev-wasm32): the
+# committed bytes are rustc 1.63's; RUSTC and CARGO pick others.
 set -euo pipefail
 cd "$(dirname "$0")"
 # Each Go example is its own module; build it as such, not through the
@@ -43,6 +46,11 @@ c_example() { # c_example DIR NAME
     -Wl,--no-entry -o "$(target "$1" "$2")" "$2.c" && chmod a-x "$(target "$1" "$2")")
 }
 
+rust_example() { # rust_example DIR NAME: cargo's cdylib NAME.wasm, offline,
+  # built where the checkout's path cannot reach the bytes
+  "$here/../../guest-sdk/rust/build-wasm.sh" "examples/wasm/$1" "$2" "$(target "$1" "$2")"
+}
+
 echo "go: $(go version)"
 go_example minimal minimal
 go_example mlp/stage mlp
@@ -61,9 +69,17 @@ else
   $check && exit 1
 fi
 
+if [ -x "${RUSTC:-/usr/bin/rustc}" ]; then
+  echo "rustc: $("${RUSTC:-/usr/bin/rustc}" --version)"
+  rust_example rust softmax
+else
+  echo "${RUSTC:-/usr/bin/rustc} not found: rust/softmax.wasm not rebuilt (apt-get install -y rustc cargo libstd-rust-dev-wasm32)" >&2
+  $check && exit 1
+fi
+
 if $check; then
   status=0
-  for f in minimal/minimal mlp/stage/mlp transformer/stage/transformer transformer/stage/transformer128 cnn/stage/cnn digits/stage/digits fence/fence cstage/cstage; do
+  for f in minimal/minimal mlp/stage/mlp transformer/stage/transformer transformer/stage/transformer128 cnn/stage/cnn digits/stage/digits fence/fence cstage/cstage rust/softmax; do
     if ! cmp -s "$f.wasm" "$out/$(basename "$f").wasm"; then
       echo "$f.wasm differs from a fresh build" >&2
       status=1
@@ -71,4 +87,4 @@ if $check; then
   done
   exit $status
 fi
-ls -l minimal/minimal.wasm mlp/stage/mlp.wasm transformer/stage/transformer.wasm transformer/stage/transformer128.wasm cnn/stage/cnn.wasm digits/stage/digits.wasm fence/fence.wasm cstage/cstage.wasm
+ls -l minimal/minimal.wasm mlp/stage/mlp.wasm transformer/stage/transformer.wasm transformer/stage/transformer128.wasm cnn/stage/cnn.wasm digits/stage/digits.wasm fence/fence.wasm cstage/cstage.wasm rust/softmax.wasm

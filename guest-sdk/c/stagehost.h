@@ -457,6 +457,17 @@ static inline uint32_t stagehost_op_cast(stagehost_arg *args, stagehost_tensor x
 #define STAGEHOST_EXPORT(name)
 #endif
 
+/* The 32-bit address of args for a stagehost_command's args_ptr. On wasm32
+ * it is the pointer; natively (a 64-bit pointer does not fit) the emulator,
+ * emu.c, keeps args and resolves the token at the next
+ * stagehost_stream_submit_batch, which forgets them. */
+#if defined(__wasm__)
+static inline uint32_t stagehost_args_ptr(const stagehost_arg *args) { return (uint32_t)(uintptr_t)args; }
+#else
+uint32_t stagehost_emu_args_ptr(const stagehost_arg *args, uint32_t count);
+#define stagehost_args_ptr(args) stagehost_emu_args_ptr((args), STAGEHOST_MAX_ARGS)
+#endif
+
 /* Host functions (ABI.md §3), module "stagehost_v1". */
 STAGEHOST_IMPORT("input_size") stagehost_status stagehost_input_size(uint32_t *out_len);
 STAGEHOST_IMPORT("input_read") stagehost_status stagehost_input_read(uint32_t offset, void *dst, uint32_t dst_len, uint32_t *out_n);
@@ -589,6 +600,66 @@ STAGEHOST_MEMFN_ void *memmove(void *dst, const void *src, __SIZE_TYPE__ n) {
 	return dst;
 }
 #undef STAGEHOST_MEMFN_
+#endif
+
+/* The native emulator (guest-sdk/c/emu.c): compile a stage with emu.c and
+ * a test to unit-test it without Wasm,
+ *
+ *   cc -Iinclude stage.c emu.c test.c -lm && ./a.out
+ *
+ * It implements every host function above with the host's statuses, last
+ * error texts, handle layout, budget (a freed buffer stays charged until
+ * the run's fence), deferred device work, built-in fence and quarantine,
+ * as the Go and Rust emulators do, checked against the same shared cases
+ * (guest-sdk/testdata/emucases.txt). Kernels: noop, fill, copy, saxpy,
+ * relu, bias, matmul, argmax, mlp_forward, and the op library (checked at
+ * submit against each op's contract, in the host's words): exp, log, tanh,
+ * sigmoid, silu, sqrt, rsqrt, neg, abs, affine, add, sub, mul, div, max,
+ * min, reduce_sum, reduce_mean, reduce_max, reduce_argmax, softmax,
+ * log_softmax, layernorm, rmsnorm, transpose, gemm, gemm.fast, gather,
+ * conv2d, conv2d.fast, maxpool2d, avgpool2d and cast, with .f16 and .bf16
+ * storage where the op has it; not gelu_tanh and gelu_erf. Revision 3's
+ * stagehost_weights_get and stagehost_tensor_get are not emulated yet: a
+ * stage that calls them does not link with emu.c. A stage that crashes crashes the
+ * test: traps are not emulated; neither are deadlines. One emulator runs
+ * at a time per process. */
+#if !defined(__wasm__)
+typedef struct stagehost_emu stagehost_emu;
+
+/* Outcomes of stagehost_emu_run (ABI.md §4.1). */
+#define STAGEHOST_EMU_OK 0          /* the output is the result */
+#define STAGEHOST_EMU_CLIENT 1      /* the stage returned code, message is its error_set text */
+#define STAGEHOST_EMU_FAULT 2       /* device work of the run failed; message names it */
+#define STAGEHOST_EMU_QUARANTINED 3 /* the fence failed: this and every later run */
+#define STAGEHOST_EMU_BUSY 4        /* a run while one is running */
+
+typedef struct stagehost_emu_result {
+	int outcome;           /* STAGEHOST_EMU_* */
+	int32_t code;          /* the stage's result (STAGEHOST_EMU_CLIENT) */
+	const uint8_t *output; /* the output (valid until the next run) */
+	uint32_t output_len;
+	const char *message; /* NUL-terminated (valid until the next run) */
+} stagehost_emu_result;
+
+/* A session with no resources: budget 256 MiB (0: unlimited), output
+ * limit 1 MiB, the built-in fence. */
+stagehost_emu *stagehost_emu_new(void);
+void stagehost_emu_free(stagehost_emu *e);
+void stagehost_emu_budget(stagehost_emu *e, uint64_t bytes);
+void stagehost_emu_output_limit(stagehost_emu *e, uint32_t bytes);
+void stagehost_emu_stream(stagehost_emu *e, const char *name);
+void stagehost_emu_buffer(stagehost_emu *e, const char *name, uint32_t size);
+/* Allows the built-in kernel name; returns 0 when it is not emulated. */
+int stagehost_emu_program(stagehost_emu *e, const char *name);
+/* The session's fence (a stagehost_fence): 0 or FAULT with every stream
+ * idle proves the drain; anything else quarantines. NULL: built-in. */
+void stagehost_emu_fence(stagehost_emu *e, int32_t (*fence)(void));
+/* Runs stage as the host runs stagehost_run for entry (NULL: "main") with
+ * input, then the fence and the idle check. */
+stagehost_emu_result stagehost_emu_run(stagehost_emu *e, const char *entry, const void *input, uint32_t input_len,
+                                       int32_t (*stage)(void));
+/* Bytes charged to the budget now. */
+uint64_t stagehost_emu_budget_used(const stagehost_emu *e);
 #endif
 
 #ifdef __cplusplus

@@ -112,12 +112,16 @@ type Emulator struct {
 	serial  uint32
 	handles map[uint32]*object // by serial
 
-	streams  []*stream // in declaration order
-	byName   map[string]*object
-	named    map[string]*object // buffers from buffer_alloc_named
-	weights  map[string]*object // the weights (Config.WithWeights, WithSafetensors), by name
-	budget   int64
-	used     int64
+	streams []*stream // in declaration order
+	byName  map[string]*object
+	named   map[string]*object // buffers from buffer_alloc_named
+	weights map[string]*object // the weights (Config.WithWeights, WithSafetensors), by name
+	budget  int64
+	used    int64
+	// freeing is the bytes of buffers freed during the current run: they
+	// stay charged until its fence has proven the drain (ABI.md §3
+	// buffer_free), and a quarantined session keeps them.
+	freeing  int64
 	outLimit int
 	logFn    func(stagehost.Level, string)
 	logs     []LogEntry
@@ -472,7 +476,10 @@ func (e *Emulator) Pending(name string) int {
 	return len(o.stream.queue)
 }
 
-// BudgetUsed returns the bytes of allocated buffers not freed yet.
+// BudgetUsed returns the bytes charged to the budget: allocated buffers
+// not freed, and those freed during a run until its fence has proven the
+// drain (as on the host, ABI.md §3 buffer_free; a quarantined session
+// keeps them charged).
 func (e *Emulator) BudgetUsed() int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -789,6 +796,11 @@ func (e *Emulator) fenceAndVerify(stageErr error) (failed *FaultError, q *Quaran
 	e.mu.Lock()
 	if len(e.failures) > 0 || fenceFault != nil {
 		failed = &FaultError{Failures: slices.Clone(e.failures), Fence: fenceFault}
+	}
+	if reason == nil {
+		// The drain is proven: what the run freed is released.
+		e.used -= e.freeing
+		e.freeing = 0
 	}
 	e.mu.Unlock()
 	if reason == nil {

@@ -164,7 +164,8 @@ func (h *abiHost) bufferAlloc(size uint32) (uint64, int32) {
 		return 0, invalidArgument
 	}
 	if e.budget > 0 && e.used+int64(size) > e.budget {
-		return 0, outOfBudget
+		// The host's words (hw.Budget), the emulator as the session.
+		return 0, e.failLocked(outOfBudget, "budget %q: %d bytes requested, %d of %d in use", "emu", size, e.used, e.budget)
 	}
 	e.used += int64(size)
 	o := &object{kind: kindBuffer, buffer: &buffer{mem: make([]byte, size), allocated: true}}
@@ -212,8 +213,9 @@ func (h *abiHost) bufferFree(bh uint64) int32 {
 		return e.failLocked(invalidArgument, "a declared buffer cannot be freed")
 	}
 	// Queued commands keep the memory; the handle is stale from now on.
+	// The memory stays charged until the run's fence proves the drain.
 	o.buffer.freed = true
-	e.used -= int64(len(o.buffer.mem))
+	e.freeing += int64(len(o.buffer.mem))
 	return ok
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // maxCallClaimTTL caps how long a call claim is kept (a call whose
@@ -49,11 +50,66 @@ var errClaimedElsewhere = errors.New("lattice: the call was claimed by another h
 // exists, or the store's error.
 func (c *callClaims) claim(ctx context.Context, id, host string, deadline time.Time) (uint64, error) {
 	ttl := min(max(time.Until(deadline)+callClaimMargin, time.Second), maxCallClaimTTL)
-	rev, err := c.kv.Create(ctx, id, []byte(host), jetstream.KeyTTL(ttl))
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, errClaimedElsewhere
+	// The value names the host and this attempt: a copy of the call this
+	// host took earlier holds another, and is not taken for this one.
+	value := host + " " + nuid.Next()
+	for {
+		// One attempt within claimAttempt: while the bucket's stream has
+		// no leader (a node of the cluster was lost) a request may get
+		// no answer; another is sent, until ctx (the call's deadline)
+		// ends. A Create that reached the stream and whose answer was
+		// lost fails again with ErrKeyExists, the key holding this
+		// host's id: that is this host's claim.
+		actx, cancel := context.WithTimeout(ctx, claimAttempt)
+		rev, err := c.kv.Create(actx, id, []byte(value), jetstream.KeyTTL(ttl))
+		cancel()
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return c.owned(ctx, id, value)
+		}
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			return rev, err
+		}
+		if !sleepCtx(ctx, claimRetry) {
+			return 0, ctx.Err()
+		}
 	}
-	return rev, err
+}
+
+// owned reads a claim that exists: its revision when it holds value
+// (this attempt made it, and its answer was lost), else
+// errClaimedElsewhere.
+func (c *callClaims) owned(ctx context.Context, id, value string) (uint64, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, claimAttempt)
+		e, err := c.kv.Get(actx, id)
+		cancel()
+		switch {
+		case err == nil && string(e.Value()) == value:
+			return e.Revision(), nil
+		case err == nil, errors.Is(err, jetstream.ErrKeyNotFound):
+			return 0, errClaimedElsewhere
+		case ctx.Err() != nil || !retryable(err):
+			return 0, err
+		}
+		if !sleepCtx(ctx, claimRetry) {
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// retryable: a JetStream request that failed for want of a stream
+// leader or an answer, not because of what it asked.
+func retryable(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrConnectionDraining) ||
+		isJSUnavailable(err)
+}
+
+// isJSUnavailable: JetStream answered that the stream or the cluster is
+// unavailable for now (503, no leader, no quorum).
+func isJSUnavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code == 503
 }
 
 // release deletes a claim this host holds (revision rev), so that a

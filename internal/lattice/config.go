@@ -44,4 +44,8 @@ type Config struct {
 	// PayloadStoreMax bounds the payload store's bytes
 	// ([HostConfig.PayloadStoreMax]).
 	PayloadStoreMax int64
+	// ClusterListen makes the embedded server a node of a NATS cluster
+	// ([EmbeddedConfig.ClusterListen]); ClusterRoutes lists the nodes'
+	// route URLs, comma-separated ([EmbeddedConfig.Routes]).
+	ClusterListen, ClusterRoutes string
 }

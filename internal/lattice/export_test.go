@@ -38,6 +38,29 @@ func SetHold(h *Host, f func()) {
 	h.hold.Store(&f)
 }
 
+// SetOnRun makes h call fn with a call's id just before each call it
+// took from the lattice starts on an instance (the chaos tests count
+// executions by call id with it). nil removes it.
+func SetOnRun(h *Host, fn func(callID string)) {
+	if fn == nil {
+		h.onRun.Store(nil)
+		return
+	}
+	h.onRun.Store(&fn)
+}
+
+// CallStatus is what h answers a call status request for id: running,
+// answered or unknown.
+func CallStatus(h *Host, id string) string { return h.runningIDs.status(id) }
+
+// SetKeepAnswers turns off (or on again) h's keeping of the answers it
+// sent, to send again when a front asks.
+func SetKeepAnswers(h *Host, on bool) {
+	h.runningIDs.mu.Lock()
+	h.runningIDs.noKeep = !on
+	h.runningIDs.mu.Unlock()
+}
+
 // SetApplyHold makes every apply of the lattice's desired module on h
 // run f first: blocking in f stands for a host slow to apply, or away.
 func SetApplyHold(h *Host, f func()) { h.applyHold.Store(&f) }

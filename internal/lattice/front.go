@@ -124,6 +124,15 @@ type Front struct {
 	// knownResidents (under mu): every resident session a heartbeat named
 	// since the front started; made at the first.
 	knownResidents map[string]bool
+	// left (under mu): each host that left (its heartbeat deleted), so
+	// that a core beat overtaken by the delete does not bring it back
+	// (hasLeft); connectedAt: when the connection last
+	// came up (failover.go).
+	left        map[string]leftHost
+	connectedAt time.Time
+	// downSince: when the connection went down (zero while it is up).
+	downSince time.Time
+	beatSub   *nats.Subscription
 
 	stats struct{ local, remote, refused, noResp, gone, unanswered, resent, dropped atomic.Uint64 }
 	stop  chan struct{}
@@ -142,6 +151,14 @@ type call struct {
 	gone   chan struct{}  // closed when that host's heartbeat expires
 	closed bool
 	span   trace.Span // the call's client span
+	// token, id and deadline: the call's, for a call status request
+	// (failover.go; session calls only). lost is closed when its host
+	// says it is not running a call it acknowledged, whose answer has
+	// not come: the answer was lost with a connection.
+	token, id string
+	deadline  time.Time
+	lost      chan struct{}
+	loseOnce  sync.Once
 }
 
 // NewFront starts a front over nc: it loads the live hosts before it
@@ -174,7 +191,7 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 		return nil, err
 	}
 	f := &Front{cfg: cfg, js: js, tracer: tracing.Tracer(cfg.TracerProvider), nc: nc, inbox: nc.NewInbox(), idBase: nuid.Next(), hosts: map[string]*liveHost{}, known: map[string]bool{},
-		pending: map[string]*call{}, stop: make(chan struct{})}
+		pending: map[string]*call{}, stop: make(chan struct{}), left: map[string]leftHost{}, connectedAt: time.Now()}
 	if f.payloads, err = openPayloads(ctx, nc, js, cfg.Lattice, cfg.Replicas, cfg.PayloadStoreMax); err != nil {
 		return nil, err
 	}
@@ -193,19 +210,26 @@ func NewFront(ctx context.Context, nc *nats.Conn, cfg FrontConfig) (*Front, erro
 		}
 		f.ownQ = true
 	}
-	if f.sub, err = nc.Subscribe(f.inbox+".*", f.answer); err != nil {
+	if f.sub, err = nc.Subscribe(f.inbox+".>", f.answer); err != nil {
+		f.closeQ()
+		return nil, err
+	}
+	if f.beatSub, err = nc.Subscribe(BeatSubject(cfg.Lattice, "*"), f.coreBeat); err != nil { // failover.go
+		_ = f.sub.Unsubscribe()
 		f.closeQ()
 		return nil, err
 	}
 	if f.w, err = kv.WatchAll(context.WithoutCancel(ctx)); err != nil {
+		_ = f.beatSub.Unsubscribe()
 		_ = f.sub.Unsubscribe()
 		f.closeQ()
 		return nil, err
 	}
 	loaded := make(chan struct{})
-	f.done.Add(2)
+	f.done.Add(3)
 	go f.watch(loaded)
 	go f.expire()
+	go f.followConn(nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED))
 	select {
 	case <-loaded:
 		return f, nil
@@ -232,23 +256,26 @@ func (f *Front) watch(loaded chan struct{}) {
 				continue
 			}
 			f.mu.Lock()
-			f.hosts[id] = &liveHost{rec: rec, seen: time.Now()}
-			for _, sc := range rec.Sessions {
-				f.known[sc.Name] = true
-			}
-			for _, rc := range rec.Residents {
-				if f.knownResidents == nil {
-					f.knownResidents = map[string]bool{}
-				}
-				f.knownResidents[rc.Name] = true
+			if !f.hasLeft(rec, time.Now()) {
+				f.heard(rec) // failover.go: unless its core beat came first
 			}
 			f.mu.Unlock()
 		} else {
 			// A delete is a host leaving (Host.Close): its calls in flight
 			// still get their answers. A purge or limit marker is an
-			// expired heartbeat: the host is gone, and its calls with it.
+			// expired heartbeat: the host is gone, and its calls with it,
+			// unless the front heard its core beat within the TTL (the
+			// bucket's stream expires what it kept when it comes back
+			// after a lost leader was replaced, while the host lived on).
 			f.mu.Lock()
-			f.dropHost(id, e.Operation() != jetstream.KeyValueDelete)
+			if e.Operation() == jetstream.KeyValueDelete {
+				if lh := f.hosts[id]; lh != nil {
+					f.left[id] = leftHost{lh.rec.Started, time.Now()}
+				}
+				f.dropHost(id, false)
+			} else if !f.fresh(id, time.Now()) {
+				f.dropHost(id, true)
+			}
 			f.mu.Unlock()
 		}
 		f.changed.notify()
@@ -266,10 +293,15 @@ func (f *Front) expire() {
 		case <-f.stop:
 			return
 		case now := <-t.C:
+			if f.nc.Status() != nats.CONNECTED {
+				// The front hears no host now: none is counted gone
+				// before it has been connected for a TTL again.
+				continue
+			}
 			f.mu.Lock()
 			n := 0
 			for id, lh := range f.hosts {
-				if now.Sub(lh.seen) > f.cfg.TTL {
+				if now.Sub(lh.seen) > f.cfg.TTL && now.Sub(f.connectedAt) > f.cfg.TTL {
 					f.dropHost(id, true)
 					n++
 				}
@@ -303,6 +335,10 @@ func (f *Front) dropHost(id string, gone bool) {
 // answer receives the acks and answers of the calls in flight.
 func (f *Front) answer(m *nats.Msg) {
 	token := m.Subject[len(f.inbox)+1:]
+	if t, ok := statusToken(token); ok {
+		f.callStatus(t, m) // failover.go
+		return
+	}
 	f.mu.Lock()
 	c := f.pending[token]
 	if c != nil && m.Header.Get(AckHeader) != "" {
@@ -437,6 +473,10 @@ func (f *Front) call(ctx context.Context, session string, input []byte) ([]byte,
 		}
 	}
 	if err := f.refuse(session); err != nil {
+		f.stats.refused.Add(1)
+		return nil, "", err
+	}
+	if err := f.disconnected(); err != nil { // failover.go
 		f.stats.refused.Add(1)
 		return nil, "", err
 	}
@@ -577,6 +617,9 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 	f.next++
 	token := strconv.FormatUint(f.next, 36)
 	f.pending[token] = c
+	if x.claims {
+		c.token, c.id, c.deadline, c.lost = token, f.idBase+"-"+token, deadline, make(chan struct{})
+	}
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
@@ -613,12 +656,26 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 	ack := time.NewTimer(f.cfg.AckTimeout)
 	defer ack.Stop()
 	ctxDone := ctx.Done()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	noResp := 0
 	notRun := 0
+	asked := false
 	waitedLate := false
 	for {
 		select {
 		case m := <-c.ch:
 			left := time.Until(deadline)
+			if f.noResponders(m, x, left) && noResp < maxNoResponderResends {
+				// Nobody got this copy, while live hosts serve the
+				// session: the server's interest had not caught up with
+				// a member that reconnected to another node of the
+				// cluster (failover.go). Sent again, shortly.
+				noResp++
+				retry.Reset(noResponderRetry)
+				continue
+			}
 			if !x.resend || m.Header.Get(NotRunHeader) == "" || notRun >= MaxNotRunResends || left <= 0 {
 				return m, nil
 			}
@@ -647,12 +704,23 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 			}
 			f.cfg.Logger.Info("lattice request sent again: the host ran it nowhere", "what", x.what(), "host", m.Header.Get(HostHeader), "traceparent", msg.Header.Get(TraceparentHeader))
 			ack.Reset(f.cfg.AckTimeout)
+		case <-retry.C:
+			sent = time.Now()
+			if x.claims && msg.Header.Get(ClaimAfterHeader) != "0" {
+				// No host got the copies before: this is the first that
+				// may run, with its own acknowledgement window.
+				msg.Header.Set(ClaimAfterHeader, unixNanoHeader(sent.Add(f.cfg.AckTimeout/2)))
+			}
+			if err := f.nc.PublishMsg(msg); err != nil {
+				return nil, unavailable("", "%s: sending the %s: %v", x.what(), x.noun, err)
+			}
+			ack.Reset(f.cfg.AckTimeout)
 		case <-ack.C:
 			left := time.Until(deadline)
 			if !x.resend || f.ackedBy(c) != "" || left <= 0 {
 				continue
 			}
-			if late := time.Since(sent) - f.cfg.AckTimeout; late > f.cfg.AckTimeout/4 && !waitedLate {
+			if late := time.Since(sent) - f.cfg.AckTimeout; !asked && late > f.cfg.AckTimeout/4 && !waitedLate {
 				// The timer fired late: this process was stopped or
 				// starved, and an acknowledgement may be waiting to be
 				// read. Read it first.
@@ -661,6 +729,16 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 				continue
 			}
 			waitedLate = false
+			if x.claims && !asked {
+				// Before it is sent again: a host that acknowledged it,
+				// whose acknowledgement was lost with a connection, says
+				// so (failover.go).
+				asked = true
+				f.askWho(c)
+				ack.Reset(max(f.cfg.AckTimeout/4, minWhoWindow))
+				continue
+			}
+			asked = false
 			// No host took it: the one the server gave it to died before
 			// it could, so another may. (At least once for such calls: a
 			// host whose acknowledgement was lost with its connection
@@ -682,6 +760,16 @@ func (f *Front) roundTrip(ctx context.Context, c *call, msg *nats.Msg, deadline 
 				f.cfg.Logger.Info("lattice request sent again: no host acknowledged it", "what", x.what(), "request", x.noun, "traceparent", msg.Header.Get(TraceparentHeader), "after", f.cfg.AckTimeout)
 			}
 			ack.Reset(f.cfg.AckTimeout)
+		case <-c.lost:
+			select {
+			case m := <-c.ch: // the answer came after all
+				return m, nil
+			default:
+			}
+			host := f.ackedBy(c)
+			f.cfg.Logger.Info("lattice answer lost with a NATS connection", "what", x.what(), "host", host, "traceparent", msg.Header.Get(TraceparentHeader))
+			return nil, &Error{Class: errdefs.ClassDeadlineExceeded, Host: host,
+				Message: fmt.Sprintf("%s: %s%s", x.what(), AnswerLostMessage, host)}
 		case <-c.gone:
 			host := f.ackedBy(c)
 			if x.counted {
@@ -802,6 +890,9 @@ func (f *Front) Close() {
 	}
 	if f.sub != nil {
 		_ = f.sub.Unsubscribe()
+	}
+	if f.beatSub != nil {
+		_ = f.beatSub.Unsubscribe()
 	}
 	f.done.Wait()
 	f.closeQ()

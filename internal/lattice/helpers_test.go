@@ -38,7 +38,7 @@ func startServer(t testing.TB) string {
 
 func connect(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name(t.Name()))
+	nc, err := nats.Connect(url, append(lattice.ConnOptions(), nats.Name(t.Name()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

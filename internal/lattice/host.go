@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -112,6 +111,10 @@ type HostRecord struct {
 	// Calls counts the session calls the host took from the lattice
 	// ([Host.Stats]).
 	Calls HostStats `json:"calls"`
+	// Reconnects counts the host's reconnections to NATS: a front that
+	// sees it grow asks the host about the calls it holds there, whose
+	// answers may have been lost with the connection (failover.go).
+	Reconnects uint64 `json:"reconnects"`
 }
 
 // DeviceHealth is one device of a heartbeat.
@@ -222,6 +225,14 @@ type Host struct {
 	// call the host takes from the lattice: blocking in it stands for a
 	// host that is stopped (SIGSTOP) before it read the call.
 	hold atomic.Pointer[func()]
+	// runningIDs are the call ids acknowledged and not yet answered, for
+	// call status requests; statusSub takes those (failover.go).
+	runningIDs runningCalls
+	statusSub  *nats.Subscription
+	whoSub     *nats.Subscription
+	// onRun, when set (tests), is called with a call's id just before
+	// the call starts on an instance.
+	onRun atomic.Pointer[func(string)]
 	// applyHold, when set (tests), runs first in every apply of the
 	// lattice's desired module: blocking in it stands for a host slow
 	// to apply, or away.
@@ -375,6 +386,12 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 			return nil, err
 		}
 	}
+	if err := h.startFailover(); err != nil { // failover.go
+		if h.stopWatch != nil {
+			h.stopWatch()
+		}
+		return nil, fmt.Errorf("lattice: call status subscription: %w", err)
+	}
 	if err := h.beat(ctx); err != nil {
 		if h.stopWatch != nil {
 			h.stopWatch()
@@ -479,6 +496,7 @@ func (h *Host) beat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	h.publishBeat(b) // over core NATS first: liveness without JetStream (failover.go)
 	_, err = h.hosts.Put(ctx, h.cfg.ID, b)
 	return err
 }
@@ -529,6 +547,7 @@ func (h *Host) Record() HostRecord {
 	}
 	rec.Residents = h.residents() // resident.go
 	rec.Calls = h.Stats()
+	rec.Reconnects = h.nc.Stats().Reconnects
 	if h.cfg.Readiness != nil {
 		rec.Readiness = h.cfg.Readiness()
 	} else {
@@ -825,6 +844,12 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	tp := hdr.Get(TraceparentHeader)
 	ctx, span := h.startServe(hs, hdr) // trace.go
 	acked := hdr.Get(AckHeader) != ""
+	if acked && terms.id != "" {
+		// Until it is answered, a front that lost its connection
+		// meanwhile hears "running" when it asks (failover.go).
+		h.runningIDs.add(terms.id)
+		defer h.runningIDs.done(terms.id, terms.deadline)
+	}
 	if acked {
 		_ = h.respond(req, nil, nats.Header{HostHeader: {h.cfg.ID}, AckHeader: {"1"}})
 	}
@@ -843,11 +868,21 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 	// window has passed meanwhile (it waited for an instance), or when
 	// its acknowledgement may not have left the process yet (a host
 	// stopped now would run it later, after its front sent it again).
+	var claimGate func() error
 	gate := func() error {
+		if err := claimGate(); err != nil {
+			return err
+		}
+		if fn := h.onRun.Load(); fn != nil {
+			(*fn)(terms.id)
+		}
+		return nil
+	}
+	claimGate = func() error {
 		if claimed != 0 || !terms.claims {
 			return nil
 		}
-		if !terms.mustClaim(time.Now()) && !(acked && h.unsent()) {
+		if !terms.mustClaim(time.Now()) && !(acked && !h.ackConfirmed(terms)) {
 			return nil
 		}
 		rev, cerr := h.claimCall(hs, terms, rid)
@@ -917,6 +952,9 @@ func (h *Host) serve(hs *hostSession, req micro.Request) {
 		if fn := h.beforeAnswer.Load(); object != "" && fn != nil {
 			(*fn)()
 		}
+		if acked && terms.id != "" {
+			h.runningIDs.keep(terms.id, &nats.Msg{Subject: req.Reply(), Data: out, Header: answer}) // failover.go
+		}
 		if rerr := h.respond(req, out, answer); rerr != nil {
 			h.cfg.Logger.Warn("lattice: answering a call failed", "host", h.cfg.ID, "session", hs.name, "request_id", rid, "err", rerr)
 			if object != "" {
@@ -971,28 +1009,22 @@ func (h *Host) claimCall(hs *hostSession, terms callTerms, rid string) (uint64, 
 	return 0, unavailable(h.cfg.ID, "session %q: claiming the call in the lattice's calls bucket on host %s: %v", hs.name, h.cfg.ID, err)
 }
 
-// unsent says whether the connection still holds bytes it has not
-// written (an acknowledgement among them, maybe).
-func (h *Host) unsent() bool {
-	// The connection's flusher writes within microseconds of a publish:
-	// give it those before paying for a claim.
-	for range unsentYields {
-		if n, err := h.nc.Buffered(); err == nil && n == 0 {
-			return false
-		}
-		runtime.Gosched()
+// ackConfirmed says whether the server has the call's acknowledgement
+// (a PING answered after it, before the call's acknowledgement window
+// ends): a call whose acknowledgement may be lost (the connection
+// dropped, or stands still) is claimed before it starts, since its front
+// will send it again.
+func (h *Host) ackConfirmed(terms callTerms) bool {
+	wait := time.Until(terms.claimAfter)
+	if terms.claimAlways || wait <= 0 {
+		return false
 	}
-	n, err := h.nc.Buffered()
-	return err != nil || n > 0
+	return h.nc.FlushTimeout(wait) == nil
 }
 
 // outputGrace is how long past a call's deadline its host may take to
 // store its output: the front's default Grace.
 const outputGrace = 250 * time.Millisecond
-
-// unsentYields is how many times unsent yields to the connection's
-// flusher before it takes the acknowledgement for unsent.
-const unsentYields = 8
 
 // overMaxInput is the error of a call whose input is larger than its
 // session's max_input. The limit holds whoever sent the call: a front
@@ -1061,6 +1093,10 @@ func (h *Host) Close(ctx context.Context) error {
 	_ = h.svc.Stop()
 	h.stopEndpoints()
 	close(h.stop)
+	if h.statusSub != nil {
+		_ = h.statusSub.Unsubscribe()
+		_ = h.whoSub.Unsubscribe()
+	}
 	<-h.beatDone
 	<-h.modelsDone
 	if h.stopWatch != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"go.opentelemetry.io/otel/trace"
 
@@ -101,7 +102,10 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 		}
 	}()
 	opts := m.connOptions(id, lt.Name)
-	emb := EmbeddedConfig{Listen: lt.Listen}
+	emb := EmbeddedConfig{Listen: lt.Listen, ClusterListen: lt.ClusterListen, Routes: splitList(lt.ClusterRoutes)}
+	if emb.ClusterListen != "" {
+		emb.ServerName = "stagehost-" + id // unique in the cluster, as the host id is in the lattice
+	}
 	creds, err := credentials(lt, &emb)
 	if err != nil {
 		return nil, err
@@ -112,9 +116,25 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 		if url, err = m.startEmbedded(lt, emb); err != nil {
 			return nil, err
 		}
+		if emb.ClusterListen != "" {
+			// A request sent before the cluster's JetStream has a meta
+			// leader may go unanswered: wait for one (the other nodes
+			// are starting too).
+			if err := waitJetStream(ctx, m.srv); err != nil {
+				return nil, fmt.Errorf("lattice %s: the embedded node's JetStream cluster has no leader (are the other nodes of cluster_routes up?): %w", lt.Name, err)
+			}
+		}
 	}
 	if m.nc, err = nats.Connect(url, opts...); err != nil {
 		return nil, fmt.Errorf("lattice %s: connecting to %s: %w", lt.Name, redactURLs(url), err)
+	}
+	if lt.Embedded && emb.ClusterListen != "" {
+		// The cluster may drop JetStream requests while its nodes settle
+		// (the other members make the same buckets at once): each bucket
+		// is made with bounded attempts, again until one works.
+		if err := settleCluster(ctx, m.nc, lt); err != nil {
+			return nil, fmt.Errorf("lattice %s: the embedded node's JetStream cluster: %w", lt.Name, err)
+		}
 	}
 	ff := lt.FenceFailures // 0: never
 	if d != nil {
@@ -132,10 +152,11 @@ func Join(ctx context.Context, d *deploy.Deployment, cfg MemberConfig) (*Member,
 }
 
 // connOptions are the connection's options as host id: reconnect for
-// ever, and record (for Ready) and log disconnections and errors.
+// ever ([ConnOptions]), and record (for Ready) and log disconnections and errors.
 func (m *Member) connOptions(id, name string) []nats.Option {
 	log := m.log
-	return []nats.Option{nats.Name("stagehost " + id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+	// ConnOptions: failover over the servers of the URL list (failover.go).
+	return append(ConnOptions(), nats.Name("stagehost "+id),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if nc.IsClosed() {
 				return // Close: not a disconnection
@@ -149,7 +170,7 @@ func (m *Member) connOptions(id, name string) []nats.Option {
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Warn("lattice: NATS error", "lattice", name, "err", err)
-		})}
+		}))
 }
 
 // credentials reads lt's credentials (a token, an nkey seed) and TLS
@@ -249,6 +270,85 @@ func (m *Member) startEmbedded(lt Config, emb EmbeddedConfig) (string, error) {
 	url := m.srv.ClientURL()
 	m.log.Info("lattice: embedded NATS server started", "lattice", lt.Name, "url", url, "store_dir", emb.StoreDir)
 	return url, nil
+}
+
+// waitJetStream waits until srv's JetStream is current with its
+// cluster's meta leader, or ctx ends.
+func waitJetStream(ctx context.Context, srv *server.Server) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for !srv.JetStreamIsCurrent() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// settleCluster makes the lattice's buckets (each idempotent), each with
+// attempts of 2 s until one succeeds or ctx ends.
+func settleCluster(ctx context.Context, nc *nats.Conn, lt Config) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	steps := []func(context.Context) error{
+		func(ctx context.Context) error {
+			_, err := openHosts(ctx, js, lt.Name, lt.HeartbeatTTL, lt.Replicas)
+			return err
+		},
+		func(ctx context.Context) error {
+			q, err := OpenQuarantine(ctx, js, lt.Name, lt.Replicas)
+			if err == nil {
+				err = q.Close()
+			}
+			return err
+		},
+		func(ctx context.Context) error {
+			_, err := OpenClaims(ctx, js, lt.Name, lt.ClaimTTL, lt.Replicas)
+			return err
+		},
+		func(ctx context.Context) error { _, err := openCalls(ctx, js, lt.Name, lt.Replicas); return err },
+		func(ctx context.Context) error {
+			_, err := openPayloads(ctx, nc, js, lt.Name, lt.Replicas, lt.PayloadStoreMax)
+			return err
+		},
+		func(ctx context.Context) error {
+			m, err := openModels(ctx, js, lt.Name, lt.Replicas)
+			if err == nil {
+				err = m.close()
+			}
+			return err
+		},
+	}
+	for _, step := range steps {
+		for {
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := step(actx)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil || !sleepCtx(ctx, 100*time.Millisecond) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// splitList splits a comma-separated list, trimming white space and
+// dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // redactURLs drops any user part of a URL list.

@@ -777,16 +777,15 @@ __device__ static void rmsnorm_warp(const T *x, const T *g, T *y, u64 rows, u64 
 	}
 }
 
-// SOFTMAX_VEC = 1 reads and writes float32 rows whose columns are a
-// multiple of 4 (and whose x and y are 16-byte aligned) as float4, in
-// softmax_warp4; 0 (the default, the committed kernels.ptx) keeps every
-// row on softmax_warp's scalar loads. The results are the same bits either
-// way. docs/gpu.md, run 19: with SOFTMAX_MINB=4 besides, softmax and
-// log_softmax measured 0.58-0.75 of the copy's bandwidth against
-// 0.55-0.57; every hw/cuda test passed on that build, which becomes the
-// default when a GPU run commits its PTX.
+// SOFTMAX_VEC = 1 (the default, the committed kernels.ptx) reads and
+// writes float32 rows whose columns are a multiple of 4 (and whose x and
+// y are 16-byte aligned) as float4, in softmax_warp4; 0 keeps every row on
+// softmax_warp's scalar loads. The results are the same bits either way
+// (TestGPUSoftmaxVectorMatchesScalar). docs/gpu.md, runs 19 and 20: with
+// SOFTMAX_MINB=4 besides, softmax and log_softmax measured 0.58-0.75 of
+// the copy's bandwidth against 0.55-0.57 for the scalar loads.
 #ifndef SOFTMAX_VEC
-#define SOFTMAX_VEC 0
+#define SOFTMAX_VEC 1
 #endif
 
 // softmax_warp4 is softmax_warp for float32 rows of a multiple of 4
@@ -1254,10 +1253,10 @@ extern "C" __global__ void cast(const void *x, void *y, u64 n, u32 from, u32 to)
 }
 
 // SOFTMAX_MINB > 0 asks the compiler to fit that many blocks of 256
-// threads per SM for softmax (__launch_bounds__); 0 (the default) leaves
+// threads per SM for softmax (__launch_bounds__; 4, the default); 0 leaves
 // the registers to it.
 #ifndef SOFTMAX_MINB
-#define SOFTMAX_MINB 0
+#define SOFTMAX_MINB 4
 #endif
 #if SOFTMAX_MINB > 0
 #define SOFTMAX_BOUNDS __launch_bounds__(256, SOFTMAX_MINB)

@@ -1,0 +1,30 @@
+//go:build !wasip1
+
+package stagehost
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The C emulator (c/emu.c) runs the shared cases (testdata/emucases.txt)
+// that the Go and Rust emulators and the host run: c/testdata/emucases_test.c
+// interprets them natively (skipped without a C compiler).
+func TestCEmulatorSharedCases(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler")
+	}
+	bin := filepath.Join(t.TempDir(), "emucases")
+	out, err := exec.Command(cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-Ic", "c/testdata/emucases_test.c", "c/emu.c", "-lm", "-o", bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("compiling c/emu.c and c/testdata/emucases_test.c: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "testdata/emucases.txt")
+	stdout, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(stdout)) != "ok" {
+		t.Fatalf("the C emulator disagrees with the shared cases: %v\n%s", err, stdout)
+	}
+}
