@@ -162,7 +162,7 @@ func TestServeSuperviseTenants(t *testing.T) {
 	pollFor(t, limit, "the three workers ready", func() (bool, string) {
 		var body string
 		before, body = workers()
-		return before != nil && len(before) == 3 && before["gpu0"].State == "ready" && before["gpu0-acme"].State == "ready" && before["gpu0-beta"].State == "ready", body
+		return len(before) == 3 && before["gpu0"].State == "ready" && before["gpu0-acme"].State == "ready" && before["gpu0-beta"].State == "ready", body
 	})
 	for name, want := range map[string]struct {
 		tenant   string
