@@ -41,13 +41,14 @@ func serve(t testing.TB, call localcall.CallFunc) string {
 // on is ErrNotSent.
 func TestRoundTrip(t *testing.T) {
 	deadline := time.Now().Add(time.Minute).Truncate(time.Nanosecond)
+	stuck := make(chan struct{}) // device work that outlives its deadline, until the test ends
+	t.Cleanup(func() { close(stuck) })
 	path := serve(t, func(ctx context.Context, c localcall.Call) ([]byte, error) {
 		dl, ok := ctx.Deadline()
 		session, input := c.Session, c.Input
 		switch {
 		case session == "hang":
-			<-ctx.Done()
-			time.Sleep(time.Hour) // device work that outlives the deadline
+			<-stuck
 			return nil, nil
 		case session == "fail":
 			return nil, &stages.ClientError{Code: 7}
