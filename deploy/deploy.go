@@ -38,6 +38,10 @@ type Config struct {
 	progress func(msg string)
 	only     string
 	device   string
+	// tenant, when byTenant: the one tenant whose sessions it runs
+	// ("" for those without a tenant).
+	tenant   string
+	byTenant bool
 }
 
 // NewConfig returns the default configuration:
@@ -45,7 +49,8 @@ type Config struct {
 //   - logger slog.Default() (see [Config.WithLogger]);
 //   - no progress lines (see [Config.WithProgress]);
 //   - every session and resident session (see [Config.WithOnly]);
-//   - every device (see [Config.WithDevice]).
+//   - every device (see [Config.WithDevice]);
+//   - every tenant's sessions (see [Config.WithTenant]).
 func NewConfig() Config { return Config{} }
 
 // WithLogger sends host and guest logs to logger. Default slog.Default();
@@ -84,6 +89,17 @@ func (c Config) WithDevice(name string) Config {
 	return c
 }
 
+// WithTenant narrows the deployment to the sessions of one tenant
+// ([manifest.Session.TenantName]), a `serve --supervise` worker of a
+// tenant: with name "" only the sessions without a tenant, and the
+// resident sessions; with a tenant's name only that tenant's sessions,
+// and no resident session. Default (not called): every session. A
+// worker of a tenant is a failure domain of its own (docs/security.md).
+func (c Config) WithTenant(name string) Config {
+	c.tenant, c.byTenant = name, true
+	return c
+}
+
 // Deployment is a running manifest.
 type Deployment struct {
 	Manifest *manifest.Manifest
@@ -101,6 +117,9 @@ type Deployment struct {
 	residents map[string]*Resident
 
 	device string // Config.WithDevice: "" for every device
+	// tenant, when byTenant: Config.WithTenant's tenant.
+	tenant   string
+	byTenant bool
 
 	admin adminState // model control (admin.go)
 
@@ -194,7 +213,8 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 	}
 	d := &Deployment{Manifest: m, Runtime: rt, logger: opt.logger,
 		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
-		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device, progress: opt.progress}
+		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device, progress: opt.progress,
+		tenant: opt.tenant, byTenant: opt.byTenant}
 	if opt.device != "" && m.Device(opt.device) == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
 	}
@@ -289,7 +309,7 @@ func (d *Deployment) openEngine(ctx context.Context, logger *slog.Logger) (strin
 func (d *Deployment) loadModules(ctx context.Context, opt Config, cacheDir string) error {
 	m := d.Manifest
 	needed := neededModules(m, opt.only)
-	if opt.device != "" {
+	if opt.device != "" || opt.byTenant {
 		needed = d.deviceModules(needed)
 	}
 	for i := range m.Modules {
@@ -377,7 +397,7 @@ func (d *Deployment) addResidents(opt Config) {
 	m := d.Manifest
 	for i := range m.Residents {
 		r := &m.Residents[i]
-		if opt.only != "" && r.Name != opt.only || opt.device != "" && r.GPU != opt.device {
+		if opt.only != "" && r.Name != opt.only || opt.device != "" && r.GPU != opt.device || opt.byTenant && opt.tenant != "" {
 			continue
 		}
 		d.residents[r.Name] = &Resident{Spec: r, d: d, epoch: rand.Text()}
@@ -402,8 +422,12 @@ func neededModules(m *manifest.Manifest, only string) map[string]bool {
 }
 
 // onDevice reports whether session ms has an instance slot on the
-// deployment's device (always, without [Config.WithDevice]).
+// deployment's device (always, without [Config.WithDevice]) and belongs
+// to its tenant (any, without [Config.WithTenant]).
 func (d *Deployment) onDevice(ms *manifest.Session) bool {
+	if d.byTenant && ms.TenantName() != d.tenant {
+		return false
+	}
 	if d.device == "" {
 		return true
 	}

@@ -167,3 +167,98 @@ func TestOpenDeviceOpensOnlyThatDevicesWork(t *testing.T) {
 		t.Errorf("Open(Device gpu9): %v, want not found", err)
 	}
 }
+
+// tenantSplit has a session of tenant acme, one of tenant beta and one
+// without a tenant on gpu0, and a resident on gpu0.
+const tenantSplit = `
+version = 1
+[runtime]
+cache_dir = "off"
+[[device]]
+name = "gpu0"
+backend = "sim"
+engine = "gpu"
+[[device]]
+name = "npu0"
+backend = "sim"
+engine = "npu"
+[[module]]
+name = "good"
+path = "@REPO@/stages/testdata/hostile/good_stage.wasm"
+sha256 = "@SHA:stages/testdata/hostile/good_stage.wasm@"
+[[module]]
+name = "cstage"
+path = "@REPO@/examples/wasm/cstage/cstage.wasm"
+sha256 = "@SHA:examples/wasm/cstage/cstage.wasm@"
+[[tenant]]
+name = "acme"
+[[tenant]]
+name = "beta"
+[[session]]
+name = "a"
+stage = "good"
+device = "gpu0"
+tenant = "acme"
+programs = ["noop"]
+[[session]]
+name = "b"
+stage = "cstage"
+device = "gpu0"
+tenant = "beta"
+programs = ["fill"]
+[[session]]
+name = "shared"
+stage = "good"
+device = "gpu0"
+programs = ["noop"]
+[[resident]]
+name = "pp"
+gpu = "gpu0"
+npu = "npu0"
+rounds = 4
+`
+
+// TestOpenTenantOpensOnlyThatTenantsSessions: WithTenant("acme") opens
+// acme's sessions only (no resident, only their modules); WithTenant("")
+// the sessions without a tenant and the residents.
+func TestOpenTenantOpensOnlyThatTenantsSessions(t *testing.T) {
+	m, err := manifest.Load(writeManifest(t, tenantSplit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tenant              string
+		sessions, residents []string
+		loaded              []string
+	}{
+		{"acme", []string{"a"}, []string{}, []string{"good"}},
+		{"beta", []string{"b"}, []string{}, []string{"cstage"}},
+		{"", []string{"shared"}, []string{"pp"}, []string{"good"}},
+	} {
+		var loaded []string
+		progress := func(msg string) {
+			if name, ok := strings.CutPrefix(msg, "loading module "); ok {
+				loaded = append(loaded, strings.Fields(name)[0])
+			}
+		}
+		d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithDevice("gpu0").WithTenant(tc.tenant).WithProgress(progress))
+		if err != nil {
+			t.Fatalf("Open(tenant %q): %v", tc.tenant, err)
+		}
+		if got := d.SessionNames(); !slices.Equal(got, tc.sessions) {
+			t.Errorf("tenant %q's sessions: %v, want %v", tc.tenant, got, tc.sessions)
+		}
+		if got := d.ResidentNames(); !slices.Equal(got, tc.residents) && len(got)+len(tc.residents) > 0 {
+			t.Errorf("tenant %q's residents: %v, want %v", tc.tenant, got, tc.residents)
+		}
+		if !slices.Equal(loaded, tc.loaded) {
+			t.Errorf("tenant %q's modules: %v, want %v", tc.tenant, loaded, tc.loaded)
+		}
+		for _, name := range tc.sessions {
+			if _, err := d.Pool(name).Run(context.Background(), nil); err != nil {
+				t.Errorf("tenant %q's session %s: %v", tc.tenant, name, err)
+			}
+		}
+		d.Close(context.Background())
+	}
+}

@@ -129,6 +129,7 @@ func (d *decoder) decode(data []byte) *Manifest {
 	kerns := d.kernels(root, m)
 	sess := d.sessions(root, m)
 	res := d.residents(root, m)
+	tens := d.tenants(root, m)
 	root.finish()
 
 	// A reference to an entry whose name did not decode is not reported:
@@ -153,6 +154,7 @@ func (d *decoder) decode(data []byte) *Manifest {
 	d.checkModules(m, mods)
 	d.checkSessions(m, devs, mods, sess, res)
 	d.checkWeights(m, sess)
+	d.checkTenants(m, tens, sess)
 	d.checkFaults(m, devs, sess)
 	d.checkResidents(m, devs, res)
 	d.checkDeviceMemory(m, devs, sess, res)
@@ -910,6 +912,7 @@ func (d *decoder) session(t *table, s *Session, meta *sessMeta) {
 	s.Streams = d.names(t, "streams", "stream", []string{"s0"})
 	s.Programs = d.names(t, "programs", "program", []string{})
 	s.Weights = d.names(t, "weights", "weights", nil)
+	d.sessionTenant(t, s)
 	var budgetOK bool
 	s.Budget, budgetOK = t.size("budget", defaultBudget, 1, math.MaxInt64)
 	s.OutputLimit, _ = t.size("output_limit", defaultOutputLimit, 0, math.MaxInt64)

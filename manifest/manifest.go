@@ -57,6 +57,7 @@ type Manifest struct {
 	Kernels   []Kernel // the [[kernel]] tables: vendor device programs
 	Sessions  []Session
 	Residents []Resident
+	Tenants   []Tenant // the [[tenant]] tables
 }
 
 // Runtime is the [runtime] table.
@@ -299,6 +300,7 @@ type Session struct {
 	MaxInput     int64         // the largest request body stagehost serve accepts for it; default MaxInputSize (64MiB)
 	Buffers      []Buffer
 	Weights      []string // the [[weights]] its instances may look up (weights_get, tensor_get); default none
+	Tenant       string   // the [[tenant]] it belongs to; "" for none (see TenantName)
 }
 
 // WeightNames returns the names of the weights the session lists (its

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -142,8 +143,9 @@ func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sha := r.PathValue("sha256")
-	if b, err := hex.DecodeString(sha); err != nil || len(b) != 32 {
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "%q is not a module sha256 (64 hex digits)", sha))
+	// A module's sha256, or a tenant's entry (lattice.TenantKey).
+	if b, err := hex.DecodeString(sha); (err != nil || len(b) != 32) && !validTenantKey(sha) {
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "%q is not a module sha256 (64 hex digits) nor a tenant's entry (tenant.NAME)", sha))
 		return
 	}
 	found, err := l.Clear(r.Context(), sha)
@@ -299,4 +301,11 @@ func (c latticeCollector) Collect(ch chan<- prometheus.Metric) {
 		up = 1
 	}
 	ch <- prometheus.MustNewConstMetric(latticeConnected, prometheus.GaugeValue, up)
+}
+
+// validTenantKey says whether key is a tenant's entry of the shared
+// quarantine: lattice.TenantKey of a tenant name.
+func validTenantKey(key string) bool {
+	name, ok := strings.CutPrefix(key, lattice.TenantKey(""))
+	return ok && manifest.ValidTenantName(name)
 }

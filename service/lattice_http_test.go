@@ -126,6 +126,14 @@ func TestLatticeRoutes(t *testing.T) {
 	if rec := s.do("DELETE", "/v1/lattice/quarantine/xyz", nil); rec.Code != 400 {
 		t.Fatalf("bad sha: %d %s", rec.Code, rec.Body)
 	}
+	for _, key := range []string{"tenant.", "tenant.a.b", "tenantacme"} {
+		if rec := s.do("DELETE", "/v1/lattice/quarantine/"+key, nil); rec.Code != 400 {
+			t.Fatalf("bad tenant entry %q: %d %s", key, rec.Code, rec.Body)
+		}
+	}
+	if rec := s.do("DELETE", "/v1/lattice/quarantine/tenant.acme", nil); rec.Code != 404 {
+		t.Fatalf("a tenant not quarantined: %d %s", rec.Code, rec.Body)
+	}
 	if rec := s.do("DELETE", "/v1/lattice/quarantine/"+strings.Repeat("b", 64), nil); rec.Code != 404 {
 		t.Fatalf("not quarantined: %d %s", rec.Code, rec.Body)
 	}

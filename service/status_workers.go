@@ -15,6 +15,7 @@ import (
 // GET /v1/status.
 type workerRow struct {
 	Name     string   `json:"name"`
+	Tenant   string   `json:"tenant,omitempty"` // "" for a device's shared worker
 	PID      int      `json:"pid,omitempty"`
 	State    string   `json:"state"`
 	Reason   string   `json:"reason,omitempty"` // why it is not ready, when it is not
@@ -36,10 +37,15 @@ type workerRow struct {
 func workerRows(sts []supervise.WorkerStatus) []workerRow {
 	rows := make([]workerRow, 0, len(sts))
 	for _, st := range sts {
-		r := workerRow{Name: st.Name, PID: st.PID, State: string(st.State), Restarts: st.Restarts,
+		r := workerRow{Name: st.Name, Tenant: st.Tenant, PID: st.PID, State: string(st.State), Restarts: st.Restarts,
 			Devices: st.Devices, Sessions: st.Sessions, Notes: st.Notes}
 		if !st.Reported {
-			r.Devices = []string{st.Name} // a worker per device, named after it
+			// A worker per device, named after it; a tenant's worker
+			// is named DEVICE-TENANT.
+			r.Devices = []string{st.Name}
+			if st.Tenant != "" {
+				r.Devices = []string{strings.TrimSuffix(st.Name, "-"+st.Tenant)}
+			}
 		}
 		if r.Sessions == nil {
 			r.Sessions = []string{}

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -49,6 +50,31 @@ type supervisedFront struct {
 	// view is the supervisor's view of its workers, once SetWorkers gave
 	// it: the sessions known follow the workers' reports.
 	view *atomic.Pointer[workerView]
+	// local is the local transport's route, nil for none.
+	local LocalRoute
+}
+
+// LocalRoute runs a call over the local transport to a worker on this
+// machine (internal/localcall), when one serves the session: handled
+// false means it did not send the call (no such worker is ready, or its
+// socket refused the connection), so the call goes through the lattice.
+type LocalRoute func(ctx context.Context, session string, input []byte) (out []byte, handled bool, err error)
+
+// SupervisorFrontLocal is [SupervisorFront] with calls sent over route
+// first (the local transport), and through the lattice when route did
+// not send them.
+func SupervisorFrontLocal(member *lattice.Member, m *manifest.Manifest, route LocalRoute) Lattice {
+	return supervisedFront{member, m, new(atomic.Pointer[workerView]), route}
+}
+
+// Call is the member's, after the local route's.
+func (f supervisedFront) Call(ctx context.Context, session string, input []byte) ([]byte, string, error) {
+	if f.local != nil {
+		if out, handled, err := f.local(ctx, session, input); handled {
+			return out, "", err
+		}
+	}
+	return f.Member.Call(ctx, session, input)
 }
 
 // SupervisorFront is the Lattice of `serve --supervise`: member (a front
@@ -57,7 +83,7 @@ type supervisedFront struct {
 // 503 unavailable, not 404), and which offers m's session specs
 // (sessionSpecs).
 func SupervisorFront(member *lattice.Member, m *manifest.Manifest) Lattice {
-	return supervisedFront{member, m, new(atomic.Pointer[workerView])}
+	return supervisedFront{member, m, new(atomic.Pointer[workerView]), nil}
 }
 
 func (f supervisedFront) Known(session string) bool {
@@ -127,7 +153,7 @@ func (v *workerView) WorkerStates() []WorkerState {
 	sts := v.sup.Status()
 	out := make([]WorkerState, len(sts))
 	for i, st := range sts {
-		ws := WorkerState{Name: st.Name, State: string(st.State), Ready: st.State == supervise.StateReady,
+		ws := WorkerState{Name: st.Name, Tenant: st.Tenant, State: string(st.State), Ready: st.State == supervise.StateReady,
 			Restarts: st.Restarts, SyntheticExits: st.SyntheticExits, DeviceLosses: st.DeviceLosses}
 		if !ws.Ready {
 			ws.Reason = st.Reason

@@ -31,9 +31,10 @@ type Workers interface {
 // WorkerState is one worker of a supervisor, as readiness and metrics
 // see it.
 type WorkerState struct {
-	Name  string
-	Ready bool   // its process reported ready and runs
-	State string // supervise's state: starting, ready, restarting, backing_off, stopping, stopped
+	Name   string
+	Tenant string // the tenant whose sessions it serves; "" for a device's shared worker
+	Ready  bool   // its process reported ready and runs
+	State  string // supervise's state: starting, ready, restarting, backing_off, stopping, stopped
 	// Reason is why it is not ready, when it is not.
 	Reason         string
 	Restarts       int

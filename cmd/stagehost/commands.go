@@ -458,12 +458,17 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	insecure := fs.Bool("insecure-no-auth", false, "serve a non-loopback --addr without any token (every route open to anyone who can connect)")
 	supervised := fs.Bool("supervise", false, "supervise a worker process per [[device]] (serve --worker), joined over the lattice (an embedded NATS server unless the manifest has [lattice]); this process opens no device and routes every call through the lattice (docs/lattice.md)")
 	worker := fs.String("worker", "", "internal: run as serve --supervise's worker of `DEVICE`")
+	tenant := fs.String("tenant", "", "internal: with --worker, serve only the sessions of tenant `NAME` (default: those without a tenant, and the residents)")
 	stateDir := fs.String("state-dir", "", "keep the model state (uploaded modules, swaps) in `DIR` and restore it at the next start (with --supervise: when a worker or the supervisor restarts; \"off\" keeps it only while the supervisor runs; default USER_CACHE_DIR/stagehost/state/KEY, KEY from the manifest's path. Without --supervise: default none; docs/service.md, \"Model state\")")
 	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
 	logger := newLogger(stderr, level.Level)
+	if *tenant != "" && *worker == "" {
+		fmt.Fprintln(stderr, "stagehost serve: --tenant needs --worker (serve --supervise starts a worker per device and tenant)")
+		return exitUsage
+	}
 	if *worker != "" {
 		if *supervised {
 			fmt.Fprintln(stderr, "stagehost serve: --supervise and --worker exclude each other")
@@ -471,7 +476,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return serveWorker(ctx, m, *worker, *hostID, *stateDir, *grace, *quiet, logger, stdout, stderr)
+		return serveWorker(ctx, m, *worker, *tenant, *hostID, *stateDir, *grace, *quiet, logger, stdout, stderr)
 	}
 	if err := checkListenAddr(*addr); err != nil {
 		fmt.Fprintf(stderr, "stagehost serve: --addr %q is not a valid address: %v\n", *addr, err)
@@ -492,6 +497,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if *supervised {
 		return serveSupervisor(ctx, stop, m, path, *addr, cfg, supervisorFlags{hostID: *hostID, level: level.String(), grace: *grace, quiet: *quiet, stateDir: *stateDir}, logger, stdout, stderr)
+	}
+	if bad := needsWorker(m); len(bad) > 0 {
+		fmt.Fprintf(stderr, "stagehost serve: %s: untrusted device code needs a process of its own: serve it with --supervise (docs/security.md)\n", strings.Join(bad, "; "))
+		return exitUsage
 	}
 	// Spans (the manifest's [tracing]) are flushed when serve returns:
 	// after the service has drained and the host has left its lattice.

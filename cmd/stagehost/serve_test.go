@@ -53,6 +53,9 @@ const serveStartTimeout = 2 * time.Minute
 
 func stagehostBinary(t *testing.T) string {
 	t.Helper()
+	if bin := os.Getenv(envTestBinary); bin != "" {
+		return bin // a pre-built binary (bench/cuda/tenants.sh)
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "stagehost-bin-*")
 		if err != nil {
@@ -269,3 +272,7 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	t.Logf("%d requests answered, %d of them during the shutdown load", answered, sent.Load())
 }
+
+// envTestBinary names a pre-built stagehost binary for the tests that
+// run one, instead of building it (on a machine without Go).
+const envTestBinary = "STAGEHOST_TEST_BINARY"

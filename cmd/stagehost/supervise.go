@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -58,15 +59,21 @@ func workerLattice(m *manifest.Manifest) (manifest.Lattice, error) {
 	return lt, nil
 }
 
-// serveWorker is `serve FILE --worker DEVICE`: the supervisor's worker of
-// one device. It opens that device's work only (deploy.Config.WithDevice),
+// serveWorker is `serve FILE --worker DEVICE [--tenant NAME]`: the
+// supervisor's worker of one device and tenant ("" for the sessions
+// without a tenant, and the residents). It opens that device's work of
+// that tenant only (deploy.Config.WithDevice, WithTenant),
 // joins the lattice as host id, reports ready to its supervisor, and
 // exits, after reporting device_lost, when one of its devices is lost;
 // on SIGTERM it leaves the lattice and exits 0.
-func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID, stateDir string, grace time.Duration, quiet bool, logger *slog.Logger, stdout, stderr io.Writer) int {
+func serveWorker(ctx context.Context, m *manifest.Manifest, device, tenant, hostID, stateDir string, grace time.Duration, quiet bool, logger *slog.Logger, stdout, stderr io.Writer) int {
 	rep := supervise.WorkerReporter()
 	if m.Device(device) == nil {
 		fmt.Fprintf(stderr, "stagehost serve: --worker %s: the manifest has no device %q\n", device, device)
+		return exitUsage
+	}
+	if tenant != "" && !slices.Contains(m.SessionTenants(device), tenant) {
+		fmt.Fprintf(stderr, "stagehost serve: --worker %s --tenant %s: no session of tenant %q is on device %q\n", device, tenant, tenant, device)
 		return exitUsage
 	}
 	lt, err := workerLattice(m)
@@ -80,7 +87,7 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID, stat
 		return code
 	}
 	defer stopTracing(tp, stderr) // after the worker left the lattice
-	opt := deploy.NewConfig().WithLogger(logger).WithDevice(device)
+	opt := deploy.NewConfig().WithLogger(logger).WithDevice(device).WithTenant(tenant)
 	if !quiet {
 		opt = opt.WithProgress(func(msg string) { fmt.Fprintf(stderr, "worker %s: %s\n", device, msg) })
 	}
@@ -148,6 +155,17 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, hostID, stat
 		}
 		modelSub = sub
 	}
+	stopLocal, err := serveLocal(member.Host(), m, logger)
+	if err != nil {
+		if modelSub != nil {
+			_ = modelSub.Unsubscribe()
+		}
+		member.Close()
+		closeDeployment()
+		fmt.Fprintf(stderr, "stagehost serve: worker %s: local transport: %v\n", device, err)
+		_ = rep.Exiting("cannot serve the local transport: " + err.Error())
+		return exitStartup
+	}
 	fmt.Fprintf(stdout, "worker %s joined lattice %s as host %s (%s, %s)\n", device, lt.Name, member.Host().ID(),
 		plural(len(d.SessionNames()), "session"), plural(len(d.ResidentNames()), "resident session"))
 	if err := rep.ReadyServing(supervise.Serving{Devices: d.DeviceNames(), Sessions: d.SessionNames(), Notes: restored.Notes, StateRevision: restored.Revision}); err != nil {
@@ -161,6 +179,19 @@ watch:
 		case <-ctx.Done():
 			break watch
 		case <-tick.C:
+			if tenant != "" {
+				if why := quarantinedInstance(d); why != "" {
+					// The device work of a call cannot be proven
+					// finished: only the end of this process stops it.
+					// No graceful close: closing could wait on it.
+					reason := fmt.Sprintf("tenant %s: %s; ending the worker", tenant, why)
+					logger.Error("worker: a call's device work did not finish; exiting to be restarted", "tenant", tenant, "why", why)
+					_ = rep.DeviceLost(device, reason)
+					_ = rep.Exiting(reason)
+					fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
+					hardExit(exitFailed)
+				}
+			}
 			if name, err := lost(); err != nil {
 				reason, code = fmt.Sprintf("device %s lost: %v", name, err), exitFailed
 				logger.Error("worker: device lost; exiting to be restarted", "device", name, "err", err)
@@ -172,6 +203,7 @@ watch:
 		}
 	}
 	tick.Stop()
+	stopLocal()
 	if modelSub != nil {
 		_ = modelSub.Unsubscribe()
 	}
@@ -186,6 +218,9 @@ watch:
 	fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
 	return code
 }
+
+// hardExit ends a worker at once (os.Exit): no deferred call runs.
+var hardExit = os.Exit
 
 // supervisorFlags are the serve flags a supervisor passes on to its
 // workers.
@@ -300,23 +335,50 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	if url := member.ClientURL(); url != "" {
 		workerEnv = append(workerEnv, envLatticeURL+"="+url)
 	}
-	srv.SetLattice(service.SupervisorFront(member, m))
+	// The local transport: a socket per worker in a directory of
+	// this process's (mode 0700, sockets 0600).
+	sockDir, err := os.MkdirTemp("", "stagehost-sock-*")
+	if err != nil {
+		member.Close()
+		return fail("--supervise: %v", err)
+	}
+	defer os.RemoveAll(sockDir)
+	srvWorkers, err := supervisedWorkers(m, self, manifestPath, baseID, stateDir, fl, workerEnv)
+	if err != nil {
+		member.Close()
+		return fail("--supervise: %v", err)
+	}
+	sockets, hosts := map[string]string{}, map[string]string{}
+	for i := range srvWorkers {
+		w := &srvWorkers[i]
+		sockets[w.Name], hosts[w.Name] = filepath.Join(sockDir, w.Name+".sock"), baseID+"-"+w.Name
+		w.Env = append(slices.Clone(w.Env), envLocalSocket+"="+sockets[w.Name])
+	}
+	routes := newLocalRoutes(member.Front(), sockets, hosts)
+	defer routes.close()
+	srv.SetLattice(service.SupervisorFrontLocal(member, m, routes.route))
 
-	workers := make([]supervise.Worker, 0, len(m.Devices))
-	names := make([]string, 0, len(m.Devices))
-	for _, md := range m.Devices {
-		args := []string{"serve", manifestPath, "--worker", md.Name, "--host-id", baseID + "-" + md.Name,
-			"--log-level", fl.level, "--grace", fl.grace.String(), "--state-dir", stateDir}
-		if fl.quiet {
-			args = append(args, "--quiet")
-		}
-		workers = append(workers, supervise.Worker{Name: md.Name, Path: self, Args: args, Env: workerEnv})
-		names = append(names, md.Name)
+	workers := srvWorkers
+	names := make([]string, 0, len(workers))
+	for _, w := range workers {
+		names = append(names, w.Name)
 	}
 	// The model control's hook on the workers' changes, set once it
 	// exists (before the routes can change the model state).
 	var onChange atomic.Pointer[func(supervise.WorkerStatus)]
+	guard := newTenantGuard(m, time.Now, func(tenant, reason string) {
+		logger.Error("tenant quarantined lattice-wide", "tenant", tenant, "reason", reason)
+		fmt.Fprintf(stdout, "tenant %s quarantined lattice-wide: %s\n", tenant, reason)
+		go func() {
+			pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := member.Front().Quarantine().Poison(pctx, lattice.Poison{SHA256: lattice.TenantKey(tenant), Reason: reason, Host: baseID}); err != nil {
+				logger.Warn("quarantining a tenant", "tenant", tenant, "err", err)
+			}
+		}()
+	})
 	sup, err := supervise.Start(supervise.NewConfig().WithWorkers(workers...).WithLogger(logger).WithOnChange(func(st supervise.WorkerStatus) {
+		guard.changed(st)
 		if fn := onChange.Load(); fn != nil {
 			(*fn)(st)
 		}
@@ -325,6 +387,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		member.Close()
 		return fail("--supervise: %v", err)
 	}
+	routes.sup.Store(sup)
 	srv.SetWorkers(service.SupervisorWorkers(sup, member.Front(), m))
 	mc, changed := service.SupervisorModelControl(service.SupervisorModel{Conn: member.NATSConn(), Lattice: lt.Name,
 		Supervisor: sup, HostOf: func(w string) string { return baseID + "-" + w }, Store: modelctl.OpenDir(stateDir), Manifest: m, Logger: logger})
@@ -358,6 +421,45 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	}
 	fmt.Fprintln(stdout, stoppedLine(srv))
 	return exitOK
+}
+
+// supervisedWorkers are the workers of `serve --supervise`: per device,
+// its shared worker (named after the device: the sessions without a
+// tenant, and the residents), and a worker per tenant with a session on
+// it (named DEVICE-TENANT, started with --tenant TENANT): a failure
+// domain per (device, tenant), docs/security.md.
+//
+// # Errors
+//
+// A tenant worker's name that is also a device's (device "a-b" and
+// tenant "b" of device "a").
+func supervisedWorkers(m *manifest.Manifest, self, manifestPath, baseID, stateDir string, fl supervisorFlags, env []string) ([]supervise.Worker, error) {
+	var workers []supervise.Worker
+	add := func(device, tenant string) {
+		name := device
+		if tenant != "" {
+			name = device + "-" + tenant
+		}
+		args := []string{"serve", manifestPath, "--worker", device, "--host-id", baseID + "-" + name,
+			"--log-level", fl.level, "--grace", fl.grace.String(), "--state-dir", stateDir}
+		if tenant != "" {
+			args = append(args, "--tenant", tenant)
+		}
+		if fl.quiet {
+			args = append(args, "--quiet")
+		}
+		workers = append(workers, supervise.Worker{Name: name, Tenant: tenant, Path: self, Args: args, Env: env})
+	}
+	for _, md := range m.Devices {
+		add(md.Name, "")
+		for _, t := range m.SessionTenants(md.Name) {
+			if m.Device(md.Name+"-"+t) != nil {
+				return nil, fmt.Errorf("the worker of device %q and tenant %q would be named %q, a device's name: rename the device or the tenant", md.Name, t, md.Name+"-"+t)
+			}
+			add(md.Name, t)
+		}
+	}
+	return workers, nil
 }
 
 // stateDirOff is the --state-dir value that keeps no model state past the

@@ -21,7 +21,7 @@ var layers = [][]string{
 	{"cmd"},
 	{"service"},
 	{"internal/lattice"},
-	{"internal/supervise", "internal/modelctl"},
+	{"internal/supervise", "internal/modelctl", "internal/localcall"},
 	{"deploy"},
 	{"manifest"},
 	{"sessions/exchange"},

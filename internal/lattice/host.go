@@ -265,6 +265,7 @@ type hostSession struct {
 	sess     *deploy.Pool
 	stage    string // the manifest's stage module's sha256 (running(): the module it runs now)
 	fence    string // the fence module's sha256, or ""
+	tenant   string // the session's tenant, or ""
 	inflight atomic.Int64
 	// place is the claim state of a session with placement "exclusive";
 	// nil for the others.
@@ -347,7 +348,7 @@ func NewHost(ctx context.Context, nc *nats.Conn, d *deploy.Deployment, cfg HostC
 			return nil, err
 		}
 		s := d.Pool(name)
-		hs := &hostSession{name: name, sess: s, stage: d.Manifest.Module(s.Spec.Stage).SHA256}
+		hs := &hostSession{name: name, sess: s, stage: d.Manifest.Module(s.Spec.Stage).SHA256, tenant: s.Spec.TenantName()}
 		if m := d.Manifest.Module(s.Spec.Fence); m != nil {
 			hs.fence = m.SHA256
 		}
@@ -575,9 +576,14 @@ func (h *Host) readiness(rec HostRecord) deploy.Readiness {
 	return deploy.Readiness{Ready: true, Status: "ready"}
 }
 
-// refused says whether a session's stage or fence module is in the shared
-// quarantine.
+// refused says whether a session's stage or fence module, or its tenant
+// ([TenantKey]), is in the shared quarantine.
 func (h *Host) refused(hs *hostSession) (Poison, bool) {
+	if hs.tenant != "" {
+		if p, ok := h.q.Lookup(TenantKey(hs.tenant)); ok {
+			return p, true
+		}
+	}
 	if p, ok := h.q.Lookup(hs.running()); ok {
 		return p, true
 	}

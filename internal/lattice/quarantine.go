@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,6 +108,12 @@ func (q *Quarantine) Poison(ctx context.Context, p Poison) error {
 	return nil
 }
 
+// TenantKey is the shared quarantine's key of a tenant (manifest
+// [[tenant]]): every host refuses calls to the tenant's sessions while
+// it is there, as for a poisoned module. A module's key is its sha256
+// (64 hex digits), so the two never meet.
+func TenantKey(tenant string) string { return "tenant." + tenant }
+
 // Lookup says whether a module is quarantined, and why.
 func (q *Quarantine) Lookup(sha256 string) (Poison, bool) {
 	q.mu.Lock()
@@ -169,5 +176,8 @@ func (q *Quarantine) Close() error {
 
 // refusal is the error of a call to a session whose module is quarantined.
 func refusal(host string, p Poison) *Error {
+	if tenant, ok := strings.CutPrefix(p.SHA256, TenantKey("")); ok {
+		return unavailable(host, "tenant %s is quarantined lattice-wide: %s", tenant, p.Reason)
+	}
 	return unavailable(host, "module %s is quarantined lattice-wide: %s", p.SHA256, p.Reason)
 }

@@ -14,6 +14,9 @@ type Worker struct {
 	// [EnvWorkerName]; unique within a supervisor. For a worker per device,
 	// the device's name ("cuda0").
 	Name string
+	// Tenant is the tenant whose sessions the worker serves, "" for the
+	// shared worker of its device; shown in [WorkerStatus.Tenant].
+	Tenant string
 	// Path is the executable; Args its arguments, without argv[0].
 	Path string
 	Args []string

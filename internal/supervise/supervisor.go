@@ -85,9 +85,11 @@ type DeviceLoss struct {
 
 // WorkerStatus is a snapshot of one worker.
 type WorkerStatus struct {
-	Name  string `json:"name"`
-	PID   int    `json:"pid,omitempty"` // 0 while it has no process
-	State State  `json:"state"`
+	Name string `json:"name"`
+	// Tenant is [Worker.Tenant]: "" for a device's shared worker.
+	Tenant string `json:"tenant,omitempty"`
+	PID    int    `json:"pid,omitempty"` // 0 while it has no process
+	State  State  `json:"state"`
 	// Reason says why it is restarting, stopping or backing off.
 	Reason string `json:"reason,omitempty"`
 	// Restarts counts the restart attempts (every start after the first,
@@ -174,7 +176,7 @@ func Start(cfg Config) (*Supervisor, error) {
 		stopping: make(chan struct{}), killNow: make(chan struct{}), done: make(chan struct{}),
 	}
 	for _, spec := range cfg.workers {
-		s.workers = append(s.workers, &worker{spec: spec, st: WorkerStatus{Name: spec.Name, State: StateStarting}})
+		s.workers = append(s.workers, &worker{spec: spec, st: WorkerStatus{Name: spec.Name, Tenant: spec.Tenant, State: StateStarting}})
 	}
 	for _, w := range s.workers {
 		p, err := s.spawn(w, false)

@@ -20,6 +20,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -118,6 +119,8 @@ func main() {
 	// 2. The host session is called all along.
 	var hostOK, hostFailed atomic.Int64
 	var lastHostErr atomic.Value
+	var latMu sync.Mutex
+	var hostLat []time.Duration // the host session's calls that answered 200
 	var readyOK, readyFailed atomic.Int64
 	var lastReadyErr atomic.Value
 	stop := make(chan struct{})
@@ -131,8 +134,12 @@ func main() {
 				return
 			default:
 			}
+			tc := time.Now()
 			if code, b := call(*hostSession, 0); code == 200 {
 				hostOK.Add(1)
+				latMu.Lock()
+				hostLat = append(hostLat, time.Since(tc))
+				latMu.Unlock()
 			} else {
 				hostFailed.Add(1)
 				lastHostErr.Store(fmt.Sprintf("%d %s", code, b))
@@ -187,6 +194,12 @@ func main() {
 	fmt.Printf("%-28s %v\n", "fault → GPU session serves", total.Round(time.Millisecond))
 	fmt.Printf("%-28s %v\n", "  (then polling)", serving.Round(time.Millisecond))
 	fmt.Printf("%-28s %d ok, %d failed (%d ok after the fault)\n", "host session calls", hostOK.Load(), hostFailed.Load(), hostOK.Load()-hostAtFault)
+	latMu.Lock()
+	slices.Sort(hostLat)
+	if n := len(hostLat); n > 0 {
+		fmt.Printf("%-28s p50 %v, p99 %v, max %v (%d calls)\n", "host session latency", hostLat[n/2].Round(time.Microsecond), hostLat[n*99/100].Round(time.Microsecond), hostLat[n-1].Round(time.Microsecond), n)
+	}
+	latMu.Unlock()
 	fmt.Printf("%-28s %d ok, %d not ready\n", "/readyz, host's /ready", readyOK.Load(), readyFailed.Load())
 	fmt.Printf("%-28s pid %d → %d, restarts %d → %d\n", "GPU worker", before[*gpuWorker].PID, g.PID, before[*gpuWorker].Restarts, g.Restarts)
 	if g.LastExit != nil {

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stagehost/stagehost/internal/localcall"
+	"github.com/stagehost/stagehost/internal/testutil"
+)
+
+// tenantsManifest writes a manifest of one sim gpu with session a of
+// tenant acme, b of tenant beta and shared of none; with hang, a's
+// streams hang (a session-scoped fault: only acme's worker has it).
+func tenantsManifest(t *testing.T, path string, hang bool) {
+	t.Helper()
+	good, goodSHA := hostileModule(t, "good_stage")
+	fault := ""
+	if hang {
+		fault = "[[device.sim.fault]]\nkind = \"hang\"\nsession = \"a\"\n"
+	}
+	body := fmt.Sprintf(`version = 1
+[runtime]
+cache_dir = "off"
+[[device]]
+name = "gpu0"
+backend = "sim"
+engine = "gpu"
+%s[[module]]
+name = "good"
+path = %q
+sha256 = %q
+[[tenant]]
+name = "acme"
+max_failures = 3
+failure_window = "10m"
+[[tenant]]
+name = "beta"
+[[session]]
+name = "a"
+stage = "good"
+device = "gpu0"
+programs = ["noop"]
+tenant = "acme"
+deadline = "300ms"
+fence_timeout = "1s"
+[[session]]
+name = "b"
+stage = "good"
+device = "gpu0"
+programs = ["noop"]
+tenant = "beta"
+[[session]]
+name = "shared"
+stage = "good"
+device = "gpu0"
+programs = ["noop"]
+`, fault, good, goodSHA)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServeSuperviseTenants runs `serve --supervise` over one sim gpu
+// with two tenants: a worker per (device, tenant) beside the device's
+// shared worker, each serving its sessions only. While tenant beta's b
+// and the shared session are called all along:
+//  1. a SIGKILL of acme's worker restarts that worker alone (a serves
+//     again);
+//  2. a hung call of acme's (a session-scoped hang) is answered
+//     deadline_exceeded within its deadline plus 250 ms (and 250 ms of
+//     slack), and once its fence missed fence_timeout acme's worker ends
+//     itself and is restarted;
+//  3. at acme's third failure (max_failures) acme is quarantined
+//     lattice-wide: a's calls are refused, unavailable;
+//
+// and b and shared answer every call, with no error, and their workers
+// never restart.
+func TestServeSuperviseTenants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	path := filepath.Join(t.TempDir(), "tenants.toml")
+	tenantsManifest(t, path, false)
+	cmd := exec.Command(stagehostBinary(t), "serve", path, "--supervise", "--addr", "127.0.0.1:0", "--host-id", "sv", "--quiet", "--state-dir", "off")
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &syncBuf{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base, lines := testutil.Serving(t, stdout, serveStartTimeout, func() string { _ = cmd.Process.Kill(); _ = cmd.Wait(); return stderr.String() })
+	out := &syncBuf{}
+	go func() {
+		for lines.Scan() {
+			_, _ = out.Write([]byte(lines.Text() + "\n"))
+		}
+	}()
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(path string) (int, string) {
+		resp, err := client.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		var sb strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
+		return resp.StatusCode, sb.String()
+	}
+	call := func(session string) (int, string) {
+		resp, err := client.Post(base+"/v1/sessions/"+session+"/run", "application/octet-stream", nil)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		var sb strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
+		return resp.StatusCode, sb.String()
+	}
+	type wj struct {
+		workerJSON
+		Tenant   string
+		Sessions []string
+	}
+	workers := func() (map[string]wj, string) {
+		code, body := get("/v1/workers")
+		var ws struct{ Workers []wj }
+		if code != 200 || json.Unmarshal([]byte(body), &ws) != nil {
+			return nil, body
+		}
+		m := map[string]wj{}
+		for _, w := range ws.Workers {
+			m[w.Name] = w
+		}
+		return m, body
+	}
+	const limit = 20 * time.Second
+
+	// Placement: three workers, each with its tenant's sessions.
+	var before map[string]wj
+	pollFor(t, limit, "the three workers ready", func() (bool, string) {
+		var body string
+		before, body = workers()
+		return len(before) == 3 && before["gpu0"].State == "ready" && before["gpu0-acme"].State == "ready" && before["gpu0-beta"].State == "ready", body
+	})
+	for name, want := range map[string]struct {
+		tenant   string
+		sessions []string
+	}{"gpu0": {"", []string{"shared"}}, "gpu0-acme": {"acme", []string{"a"}}, "gpu0-beta": {"beta", []string{"b"}}} {
+		if w := before[name]; w.Tenant != want.tenant || !slices.Equal(w.Sessions, want.sessions) {
+			t.Errorf("worker %s: tenant %q sessions %v, want %q %v", name, w.Tenant, w.Sessions, want.tenant, want.sessions)
+		}
+	}
+	if code, body := get("/v1/status"); code != 200 || !strings.Contains(body, `"tenant": "acme"`) || !strings.Contains(body, `"tenant": "beta"`) {
+		t.Errorf("/v1/status: %d %s", code, body)
+	}
+	for _, s := range []string{"a", "b", "shared"} {
+		pollFor(t, limit, s+" served", func() (bool, string) {
+			code, body := call(s)
+			return code == 200 && body == "ok", body
+		})
+	}
+
+	// Tenant beta's and the shared session's calls, all along.
+	var mu sync.Mutex
+	var lat []time.Duration
+	var okN, failN atomic.Int64
+	var lastErr atomic.Value
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, s := range []string{"b", "shared"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				t0 := time.Now()
+				code, body := call(s)
+				d := time.Since(t0)
+				if code == 200 {
+					okN.Add(1)
+					mu.Lock()
+					lat = append(lat, d)
+					mu.Unlock()
+				} else {
+					failN.Add(1)
+					lastErr.Store(fmt.Sprintf("%s: %d %s", s, code, body))
+				}
+			}
+		}()
+	}
+
+	// 1. SIGKILL acme's worker: it alone restarts.
+	if err := syscall.Kill(before["gpu0-acme"].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	pollFor(t, limit, "a served again after the SIGKILL", func() (bool, string) {
+		code, body := call("a")
+		return code == 200 && body == "ok", body
+	})
+	t.Logf("acme served again %v after its worker's SIGKILL", time.Since(killedAt).Round(time.Millisecond))
+
+	// 2. acme's next worker hangs a's streams: SIGKILL it again (its
+	// second failure), so that the next one reads the manifest with
+	// the hang.
+	tenantsManifest(t, path, true)
+	ws, _ := workers()
+	if err := syscall.Kill(ws["gpu0-acme"].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	pid := ws["gpu0-acme"].PID
+	pollFor(t, limit, "acme's worker restarted", func() (bool, string) {
+		ws, body := workers()
+		return ws != nil && ws["gpu0-acme"].State == "ready" && ws["gpu0-acme"].PID != pid, body
+	})
+	var code int
+	var body string
+	var took time.Duration
+	pollFor(t, limit, "a's hung call answered by acme's worker", func() (bool, string) {
+		t0 := time.Now()
+		code, body = call("a")
+		took = time.Since(t0)
+		return code != 503 || !strings.Contains(body, "no host"), body
+	})
+	// The worker's fence waits fence_timeout (1s): the front answers
+	// first, at the deadline plus localcall.Grace (250ms).
+	if code != 504 || !strings.Contains(body, `"class": "deadline_exceeded"`) || took > 300*time.Millisecond+localcall.Grace+250*time.Millisecond {
+		t.Errorf("a's hung call: %d %s after %v; want deadline_exceeded within deadline + 250ms (+250ms of slack)", code, body, took)
+	}
+	t.Logf("a's hung call: %d %s after %v", code, strings.TrimSpace(body), took.Round(time.Millisecond))
+
+	// 3. acme's worker ended itself (device_lost): its third failure
+	// quarantines acme.
+	pollFor(t, limit, "acme's worker ended itself", func() (bool, string) {
+		ws, body := workers()
+		return ws != nil && ws["gpu0-acme"].DeviceLosses == 1, body
+	})
+	pollFor(t, limit, "acme quarantined lattice-wide", func() (bool, string) {
+		code, body := call("a")
+		return code == 503 && strings.Contains(body, `"class": "unavailable"`) && strings.Contains(body, "tenant acme is quarantined lattice-wide") &&
+			strings.Contains(body, "failures of its workers within 10m0s (max_failures 3"), body
+	})
+	// acme's worker restarts again (with backoff), quarantined or not.
+	pollFor(t, limit, "acme's worker restarted after it ended itself", func() (bool, string) {
+		ws, body := workers()
+		return ws != nil && ws["gpu0-acme"].Restarts >= 3 && ws["gpu0-acme"].State == "ready", body
+	})
+	close(done)
+	wg.Wait()
+	after, wbody := workers()
+	if after["gpu0"].PID != before["gpu0"].PID || after["gpu0-beta"].PID != before["gpu0-beta"].PID || after["gpu0"].Restarts != 0 || after["gpu0-beta"].Restarts != 0 {
+		t.Errorf("the shared or beta's worker restarted: %s", wbody)
+	}
+	if a := after["gpu0-acme"]; a.DeviceLosses < 1 || a.Restarts < 3 {
+		t.Errorf("acme's worker: %d device losses, %d restarts; want ≥1, ≥3: %s", a.DeviceLosses, a.Restarts, wbody)
+	}
+	mu.Lock()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	n := len(lat)
+	mu.Unlock()
+	if failN.Load() != 0 || n == 0 {
+		t.Errorf("b and shared: %d calls failed (last %v), %d answered", failN.Load(), lastErr.Load(), n)
+	} else {
+		t.Logf("b and shared during acme's failures: %d calls, 0 errors, p50 %v, p99 %v", n, lat[n/2], lat[n*99/100])
+	}
+	if !strings.Contains(out.String(), "tenant acme quarantined lattice-wide") {
+		t.Errorf("stdout:\n%s", out.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve --supervise exited with %v\n%s", err, stderr.String())
+	}
+}

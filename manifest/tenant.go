@@ -1,0 +1,153 @@
+package manifest
+
+import (
+	"slices"
+	"time"
+)
+
+// MaxTenantName is the longest tenant name.
+const MaxTenantName = 64
+
+// The defaults of a tenant's failure policy (docs/manifest.md, [[tenant]]).
+const (
+	// DefaultTenantMaxFailures is max_failures: how many faults or hangs
+	// of a tenant's worker within failure_window quarantine the tenant.
+	DefaultTenantMaxFailures = 3
+	// DefaultTenantFailureWindow is failure_window.
+	DefaultTenantFailureWindow = 10 * time.Minute
+	maxTenantFailures          = 1 << 16
+)
+
+// Tenant is one [[tenant]]: a failure domain. Under `serve --supervise`
+// the sessions of a tenant run in worker processes of their own, one per
+// device (docs/security.md): a fault or a hang of the tenant's device
+// code ends only those processes.
+type Tenant struct {
+	Name string
+	// MaxFailures is how many failures (a device lost, a call stopped by
+	// ending the worker) of the tenant's workers within FailureWindow
+	// quarantine the tenant lattice-wide; default
+	// [DefaultTenantMaxFailures].
+	MaxFailures int
+	// FailureWindow is the window MaxFailures counts in; default
+	// [DefaultTenantFailureWindow].
+	FailureWindow time.Duration
+}
+
+// Tenant returns the [[tenant]] named name, or nil.
+func (m *Manifest) Tenant(name string) *Tenant {
+	for i := range m.Tenants {
+		if m.Tenants[i].Name == name {
+			return &m.Tenants[i]
+		}
+	}
+	return nil
+}
+
+// TenantPolicy returns the failure policy of the tenant named name: its
+// [[tenant]] table, or the defaults for a tenant without one.
+func (m *Manifest) TenantPolicy(name string) Tenant {
+	if t := m.Tenant(name); t != nil {
+		return *t
+	}
+	return Tenant{Name: name, MaxFailures: DefaultTenantMaxFailures, FailureWindow: DefaultTenantFailureWindow}
+}
+
+// TenantName returns the tenant the session belongs to: its tenant key,
+// "" for none (the shared worker of each of its devices serves it).
+func (s *Session) TenantName() string {
+	return s.Tenant
+}
+
+// SessionTenants returns the tenants that have sessions on device dev,
+// sorted, without "".
+func (m *Manifest) SessionTenants(dev string) []string {
+	var out []string
+	for i := range m.Sessions {
+		s := &m.Sessions[i]
+		if t := s.TenantName(); t != "" && slices.Contains(s.Devices, dev) && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ValidTenantName reports whether s is a tenant name: 1 to
+// [MaxTenantName] of letters, digits, '-' and '_' (it becomes part of a
+// worker's host id and of NATS subjects).
+func ValidTenantName(s string) bool {
+	if len(s) == 0 || len(s) > MaxTenantName {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+type tenantMeta struct {
+	p    keyPath
+	name bool
+}
+
+// tenants decodes the [[tenant]] tables.
+func (d *decoder) tenants(root *table, m *Manifest) []tenantMeta {
+	list, _ := root.tables("tenant")
+	metas := make([]tenantMeta, len(list))
+	if len(list) > 0 {
+		m.Tenants = make([]Tenant, len(list))
+	}
+	first := map[string]keyPath{}
+	for i, t := range list {
+		if t == nil {
+			continue
+		}
+		tn, meta := &m.Tenants[i], &metas[i]
+		meta.p = t.path
+		tn.Name, meta.name = t.name("name")
+		if meta.name && !ValidTenantName(tn.Name) {
+			d.errorf(t.path.key("name"), "%q is not a tenant name: 1 to %d of letters, digits, '-' and '_'", tn.Name, MaxTenantName)
+			meta.name = false
+		}
+		if meta.name {
+			d.unique(t.path.key("name"), tn.Name, "tenant", first)
+		}
+		n, _ := t.integer("max_failures", DefaultTenantMaxFailures, 1, maxTenantFailures)
+		tn.MaxFailures = int(n)
+		tn.FailureWindow, _ = t.duration("failure_window", DefaultTenantFailureWindow, true)
+		t.finish()
+	}
+	return metas
+}
+
+// sessionTenant decodes session.tenant.
+func (d *decoder) sessionTenant(t *table, s *Session) {
+	name, ok := t.str("tenant", "", false)
+	if !ok || !t.has("tenant") {
+		return
+	}
+	if !ValidTenantName(name) {
+		d.errorf(t.path.key("tenant"), "%q is not a tenant name: 1 to %d of letters, digits, '-' and '_'", name, MaxTenantName)
+		return
+	}
+	s.Tenant = name
+}
+
+// checkTenants: a session's tenant is a declared [[tenant]].
+func (d *decoder) checkTenants(m *Manifest, tens []tenantMeta, sess []sessMeta) {
+	for _, x := range tens {
+		d.badNames["tenant"] = d.badNames["tenant"] || !x.name
+	}
+	names := namesOf(m.Tenants, func(t *Tenant) string { return t.Name })
+	for i, s := range m.Sessions {
+		if sess[i].p == nil || s.Tenant == "" {
+			continue
+		}
+		if m.Tenant(s.Tenant) == nil {
+			d.notFound(sess[i].p.key("tenant"), "tenant", s.Tenant, names)
+		}
+	}
+}
