@@ -218,7 +218,7 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 	if opt.device != "" && m.Device(opt.device) == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
 	}
-	if err := refuseVendorPTX(m, opt.device); err != nil {
+	if err := refuseVendorPTX(m, opt.device, opt.tenant, opt.byTenant); err != nil {
 		return nil, err
 	}
 	ok := false
@@ -609,6 +609,10 @@ func (s *Pool) makeInstance(ctx context.Context, stage *stages.Module, i, n int,
 		cfg = cfg.WithFenceModule(s.fence)
 	}
 	cfg = cfg.WithKernels(d.sessionKernels(ms)...)
+	cfg, err := d.vendorPrograms(ctx, ms, d.devices[dev], cfg)
+	if err != nil {
+		return nil, err
+	}
 	ws, releaseWeights, err := d.sessionWeights(ctx, ms, dev)
 	if err != nil {
 		return nil, err

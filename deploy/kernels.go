@@ -6,6 +6,7 @@ import (
 
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -31,7 +32,7 @@ func (d *Deployment) loadKernels(ctx context.Context) error {
 					continue // another worker's device
 				}
 				if dev.Engine() == hw.EngineGPU && m.Device(devName).Backend == manifest.BackendCUDA {
-					continue // refused by refuseVendorPTX
+					continue // PTX: vendorPrograms, in the tenant's worker
 				}
 				if _, done := d.kernels[name]; done {
 					continue
@@ -75,8 +76,16 @@ func (d *Deployment) sessionKernels(s *manifest.Session) []*stages.WasmKernel {
 // refuseVendorPTX refuses a session on a cuda GPU of the deployment
 // (every device, or only device when it is not "") that lists a vendor
 // kernel, before any device is opened.
-func refuseVendorPTX(m *manifest.Manifest, device string) error {
+// A worker of the session's tenant (Config.WithTenant with its name)
+// runs it instead.
+func refuseVendorPTX(m *manifest.Manifest, device, tenant string, byTenant bool) error {
 	for _, s := range m.Sessions {
+		if byTenant && s.TenantName() != tenant {
+			continue // another worker's session
+		}
+		if byTenant && tenant != "" {
+			continue // this is the tenant's own worker
+		}
 		for _, name := range s.Programs {
 			if m.KernelNamed(name) == nil {
 				continue
@@ -93,4 +102,52 @@ func refuseVendorPTX(m *manifest.Manifest, device string) error {
 		}
 	}
 	return nil
+}
+
+// vendorPrograms gives a session on a cuda GPU, in its tenant's worker,
+// the vendor PTX kernels it lists: each compiled to a cubin by a child
+// process under the kernel's jit_timeout (cached by the PTX's sha256, the
+// compute capability and the driver version in the deployment's cache
+// directory), then loaded and checked against its declaration on the
+// session's device.
+func (d *Deployment) vendorPrograms(ctx context.Context, ms *manifest.Session, dev hw.Device, cfg stages.SessionConfig) (stages.SessionConfig, error) {
+	cd, ok := dev.(*cuda.Device)
+	if !ok || d.cudaP == nil {
+		return cfg, nil
+	}
+	for _, name := range ms.Programs {
+		k := d.Manifest.KernelNamed(name)
+		if k == nil {
+			continue
+		}
+		if k.PTXFile == "" {
+			return cfg, errdefs.Errorf(errdefs.ErrInvalidArgument, "session %q: vendor kernel %q has no ptx for cuda device %q", ms.Name, name, dev.Name())
+		}
+		ptx, err := manifest.ReadFile(k.PTXFile, d.Manifest.Runtime.MaxModuleSize)
+		if err != nil {
+			return cfg, fmt.Errorf("kernel %q: %w", k.Name, err)
+		}
+		if got := stages.SHA256(ptx); got != k.PTXSHA256 {
+			return cfg, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: %q changed since the manifest was read: it hashes to %s, not %s", k.Name, k.PTXFile, got, k.PTXSHA256)
+		}
+		cubin, _, err := cuda.CompilePTX(ctx, cuda.JITConfig{
+			CacheDir:          cacheDirOf(d.Manifest),
+			Timeout:           k.JITTimeout,
+			ComputeCapability: cd.ComputeCapability(),
+			DriverVersion:     int32(d.cudaP.DriverVersion()),
+		}, k.Name, ptx)
+		if err != nil {
+			return cfg, fmt.Errorf("session %q: %w", ms.Name, err)
+		}
+		info := hw.KernelInfo{Name: k.Name, Args: k.Spec().Args}
+		file, entry := k.PTXFile, k.Entry
+		cfg = cfg.WithVendorProgram(info, func(hd hw.Device) (hw.Program, error) {
+			c, ok := hd.(*cuda.Device)
+			if !ok {
+				return nil, errdefs.Errorf(errdefs.ErrUnsupported, "vendor kernel %q: device %q is not a cuda GPU", info.Name, hd.Name())
+			}
+			return c.PrepareVendor(cubin, file, entry, info)
+		})
+	}
+	return cfg, nil
 }

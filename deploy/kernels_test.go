@@ -39,4 +39,20 @@ func TestVendorPTXRefused(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrUnsupported) || !strings.Contains(err.Error(), `session "launch": vendor PTX kernel "double" runs only in a worker process of its tenant: start with serve --supervise`) {
 		t.Fatalf("Open: %v", err)
 	}
+	// The session belongs to the kernel's tenant, "double": the shared
+	// worker does not serve it, and the tenant's worker runs it; neither
+	// refuses the manifest (without a GPU, opening the cuda device fails
+	// afterwards, for another reason).
+	if got := m.Session("launch").TenantName(); got != "double" {
+		t.Fatalf("tenant of session launch = %q, want the kernel's name", got)
+	}
+	for _, tenant := range []string{"", "double"} {
+		d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithTenant(tenant))
+		if err != nil && strings.Contains(err.Error(), "runs only in a worker process of its tenant") {
+			t.Fatalf("Open in the worker of tenant %q: %v", tenant, err)
+		}
+		if d != nil {
+			d.Close(context.Background())
+		}
+	}
 }

@@ -132,3 +132,27 @@ func TestKernelPrograms(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestKernelTenantDerived: a session that lists a vendor kernel and no
+// tenant key belongs to the kernel's tenant (its tenant key, else its
+// name), so that its worker is a failure domain of its own.
+func TestKernelTenantDerived(t *testing.T) {
+	m, err := Decode(filepath.Join("testdata", "host.toml"), kernelToml(goodKernel), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Session("s").TenantName(); got != "double" {
+		t.Fatalf("tenant of a session listing kernel double = %q, want %q", got, "double")
+	}
+	m, err = Decode(filepath.Join("testdata", "host.toml"), kernelToml(goodKernel+"\ntenant = \"acme\""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Session("s").TenantName(); got != "acme" {
+		t.Fatalf("tenant of a session listing acme's kernel = %q, want %q", got, "acme")
+	}
+	_, err = Decode(filepath.Join("testdata", "host.toml"), kernelToml(strings.Replace(goodKernel, "entry", "tenant = \"a.b\"\nentry", 1)), nil)
+	if err == nil || !strings.Contains(err.Error(), "programs") || !strings.Contains(err.Error(), "is not a tenant name") {
+		t.Fatalf("a kernel tenant that is no tenant name: err = %v", err)
+	}
+}

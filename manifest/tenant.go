@@ -53,8 +53,10 @@ func (m *Manifest) TenantPolicy(name string) Tenant {
 	return Tenant{Name: name, MaxFailures: DefaultTenantMaxFailures, FailureWindow: DefaultTenantFailureWindow}
 }
 
-// TenantName returns the tenant the session belongs to: its tenant key,
-// "" for none (the shared worker of each of its devices serves it).
+// TenantName returns the tenant the session belongs to: its tenant key;
+// without one, the tenant of the vendor kernels it lists (a [[kernel]]'s
+// tenant key, else the kernel's name, set when the manifest is read); ""
+// for none (the shared worker of each of its devices serves it).
 func (s *Session) TenantName() string {
 	return s.Tenant
 }
@@ -149,5 +151,49 @@ func (d *decoder) checkTenants(m *Manifest, tens []tenantMeta, sess []sessMeta) 
 		if m.Tenant(s.Tenant) == nil {
 			d.notFound(sess[i].p.key("tenant"), "tenant", s.Tenant, names)
 		}
+	}
+	d.deriveTenants(m, sess)
+}
+
+// deriveTenants gives a session without a tenant key the tenant of the
+// vendor kernels it lists (a [[kernel]]'s tenant key, else the kernel's
+// name), so that vendor device code runs in a failure domain of its own
+// by default. Kernels of two tenants in one session are an error at its
+// programs key.
+func (d *decoder) deriveTenants(m *Manifest, sess []sessMeta) {
+	for i := range m.Sessions {
+		s := &m.Sessions[i]
+		if sess[i].p == nil || s.Tenant != "" {
+			continue
+		}
+		var from, tenant string
+		for _, name := range s.Programs {
+			k := m.KernelNamed(name)
+			if k == nil {
+				continue
+			}
+			t := k.Tenant
+			if t == "" {
+				t = k.Name
+			}
+			switch {
+			case tenant == "":
+				from, tenant = name, t
+			case t != tenant:
+				d.errorf(sess[i].p.key("programs"), "vendor kernels %q and %q belong to tenants %q and %q: a session runs in one tenant's worker (set its tenant key, or list kernels of one tenant)", from, name, tenant, t)
+				tenant = ""
+			}
+			if tenant == "" {
+				break
+			}
+		}
+		if tenant == "" {
+			continue
+		}
+		if !ValidTenantName(tenant) {
+			d.errorf(sess[i].p.key("programs"), "vendor kernel %q makes the session a tenant's, and %q is not a tenant name (1 to %d of letters, digits, '-' and '_'): give the kernel or the session a tenant key", from, tenant, MaxTenantName)
+			continue
+		}
+		s.Tenant = tenant
 	}
 }

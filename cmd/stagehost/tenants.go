@@ -96,8 +96,7 @@ func quarantinedInstance(d *deploy.Deployment) string {
 // a process boundary contains (docs/security.md). A session's tenant
 // alone is no reason: a tenant without vendor device code runs
 // in-process (its sessions share the process's failure domain), and Wasm
-// vendor kernels on sim are contained by wazero. Until [[kernel]]
-// exists the list is empty: vendorPTXOn is the hook.
+// vendor kernels on sim are contained by wazero.
 func needsWorker(m *manifest.Manifest) []string {
 	var out []string
 	for i := range m.Sessions {
@@ -114,8 +113,16 @@ func needsWorker(m *manifest.Manifest) []string {
 	return out
 }
 
-// vendorPTXOn names a vendor PTX kernel session s lists, "" for none.
-var vendorPTXOn = func(m *manifest.Manifest, s *manifest.Session) string { return "" }
+// vendorPTXOn names a vendor PTX kernel session s lists ([[kernel]]
+// with ptx), "" for none.
+var vendorPTXOn = func(m *manifest.Manifest, s *manifest.Session) string {
+	for _, name := range s.Programs {
+		if k := m.KernelNamed(name); k != nil && k.PTX != "" {
+			return name
+		}
+	}
+	return ""
+}
 
 // envLocalSocket is the environment variable that gives a worker of
 // `serve --supervise` the path of its local transport's socket

@@ -119,3 +119,22 @@ func TestServeTenantFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestNeedsWorkerFindsVendorPTX: the vkernel example's session, whose
+// [[kernel]] has ptx, is refused by plain serve once its device is a cuda
+// one, and not on sim.
+func TestNeedsWorkerFindsVendorPTX(t *testing.T) {
+	m, err := manifest.Load(filepath.Join("testdata", "vkernel", "host.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := needsWorker(m); len(bad) != 0 {
+		t.Fatalf("on sim: %v", bad)
+	}
+	for i := range m.Devices {
+		m.Devices[i].Backend = manifest.BackendCUDA
+	}
+	if bad := needsWorker(m); len(bad) != 1 || !strings.Contains(bad[0], `vendor PTX kernel "double"`) {
+		t.Fatalf("on cuda: %v", bad)
+	}
+}
