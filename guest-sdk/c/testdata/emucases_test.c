@@ -240,6 +240,16 @@ static int line(const char *l) {
 		st = stagehost_buffer_get(a[0].s, stagehost_strlen(a[0].s), &h), has_h = 1;
 	} else if (strcmp(f, "program_get") == 0) {
 		st = stagehost_program_get(a[0].s, stagehost_strlen(a[0].s), &h), has_h = 1;
+	} else if (strcmp(f, "weights_get") == 0) {
+		st = stagehost_weights_get(a[0].s, stagehost_strlen(a[0].s), &h), has_h = 1;
+	} else if (strcmp(f, "tensor_get") == 0) {
+		stagehost_tensor_record rec;
+		uint8_t raw[STAGEHOST_TENSOR_RECORD_SIZE];
+		memset(&rec, 0, sizeof rec);
+		st = stagehost_tensor_get(a[0].s, stagehost_strlen(a[0].s), &rec);
+		memcpy(raw, &rec, sizeof raw);
+		h = rec.buffer, has_h = 1;
+		memcpy(data, raw + 8, sizeof raw - 8), dlen = sizeof raw - 8, has_data = 1;
 	} else if (strcmp(f, "buffer_alloc") == 0) {
 		st = stagehost_buffer_alloc((uint32_t)u(a[0].s), &h), has_h = 1;
 	} else if (strcmp(f, "buffer_alloc_named") == 0) {
@@ -298,10 +308,8 @@ static int line(const char *l) {
 		snprintf(m, sizeof m, "status %s, want %s (last error \"%.*s\")", status_name(st), t[arrow + 1].s, 512, last);
 		return fail(l, "%s%s", m, "");
 	}
-	if (arrow + 2 >= n) {
-		return 0;
-	}
-	tok *r = &t[arrow + 2];
+	for (int ri = arrow + 2; ri < n; ri++) {
+	tok *r = &t[ri];
 	if (r->str) {
 		if (!has_text || strcmp(text, r->s) != 0) {
 			return fail(l, "wrote \"%s\", want \"%s\"", has_text ? text : "", r->s);
@@ -324,6 +332,7 @@ static int line(const char *l) {
 		char g[32];
 		snprintf(g, sizeof g, "%u", num);
 		return fail(l, "wrote %s, want %s", g, r->s);
+	}
 	}
 	return 0;
 }
@@ -406,6 +415,17 @@ int main(int argc, char **argv) {
 			unsigned size;
 			sscanf(rest, "%63s %u", bn, &size);
 			stagehost_emu_buffer(e, bn, size);
+		} else if (strncmp(l, "weights ", 8) == 0 || strncmp(l, "safetensors ", 12) == 0) {
+			static char wn[128], wh[8192];
+			static uint8_t wb[4096];
+			char why[512];
+			sscanf(rest, "%127s %8191s", wn, wh);
+			size_t k = unhex(wh, wb);
+			int ok = l[0] == 'w' ? stagehost_emu_weights(e, wn, wb, (uint32_t)k) : stagehost_emu_safetensors(e, wn, wb, k, why, sizeof why);
+			if (!ok) {
+				fprintf(stderr, "case %s: weights %s refused: %s\n", name, wn, l[0] == 'w' ? "" : why);
+				return 1;
+			}
 		} else if (strncmp(l, "program ", 8) == 0) {
 			if (!stagehost_emu_program(e, rest)) {
 				fprintf(stderr, "case %s: program %s is not emulated\n", name, rest);
