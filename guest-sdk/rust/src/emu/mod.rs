@@ -27,6 +27,12 @@
 //! `gelu_erf` are not emulated natively: [`Emulator::programs`] panics
 //! naming them, and the Go emulator or the simulator runs them. Deadlines
 //! are not emulated.
+//!
+//! Weights (ABI revision 3): [`Emulator::weights`] and
+//! [`Emulator::safetensors`] list them; `weights_get`, `tensor_get` and
+//! every refused write to them (`stream_write`, a launch whose kernel
+//! writes the argument or does not describe it, `buffer_free`) give the
+//! Go emulator's statuses and last errors.
 
 mod half;
 mod host;
