@@ -376,7 +376,63 @@ static int32_t stage(void) {
 	return code;
 }
 
+/* hostile_headers checks that stagehost_emu_safetensors refuses the
+ * headers the host's reader refuses, with its reason. */
+static int hostile_headers(void) {
+	static const struct {
+		const char *json;
+		uint32_t data;
+		const char *want;
+	} cases[] = {
+	    {"[]", 0, "not a JSON object"},
+	    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 2, "end beyond the data section"},
+	    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 8, "needs 8 bytes"},
+	    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 8, "reversed"},
+	    {"{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8, "unknown dtype"},
+	    {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 8, "rank above 8"},
+	    {"{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,1]}}", 8, "overflows"},
+	    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+	     "overlaps"},
+	    {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 8,
+	     "given twice"},
+	    {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}", 8, "unknown field"},
+	    {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1]}}", 8, "want dtype, shape and data_offsets"},
+	    {"{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", 8, "non-negative"},
+	    {"{\"__metadata__\":{\"k\":1}}", 8, "object of strings"},
+	    {"{} x", 8, "data after"},
+	};
+	int failed = 0;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		static uint8_t file[1024];
+		size_t n = strlen(cases[i].json);
+		memset(file, 0, sizeof file);
+		for (int k = 0; k < 8; k++) {
+			file[k] = (uint8_t)((uint64_t)n >> 8 * k);
+		}
+		memcpy(file + 8, cases[i].json, n);
+		char why[512] = "";
+		stagehost_emu *e = stagehost_emu_new();
+		if (stagehost_emu_safetensors(e, "w", file, 8 + n + cases[i].data, why, sizeof why) || !strstr(why, cases[i].want)) {
+			fprintf(stderr, "safetensors %s: want a refusal saying \"%s\", got \"%s\"\n", cases[i].json, cases[i].want, why);
+			failed++;
+		}
+		stagehost_emu_free(e);
+	}
+	uint8_t len[8] = {0, 0, 0, 0, 1, 0, 0, 0}; /* 2^32: above 100 MiB */
+	char why[512] = "";
+	stagehost_emu *e = stagehost_emu_new();
+	if (stagehost_emu_safetensors(e, "w", len, 8, why, sizeof why) || !strstr(why, "above the limit")) {
+		fprintf(stderr, "safetensors: a header length of 2^32: got \"%s\"\n", why);
+		failed++;
+	}
+	stagehost_emu_free(e);
+	return failed;
+}
+
 int main(int argc, char **argv) {
+	if (hostile_headers()) {
+		return 1;
+	}
 	FILE *f = fopen(argc > 1 ? argv[1] : "../../testdata/emucases.txt", "r");
 	if (!f) {
 		perror("emucases.txt");
