@@ -607,31 +607,71 @@ impl State {
 
 /// The emulated device address of byte `off` of buffer `b`: buffers lie
 /// apart, so overlaps are overlaps within one buffer.
-/// The argument directions of the built-in kernels that are not of the
-/// op library, as hw/sim describes them; noop, variadic, has none (so it
-/// takes no weights, as on the host).
-const BUILTIN_DIRS: &[(&str, &[&str])] = &[
-    ("fill", &["out", "in"]),
-    ("copy", &["out", "in"]),
-    ("saxpy", &["in", "in", "inout"]),
-    ("matmul", &["in", "in", "out", "in", "in", "in"]),
-    ("bias", &["inout", "in", "in", "in"]),
-    ("relu", &["inout"]),
-    ("argmax", &["in", "out"]),
-    ("mlp_forward", &["in", "in", "in", "in", "in", "out", "out", "in", "in", "in"]),
+/// The argument directions of the kernels, as hw/sim and the op library
+/// (hw/internal/ops) describe them: i in, o out, x inout, one an
+/// argument; OP.f16, OP.bf16 and OP.fast are OP's. noop, variadic, has
+/// none (so it takes no weights, as on the host). The C emulator's
+/// kernel_dirs, which the Go emulator's tests check against the op
+/// library's descriptions; a unit test keeps the two equal.
+const KERNEL_DIRS: &[(&str, &str)] = &[
+    ("fill", "oi"),
+    ("copy", "oi"),
+    ("saxpy", "iix"),
+    ("matmul", "iioiii"),
+    ("bias", "xiii"),
+    ("relu", "x"),
+    ("argmax", "io"),
+    ("mlp_forward", "iiiiiooiii"),
+    ("exp", "io"),
+    ("log", "io"),
+    ("tanh", "io"),
+    ("sigmoid", "io"),
+    ("silu", "io"),
+    ("sqrt", "io"),
+    ("rsqrt", "io"),
+    ("neg", "io"),
+    ("abs", "io"),
+    ("gelu_tanh", "io"),
+    ("gelu_erf", "io"),
+    ("affine", "ioii"),
+    ("add", "iioiiiiiiii"),
+    ("sub", "iioiiiiiiii"),
+    ("mul", "iioiiiiiiii"),
+    ("div", "iioiiiiiiii"),
+    ("max", "iioiiiiiiii"),
+    ("min", "iioiiiiiiii"),
+    ("reduce_sum", "ioiii"),
+    ("reduce_mean", "ioiii"),
+    ("reduce_max", "ioiii"),
+    ("reduce_argmax", "ioiii"),
+    ("softmax", "ioiii"),
+    ("log_softmax", "ioiii"),
+    ("layernorm", "iiioiii"),
+    ("rmsnorm", "iioiii"),
+    ("transpose", "ioiiiiiiii"),
+    ("gemm", "iixiiiiiiiiiii"),
+    ("gather", "iioii"),
+    ("conv2d", "iiioiiiiiiiiiii"),
+    ("maxpool2d", "ioiiiiiiii"),
+    ("avgpool2d", "ioiiiiiiii"),
+    ("cast", "ioii"),
 ];
 
 /// The direction of argument i of prog ("" when its kernel has no
 /// description of it: a kernel added with [`super::Emulator::kernel`],
 /// noop, an argument past the described ones).
 fn arg_dir(prog: &ProgramDef, i: usize) -> &'static str {
-    if let Some(op) = prog.op {
-        return super::kernels::arg_dir(op, i);
-    }
-    match BUILTIN_DIRS.iter().find(|(n, _)| *n == prog.name) {
-        Some((_, d)) if super::kernels::lookup(&prog.name).map_or(false, |k| k.kernel as usize == prog.kernel as usize) => {
-            d.get(i).copied().unwrap_or("")
-        }
+    // A kernel of the session's own (Emulator::kernel) under a built-in
+    // name describes nothing.
+    let builtin = super::kernels::lookup(&prog.name).map_or(false, |k| k.kernel as usize == prog.kernel as usize);
+    let base = prog.name.split('.').next().unwrap_or("");
+    match KERNEL_DIRS.iter().find(|(n, _)| *n == base) {
+        Some((_, d)) if builtin => match d.as_bytes().get(i) {
+            Some(b'i') => "in",
+            Some(b'o') => "out",
+            Some(_) => "inout",
+            None => "",
+        },
         _ => "",
     }
 }
@@ -647,5 +687,43 @@ pub(crate) fn builtin_fence(s: &mut State) {
         s.drain(i);
         let f = std::mem::take(&mut s.streams[i].failures);
         s.failures.extend(f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::string::{String, ToString};
+    use std::vec::Vec;
+
+    /// The argument directions by which the emulator refuses a launch
+    /// that would write weights are the C emulator's table (emu.c,
+    /// kernel_dirs), which the Go emulator's tests check against the op
+    /// library's descriptions.
+    #[test]
+    fn arg_dirs_are_the_c_emulators() {
+        let c = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../c/emu.c")).unwrap();
+        let start = c.find("kernel_dirs[] = {").expect("emu.c: no kernel_dirs");
+        let body = &c[start..start + c[start..].find("};").unwrap()];
+        let table: Vec<(String, String)> = body
+            .split("{\"")
+            .skip(1)
+            .map(|e| {
+                let p: Vec<&str> = e.split('"').collect();
+                (p[0].into(), p[2].into())
+            })
+            .collect();
+        let ours: Vec<(String, String)> = super::KERNEL_DIRS.iter().map(|(n, d)| (n.to_string(), d.to_string())).collect();
+        assert_eq!(ours, table, "KERNEL_DIRS differs from emu.c's kernel_dirs");
+        // Every emulated kernel but noop is described.
+        for k in super::super::kernels::builtins() {
+            let p = super::super::kernels::lookup(&k).unwrap();
+            let first = super::arg_dir(&p, 0);
+            if k == "noop" {
+                assert_eq!(first, "", "noop");
+            } else {
+                assert!(first == "in" || first == "out" || first == "inout", "{}: argument 0 is {:?}", k, first);
+            }
+            assert_eq!(super::arg_dir(&p, 15), "", "{} argument 15", k);
+        }
     }
 }

@@ -381,20 +381,6 @@ pub(crate) struct OpDef {
     half: bool,
 }
 
-/// The direction of argument i of op ("" past its arguments): the op
-/// library's outputs are y, c, out (written) and gemm's C (inout), as
-/// hw/internal/ops describes them.
-pub(crate) fn arg_dir(op: &OpDef, i: usize) -> &'static str {
-    match op.args.get(i) {
-        None => "",
-        Some((n, _, _)) => match *n {
-            "C" => "inout",
-            "y" | "c" | "out" => "out",
-            _ => "in",
-        },
-    }
-}
-
 const UNARY_ARGS: &[(&str, char, &str)] = &[("x", 'b', "f32"), ("y", 'b', "f32")];
 const BINARY_ARGS: &[(&str, char, &str)] = &[
     ("a", 'b', "f32"),
