@@ -304,6 +304,19 @@ pub fn lookup_tensor_record(name: &str) -> Result<TensorRecord> {
 /// [`lookup_weights`]), `off` its first byte there, `dtype` and `dims`
 /// the file's. Go's `LookupTensor`.
 ///
+/// ```no_run
+/// use stagehost::{Buffer, DType, GemmOpts, Ops, Stream, Tensor};
+///
+/// fn run() -> stagehost::Result<()> {
+///     let w = stagehost::lookup_tensor("digits/fc1.weight")?; // [64, 10] F32
+///     let x = Tensor::new(Buffer::alloc(64 * 4)?, 0, DType::F32, &[1, 64]);
+///     let y = Tensor::new(Buffer::alloc(10 * 4)?, 0, DType::F32, &[1, 10]);
+///     let mut ops = Ops::default();
+///     ops.gemm(&x, &w, &y, GemmOpts::default()); // w is read only: an input
+///     ops.submit(&Stream::get("s0")?)
+/// }
+/// ```
+///
 /// # Errors
 ///
 /// `NOT_FOUND` when the session lists no such weights, or they have no
