@@ -39,7 +39,9 @@ func rustWasmType(ty string) (api.ValueType, bool) {
 // TestRustSDKFunctions: the Rust SDK's extern block imports from
 // ImportModule exactly the host functions of its revision (every function
 // of revision ≤ stagehost::REVISION), each with the ABI's signature and
-// an i32 status.
+// an i32 status; its revision is this ABI's [Revision], so a function a
+// later revision adds must be added to the SDK too, and its constants for
+// tensor_get's record are the ABI's.
 func TestRustSDKFunctions(t *testing.T) {
 	src := readRust(t, "sys.rs")
 	if !strings.Contains(src, `#[link(wasm_import_module = "`+ImportModule+`")]`) {
@@ -50,8 +52,17 @@ func TestRustSDKFunctions(t *testing.T) {
 		t.Fatal("lib.rs: no REVISION")
 	}
 	rev, _ := strconv.Atoi(m[1])
+	if rev != Revision {
+		t.Errorf("stagehost::REVISION = %d, this ABI is at revision %d: add the functions of the later revisions to sys.rs", rev, Revision)
+	}
 	if rev < 1 || rev > Revision {
 		t.Fatalf("stagehost::REVISION = %d, this ABI has revisions 1 to %d", rev, Revision)
+	}
+	lib := readRust(t, "lib.rs")
+	for name, want := range map[string]int{"TENSOR_RECORD_SIZE": TensorRecordSize, "MAX_TENSOR_RANK": MaxTensorRank} {
+		if !strings.Contains(lib, "pub const "+name+": usize = "+strconv.Itoa(want)+";") {
+			t.Errorf("lib.rs: %s is not %d", name, want)
+		}
 	}
 	re := regexp.MustCompile(`(?m)^\s*pub fn (\w+)\(([^)]*)\) -> (\w+);`)
 	block := src[strings.Index(src, "extern \"C\" {"):]

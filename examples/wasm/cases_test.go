@@ -1,6 +1,7 @@
 package wasm_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/safetensors"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -22,6 +24,7 @@ type sharedCase struct {
 	streams  []string
 	buffers  map[string]int
 	programs []string
+	weights  []caseWeights
 	budget   int64
 	outlimit int
 	input    []byte
@@ -29,6 +32,35 @@ type sharedCase struct {
 	output   []byte
 	hasOut   bool
 	fence    bool // the module's fence runs the case's fence lines
+}
+
+// caseWeights is one weights or safetensors line of a case.
+type caseWeights struct {
+	name        string
+	data        []byte
+	safetensors bool
+}
+
+// upload puts w on dev as the host does for a manifest's [[weights]].
+func (w caseWeights) upload(t *testing.T, f *fixture) *stages.Weights {
+	t.Helper()
+	cfg, data := stages.NewWeightsConfig(w.name, int64(len(w.data))), w.data
+	if w.safetensors {
+		h, err := safetensors.ReadHeader(bytes.NewReader(w.data), int64(len(w.data)))
+		if err != nil {
+			t.Fatalf("weights %s: %v", w.name, err)
+		}
+		tensors := map[string]stages.WeightsTensor{}
+		for _, tn := range h.Tensors {
+			tensors[tn.Name] = stages.WeightsTensor{Offset: tn.Begin, Bytes: tn.End - tn.Begin, DType: tn.Code, Dims: tn.Shape}
+		}
+		cfg, data = stages.NewWeightsConfig(w.name, h.DataSize).WithTensors(tensors), w.data[h.DataOffset:]
+	}
+	up, err := stages.UploadWeights(context.Background(), f.gpu, cfg, bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("weights %s: %v", w.name, err)
+	}
+	return up
 }
 
 func parseSharedCases(t *testing.T, path string) []*sharedCase {
@@ -78,6 +110,9 @@ func parseSharedCases(t *testing.T, path string) []*sharedCase {
 			cur.buffers[name] = num(size)
 		case "program":
 			cur.programs = append(cur.programs, rest)
+		case "weights", "safetensors":
+			name, data, _ := strings.Cut(rest, " ")
+			cur.weights = append(cur.weights, caseWeights{name: name, data: unhex(data), safetensors: kw == "safetensors"})
 		case "budget":
 			cur.budget = int64(num(rest))
 		case "outlimit":
@@ -125,6 +160,11 @@ func TestSharedCasesOnTheHost(t *testing.T) {
 		}
 		if c.outlimit > 0 {
 			cfg = cfg.WithOutputLimit(c.outlimit)
+		}
+		for _, w := range c.weights {
+			up := w.upload(t, f)
+			defer up.Release()
+			cfg = cfg.WithWeights(up)
 		}
 		if !c.fence {
 			cfg = cfg.WithDrainFence() // the built-in fence, not casestage's

@@ -52,7 +52,23 @@ typedef struct buffer {
 	uint32_t size;
 	int allocated, freed;
 	char *named;
+	char *weights; /* the weights' name: a read-only buffer; NULL for any other */
 } buffer;
+
+/* Weights of the session (stagehost_emu_weights, stagehost_emu_safetensors). */
+typedef struct wtensor {
+	char *name;
+	uint64_t begin, end;
+	uint32_t code, rank;
+	uint64_t dims[STAGEHOST_MAX_TENSOR_RANK];
+} wtensor;
+
+typedef struct weights {
+	char *name;
+	uint32_t obj; /* the object of the read-only buffer */
+	wtensor *tensors;
+	uint32_t ntensors;
+} weights;
 
 typedef struct command {
 	uint64_t seq;
@@ -86,6 +102,8 @@ struct stagehost_emu {
 	uint32_t nbufs;
 	program *progs;
 	uint32_t nprogs;
+	struct weights *weights;
+	uint32_t nweights;
 	uint64_t budget, used, freeing;
 	uint32_t out_limit;
 	int32_t (*fence)(void);
@@ -211,7 +229,16 @@ void stagehost_emu_free(stagehost_emu *e) {
 	for (uint32_t i = 0; i < e->nbufs; i++) {
 		free(e->bufs[i].mem);
 		free(e->bufs[i].named);
+		free(e->bufs[i].weights);
 	}
+	for (uint32_t i = 0; i < e->nweights; i++) {
+		for (uint32_t j = 0; j < e->weights[i].ntensors; j++) {
+			free(e->weights[i].tensors[j].name);
+		}
+		free(e->weights[i].tensors);
+		free(e->weights[i].name);
+	}
+	free(e->weights);
 	for (uint32_t i = 0; i < e->nfail; i++) {
 		free(e->failures[i]);
 	}
@@ -263,6 +290,487 @@ static uint32_t add_buffer(stagehost_emu *e, uint32_t size, int allocated) {
 
 void stagehost_emu_buffer(stagehost_emu *e, const char *name, uint32_t size) {
 	add_object(e, K_BUFFER, name, add_buffer(e, size, 0));
+}
+
+/* Weights (ABI revision 3): read-only buffers over the session's
+ * [[weights]], raw or from a safetensors file whose header a strict
+ * reader checks (guest-sdk/internal/safetensors, written again). */
+
+
+static int add_weights(stagehost_emu *e, const char *name, const uint8_t *data, uint64_t len, wtensor *ts, uint32_t nts, char *why,
+                       size_t cap) {
+	for (uint32_t i = 0; i < e->nweights; i++) {
+		if (strcmp(e->weights[i].name, name) == 0) {
+			len = 0;
+		}
+	}
+	if (!name[0] || len == 0 || len > UINT32_MAX) {
+		if (why) {
+			snprintf(why, cap, "emu: weights \"%s\": an empty name, given twice, or no bytes (or above 4 GiB)", name);
+		}
+		for (uint32_t i = 0; i < nts; i++) {
+			free(ts[i].name);
+		}
+		free(ts);
+		return 0;
+	}
+	uint32_t b = add_buffer(e, (uint32_t)len, 0);
+	memcpy(e->bufs[b].mem, data, len);
+	e->bufs[b].weights = xstrdup(name);
+	e->weights = xrealloc(e->weights, (e->nweights + 1) * sizeof *e->weights);
+	e->weights[e->nweights++] = (weights){xstrdup(name), add_object(e, K_BUFFER, NULL, b), ts, nts};
+	return 1;
+}
+
+int stagehost_emu_weights(stagehost_emu *e, const char *name, const void *data, uint32_t len) {
+	return add_weights(e, name, data, len, NULL, 0, NULL, 0);
+}
+
+/* The strict JSON reader of a safetensors header. */
+typedef struct jp {
+	const uint8_t *s;
+	size_t i, n;
+	char *why;
+	size_t cap;
+} jp;
+
+static int jfail(jp *p, const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(p->why, p->cap, fmt, ap);
+	va_end(ap);
+	return 0;
+}
+#define JFAIL jfail
+
+static void jws(jp *p) {
+	while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r')) {
+		p->i++;
+	}
+}
+static int jeat(jp *p, char c) {
+	jws(p);
+	if (p->i < p->n && p->s[p->i] == (uint8_t)c) {
+		p->i++;
+		return 1;
+	}
+	return 0;
+}
+static int jhex4(jp *p, uint32_t *v) {
+	*v = 0;
+	if (p->i + 4 > p->n) {
+		return 0;
+	}
+	for (int k = 0; k < 4; k++) {
+		uint8_t c = p->s[p->i++];
+		uint32_t d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 99;
+		if (d == 99) {
+			return 0;
+		}
+		*v = *v << 4 | d;
+	}
+	return 1;
+}
+static void jput(char **out, size_t *len, uint32_t c) {
+	uint8_t b[4];
+	size_t n = 0;
+	if (c < 0x80) {
+		b[n++] = (uint8_t)c;
+	} else if (c < 0x800) {
+		b[n++] = 0xC0 | c >> 6, b[n++] = 0x80 | (c & 0x3F);
+	} else if (c < 0x10000) {
+		b[n++] = 0xE0 | c >> 12, b[n++] = 0x80 | (c >> 6 & 0x3F), b[n++] = 0x80 | (c & 0x3F);
+	} else {
+		b[n++] = 0xF0 | c >> 18, b[n++] = 0x80 | (c >> 12 & 0x3F), b[n++] = 0x80 | (c >> 6 & 0x3F), b[n++] = 0x80 | (c & 0x3F);
+	}
+	*out = xrealloc(*out, *len + n + 1);
+	memcpy(*out + *len, b, n);
+	*len += n;
+	(*out)[*len] = 0;
+}
+/* jstring reads a string into a new NUL-terminated *out (escapes decoded). */
+static int jstring(jp *p, char **out) {
+	size_t len = 0;
+	*out = xrealloc(NULL, 1);
+	(*out)[0] = 0;
+	if (!jeat(p, '"')) {
+		return JFAIL(p, "safetensors: bad JSON: want a string at byte %zu", p->i);
+	}
+	for (;;) {
+		if (p->i >= p->n) {
+			return JFAIL(p, "safetensors: bad JSON: an unterminated string");
+		}
+		uint8_t c = p->s[p->i++];
+		if (c == '"') {
+			return 1;
+		}
+		if (c < 0x20) {
+			return JFAIL(p, "safetensors: bad JSON: a control character in a string");
+		}
+		if (c != '\\') {
+			jput(out, &len, c);
+			if (c >= 0x80) { /* raw UTF-8 bytes are kept as they are */
+				(*out)[len - 2] = (char)c, len--, (*out)[len] = 0;
+			}
+			continue;
+		}
+		if (p->i >= p->n) {
+			return JFAIL(p, "safetensors: bad JSON: an unterminated string");
+		}
+		uint32_t u;
+		switch (p->s[p->i++]) {
+		case '"': u = '"'; break;
+		case '\\': u = '\\'; break;
+		case '/': u = '/'; break;
+		case 'b': u = 8; break;
+		case 'f': u = 12; break;
+		case 'n': u = 10; break;
+		case 'r': u = 13; break;
+		case 't': u = 9; break;
+		case 'u':
+			if (!jhex4(p, &u)) {
+				return JFAIL(p, "safetensors: bad JSON: a bad \\u escape");
+			}
+			if (u >= 0xD800 && u < 0xDC00 && p->i + 6 <= p->n && p->s[p->i] == '\\' && p->s[p->i + 1] == 'u') {
+				size_t save = p->i;
+				uint32_t lo;
+				p->i += 2;
+				if (jhex4(p, &lo) && lo >= 0xDC00 && lo < 0xE000) {
+					u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+				} else {
+					p->i = save;
+				}
+			}
+			if (u >= 0xD800 && u < 0xE000) {
+				u = 0xFFFD;
+			}
+			break;
+		default: return JFAIL(p, "safetensors: bad JSON: a bad escape");
+		}
+		jput(out, &len, u);
+	}
+}
+static int juint(jp *p, uint64_t *v) {
+	jws(p);
+	size_t start = p->i;
+	*v = 0;
+	while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
+		uint64_t d = p->s[p->i] - '0';
+		if (*v > (UINT64_MAX - d) / 10) {
+			return JFAIL(p, "safetensors: the number at byte %zu overflows 64 bits", start);
+		}
+		*v = *v * 10 + d;
+		p->i++;
+	}
+	if (p->i == start || (p->i - start > 1 && p->s[start] == '0') ||
+	    (p->i < p->n && (p->s[p->i] == '.' || p->s[p->i] == 'e' || p->s[p->i] == 'E'))) {
+		return JFAIL(p, "safetensors: want a non-negative integer at byte %zu", start);
+	}
+	return 1;
+}
+/* juints reads an array of at most max numbers; *n gets the count (max+1
+ * when there are more). */
+static int juints(jp *p, uint64_t *v, uint32_t max, uint32_t *n) {
+	*n = 0;
+	if (!jeat(p, '[')) {
+		return JFAIL(p, "safetensors: bad JSON: want an array at byte %zu", p->i);
+	}
+	if (jeat(p, ']')) {
+		return 1;
+	}
+	for (;;) {
+		uint64_t x;
+		if (!juint(p, &x)) {
+			return 0;
+		}
+		if (*n < max) {
+			v[*n] = x;
+		}
+		if (*n <= max) {
+			(*n)++;
+		}
+		if (jeat(p, ',')) {
+			continue;
+		}
+		if (!jeat(p, ']')) {
+			return JFAIL(p, "safetensors: bad JSON: want ] at byte %zu", p->i);
+		}
+		return 1;
+	}
+}
+
+static const struct {
+	const char *name;
+	uint32_t code, size;
+} st_dtypes[] = {{"F32", 0, 4},  {"F16", 1, 2},   {"BF16", 2, 2}, {"I32", 3, 4},     {"F64", 16, 8},     {"I64", 17, 8},
+                 {"I16", 18, 2}, {"I8", 19, 1},   {"U8", 20, 1},  {"BOOL", 21, 1},   {"U16", 22, 2},     {"U32", 23, 4},
+                 {"U64", 24, 8}, {"F8_E4M3", 25, 1}, {"F8_E5M2", 26, 1}};
+
+static int jtensor(jp *p, const char *name, uint64_t data_size, wtensor *t) {
+	char *dt = NULL;
+	int have_dt = 0, have_shape = 0, have_offs = 0, ok = 0;
+	uint64_t offs[3];
+	uint32_t noffs = 0;
+	memset(t, 0, sizeof *t);
+	if (!jeat(p, '{')) {
+		return JFAIL(p, "safetensors: tensor \"%s\": want an object of dtype, shape and data_offsets", name);
+	}
+	if (!jeat(p, '}')) {
+		for (;;) {
+			char *key;
+			jws(p);
+			if (!jstring(p, &key)) {
+				free(key);
+				goto out;
+			}
+			if (!jeat(p, ':')) {
+				free(key);
+				JFAIL(p, "safetensors: tensor \"%s\": bad JSON: want : at byte %zu", name, p->i);
+				goto out;
+			}
+			int dup = 0, r;
+			if (strcmp(key, "dtype") == 0) {
+				dup = have_dt++;
+				free(dt);
+				jws(p);
+				r = jstring(p, &dt);
+			} else if (strcmp(key, "shape") == 0) {
+				dup = have_shape++;
+				r = juints(p, t->dims, STAGEHOST_MAX_TENSOR_RANK, &t->rank);
+			} else if (strcmp(key, "data_offsets") == 0) {
+				dup = have_offs++;
+				r = juints(p, offs, 3, &noffs);
+			} else {
+				JFAIL(p, "safetensors: tensor \"%s\": want an object of dtype, shape and data_offsets: unknown field \"%s\"", name, key);
+				free(key);
+				goto out;
+			}
+			if (r && dup) {
+				JFAIL(p, "safetensors: tensor \"%s\": \"%s\" given twice", name, key);
+			}
+			free(key);
+			if (!r || dup) {
+				goto out;
+			}
+			if (jeat(p, ',')) {
+				continue;
+			}
+			if (!jeat(p, '}')) {
+				JFAIL(p, "safetensors: tensor \"%s\": bad JSON: want } at byte %zu", name, p->i);
+				goto out;
+			}
+			break;
+		}
+	}
+	if (!have_dt || !have_shape || !have_offs) {
+		JFAIL(p, "safetensors: tensor \"%s\": want dtype, shape and data_offsets", name);
+		goto out;
+	}
+	if (!name[0]) {
+		JFAIL(p, "safetensors: tensor name \"\": want a non-empty UTF-8 name");
+		goto out;
+	}
+	size_t k = 0;
+	while (k < sizeof st_dtypes / sizeof st_dtypes[0] && strcmp(st_dtypes[k].name, dt) != 0) {
+		k++;
+	}
+	if (k == sizeof st_dtypes / sizeof st_dtypes[0]) {
+		JFAIL(p, "safetensors: tensor \"%s\": unknown dtype \"%s\"", name, dt);
+		goto out;
+	}
+	if (t->rank > STAGEHOST_MAX_TENSOR_RANK) {
+		JFAIL(p, "safetensors: tensor \"%s\": rank above %d", name, STAGEHOST_MAX_TENSOR_RANK);
+		goto out;
+	}
+	uint64_t nb = st_dtypes[k].size;
+	for (uint32_t i = 0; i < t->rank; i++) {
+		if (t->dims[i] && nb > UINT64_MAX / t->dims[i]) {
+			JFAIL(p, "safetensors: tensor \"%s\": the shape of %s overflows", name, dt);
+			goto out;
+		}
+		nb *= t->dims[i];
+	}
+	if (noffs != 2) {
+		JFAIL(p, "safetensors: tensor \"%s\": data_offsets must be [begin, end], got %u values", name, noffs);
+		goto out;
+	}
+	if (offs[0] > offs[1]) {
+		JFAIL(p, "safetensors: tensor \"%s\": data_offsets [%llu, %llu] are reversed", name, (unsigned long long)offs[0],
+		      (unsigned long long)offs[1]);
+		goto out;
+	}
+	if (offs[1] > data_size) {
+		JFAIL(p, "safetensors: tensor \"%s\": data_offsets [%llu, %llu] end beyond the data section's %llu bytes", name,
+		      (unsigned long long)offs[0], (unsigned long long)offs[1], (unsigned long long)data_size);
+		goto out;
+	}
+	if (offs[1] - offs[0] != nb) {
+		JFAIL(p, "safetensors: tensor \"%s\": the shape of %s needs %llu bytes, data_offsets [%llu, %llu] hold %llu", name, dt,
+		      (unsigned long long)nb, (unsigned long long)offs[0], (unsigned long long)offs[1], (unsigned long long)(offs[1] - offs[0]));
+		goto out;
+	}
+	t->name = xstrdup(name);
+	t->code = st_dtypes[k].code;
+	t->begin = offs[0], t->end = offs[1];
+	ok = 1;
+out:
+	free(dt);
+	return ok;
+}
+
+static int jmetadata(jp *p) {
+	jws(p);
+	if (p->n - p->i >= 4 && memcmp(p->s + p->i, "null", 4) == 0) {
+		p->i += 4;
+		return 1;
+	}
+	if (!jeat(p, '{')) {
+		return JFAIL(p, "safetensors: __metadata__ must be an object of strings");
+	}
+	if (jeat(p, '}')) {
+		return 1;
+	}
+	for (;;) {
+		char *k = NULL, *v = NULL;
+		jws(p);
+		int r = jstring(p, &k) && jeat(p, ':') && (jws(p), jstring(p, &v));
+		free(k);
+		free(v);
+		if (!r) {
+			return JFAIL(p, "safetensors: __metadata__ must be an object of strings");
+		}
+		if (jeat(p, ',')) {
+			continue;
+		}
+		if (!jeat(p, '}')) {
+			return JFAIL(p, "safetensors: __metadata__ must be an object of strings");
+		}
+		return 1;
+	}
+}
+
+static int cmp_tensor(const void *a, const void *b) {
+	const wtensor *x = a, *y = b;
+	if (x->begin != y->begin) {
+		return x->begin < y->begin ? -1 : 1;
+	}
+	return x->end < y->end ? -1 : x->end > y->end;
+}
+
+int stagehost_emu_safetensors(stagehost_emu *e, const char *name, const void *file, uint64_t len, char *why, uint32_t cap) {
+	char dummy[512];
+	if (!why) {
+		why = dummy, cap = sizeof dummy;
+	}
+	const uint8_t *f = file;
+	if (len < 8) {
+		snprintf(why, cap, "safetensors: a file of %llu bytes is too short for a safetensors header (8 bytes of length first)",
+		         (unsigned long long)len);
+		return 0;
+	}
+	uint64_t n = 0;
+	for (int i = 7; i >= 0; i--) {
+		n = n << 8 | f[i];
+	}
+	if (n > (100u << 20)) {
+		snprintf(why, cap, "safetensors: header length %llu is above the limit of %u bytes", (unsigned long long)n, 100u << 20);
+		return 0;
+	}
+	if (n > len - 8) {
+		snprintf(why, cap, "safetensors: header length %llu is beyond the file's %llu bytes", (unsigned long long)n, (unsigned long long)len);
+		return 0;
+	}
+	uint64_t data_size = len - 8 - n;
+	jp p = {f + 8, 0, (size_t)n, why, cap};
+	wtensor *ts = NULL;
+	uint32_t nts = 0;
+	char **seen = NULL;
+	uint32_t nseen = 0;
+	int ok = 0;
+	if (!jeat(&p, '{')) {
+		JFAIL(&p, "safetensors: the header is not a JSON object");
+		goto out;
+	}
+	if (!jeat(&p, '}')) {
+		for (;;) {
+			char *key;
+			jws(&p);
+			if (!jstring(&p, &key)) {
+				free(key);
+				goto out;
+			}
+			for (uint32_t i = 0; i < nseen; i++) {
+				if (strcmp(seen[i], key) == 0) {
+					JFAIL(&p, "safetensors: \"%s\" is given twice", key);
+					free(key);
+					goto out;
+				}
+			}
+			seen = xrealloc(seen, (nseen + 1) * sizeof *seen);
+			seen[nseen++] = key;
+			if (!jeat(&p, ':')) {
+				JFAIL(&p, "safetensors: bad JSON: want : at byte %zu", p.i);
+				goto out;
+			}
+			if (strcmp(key, "__metadata__") == 0) {
+				if (!jmetadata(&p)) {
+					goto out;
+				}
+			} else {
+				ts = xrealloc(ts, (nts + 1) * sizeof *ts);
+				if (!jtensor(&p, key, data_size, &ts[nts])) {
+					goto out;
+				}
+				nts++;
+			}
+			if (jeat(&p, ',')) {
+				continue;
+			}
+			if (!jeat(&p, '}')) {
+				JFAIL(&p, "safetensors: bad JSON: want } at byte %zu", p.i);
+				goto out;
+			}
+			break;
+		}
+	}
+	jws(&p);
+	if (p.i != p.n) {
+		JFAIL(&p, "safetensors: bad JSON: data after the header's object");
+		goto out;
+	}
+	if (nts) {
+		qsort(ts, nts, sizeof *ts, cmp_tensor);
+	}
+	/* Sorted by begin, a non-empty tensor overlaps an earlier one exactly
+	 * when it begins before the furthest end of the non-empty ones before it. */
+	int64_t last = -1;
+	for (uint32_t i = 0; i < nts; i++) {
+		if (ts[i].begin == ts[i].end) {
+			continue;
+		}
+		if (last >= 0 && ts[i].begin < ts[last].end) {
+			JFAIL(&p, "safetensors: tensor \"%s\" [%llu,%llu) overlaps tensor \"%s\" [%llu,%llu)", ts[i].name, (unsigned long long)ts[i].begin,
+			      (unsigned long long)ts[i].end, ts[last].name, (unsigned long long)ts[last].begin, (unsigned long long)ts[last].end);
+			goto out;
+		}
+		if (last < 0 || ts[i].end > ts[last].end) {
+			last = i;
+		}
+	}
+	ok = 1;
+out:
+	for (uint32_t i = 0; i < nseen; i++) {
+		free(seen[i]);
+	}
+	free(seen);
+	if (!ok) {
+		for (uint32_t i = 0; i < nts; i++) {
+			free(ts[i].name);
+		}
+		free(ts);
+		return 0;
+	}
+	return add_weights(e, name, f + 8 + n, data_size, ts, nts, why, cap);
 }
 
 /* Kernels. */
@@ -2034,6 +2542,10 @@ stagehost_status stagehost_buffer_free(stagehost_handle buffer) {
 	if (st != STAGEHOST_OK) {
 		return note(e, st);
 	}
+	if (e->bufs[b].weights) {
+		return note(e, fail(e, STAGEHOST_INVALID_ARGUMENT, "buffer_free: buffer is the read-only weights \"%s\", which cannot be freed",
+		                    e->bufs[b].weights));
+	}
 	if (!e->bufs[b].allocated) {
 		return note(e, fail(e, STAGEHOST_INVALID_ARGUMENT, "a declared buffer cannot be freed"));
 	}
@@ -2042,6 +2554,71 @@ stagehost_status stagehost_buffer_free(stagehost_handle buffer) {
 	e->bufs[b].freed = 1;
 	e->freeing += e->bufs[b].size;
 	return note(e, STAGEHOST_OK);
+}
+
+stagehost_status stagehost_weights_get(const char *name, uint32_t name_len, stagehost_handle *out_handle) {
+	stagehost_emu *e = need("weights_get");
+	if ((!name && name_len) || !out_handle) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	for (uint32_t i = 0; i < e->nweights; i++) {
+		weights *w = &e->weights[i];
+		if (strlen(w->name) == name_len && memcmp(w->name, name, name_len) == 0) {
+			if (!e->objs[w->obj].handle) {
+				issue(e, w->obj);
+			}
+			*out_handle = e->objs[w->obj].handle;
+			return note(e, STAGEHOST_OK);
+		}
+	}
+	return note(e, fail(e, STAGEHOST_NOT_FOUND, "weights \"%.*s\" not found: the session lists no weights of that name", (int)name_len, name));
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+	for (int i = 0; i < 8; i++) {
+		p[i] = (uint8_t)(v >> 8 * i);
+	}
+}
+
+stagehost_status stagehost_tensor_get(const char *name, uint32_t name_len, stagehost_tensor_record *out) {
+	stagehost_emu *e = need("tensor_get");
+	if ((!name && name_len) || !out) {
+		return note(e, STAGEHOST_OUT_OF_BOUNDS);
+	}
+	const char *slash = name_len ? memchr(name, '/', name_len) : NULL;
+	if (!slash) {
+		return note(e, fail(e, STAGEHOST_NOT_FOUND, "tensor \"%.*s\" not found: a tensor is named \"<weights>/<tensor>\"", (int)name_len, name));
+	}
+	uint32_t wl = (uint32_t)(slash - name), tl = name_len - wl - 1;
+	for (uint32_t i = 0; i < e->nweights; i++) {
+		weights *w = &e->weights[i];
+		if (strlen(w->name) != wl || memcmp(w->name, name, wl) != 0) {
+			continue;
+		}
+		for (uint32_t j = 0; j < w->ntensors; j++) {
+			wtensor *t = &w->tensors[j];
+			if (strlen(t->name) != tl || memcmp(t->name, slash + 1, tl) != 0) {
+				continue;
+			}
+			if (!e->objs[w->obj].handle) {
+				issue(e, w->obj);
+			}
+			uint8_t rec[STAGEHOST_TENSOR_RECORD_SIZE] = {0};
+			put64(rec, e->objs[w->obj].handle);
+			put64(rec + 8, t->begin);
+			put64(rec + 16, t->end - t->begin);
+			put64(rec + 24, (uint64_t)t->rank << 32 | t->code);
+			for (uint32_t d = 0; d < t->rank; d++) {
+				put64(rec + 32 + 8 * d, t->dims[d]);
+			}
+			memcpy(out, rec, sizeof rec);
+			return note(e, STAGEHOST_OK);
+		}
+		return note(e, fail(e, STAGEHOST_NOT_FOUND, "tensor \"%.*s\" not found: the weights \"%.*s\" have no tensor \"%.*s\"", (int)name_len,
+		                    name, (int)wl, name, (int)tl, slash + 1));
+	}
+	return note(e, fail(e, STAGEHOST_NOT_FOUND, "tensor \"%.*s\" not found: the session lists no weights \"%.*s\"", (int)name_len, name,
+	                    (int)wl, name));
 }
 
 stagehost_status stagehost_buffer_size(stagehost_handle buffer, uint32_t *out_size) {
@@ -2077,6 +2654,10 @@ stagehost_status stagehost_stream_write(stagehost_handle stream_h, stagehost_han
 		return note(e, STAGEHOST_OUT_OF_BOUNDS);
 	}
 	stagehost_status st = transfer(e, stream_h, buffer, offset, src_len, &s, &b);
+	if ((st == STAGEHOST_OK || st == STAGEHOST_INVALID_ARGUMENT) && e->bufs[b].weights) {
+		return note(e, fail(e, STAGEHOST_INVALID_ARGUMENT, "stream_write: buffer is the read-only weights \"%s\", which cannot be written",
+		                    e->bufs[b].weights));
+	}
 	if (st == STAGEHOST_OK) {
 		command c = {0};
 		c.buf = b, c.off = offset, c.len = src_len;
@@ -2105,7 +2686,42 @@ stagehost_status stagehost_stream_read(stagehost_handle stream_h, stagehost_hand
 	return note(e, st);
 }
 
-static stagehost_status parse_args(stagehost_emu *e, const stagehost_arg *recs, uint32_t n, karg *out) {
+/* The argument directions of the kernels, as hw/sim and the op library
+ * (hw/internal/ops) describe them: i in, o out, x inout, one a argument;
+ * OP.f16, OP.bf16 and OP.fast are OP's. noop, variadic, has none (so it
+ * takes no weights, as on the host). */
+static const struct {
+	const char *name, *dirs;
+} kernel_dirs[] = {
+    {"fill", "oi"}, {"copy", "oi"}, {"saxpy", "iix"}, {"matmul", "iioiii"}, {"bias", "xiii"}, {"relu", "x"}, {"argmax", "io"},
+    {"mlp_forward", "iiiiiooiii"}, {"exp", "io"}, {"log", "io"}, {"tanh", "io"}, {"sigmoid", "io"}, {"silu", "io"}, {"sqrt", "io"},
+    {"rsqrt", "io"}, {"neg", "io"}, {"abs", "io"}, {"gelu_tanh", "io"}, {"gelu_erf", "io"}, {"affine", "ioii"},
+    {"add", "iioiiiiiiii"}, {"sub", "iioiiiiiiii"}, {"mul", "iioiiiiiiii"}, {"div", "iioiiiiiiii"}, {"max", "iioiiiiiiii"},
+    {"min", "iioiiiiiiii"}, {"reduce_sum", "ioiii"}, {"reduce_mean", "ioiii"}, {"reduce_max", "ioiii"}, {"reduce_argmax", "ioiii"},
+    {"softmax", "ioiii"}, {"log_softmax", "ioiii"}, {"layernorm", "iiioiii"}, {"rmsnorm", "iioiii"}, {"transpose", "ioiiiiiiii"},
+    {"gemm", "iixiiiiiiiiiii"}, {"gather", "iioii"}, {"conv2d", "iiioiiiiiiiiiii"}, {"maxpool2d", "ioiiiiiiii"},
+    {"avgpool2d", "ioiiiiiiii"}, {"cast", "ioii"},
+};
+
+/* arg_dir is the direction of argument i of program p ("" when its kernel
+ * has no description of it: noop, an argument past the described ones). */
+static const char *arg_dir(const program *p, uint32_t i) {
+	char base[48];
+	size_t n = strcspn(p->name, ".");
+	snprintf(base, sizeof base, "%.*s", (int)n, p->name);
+	for (size_t k = 0; k < sizeof kernel_dirs / sizeof kernel_dirs[0]; k++) {
+		if (strcmp(kernel_dirs[k].name, base) == 0) {
+			if (i >= strlen(kernel_dirs[k].dirs)) {
+				return "";
+			}
+			char d = kernel_dirs[k].dirs[i];
+			return d == 'i' ? "in" : d == 'o' ? "out" : "inout";
+		}
+	}
+	return "";
+}
+
+static stagehost_status parse_args(stagehost_emu *e, const program *pr, const stagehost_arg *recs, uint32_t n, karg *out) {
 	if (n > STAGEHOST_MAX_ARGS) {
 		return STAGEHOST_INVALID_ARGUMENT;
 	}
@@ -2130,6 +2746,19 @@ static stagehost_status parse_args(stagehost_emu *e, const stagehost_arg *recs, 
 		if (st != STAGEHOST_OK) {
 			return st;
 		}
+		if (e->bufs[b].weights) {
+			const char *dir = arg_dir(pr, i);
+			if (strcmp(dir, "in") != 0) {
+				if (!dir[0]) {
+					return fail(e, STAGEHOST_INVALID_ARGUMENT,
+					            "%s: argument %u is the read-only weights \"%s\", but the kernel's argument %u is not described as read only",
+					            pr->name, i, e->bufs[b].weights, i);
+				}
+				return fail(e, STAGEHOST_INVALID_ARGUMENT,
+				            "%s: argument %u is the read-only weights \"%s\", but the kernel's argument %u is written (direction %s)", pr->name, i,
+				            e->bufs[b].weights, i, dir);
+			}
+		}
 		uint64_t size = e->bufs[b].size, len = r->length == STAGEHOST_TO_END ? size - (r->offset <= size ? r->offset : size) : r->length;
 		if (r->offset > size || r->offset + len > size) {
 			return STAGEHOST_INVALID_ARGUMENT;
@@ -2147,7 +2776,7 @@ static stagehost_status launch(stagehost_emu *e, stagehost_handle ph, const stag
 	}
 	memset(c, 0, sizeof *c);
 	c->launch = 1, c->prog = p, c->nargs = n;
-	if ((st = parse_args(e, recs, n, c->args)) != STAGEHOST_OK) {
+	if ((st = parse_args(e, &e->progs[p], recs, n, c->args)) != STAGEHOST_OK) {
 		return st;
 	}
 	const program *pr = &e->progs[p];

@@ -625,9 +625,12 @@ STAGEHOST_MEMFN_ void *memmove(void *dst, const void *src, __SIZE_TYPE__ n) {
  * min, reduce_sum, reduce_mean, reduce_max, reduce_argmax, softmax,
  * log_softmax, layernorm, rmsnorm, transpose, gemm, gemm.fast, gather,
  * conv2d, conv2d.fast, maxpool2d, avgpool2d and cast, with .f16 and .bf16
- * storage where the op has it; not gelu_tanh and gelu_erf. Revision 3's
- * stagehost_weights_get and stagehost_tensor_get are not emulated yet: a
- * stage that calls them does not link with emu.c. A stage that crashes crashes the
+ * storage where the op has it; not gelu_tanh and gelu_erf. Weights
+ * (revision 3): stagehost_emu_weights and stagehost_emu_safetensors list
+ * them, and stagehost_weights_get, stagehost_tensor_get and every refused
+ * write (stream_write into them, a launch whose kernel writes them or
+ * does not describe the argument, buffer_free) give the host's statuses
+ * and last errors. A stage that crashes crashes the
  * test: traps are not emulated; neither are deadlines. One emulator runs
  * at a time per process. */
 #if !defined(__wasm__)
@@ -656,6 +659,22 @@ void stagehost_emu_budget(stagehost_emu *e, uint64_t bytes);
 void stagehost_emu_output_limit(stagehost_emu *e, uint32_t bytes);
 void stagehost_emu_stream(stagehost_emu *e, const char *name);
 void stagehost_emu_buffer(stagehost_emu *e, const char *name, uint32_t size);
+/* Lists raw weights called name holding a copy of data[0..len), as a
+ * manifest's [[weights]] with format "raw": a read-only buffer that
+ * stagehost_weights_get finds (not charged to the budget). Returns 0 on
+ * an empty name, a name given twice, or no bytes. */
+int stagehost_emu_weights(stagehost_emu *e, const char *name, const void *data, uint32_t len);
+/* Lists weights called name from a safetensors file's bytes: the buffer
+ * holds the file's data section, and stagehost_tensor_get finds each
+ * tensor as "<name>/<tensor>". Returns 0, with the reason in why (cap
+ * bytes; why may be NULL), for a header the strict reader refuses (as
+ * the host's: a length above 100 MiB or beyond the file, JSON that is not
+ * one object, an entry that is not exactly dtype, shape and data_offsets,
+ * an unknown dtype, a rank above 8, a size that overflows or differs from
+ * its range, offsets reversed, beyond the data or overlapping, a name
+ * given twice, a __metadata__ that is not an object of strings), or for
+ * stagehost_emu_weights's reasons. */
+int stagehost_emu_safetensors(stagehost_emu *e, const char *name, const void *file, uint64_t len, char *why, uint32_t cap);
 /* Allows the built-in kernel name; returns 0 when it is not emulated. */
 int stagehost_emu_program(stagehost_emu *e, const char *name);
 /* The session's fence (a stagehost_fence): 0 or FAULT with every stream

@@ -29,6 +29,7 @@ func TestSharedCases(t *testing.T) {
 		body          []string
 		streams       []string
 		buffers       [][2]string
+		weights       [][3]string // name, hex, "safetensors" or ""
 		programs      []string
 		budget, limit int
 		input, output []byte
@@ -62,6 +63,9 @@ func TestSharedCases(t *testing.T) {
 			cur.buffers = append(cur.buffers, [2]string{name, size})
 		case "program":
 			cur.programs = append(cur.programs, rest)
+		case "weights", "safetensors":
+			name, data, _ := strings.Cut(rest, " ")
+			cur.weights = append(cur.weights, [3]string{name, data, strings.TrimPrefix(kw, "weights")})
 		case "budget":
 			cur.budget, _ = strconv.Atoi(rest)
 		case "outlimit":
@@ -91,6 +95,17 @@ func TestSharedCases(t *testing.T) {
 		}
 		if c.limit > 0 {
 			cfg = cfg.WithOutputLimit(c.limit)
+		}
+		for _, w := range c.weights {
+			data, err := hex.DecodeString(w[1])
+			if err != nil {
+				t.Fatalf("case %s: weights %s: %v", c.name, w[0], err)
+			}
+			if w[2] != "" {
+				cfg = cfg.WithSafetensors(w[0], data)
+			} else {
+				cfg = cfg.WithWeights(w[0], data)
+			}
 		}
 		var e *Emulator
 		if c.fence != nil {
@@ -380,6 +395,15 @@ func (ip *interp) line(l string) error {
 			v, st = ip.h.ProgramGet([]byte(a[0].s))
 		}
 		setH(v)
+	case "weights_get":
+		var v uint64
+		v, st = ip.h.WeightsGet([]byte(a[0].s))
+		setH(v)
+	case "tensor_get":
+		rec := make([]byte, tensorRecordSize)
+		st = ip.h.TensorGet([]byte(a[0].s), rec)
+		setH(binary.LittleEndian.Uint64(rec))
+		data = rec[8:]
 	case "buffer_alloc":
 		var v uint64
 		v, st = ip.h.BufferAlloc(uint32(u(a[0].s)))
@@ -446,10 +470,16 @@ func (ip *interp) line(l string) error {
 		n, _ := ip.h.LastError(buf)
 		return fmt.Errorf("status %s, want %s (last error %q)", name, want[0].s, buf[:n])
 	}
-	if len(want) < 2 {
-		return nil
+	for _, r := range want[1:] {
+		if err := ip.result(r, text, handle, data, num); err != nil {
+			return err
+		}
 	}
-	r := want[1]
+	return nil
+}
+
+// result checks one RESULT of a call (or binds its handle).
+func (ip *interp) result(r tok, text *string, handle *uint64, data []byte, num *uint32) error {
 	switch {
 	case r.str:
 		if text == nil || *text != r.s {

@@ -355,7 +355,10 @@ func (e *Emulator) addWeights(w weightsSpec) {
 		if err != nil {
 			panic(fmt.Sprintf("emu: weights %q: %v", w.name, err))
 		}
-		o.buffer.mem = w.data[h.DataOffset:]
+		// A copy of its own, as the device's: the data section starts at
+		// 8 plus the header's length, which need not be aligned, and the
+		// ops check their ranges' alignment by address.
+		o.buffer.mem = bytes.Clone(w.data[h.DataOffset:])
 		o.tensors = make(map[string]tensor, len(h.Tensors))
 		for _, t := range h.Tensors {
 			o.tensors[t.Name] = tensor{off: t.Begin, n: t.End - t.Begin, dtype: t.Code, dims: t.Shape}

@@ -240,6 +240,16 @@ static int line(const char *l) {
 		st = stagehost_buffer_get(a[0].s, stagehost_strlen(a[0].s), &h), has_h = 1;
 	} else if (strcmp(f, "program_get") == 0) {
 		st = stagehost_program_get(a[0].s, stagehost_strlen(a[0].s), &h), has_h = 1;
+	} else if (strcmp(f, "weights_get") == 0) {
+		st = stagehost_weights_get(a[0].s, stagehost_strlen(a[0].s), &h), has_h = 1;
+	} else if (strcmp(f, "tensor_get") == 0) {
+		stagehost_tensor_record rec;
+		uint8_t raw[STAGEHOST_TENSOR_RECORD_SIZE];
+		memset(&rec, 0, sizeof rec);
+		st = stagehost_tensor_get(a[0].s, stagehost_strlen(a[0].s), &rec);
+		memcpy(raw, &rec, sizeof raw);
+		h = rec.buffer, has_h = 1;
+		memcpy(data, raw + 8, sizeof raw - 8), dlen = sizeof raw - 8, has_data = 1;
 	} else if (strcmp(f, "buffer_alloc") == 0) {
 		st = stagehost_buffer_alloc((uint32_t)u(a[0].s), &h), has_h = 1;
 	} else if (strcmp(f, "buffer_alloc_named") == 0) {
@@ -298,10 +308,8 @@ static int line(const char *l) {
 		snprintf(m, sizeof m, "status %s, want %s (last error \"%.*s\")", status_name(st), t[arrow + 1].s, 512, last);
 		return fail(l, "%s%s", m, "");
 	}
-	if (arrow + 2 >= n) {
-		return 0;
-	}
-	tok *r = &t[arrow + 2];
+	for (int ri = arrow + 2; ri < n; ri++) {
+	tok *r = &t[ri];
 	if (r->str) {
 		if (!has_text || strcmp(text, r->s) != 0) {
 			return fail(l, "wrote \"%s\", want \"%s\"", has_text ? text : "", r->s);
@@ -324,6 +332,7 @@ static int line(const char *l) {
 		char g[32];
 		snprintf(g, sizeof g, "%u", num);
 		return fail(l, "wrote %s, want %s", g, r->s);
+	}
 	}
 	return 0;
 }
@@ -367,7 +376,63 @@ static int32_t stage(void) {
 	return code;
 }
 
+/* hostile_headers checks that stagehost_emu_safetensors refuses the
+ * headers the host's reader refuses, with its reason. */
+static int hostile_headers(void) {
+	static const struct {
+		const char *json;
+		uint32_t data;
+		const char *want;
+	} cases[] = {
+	    {"[]", 0, "not a JSON object"},
+	    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 2, "end beyond the data section"},
+	    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 8, "needs 8 bytes"},
+	    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 8, "reversed"},
+	    {"{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8, "unknown dtype"},
+	    {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 8, "rank above 8"},
+	    {"{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,1]}}", 8, "overflows"},
+	    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+	     "overlaps"},
+	    {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 8,
+	     "given twice"},
+	    {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}", 8, "unknown field"},
+	    {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1]}}", 8, "want dtype, shape and data_offsets"},
+	    {"{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", 8, "non-negative"},
+	    {"{\"__metadata__\":{\"k\":1}}", 8, "object of strings"},
+	    {"{} x", 8, "data after"},
+	};
+	int failed = 0;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		static uint8_t file[1024];
+		size_t n = strlen(cases[i].json);
+		memset(file, 0, sizeof file);
+		for (int k = 0; k < 8; k++) {
+			file[k] = (uint8_t)((uint64_t)n >> 8 * k);
+		}
+		memcpy(file + 8, cases[i].json, n);
+		char why[512] = "";
+		stagehost_emu *e = stagehost_emu_new();
+		if (stagehost_emu_safetensors(e, "w", file, 8 + n + cases[i].data, why, sizeof why) || !strstr(why, cases[i].want)) {
+			fprintf(stderr, "safetensors %s: want a refusal saying \"%s\", got \"%s\"\n", cases[i].json, cases[i].want, why);
+			failed++;
+		}
+		stagehost_emu_free(e);
+	}
+	uint8_t len[8] = {0, 0, 0, 0, 1, 0, 0, 0}; /* 2^32: above 100 MiB */
+	char why[512] = "";
+	stagehost_emu *e = stagehost_emu_new();
+	if (stagehost_emu_safetensors(e, "w", len, 8, why, sizeof why) || !strstr(why, "above the limit")) {
+		fprintf(stderr, "safetensors: a header length of 2^32: got \"%s\"\n", why);
+		failed++;
+	}
+	stagehost_emu_free(e);
+	return failed;
+}
+
 int main(int argc, char **argv) {
+	if (hostile_headers()) {
+		return 1;
+	}
 	FILE *f = fopen(argc > 1 ? argv[1] : "../../testdata/emucases.txt", "r");
 	if (!f) {
 		perror("emucases.txt");
@@ -406,6 +471,17 @@ int main(int argc, char **argv) {
 			unsigned size;
 			sscanf(rest, "%63s %u", bn, &size);
 			stagehost_emu_buffer(e, bn, size);
+		} else if (strncmp(l, "weights ", 8) == 0 || strncmp(l, "safetensors ", 12) == 0) {
+			static char wn[128], wh[8192];
+			static uint8_t wb[4096];
+			char why[512];
+			sscanf(rest, "%127s %8191s", wn, wh);
+			size_t k = unhex(wh, wb);
+			int ok = l[0] == 'w' ? stagehost_emu_weights(e, wn, wb, (uint32_t)k) : stagehost_emu_safetensors(e, wn, wb, k, why, sizeof why);
+			if (!ok) {
+				fprintf(stderr, "case %s: weights %s refused: %s\n", name, wn, l[0] == 'w' ? "" : why);
+				return 1;
+			}
 		} else if (strncmp(l, "program ", 8) == 0) {
 			if (!stagehost_emu_program(e, rest)) {
 				fprintf(stderr, "case %s: program %s is not emulated\n", name, rest);

@@ -1,5 +1,5 @@
 //! The stagehost guest SDK for Rust: the host ABI v1 (abi/ABI.md,
-//! revision 2) as safe, typed calls; the device op library's launch
+//! revision 3) as safe, typed calls; the device op library's launch
 //! helpers ([`Ops`]); the `stage!`, `fence!` and `init!` macros that export
 //! a module's entry points; and, on every target but wasm32, a native
 //! emulator of the host ([`emu`]) so that `cargo test` runs a stage.
@@ -55,10 +55,16 @@ pub use sys::{ArgRecord, CmdRecord};
 
 /// The ABI version of the modules this SDK builds (`stagehost_abi_v1`).
 pub const ABI_VERSION: u32 = 1;
-/// The revision of v1 the SDK's modules need (ABI.md §1.4): 2, since every
-/// error reads `last_error`. A host of an earlier revision refuses them at
-/// load, naming the import.
-pub const REVISION: u32 = 2;
+/// The revision of v1 this SDK declares (ABI.md §1.4): 3. A module needs
+/// revision 2, since every error reads `last_error`, and revision 3 only
+/// if it calls [`lookup_weights`] or [`lookup_tensor`] (a module imports
+/// only the functions it calls). A host of an earlier revision refuses a
+/// module at load, naming the import.
+pub const REVISION: u32 = 3;
+/// The size of `tensor_get`'s record (ABI.md §3).
+pub const TENSOR_RECORD_SIZE: usize = 96;
+/// The most dims of a `tensor_get` record.
+pub const MAX_TENSOR_RANK: usize = 8;
 /// The most arguments of one launch.
 pub const MAX_ARGS: usize = 16;
 /// The most launches of one batch.
@@ -224,6 +230,122 @@ unsafe fn buffer_get_(p: *const u8, n: u32, o: *mut u64) -> i32 {
 }
 unsafe fn program_get_(p: *const u8, n: u32, o: *mut u64) -> i32 {
     sys::program_get(p, n, o)
+}
+
+unsafe fn weights_get_(p: *const u8, n: u32, o: *mut u64) -> i32 {
+    sys::weights_get(p, n, o)
+}
+
+/// The read-only buffer over the device copy of the weights called `name`
+/// (`weights_get`, ABI revision 3): the file's bytes for raw weights, the
+/// data section after the header for safetensors. Every session that
+/// lists the weights shares that one copy, so the buffer can be read
+/// (`Stream::read`, an op argument of direction `in`) but never written:
+/// `Stream::write` into it, a launch passing it as an argument the kernel
+/// writes (direction `out` or `inout`, or a kernel without a description
+/// of its arguments) and `Buffer::free` are refused with
+/// `INVALID_ARGUMENT` before anything is enqueued, with a last error
+/// naming the argument.
+///
+/// # Errors
+///
+/// `NOT_FOUND` when the session lists no weights of that name.
+pub fn lookup_weights(name: &str) -> Result<Buffer> {
+    lookup(weights_get_, name, "weights_get").map(Buffer)
+}
+
+/// One tensor of safetensors weights as `tensor_get` reports it (ABI.md
+/// §3), whatever its dtype: see [`lookup_tensor`] for the op library's
+/// [`Tensor`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorRecord {
+    /// The weights' read-only buffer ([`lookup_weights`]).
+    pub buf: Buffer,
+    /// The byte offset of the tensor's first value in `buf`.
+    pub off: u64,
+    /// The tensor's size in bytes.
+    pub nbytes: u64,
+    /// The dtype code: [`DType`]'s values for F32, F16, BF16 and I32, and
+    /// 16 up for safetensors' other types (F64 16, I64 17, I16 18, I8 19,
+    /// U8 20, BOOL 21, U16 22, U32 23, U64 24, F8_E4M3 25, F8_E5M2 26).
+    pub dtype: u32,
+    /// The dims (at most [`MAX_TENSOR_RANK`]).
+    pub dims: Vec<u64>,
+}
+
+/// The record of the tensor called `"<weights>/<tensor>"` of safetensors
+/// weights the session lists (`tensor_get`, ABI revision 3).
+///
+/// # Errors
+///
+/// `NOT_FOUND` when the session lists no such weights, or they have no
+/// such tensor (or the name has no `/`).
+pub fn lookup_tensor_record(name: &str) -> Result<TensorRecord> {
+    let mut rec = [0u8; TENSOR_RECORD_SIZE];
+    check(unsafe { sys::tensor_get(name.as_ptr(), len32(name.len()), rec.as_mut_ptr()) }, "tensor_get")?;
+    let le = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&rec[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    let rank = core::cmp::min(le(24) >> 32, MAX_TENSOR_RANK as u64) as usize;
+    Ok(TensorRecord {
+        buf: Buffer(le(0)),
+        off: le(8),
+        nbytes: le(16),
+        dtype: le(24) as u32,
+        dims: (0..rank).map(|i| le(32 + 8 * i)).collect(),
+    })
+}
+
+/// The tensor called `"<weights>/<tensor>"` of safetensors weights the
+/// session lists (`tensor_get`, ABI revision 3), as the op library's
+/// [`Tensor`]: its `buf` is the weights' read-only buffer (see
+/// [`lookup_weights`]), `off` its first byte there, `dtype` and `dims`
+/// the file's. Go's `LookupTensor`.
+///
+/// ```no_run
+/// use stagehost::{Buffer, DType, GemmOpts, Ops, Stream, Tensor};
+///
+/// fn run() -> stagehost::Result<()> {
+///     let w = stagehost::lookup_tensor("digits/fc1.weight")?; // [64, 10] F32
+///     let x = Tensor::new(Buffer::alloc(64 * 4)?, 0, DType::F32, &[1, 64]);
+///     let y = Tensor::new(Buffer::alloc(10 * 4)?, 0, DType::F32, &[1, 10]);
+///     let mut ops = Ops::default();
+///     ops.gemm(&x, &w, &y, GemmOpts::default()); // w is read only: an input
+///     ops.submit(&Stream::get("s0")?)
+/// }
+/// ```
+///
+/// # Errors
+///
+/// `NOT_FOUND` when the session lists no such weights, or they have no
+/// such tensor. `INVALID_ARGUMENT` (the guest's own, naming the tensor)
+/// for a tensor the op library's [`Tensor`] cannot hold: a dtype other
+/// than F32, F16, BF16 and I32, or an offset beyond 32 bits; read such
+/// a tensor with [`lookup_tensor_record`].
+pub fn lookup_tensor(name: &str) -> Result<Tensor> {
+    let r = lookup_tensor_record(name)?;
+    let dtype = match r.dtype {
+        0 => DType::F32,
+        1 => DType::F16,
+        2 => DType::BF16,
+        3 => DType::I32,
+        c => {
+            return Err(Status::new(
+                Code::InvalidArgument,
+                alloc::format!("tensor_get: tensor {:?} has dtype code {}, which no op takes: read it with lookup_tensor_record", name, c),
+            ))
+        }
+    };
+    if r.off > u32::MAX as u64 {
+        return Err(Status::new(
+            Code::InvalidArgument,
+            alloc::format!("tensor_get: tensor {:?} starts at byte {}, beyond a launch argument's 32-bit offset", name, r.off),
+        ));
+    }
+    let dims: Vec<usize> = r.dims.iter().map(|&d| d as usize).collect();
+    Ok(Tensor::new(r.buf, r.off as u32, dtype, &dims))
 }
 
 /// A stream of the session, declared by the operator.

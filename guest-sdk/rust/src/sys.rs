@@ -12,6 +12,7 @@
 //! # Revisions
 //!
 //! Revision 1: every function but `last_error`. Revision 2: `last_error`.
+//! Revision 3: `weights_get` and `tensor_get`.
 //! Functions of a later revision are added here, marked with the revision
 //! that added it (see [`crate::REVISION`]): a module that does not call
 //! them does not import them, and runs on older hosts.
@@ -74,9 +75,10 @@ mod imports {
         pub fn stream_submit_batch(stream: u64, cmds: *const super::CmdRecord, count: u32) -> i32;
         pub fn stream_sync(stream: u64) -> i32;
         pub fn stream_idle(stream: u64, out: *mut u32) -> i32;
-        // Revision 3 (weights_get, tensor_get) goes here, marked as
-        // last_error is, with its safe wrappers in lib.rs and the
-        // emulator's in emu/host.rs.
+        /// Revision 3.
+        pub fn weights_get(name: *const u8, name_len: u32, out: *mut u64) -> i32;
+        /// Revision 3: `out` is the 96-byte record.
+        pub fn tensor_get(name: *const u8, name_len: u32, out: *mut u8) -> i32;
     }
 }
 

@@ -35,6 +35,8 @@ struct Case {
     body: String,
     streams: Vec<String>,
     buffers: Vec<(String, usize)>,
+    /// (name, bytes, safetensors)
+    weights: Vec<(String, Vec<u8>, bool)>,
     programs: Vec<String>,
     budget: Option<u64>,
     outlimit: Option<usize>,
@@ -65,6 +67,7 @@ fn parse(text: &str) -> Vec<Case> {
                 body: String::new(),
                 streams: vec![],
                 buffers: vec![],
+                weights: vec![],
                 programs: vec![],
                 budget: None,
                 outlimit: None,
@@ -82,6 +85,10 @@ fn parse(text: &str) -> Vec<Case> {
             "buffer" => {
                 let mut p = rest.split(' ');
                 c.buffers.push((p.next().unwrap().into(), p.next().unwrap().parse().unwrap()));
+            }
+            "weights" | "safetensors" => {
+                let mut p = rest.split(' ');
+                c.weights.push((p.next().unwrap().into(), hex(p.next().unwrap()), kw == "safetensors"));
             }
             "program" => c.programs.push(rest.into()),
             "budget" => c.budget = Some(rest.parse().unwrap()),
@@ -126,6 +133,9 @@ fn shared_cases() {
         }
         for (b, n) in &c.buffers {
             e = e.buffer(b, *n);
+        }
+        for (name, data, st) in &c.weights {
+            e = if *st { e.safetensors(name, data) } else { e.weights(name, data) };
         }
         let progs: Vec<&str> = c.programs.iter().map(|s| s.as_str()).collect();
         e = e.programs(&progs);

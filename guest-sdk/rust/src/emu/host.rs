@@ -239,7 +239,7 @@ impl State {
             return (0, self.fail(OUT_OF_BUDGET, why));
         }
         self.used += size as u64;
-        self.buffers.push(super::BufferMem { mem: std::vec![0u8; size as usize], allocated: true, freed: false });
+        self.buffers.push(super::BufferMem { mem: std::vec![0u8; size as usize], allocated: true, freed: false, weights: None });
         let b = self.buffers.len() - 1;
         self.objects.push(Object { kind: 2, handle: 0, obj: Obj::Buffer(b) });
         let idx = self.objects.len() - 1;
@@ -278,6 +278,10 @@ impl State {
             Ok(b) => b,
             Err(st) => return st,
         };
+        if let Some(w) = &self.buffers[b].weights {
+            let msg = std::format!("buffer_free: buffer is the read-only weights {:?}, which cannot be freed", w);
+            return self.fail(INVALID_ARGUMENT, msg);
+        }
         if !self.buffers[b].allocated {
             return self.fail(INVALID_ARGUMENT, "a declared buffer cannot be freed".into());
         }
@@ -285,6 +289,62 @@ impl State {
         // The memory stays charged until the run's fence proves the drain.
         self.buffers[b].freed = true;
         self.freeing += self.buffers[b].mem.len() as u64;
+        OK
+    }
+
+    /// `weights_get`.
+    pub(crate) fn weights_get(&mut self, name: &[u8]) -> (u64, i32) {
+        let key = String::from_utf8_lossy(name).into_owned();
+        let obj = match self.weights.get(&key) {
+            Some(w) => w.obj,
+            None => {
+                let msg = std::format!("weights {:?} not found: the session lists no weights of that name", key);
+                return (0, self.fail(NOT_FOUND, msg));
+            }
+        };
+        if self.objects[obj].handle == 0 {
+            self.issue(obj);
+        }
+        (self.objects[obj].handle, OK)
+    }
+
+    /// `tensor_get`: the 96-byte record of "<weights>/<tensor>".
+    pub(crate) fn tensor_get(&mut self, name: &[u8], rec: &mut [u8]) -> i32 {
+        let full = String::from_utf8_lossy(name).into_owned();
+        let (wname, tname) = match full.find('/') {
+            Some(i) => (&full[..i], &full[i + 1..]),
+            None => {
+                let msg = std::format!("tensor {:?} not found: a tensor is named \"<weights>/<tensor>\"", full);
+                return self.fail(NOT_FOUND, msg);
+            }
+        };
+        let (obj, t) = match self.weights.get(wname) {
+            None => {
+                let msg = std::format!("tensor {:?} not found: the session lists no weights {:?}", full, wname);
+                return self.fail(NOT_FOUND, msg);
+            }
+            Some(w) => match w.tensors.get(tname) {
+                None => {
+                    let msg = std::format!("tensor {:?} not found: the weights {:?} have no tensor {:?}", full, wname, tname);
+                    return self.fail(NOT_FOUND, msg);
+                }
+                Some(t) => (w.obj, t.clone()),
+            },
+        };
+        if self.objects[obj].handle == 0 {
+            self.issue(obj);
+        }
+        for b in rec.iter_mut() {
+            *b = 0;
+        }
+        rec[0..8].copy_from_slice(&self.objects[obj].handle.to_le_bytes());
+        rec[8..16].copy_from_slice(&t.begin.to_le_bytes());
+        rec[16..24].copy_from_slice(&(t.end - t.begin).to_le_bytes());
+        rec[24..28].copy_from_slice(&t.code.to_le_bytes());
+        rec[28..32].copy_from_slice(&(t.shape.len() as u32).to_le_bytes());
+        for (i, d) in t.shape.iter().enumerate() {
+            rec[32 + 8 * i..40 + 8 * i].copy_from_slice(&d.to_le_bytes());
+        }
         OK
     }
 
@@ -305,6 +365,12 @@ impl State {
     }
 
     pub(crate) fn stream_write(&mut self, sh: u64, bh: u64, offset: u32, src: &[u8]) -> i32 {
+        if let (Ok(_), Ok(b)) = (self.stream_of(sh), self.buffer_of(bh)) {
+            if let Some(w) = &self.buffers[b].weights {
+                let msg = std::format!("stream_write: buffer is the read-only weights {:?}, which cannot be written", w);
+                return self.fail(INVALID_ARGUMENT, msg);
+            }
+        }
         match self.transfer(sh, bh, offset, src.len()) {
             Ok((s, b)) => {
                 self.enqueue(s, Command::Write { buf: b, off: offset as usize, data: src.to_vec() });
@@ -328,12 +394,12 @@ impl State {
         }
     }
 
-    fn parse_args(&self, recs: &[ArgRecord]) -> Result<Vec<LArg>, i32> {
+    fn parse_args(&mut self, prog: &ProgramDef, recs: &[ArgRecord]) -> Result<Vec<LArg>, i32> {
         if recs.len() as u32 > MAX_ARGS {
             return Err(INVALID_ARGUMENT);
         }
         let mut out = Vec::with_capacity(recs.len());
-        for r in recs {
+        for (i, r) in recs.iter().enumerate() {
             if r.reserved != 0 {
                 return Err(INVALID_ARGUMENT);
             }
@@ -341,6 +407,21 @@ impl State {
                 0 => out.push(LArg { buf: None, off: 0, len: 0, value: r.value }),
                 1 => {
                     let b = self.buffer_of(r.value)?;
+                    if let Some(w) = self.buffers[b].weights.clone() {
+                        let dir = arg_dir(prog, i);
+                        if dir != "in" {
+                            let dir = if dir.is_empty() {
+                                "not described as read only".to_string()
+                            } else {
+                                std::format!("written (direction {})", dir)
+                            };
+                            let msg = std::format!(
+                                "{}: argument {} is the read-only weights {:?}, but the kernel's argument {} is {}",
+                                prog.name, i, w, i, dir
+                            );
+                            return Err(self.fail(INVALID_ARGUMENT, msg));
+                        }
+                    }
                     let size = self.buffers[b].mem.len() as u64;
                     if r.offset as u64 > size {
                         return Err(INVALID_ARGUMENT);
@@ -366,7 +447,7 @@ impl State {
             Ok(p) => p,
             Err(st) => return st,
         };
-        let args = match self.parse_args(recs) {
+        let args = match self.parse_args(&p, recs) {
             Ok(a) => a,
             Err(st) => return st,
         };
@@ -407,7 +488,7 @@ impl State {
                 Some(r) => r,
                 None => return OUT_OF_BOUNDS,
             };
-            let args = match self.parse_args(&recs) {
+            let args = match self.parse_args(&p, &recs) {
                 Ok(a) => a,
                 Err(st) => return st,
             };
@@ -526,6 +607,75 @@ impl State {
 
 /// The emulated device address of byte `off` of buffer `b`: buffers lie
 /// apart, so overlaps are overlaps within one buffer.
+/// The argument directions of the kernels, as hw/sim and the op library
+/// (hw/internal/ops) describe them: i in, o out, x inout, one an
+/// argument; OP.f16, OP.bf16 and OP.fast are OP's. noop, variadic, has
+/// none (so it takes no weights, as on the host). The C emulator's
+/// kernel_dirs, which the Go emulator's tests check against the op
+/// library's descriptions; a unit test keeps the two equal.
+const KERNEL_DIRS: &[(&str, &str)] = &[
+    ("fill", "oi"),
+    ("copy", "oi"),
+    ("saxpy", "iix"),
+    ("matmul", "iioiii"),
+    ("bias", "xiii"),
+    ("relu", "x"),
+    ("argmax", "io"),
+    ("mlp_forward", "iiiiiooiii"),
+    ("exp", "io"),
+    ("log", "io"),
+    ("tanh", "io"),
+    ("sigmoid", "io"),
+    ("silu", "io"),
+    ("sqrt", "io"),
+    ("rsqrt", "io"),
+    ("neg", "io"),
+    ("abs", "io"),
+    ("gelu_tanh", "io"),
+    ("gelu_erf", "io"),
+    ("affine", "ioii"),
+    ("add", "iioiiiiiiii"),
+    ("sub", "iioiiiiiiii"),
+    ("mul", "iioiiiiiiii"),
+    ("div", "iioiiiiiiii"),
+    ("max", "iioiiiiiiii"),
+    ("min", "iioiiiiiiii"),
+    ("reduce_sum", "ioiii"),
+    ("reduce_mean", "ioiii"),
+    ("reduce_max", "ioiii"),
+    ("reduce_argmax", "ioiii"),
+    ("softmax", "ioiii"),
+    ("log_softmax", "ioiii"),
+    ("layernorm", "iiioiii"),
+    ("rmsnorm", "iioiii"),
+    ("transpose", "ioiiiiiiii"),
+    ("gemm", "iixiiiiiiiiiii"),
+    ("gather", "iioii"),
+    ("conv2d", "iiioiiiiiiiiiii"),
+    ("maxpool2d", "ioiiiiiiii"),
+    ("avgpool2d", "ioiiiiiiii"),
+    ("cast", "ioii"),
+];
+
+/// The direction of argument i of prog ("" when its kernel has no
+/// description of it: a kernel added with [`super::Emulator::kernel`],
+/// noop, an argument past the described ones).
+fn arg_dir(prog: &ProgramDef, i: usize) -> &'static str {
+    // A kernel of the session's own (Emulator::kernel) under a built-in
+    // name describes nothing.
+    let builtin = super::kernels::lookup(&prog.name).map_or(false, |k| k.kernel as usize == prog.kernel as usize);
+    let base = prog.name.split('.').next().unwrap_or("");
+    match KERNEL_DIRS.iter().find(|(n, _)| *n == base) {
+        Some((_, d)) if builtin => match d.as_bytes().get(i) {
+            Some(b'i') => "in",
+            Some(b'o') => "out",
+            Some(_) => "inout",
+            None => "",
+        },
+        _ => "",
+    }
+}
+
 pub(crate) fn address(b: usize, off: usize) -> u64 {
     ((b as u64 + 1) << 40) + off as u64
 }
@@ -537,5 +687,43 @@ pub(crate) fn builtin_fence(s: &mut State) {
         s.drain(i);
         let f = std::mem::take(&mut s.streams[i].failures);
         s.failures.extend(f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::string::{String, ToString};
+    use std::vec::Vec;
+
+    /// The argument directions by which the emulator refuses a launch
+    /// that would write weights are the C emulator's table (emu.c,
+    /// kernel_dirs), which the Go emulator's tests check against the op
+    /// library's descriptions.
+    #[test]
+    fn arg_dirs_are_the_c_emulators() {
+        let c = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../c/emu.c")).unwrap();
+        let start = c.find("kernel_dirs[] = {").expect("emu.c: no kernel_dirs");
+        let body = &c[start..start + c[start..].find("};").unwrap()];
+        let table: Vec<(String, String)> = body
+            .split("{\"")
+            .skip(1)
+            .map(|e| {
+                let p: Vec<&str> = e.split('"').collect();
+                (p[0].into(), p[2].into())
+            })
+            .collect();
+        let ours: Vec<(String, String)> = super::KERNEL_DIRS.iter().map(|(n, d)| (n.to_string(), d.to_string())).collect();
+        assert_eq!(ours, table, "KERNEL_DIRS differs from emu.c's kernel_dirs");
+        // Every emulated kernel but noop is described.
+        for k in super::super::kernels::builtins() {
+            let p = super::super::kernels::lookup(&k).unwrap();
+            let first = super::arg_dir(&p, 0);
+            if k == "noop" {
+                assert_eq!(first, "", "noop");
+            } else {
+                assert!(first == "in" || first == "out" || first == "inout", "{}: argument 0 is {:?}", k, first);
+            }
+            assert_eq!(super::arg_dir(&p, 15), "", "{} argument 15", k);
+        }
     }
 }

@@ -27,10 +27,17 @@
 //! `gelu_erf` are not emulated natively: [`Emulator::programs`] panics
 //! naming them, and the Go emulator or the simulator runs them. Deadlines
 //! are not emulated.
+//!
+//! Weights (ABI revision 3): [`Emulator::weights`] and
+//! [`Emulator::safetensors`] list them; `weights_get`, `tensor_get` and
+//! every refused write to them (`stream_write`, a launch whose kernel
+//! writes the argument or does not describe it, `buffer_free`) give the
+//! Go emulator's statuses and last errors.
 
 mod half;
 mod host;
 mod kernels;
+pub mod safetensors;
 pub mod sys;
 
 use std::cell::RefCell;
@@ -211,6 +218,15 @@ pub(crate) struct BufferMem {
     pub mem: Vec<u8>,
     pub allocated: bool,
     pub freed: bool,
+    /// The weights' name: a read-only buffer; `None` for any other.
+    pub weights: Option<String>,
+}
+
+/// Weights of the session: the object of their read-only buffer and,
+/// from a safetensors file, their tensors by name.
+pub(crate) struct WeightsDef {
+    pub obj: usize,
+    pub tensors: BTreeMap<String, safetensors::TensorInfo>,
 }
 
 pub(crate) enum Command {
@@ -232,6 +248,7 @@ pub(crate) struct State {
     pub objects: Vec<Object>,
     pub by_name: BTreeMap<(u8, String), usize>,
     pub named: BTreeMap<String, usize>,
+    pub weights: BTreeMap<String, WeightsDef>,
     pub streams: Vec<StreamState>,
     pub buffers: Vec<BufferMem>,
     pub budget: u64,
@@ -268,6 +285,7 @@ impl Emulator {
                 objects: Vec::new(),
                 by_name: BTreeMap::new(),
                 named: BTreeMap::new(),
+                weights: BTreeMap::new(),
                 streams: Vec::new(),
                 buffers: Vec::new(),
                 budget: cfg.budget,
@@ -324,10 +342,56 @@ impl Emulator {
         assert!(!data.is_empty(), "emu: buffer_data: empty buffer");
         let idx = {
             let mut s = self.st.borrow_mut();
-            s.buffers.push(BufferMem { mem: data.to_vec(), allocated: false, freed: false });
+            s.buffers.push(BufferMem { mem: data.to_vec(), allocated: false, freed: false, weights: None });
             s.buffers.len() - 1
         };
         self.declare(2, name, Obj::Buffer(idx))
+    }
+
+    /// Adds raw weights called `name` holding a copy of `data`, as a
+    /// manifest's `[[weights]]` with format "raw" that the session lists:
+    /// the stage finds them with [`crate::lookup_weights`], as a read-only
+    /// buffer (ABI.md §3, `weights_get`), with the host's statuses and last
+    /// errors for what it may not do to them (write, launch an op that
+    /// writes them, free). Weights are not charged to the budget. Panics
+    /// on an empty name, a name given twice, or no bytes. Go's
+    /// `Config.WithWeights`.
+    pub fn weights(self, name: &str, data: &[u8]) -> Emulator {
+        self.add_weights(name, data.to_vec(), BTreeMap::new())
+    }
+
+    /// Adds weights called `name` from a safetensors file's bytes, as
+    /// [`Emulator::weights`] does: the buffer holds the file's data
+    /// section, and [`crate::lookup_tensor`] finds each tensor as
+    /// `"<name>/<tensor>"`. Panics, with the reader's message, on a file
+    /// that [`safetensors::read_header`] refuses (a hostile header: bounds,
+    /// overlap, dtype, rank, ...) or one with an empty data section. Go's
+    /// `Config.WithSafetensors`.
+    pub fn safetensors(self, name: &str, file: &[u8]) -> Emulator {
+        let h = match safetensors::read_header(file) {
+            Ok(h) => h,
+            Err(e) => panic!("emu: weights {:?}: {}", name, e),
+        };
+        let tensors = h.tensors.into_iter().map(|t| (t.name.clone(), t)).collect();
+        self.add_weights(name, file[h.data_offset..].to_vec(), tensors)
+    }
+
+    fn add_weights(self, name: &str, mem: Vec<u8>, tensors: BTreeMap<String, safetensors::TensorInfo>) -> Emulator {
+        {
+            let mut s = self.st.borrow_mut();
+            if name.is_empty() || s.weights.contains_key(name) {
+                panic!("emu: weights {:?}: an empty name, or given twice", name);
+            }
+            if mem.is_empty() {
+                panic!("emu: weights {:?} hold no bytes", name);
+            }
+            s.buffers.push(BufferMem { mem, allocated: false, freed: false, weights: Some(name.to_string()) });
+            let b = s.buffers.len() - 1;
+            s.objects.push(Object { kind: 2, handle: 0, obj: Obj::Buffer(b) });
+            let obj = s.objects.len() - 1;
+            s.weights.insert(name.to_string(), WeightsDef { obj, tensors });
+        }
+        self
     }
 
     /// Allows the session the named built-in kernels. Panics on a name

@@ -182,6 +182,35 @@ pub unsafe fn program_get(name: *const u8, name_len: u32, out: *mut u64) -> i32 
     lookup("program_get", 3, name, name_len, out)
 }
 
+/// `weights_get` (revision 3).
+pub unsafe fn weights_get(name: *const u8, name_len: u32, out: *mut u64) -> i32 {
+    with_state("weights_get", |s| {
+        let st = match slice(name, name_len) {
+            None => OUT_OF_BOUNDS,
+            Some(_) if out.is_null() => OUT_OF_BOUNDS,
+            Some(n) => {
+                let (h, st) = s.weights_get(n);
+                if st == 0 {
+                    *out = h;
+                }
+                st
+            }
+        };
+        s.note(st)
+    })
+}
+
+/// `tensor_get` (revision 3): `out` is the 96-byte record.
+pub unsafe fn tensor_get(name: *const u8, name_len: u32, out: *mut u8) -> i32 {
+    with_state("tensor_get", |s| {
+        let st = match (slice(name, name_len), slice_mut(out, crate::TENSOR_RECORD_SIZE as u32)) {
+            (Some(n), Some(rec)) => s.tensor_get(n, rec),
+            _ => OUT_OF_BOUNDS,
+        };
+        s.note(st)
+    })
+}
+
 /// `buffer_alloc`.
 pub unsafe fn buffer_alloc(size: u32, out: *mut u64) -> i32 {
     with_state("buffer_alloc", |s| {

@@ -160,7 +160,6 @@ impl Interp {
         let f = self.word(args.first())?;
         let a = &args[1..];
         let want_status = Code::from_name(self.word(want.first())?).ok_or_else(|| std::format!("unknown status {:?}", want[0]))?;
-        let result = want.get(1);
         let mut u32out: Option<u32> = None;
         let mut bytes: Option<Vec<u8>> = None;
         let mut handle: Option<u64> = None;
@@ -213,6 +212,23 @@ impl Interp {
                         _ => sys::program_get(s.as_ptr(), s.len() as u32, &mut h),
                     };
                     handle = Some(h);
+                    st
+                }
+                "weights_get" => {
+                    let s = self.string(a.first())?;
+                    let mut h = 0u64;
+                    let st = sys::weights_get(s.as_ptr(), s.len() as u32, &mut h);
+                    handle = Some(h);
+                    st
+                }
+                "tensor_get" => {
+                    let s = self.string(a.first())?;
+                    let mut rec = [0u8; stagehost::TENSOR_RECORD_SIZE];
+                    let st = sys::tensor_get(s.as_ptr(), s.len() as u32, rec.as_mut_ptr());
+                    let mut h = [0u8; 8];
+                    h.copy_from_slice(&rec[..8]);
+                    handle = Some(u64::from_le_bytes(h));
+                    bytes = Some(rec[8..].to_vec());
                     st
                 }
                 "buffer_alloc" => {
@@ -295,6 +311,7 @@ impl Interp {
         if got != want_status {
             return Err(std::format!("status {}, want {} (last error {:?})", got, want_status, stagehost::last_error()));
         }
+        for result in want.iter().skip(1).map(Some) {
         match result {
             None => {}
             Some(Tok::Word(w)) if w.starts_with('$') => {
@@ -303,7 +320,7 @@ impl Interp {
             }
             Some(Tok::Word(w)) if w.starts_with("hex:") => {
                 let want = hex(&w[4..])?;
-                let got = bytes.ok_or("a hex: result for a call that reads none")?;
+                let got = bytes.clone().ok_or("a hex: result for a call that reads none")?;
                 if got != want {
                     return Err(std::format!("read {}, want {}", to_hex(&got), to_hex(&want)));
                 }
@@ -321,6 +338,7 @@ impl Interp {
                 }
             }
             Some(t) => return Err(std::format!("bad result {:?}", t)),
+        }
         }
         Ok(())
     }
