@@ -9,8 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/hw/sim"
 	"github.com/stagehost/stagehost/internal/safetensors"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -150,8 +153,24 @@ func TestSharedCasesOnTheHost(t *testing.T) {
 	f := newFixture(t)
 	m := load(t, "../../guest-sdk/testdata/casestage/casestage.wasm", "casestage", stages.NewLoadConfig())
 	ctx := context.Background()
+	// A fence that returns without waiting ("fence ok") lies only while
+	// its session's work is still running when the host checks the
+	// streams. The emulators defer device work until a sync, so it always
+	// is there; the simulator runs it at once, so such a case gets a
+	// device whose commands take 2 s each, and the check cannot come
+	// after the work.
+	slowP := sim.New()
+	t.Cleanup(func() { slowP.Close() })
+	slow, err := slowP.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig().WithLatency(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range cases {
-		cfg := stages.NewSessionConfig("case-"+c.name, f.gpu).WithStreams(c.streams...).WithPrograms(c.programs...)
+		dev := f.gpu
+		if strings.Contains(c.body.String(), "\nfence ok\n") || strings.HasPrefix(c.body.String(), "fence ok\n") {
+			dev = slow
+		}
+		cfg := stages.NewSessionConfig("case-"+c.name, dev).WithStreams(c.streams...).WithPrograms(c.programs...)
 		for name, size := range c.buffers {
 			cfg = cfg.WithBuffer(name, size)
 		}
