@@ -88,7 +88,17 @@ func CompilePTX(ctx context.Context, cfg JITConfig, name string, ptx []byte) (cu
 		}
 		cmd = []string{exe, JITSubcommand}
 	}
-	tmp, err := os.CreateTemp(cfg.CacheDir, "jit-*.cubin")
+	// The child writes its cubin next to the cache (a rename then puts
+	// it in place); a cache directory that is not there yet is made, and
+	// one that cannot be made leaves the cubin in the system's temporary
+	// directory, uncached.
+	tmpDir := cfg.CacheDir
+	if tmpDir != "" {
+		if err := os.MkdirAll(tmpDir, 0o755); err != nil {
+			tmpDir, path = "", ""
+		}
+	}
+	tmp, err := os.CreateTemp(tmpDir, "jit-*.cubin")
 	if err != nil {
 		return nil, false, errdefs.Errorf(errdefs.ErrUnsupported, "kernel %q: %v", name, err)
 	}

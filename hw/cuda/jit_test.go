@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,6 +25,13 @@ func TestMain(m *testing.M) {
 		ptx, _ := io.ReadAll(os.Stdin)
 		out := os.Args[len(os.Args)-1]
 		_ = os.WriteFile(out, append([]byte("CUBIN:"), ptx...), 0o644)
+		os.Exit(0)
+	case "real": // the real child, as `stagehost internal-jit -out FILE` runs it
+		ptx, _ := io.ReadAll(os.Stdin)
+		if err := RunJIT(ptx, os.Args[len(os.Args)-1]); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
 		os.Exit(0)
 	case "hang":
 		select {} // a JIT that never ends
@@ -79,4 +87,43 @@ func TestCompilePTX(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("the hanging child was stopped after %s", d)
 	}
+}
+
+// TestCompilePTXMakesItsCacheDir: a cache directory that does not exist
+// yet is made (stagehost check compiles before anything else made it).
+func TestCompilePTXMakesItsCacheDir(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "not", "yet")
+	cfg := JITConfig{Command: jitChild(t, "ok"), CacheDir: dir, ComputeCapability: "9.0", DriverVersion: 13000, Timeout: 20 * time.Second}
+	ptx := []byte(".version 8.0\n.target sm_90\n")
+	if _, _, err := CompilePTX(ctx, cfg, "k", ptx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cubin", JITCacheKey(ptx, "9.0", 13000)+".cubin")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inFreshProcess runs the calling test alone in a new process of this
+// test binary and reports whether it did (the caller then returns): a
+// device fault poisons every context of its process (docs/gpu.md), so a
+// GPU test that must see a healthy device cannot share a process with
+// the fault tests.
+func inFreshProcess(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv("STAGEHOST_TEST_FRESH") == t.Name() {
+		return false
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count", "1")
+	cmd.Env = append(os.Environ(), "STAGEHOST_TEST_FRESH="+t.Name())
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s in a process of its own:\n%s", t.Name(), out)
+	if err != nil {
+		t.Fatalf("%s: %v", t.Name(), err)
+	}
+	if strings.Contains(string(out), "--- SKIP: "+t.Name()) {
+		t.Skip("skipped in its own process (above)")
+	}
+	return true
 }

@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +17,9 @@ import (
 // TestGPUVerifyPTX: the vendor PTX corpus against the real driver
 // (testdata/vendor/README.md).
 func TestGPUVerifyPTX(t *testing.T) {
+	if inFreshProcess(t) {
+		return
+	}
 	p := requireGPU(t)
 	dev := p.Devices()[0].(*Device)
 	for _, row := range []struct {
@@ -71,19 +71,18 @@ func hugePTX(n int) []byte {
 // child process and the kernel refused; a PTX that compiles is cached.
 // The child is this package's stagehost binary, built here.
 func TestGPUJITTimeout(t *testing.T) {
+	if inFreshProcess(t) {
+		return
+	}
 	requireGPU(t)
 	if testing.Short() {
 		t.Skip("builds stagehost")
 	}
 	dir := t.TempDir()
-	exe := filepath.Join(dir, "stagehost")
-	build := exec.Command("go", "build", "-o", exe, "github.com/stagehost/stagehost/cmd/stagehost")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	ctx := context.Background()
-	cfg := JITConfig{Command: []string{exe, JITSubcommand}, CacheDir: dir, ComputeCapability: "test", DriverVersion: 1, Timeout: 2 * time.Second}
+	// This test binary is the child (TestMain, STAGEHOST_TEST_JIT=real):
+	// the same RunJIT as `stagehost internal-jit`.
+	cfg := JITConfig{Command: jitChild(t, "real"), CacheDir: dir, ComputeCapability: "test", DriverVersion: 1, Timeout: 2 * time.Second}
 	start := time.Now()
 	_, _, err := CompilePTX(ctx, cfg, "huge", hugePTX(100000))
 	t.Logf("huge PTX: %v after %s", err, time.Since(start))
@@ -110,6 +109,9 @@ func TestGPUJITTimeout(t *testing.T) {
 // (compiled in-process here) runs with its shape; a launch over the
 // device's limits is refused at submit, nothing enqueued.
 func TestGPUPrepareVendor(t *testing.T) {
+	if inFreshProcess(t) {
+		return
+	}
 	p := requireGPU(t)
 	dev := p.Devices()[0].(*Device)
 	info := hw.KernelInfo{Name: "vdouble", Args: []hw.KernelArg{
