@@ -1,5 +1,5 @@
 //! The stagehost guest SDK for Rust: the host ABI v1 (abi/ABI.md,
-//! revision 3) as safe, typed calls; the device op library's launch
+//! revision 4) as safe, typed calls; the device op library's launch
 //! helpers ([`Ops`]); the `stage!`, `fence!` and `init!` macros that export
 //! a module's entry points; and, on every target but wasm32, a native
 //! emulator of the host ([`emu`]) so that `cargo test` runs a stage.
@@ -55,12 +55,13 @@ pub use sys::{ArgRecord, CmdRecord};
 
 /// The ABI version of the modules this SDK builds (`stagehost_abi_v1`).
 pub const ABI_VERSION: u32 = 1;
-/// The revision of v1 this SDK declares (ABI.md §1.4): 3. A module needs
-/// revision 2, since every error reads `last_error`, and revision 3 only
-/// if it calls [`lookup_weights`] or [`lookup_tensor`] (a module imports
-/// only the functions it calls). A host of an earlier revision refuses a
-/// module at load, naming the import.
-pub const REVISION: u32 = 3;
+/// The revision of v1 this SDK declares (ABI.md §1.4): 4. A module needs
+/// revision 2, since every error reads `last_error`, revision 3 only
+/// if it calls [`lookup_weights`] or [`lookup_tensor`], and revision 4
+/// only if it calls [`Stream::launch`] (a module imports only the
+/// functions it calls). A host of an earlier revision refuses a module at
+/// load, naming the import.
+pub const REVISION: u32 = 4;
 /// The size of `tensor_get`'s record (ABI.md §3).
 pub const TENSOR_RECORD_SIZE: usize = 96;
 /// The most dims of a `tensor_get` record.
@@ -422,6 +423,32 @@ impl Stream {
         // Arg is a transparent ArgRecord: the slice is the records.
         let recs = args.as_ptr() as *const ArgRecord;
         check(unsafe { sys::stream_submit(self.0, prog.0, recs, len32(args.len())) }, "stream_submit")
+    }
+
+    /// Enqueues one launch of the vendor kernel `prog` (a manifest's
+    /// `[[kernel]]`; `stream_launch`, ABI revision 4) with its `grid` of
+    /// blocks, each block's threads (`block`, x, y, z) and its dynamic
+    /// shared memory in bytes. The host checks the shape against the
+    /// device's launch limits and `args` against the kernel's declaration
+    /// before it enqueues anything; failures of the launch itself are
+    /// reported by [`Stream::sync`]. Built-in programs are launched with
+    /// [`Stream::submit`]. At most [`MAX_ARGS`] arguments, the same
+    /// records as `submit`'s.
+    ///
+    /// # Errors
+    ///
+    /// `INVALID_ARGUMENT` for a built-in program (launch it with
+    /// [`Stream::submit`]), a dimension of 0 or over the device's limit,
+    /// more threads per block or shared bytes than the device allows, or
+    /// arguments that do not match the kernel's declaration (the last
+    /// error names the kernel and the limit or argument); `BUSY` for a
+    /// full queue; the handle statuses for a foreign or freed handle.
+    pub fn launch(&self, prog: &Program, grid: [u32; 3], block: [u32; 3], shared_bytes: u32, args: &[Arg]) -> Result<()> {
+        let recs = args.as_ptr() as *const ArgRecord;
+        check(
+            unsafe { sys::stream_launch(self.0, prog.0, grid.as_ptr(), block.as_ptr(), shared_bytes, recs, len32(args.len())) },
+            "stream_launch",
+        )
     }
 
     /// Enqueues `cmds` in order, validated as a whole before any is

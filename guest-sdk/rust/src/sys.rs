@@ -12,7 +12,7 @@
 //! # Revisions
 //!
 //! Revision 1: every function but `last_error`. Revision 2: `last_error`.
-//! Revision 3: `weights_get` and `tensor_get`.
+//! Revision 3: `weights_get` and `tensor_get`. Revision 4: `stream_launch`.
 //! Functions of a later revision are added here, marked with the revision
 //! that added it (see [`crate::REVISION`]): a module that does not call
 //! them does not import them, and runs on older hosts.
@@ -79,6 +79,8 @@ mod imports {
         pub fn weights_get(name: *const u8, name_len: u32, out: *mut u64) -> i32;
         /// Revision 3: `out` is the 96-byte record.
         pub fn tensor_get(name: *const u8, name_len: u32, out: *mut u8) -> i32;
+        /// Revision 4: `grid` and `block` are 3 u32 each (x, y, z).
+        pub fn stream_launch(stream: u64, program: u64, grid: *const u32, block: *const u32, shared_bytes: u32, args: *const super::ArgRecord, count: u32) -> i32;
     }
 }
 

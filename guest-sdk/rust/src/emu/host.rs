@@ -23,7 +23,18 @@ const OUTPUT_TOO_LARGE: i32 = 15;
 
 const MAX_ARGS: u32 = 16;
 const MAX_BATCH: u32 = 1024;
+/// The sim devices' fixed launch limits (abi/ABI.md §3.5), as the Go
+/// emulator's `LaunchLimits`.
+const MAX_THREADS_PER_BLOCK: u64 = 1024;
+const MAX_BLOCK: [u32; 3] = [1024, 1024, 64];
+const MAX_GRID: [u32; 3] = [(1 << 31) - 1, 65535, 65535];
+const MAX_SHARED_BYTES: u32 = 48 << 10;
 const TO_END: u32 = 0xFFFF_FFFF;
+/// A dimension as Go's %v prints a [3]uint32: `[x y z]`.
+fn dim3(d: [u32; 3]) -> String {
+    std::format!("[{} {} {}]", d[0], d[1], d[2])
+}
+
 const MAX_ERROR_MESSAGE: usize = 4096;
 const MAX_TAG: u32 = (1 << 24) - 1;
 
@@ -447,6 +458,9 @@ impl State {
             Ok(p) => p,
             Err(st) => return st,
         };
+        if p.vendor {
+            return self.needs_launch(&p);
+        }
         let args = match self.parse_args(&p, recs) {
             Ok(a) => a,
             Err(st) => return st,
@@ -456,6 +470,113 @@ impl State {
                 return self.fail(INVALID_ARGUMENT, why);
             }
         }
+        self.enqueue(s, Command::Launch { prog: p, args });
+        OK
+    }
+
+    fn needs_launch(&mut self, p: &ProgramDef) -> i32 {
+        self.fail(
+            INVALID_ARGUMENT,
+            std::format!(
+                "program {:?} is a vendor kernel: launch it with stream_launch, which gives its grid, block and shared memory (ABI.md §3.5)",
+                p.name
+            ),
+        )
+    }
+
+    /// The launch shape against the fixed limits, as the Go emulator's
+    /// checkShapeLocked (the same order and texts).
+    fn check_shape(&mut self, name: &str, grid: [u32; 3], block: [u32; 3], shared: u32) -> i32 {
+        let mut threads: u64 = 1;
+        for (i, axis) in ['x', 'y', 'z'].iter().enumerate() {
+            if grid[i] == 0 || block[i] == 0 {
+                return self.fail(
+                    INVALID_ARGUMENT,
+                    std::format!(
+                        "kernel {:?}: launch shape: grid {}, block {}: every dimension is at least 1",
+                        name,
+                        dim3(grid),
+                        dim3(block)
+                    ),
+                );
+            }
+            if block[i] > MAX_BLOCK[i] {
+                return self.fail(
+                    INVALID_ARGUMENT,
+                    std::format!(
+                        "kernel {:?}: launch shape: block.{} = {}, over the device's limit of {}",
+                        name, axis, block[i], MAX_BLOCK[i]
+                    ),
+                );
+            }
+            if grid[i] > MAX_GRID[i] {
+                return self.fail(
+                    INVALID_ARGUMENT,
+                    std::format!(
+                        "kernel {:?}: launch shape: grid.{} = {}, over the device's limit of {}",
+                        name, axis, grid[i], MAX_GRID[i]
+                    ),
+                );
+            }
+            threads *= block[i] as u64;
+        }
+        if threads > MAX_THREADS_PER_BLOCK {
+            return self.fail(
+                INVALID_ARGUMENT,
+                std::format!(
+                    "kernel {:?}: launch shape: block {} is {} threads, over the device's limit of {} per block",
+                    name,
+                    dim3(block),
+                    threads,
+                    MAX_THREADS_PER_BLOCK
+                ),
+            );
+        }
+        if shared > MAX_SHARED_BYTES {
+            return self.fail(
+                INVALID_ARGUMENT,
+                std::format!(
+                    "kernel {:?}: launch shape: {} bytes of shared memory, over the device's limit of {}",
+                    name, shared, MAX_SHARED_BYTES
+                ),
+            );
+        }
+        OK
+    }
+
+    /// stream_launch: the Go emulator's order (stream, program, a built-in
+    /// program refused, the shape, the argument records).
+    pub(crate) fn stream_launch(
+        &mut self,
+        sh: u64,
+        ph: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared: u32,
+        recs: &[ArgRecord],
+    ) -> i32 {
+        let s = match self.stream_of(sh) {
+            Ok(s) => s,
+            Err(st) => return st,
+        };
+        let p = match self.program_of(ph) {
+            Ok(p) => p,
+            Err(st) => return st,
+        };
+        if !p.vendor {
+            return self.fail(
+                INVALID_ARGUMENT,
+                std::format!("program {:?} is built in: stream_launch launches vendor kernels; use stream_submit", p.name),
+            );
+        }
+        let st = self.check_shape(&p.name, grid, block, shared);
+        if st != OK {
+            return st;
+        }
+        let args = match self.parse_args(&p, recs) {
+            Ok(a) => a,
+            Err(st) => return st,
+        };
         self.enqueue(s, Command::Launch { prog: p, args });
         OK
     }
@@ -481,6 +602,9 @@ impl State {
                 Ok(p) => p,
                 Err(st) => return st,
             };
+            if p.vendor {
+                return self.needs_launch(&p);
+            }
             if c.args_count > MAX_ARGS {
                 return INVALID_ARGUMENT;
             }

@@ -28,6 +28,11 @@
 //! naming them, and the Go emulator or the simulator runs them. Deadlines
 //! are not emulated.
 //!
+//! Vendor kernels (ABI revision 4): [`Emulator::vendor_kernel`] declares
+//! one; `stream_launch` gives the Go emulator's statuses and last errors
+//! for a built-in program and for a launch shape over the fixed limits of
+//! the sim devices; arguments are not checked against a declaration.
+//!
 //! Weights (ABI revision 3): [`Emulator::weights`] and
 //! [`Emulator::safetensors`] list them; `weights_get`, `tensor_get` and
 //! every refused write to them (`stream_write`, a launch whose kernel
@@ -200,6 +205,8 @@ pub(crate) struct ProgramDef {
     pub op: Option<&'static kernels::OpDef>,
     /// The storage type of the op's T arguments: 0 f32, 1 f16, 2 bf16.
     pub dtype: u8,
+    /// A vendor kernel: launched only with `stream_launch`.
+    pub vendor: bool,
 }
 
 pub(crate) enum Obj {
@@ -413,7 +420,21 @@ impl Emulator {
 
     /// Allows a program called `name` that runs `kernel`.
     pub fn kernel(self, name: &str, kernel: fn(&mut [kernels::KArg]) -> Result<(), String>) -> Emulator {
-        self.declare(3, name, Obj::Program(ProgramDef { name: name.to_string(), kernel, op: None, dtype: 0 }))
+        self.declare(3, name, Obj::Program(ProgramDef { name: name.to_string(), kernel, op: None, dtype: 0, vendor: false }))
+    }
+
+    /// Allows a vendor kernel called `name` (a manifest's `[[kernel]]`)
+    /// that runs `kernel`, the native stand-in for its PTX or Wasm module.
+    /// As on the host it is launched only with `stream_launch`
+    /// ([`crate::Stream::launch`]); `stream_submit` and
+    /// `stream_submit_batch` refuse it with `INVALID_ARGUMENT`. The launch
+    /// shape is checked against the sim devices' fixed limits (as the Go
+    /// emulator's `LaunchLimits`) and then ignored. Unlike the Go
+    /// emulator's `VendorKernel`, no argument declaration is kept: the
+    /// arguments are not checked against one. Panics on an empty name.
+    pub fn vendor_kernel(self, name: &str, kernel: fn(&mut [kernels::KArg]) -> Result<(), String>) -> Emulator {
+        assert!(!name.is_empty(), "emu: vendor_kernel: empty name");
+        self.declare(3, name, Obj::Program(ProgramDef { name: name.to_string(), kernel, op: None, dtype: 0, vendor: true }))
     }
 
     /// The declared buffer `name`'s contents as the device holds them now.

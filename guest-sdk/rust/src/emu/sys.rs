@@ -307,6 +307,36 @@ pub unsafe fn stream_submit(stream: u64, program: u64, args: *const ArgRecord, c
     })
 }
 
+/// `stream_launch` (revision 4): `grid` and `block` point at 3 u32 each.
+pub unsafe fn stream_launch(
+    stream: u64,
+    program: u64,
+    grid: *const u32,
+    block: *const u32,
+    shared_bytes: u32,
+    args: *const ArgRecord,
+    count: u32,
+) -> i32 {
+    with_state("stream_launch", |s| {
+        let st = if grid.is_null() || block.is_null() {
+            OUT_OF_BOUNDS
+        } else {
+            let g = [*grid, *grid.add(1), *grid.add(2)];
+            let b = [*block, *block.add(1), *block.add(2)];
+            if count > 16 {
+                // Checked before the records are read, as the host does.
+                s.stream_launch(stream, program, g, b, shared_bytes, &[ArgRecord::default(); 17])
+            } else if count > 0 && args.is_null() {
+                OUT_OF_BOUNDS
+            } else {
+                let recs: &[ArgRecord] = if count == 0 { &[] } else { std::slice::from_raw_parts(args, count as usize) };
+                s.stream_launch(stream, program, g, b, shared_bytes, recs)
+            }
+        };
+        s.note(st)
+    })
+}
+
 /// `stream_submit_batch`: `args_ptr` values are [`args_ptr`] tokens.
 pub unsafe fn stream_submit_batch(stream: u64, cmds: *const CmdRecord, count: u32) -> i32 {
     let regs = BATCH_ARGS.with(|b| std::mem::take(&mut *b.borrow_mut()));
