@@ -141,10 +141,9 @@ func (s *jsonScan) skip(depth int) bool {
 			case c == '"':
 				return true
 			case c == '\\':
-				if s.i >= len(s.b) {
+				if !s.escape() {
 					return false
 				}
-				s.i++ // the escaped byte (\u's digits are plain bytes)
 			case c < 0x20:
 				return false
 			}
@@ -191,6 +190,33 @@ func (s *jsonScan) skip(depth int) bool {
 	}
 	_, ok := s.number()
 	return ok
+}
+
+// escape passes over the rest of an escape sequence after its
+// backslash, checking it as JSON does: one of "\\/bfnrt, or u and four
+// hexadecimal digits.
+func (s *jsonScan) escape() bool {
+	if s.i >= len(s.b) {
+		return false
+	}
+	c := s.b[s.i]
+	s.i++
+	switch c {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return true
+	case 'u':
+		if len(s.b)-s.i < 4 {
+			return false
+		}
+		for _, h := range s.b[s.i : s.i+4] {
+			if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+				return false
+			}
+		}
+		s.i += 4
+		return true
+	}
+	return false
 }
 
 // object calls field for each key of an object; field reads the value.
