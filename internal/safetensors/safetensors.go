@@ -20,8 +20,6 @@ import (
 	"sort"
 	"strconv"
 	"unicode/utf8"
-
-	"github.com/stagehost/stagehost/errdefs"
 )
 
 // MaxHeader is the largest JSON header the reader accepts, in bytes.
@@ -115,7 +113,7 @@ func (h *Header) Tensor(name string) (Tensor, bool) {
 //
 // # Errors
 //
-// [errdefs.ErrInvalidArgument], saying what is wrong: a file shorter than
+// An error of class invalid_argument (errorf), saying what is wrong: a file shorter than
 // 8 bytes; a header length above [MaxHeader] or beyond the file; JSON
 // that is not one object; an entry that is not a tensor of exactly
 // dtype, shape and data_offsets; an unknown dtype; a rank above
@@ -270,10 +268,6 @@ func decodeTensor(dec *json.Decoder, name string, dataSize uint64) (Tensor, erro
 		return Tensor{}, errorf("tensor %s: the shape %v of %s needs %d bytes, data_offsets [%d, %d] hold %d", quote(name), shape, *e.DType, n, begin, end, end-begin)
 	}
 	return Tensor{Name: name, DType: *e.DType, Code: dt.code, Shape: shape, Begin: begin, End: end}, nil
-}
-
-func errorf(format string, args ...any) error {
-	return errdefs.Errorf(errdefs.ErrInvalidArgument, "safetensors: "+format, args...)
 }
 
 // quote quotes a string of the file, cut to 64 bytes.
