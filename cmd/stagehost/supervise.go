@@ -354,7 +354,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		sockets[w.Name], hosts[w.Name] = filepath.Join(sockDir, w.Name+".sock"), baseID+"-"+w.Name
 		w.Env = append(slices.Clone(w.Env), envLocalSocket+"="+sockets[w.Name])
 	}
-	routes := newLocalRoutes(member.Front(), sockets, hosts)
+	routes := newLocalRoutes(member.Front(), sockets, hosts, m)
 	defer routes.close()
 	srv.SetLattice(service.SupervisorFrontLocal(member, m, routes.route))
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -136,5 +137,18 @@ func TestNeedsWorkerFindsVendorPTX(t *testing.T) {
 	}
 	if bad := needsWorker(m); len(bad) != 1 || !strings.Contains(bad[0], `vendor PTX kernel "double"`) {
 		t.Fatalf("on cuda: %v", bad)
+	}
+}
+
+// TestMaxLocalAnswer: the supervisor takes answers up to its sessions'
+// largest output_limit and 64 KiB for a message, without overflowing.
+func TestMaxLocalAnswer(t *testing.T) {
+	m := &manifest.Manifest{Sessions: []manifest.Session{{Name: "a", OutputLimit: 1 << 20}, {Name: "b", OutputLimit: 16 << 20}}}
+	if got := maxLocalAnswer(m); got != 16<<20+64<<10 {
+		t.Fatalf("maxLocalAnswer = %d", got)
+	}
+	m.Sessions[0].OutputLimit = math.MaxInt64 - 1
+	if got := maxLocalAnswer(m); got != math.MaxInt64 {
+		t.Fatalf("maxLocalAnswer with a huge output_limit = %d", got)
 	}
 }
