@@ -155,7 +155,7 @@ func (c *Client) Call(ctx context.Context, session, requestID string, carrier ma
 	}
 	tp, ts := traceField(carrier, "traceparent", "Traceparent"), traceField(carrier, "tracestate", "Tracestate")
 	for attempt := 0; ; attempt++ {
-		cn, pooled, err := c.get()
+		cn, pooled, err := c.get(attempt > 0)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrNotSent, c.addr.Name, err)
 		}
@@ -188,10 +188,10 @@ func trim(s string) string {
 	return s
 }
 
-// get takes an idle connection, or dials one.
-func (c *Client) get() (cn *conn, pooled bool, err error) {
+// get takes an idle connection, or dials one; with fresh, it dials.
+func (c *Client) get(fresh bool) (cn *conn, pooled bool, err error) {
 	c.mu.Lock()
-	if n := len(c.idle); n > 0 {
+	if n := len(c.idle); n > 0 && !fresh {
 		cn = c.idle[n-1]
 		c.idle[n-1] = nil
 		c.idle = c.idle[:n-1]

@@ -291,26 +291,47 @@ func TestCancelClosesConnection(t *testing.T) {
 }
 
 // TestIdleConnectionRedialled: a pooled connection that the worker
-// closed while it was idle (the worker restarted) is dialled again, not
-// an error; with no worker at all the call is ErrNotSent.
+// closed while it was idle (the worker restarted) is dialled again (a
+// new connection, not the next idle one, as dead), not an error; with
+// no worker at all the call is ErrNotSent.
 func TestIdleConnectionRedialled(t *testing.T) {
-	echo := func(ctx context.Context, c localcall.Call) ([]byte, error) { return c.Input, nil }
+	started, release := make(chan struct{}, 2), make(chan struct{})
+	echo := func(ctx context.Context, c localcall.Call) ([]byte, error) {
+		if c.Session == "pair" {
+			started <- struct{}{}
+			<-release
+		}
+		return c.Input, nil
+	}
 	path := sockPath(t)
 	a := serveAt(t, path, echo)
 	c := newClient(path)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := c.Call(ctx, "s", "", nil, []byte("x")); err != nil {
-		t.Fatal(err)
+	// Two calls at once: two idle connections afterwards.
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := c.Call(ctx, "pair", "", nil, []byte("x"))
+			errs <- err
+		}()
+	}
+	<-started
+	<-started
+	close(release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 	a.stop()
 	b := serveAt(t, path, echo)
 	if out, err := c.Call(ctx, "s", "", nil, []byte("y")); err != nil || string(out) != "y" {
 		t.Fatalf("after the worker restarted: %q %v", out, err)
 	}
-	if a.accepts.Load() != 1 || b.accepts.Load() != 1 {
-		t.Fatalf("accepted %d and %d connections, want 1 and 1", a.accepts.Load(), b.accepts.Load())
+	if a.accepts.Load() != 2 || b.accepts.Load() != 1 {
+		t.Fatalf("accepted %d and %d connections, want 2 and 1", a.accepts.Load(), b.accepts.Load())
 	}
 	b.stop()
 	if _, err := c.Call(ctx, "s", "", nil, []byte("z")); !errors.Is(err, localcall.ErrNotSent) {
