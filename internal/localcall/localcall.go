@@ -9,8 +9,42 @@
 // the output, or the error's class, stage code and message) on the
 // calling goroutine, then keeps the connection for a later call. The
 // worker ([Serve]) reads a connection's calls in a goroutine per
-// connection and runs each there. wire.go gives the frames byte by
-// byte, with their limits; a frame that breaks them ends its connection.
+// connection and runs each there.
+//
+// # Frames
+//
+// Every integer is little-endian. A call (client → worker) is a
+// 26-byte header and its fields:
+//
+//	0      version (1)
+//	1      kind (1: call)
+//	2:4    session length, 1 to MaxSession (256)
+//	4:6    request id length, at most MaxField (1 KiB)
+//	6:8    traceparent length, at most MaxField
+//	8:10   tracestate length, at most MaxField
+//	10:18  the call's absolute deadline, Unix nanoseconds (int64; 0: none; < 0 refused)
+//	18:26  input length (uint64), at most the worker's maxInput
+//	then the session, request id, traceparent, tracestate and input bytes.
+//
+// An answer (worker → client) is an 18-byte header and its fields:
+//
+//	0      version (1)
+//	1      kind (2: answer)
+//	2      status (0: ok, 1: error)
+//	3      flags (bit 0: a stage code is present; the other bits 0)
+//	4:8    the stage code (int32; 0 unless present)
+//	8      class length (0 for ok; 1 to 64 for an error, lower-case letters and '_')
+//	9      reserved (0)
+//	10:18  body length (uint64): the output, or the error's message; at most the client's limit
+//	then the class and the body.
+//
+// Every length is checked before anything it counts is read or
+// allocated. A frame that breaks these rules ends its connection, with
+// two exceptions that are answered: an input over the worker's limit is
+// answered out_of_budget, naming the limit, before the connection ends
+// (its input unread); an answer body over the client's limit is refused
+// by the client (internal, naming the limit), which reads nothing of it
+// beyond its 4 KiB buffer and closes the connection.
 //
 // The lattice (NATS) stays the transport of model control and of calls
 // to other hosts; this one only saves a call the hop through the NATS

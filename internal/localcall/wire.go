@@ -8,33 +8,7 @@ import (
 	"io"
 )
 
-// The frames on a worker's socket. Every integer is little-endian.
-//
-// A call (client → worker), a 26-byte header and its fields:
-//
-//	0      version (1)
-//	1      kind (1: call)
-//	2:4    session length, 1..MaxSession
-//	4:6    request id length, ≤ MaxField
-//	6:8    traceparent length, ≤ MaxField
-//	8:10   tracestate length, ≤ MaxField
-//	10:18  the call's absolute deadline, Unix nanoseconds (int64; 0: none; < 0 refused)
-//	18:26  input length (uint64), ≤ the worker's maxInput
-//	then the session, request id, traceparent, tracestate and input bytes.
-//
-// An answer (worker → client), an 18-byte header and its fields:
-//
-//	0      version (1)
-//	1      kind (2: answer)
-//	2      status (0: ok, 1: error)
-//	3      flags (bit 0: a stage code is present; the other bits 0)
-//	4:8    the stage code (int32; 0 unless present)
-//	8      class length (0 for ok; 1..maxClass for an error)
-//	9      reserved (0)
-//	10:18  body length (uint64): the output, or the error's message
-//	then the class and the body.
-//
-// A frame that breaks any of these rules ends its connection.
+// The wire format: see the package doc.
 const (
 	wireVersion = 1
 	kindCall    = 1
