@@ -307,7 +307,7 @@ func (c *Client) roundTrip(ctx context.Context, cn *conn, session, requestID, tp
 				return nil, remoteError(&a), false
 			}
 		}
-		if n < total && end() {
+		if n < total && !errors.Is(err, errDeadlinePassed) && end() {
 			_ = cn.c.Close()
 			return nil, err, true
 		}

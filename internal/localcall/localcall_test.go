@@ -243,6 +243,40 @@ func TestBrokenConnection(t *testing.T) {
 	}
 }
 
+// TestWorkerNotReading: a call whose input the worker does not read
+// (a worker stuck before it read the whole call) is deadline_exceeded
+// at the deadline plus Grace, not ErrNotSent: its deadline is spent.
+func TestWorkerNotReading(t *testing.T) {
+	path := sockPath(t)
+	ln, err := localcall.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := ln.Accept(); err == nil {
+			accepted <- conn
+		}
+	}()
+	defer func() {
+		select {
+		case conn := <-accepted:
+			conn.Close()
+		default:
+		}
+	}()
+	c := newClient(path)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	_, err = c.Call(ctx, "s", "", nil, make([]byte, 32<<20))
+	if took := time.Since(t0); class(err) != errdefs.ClassDeadlineExceeded || took < 50*time.Millisecond+localcall.Grace || took > 50*time.Millisecond+localcall.Grace+2*time.Second {
+		t.Fatalf("%v after %v", err, took)
+	}
+}
+
 // TestCancelClosesConnection: a call whose ctx is cancelled is answered
 // client_closed at once; its connection is closed (the worker's call
 // sees its ctx cancelled) and not reused.
