@@ -21,8 +21,9 @@ const watchAfter = time.Millisecond
 // Serve serves calls with call on the connections ln accepts, in a
 // goroutine of its own, until stop is called. Each connection gets a
 // goroutine that reads its calls one after another and runs each on
-// that goroutine, under a context with the call's absolute deadline.
-// A call's input may be at most maxInput bytes.
+// that goroutine, under a context with the call's absolute deadline
+// (a call without one has none but the worker's own). A call's input may
+// be at most maxInput bytes.
 //
 // A call that runs longer than 1 ms has its connection watched: when
 // the client closes it (its context was cancelled), the call's context
@@ -30,8 +31,9 @@ const watchAfter = time.Millisecond
 //
 // stop closes ln and every connection, and cancels the context of every
 // call in progress; it does not wait for them: their answers are not
-// delivered (the client sees the connection end). Serve closes ln when
-// it returns an accept error other than a temporary one.
+// delivered (the client sees the connection end). Accepting ends, and
+// ln is closed, at an accept error other than a temporary one (out of
+// file descriptors: retried after 5 ms, doubling up to 1 s).
 //
 // # Errors
 //
