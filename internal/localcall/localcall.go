@@ -207,6 +207,11 @@ func (c *Client) Call(ctx context.Context, session, requestID string, carrier ma
 		switch {
 		case errors.Is(rctx.Err(), context.DeadlineExceeded):
 			return &errdefs.RemoteError{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the worker did not answer within the deadline and %v", session, Grace)}
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			// The worker ended after the call's deadline: a worker
+			// is ended (SIGKILL) for a call still running its
+			// hang_grace past its deadline.
+			return &errdefs.RemoteError{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the worker ended after the call's deadline: %s: %v", session, what, err)}
 		case ctx.Err() != nil:
 			return &errdefs.RemoteError{Class: errdefs.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
 		}
