@@ -10,7 +10,9 @@
 #     address is this process's own at that virtual address; never the
 #     secret);
 #   - hang (TestGPUHangKilled): a spinning kernel in another process,
-#     killed: the noop launch+sync baseline and during the hang (medians),
+#     killed: the noop launch+sync baseline and during the hang (medians;
+#     the min during the hang and how many of its 50 were under 3x the
+#     baseline, which would fool the recovery's rule if many were),
 #     the reap (SIGKILL to Wait), the recovery (SIGKILL to the first of 20
 #     consecutive noops under 3x the baseline; target 200 ms) and the max
 #     latency seen while recovering;
@@ -71,7 +73,7 @@ verdict() { grep -h -- "$2" "$1" 2>/dev/null | head -1 | sed 's/.*verdict: //'; 
 		h=$OUT/TestGPUHangKilled-$i.log
 		l=$OUT/TestGPUHostileLaunch-$i.log
 		cross=$(verdict "$c" 'verdict: ' | sed -E 's/^fault: (CUDA_ERROR_[A-Z_]+) ([^ ]+) after the launch.*/fault (\1), \2 after the launch/; s/^own memory: (.*), not the secret, in ([^ ]+).*/own memory (\1), \2/')
-		base=$(grep -h 'noop launch+sync: baseline' "$h" 2>/dev/null | head -1 | sed -E 's/.*baseline ([^ ]+) .*during the hang ([^ ]+) \(median of 50, ([^)]+)\).*/\1 \/ \2 (\3)/')
+		base=$(grep -h 'noop launch+sync: baseline' "$h" 2>/dev/null | head -1 | sed -E 's/.*baseline ([^ ]+) .*during the hang ([^ ]+) \(median of 50, ([0-9]+x); min ([^,]+), ([0-9]+) of 50 .*/\1 \/ \2 (\3; min \4; \5 of 50 fast)/')
 		hang=$(verdict "$h" 'verdict: reaped')
 		reap=$(echo "$hang" | sed -nE 's/^reaped ([^ ]+) after SIGKILL.*/\1/p')
 		rec=$(echo "$hang" | sed -nE 's/.*recovered ([^ ]+) after SIGKILL.*target 200ms ([a-z]+).*/\1 (\2)/p')
