@@ -372,6 +372,7 @@ func TestGPUCrossProcessRead(t *testing.T) {
 		t.Fatalf("secret line %q: %v %v", fields, err1, err2)
 	}
 	secret := uint32(first) // read_scalar_ptr reads a u32: the low half
+	r.ctx = testCtx(t)      // the child's start took from the rig's 20 s
 	t.Logf("the other process holds %d secret words at %#x (first %#x)", secretWords, ptr, first)
 
 	host := make([]byte, 4)
@@ -452,6 +453,7 @@ func TestGPUHangKilled(t *testing.T) {
 
 	c := startRole(t, "spin")
 	c.line(t, "SPINNING", 60*time.Second)
+	r.ctx = testCtx(t)                 // the child's start took from the rig's 20 s
 	time.Sleep(200 * time.Millisecond) // the measurement's settling time, not a synchronisation
 	during := make([]time.Duration, 50)
 	for i := range during {
