@@ -111,7 +111,7 @@ func TestVerifyPTXFake(t *testing.T) {
 		{name: "scalar pointer", file: "read_scalar_ptr.ptx", entry: "read_scalar_ptr", params: []ParamDecl{{"out", 8}, {"addr", 8}}},
 		{name: "store 0x10", file: "store_0x10.ptx", entry: "store_0x10"},
 		{name: "spin", file: "spin.ptx", entry: "spin", params: []ParamDecl{{"flag", 8}}},
-		{name: "trap", file: "trap.ptx", entry: "trap"},
+		{name: "trap", file: "trap.ptx", entry: "trap_now"},
 		{name: "no entry", file: "double.ptx", entry: "triple", params: doubleParams, class: errdefs.ErrInvalidArgument,
 			want: `double.ptx: no .entry "triple" (CUDA_ERROR_NOT_FOUND)`},
 		{name: "size mismatch", file: "double.ptx", entry: "double", params: []ParamDecl{{"x", 8}, {"y", 8}, {"n", 8}}, class: errdefs.ErrInvalidArgument,

@@ -538,7 +538,7 @@ func TestGPUHostileLaunch(t *testing.T) {
 		refused           string                                // refused at submit, with this text
 	}{
 		{name: "store_0x10", file: "store_0x10.ptx", entry: "store_0x10", fault: []string{"CUDA_ERROR_ILLEGAL_ADDRESS"}},
-		{name: "trap", file: "trap.ptx", entry: "trap", fault: []string{"CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION"}},
+		{name: "trap", file: "trap.ptx", entry: "trap_now", fault: []string{"CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION"}},
 		{name: "shared_over_limit", file: "double.ptx", entry: "double",
 			shape: func(l hw.LaunchLimits) *hw.LaunchShape {
 				return &hw.LaunchShape{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}, SharedBytes: l.MaxSharedBytes + 1}
