@@ -23,9 +23,11 @@ import (
 // tenantGuard counts the failures of each tenant's workers under `serve
 // --supervise` and quarantines a tenant lattice-wide once it failed
 // max_failures times within failure_window ([[tenant]]). A failure is a
-// device_lost report of one of its workers (a fault, or a hung call the
-// worker ended itself for: quarantinedInstance) or a synthetic exit
-// (the worker died without a word). It is safe for concurrent use.
+// device_lost report of one of its workers (a fault, or an instance
+// quarantined by a fence that missed fence_timeout: quarantinedInstance),
+// a hung report (a call's device work past its deadline and hang_grace:
+// endHung; the supervisor killed the worker) or a synthetic exit (the
+// worker died without a word). It is safe for concurrent use.
 type tenantGuard struct {
 	m      *manifest.Manifest
 	now    func() time.Time
@@ -46,7 +48,7 @@ func (g *tenantGuard) changed(st supervise.WorkerStatus) {
 	if st.Tenant == "" {
 		return
 	}
-	total := st.DeviceLosses + st.SyntheticExits
+	total := st.DeviceLosses + st.Hangs + st.SyntheticExits
 	g.mu.Lock()
 	n := total - g.seen[st.Name]
 	if n <= 0 || g.poisoned[st.Tenant] {

@@ -12,7 +12,7 @@ import (
 )
 
 // TestTenantGuard: a tenant is poisoned once, when its workers' failures
-// (device losses and synthetic exits) reach max_failures within
+// (device losses, hangs and synthetic exits) reach max_failures within
 // failure_window; failures that left the window do not count; the shared
 // workers never count.
 func TestTenantGuard(t *testing.T) {
@@ -29,12 +29,12 @@ func TestTenantGuard(t *testing.T) {
 	st.SyntheticExits = 1
 	g.changed(st) // the first left the window: 1 within it
 	now = now.Add(time.Second)
-	st.DeviceLosses = 2
+	st.Hangs = 1
 	g.changed(st) // 2
 	if len(poisoned) != 0 {
 		t.Fatalf("poisoned early: %v", poisoned)
 	}
-	st.DeviceLosses = 3
+	st.DeviceLosses = 2
 	g.changed(st) // 3 within the minute
 	if len(poisoned) != 1 || !strings.HasPrefix(poisoned[0], "acme: tenant acme: 3 failures of its workers within 1m0s") {
 		t.Fatalf("poisoned = %v", poisoned)
