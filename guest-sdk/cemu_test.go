@@ -28,3 +28,23 @@ func TestCEmulatorSharedCases(t *testing.T) {
 		t.Fatalf("the C emulator disagrees with the shared cases: %v\n%s", err, stdout)
 	}
 }
+
+// The C emulator's gelu ops agree with the simulator's values
+// (testdata/gelu.txt, from the host's op library) within 1 ulp:
+// c/testdata/gelu_test.c checks each (skipped without a C compiler).
+func TestCEmulatorGelu(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler")
+	}
+	bin := filepath.Join(t.TempDir(), "gelu")
+	out, err := exec.Command(cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-Ic", "c/testdata/gelu_test.c", "c/emu.c", "-lm", "-o", bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("compiling c/emu.c and c/testdata/gelu_test.c: %v\n%s", err, out)
+	}
+	stdout, err := exec.Command(bin, "testdata/gelu.txt").CombinedOutput()
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(stdout)), "\nok") {
+		t.Fatalf("the C emulator's gelu ops disagree with the simulator's: %v\n%s", err, stdout)
+	}
+	t.Logf("%s", stdout)
+}

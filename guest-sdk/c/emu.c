@@ -1830,6 +1830,23 @@ static float u_tanh(float x) { return (float)tanh((double)x); }
 static double sigmoid64(double x) { return 1 / (1 + exp(-x)); }
 static float u_sigmoid(float x) { return (float)sigmoid64((double)x); }
 static float u_silu(float x) { return x == -INFINITY ? -0.0f : (float)((double)x * sigmoid64((double)x)); }
+/* gelu_tanh: x·sigmoid(2u), u = √(2/π)(x + 0.044715x³); gelu_erf:
+ * 0.5x·erfc(-x/√2); both in float64 rounded once, -Inf gives -0, as the
+ * op library computes them. */
+static float u_gelu_tanh(float x) {
+	if (x == -INFINITY) {
+		return -0.0f;
+	}
+	double v = (double)x, u = sqrt(2 / 3.14159265358979323846264338327950288) * (v + 0.044715 * v * v * v);
+	return (float)(v * sigmoid64(2 * u));
+}
+static float u_gelu_erf(float x) {
+	if (x == -INFINITY) {
+		return -0.0f;
+	}
+	double v = (double)x;
+	return (float)(0.5 * v * erfc(-v / 1.41421356237309504880168872420969808));
+}
 static float u_sqrt(float x) { return (float)sqrt((double)x); }
 static float u_rsqrt(float x) {
 	volatile float s = u_sqrt(x);
@@ -1842,7 +1859,8 @@ static const struct {
 	const char *name;
 	float (*f)(float);
 } unary_ops[] = {{"exp", u_exp},   {"log", u_log},   {"tanh", u_tanh},   {"sigmoid", u_sigmoid}, {"silu", u_silu},
-                 {"sqrt", u_sqrt}, {"rsqrt", u_rsqrt}, {"neg", u_neg},   {"abs", u_abs}};
+                 {"sqrt", u_sqrt}, {"rsqrt", u_rsqrt}, {"neg", u_neg},   {"abs", u_abs},
+                 {"gelu_tanh", u_gelu_tanh}, {"gelu_erf", u_gelu_erf}};
 
 static const opinfo op_unary = {"unary", 2, {"x", "y"}, "bb", "ff"};
 static const opinfo op_affine = {"affine", 4, {"x", "y", "a", "b"}, "bbss", "ffFF"};
@@ -2165,6 +2183,8 @@ static const program builtins[] = {
     {"rsqrt", k_unary, check_unary, "TT", 1, 0},
     {"neg", k_unary, check_unary, "TT", 1, 0},
     {"abs", k_unary, check_unary, "TT", 1, 0},
+    {"gelu_tanh", k_unary, check_unary, "TT", 1, 0},
+    {"gelu_erf", k_unary, check_unary, "TT", 1, 0},
     {"affine", k_affine, check_unary, "TT--", 1, 0},
     {"add", k_binary, check_binary, "TTT--------", 1, 0},
     {"sub", k_binary, check_binary, "TTT--------", 1, 0},

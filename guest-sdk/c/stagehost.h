@@ -621,11 +621,15 @@ STAGEHOST_MEMFN_ void *memmove(void *dst, const void *src, __SIZE_TYPE__ n) {
  * (guest-sdk/testdata/emucases.txt). Kernels: noop, fill, copy, saxpy,
  * relu, bias, matmul, argmax, mlp_forward, and the op library (checked at
  * submit against each op's contract, in the host's words): exp, log, tanh,
- * sigmoid, silu, sqrt, rsqrt, neg, abs, affine, add, sub, mul, div, max,
- * min, reduce_sum, reduce_mean, reduce_max, reduce_argmax, softmax,
- * log_softmax, layernorm, rmsnorm, transpose, gemm, gemm.fast, gather,
- * conv2d, conv2d.fast, maxpool2d, avgpool2d and cast, with .f16 and .bf16
- * storage where the op has it; not gelu_tanh and gelu_erf. Weights
+ * sigmoid, silu, gelu_tanh, gelu_erf, sqrt, rsqrt, neg, abs, affine, add,
+ * sub, mul, div, max, min, reduce_sum, reduce_mean, reduce_max,
+ * reduce_argmax, softmax, log_softmax, layernorm, rmsnorm, transpose,
+ * gemm, gemm.fast, gather, conv2d, conv2d.fast, maxpool2d, avgpool2d and
+ * cast, with .f16 and .bf16 storage where the op has it. The bounded ops
+ * (exp, log, tanh, sigmoid, silu, gelu_*, softmax, log_softmax) compute
+ * in double with libm and round once, as the simulator does: a value is
+ * the simulator's or the storage type's next one (1 ulp; the gelu ops
+ * are checked against the simulator's values, testdata/gelu_test.c). Weights
  * (revision 3): stagehost_emu_weights and stagehost_emu_safetensors list
  * them, and stagehost_weights_get, stagehost_tensor_get and every refused
  * write (stream_write into them, a launch whose kernel writes them or

@@ -18,15 +18,20 @@
 //! Kernels: the built-in ones of the simulator (`noop`, `fill`, `copy`,
 //! `saxpy`, `matmul`, `bias`, `relu`, `argmax`, `mlp_forward`) and the op
 //! library, checked at submit against each op's contract as the host does:
-//! `exp`, `log`, `tanh`, `sigmoid`, `silu`, `sqrt`, `rsqrt`, `neg`, `abs`,
-//! `affine`, `add`, `sub`, `mul`, `div`, `max`, `min`, `reduce_sum`,
-//! `reduce_mean`, `reduce_max`, `reduce_argmax`, `softmax`, `log_softmax`,
-//! `layernorm`, `rmsnorm`, `transpose`, `gemm`, `gemm.fast`, `gather`,
-//! `conv2d`, `conv2d.fast`, `maxpool2d`, `avgpool2d` and `cast`, each with
-//! its `.f16` and `.bf16` variants where the op has them. `gelu_tanh` and
-//! `gelu_erf` are not emulated natively: [`Emulator::programs`] panics
-//! naming them, and the Go emulator or the simulator runs them. Deadlines
-//! are not emulated.
+//! `exp`, `log`, `tanh`, `sigmoid`, `silu`, `gelu_tanh`, `gelu_erf`,
+//! `sqrt`, `rsqrt`, `neg`, `abs`, `affine`, `add`, `sub`, `mul`, `div`,
+//! `max`, `min`, `reduce_sum`, `reduce_mean`, `reduce_max`,
+//! `reduce_argmax`, `softmax`, `log_softmax`, `layernorm`, `rmsnorm`,
+//! `transpose`, `gemm`, `gemm.fast`, `gather`, `conv2d`, `conv2d.fast`,
+//! `maxpool2d`, `avgpool2d` and `cast`, each with its `.f16` and `.bf16`
+//! variants where the op has them. The bounded ops (`exp`, `log`, `tanh`,
+//! `sigmoid`, `silu`, `gelu_tanh`, `gelu_erf`, `softmax`, `log_softmax`)
+//! compute in float64 and round once, as the simulator does, with the
+//! platform's `exp`, `ln` and `tanh` and a port of Go's `math.Erfc`: a
+//! value is the simulator's or, where the two float64 results straddle a
+//! rounding boundary, the storage type's next value (1 ulp;
+//! `tests/gelu.rs` checks the gelu ops against the simulator's values).
+//! Deadlines are not emulated.
 //!
 //! Vendor kernels (ABI revision 4): [`Emulator::vendor_kernel`] declares
 //! one; `stream_launch` gives the Go emulator's statuses and last errors
@@ -39,6 +44,7 @@
 //! writes the argument or does not describe it, `buffer_free`) give the
 //! Go emulator's statuses and last errors.
 
+mod erf;
 mod half;
 mod host;
 mod kernels;
@@ -401,8 +407,10 @@ impl Emulator {
         self
     }
 
-    /// Allows the session the named built-in kernels. Panics on a name
-    /// that is not emulated (see the module doc), naming it.
+    /// Allows the session the named built-in kernels (see the module doc:
+    /// every kernel of the simulator and program of the op library).
+    /// Panics on a name that is not emulated, naming it and listing those
+    /// that are.
     pub fn programs(mut self, names: &[&str]) -> Emulator {
         for n in names {
             let p = match kernels::lookup(n) {
