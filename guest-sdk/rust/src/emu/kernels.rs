@@ -52,7 +52,7 @@ pub fn builtins() -> Vec<String> {
 
 pub(crate) fn lookup(name: &str) -> Option<ProgramDef> {
     if let Some((n, k)) = BUILTINS.iter().find(|(n, _)| *n == name) {
-        return Some(ProgramDef { name: n.to_string(), kernel: *k, op: None, dtype: 0, vendor: false });
+        return Some(ProgramDef { name: n.to_string(), kernel: *k, op: None, dtype: 0, vendor: None });
     }
     // OP, OP.f16 or OP.bf16 (then .fast for the ops that have it).
     let (base, dtype) = if let Some(i) = name.find(".f16") {
@@ -63,7 +63,7 @@ pub(crate) fn lookup(name: &str) -> Option<ProgramDef> {
         (name.to_string(), 0)
     };
     let op = OPS.iter().find(|o| o.name == base && (dtype == 0 || o.half))?;
-    Some(ProgramDef { name: name.to_string(), kernel: op.run, op: Some(op), dtype, vendor: false })
+    Some(ProgramDef { name: name.to_string(), kernel: op.run, op: Some(op), dtype, vendor: None })
 }
 
 const BUILTINS: &[(&str, Kernel)] = &[
