@@ -48,3 +48,22 @@ func TestCEmulatorGelu(t *testing.T) {
 	}
 	t.Logf("%s", stdout)
 }
+
+// The C emulator's stagehost_stream_launch links and refuses a built-in
+// program as the host does: c/testdata/launch_test.c (skipped without a
+// C compiler).
+func TestCEmulatorLaunch(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler")
+	}
+	bin := filepath.Join(t.TempDir(), "launch")
+	out, err := exec.Command(cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-Ic", "c/testdata/launch_test.c", "c/emu.c", "-lm", "-o", bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("compiling c/emu.c and c/testdata/launch_test.c: %v\n%s", err, out)
+	}
+	stdout, err := exec.Command(bin).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(stdout)) != "ok" {
+		t.Fatalf("the C emulator's stream_launch: %v\n%s", err, stdout)
+	}
+}

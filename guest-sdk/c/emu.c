@@ -2825,6 +2825,29 @@ stagehost_status stagehost_stream_submit(stagehost_handle stream_h, stagehost_ha
 	return note(e, st);
 }
 
+/* stream_launch (revision 4). The C emulator declares no vendor kernels,
+ * so every program is built in, and a launch is refused as the host
+ * refuses a built-in one, after the stream, the program and the grid and
+ * block records. */
+stagehost_status stagehost_stream_launch(stagehost_handle stream_h, stagehost_handle program, const uint32_t *grid, const uint32_t *block,
+                                         uint32_t shared_bytes, const stagehost_arg *args, uint32_t args_count) {
+	stagehost_emu *e = need("stream_launch");
+	(void)shared_bytes, (void)args, (void)args_count;
+	uint32_t s, p;
+	stagehost_status st = resolve(e, stream_h, K_STREAM, &s);
+	if (st == STAGEHOST_OK) {
+		st = resolve(e, program, K_PROGRAM, &p);
+	}
+	if (st == STAGEHOST_OK && (!grid || !block)) {
+		st = STAGEHOST_OUT_OF_BOUNDS;
+	}
+	if (st == STAGEHOST_OK) {
+		st = fail(e, STAGEHOST_INVALID_ARGUMENT, "program \"%s\" is built in: stream_launch launches vendor kernels; use stream_submit",
+		          e->progs[p].name);
+	}
+	return note(e, st);
+}
+
 uint32_t stagehost_emu_args_ptr(const stagehost_arg *args, uint32_t count) {
 	(void)count;
 	if (nbatch_args == STAGEHOST_MAX_BATCH) {

@@ -634,7 +634,11 @@ STAGEHOST_MEMFN_ void *memmove(void *dst, const void *src, __SIZE_TYPE__ n) {
  * them, and stagehost_weights_get, stagehost_tensor_get and every refused
  * write (stream_write into them, a launch whose kernel writes them or
  * does not describe the argument, buffer_free) give the host's statuses
- * and last errors. A stage that crashes crashes the
+ * and last errors. Vendor kernels (revision 4) cannot be declared:
+ * stagehost_stream_launch links and refuses every program as the host
+ * refuses a built-in one (INVALID_ARGUMENT, "program "fill" is built in:
+ * stream_launch launches vendor kernels; use stream_submit"); the Go and
+ * Rust emulators run vendor kernels. A stage that crashes crashes the
  * test: traps are not emulated; neither are deadlines. One emulator runs
  * at a time per process. */
 #if !defined(__wasm__)
