@@ -459,7 +459,7 @@ impl State {
             Err(st) => return st,
         };
         if p.vendor.is_some() {
-            return self.needs_launch(&p);
+            return self.needs_launch("", &p);
         }
         let args = match self.parse_args(&p, recs) {
             Ok(a) => a,
@@ -474,11 +474,14 @@ impl State {
         OK
     }
 
-    fn needs_launch(&mut self, p: &ProgramDef) -> i32 {
+    /// The refusal of a vendor kernel given to stream_submit, or as
+    /// `prefix` ("command N: ", as the host says) to stream_submit_batch.
+    fn needs_launch(&mut self, prefix: &str, p: &ProgramDef) -> i32 {
         self.fail(
             INVALID_ARGUMENT,
             std::format!(
-                "program {:?} is a vendor kernel: launch it with stream_launch, which gives its grid, block and shared memory (ABI.md §3.5)",
+                "{}program {:?} is a vendor kernel: launch it with stream_launch, which gives its grid, block and shared memory (ABI.md §3.5)",
+                prefix,
                 p.name
             ),
         )
@@ -608,7 +611,7 @@ impl State {
                 Err(st) => return st,
             };
             if p.vendor.is_some() {
-                return self.needs_launch(&p);
+                return self.needs_launch(&std::format!("command {}: ", i), &p);
             }
             if c.args_count > MAX_ARGS {
                 return INVALID_ARGUMENT;
