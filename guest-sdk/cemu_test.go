@@ -49,9 +49,11 @@ func TestCEmulatorGelu(t *testing.T) {
 	t.Logf("%s", stdout)
 }
 
-// The C emulator's stagehost_stream_launch links and refuses a built-in
-// program as the host does: c/testdata/launch_test.c (skipped without a
-// C compiler).
+// The C emulator's vendor kernels: a declared one runs, and every launch
+// the host refuses (a built-in program, submit and batch, the shape, the
+// arguments against the declaration, read-only weights) is refused with
+// the host's status and last error; c/testdata/launch_test.c (skipped
+// without a C compiler).
 func TestCEmulatorLaunch(t *testing.T) {
 	cc, err := exec.LookPath("cc")
 	if err != nil {
@@ -62,8 +64,11 @@ func TestCEmulatorLaunch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("compiling c/emu.c and c/testdata/launch_test.c: %v\n%s", err, out)
 	}
-	stdout, err := exec.Command(bin).CombinedOutput()
+	cmd := exec.Command(bin)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
 	if err != nil || strings.TrimSpace(string(stdout)) != "ok" {
-		t.Fatalf("the C emulator's stream_launch: %v\n%s", err, stdout)
+		t.Fatalf("the C emulator's vendor kernels: %v\n%s%s", err, stdout, stderr.String())
 	}
 }
