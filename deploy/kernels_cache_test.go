@@ -227,3 +227,29 @@ func TestVendorCubinAndProgramOncePerKey(t *testing.T) {
 		t.Fatal("the compile did not end")
 	}
 }
+
+// TestDeploymentClosesItsVendorCache: the cache is the deployment's own,
+// and closing the deployment closes it: an instance that would need a
+// vendor kernel afterwards is refused, class closed.
+func TestDeploymentClosesItsVendorCache(t *testing.T) {
+	m, err := manifest.Load("../host.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := Open(ctx, m, NewConfig().WithOnly("fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _, _ := ptxKernel(t, ".version 8.0\n")
+	if _, err := d.vendor.get(ctx, k, 1<<20); err != nil {
+		t.Fatalf("open deployment: %v", err)
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.vendor.get(ctx, k, 1<<20); !errors.Is(err, errdefs.ErrClosed) {
+		t.Fatalf("closed deployment: %v", err)
+	}
+}
