@@ -145,6 +145,7 @@ type Deployment struct {
 	devices map[string]hw.Device
 	modules map[string]*stages.Module
 	kernels map[string]*stages.WasmKernel // vendor Wasm kernels, by name (kernels.go)
+	vendor  vendorCache                   // vendor PTX kernels' bytes, cubins and programs (kernels.go)
 
 	sessions  map[string]*Pool
 	residents map[string]*Resident
@@ -1182,6 +1183,7 @@ func (d *Deployment) Close(ctx context.Context) error {
 	for _, r := range d.residents {
 		r.closeAll()
 	}
+	d.vendor.close()
 	if d.Engine != nil {
 		errs = append(errs, d.Engine.Close(ctx))
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -157,22 +158,97 @@ func TestWeightsFreedWithTheirLastHolder(t *testing.T) {
 // TestWeightsChangedFile: a file that no longer hashes to the manifest's
 // sha256 when the deployment opens refuses the deployment, naming both
 // sums.
+//
+// Loaded with WithWeightsHashAtUpload, where the upload's check is the
+// only one, the file may even have changed before the manifest was
+// read: the deployment is refused all the same.
 func TestWeightsChangedFile(t *testing.T) {
-	path, data := weightsFile(t, t.TempDir(), 4096)
+	for _, atUpload := range []bool{false, true} {
+		path, data := weightsFile(t, t.TempDir(), 4096)
+		body := strings.ReplaceAll(weightsManifest, "@WEIGHTS@", path)
+		body = strings.ReplaceAll(body, "@WEIGHTS_SHA@", stages.SHA256(data))
+		body = strings.ReplaceAll(body, "@SHA:stages/testdata/abi/weights.wasm@", sha(t, "stages/testdata/abi/weights.wasm"))
+		manifestPath := writeManifest(t, body)
+		pinned := stages.SHA256(data)
+		data[len(data)-1] ^= 1
+		change := func() {
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if atUpload {
+			change() // before the manifest is read: the load does not hash it
+		}
+		m, err := manifest.LoadWith(manifestPath, manifest.NewLoadConfig().WithWeightsHashAtUpload(atUpload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Weights[0].SHA256 != pinned || m.Weights[0].HashedAtLoad == atUpload {
+			t.Fatalf("atUpload %v: weights %s, hashed at load %v", atUpload, m.Weights[0].SHA256, m.Weights[0].HashedAtLoad)
+		}
+		if !atUpload {
+			change()
+		}
+		_, err = deploy.Open(context.Background(), m, deploy.NewConfig())
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), stages.SHA256(data)) || !strings.Contains(err.Error(), pinned) ||
+			!strings.Contains(err.Error(), path) {
+			t.Fatalf("atUpload %v: err = %v, want InvalidArgument naming the file and both sums", atUpload, err)
+		}
+	}
+}
+
+// readBytes is the number of bytes this process has read through read
+// system calls (rchar of /proc/self/io); the test skips where Linux does
+// not count them.
+func readBytes(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Skipf("no /proc/self/io to count the bytes read: %v", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Skip("no rchar in /proc/self/io")
+	return 0
+}
+
+// TestWeightsReadOnceWhenHashedAtUpload: loading a manifest with
+// WithWeightsHashAtUpload and opening it reads the weights file once (the
+// upload, which hashes what it streams); loaded with Load, which hashes
+// the file itself, it is read twice. Counted in bytes read by the
+// process: a 32 MiB file dwarfs the manifest and the modules.
+func TestWeightsReadOnceWhenHashedAtUpload(t *testing.T) {
+	const n = 32 << 20
+	path, data := weightsFile(t, t.TempDir(), n)
 	body := strings.ReplaceAll(weightsManifest, "@WEIGHTS@", path)
 	body = strings.ReplaceAll(body, "@WEIGHTS_SHA@", stages.SHA256(data))
 	body = strings.ReplaceAll(body, "@SHA:stages/testdata/abi/weights.wasm@", sha(t, "stages/testdata/abi/weights.wasm"))
-	m, err := manifest.Load(writeManifest(t, body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[len(data)-1] ^= 1
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err = deploy.Open(context.Background(), m, deploy.NewConfig())
-	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), stages.SHA256(data)) || !strings.Contains(err.Error(), m.Weights[0].SHA256) {
-		t.Fatalf("err = %v, want InvalidArgument naming both sums", err)
+	manifestPath := writeManifest(t, body)
+	for _, c := range []struct {
+		atUpload bool
+		reads    int64 // times the file is read
+	}{{true, 1}, {false, 2}} {
+		before := readBytes(t)
+		m, err := manifest.LoadWith(manifestPath, manifest.NewLoadConfig().WithWeightsHashAtUpload(c.atUpload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := deploy.Open(context.Background(), m, deploy.NewConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := readBytes(t) - before
+		d.Close(context.Background())
+		if file := int64(len(data)); read < c.reads*file || read > c.reads*file+n/2 {
+			t.Errorf("atUpload %v: %d bytes read to load the manifest and open it, want the %d-byte file read %d times", c.atUpload, read, file, c.reads)
+		}
 	}
 }
 
@@ -260,5 +336,54 @@ weights = ["digits"]
 		if _, bytes := d.Device(dev).(*sim.Device).Uploads(); int64(bytes) != want {
 			t.Errorf("device %s: %d bytes uploaded, want %d", dev, bytes, want)
 		}
+	}
+}
+
+// BenchmarkWeightsOpen: loading a manifest with one [[weights]] file of
+// STAGEHOST_WEIGHTS_MIB MiB (default 1024) and opening it on a sim
+// device, which uploads it: hashed-twice is manifest.Load (the load
+// hashes the file, then the upload hashes it again), hashed-once is
+// manifest.LoadWith with WithWeightsHashAtUpload (only the upload hashes
+// it), as run and serve load it.
+//
+//	go test -run '^$' -bench WeightsOpen -count 5 ./deploy/
+func BenchmarkWeightsOpen(b *testing.B) {
+	mib := 1024
+	if s := os.Getenv("STAGEHOST_WEIGHTS_MIB"); s != "" {
+		var err error
+		if mib, err = strconv.Atoi(s); err != nil || mib < 1 {
+			b.Fatalf("STAGEHOST_WEIGHTS_MIB=%q: want a positive integer", s)
+		}
+	}
+	n := mib << 20
+	data := safetensors.Encode([]safetensors.Data{{Name: "w", DType: "U8", Shape: []uint64{uint64(n)}, Bytes: make([]byte, n)}}, nil)
+	path := filepath.Join(b.TempDir(), "digits.safetensors")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	body := strings.ReplaceAll(weightsManifest, "@WEIGHTS@", path)
+	body = strings.ReplaceAll(body, "@WEIGHTS_SHA@", stages.SHA256(data))
+	body = strings.ReplaceAll(body, "@SHA:stages/testdata/abi/weights.wasm@", sha(b, "stages/testdata/abi/weights.wasm"))
+	manifestPath := writeManifest(b, body)
+	data = nil
+	quiet := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		name     string
+		atUpload bool
+	}{{"hashed-twice", false}, {"hashed-once", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				m, err := manifest.LoadWith(manifestPath, manifest.NewLoadConfig().WithWeightsHashAtUpload(c.atUpload))
+				if err != nil {
+					b.Fatal(err)
+				}
+				d, err := deploy.Open(context.Background(), m, deploy.NewConfig().WithLogger(quiet))
+				if err != nil {
+					b.Fatal(err)
+				}
+				d.Close(context.Background())
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package manifest_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/stagehost/stagehost/manifest"
 )
@@ -108,4 +109,35 @@ func ExampleParseSize() {
 	// 4096 <nil>
 	// 1000000 <nil>
 	// 0 a size must be a whole number of bytes, got "1.5MiB" (write 1536KiB, not 1.5MiB)
+}
+
+// ExampleLoadWith loads a manifest for a deployment that opens at once:
+// its weights are hashed by the upload only, so the load reads just
+// their size and header.
+func ExampleLoadWith() {
+	dir, _ := os.MkdirTemp("", "manifest-example-*")
+	defer os.RemoveAll(dir)
+	weights, _ := filepath.Abs("testdata/weights/tiny.safetensors")
+	src := fmt.Sprintf(`version = 1
+[[device]]
+name = "gpu0"
+backend = "sim"
+engine = "gpu"
+[[weights]]
+name = "digits"
+path = %q
+sha256 = "f6b869dc7189a64b15672fe534ce31573ba9fe8a12e218b99215c921dca39a7a"
+`, weights)
+	path := filepath.Join(dir, "host.toml")
+	_ = os.WriteFile(path, []byte(src), 0o644)
+	m, err := manifest.LoadWith(path, manifest.NewLoadConfig().WithWeightsHashAtUpload(true))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, w := range m.Weights {
+		fmt.Println(w.Name, w.DataSize, "bytes,", len(w.Tensors), "tensors, hashed at load:", w.HashedAtLoad)
+	}
+	// Output:
+	// digits 24 bytes, 2 tensors, hashed at load: false
 }

@@ -434,12 +434,46 @@ func (m *Manifest) Resident(name string) *Resident {
 // cannot be read, an [*Errors] holding that one (class [errdefs.ErrNotFound]
 // when it does not exist).
 func Load(path string) (*Manifest, error) {
+	return LoadWith(path, NewLoadConfig())
+}
+
+// LoadConfig configures [LoadWith]; it is immutable, each WithX returns
+// a copy. Start from [NewLoadConfig].
+type LoadConfig struct {
+	weightsAtUpload bool
+}
+
+// NewLoadConfig returns the configuration of [Load]: every file the
+// manifest names is checked against its sha256.
+func NewLoadConfig() LoadConfig { return LoadConfig{} }
+
+// WithWeightsHashAtUpload, when on, leaves the sha256 of each [[weights]]
+// file to the deployment's upload, which hashes the bytes it streams to
+// the device and refuses them when they do not match: the load reads
+// only the file's size and its safetensors header, so that opening a
+// deployment reads and hashes a weights file once, not twice (once here
+// and once at the upload). A sha256 that is missing, empty or not 64 hex
+// digits is still reported with the file's actual sha256. Use it where a
+// deployment opens the manifest at once (run, serve); leave it off to
+// check a manifest (stagehost check), where nothing is uploaded.
+// [Weights.HashedAtLoad] tells which was done. Default off.
+func (c LoadConfig) WithWeightsHashAtUpload(on bool) LoadConfig {
+	c.weightsAtUpload = on
+	return c
+}
+
+// LoadWith is [Load] configured by cfg.
+//
+// # Errors
+//
+// As [Load]'s.
+func LoadWith(path string, cfg LoadConfig) (*Manifest, error) {
 	data, err := ReadFile(path, MaxManifestSize)
 	if err != nil {
 		limit := fileLimit{MaxManifestSize, "the manifest size limit", ""}
 		return nil, &Errors{List: []*Error{readError(path, 0, "", path, limit, err)}}
 	}
-	return Decode(path, data, ReadFile)
+	return decode(path, data, ReadFile, cfg)
 }
 
 // Decode decodes and validates a manifest held in memory. name is the
@@ -475,14 +509,19 @@ func Load(path string) (*Manifest, error) {
 //
 // The manifest is returned only when there are no errors.
 func Decode(name string, data []byte, readFile ReadFunc) (*Manifest, error) {
+	return decode(name, data, readFile, NewLoadConfig())
+}
+
+func decode(name string, data []byte, readFile ReadFunc, cfg LoadConfig) (*Manifest, error) {
 	if readFile == nil {
 		readFile = ReadFile
 	}
 	d := &decoder{
-		file:     name,
-		dir:      filepath.Dir(name),
-		readFile: readFile,
-		idx:      indexLines(data),
+		file:            name,
+		dir:             filepath.Dir(name),
+		readFile:        readFile,
+		idx:             indexLines(data),
+		weightsAtUpload: cfg.weightsAtUpload,
 	}
 	m := d.decode(data)
 	if len(d.errs) > 0 {

@@ -28,6 +28,8 @@ type decoder struct {
 	moduleLimit fileLimit // the limit of modules without their own max_size
 	hashes      []ModuleHash
 	moduleCount int // [[module]] tables seen
+	// weightsAtUpload: LoadConfig.WithWeightsHashAtUpload.
+	weightsAtUpload bool
 }
 
 // fileLimit is the most a file named by the manifest may hold, with what

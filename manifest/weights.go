@@ -30,12 +30,15 @@ const MaxWeightsName = 64
 // (docs/manifest.md). Its file is checked when the manifest is read
 // (regular, hashing to SHA256, a valid safetensors header) but not kept
 // in memory: the deployment reads it again, streamed, when it uploads
-// it, and checks the sha256 once more while it does.
+// it, and checks the sha256 once more while it does. Loaded with
+// [LoadConfig.WithWeightsHashAtUpload], the file is not hashed when the
+// manifest is read (HashedAtLoad is false): the upload's check is then
+// the only one.
 type Weights struct {
 	Name   string
 	Path   string // as written in the manifest
 	File   string // Path resolved against the manifest's directory
-	SHA256 string // lower-case hex, equal to the file's when it was read
+	SHA256 string // lower-case hex: the file's when it was read, or the declared one when HashedAtLoad is false
 	Format string // WeightsSafetensors or WeightsRaw
 	Size   int64  // the file's size, in bytes
 	// DataOffset and DataSize are the bytes uploaded: the whole file for
@@ -43,6 +46,9 @@ type Weights struct {
 	// (so a tensor's offset in the device copy is its data_offsets[0]).
 	DataOffset, DataSize int64
 	Tensors              []Tensor // safetensors only, in the order of their offsets
+	// HashedAtLoad reports whether the file was hashed, and found equal
+	// to SHA256, when the manifest was read.
+	HashedAtLoad bool
 }
 
 // Tensor is one tensor of safetensors weights.
@@ -127,13 +133,24 @@ func (d *decoder) weightsList(root *table, m *Manifest) []weightsMeta {
 // weightsLimit is the limit weights files are read with: none.
 var weightsLimit = fileLimit{math.MaxInt64, "the weights size limit", ""}
 
-// weightsFile hashes a weights file and reads its safetensors header,
-// reporting what is wrong at the key it concerns.
+// weightsFile hashes a weights file (unless the load leaves that to the
+// upload: [LoadConfig.WithWeightsHashAtUpload]) and reads its
+// safetensors header, reporting what is wrong at the key it concerns.
 func (d *decoder) weightsFile(t *table, w *Weights, sum string, sumSet, formatOK bool) {
-	size, actual, hdr, err := d.readWeights(w.File, formatOK && w.Format == WeightsSafetensors)
-	if err != nil && actual == "" {
+	// Loaded for an upload that hashes the file, a well-formed sha256 is
+	// taken as declared; any other is reported with the file's actual
+	// sha256, as ever.
+	hash := true
+	if b, herr := hex.DecodeString(sum); d.weightsAtUpload && sumSet && herr == nil && len(b) == 32 {
+		hash = false
+	}
+	size, actual, hdr, herr, err := d.readWeights(w.File, formatOK && w.Format == WeightsSafetensors, hash)
+	if err != nil {
 		d.fileError(t.path.key("path"), w.File, weightsLimit, err)
 		return
+	}
+	if !hash {
+		actual = strings.ToLower(sum) // not compared here: the upload checks it
 	}
 	w.Size = size
 	switch {
@@ -152,9 +169,9 @@ func (d *decoder) weightsFile(t *table, w *Weights, sum string, sumSet, formatOK
 		d.errorf(t.path.key("sha256"), "does not match %q: expected %s, the file hashes to %s", w.File, sum, actual)
 		return // not the file the operator meant: its checks would mislead
 	}
-	w.SHA256 = sum
-	if err != nil { // the header
-		d.errorf(t.path.key("path"), "%q: %s", w.File, escapeUnprintable(err.Error()))
+	w.SHA256, w.HashedAtLoad = sum, hash
+	if herr != nil {
+		d.errorf(t.path.key("path"), "%q: %s", w.File, escapeUnprintable(herr.Error()))
 		return
 	}
 	if !formatOK {
@@ -172,40 +189,48 @@ func (d *decoder) weightsFile(t *table, w *Weights, sum string, sumSet, formatOK
 	}
 }
 
-// readWeights returns a weights file's size, its sha256 and, when
-// header is true, its safetensors header. An error with a sum is the
-// header's; one without is the file's. Files of the file system are read
-// as a stream (weights may be larger than memory); a ReadFunc of a test
-// serves them whole.
-func (d *decoder) readWeights(path string, header bool) (size int64, sum string, hdr *safetensors.Header, err error) {
+// readWeights returns a weights file's size, its sha256 (when hash is
+// true; "" otherwise) and, when header is true, its safetensors header
+// or the header's error herr; err is the file's error (nothing else is
+// then set). Files of the file system are read as a stream (weights may
+// be larger than memory), and without hash only up to the end of the
+// header; a ReadFunc of a test serves them whole.
+func (d *decoder) readWeights(path string, header, hash bool) (size int64, sum string, hdr *safetensors.Header, herr, err error) {
 	if reflect.ValueOf(d.readFile).Pointer() != reflect.ValueOf(ReadFile).Pointer() {
 		data, err := d.readFile(path, math.MaxInt64)
 		if err != nil {
-			return 0, "", nil, err
+			return 0, "", nil, nil, err
 		}
-		h := sha256.Sum256(data)
-		sum = hex.EncodeToString(h[:])
+		if hash {
+			h := sha256.Sum256(data)
+			sum = hex.EncodeToString(h[:])
+		}
 		if header {
-			hdr, err = safetensors.ReadHeader(bytes.NewReader(data), int64(len(data)))
+			hdr, herr = safetensors.ReadHeader(bytes.NewReader(data), int64(len(data)))
 		}
-		return int64(len(data)), sum, hdr, err
+		return int64(len(data)), sum, hdr, herr, nil
 	}
 	f, fi, err := OpenFile(path)
 	if err != nil {
-		return 0, "", nil, err
+		return 0, "", nil, nil, err
 	}
 	defer f.Close()
+	if !hash {
+		if header {
+			hdr, herr = safetensors.ReadHeader(f, fi.Size())
+		}
+		return fi.Size(), "", hdr, herr, nil
+	}
 	h := sha256.New()
-	var herr error
 	if header {
 		hdr, herr = safetensors.ReadHeader(io.TeeReader(f, h), fi.Size())
 	}
 	// The rest (all of it for raw weights): the tee hashed what the
 	// header's reader took.
 	if _, err := io.Copy(h, f); err != nil {
-		return 0, "", nil, err
+		return 0, "", nil, nil, err
 	}
-	return fi.Size(), hex.EncodeToString(h.Sum(nil)), hdr, herr
+	return fi.Size(), hex.EncodeToString(h.Sum(nil)), hdr, herr, nil
 }
 
 // checkWeights: every name in a session's weights is a [[weights]].

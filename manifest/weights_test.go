@@ -117,3 +117,67 @@ func TestWeightsDeviceMemory(t *testing.T) {
 		t.Fatalf("one byte short: %v", err)
 	}
 }
+
+// TestWeightsHashAtUpload: with WithWeightsHashAtUpload a well-formed
+// sha256 is taken as declared (the upload checks it), the file is read
+// only for its size and header, and everything else is as with Load: a
+// missing sha256 still names the file's, a bad header is still refused.
+// Without it, the same wrong sha256 is refused at load.
+func TestWeightsHashAtUpload(t *testing.T) {
+	const wrong = "F6B869DC7189A64B15672FE534CE31573BA9FE8A12E218B99215C921DCA39A7B" // the last digit changed
+	toml := []byte(strings.Replace(string(weightsToml("", `"digits", "table.v1"`)), strings.ToLower(wrong[:63])+"a", wrong, 1))
+	for _, rf := range []struct {
+		name string
+		fn   ReadFunc
+	}{{"file system", nil}, {"memory", memFiles}} {
+		t.Run(rf.name, func(t *testing.T) {
+			name := filepath.Join("testdata", "host.toml")
+			if _, err := decode(name, toml, rf.fn, NewLoadConfig()); err == nil || !strings.Contains(err.Error(), "weights[0].sha256: does not match") {
+				t.Fatalf("Load: %v", err)
+			}
+			m, err := decode(name, toml, rf.fn, NewLoadConfig().WithWeightsHashAtUpload(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := m.WeightsNamed("digits")
+			if w.SHA256 != strings.ToLower(wrong) || w.HashedAtLoad || w.DataSize != 24 || len(w.Tensors) != 2 || w.Size != 24+w.DataOffset {
+				t.Fatalf("digits = %+v", w)
+			}
+			if raw := m.WeightsNamed("table.v1"); raw.HashedAtLoad || raw.DataSize != 18 {
+				t.Fatalf("table.v1 = %+v", raw)
+			}
+			missing := []byte(strings.Replace(string(toml), `sha256 = "`+wrong+`"`, "", 1))
+			if _, err := decode(name, missing, rf.fn, NewLoadConfig().WithWeightsHashAtUpload(true)); err == nil ||
+				!strings.Contains(err.Error(), "weights[0].sha256: required key is missing (the file's sha256 is f6b869dc7189a64b15672fe534ce31573ba9fe8a12e218b99215c921dca39a7a)") {
+				t.Fatalf("missing sha256: %v", err)
+			}
+		})
+	}
+	// A file whose header is not safetensors, read from the file system.
+	dir := t.TempDir()
+	for _, d := range []string{"modules", "weights"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good, err := os.ReadFile(filepath.Join("testdata", "modules", "good_stage.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "modules", "good_stage.wasm"), good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join("testdata", "weights", "raw.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"tiny.safetensors", "raw.bin"} {
+		if err := os.WriteFile(filepath.Join(dir, "weights", f), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = decode(filepath.Join(dir, "host.toml"), toml, nil, NewLoadConfig().WithWeightsHashAtUpload(true))
+	if err == nil || !strings.Contains(err.Error(), "weights[0].path: ") || !strings.Contains(err.Error(), "tiny.safetensors") {
+		t.Fatalf("a bad header: %v", err)
+	}
+}

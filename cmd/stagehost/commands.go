@@ -37,6 +37,11 @@ type command struct {
 	synopsis string // after "stagehost NAME"
 	about    string
 	nargs    int // positional arguments: 1 (FILE) or 0
+	// weightsAtUpload, when set, tells parseManifest (after the flags are
+	// parsed) whether the deployment about to open hashes the weights as
+	// it uploads them, so that loading the manifest need not hash them
+	// too (manifest.LoadConfig.WithWeightsHashAtUpload).
+	weightsAtUpload func() bool
 }
 
 func newCommand(name, synopsis, about string) *command {
@@ -125,7 +130,11 @@ func parseManifest(c *command, args []string, stdout, stderr io.Writer) (*manife
 	if code >= 0 {
 		return nil, "", code
 	}
-	m, err := manifest.Load(path)
+	cfg := manifest.NewLoadConfig()
+	if c.weightsAtUpload != nil {
+		cfg = cfg.WithWeightsHashAtUpload(c.weightsAtUpload())
+	}
+	m, err := manifest.LoadWith(path, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, "", exitInvalid
@@ -305,6 +314,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	traceFile := fs.String("trace", "", "write a Chrome/Perfetto trace to `out.json`")
 	quiet := fs.Bool("quiet", false, "print no progress (module loading) on stderr; results and errors still show")
 	level := logLevelFlag(fs)
+	c.weightsAtUpload = func() bool { return true } // run opens a deployment
 	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code
@@ -460,6 +470,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	worker := fs.String("worker", "", "internal: run as serve --supervise's worker of `DEVICE`")
 	tenant := fs.String("tenant", "", "internal: with --worker, serve only the sessions of tenant `NAME` (default: those without a tenant, and the residents)")
 	stateDir := fs.String("state-dir", "", "keep the model state (uploaded modules, swaps) in `DIR` and restore it at the next start (with --supervise: when a worker or the supervisor restarts; \"off\" keeps it only while the supervisor runs; default USER_CACHE_DIR/stagehost/state/KEY, KEY from the manifest's path. Without --supervise: default none; docs/service.md, \"Model state\")")
+	// A supervisor uploads nothing (its workers do, each loading the
+	// manifest again): it checks every weights file when it loads.
+	c.weightsAtUpload = func() bool { return !*supervised }
 	m, path, code := parseManifest(c, args, stdout, stderr)
 	if code >= 0 {
 		return code

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,34 +34,8 @@ func Example() {
 	defer srv.Shutdown()
 
 	// A deployment with one session on a sim GPU.
-	stage, _ := filepath.Abs("../../stages/testdata/hostile/good_stage.wasm")
-	bin, _ := os.ReadFile(stage)
-	src := fmt.Sprintf(`version = 1
-[runtime]
-cache_dir = "off"
-[[device]]
-name = "gpu0"
-backend = "sim"
-engine = "gpu"
-[[module]]
-name = "good"
-path = %q
-sha256 = %q
-[[session]]
-name = "steady"
-stage = "good"
-device = "gpu0"
-programs = ["noop"]
-`, stage, stages.SHA256(bin))
-	path := filepath.Join(dir, "host.toml")
-	_ = os.WriteFile(path, []byte(src), 0o644)
-	m, err := manifest.Load(path)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
 	ctx := context.Background()
-	d, err := deploy.Open(ctx, m, deploy.NewConfig().WithLogger(quiet))
+	d, err := simDeployment(ctx, dir, "good", "../../stages/testdata/hostile/good_stage.wasm", "steady", "noop")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -104,33 +80,8 @@ func ExampleFront_SwapSession() {
 	defer srv.Shutdown()
 
 	// A host whose session "ver" runs version 1 (it answers "v1").
-	v1, _ := filepath.Abs("testdata/version1.wasm")
-	bin1, _ := os.ReadFile(v1)
-	src := fmt.Sprintf(`version = 1
-[runtime]
-cache_dir = "off"
-[[device]]
-name = "gpu0"
-backend = "sim"
-engine = "gpu"
-[[module]]
-name = "ver"
-path = %q
-sha256 = %q
-[[session]]
-name = "ver"
-stage = "ver"
-device = "gpu0"
-`, v1, stages.SHA256(bin1))
-	path := filepath.Join(dir, "host.toml")
-	_ = os.WriteFile(path, []byte(src), 0o644)
-	m, err := manifest.Load(path)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
 	ctx := context.Background()
-	d, err := deploy.Open(ctx, m, deploy.NewConfig().WithLogger(quiet))
+	d, err := simDeployment(ctx, dir, "ver", "testdata/version1.wasm", "ver")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -165,4 +116,51 @@ device = "gpu0"
 	fmt.Println(ans.Revision, len(ans.Hosts), ans.Hosts[0].Acknowledged, string(out), err)
 	// Output:
 	// 1 1 true v2 <nil>
+}
+
+// simDeployment writes into dir a manifest of one sim GPU, "gpu0", and
+// one session on it, session, whose stage is the module called module
+// at path (relative to this directory), with programs, and opens it,
+// logging nothing.
+func simDeployment(ctx context.Context, dir, module, path, session string, programs ...string) (*deploy.Deployment, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := os.ReadFile(abs)
+	if err != nil {
+		return nil, err
+	}
+	src := fmt.Sprintf(`version = 1
+[runtime]
+cache_dir = "off"
+[[device]]
+name = "gpu0"
+backend = "sim"
+engine = "gpu"
+[[module]]
+name = %q
+path = %q
+sha256 = %q
+[[session]]
+name = %q
+stage = %q
+device = "gpu0"
+`, module, abs, stages.SHA256(bin), session, module)
+	if len(programs) > 0 {
+		q := make([]string, len(programs))
+		for i, p := range programs {
+			q[i] = strconv.Quote(p)
+		}
+		src += "programs = [" + strings.Join(q, ", ") + "]\n"
+	}
+	manifestPath := filepath.Join(dir, "host.toml")
+	if err := os.WriteFile(manifestPath, []byte(src), 0o644); err != nil {
+		return nil, err
+	}
+	m, err := manifest.Load(manifestPath)
+	if err != nil {
+		return nil, err
+	}
+	return deploy.Open(ctx, m, deploy.NewConfig().WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 }

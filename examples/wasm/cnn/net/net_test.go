@@ -2,13 +2,11 @@ package net_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
-	"math"
-	"os"
 	"testing"
 
 	"github.com/stagehost/stagehost/examples/wasm/cnn/net"
+	"github.com/stagehost/stagehost/examples/wasm/internal/modeltest"
 	"github.com/stagehost/stagehost/examples/wasm/internal/simrun"
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
 	"github.com/stagehost/stagehost/guest-sdk/emu"
@@ -21,78 +19,29 @@ import (
 // softmax within 1 ulp) stay far inside it; the error measured is logged.
 const Tolerance = 1e-5
 
-// testdata/*.bin are written by ../reference.py.
-func readTestdata(t *testing.T) (inputs [][]byte, expected []float64) {
-	t.Helper()
-	in, err := os.ReadFile("testdata/input.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := os.ReadFile("testdata/expected.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for len(in) > 0 {
-		inputs = append(inputs, in[:net.InputSize])
-		in = in[net.InputSize:]
-	}
-	for i := 0; i < len(ex); i += 8 {
-		expected = append(expected, math.Float64frombits(binary.LittleEndian.Uint64(ex[i:])))
-	}
-	if len(expected) != len(inputs)*net.Classes {
-		t.Fatalf("%d expected values for %d inputs", len(expected), len(inputs))
-	}
-	return inputs, expected
-}
-
-func runOnEmu(t *testing.T, inputs [][]byte) [][]byte {
-	t.Helper()
-	e := emu.New(emu.NewConfig()).Stream("s0").Programs(net.Programs...)
-	e.Stage("main", net.Run)
-	var outs [][]byte
-	for i, in := range inputs {
-		out, err := e.Run("main", in)
-		if err != nil {
-			t.Fatalf("emu, input %d: %v", i, err)
-		}
-		outs = append(outs, out)
-	}
-	return outs
-}
-
 // The committed module on the simulator matches the NumPy float64
 // reference within the bound, and the emulator's run of the same stage
 // code gives the same bytes.
 func TestNetMatchesReferenceOnSimAndEmu(t *testing.T) {
-	inputs, expected := readTestdata(t)
+	inputs, expected := modeltest.Read(t, net.InputSize, net.Classes)
 	for i, in := range inputs {
 		if want := stagehost.Float32Bytes(net.Values(uint32(2000+i), net.H*net.W, 1)); !bytes.Equal(in, want) {
 			t.Fatalf("input %d: reference.py's Values differs from Go's", i)
 		}
 	}
 	simOut := simrun.Run(t, "../stage/cnn.wasm", net.Programs, inputs...)
-	emuOut := runOnEmu(t, inputs)
-	worst := 0.0
+	emuOut := modeltest.RunEmu(t, modeltest.Emu(net.Programs, net.Run), inputs)
 	for i := range inputs {
 		if !bytes.Equal(simOut[i], emuOut[i]) {
 			t.Errorf("input %d: sim and emu outputs differ", i)
 		}
-		got := stagehost.Float32s(simOut[i])
-		for j, g := range got {
-			want := expected[i*net.Classes+j]
-			err := math.Abs(float64(g)-want) / (1 + math.Abs(want))
-			worst = max(worst, err)
-			if !(err <= Tolerance) {
-				t.Errorf("input %d value %d: %g, reference %g", i, j, g, want)
-			}
-		}
 	}
+	worst := modeltest.Within(t, simOut, expected, net.Classes, Tolerance)
 	t.Logf("largest error |got-ref|/(1+|ref|): %.3g (bound %g)", worst, Tolerance)
 }
 
 func TestBadInput(t *testing.T) {
-	e := emu.New(emu.NewConfig()).Stream("s0").Programs(net.Programs...)
-	e.Stage("main", net.Run)
+	e := modeltest.Emu(net.Programs, net.Run)
 	_, err := e.Run("main", make([]byte, 3))
 	var ce *emu.ClientError
 	if !errors.As(err, &ce) || ce.Code != int32(stagehost.StatusInvalidArgument) {
@@ -114,8 +63,7 @@ func BenchmarkNet(b *testing.B) {
 		}
 	})
 	b.Run("emu", func(b *testing.B) {
-		e := emu.New(emu.NewConfig()).Stream("s0").Programs(net.Programs...)
-		e.Stage("main", net.Run)
+		e := modeltest.Emu(net.Programs, net.Run)
 		for b.Loop() {
 			if _, err := e.Run("main", in); err != nil {
 				b.Fatal(err)
@@ -131,18 +79,8 @@ func TestNetOnCUDA(t *testing.T) {
 	p, err := cuda.Open(cuda.NewConfig())
 	testutil.GPU(t, err)
 	t.Cleanup(func() { p.Close() })
-	inputs, expected := readTestdata(t)
+	inputs, expected := modeltest.Read(t, net.InputSize, net.Classes)
 	out := simrun.RunOn(t, "../stage/cnn.wasm", net.Programs, p.Devices()[0], inputs...)
-	worst := 0.0
-	for i := range inputs {
-		for j, g := range stagehost.Float32s(out[i]) {
-			want := expected[i*net.Classes+j]
-			err := math.Abs(float64(g)-want) / (1 + math.Abs(want))
-			worst = max(worst, err)
-			if !(err <= Tolerance) {
-				t.Errorf("input %d value %d: %g, reference %g", i, j, g, want)
-			}
-		}
-	}
+	worst := modeltest.Within(t, out, expected, net.Classes, Tolerance)
 	t.Logf("%d inputs on cuda0: largest error |got-ref|/(1+|ref|): %.3g (bound %g)", len(inputs), worst, Tolerance)
 }

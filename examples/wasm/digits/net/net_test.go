@@ -164,20 +164,29 @@ func serve(t *testing.T, path string) func(body []byte) *httptest.ResponseRecord
 	return func(body []byte) *httptest.ResponseRecorder { return do("POST", "/v1/sessions/digits/run", body) }
 }
 
-// handler opens the manifest at path and returns a function that sends a
-// request to its service.
-func handler(t *testing.T, path string) func(method, target string, body []byte) *httptest.ResponseRecorder {
+// openDeployment loads the manifest at path and opens it, its compile
+// cache in a temporary directory (the test leaves no compiled module
+// behind); the deployment is closed when t ends.
+func openDeployment(t testing.TB, path string) (*deploy.Deployment, *manifest.Manifest) {
 	t.Helper()
 	m, err := manifest.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Runtime.CacheDir = t.TempDir() // the test leaves no compiled module behind
+	m.Runtime.CacheDir = t.TempDir()
 	d, err := deploy.Open(context.Background(), m, deploy.NewConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close(context.Background()) })
+	return d, m
+}
+
+// handler opens the manifest at path and returns a function that sends a
+// request to its service.
+func handler(t *testing.T, path string) func(method, target string, body []byte) *httptest.ResponseRecorder {
+	t.Helper()
+	d, m := openDeployment(t, path)
 	h := service.NewServerConfig(d, quiet, service.ConfigFromManifest(m)).Handler()
 	return func(method, target string, body []byte) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, target, bytes.NewReader(body))
@@ -603,16 +612,7 @@ func BenchmarkDigitsService(b *testing.B) {
 // returns its base URL.
 func httpServe(b *testing.B, path string) string {
 	b.Helper()
-	m, err := manifest.Load(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	m.Runtime.CacheDir = b.TempDir()
-	d, err := deploy.Open(context.Background(), m, deploy.NewConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { d.Close(context.Background()) })
+	d, m := openDeployment(b, path)
 	srv := httptest.NewServer(service.NewServerConfig(d, quiet, service.ConfigFromManifest(m)).Handler())
 	b.Cleanup(srv.Close)
 	return srv.URL

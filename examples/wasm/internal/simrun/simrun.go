@@ -16,20 +16,12 @@ import (
 	"github.com/stagehost/stagehost/stages"
 )
 
-// Run loads the module at path and calls it once per input, failing t on
-// any error; it returns the outputs in order.
+// Run loads the module at path into a session on a fresh sim GPU and
+// calls it once per input, failing t on any error; it returns the outputs
+// in order.
 func Run(t testing.TB, path string, programs []string, inputs ...[]byte) [][]byte {
 	t.Helper()
-	call := Open(t, path, programs)
-	var outs [][]byte
-	for i, in := range inputs {
-		out, err := call(in)
-		if err != nil {
-			t.Fatalf("input %d: %v", i, err)
-		}
-		outs = append(outs, out)
-	}
-	return outs
+	return RunOn(t, path, programs, simGPU(t), inputs...)
 }
 
 // RunOn is Run on the given device.
@@ -51,13 +43,19 @@ func RunOn(t testing.TB, path string, programs []string, gpu hw.Device, inputs .
 // returns a function that calls it; everything is closed when t ends.
 func Open(t testing.TB, path string, programs []string) func(input []byte) ([]byte, error) {
 	t.Helper()
+	return OpenOn(t, path, programs, simGPU(t))
+}
+
+// simGPU is the GPU of a fresh sim platform, closed when t ends.
+func simGPU(t testing.TB) hw.Device {
+	t.Helper()
 	p := sim.New()
 	t.Cleanup(func() { p.Close() })
 	gpu, err := p.AddDevice("gpu0", hw.EngineGPU, sim.NewDeviceConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return OpenOn(t, path, programs, gpu)
+	return gpu
 }
 
 // OpenOn is Open on the given device (a real GPU, say), which the caller

@@ -2,12 +2,10 @@ package block_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
-	"math"
-	"os"
 	"testing"
 
+	"github.com/stagehost/stagehost/examples/wasm/internal/modeltest"
 	"github.com/stagehost/stagehost/examples/wasm/internal/simrun"
 	"github.com/stagehost/stagehost/examples/wasm/transformer/block"
 	stagehost "github.com/stagehost/stagehost/guest-sdk"
@@ -20,45 +18,6 @@ import (
 // is logged.
 const Tolerance = 1e-5
 
-// testdata/*.bin are written by ../reference.py.
-func readTestdata(t *testing.T) (inputs [][]byte, expected []float64) {
-	t.Helper()
-	in, err := os.ReadFile("testdata/input.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := os.ReadFile("testdata/expected.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for len(in) > 0 {
-		inputs = append(inputs, in[:block.InputSize])
-		in = in[block.InputSize:]
-	}
-	for i := 0; i < len(ex); i += 8 {
-		expected = append(expected, math.Float64frombits(binary.LittleEndian.Uint64(ex[i:])))
-	}
-	if len(expected) != len(inputs)*block.S*block.D {
-		t.Fatalf("%d expected values for %d inputs", len(expected), len(inputs))
-	}
-	return inputs, expected
-}
-
-func runOnEmu(t *testing.T, inputs [][]byte) [][]byte {
-	t.Helper()
-	e := emu.New(emu.NewConfig()).Stream("s0").Programs(block.Programs...)
-	e.Stage("main", block.Run)
-	var outs [][]byte
-	for i, in := range inputs {
-		out, err := e.Run("main", in)
-		if err != nil {
-			t.Fatalf("emu, input %d: %v", i, err)
-		}
-		outs = append(outs, out)
-	}
-	return outs
-}
-
 // The committed module on the simulator matches the NumPy float64
 // reference within the bound, and the emulator's run of the same stage
 // code gives the same bytes.
@@ -66,35 +25,25 @@ func TestBlockMatchesReferenceOnSimAndEmu(t *testing.T) {
 	if block.S != 8 {
 		t.Skip("the reference data is for S = 8 (built without the tag block128)")
 	}
-	inputs, expected := readTestdata(t)
+	inputs, expected := modeltest.Read(t, block.InputSize, block.S*block.D)
 	for i, in := range inputs {
 		if want := stagehost.Float32Bytes(block.Values(uint32(1000+i), block.S*block.D, 2)); !bytes.Equal(in, want) {
 			t.Fatalf("input %d: reference.py's Values differs from Go's", i)
 		}
 	}
 	simOut := simrun.Run(t, "../stage/transformer.wasm", block.Programs, inputs...)
-	emuOut := runOnEmu(t, inputs)
-	worst := 0.0
+	emuOut := modeltest.RunEmu(t, modeltest.Emu(block.Programs, block.Run), inputs)
 	for i := range inputs {
 		if !bytes.Equal(simOut[i], emuOut[i]) {
 			t.Errorf("input %d: sim and emu outputs differ", i)
 		}
-		got := stagehost.Float32s(simOut[i])
-		for j, g := range got {
-			want := expected[i*block.S*block.D+j]
-			err := math.Abs(float64(g)-want) / (1 + math.Abs(want))
-			worst = max(worst, err)
-			if !(err <= Tolerance) {
-				t.Errorf("input %d value %d: %g, reference %g", i, j, g, want)
-			}
-		}
 	}
+	worst := modeltest.Within(t, simOut, expected, block.S*block.D, Tolerance)
 	t.Logf("largest error |got-ref|/(1+|ref|): %.3g (bound %g)", worst, Tolerance)
 }
 
 func TestBadInput(t *testing.T) {
-	e := emu.New(emu.NewConfig()).Stream("s0").Programs(block.Programs...)
-	e.Stage("main", block.Run)
+	e := modeltest.Emu(block.Programs, block.Run)
 	_, err := e.Run("main", make([]byte, 3))
 	var ce *emu.ClientError
 	if !errors.As(err, &ce) || ce.Code != int32(stagehost.StatusInvalidArgument) {
@@ -119,8 +68,7 @@ func BenchmarkBlock(b *testing.B) {
 		}
 	})
 	b.Run("emu", func(b *testing.B) {
-		e := emu.New(emu.NewConfig()).Stream("s0").Programs(block.Programs...)
-		e.Stage("main", block.Run)
+		e := modeltest.Emu(block.Programs, block.Run)
 		for b.Loop() {
 			if _, err := e.Run("main", in); err != nil {
 				b.Fatal(err)
