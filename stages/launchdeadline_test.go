@@ -171,3 +171,40 @@ func TestSimKernelStopsAtTheCommandsDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamLaunchLeftToTheFenceStopsAtTheCallsDeadline: a stage
+// launches a looping kernel and returns at once, leaving the launch to
+// the fence (the built-in drain, 10 s). The kernel is interrupted at the
+// call's deadline all the same, so the call fails with Fault (device
+// work failed) at about its deadline, not at the kernel's 5 s time
+// limit; the fence is proven and the session is not quarantined.
+func TestStreamLaunchLeftToTheFenceStopsAtTheCallsDeadline(t *testing.T) {
+	f := newWasmFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := f.eng.LoadKernel(ctx, kernelFile(t, "loop"), doubleSpec, NewKernelConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deadline = 200 * time.Millisecond
+	cfg := NewSessionConfig("loop", f.gpu).WithStreams("s0").WithPrograms("double", "fill").
+		WithBuffer("x", 16).WithBuffer("y", 16).WithKernels(k).WithDeadline(deadline)
+	s := f.session(t, abiModule(t, f, "launch"), cfg)
+	defer s.Close(ctx)
+	start := time.Now()
+	_, err = s.Run(ctx, launchInput(5), nil)
+	took := time.Since(start)
+	t.Logf("call: %v after %s", err, took)
+	if !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
+		t.Fatalf("call: %v, want fault (device work failed)", err)
+	}
+	if want := `interrupted at its call's deadline`; !strings.Contains(err.Error(), want) {
+		t.Fatalf("call: %v, want it to name the kernel's interruption (%q)", err, want)
+	}
+	if took > deadline+250*time.Millisecond {
+		t.Fatalf("the call took %s, want at most its deadline of %s + 250ms", took, deadline)
+	}
+	if q := s.Quarantined(); q != nil {
+		t.Fatalf("quarantined: %v", q)
+	}
+}
