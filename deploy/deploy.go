@@ -42,6 +42,9 @@ type Config struct {
 	// ("" for those without a tenant).
 	tenant   string
 	byTenant bool
+	// overdueGrace and overdue: Config.WithOverdue.
+	overdueGrace time.Duration
+	overdue      func(Overdue)
 }
 
 // NewConfig returns the default configuration:
@@ -50,7 +53,8 @@ type Config struct {
 //   - no progress lines (see [Config.WithProgress]);
 //   - every session and resident session (see [Config.WithOnly]);
 //   - every device (see [Config.WithDevice]);
-//   - every tenant's sessions (see [Config.WithTenant]).
+//   - every tenant's sessions (see [Config.WithTenant]);
+//   - no watch on overdue calls (see [Config.WithOverdue]).
 func NewConfig() Config { return Config{} }
 
 // WithLogger sends host and guest logs to logger. Default slog.Default();
@@ -100,6 +104,35 @@ func (c Config) WithTenant(name string) Config {
 	return c
 }
 
+// Overdue describes a call that had not ended grace after its deadline
+// ([Config.WithOverdue]): its stage was interrupted at the deadline, so
+// what still runs is its fence, waiting on device work that has not
+// finished (a hung kernel).
+type Overdue struct {
+	Session  string
+	Instance int
+	Device   string
+	// Deadline is the call's deadline: the earlier of its context's and
+	// the session's deadline counted from when the call had its instance.
+	Deadline time.Time
+	// Grace is the grace the call outlived past Deadline.
+	Grace time.Duration
+}
+
+// WithOverdue makes the deployment call fn, on a goroutine of its own,
+// for every call still running grace after its deadline: the call's
+// stage was interrupted at the deadline (ABI.md §4.2), so what still runs
+// is the fence, waiting on device work that has not finished. Nothing
+// inside the process can stop such work on a GPU (docs/security.md): a
+// tenant's worker of `serve --supervise` ends itself from fn. fn runs at
+// most once per call; the call itself goes on (its fence still ends at
+// fence_timeout, quarantining the instance). Default: no watch (grace
+// <= 0 or fn nil).
+func (c Config) WithOverdue(grace time.Duration, fn func(Overdue)) Config {
+	c.overdueGrace, c.overdue = grace, fn
+	return c
+}
+
 // Deployment is a running manifest.
 type Deployment struct {
 	Manifest *manifest.Manifest
@@ -120,6 +153,9 @@ type Deployment struct {
 	// tenant, when byTenant: Config.WithTenant's tenant.
 	tenant   string
 	byTenant bool
+	// overdueGrace and overdue: Config.WithOverdue (overdue nil: none).
+	overdueGrace time.Duration
+	overdue      func(Overdue)
 
 	admin adminState // model control (admin.go)
 
@@ -215,6 +251,9 @@ func Open(ctx context.Context, m *manifest.Manifest, opt Config) (*Deployment, e
 		devices: map[string]hw.Device{}, modules: map[string]*stages.Module{},
 		sessions: map[string]*Pool{}, residents: map[string]*Resident{}, device: opt.device, progress: opt.progress,
 		tenant: opt.tenant, byTenant: opt.byTenant}
+	if opt.overdueGrace > 0 && opt.overdue != nil {
+		d.overdueGrace, d.overdue = opt.overdueGrace, opt.overdue
+	}
 	if opt.device != "" && m.Device(opt.device) == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no device %q in the manifest", opt.device)
 	}
@@ -969,7 +1008,22 @@ func (t *Turn) Run(ctx context.Context, input []byte) (out []byte, err error) {
 		endChild(ctx, span, err)
 		t.s.count(Outcome(ctx, err))
 	}()
+	if d := t.s.d; d.overdue != nil {
+		defer t.watchOverdue(ctx, d)()
+	}
 	return t.m.val.s.RunEntry(sctx, t.s.Spec.Entry, input, nil)
+}
+
+// watchOverdue arms the deployment's overdue watch for the turn's call,
+// which starts now; the returned func disarms it.
+func (t *Turn) watchOverdue(ctx context.Context, d *Deployment) (stop func()) {
+	deadline := time.Now().Add(t.s.Spec.Deadline)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	o := Overdue{Session: t.s.Spec.Name, Instance: t.m.index, Device: t.m.device, Deadline: deadline, Grace: d.overdueGrace}
+	timer := time.AfterFunc(time.Until(deadline.Add(d.overdueGrace)), func() { d.overdue(o) })
+	return func() { timer.Stop() }
 }
 
 // Release gives the instance back: to the next caller waiting, or to the

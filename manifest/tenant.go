@@ -15,7 +15,13 @@ const (
 	DefaultTenantMaxFailures = 3
 	// DefaultTenantFailureWindow is failure_window.
 	DefaultTenantFailureWindow = 10 * time.Minute
-	maxTenantFailures          = 1 << 16
+	// DefaultTenantHangGrace is hang_grace: how long a call's device work
+	// may outlive the call's deadline in the tenant's worker before the
+	// worker is ended.
+	DefaultTenantHangGrace = 100 * time.Millisecond
+	// MaxTenantHangGrace is the longest hang_grace.
+	MaxTenantHangGrace = time.Minute
+	maxTenantFailures  = 1 << 16
 )
 
 // Tenant is one [[tenant]]: a failure domain. Under `serve --supervise`
@@ -32,6 +38,12 @@ type Tenant struct {
 	// FailureWindow is the window MaxFailures counts in; default
 	// [DefaultTenantFailureWindow].
 	FailureWindow time.Duration
+	// HangGrace is how long past a call's deadline the tenant's worker
+	// waits for the call (its fence included) to end before it ends
+	// itself and the supervisor sends SIGKILL: device work still running
+	// then cannot be stopped otherwise (docs/security.md). Default
+	// [DefaultTenantHangGrace].
+	HangGrace time.Duration
 }
 
 // Tenant returns the [[tenant]] named name, or nil.
@@ -50,7 +62,7 @@ func (m *Manifest) TenantPolicy(name string) Tenant {
 	if t := m.Tenant(name); t != nil {
 		return *t
 	}
-	return Tenant{Name: name, MaxFailures: DefaultTenantMaxFailures, FailureWindow: DefaultTenantFailureWindow}
+	return Tenant{Name: name, MaxFailures: DefaultTenantMaxFailures, FailureWindow: DefaultTenantFailureWindow, HangGrace: DefaultTenantHangGrace}
 }
 
 // TenantName returns the tenant the session belongs to: its tenant key;
@@ -120,6 +132,11 @@ func (d *decoder) tenants(root *table, m *Manifest) []tenantMeta {
 		n, _ := t.integer("max_failures", DefaultTenantMaxFailures, 1, maxTenantFailures)
 		tn.MaxFailures = int(n)
 		tn.FailureWindow, _ = t.duration("failure_window", DefaultTenantFailureWindow, true)
+		tn.HangGrace, _ = t.duration("hang_grace", DefaultTenantHangGrace, true)
+		if tn.HangGrace > MaxTenantHangGrace {
+			d.errorf(t.path.key("hang_grace"), "at most %s, got %s", MaxTenantHangGrace, tn.HangGrace)
+			tn.HangGrace = DefaultTenantHangGrace
+		}
 		t.finish()
 	}
 	return metas

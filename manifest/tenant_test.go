@@ -42,6 +42,7 @@ func TestTenants(t *testing.T) {
 name = "acme"
 max_failures = 2
 failure_window = "1m"
+hang_grace = "250ms"
 
 [[tenant]]
 name = "beta"
@@ -55,10 +56,10 @@ name = "beta"
 	if got := m.Session("shared").TenantName(); got != "" {
 		t.Fatalf("session shared's tenant = %q", got)
 	}
-	if p := m.TenantPolicy("acme"); p.MaxFailures != 2 || p.FailureWindow != time.Minute {
+	if p := m.TenantPolicy("acme"); p.MaxFailures != 2 || p.FailureWindow != time.Minute || p.HangGrace != 250*time.Millisecond {
 		t.Fatalf("acme = %+v", p)
 	}
-	if p := m.TenantPolicy("beta"); p.MaxFailures != DefaultTenantMaxFailures || p.FailureWindow != DefaultTenantFailureWindow {
+	if p := m.TenantPolicy("beta"); p.MaxFailures != DefaultTenantMaxFailures || p.FailureWindow != DefaultTenantFailureWindow || p.HangGrace != DefaultTenantHangGrace {
 		t.Fatalf("beta = %+v", p)
 	}
 	if got := m.SessionTenants("gpu0"); len(got) != 1 || got[0] != "acme" {
@@ -75,6 +76,8 @@ func TestTenantErrors(t *testing.T) {
 		{"[[tenant]]\nname = \"x\"\n[[tenant]]\nname = \"x\"\n", ``, `testdata/host.toml:15: tenant[1].name: duplicate tenant name "x" (also at tenant[0].name, line 13)`},
 		{"[[tenant]]\nname = \"x\"\nmax_failures = 0\n", ``, `testdata/host.toml:14: tenant[0].max_failures: must be between 1 and 65536, not 0`},
 		{"[[tenant]]\nname = \"x\"\nfailure_window = \"0s\"\n", ``, `testdata/host.toml:14: tenant[0].failure_window: must be positive`},
+		{"[[tenant]]\nname = \"x\"\nhang_grace = \"0s\"\n", ``, `testdata/host.toml:14: tenant[0].hang_grace: must be positive`},
+		{"[[tenant]]\nname = \"x\"\nhang_grace = \"61s\"\n", ``, `testdata/host.toml:14: tenant[0].hang_grace: at most 1m0s, got 1m1s`},
 		{"[[tenant]]\nname = \"x\"\nkill_grace = 1\n", ``, `testdata/host.toml:14: tenant[0].kill_grace: unknown key`},
 	} {
 		_, err := Decode(filepath.Join("testdata", "host.toml"), tenantToml(tc.tenants, tc.a), nil)

@@ -154,7 +154,7 @@ func (v *workerView) WorkerStates() []WorkerState {
 	out := make([]WorkerState, len(sts))
 	for i, st := range sts {
 		ws := WorkerState{Name: st.Name, Tenant: st.Tenant, State: string(st.State), Ready: st.State == supervise.StateReady,
-			Restarts: st.Restarts, SyntheticExits: st.SyntheticExits, DeviceLosses: st.DeviceLosses}
+			Restarts: st.Restarts, SyntheticExits: st.SyntheticExits, DeviceLosses: st.DeviceLosses, Hangs: st.Hangs}
 		if !ws.Ready {
 			ws.Reason = st.Reason
 			if ws.Reason == "" && st.LastExit != nil {

@@ -40,6 +40,7 @@ type WorkerState struct {
 	Restarts       int
 	SyntheticExits int
 	DeviceLosses   int
+	Hangs          int // hung reports: processes killed for device work past a call's deadline
 }
 
 // LatticeSessionStatus is the status of one manifest session as a
@@ -165,6 +166,8 @@ var (
 		"Exits of the worker it did not report (a crash, a kill): synthetic exits.", []string{"worker"}, nil)
 	workerLosses = prometheus.NewDesc("stagehost_worker_device_losses_total",
 		"Device losses the worker reported.", []string{"worker"}, nil)
+	workerHangs = prometheus.NewDesc("stagehost_worker_hangs_total",
+		"Hangs the worker reported (a call's device work past its deadline and the tenant's hang_grace), each ending its process with SIGKILL.", []string{"worker"}, nil)
 )
 
 // The sessions' series of a supervisor, from the workers' heartbeats.
@@ -186,6 +189,7 @@ func (c workersCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- workerRestarts
 	ch <- workerSynthetic
 	ch <- workerLosses
+	ch <- workerHangs
 	ch <- latticeSessionUp
 	ch <- latticeSessionRuns
 	ch <- latticeSessionInFlight
@@ -202,6 +206,7 @@ func (c workersCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(workerRestarts, prometheus.CounterValue, float64(st.Restarts), st.Name)
 		ch <- prometheus.MustNewConstMetric(workerSynthetic, prometheus.CounterValue, float64(st.SyntheticExits), st.Name)
 		ch <- prometheus.MustNewConstMetric(workerLosses, prometheus.CounterValue, float64(st.DeviceLosses), st.Name)
+		ch <- prometheus.MustNewConstMetric(workerHangs, prometheus.CounterValue, float64(st.Hangs), st.Name)
 	}
 	for _, ls := range c.w.Sessions() {
 		up := 0.0

@@ -48,7 +48,7 @@ func TestWorkersRoutes(t *testing.T) {
 	}
 	f := &fakeWorkers{}
 	up := service.WorkerState{Name: "gpu1", Ready: true, State: "ready"}
-	down := service.WorkerState{Name: "gpu0", State: "backing_off", Reason: "device gpu0 lost: injected\nmore", Restarts: 2, SyntheticExits: 1, DeviceLosses: 1}
+	down := service.WorkerState{Name: "gpu0", State: "backing_off", Reason: "device gpu0 lost: injected\nmore", Restarts: 2, SyntheticExits: 1, DeviceLosses: 1, Hangs: 4}
 	f.set(down, up)
 	s.srv.SetWorkers(f)
 
@@ -91,7 +91,7 @@ func TestWorkersRoutes(t *testing.T) {
 	body := s.do("GET", "/metrics", nil).Body.String()
 	for _, want := range []string{`stagehost_worker_up{worker="gpu0"} 0`, `stagehost_worker_up{worker="gpu1"} 1`,
 		`stagehost_worker_restarts_total{worker="gpu0"} 2`, `stagehost_worker_synthetic_exits_total{worker="gpu0"} 1`,
-		`stagehost_worker_device_losses_total{worker="gpu0"} 1`} {
+		`stagehost_worker_device_losses_total{worker="gpu0"} 1`, `stagehost_worker_hangs_total{worker="gpu0"} 4`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s:\n%s", want, grepLines(body, "stagehost_worker"))
 		}

@@ -74,7 +74,9 @@ gotest() {
 }
 
 echo "== tests"
-gotest cuda . test-cuda.log 90 -test.v -test.count 1 -test.timeout 85s
+# In hw/cuda: the vendor kernel tests read testdata/vendor; the hostile
+# ones (vendor_hostile_gpu_test.go) start processes of their own.
+gotest cuda hw/cuda test-cuda.log 150 -test.v -test.count 1 -test.timeout 145s
 gotest sessions . test-sessions.log 90 -test.v -test.count 1 -test.run CUDA -test.timeout 85s
 gotest wasm examples/wasm test-wasm.log 90 -test.v -test.count 1 -test.run CUDA -test.timeout 85s
 gotest wasmlaunch bench/cuda/wasmlaunch test-wasmlaunch.log 40 -test.v -test.count 1 -test.timeout 35s

@@ -87,11 +87,16 @@ type workerJSON struct {
 	Restarts       int
 	DeviceLosses   int `json:"device_losses"`
 	SyntheticExits int `json:"synthetic_exits"`
+	Hangs          int `json:"hangs"`
 	LastExit       *struct {
 		PID        int
 		Synthetic  bool
 		SignalName string `json:"signal_name"`
 		Reason     string
+		Cause      string
+		Killed     bool
+		KilledAt   time.Time `json:"killed_at"`
+		Time       time.Time
 	} `json:"last_exit"`
 }
 

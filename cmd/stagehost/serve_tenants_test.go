@@ -55,7 +55,7 @@ device = "gpu0"
 programs = ["noop"]
 tenant = "acme"
 deadline = "300ms"
-fence_timeout = "1s"
+fence_timeout = "30s"
 [[session]]
 name = "b"
 stage = "good"
@@ -85,8 +85,9 @@ programs = ["noop"]
 //     again);
 //  2. a hung call of acme's (a session-scoped hang) is answered
 //     deadline_exceeded within its deadline plus 250 ms (and 250 ms of
-//     slack), and once its fence missed fence_timeout acme's worker ends
-//     itself and is restarted;
+//     slack); acme's worker, its call still running hang_grace (100 ms)
+//     past its deadline, reports hung and is killed by the supervisor
+//     at once (long before its fence_timeout, 30 s), and restarted;
 //  3. at acme's third failure (max_failures) acme is quarantined
 //     lattice-wide: a's calls are refused, unavailable;
 //
@@ -235,32 +236,45 @@ func TestServeSuperviseTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := ws["gpu0-acme"].PID
+	var hungPID int
 	pollFor(t, limit, "acme's worker restarted", func() (bool, string) {
 		ws, body := workers()
-		return ws != nil && ws["gpu0-acme"].State == "ready" && ws["gpu0-acme"].PID != pid, body
+		hungPID = ws["gpu0-acme"].PID
+		return ws != nil && ws["gpu0-acme"].State == "ready" && hungPID != pid, body
 	})
 	var code int
 	var body string
 	var took time.Duration
+	var callAt time.Time
 	pollFor(t, limit, "a's hung call answered by acme's worker", func() (bool, string) {
-		t0 := time.Now()
+		callAt = time.Now()
 		code, body = call("a")
-		took = time.Since(t0)
+		took = time.Since(callAt)
 		return code != 503 || !strings.Contains(body, "no host"), body
 	})
-	// The worker's fence waits fence_timeout (1s): the front answers
-	// first, at the deadline plus localcall.Grace (250ms).
+	// The worker is killed at the deadline + hang_grace (100ms); the
+	// front answers by the deadline plus localcall.Grace (250ms).
 	if code != 504 || !strings.Contains(body, `"class": "deadline_exceeded"`) || took > 300*time.Millisecond+localcall.Grace+250*time.Millisecond {
 		t.Errorf("a's hung call: %d %s after %v; want deadline_exceeded within deadline + 250ms (+250ms of slack)", code, body, took)
 	}
 	t.Logf("a's hung call: %d %s after %v", code, strings.TrimSpace(body), took.Round(time.Millisecond))
 
-	// 3. acme's worker ended itself (device_lost): its third failure
+	// 3. acme's worker reported hung and was killed: its third failure
 	// quarantines acme.
-	pollFor(t, limit, "acme's worker ended itself", func() (bool, string) {
+	var hung wj
+	pollFor(t, limit, "acme's worker killed for its hang", func() (bool, string) {
 		ws, body := workers()
-		return ws != nil && ws["gpu0-acme"].DeviceLosses == 1, body
+		hung = ws["gpu0-acme"]
+		return ws != nil && hung.Hangs == 1 && hung.LastExit != nil && hung.LastExit.PID == hungPID, body
 	})
+	if e := hung.LastExit; !e.Killed || e.Synthetic || !strings.Contains(e.Cause, "hung on device gpu0") || e.KilledAt.IsZero() {
+		t.Errorf("acme's worker's exit %+v; want killed by the supervisor for its hang, reported", *e)
+	} else {
+		t.Logf("acme's hung worker: SIGKILL %v after the call began, reaped %v later", e.KilledAt.Sub(callAt).Round(time.Millisecond), e.Time.Sub(e.KilledAt).Round(time.Microsecond))
+		if e.KilledAt.Sub(callAt) > 300*time.Millisecond+time.Second {
+			t.Errorf("SIGKILL %v after the hung call began; want about its deadline (300ms) + hang_grace (100ms), far from fence_timeout (30s)", e.KilledAt.Sub(callAt))
+		}
+	}
 	pollFor(t, limit, "acme quarantined lattice-wide", func() (bool, string) {
 		code, body := call("a")
 		return code == 503 && strings.Contains(body, `"class": "unavailable"`) && strings.Contains(body, "tenant acme is quarantined lattice-wide") &&
@@ -277,8 +291,8 @@ func TestServeSuperviseTenants(t *testing.T) {
 	if after["gpu0"].PID != before["gpu0"].PID || after["gpu0-beta"].PID != before["gpu0-beta"].PID || after["gpu0"].Restarts != 0 || after["gpu0-beta"].Restarts != 0 {
 		t.Errorf("the shared or beta's worker restarted: %s", wbody)
 	}
-	if a := after["gpu0-acme"]; a.DeviceLosses < 1 || a.Restarts < 3 {
-		t.Errorf("acme's worker: %d device losses, %d restarts; want ≥1, ≥3: %s", a.DeviceLosses, a.Restarts, wbody)
+	if a := after["gpu0-acme"]; a.Hangs != 1 || a.Restarts < 3 {
+		t.Errorf("acme's worker: %d hangs, %d restarts; want 1, ≥3: %s", a.Hangs, a.Restarts, wbody)
 	}
 	mu.Lock()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,6 +89,9 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, tenant, host
 	}
 	defer stopTracing(tp, stderr) // after the worker left the lattice
 	opt := deploy.NewConfig().WithLogger(logger).WithDevice(device).WithTenant(tenant)
+	if tenant != "" {
+		opt = opt.WithOverdue(m.TenantPolicy(tenant).HangGrace, func(o deploy.Overdue) { endHung(rep, tenant, o, logger) })
+	}
 	if !quiet {
 		opt = opt.WithProgress(func(msg string) { fmt.Fprintf(stderr, "worker %s: %s\n", device, msg) })
 	}
@@ -222,6 +226,28 @@ watch:
 // hardExit ends a worker at once (os.Exit): no deferred call runs.
 var hardExit = os.Exit
 
+// hungOnce makes endHung act once per process.
+var hungOnce sync.Once
+
+// endHung ends a tenant's worker whose call o is still running its
+// tenant's hang_grace past its deadline: its stage was interrupted at the
+// deadline, so device work of the tenant's (a kernel) is what has not
+// finished, and nothing inside the process can stop it (docs/security.md).
+// The worker reports hung; its supervisor sends SIGKILL at once and
+// restarts it. Unsupervised, or should no SIGKILL come within a second,
+// it exits by itself, with no graceful close (closing would wait on the
+// hung work).
+func endHung(rep *supervise.Reporter, tenant string, o deploy.Overdue, logger *slog.Logger) {
+	hungOnce.Do(func() {
+		reason := fmt.Sprintf("tenant %s: session %s instance %d: a call's device work still ran %s after its deadline (hang_grace)", tenant, o.Session, o.Instance, o.Grace)
+		logger.Error("worker: a call's device work outlived its deadline; asking to be killed", "tenant", tenant, "session", o.Session, "instance", o.Instance, "device", o.Device, "grace", o.Grace)
+		if err := rep.Hung(o.Device, reason); err != nil || !rep.Supervised() {
+			hardExit(exitFailed)
+		}
+		time.AfterFunc(time.Second, func() { hardExit(exitFailed) })
+	})
+}
+
 // supervisorFlags are the serve flags a supervisor passes on to its
 // workers.
 type supervisorFlags struct {
@@ -354,7 +380,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		sockets[w.Name], hosts[w.Name] = filepath.Join(sockDir, w.Name+".sock"), baseID+"-"+w.Name
 		w.Env = append(slices.Clone(w.Env), envLocalSocket+"="+sockets[w.Name])
 	}
-	routes := newLocalRoutes(member.Front(), sockets, hosts)
+	routes := newLocalRoutes(member.Front(), sockets, hosts, m)
 	defer routes.close()
 	srv.SetLattice(service.SupervisorFrontLocal(member, m, routes.route))
 

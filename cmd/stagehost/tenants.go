@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -23,9 +23,11 @@ import (
 // tenantGuard counts the failures of each tenant's workers under `serve
 // --supervise` and quarantines a tenant lattice-wide once it failed
 // max_failures times within failure_window ([[tenant]]). A failure is a
-// device_lost report of one of its workers (a fault, or a hung call the
-// worker ended itself for: quarantinedInstance) or a synthetic exit
-// (the worker died without a word). It is safe for concurrent use.
+// device_lost report of one of its workers (a fault, or an instance
+// quarantined by a fence that missed fence_timeout: quarantinedInstance),
+// a hung report (a call's device work past its deadline and hang_grace:
+// endHung; the supervisor killed the worker) or a synthetic exit (the
+// worker died without a word). It is safe for concurrent use.
 type tenantGuard struct {
 	m      *manifest.Manifest
 	now    func() time.Time
@@ -46,7 +48,7 @@ func (g *tenantGuard) changed(st supervise.WorkerStatus) {
 	if st.Tenant == "" {
 		return
 	}
-	total := st.DeviceLosses + st.SyntheticExits
+	total := st.DeviceLosses + st.Hangs + st.SyntheticExits
 	g.mu.Lock()
 	n := total - g.seen[st.Name]
 	if n <= 0 || g.poisoned[st.Tenant] {
@@ -140,12 +142,29 @@ type localRoutes struct {
 	next    atomic.Uint64
 }
 
-func newLocalRoutes(front *lattice.Front, sockets, hosts map[string]string) *localRoutes {
+func newLocalRoutes(front *lattice.Front, sockets, hosts map[string]string, m *manifest.Manifest) *localRoutes {
 	r := &localRoutes{front: front, clients: map[string]*localcall.Client{}, hosts: hosts}
+	cfg := localcall.NewClientConfig().WithMaxAnswer(maxLocalAnswer(m))
 	for w, path := range sockets {
-		r.clients[w] = localcall.NewClient(path)
+		r.clients[w] = localcall.NewClient(path, cfg)
 	}
 	return r
+}
+
+// maxLocalAnswer is the largest answer the supervisor takes from a
+// worker: the largest output_limit of m's sessions (a worker's stage
+// output is bounded by its session's), and 64 KiB for an error's
+// message.
+func maxLocalAnswer(m *manifest.Manifest) int64 {
+	const message = 64 << 10
+	var out int64
+	for _, s := range m.Sessions {
+		out = max(out, s.OutputLimit)
+	}
+	if out > math.MaxInt64-message {
+		return math.MaxInt64
+	}
+	return out + message
 }
 
 // route is the service's LocalRoute.
@@ -183,9 +202,10 @@ func (r *localRoutes) close() {
 
 // serveLocal serves the worker's local transport on the socket the
 // supervisor named (envLocalSocket), with host's calls (which keep the
-// shared quarantine's refusals); stop ends it. Without the variable it
-// serves nothing.
-func serveLocal(host *lattice.Host, m *manifest.Manifest, logger *slog.Logger) (stop func(), err error) {
+// shared quarantine's refusals); stop ends it (the calls in progress
+// have their context cancelled, and their answers are not delivered:
+// localcall.Serve). Without the variable it serves nothing.
+func serveLocal(host *lattice.Host, m *manifest.Manifest, _ *slog.Logger) (stop func(), err error) {
 	path := os.Getenv(envLocalSocket)
 	if path == "" {
 		return func() {}, nil
@@ -201,7 +221,6 @@ func serveLocal(host *lattice.Host, m *manifest.Manifest, logger *slog.Logger) (
 	call := func(ctx context.Context, c localcall.Call) ([]byte, error) {
 		return host.CallLocal(ctx, c.Session, c.RequestID, c.Traceparent, c.Tracestate, c.Input)
 	}
-	srv := &http.Server{Handler: localcall.Handler(call, maxInput), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	go func() { _ = srv.Serve(ln) }()
-	return func() { _ = srv.Close(); _ = os.Remove(path) }, nil
+	stopServe := localcall.Serve(ln, call, maxInput)
+	return func() { stopServe(); _ = os.Remove(path) }, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,7 +12,7 @@ import (
 )
 
 // TestTenantGuard: a tenant is poisoned once, when its workers' failures
-// (device losses and synthetic exits) reach max_failures within
+// (device losses, hangs and synthetic exits) reach max_failures within
 // failure_window; failures that left the window do not count; the shared
 // workers never count.
 func TestTenantGuard(t *testing.T) {
@@ -28,12 +29,12 @@ func TestTenantGuard(t *testing.T) {
 	st.SyntheticExits = 1
 	g.changed(st) // the first left the window: 1 within it
 	now = now.Add(time.Second)
-	st.DeviceLosses = 2
+	st.Hangs = 1
 	g.changed(st) // 2
 	if len(poisoned) != 0 {
 		t.Fatalf("poisoned early: %v", poisoned)
 	}
-	st.DeviceLosses = 3
+	st.DeviceLosses = 2
 	g.changed(st) // 3 within the minute
 	if len(poisoned) != 1 || !strings.HasPrefix(poisoned[0], "acme: tenant acme: 3 failures of its workers within 1m0s") {
 		t.Fatalf("poisoned = %v", poisoned)
@@ -136,5 +137,18 @@ func TestNeedsWorkerFindsVendorPTX(t *testing.T) {
 	}
 	if bad := needsWorker(m); len(bad) != 1 || !strings.Contains(bad[0], `vendor PTX kernel "double"`) {
 		t.Fatalf("on cuda: %v", bad)
+	}
+}
+
+// TestMaxLocalAnswer: the supervisor takes answers up to its sessions'
+// largest output_limit and 64 KiB for a message, without overflowing.
+func TestMaxLocalAnswer(t *testing.T) {
+	m := &manifest.Manifest{Sessions: []manifest.Session{{Name: "a", OutputLimit: 1 << 20}, {Name: "b", OutputLimit: 16 << 20}}}
+	if got := maxLocalAnswer(m); got != 16<<20+64<<10 {
+		t.Fatalf("maxLocalAnswer = %d", got)
+	}
+	m.Sessions[0].OutputLimit = math.MaxInt64 - 1
+	if got := maxLocalAnswer(m); got != math.MaxInt64 {
+		t.Fatalf("maxLocalAnswer with a huge output_limit = %d", got)
 	}
 }

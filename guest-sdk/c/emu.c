@@ -29,6 +29,18 @@ typedef struct karg {
 typedef int (*kernel_fn)(karg *a, uint32_t n, uint8_t **bufs, char *why, size_t cap);
 typedef int (*check_fn)(const char *name, const karg *a, uint32_t n, char *why, size_t cap);
 
+/* A vendor kernel (stagehost_emu_vendor_kernel): its stand-in and its
+ * declared arguments (kind "buffer" or the scalar's type; a buffer's dtype
+ * and dir; a scalar's dir "in"), the words static strings. */
+typedef struct vdecl {
+	stagehost_emu_kernel k;
+	uint32_t n;
+	struct {
+		char name[48];
+		const char *kind, *dtype, *dir;
+	} a[STAGEHOST_MAX_ARGS];
+} vdecl;
+
 typedef struct program {
 	char name[48];
 	kernel_fn run;
@@ -38,6 +50,7 @@ typedef struct program {
 	const char *btypes;
 	int half;
 	uint8_t dtype; /* the storage type: 0 f32, 1 f16, 2 bf16 */
+	const struct vdecl *vendor; /* a vendor kernel's declaration; NULL: built in */
 } program;
 
 typedef struct object {
@@ -248,6 +261,9 @@ void stagehost_emu_free(stagehost_emu *e) {
 	free(e->by_serial);
 	free(e->streams);
 	free(e->bufs);
+	for (uint32_t i = 0; i < e->nprogs; i++) {
+		free((void *)e->progs[i].vendor);
+	}
 	free(e->progs);
 	free(e->output);
 	free(e);
@@ -1830,6 +1846,23 @@ static float u_tanh(float x) { return (float)tanh((double)x); }
 static double sigmoid64(double x) { return 1 / (1 + exp(-x)); }
 static float u_sigmoid(float x) { return (float)sigmoid64((double)x); }
 static float u_silu(float x) { return x == -INFINITY ? -0.0f : (float)((double)x * sigmoid64((double)x)); }
+/* gelu_tanh: x·sigmoid(2u), u = √(2/π)(x + 0.044715x³); gelu_erf:
+ * 0.5x·erfc(-x/√2); both in float64 rounded once, -Inf gives -0, as the
+ * op library computes them. */
+static float u_gelu_tanh(float x) {
+	if (x == -INFINITY) {
+		return -0.0f;
+	}
+	double v = (double)x, u = sqrt(2 / 3.14159265358979323846264338327950288) * (v + 0.044715 * v * v * v);
+	return (float)(v * sigmoid64(2 * u));
+}
+static float u_gelu_erf(float x) {
+	if (x == -INFINITY) {
+		return -0.0f;
+	}
+	double v = (double)x;
+	return (float)(0.5 * v * erfc(-v / 1.41421356237309504880168872420969808));
+}
 static float u_sqrt(float x) { return (float)sqrt((double)x); }
 static float u_rsqrt(float x) {
 	volatile float s = u_sqrt(x);
@@ -1842,7 +1875,8 @@ static const struct {
 	const char *name;
 	float (*f)(float);
 } unary_ops[] = {{"exp", u_exp},   {"log", u_log},   {"tanh", u_tanh},   {"sigmoid", u_sigmoid}, {"silu", u_silu},
-                 {"sqrt", u_sqrt}, {"rsqrt", u_rsqrt}, {"neg", u_neg},   {"abs", u_abs}};
+                 {"sqrt", u_sqrt}, {"rsqrt", u_rsqrt}, {"neg", u_neg},   {"abs", u_abs},
+                 {"gelu_tanh", u_gelu_tanh}, {"gelu_erf", u_gelu_erf}};
 
 static const opinfo op_unary = {"unary", 2, {"x", "y"}, "bb", "ff"};
 static const opinfo op_affine = {"affine", 4, {"x", "y", "a", "b"}, "bbss", "ffFF"};
@@ -2147,48 +2181,50 @@ static int k_cast(karg *a, uint32_t n, uint8_t **b, char *why, size_t cap) {
 }
 
 static const program builtins[] = {
-    {"noop", k_noop, NULL, NULL, 0, 0},
-    {"fill", k_fill, NULL, NULL, 0, 0},
-    {"copy", k_copy, NULL, NULL, 0, 0},
-    {"saxpy", k_saxpy, NULL, NULL, 0, 0},
-    {"relu", k_relu, NULL, NULL, 0, 0},
-    {"bias", k_bias, NULL, NULL, 0, 0},
-    {"matmul", k_matmul, NULL, NULL, 0, 0},
-    {"argmax", k_argmax, NULL, NULL, 0, 0},
-    {"mlp_forward", k_mlp_forward, NULL, NULL, 0, 0},
-    {"exp", k_unary, check_unary, "TT", 1, 0},
-    {"log", k_unary, check_unary, "TT", 1, 0},
-    {"tanh", k_unary, check_unary, "TT", 1, 0},
-    {"sigmoid", k_unary, check_unary, "TT", 1, 0},
-    {"silu", k_unary, check_unary, "TT", 1, 0},
-    {"sqrt", k_unary, check_unary, "TT", 1, 0},
-    {"rsqrt", k_unary, check_unary, "TT", 1, 0},
-    {"neg", k_unary, check_unary, "TT", 1, 0},
-    {"abs", k_unary, check_unary, "TT", 1, 0},
-    {"affine", k_affine, check_unary, "TT--", 1, 0},
-    {"add", k_binary, check_binary, "TTT--------", 1, 0},
-    {"sub", k_binary, check_binary, "TTT--------", 1, 0},
-    {"mul", k_binary, check_binary, "TTT--------", 1, 0},
-    {"div", k_binary, check_binary, "TTT--------", 1, 0},
-    {"max", k_binary, check_binary, "TTT--------", 1, 0},
-    {"min", k_binary, check_binary, "TTT--------", 1, 0},
-    {"reduce_sum", k_reduce, check_reduce, "TT---", 1, 0},
-    {"reduce_mean", k_reduce, check_reduce, "TT---", 1, 0},
-    {"reduce_max", k_reduce, check_reduce, "TT---", 1, 0},
-    {"reduce_argmax", k_reduce_argmax, check_reduce, "Ti---", 1, 0},
-    {"softmax", k_softmax, check_softmax, "TT---", 1, 0},
-    {"log_softmax", k_log_softmax, check_softmax, "TT---", 1, 0},
-    {"layernorm", k_layernorm, check_norm, "TTTT---", 1, 0},
-    {"rmsnorm", k_rmsnorm, check_norm, "TTT---", 1, 0},
-    {"transpose", k_transpose, check_transpose, "TT--------", 1, 0},
-    {"gemm", k_gemm, check_gemm, "TTT-----------", 1, 0},
-    {"gemm.fast", k_gemm, check_gemm, "TTT-----------", 1, 0},
-    {"gather", k_gather, check_gather, "fif--", 0, 0},
-    {"conv2d", k_conv, check_conv, "ffff-----------", 0, 0},
-    {"conv2d.fast", k_conv, check_conv, "ffff-----------", 0, 0},
-    {"maxpool2d", k_maxpool, check_pool, "ff--------", 0, 0},
-    {"avgpool2d", k_avgpool, check_pool, "ff--------", 0, 0},
-    {"cast", k_cast, check_cast, "BB--", 0, 0},
+    {"noop", k_noop, NULL, NULL, 0, 0, NULL},
+    {"fill", k_fill, NULL, NULL, 0, 0, NULL},
+    {"copy", k_copy, NULL, NULL, 0, 0, NULL},
+    {"saxpy", k_saxpy, NULL, NULL, 0, 0, NULL},
+    {"relu", k_relu, NULL, NULL, 0, 0, NULL},
+    {"bias", k_bias, NULL, NULL, 0, 0, NULL},
+    {"matmul", k_matmul, NULL, NULL, 0, 0, NULL},
+    {"argmax", k_argmax, NULL, NULL, 0, 0, NULL},
+    {"mlp_forward", k_mlp_forward, NULL, NULL, 0, 0, NULL},
+    {"exp", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"log", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"tanh", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"sigmoid", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"silu", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"sqrt", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"rsqrt", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"neg", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"abs", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"gelu_tanh", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"gelu_erf", k_unary, check_unary, "TT", 1, 0, NULL},
+    {"affine", k_affine, check_unary, "TT--", 1, 0, NULL},
+    {"add", k_binary, check_binary, "TTT--------", 1, 0, NULL},
+    {"sub", k_binary, check_binary, "TTT--------", 1, 0, NULL},
+    {"mul", k_binary, check_binary, "TTT--------", 1, 0, NULL},
+    {"div", k_binary, check_binary, "TTT--------", 1, 0, NULL},
+    {"max", k_binary, check_binary, "TTT--------", 1, 0, NULL},
+    {"min", k_binary, check_binary, "TTT--------", 1, 0, NULL},
+    {"reduce_sum", k_reduce, check_reduce, "TT---", 1, 0, NULL},
+    {"reduce_mean", k_reduce, check_reduce, "TT---", 1, 0, NULL},
+    {"reduce_max", k_reduce, check_reduce, "TT---", 1, 0, NULL},
+    {"reduce_argmax", k_reduce_argmax, check_reduce, "Ti---", 1, 0, NULL},
+    {"softmax", k_softmax, check_softmax, "TT---", 1, 0, NULL},
+    {"log_softmax", k_log_softmax, check_softmax, "TT---", 1, 0, NULL},
+    {"layernorm", k_layernorm, check_norm, "TTTT---", 1, 0, NULL},
+    {"rmsnorm", k_rmsnorm, check_norm, "TTT---", 1, 0, NULL},
+    {"transpose", k_transpose, check_transpose, "TT--------", 1, 0, NULL},
+    {"gemm", k_gemm, check_gemm, "TTT-----------", 1, 0, NULL},
+    {"gemm.fast", k_gemm, check_gemm, "TTT-----------", 1, 0, NULL},
+    {"gather", k_gather, check_gather, "fif--", 0, 0, NULL},
+    {"conv2d", k_conv, check_conv, "ffff-----------", 0, 0, NULL},
+    {"conv2d.fast", k_conv, check_conv, "ffff-----------", 0, 0, NULL},
+    {"maxpool2d", k_maxpool, check_pool, "ff--------", 0, 0, NULL},
+    {"avgpool2d", k_avgpool, check_pool, "ff--------", 0, 0, NULL},
+    {"cast", k_cast, check_cast, "BB--", 0, 0, NULL},
 };
 
 int stagehost_emu_program(stagehost_emu *e, const char *name) {
@@ -2220,6 +2256,86 @@ int stagehost_emu_program(stagehost_emu *e, const char *name) {
 		}
 	}
 	return 0;
+}
+
+/* One of the words of list (NULL-terminated) equal to w, as a static
+ * string; NULL when none is. */
+static const char *word(const char *w, const char *const *list) {
+	for (; w && *list; list++) {
+		if (strcmp(w, *list) == 0) {
+			return *list;
+		}
+	}
+	return NULL;
+}
+
+int stagehost_emu_vendor_kernel(stagehost_emu *e, const char *name, const stagehost_emu_vendor_arg *args, uint32_t nargs, stagehost_emu_kernel k,
+                                char *why, uint32_t cap) {
+	static const char *const kinds[] = {"buffer", "u32", "u64", "i32", "f32", NULL};
+	static const char *const dtypes[] = {"f32", "f16", "bf16", "i32", "bytes", NULL};
+	static const char *const dirs[] = {"in", "out", "inout", NULL};
+	char none[1];
+	if (!why || !cap) {
+		why = none, cap = sizeof none;
+	}
+	why[0] = 0;
+	program pr;
+	vdecl d;
+	memset(&pr, 0, sizeof pr);
+	memset(&d, 0, sizeof d);
+	if (!name || !name[0] || strlen(name) >= sizeof pr.name || !k) {
+		snprintf(why, cap, "vendor kernel \"%s\": an empty name, one of %zu bytes or more, or no kernel", name ? name : "", sizeof pr.name);
+		return 0;
+	}
+	for (uint32_t i = 0; i < e->nobjs; i++) {
+		if (e->objs[i].kind == K_PROGRAM && e->objs[i].name && strcmp(e->objs[i].name, name) == 0) {
+			snprintf(why, cap, "vendor kernel \"%s\": a program of that name is declared already", name);
+			return 0;
+		}
+	}
+	if (nargs > STAGEHOST_MAX_ARGS || (nargs && !args)) {
+		snprintf(why, cap, "vendor kernel \"%s\": %u arguments, more than a launch binds (%u)", name, nargs, STAGEHOST_MAX_ARGS);
+		return 0;
+	}
+	snprintf(pr.name, sizeof pr.name, "%s", name);
+	d.k = k, d.n = nargs;
+	for (uint32_t i = 0; i < nargs; i++) {
+		const stagehost_emu_vendor_arg *a = &args[i];
+		const char *an = a->name ? a->name : "";
+		if (!an[0] || strlen(an) >= sizeof d.a[i].name) {
+			snprintf(why, cap, "vendor kernel \"%s\": argument %u: an empty name or one of %zu bytes or more", name, i, sizeof d.a[i].name);
+			return 0;
+		}
+		snprintf(d.a[i].name, sizeof d.a[i].name, "%s", an);
+		if (!(d.a[i].kind = word(a->kind, kinds))) {
+			snprintf(why, cap, "vendor kernel \"%s\": argument %u (%s): unknown kind \"%s\"", name, i, an, a->kind ? a->kind : "");
+			return 0;
+		}
+		if (strcmp(d.a[i].kind, "buffer") != 0) {
+			if (a->dtype || a->dir) {
+				snprintf(why, cap, "vendor kernel \"%s\": argument %u (%s): a %s scalar has no dtype or dir", name, i, an, d.a[i].kind);
+				return 0;
+			}
+			d.a[i].dir = "in"; /* as the host's (hw.KernelScalar) */
+			continue;
+		}
+		if (!(d.a[i].dtype = word(a->dtype ? a->dtype : "bytes", dtypes))) {
+			snprintf(why, cap, "vendor kernel \"%s\": argument %u (%s): unknown dtype \"%s\"", name, i, an, a->dtype);
+			return 0;
+		}
+		if (!(d.a[i].dir = word(a->dir, dirs))) {
+			snprintf(why, cap, "vendor kernel \"%s\": argument %u (%s): unknown direction \"%s\" (want in, out or inout)", name, i, an,
+			         a->dir ? a->dir : "");
+			return 0;
+		}
+	}
+	vdecl *kept = xrealloc(NULL, sizeof *kept);
+	*kept = d;
+	pr.vendor = kept;
+	e->progs = xrealloc(e->progs, (e->nprogs + 1) * sizeof *e->progs);
+	e->progs[e->nprogs] = pr;
+	add_object(e, K_PROGRAM, name, e->nprogs++);
+	return 1;
 }
 
 /* Handles. */
@@ -2295,7 +2411,18 @@ static void retire(stagehost_emu *e, stream *s) {
 	}
 	char why[1024];
 	running_program = p->name;
-	if (p->run(ka, c.nargs, bufs, why, sizeof why)) {
+	int failed;
+	if (p->vendor) {
+		stagehost_emu_arg va[STAGEHOST_MAX_ARGS];
+		for (uint32_t i = 0; i < c.nargs; i++) {
+			va[i] = (stagehost_emu_arg){c.args[i].is_buf ? bufs[i] : NULL, ka[i].len, ka[i].value};
+		}
+		why[0] = 0;
+		failed = p->vendor->k(va, c.nargs, why, sizeof why);
+	} else {
+		failed = p->run(ka, c.nargs, bufs, why, sizeof why);
+	}
+	if (failed) {
 		char msg[1400];
 		snprintf(msg, sizeof msg, "stream \"%s\": command %llu: kernel \"%s\": %s", s->name, (unsigned long long)c.seq, p->name, why);
 		record_failure(&s->failures, &s->nfail, msg);
@@ -2704,8 +2831,12 @@ static const struct {
 };
 
 /* arg_dir is the direction of argument i of program p ("" when its kernel
- * has no description of it: noop, an argument past the described ones). */
+ * has no description of it: noop, an argument past the described ones);
+ * a vendor kernel's is its declaration's ("in" for a scalar). */
 static const char *arg_dir(const program *p, uint32_t i) {
+	if (p->vendor) {
+		return i < p->vendor->n ? p->vendor->a[i].dir : "";
+	}
 	char base[48];
 	size_t n = strcspn(p->name, ".");
 	snprintf(base, sizeof base, "%.*s", (int)n, p->name);
@@ -2774,6 +2905,15 @@ static stagehost_status launch(stagehost_emu *e, stagehost_handle ph, const stag
 	if (st != STAGEHOST_OK) {
 		return st;
 	}
+	if (e->progs[p].vendor) {
+		char pre[32] = "";
+		if (index >= 0) {
+			snprintf(pre, sizeof pre, "command %d: ", index);
+		}
+		return fail(e, STAGEHOST_INVALID_ARGUMENT,
+		            "%sprogram \"%s\" is a vendor kernel: launch it with stream_launch, which gives its grid, block and shared memory (ABI.md §3.5)",
+		            pre, e->progs[p].name);
+	}
 	memset(c, 0, sizeof *c);
 	c->launch = 1, c->prog = p, c->nargs = n;
 	if ((st = parse_args(e, &e->progs[p], recs, n, c->args)) != STAGEHOST_OK) {
@@ -2805,6 +2945,114 @@ stagehost_status stagehost_stream_submit(stagehost_handle stream_h, stagehost_ha
 	return note(e, st);
 }
 
+/* The sim devices' fixed launch limits (abi/ABI.md §3.5), as the Go
+ * emulator's LaunchLimits. */
+static const uint32_t max_block[3] = {1024, 1024, 64}, max_grid[3] = {2147483647u, 65535, 65535};
+#define MAX_THREADS_PER_BLOCK 1024u
+#define MAX_SHARED_BYTES (48u << 10)
+
+/* check_shape: the launch shape against the fixed limits, in the host's
+ * order and words (hw.LaunchLimits.Check). */
+static stagehost_status check_shape(stagehost_emu *e, const char *name, const uint32_t *g, const uint32_t *b, uint32_t shared) {
+	uint64_t threads = 1;
+	for (int i = 0; i < 3; i++) {
+		if (g[i] == 0 || b[i] == 0) {
+			return fail(e, STAGEHOST_INVALID_ARGUMENT,
+			            "kernel \"%s\": launch shape: grid [%u %u %u], block [%u %u %u]: every dimension is at least 1", name, g[0], g[1], g[2],
+			            b[0], b[1], b[2]);
+		}
+		if (b[i] > max_block[i]) {
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": launch shape: block.%c = %u, over the device's limit of %u", name,
+			            "xyz"[i], b[i], max_block[i]);
+		}
+		if (g[i] > max_grid[i]) {
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": launch shape: grid.%c = %u, over the device's limit of %u", name,
+			            "xyz"[i], g[i], max_grid[i]);
+		}
+		threads *= b[i];
+	}
+	if (threads > MAX_THREADS_PER_BLOCK) {
+		return fail(e, STAGEHOST_INVALID_ARGUMENT,
+		            "kernel \"%s\": launch shape: block [%u %u %u] is %llu threads, over the device's limit of %u per block", name, b[0], b[1],
+		            b[2], (unsigned long long)threads, MAX_THREADS_PER_BLOCK);
+	}
+	if (shared > MAX_SHARED_BYTES) {
+		return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": launch shape: %u bytes of shared memory, over the device's limit of %u", name,
+		            shared, MAX_SHARED_BYTES);
+	}
+	return STAGEHOST_OK;
+}
+
+static uint32_t dtype_size(const char *t) {
+	return strcmp(t, "f32") == 0 || strcmp(t, "i32") == 0 ? 4 : strcmp(t, "f16") == 0 || strcmp(t, "bf16") == 0 ? 2 : 1;
+}
+
+/* check_signature: a launch's arguments against a vendor kernel's
+ * declaration, in the host's words (stages, checkSignature): the count,
+ * each one's kind, a buffer's length against its dtype, a 32-bit
+ * scalar's value. */
+static stagehost_status check_signature(stagehost_emu *e, const program *pr, const karg *a, uint32_t n) {
+	if (n != pr->vendor->n) {
+		return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\" takes %u arguments, got %u", pr->name, pr->vendor->n, n);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const char *an = pr->vendor->a[i].name, *kind = pr->vendor->a[i].kind;
+		int buf = strcmp(kind, "buffer") == 0;
+		if (buf && !a[i].is_buf) {
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s) is a buffer (%s, %s), got a scalar", pr->name, i, an,
+			            pr->vendor->a[i].dtype, pr->vendor->a[i].dir);
+		}
+		if (!buf && a[i].is_buf) {
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s) is a %s scalar, got a buffer", pr->name, i, an, kind);
+		}
+		if (buf && a[i].len % dtype_size(pr->vendor->a[i].dtype) != 0) {
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s): %u bytes is not a whole number of %s values", pr->name,
+			            i, an, a[i].len, pr->vendor->a[i].dtype);
+		}
+		if (!buf && strcmp(kind, "u64") != 0 && a[i].value >> 32 != 0) {
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s): %#llx does not fit a %s", pr->name, i, an,
+			            (unsigned long long)a[i].value, kind);
+		}
+	}
+	return STAGEHOST_OK;
+}
+
+/* stream_launch (revision 4), in the host's order: the stream, the
+ * program, the grid and block records, a built-in program refused, the
+ * shape, the argument records, the arguments against the declaration;
+ * nothing is enqueued unless all pass. */
+stagehost_status stagehost_stream_launch(stagehost_handle stream_h, stagehost_handle program_h, const uint32_t *grid, const uint32_t *block,
+                                         uint32_t shared_bytes, const stagehost_arg *args, uint32_t args_count) {
+	stagehost_emu *e = need("stream_launch");
+	uint32_t s, p;
+	command c;
+	stagehost_status st = resolve(e, stream_h, K_STREAM, &s);
+	if (st == STAGEHOST_OK) {
+		st = resolve(e, program_h, K_PROGRAM, &p);
+	}
+	if (st == STAGEHOST_OK && (!grid || !block)) {
+		st = STAGEHOST_OUT_OF_BOUNDS;
+	}
+	if (st != STAGEHOST_OK) {
+		return note(e, st);
+	}
+	const program *pr = &e->progs[p];
+	if (!pr->vendor) {
+		return note(e, fail(e, STAGEHOST_INVALID_ARGUMENT, "program \"%s\" is built in: stream_launch launches vendor kernels; use stream_submit",
+		                    pr->name));
+	}
+	if ((st = check_shape(e, pr->name, grid, block, shared_bytes)) != STAGEHOST_OK) {
+		return note(e, st);
+	}
+	memset(&c, 0, sizeof c);
+	c.launch = 1, c.prog = p, c.nargs = args_count;
+	if ((st = parse_args(e, pr, args, args_count, c.args)) != STAGEHOST_OK || (st = check_signature(e, pr, c.args, args_count)) != STAGEHOST_OK) {
+		return note(e, st);
+	}
+	enqueue(e, &e->streams[s], c);
+	return note(e, STAGEHOST_OK);
+}
+
 uint32_t stagehost_emu_args_ptr(const stagehost_arg *args, uint32_t count) {
 	(void)count;
 	if (nbatch_args == STAGEHOST_MAX_BATCH) {
@@ -2832,7 +3080,10 @@ stagehost_status stagehost_stream_submit_batch(stagehost_handle stream_h, const 
 	for (uint32_t i = 0; i < cmds_count; i++) {
 		uint32_t tok = cmds[i].args_ptr;
 		const stagehost_arg *recs = tok >= 1 && tok <= ntok ? batch_args[tok - 1] : NULL;
-		if (cmds[i].args_count > STAGEHOST_MAX_ARGS) {
+		uint32_t vp;
+		if (resolve(e, cmds[i].program, K_PROGRAM, &vp) == STAGEHOST_OK && e->progs[vp].vendor) {
+			st = launch(e, cmds[i].program, NULL, 0, &cs[i], (int)i); /* the vendor kernel's refusal */
+		} else if (cmds[i].args_count > STAGEHOST_MAX_ARGS) {
 			uint32_t p;
 			st = resolve(e, cmds[i].program, K_PROGRAM, &p);
 			st = st != STAGEHOST_OK ? st : STAGEHOST_INVALID_ARGUMENT;

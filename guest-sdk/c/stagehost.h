@@ -621,16 +621,23 @@ STAGEHOST_MEMFN_ void *memmove(void *dst, const void *src, __SIZE_TYPE__ n) {
  * (guest-sdk/testdata/emucases.txt). Kernels: noop, fill, copy, saxpy,
  * relu, bias, matmul, argmax, mlp_forward, and the op library (checked at
  * submit against each op's contract, in the host's words): exp, log, tanh,
- * sigmoid, silu, sqrt, rsqrt, neg, abs, affine, add, sub, mul, div, max,
- * min, reduce_sum, reduce_mean, reduce_max, reduce_argmax, softmax,
- * log_softmax, layernorm, rmsnorm, transpose, gemm, gemm.fast, gather,
- * conv2d, conv2d.fast, maxpool2d, avgpool2d and cast, with .f16 and .bf16
- * storage where the op has it; not gelu_tanh and gelu_erf. Weights
+ * sigmoid, silu, gelu_tanh, gelu_erf, sqrt, rsqrt, neg, abs, affine, add,
+ * sub, mul, div, max, min, reduce_sum, reduce_mean, reduce_max,
+ * reduce_argmax, softmax, log_softmax, layernorm, rmsnorm, transpose,
+ * gemm, gemm.fast, gather, conv2d, conv2d.fast, maxpool2d, avgpool2d and
+ * cast, with .f16 and .bf16 storage where the op has it. The bounded ops
+ * (exp, log, tanh, sigmoid, silu, gelu_*, softmax, log_softmax) compute
+ * in double with libm and round once, as the simulator does: a value is
+ * the simulator's or the storage type's next one (1 ulp; the gelu ops
+ * are checked against the simulator's values, testdata/gelu_test.c). Weights
  * (revision 3): stagehost_emu_weights and stagehost_emu_safetensors list
  * them, and stagehost_weights_get, stagehost_tensor_get and every refused
  * write (stream_write into them, a launch whose kernel writes them or
  * does not describe the argument, buffer_free) give the host's statuses
- * and last errors. A stage that crashes crashes the
+ * and last errors. Vendor kernels (revision 4): stagehost_emu_vendor_kernel
+ * declares one with its arguments and a native stand-in, and
+ * stagehost_stream_launch checks each launch as the host does (see
+ * there). A stage that crashes crashes the
  * test: traps are not emulated; neither are deadlines. One emulator runs
  * at a time per process. */
 #if !defined(__wasm__)
@@ -677,6 +684,44 @@ int stagehost_emu_weights(stagehost_emu *e, const char *name, const void *data, 
 int stagehost_emu_safetensors(stagehost_emu *e, const char *name, const void *file, uint64_t len, char *why, uint32_t cap);
 /* Allows the built-in kernel name; returns 0 when it is not emulated. */
 int stagehost_emu_program(stagehost_emu *e, const char *name);
+/* One declared argument of a vendor kernel, as a manifest's [[kernel]]
+ * args give it: kind "buffer", "u32", "u64", "i32" or "f32"; a buffer's
+ * dtype ("f32", "f16", "bf16", "i32" or "bytes"; NULL: bytes, the
+ * manifest's default) and dir ("in", "out" or "inout"); a scalar has
+ * neither (NULL). */
+typedef struct stagehost_emu_vendor_arg {
+	const char *name, *kind, *dtype, *dir;
+} stagehost_emu_vendor_arg;
+/* A launch argument as a vendor kernel's stand-in sees it: a buffer's
+ * bytes (a copy of the bound range, len bytes, written back when the
+ * kernel returns 0) or, for a scalar (bytes NULL), its value. */
+typedef struct stagehost_emu_arg {
+	uint8_t *bytes;
+	uint32_t len;
+	uint64_t value;
+} stagehost_emu_arg;
+/* The native stand-in for a vendor kernel's PTX or Wasm module: returns
+ * 0, or nonzero with its reason in why (cap bytes), which fails the
+ * launch as a device fault (stagehost_stream_sync returns FAULT). */
+typedef int (*stagehost_emu_kernel)(stagehost_emu_arg *args, uint32_t n, char *why, uint32_t cap);
+/* Declares the vendor kernel name (a manifest's [[kernel]]) with its
+ * nargs declared args, run by k; returns 1. Launched only with
+ * stagehost_stream_launch (stream_submit and stream_submit_batch refuse
+ * it: INVALID_ARGUMENT), which checks, in the host's order and words,
+ * before enqueuing anything: the shape against the sim devices' fixed
+ * limits (every dimension at least 1; block at most 1024 x 1024 x 64
+ * and 1024 threads; grid at most 2^31-1 x 65535 x 65535; at most 49152
+ * shared bytes; then ignored), the argument records (read-only weights
+ * only where a buffer is declared "in"), and the arguments against args
+ * (their count, each one's kind, a buffer's length a whole number of its
+ * dtype's values, a u32, i32 or f32 value within 32 bits): each refusal
+ * INVALID_ARGUMENT with the host's last error. Returns 0, with the
+ * reason in why (cap bytes; why may be NULL), on an empty name or one of
+ * 48 bytes or more, no kernel, a program of that name declared already,
+ * more than STAGEHOST_MAX_ARGS args, or an arg with an empty or long name,
+ * an unknown kind, dtype or dir, or a dtype or dir on a scalar. */
+int stagehost_emu_vendor_kernel(stagehost_emu *e, const char *name, const stagehost_emu_vendor_arg *args, uint32_t nargs, stagehost_emu_kernel k,
+                                char *why, uint32_t cap);
 /* The session's fence (a stagehost_fence): 0 or FAULT with every stream
  * idle proves the drain; anything else quarantines. NULL: built-in. */
 void stagehost_emu_fence(stagehost_emu *e, int32_t (*fence)(void));

@@ -384,7 +384,8 @@ func (h *abiHost) streamSubmitBatch(sh uint64, cmds, args []byte, count uint32) 
 			return st
 		}
 		if po.program.vendor != nil {
-			return e.needsLaunchLocked(po.program)
+			// The host names the command (stages, decodeBatch).
+			return e.failLocked(invalidArgument, "command %d: %s", i, needsLaunchText(po.program))
 		}
 		if n > maxArgs {
 			return invalidArgument
@@ -512,10 +513,16 @@ var builtinDirs = map[string][]string{
 // past the described ones).
 func argDir(prog *program, i int) string {
 	if prog.vendor != nil {
-		if i < len(prog.vendor) {
-			return prog.vendor[i].Dir
+		if i >= len(prog.vendor) {
+			return ""
 		}
-		return ""
+		if prog.vendor[i].Kind != "buffer" {
+			// A scalar's direction is "in", as the host's (hw.KernelScalar):
+			// weights bound to it are refused as a buffer where a scalar
+			// is declared.
+			return "in"
+		}
+		return prog.vendor[i].Dir
 	}
 	if prog.op != nil {
 		if args := prog.op.Info().Args; i < len(args) {

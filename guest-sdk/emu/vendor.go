@@ -93,7 +93,13 @@ func (e *Emulator) checkVendorArgsLocked(p *program, args []Arg) int32 {
 }
 
 func (e *Emulator) needsLaunchLocked(p *program) int32 {
-	return e.failLocked(invalidArgument, "program %q is a vendor kernel: launch it with stream_launch, which gives its grid, block and shared memory (ABI.md §3.5)", p.name)
+	return e.failLocked(invalidArgument, "%s", needsLaunchText(p))
+}
+
+// needsLaunchText is the host's refusal of a vendor kernel given to
+// stream_submit (stream_submit_batch puts "command N: " before it).
+func needsLaunchText(p *program) string {
+	return fmt.Sprintf("program %q is a vendor kernel: launch it with stream_launch, which gives its grid, block and shared memory (ABI.md §3.5)", p.name)
 }
 
 func (h *abiHost) streamLaunch(sh, ph uint64, grid, block [3]uint32, shared uint32, rec []byte, count uint32) int32 {

@@ -108,3 +108,48 @@ func TestVendorKernelRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestVendorKernelRefusalsAsTheHostWordsThem: a vendor kernel in a batch
+// is refused naming the command, and weights bound where a scalar is
+// declared are refused as a buffer for a scalar (a scalar's direction is
+// "in"), as the host (stages) says both.
+func TestVendorKernelRefusalsAsTheHostWordsThem(t *testing.T) {
+	for _, row := range []struct {
+		name string
+		run  func(s stagehost.Stream, k stagehost.Program, x, w stagehost.Buffer) error
+		want string
+	}{
+		{"batch", func(s stagehost.Stream, k stagehost.Program, x, _ stagehost.Buffer) error {
+			return s.SubmitBatch(stagehost.Cmd(k, stagehost.Whole(x), stagehost.Whole(x), stagehost.U32(2)))
+		}, `command 0: program "double" is a vendor kernel: launch it with stream_launch`},
+		{"weights for a scalar", func(s stagehost.Stream, k stagehost.Program, x, w stagehost.Buffer) error {
+			return s.Launch(k, stagehost.Dim3{1, 1, 1}, stagehost.Dim3{1, 1, 1}, 0, stagehost.Whole(w), stagehost.Whole(x), stagehost.Whole(w))
+		}, `kernel "double": argument 2 (n) is a u32 scalar, got a buffer`},
+	} {
+		t.Run(row.name, func(t *testing.T) {
+			e := emu.New(emu.NewConfig().WithWeights("w", make([]byte, 8))).Stream("s0").Buffer("x", 8).
+				VendorKernel("double", doubleArgs, double)
+			e.Stage("main", func(c *stagehost.Call) error {
+				s, _ := c.Stream("s0")
+				x, _ := c.Buffer("x")
+				k, _ := c.Program("double")
+				w, err := stagehost.LookupWeights("w")
+				if err != nil {
+					return err
+				}
+				err = row.run(s, k, x, w)
+				var se *stagehost.Error
+				if !errors.As(err, &se) || se.Status != stagehost.StatusInvalidArgument {
+					return fmt.Errorf("got %v, want INVALID_ARGUMENT", err)
+				}
+				if msg := stagehost.LastError(); !strings.Contains(msg, row.want) {
+					return fmt.Errorf("last error %q, want it to contain %q", msg, row.want)
+				}
+				return nil
+			})
+			if _, err := e.Run("main", nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

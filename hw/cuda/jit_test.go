@@ -16,8 +16,12 @@ import (
 
 // TestMain lets this test binary stand in for the JIT child process
 // (STAGEHOST_TEST_JIT=ok|hang|fail), so the child's orchestration is
-// tested without a GPU.
+// tested without a GPU, and for the other process of the hostile-kernel
+// tests (STAGEHOST_TEST_ROLE=secret|spin, vendor_hostile_gpu_test.go).
 func TestMain(m *testing.M) {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(runRole(role))
+	}
 	switch os.Getenv("STAGEHOST_TEST_JIT") {
 	case "":
 		os.Exit(m.Run())

@@ -111,6 +111,7 @@ func TestVerifyPTXFake(t *testing.T) {
 		{name: "scalar pointer", file: "read_scalar_ptr.ptx", entry: "read_scalar_ptr", params: []ParamDecl{{"out", 8}, {"addr", 8}}},
 		{name: "store 0x10", file: "store_0x10.ptx", entry: "store_0x10"},
 		{name: "spin", file: "spin.ptx", entry: "spin", params: []ParamDecl{{"flag", 8}}},
+		{name: "trap", file: "trap.ptx", entry: "trap_now"},
 		{name: "no entry", file: "double.ptx", entry: "triple", params: doubleParams, class: errdefs.ErrInvalidArgument,
 			want: `double.ptx: no .entry "triple" (CUDA_ERROR_NOT_FOUND)`},
 		{name: "size mismatch", file: "double.ptx", entry: "double", params: []ParamDecl{{"x", 8}, {"y", 8}, {"n", 8}}, class: errdefs.ErrInvalidArgument,
@@ -173,8 +174,9 @@ func fakePTXErrors(text string) (string, bool) {
 
 // TestPrepareVendorFake: a vendor PTX kernel prepared on the fake GPU
 // runs with its shape; a launch without a shape, over the device's
-// limits or with arguments off its declaration is refused at submit; a
-// layout mismatch is refused at prepare.
+// limits (block, shared memory, grid) or with arguments off its
+// declaration is refused at submit, with nothing enqueued, and the stream
+// works after; a layout mismatch is refused at prepare.
 func TestPrepareVendorFake(t *testing.T) {
 	f := newFake(1)
 	p, err := Open(NewConfig().withDriver(f))
@@ -209,6 +211,9 @@ func TestPrepareVendorFake(t *testing.T) {
 	if _, err := s.Write(x, 0, in); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
 	args := []hw.Arg{hw.BufferArg(x, 0, -1), hw.BufferArg(y, 0, -1), hw.Uint(4)}
 	shape := &hw.LaunchShape{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{4, 1, 1}}
 	for _, row := range []struct {
@@ -219,12 +224,21 @@ func TestPrepareVendorFake(t *testing.T) {
 		{"no shape", hw.Command{Program: prog, Args: args}, "vdouble is a vendor kernel: it is launched with a shape (stream_launch)"},
 		{"over limits", hw.Command{Program: prog, Args: args, Shape: &hw.LaunchShape{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 128}}}, "block.z = 128, over the device's limit of 64"},
 		{"shared over", hw.Command{Program: prog, Args: args, Shape: &hw.LaunchShape{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}, SharedBytes: 1 << 20}}, "1048576 bytes of shared memory, over the device's limit of 49152"},
+		{"shared one over", hw.Command{Program: prog, Args: args, Shape: &hw.LaunchShape{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}, SharedBytes: 48<<10 + 1}}, "launch shape: 49153 bytes of shared memory, over the device's limit of 49152"},
+		{"grid over", hw.Command{Program: prog, Args: args, Shape: &hw.LaunchShape{Grid: [3]uint32{1, 65536, 1}, Block: [3]uint32{1, 1, 1}}}, "launch shape: grid.y = 65536, over the device's limit of 65535"},
+		{"grid x over", hw.Command{Program: prog, Args: args, Shape: &hw.LaunchShape{Grid: [3]uint32{1 << 31, 1, 1}, Block: [3]uint32{1, 1, 1}}}, "launch shape: grid.x = 2147483648, over the device's limit of 2147483647"},
 		{"arg count", hw.Command{Program: prog, Args: args[:2], Shape: shape}, "vdouble takes 3 arguments, got 2"},
 		{"arg kind", hw.Command{Program: prog, Args: []hw.Arg{args[0], hw.Uint(1), args[2]}, Shape: shape}, "argument 1 (y): the kind does not match its declaration (buffer f32)"},
 		{"u32 range", hw.Command{Program: prog, Args: []hw.Arg{args[0], args[1], hw.Uint(1 << 40)}, Shape: shape}, "does not fit a u32"},
 	} {
+		st := s.(*Stream)
+		submitted, launched := st.rec.Submitted(), f.launching.Load()
 		if _, err := s.Submit(&row.cmd); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), row.want) {
 			t.Errorf("%s: got %v, want invalid_argument containing %q", row.name, err, row.want)
+		}
+		// Refused at submit: nothing enqueued, nothing reached the driver.
+		if st.rec.Submitted() != submitted || f.launching.Load() != launched || !s.Idle() {
+			t.Errorf("%s: enqueued: submitted %d → %d, launches %d → %d, idle %v", row.name, submitted, st.rec.Submitted(), launched, f.launching.Load(), s.Idle())
 		}
 	}
 	if _, err := s.Submit(&hw.Command{Program: prog, Args: args, Shape: shape}); err != nil {

@@ -34,6 +34,7 @@ func TestGPUVerifyPTX(t *testing.T) {
 		{"scalar pointer", "read_scalar_ptr.ptx", "read_scalar_ptr", []ParamDecl{{"out", 8}, {"addr", 8}}, ""},
 		{"store 0x10", "store_0x10.ptx", "store_0x10", nil, ""},
 		{"spin", "spin.ptx", "spin", []ParamDecl{{"flag", 8}}, ""},
+		{"trap", "trap.ptx", "trap_now", nil, ""},
 	} {
 		t.Run(row.name, func(t *testing.T) {
 			start := time.Now()

@@ -1,15 +1,50 @@
 // Package localcall is the local transport between `serve --supervise`
-// and its workers on the same machine: HTTP/1.1 over a Unix domain
-// socket per worker (mode 0600, in a directory of the supervisor's),
-// carrying one session call per request.
+// and its workers on the same machine: a framed protocol of its own over
+// a Unix domain socket per worker (mode 0600, in a directory of the
+// supervisor's, mode 0700), carrying one session call per frame.
 //
-// A request is POST /call/{session} with the input as its body and the
-// headers Stagehost-Deadline (the call's absolute deadline, Unix
-// nanoseconds; none: no deadline but the worker's own) and
-// Stagehost-Request-Id. The answer is 200 with the output, or the
-// error's HTTP status (errdefs.HTTPStatus of its class) with the headers
-// Stagehost-Class and, for a stage's client_error, Stagehost-Code, and
-// the error's message as the body.
+// A connection carries one call at a time: the client ([Client]) writes
+// a call frame (the session, request id, W3C trace context, the call's
+// absolute deadline and its input) and reads the answer frame (ok and
+// the output, or the error's class, stage code and message) on the
+// calling goroutine, then keeps the connection for a later call. The
+// worker ([Serve]) reads a connection's calls in a goroutine per
+// connection and runs each there.
+//
+// # Frames
+//
+// Every integer is little-endian. A call (client → worker) is a
+// 26-byte header and its fields:
+//
+//	0      version (1)
+//	1      kind (1: call)
+//	2:4    session length, 1 to MaxSession (256)
+//	4:6    request id length, at most MaxField (1 KiB)
+//	6:8    traceparent length, at most MaxField
+//	8:10   tracestate length, at most MaxField
+//	10:18  the call's absolute deadline, Unix nanoseconds (int64; 0: none; < 0 refused)
+//	18:26  input length (uint64), at most the worker's maxInput
+//	then the session, request id, traceparent, tracestate and input bytes.
+//
+// An answer (worker → client) is an 18-byte header and its fields:
+//
+//	0      version (1)
+//	1      kind (2: answer)
+//	2      status (0: ok, 1: error)
+//	3      flags (bit 0: a stage code is present; the other bits 0)
+//	4:8    the stage code (int32; 0 unless present)
+//	8      class length (0 for ok; 1 to 64 for an error, lower-case letters and '_')
+//	9      reserved (0)
+//	10:18  body length (uint64): the output, or the error's message; at most the client's limit
+//	then the class and the body.
+//
+// Every length is checked before anything it counts is read or
+// allocated. A frame that breaks these rules ends its connection, with
+// two exceptions that are answered: an input over the worker's limit is
+// answered out_of_budget, naming the limit, before the connection ends
+// (its input unread); an answer body over the client's limit is refused
+// by the client (internal, naming the limit), which reads nothing of it
+// beyond its 4 KiB buffer and closes the connection.
 //
 // The lattice (NATS) stays the transport of model control and of calls
 // to other hosts; this one only saves a call the hop through the NATS
@@ -17,32 +52,14 @@
 package localcall
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"strconv"
 	"time"
-
-	"github.com/stagehost/stagehost/deploy"
-	"github.com/stagehost/stagehost/errdefs"
-	"github.com/stagehost/stagehost/stages"
-)
-
-// The headers of a call and its answer.
-const (
-	HeaderDeadline  = "Stagehost-Deadline"
-	HeaderRequestID = "Stagehost-Request-Id"
-	HeaderClass     = "Stagehost-Class"
-	HeaderCode      = "Stagehost-Code"
 )
 
 // Call is one call as it arrived: its session, request id, W3C trace
-// context (traceparent and tracestate headers) and input.
+// context (traceparent and tracestate) and input.
 type Call struct {
 	Session, RequestID      string
 	Traceparent, Tracestate string
@@ -81,165 +98,3 @@ func Listen(path string) (net.Listener, error) {
 	}
 	return ln, nil
 }
-
-// Handler serves calls with call.
-func Handler(call CallFunc, maxInput int64) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /call/{session}", func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		if v := r.Header.Get(HeaderDeadline); v != "" {
-			ns, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				http.Error(w, "bad "+HeaderDeadline, http.StatusBadRequest)
-				return
-			}
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, time.Unix(0, ns))
-			defer cancel()
-		}
-		input, err := io.ReadAll(io.LimitReader(r.Body, maxInput+1))
-		if err != nil {
-			return
-		}
-		if int64(len(input)) > maxInput {
-			writeErr(w, errdefs.ClassOutOfBudget, fmt.Sprintf("the input is larger than %d bytes", maxInput), nil)
-			return
-		}
-		out, err := call(ctx, Call{Session: r.PathValue("session"), RequestID: r.Header.Get(HeaderRequestID),
-			Traceparent: r.Header.Get("traceparent"), Tracestate: r.Header.Get("tracestate"), Input: input})
-		if err != nil {
-			var code *int32
-			var ce *stages.ClientError
-			var re *errdefs.RemoteError
-			if errors.As(err, &ce) {
-				code = &ce.Code
-			} else if errors.As(err, &re) {
-				code = re.Code
-			}
-			writeErr(w, deploy.Class(err), deploy.PublicMessage(err), code)
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Length", strconv.Itoa(len(out)))
-		_, _ = w.Write(out)
-	})
-	return mux
-}
-
-func writeErr(w http.ResponseWriter, class, msg string, code *int32) {
-	w.Header().Set(HeaderClass, class)
-	if code != nil {
-		w.Header().Set(HeaderCode, strconv.Itoa(int(*code)))
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.WriteHeader(errdefs.HTTPStatus(class))
-	_, _ = io.WriteString(w, msg)
-}
-
-// Client calls one worker over its socket. It is safe for concurrent use
-// and keeps its connections open between calls.
-type Client struct {
-	path string
-	hc   *http.Client
-}
-
-// NewClient returns a client of the worker listening at path.
-func NewClient(path string) *Client {
-	var d net.Dialer
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", path)
-		},
-		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
-	return &Client{path: path, hc: &http.Client{Transport: tr}}
-}
-
-// ErrNotSent marks a call that never reached the worker (its socket
-// refused the connection): it did not run, so it may go another way.
-var ErrNotSent = errors.New("localcall: not sent")
-
-// Call runs a call of session on the worker, with ctx's deadline sent as
-// the call's absolute deadline, requestID as its request id and the
-// headers of carrier (the trace context: traceparent, tracestate). Past
-// the deadline it waits [Grace] for the worker's answer.
-//
-// # Errors
-//
-// An [*errdefs.RemoteError] with the worker's class, message and stage
-// code; deadline_exceeded when the worker did not answer within the
-// deadline plus [Grace]; an error that wraps [ErrNotSent] when the
-// worker's socket could not be reached; client_closed when ctx was
-// cancelled.
-func (c *Client) Call(ctx context.Context, session, requestID string, carrier map[string][]string, input []byte) ([]byte, error) {
-	// The request outlives ctx's deadline by Grace (the worker answers
-	// at the deadline), not its cancellation.
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	dl, hasDeadline := ctx.Deadline()
-	if hasDeadline {
-		var cancelDL context.CancelFunc
-		rctx, cancelDL = context.WithDeadline(rctx, dl.Add(Grace))
-		defer cancelDL()
-	}
-	stop := context.AfterFunc(ctx, func() {
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			cancel()
-		}
-	})
-	defer stop()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, "http://worker/call/"+session, bytes.NewReader(input))
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range carrier {
-		req.Header[k] = v
-	}
-	if hasDeadline {
-		req.Header.Set(HeaderDeadline, strconv.FormatInt(dl.UnixNano(), 10))
-	}
-	if requestID != "" {
-		req.Header.Set(HeaderRequestID, requestID)
-	}
-	failed := func(what string, err error) error {
-		switch {
-		case errors.Is(rctx.Err(), context.DeadlineExceeded):
-			return &errdefs.RemoteError{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the worker did not answer within the deadline and %v", session, Grace)}
-		case ctx.Err() != nil:
-			return &errdefs.RemoteError{Class: errdefs.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, ctx.Err())}
-		}
-		return &errdefs.RemoteError{Class: errdefs.ClassUnavailable, Message: fmt.Sprintf("session %q: %s: %v", session, what, err)}
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return nil, fmt.Errorf("%w: %s: %v", ErrNotSent, c.path, err)
-		}
-		return nil, failed("the worker's connection failed during the call", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, failed("the worker's answer was cut", err)
-	}
-	if resp.StatusCode == http.StatusOK {
-		return body, nil
-	}
-	re := &errdefs.RemoteError{Class: resp.Header.Get(HeaderClass), Message: string(body)}
-	if re.Class == "" {
-		re.Class = errdefs.ClassInternal
-	}
-	if v := resp.Header.Get(HeaderCode); v != "" {
-		if n, err := strconv.ParseInt(v, 10, 32); err == nil {
-			code := int32(n)
-			re.Code = &code
-		}
-	}
-	return nil, re
-}
-
-// Close closes the client's idle connections.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }

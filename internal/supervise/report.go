@@ -22,6 +22,7 @@ const (
 //
 //	{"event":"ready"}
 //	{"event":"device_lost","device":"cuda0","reason":"sticky CUDA fault: illegal address"}
+//	{"event":"hung","device":"cuda0","reason":"session a: a call's device work outlived its deadline by 100ms"}
 //	{"event":"exiting","reason":"SIGTERM"}
 const (
 	// EventReady: the worker serves. The supervisor moves it from starting
@@ -32,6 +33,14 @@ const (
 	// and restarts the worker: SIGTERM, [Config.WithStopTimeout], SIGKILL,
 	// then a new process after the backoff.
 	EventDeviceLost = "device_lost"
+	// EventHung: device work of the worker's cannot be proven finished
+	// and cannot be stopped from inside its process (a kernel still
+	// running past its call's deadline and grace). The supervisor records
+	// it and sends SIGKILL at once, with no SIGTERM and no stop timeout
+	// (the end of the process is what stops a hung kernel), then restarts
+	// the worker after the backoff. The exit counts as reported, not
+	// synthetic.
+	EventHung = "hung"
 	// EventExiting: the worker is about to exit, and why. An exit not
 	// announced by it is recorded as synthetic ([Exit.Synthetic]).
 	EventExiting = "exiting"
@@ -156,6 +165,11 @@ func (r *Reporter) ReadyServing(s Serving) error {
 // DeviceLost reports [EventDeviceLost] for device.
 func (r *Reporter) DeviceLost(device, reason string) error {
 	return r.Report(Event{Event: EventDeviceLost, Device: device, Reason: reason})
+}
+
+// Hung reports [EventHung] for device: the worker asks to be killed.
+func (r *Reporter) Hung(device, reason string) error {
+	return r.Report(Event{Event: EventHung, Device: device, Reason: reason})
 }
 
 // Exiting reports [EventExiting].

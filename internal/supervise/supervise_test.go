@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 //	exit3        exit 3 without reporting
 //	stderr65     write two lines to stderr, exit 65 without reporting
 //	serving      report ready with devices, sessions and notes
+//	hung-once    the first process (per SUPERVISE_TEST_MARKER) ignores
+//	             SIGTERM, reports ready then hung, and sleeps; later ones
+//	             as ready
 //	sigkill      report ready, then SIGKILL itself
 //	ignore-term  ignore SIGTERM, report ready, sleep
 //	never-ready  report nothing; on SIGTERM exit 0 without reporting
@@ -74,6 +77,17 @@ func workerMain(mode string) {
 			must(rep.Exiting("SIGTERM after device loss"))
 			os.Exit(0)
 		}
+		serve()
+	case "hung-once":
+		f, err := os.OpenFile(os.Getenv("SUPERVISE_TEST_MARKER"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err == nil {
+			_ = f.Close()
+			signal.Ignore(syscall.SIGTERM)
+			must(rep.Ready())
+			must(rep.Hung("cuda0", "a kernel outlived its deadline (test)"))
+			time.Sleep(time.Hour)
+		}
+		signal.Notify(terms, syscall.SIGTERM)
 		serve()
 	case "exit3":
 		os.Exit(3)
@@ -328,6 +342,35 @@ func TestDeviceLostRestartsThatWorkerOnly(t *testing.T) {
 	}
 	if st := h.status("cuda1"); st.PID != other.PID || st.State != StateReady || st.Restarts != 0 || st.Uptime <= 0 {
 		t.Errorf("cuda1 now: %s uptime %s; want pid %d ready", describe([]WorkerStatus{st}), st.Uptime, other.PID)
+	}
+}
+
+// A worker that reports hung is killed at once (SIGKILL: it ignores
+// SIGTERM and the stop timeout is an hour), its hang counted, its exit
+// reported (not synthetic), and it restarts.
+func TestHungWorkerKilledAtOnce(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "hung")
+	h := start(t, NewConfig().WithStopTimeout(time.Hour).WithBackoff(10*time.Millisecond, time.Second, 2).WithWorkers(
+		testWorker(t, "cuda0", "hung-once", "SUPERVISE_TEST_MARKER="+marker),
+	))
+	first := h.rec.waitFor(t, "cuda0", waitLong, "ready", isReady)
+	again := h.rec.waitFor(t, "cuda0", waitLong, "ready after a restart", func(st WorkerStatus) bool {
+		return isReady(st) && st.Restarts == 1
+	})
+	if again.Hangs != 1 || again.LastHang == nil || again.LastHang.PID != first.PID || again.LastHang.Device != "cuda0" ||
+		!strings.Contains(again.LastHang.Reason, "outlived its deadline") {
+		t.Errorf("hangs %d, last %+v; want 1 by pid %d", again.Hangs, again.LastHang, first.PID)
+	}
+	e := again.LastExit
+	if e == nil || e.PID != first.PID || e.Synthetic || !e.Killed || e.Signal != int(syscall.SIGKILL) ||
+		!strings.HasPrefix(e.Cause, "hung on device cuda0: ") || !strings.HasPrefix(e.Reason, "hung on device cuda0: ") ||
+		e.KilledAt.IsZero() || e.Time.Before(e.KilledAt) {
+		t.Errorf("last exit %+v; want pid %d killed (SIGKILL) by the supervisor at once for its hang, reported", e, first.PID)
+	} else {
+		t.Logf("SIGKILL to reaped: %v", e.Time.Sub(e.KilledAt))
+	}
+	if again.Exits != 1 || again.SyntheticExits != 0 || again.DeviceLosses != 0 {
+		t.Errorf("exits %d, synthetic %d, device losses %d; want 1, 0, 0", again.Exits, again.SyntheticExits, again.DeviceLosses)
 	}
 }
 

@@ -65,9 +65,12 @@ type Exit struct {
 	// cuda0 lost: ...", "not ready within 1m0s", "the supervisor is
 	// stopping"); empty when the worker ended by itself.
 	Cause string `json:"cause,omitempty"`
-	// Killed says the supervisor sent SIGKILL (after the stop timeout, or
-	// when Stop's context ended).
-	Killed bool `json:"killed,omitempty"`
+	// Killed says the supervisor sent SIGKILL (after the stop timeout,
+	// when Stop's context ended, or at once for a hung worker:
+	// [EventHung]), and KilledAt when: Time minus KilledAt is how long the
+	// kernel took to reap the process.
+	Killed   bool      `json:"killed,omitempty"`
+	KilledAt time.Time `json:"killed_at,omitzero"`
 	// StartFailed says the process could not be started at all (Reason
 	// holds the error).
 	StartFailed bool          `json:"start_failed,omitempty"`
@@ -77,6 +80,15 @@ type Exit struct {
 
 // DeviceLoss is a worker's report of a lost device.
 type DeviceLoss struct {
+	PID    int       `json:"pid"`
+	Device string    `json:"device"`
+	Reason string    `json:"reason"`
+	Time   time.Time `json:"time"`
+}
+
+// Hang is a worker's report that device work of its cannot be stopped
+// ([EventHung]).
+type Hang struct {
 	PID    int       `json:"pid"`
 	Device string    `json:"device"`
 	Reason string    `json:"reason"`
@@ -111,6 +123,10 @@ type WorkerStatus struct {
 	// latest.
 	DeviceLosses   int         `json:"device_losses"`
 	LastDeviceLoss *DeviceLoss `json:"last_device_loss,omitempty"`
+	// Hangs counts its hung reports ([EventHung]), each of which ended a
+	// process of it with SIGKILL; LastHang is the latest.
+	Hangs    int   `json:"hangs"`
+	LastHang *Hang `json:"last_hang,omitempty"`
 	// Exits counts its processes' exits (a start that failed counts as
 	// one), SyntheticExits those of them that were synthetic
 	// ([Exit.Synthetic]).
@@ -491,7 +507,9 @@ func (s *Supervisor) watch(w *worker, p *proc) Exit {
 		killC     <-chan time.Time
 		cause     string // why the supervisor stopped it
 		killed    bool
-		reported  bool // it reported exiting
+		killedAt  time.Time
+		reported  bool // it reported exiting (or hung)
+		hung      bool // it reported hung: that report's reason is the exit's
 		reason    string
 		stopping  = s.stopping
 		killNow   = s.killNow
@@ -506,7 +524,7 @@ func (s *Supervisor) watch(w *worker, p *proc) Exit {
 		if killed {
 			return
 		}
-		killed = true
+		killed, killedAt = true, time.Now()
 		s.log.Warn("worker killed", "worker", name, "pid", p.pid, "why", why)
 		_ = p.cmd.Process.Kill()
 	}
@@ -551,7 +569,28 @@ func (s *Supervisor) watch(w *worker, p *proc) Exit {
 			if alive {
 				stop(fmt.Sprintf("device %s lost: %s", e.Device, e.Reason), StateRestarting)
 			}
+		case EventHung:
+			s.log.Error("worker hung; killing it", "worker", name, "pid", p.pid, "device", e.Device, "reason", e.Reason)
+			h := Hang{PID: p.pid, Device: e.Device, Reason: e.Reason, Time: time.Now()}
+			why := fmt.Sprintf("hung on device %s: %s", e.Device, e.Reason)
+			s.update(w, func(st *WorkerStatus) {
+				st.Hangs++
+				st.LastHang = &h
+				if st.State != StateStopping {
+					st.State, st.Reason = StateRestarting, why
+				}
+			})
+			reported, reason, hung = true, why, true
+			if cause == "" {
+				cause = why
+			}
+			if alive {
+				kill(why)
+			}
 		case EventExiting:
+			if hung {
+				break
+			}
 			reported, reason = true, e.Reason
 			s.log.Info("worker exiting", "worker", name, "pid", p.pid, "reason", e.Reason)
 		default:
@@ -599,7 +638,9 @@ func (s *Supervisor) watch(w *worker, p *proc) Exit {
 			}
 			close(p.quit)
 			_ = p.r.Close()
-			return p.exit(reported, reason, cause, killed)
+			e := p.exit(reported, reason, cause, killed)
+			e.KilledAt = killedAt
+			return e
 		}
 	}
 }

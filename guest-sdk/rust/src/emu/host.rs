@@ -458,8 +458,8 @@ impl State {
             Ok(p) => p,
             Err(st) => return st,
         };
-        if p.vendor {
-            return self.needs_launch(&p);
+        if p.vendor.is_some() {
+            return self.needs_launch("", &p);
         }
         let args = match self.parse_args(&p, recs) {
             Ok(a) => a,
@@ -474,11 +474,14 @@ impl State {
         OK
     }
 
-    fn needs_launch(&mut self, p: &ProgramDef) -> i32 {
+    /// The refusal of a vendor kernel given to stream_submit, or as
+    /// `prefix` ("command N: ", as the host says) to stream_submit_batch.
+    fn needs_launch(&mut self, prefix: &str, p: &ProgramDef) -> i32 {
         self.fail(
             INVALID_ARGUMENT,
             std::format!(
-                "program {:?} is a vendor kernel: launch it with stream_launch, which gives its grid, block and shared memory (ABI.md §3.5)",
+                "{}program {:?} is a vendor kernel: launch it with stream_launch, which gives its grid, block and shared memory (ABI.md §3.5)",
+                prefix,
                 p.name
             ),
         )
@@ -544,8 +547,9 @@ impl State {
         OK
     }
 
-    /// stream_launch: the Go emulator's order (stream, program, a built-in
-    /// program refused, the shape, the argument records).
+    /// stream_launch: the host's order (stream, program, a built-in
+    /// program refused, the shape, the argument records, the arguments
+    /// against the kernel's declaration).
     pub(crate) fn stream_launch(
         &mut self,
         sh: u64,
@@ -563,12 +567,13 @@ impl State {
             Ok(p) => p,
             Err(st) => return st,
         };
-        if !p.vendor {
-            return self.fail(
+        let decl = match &p.vendor {
+            Some(d) => d.clone(),
+            None => return self.fail(
                 INVALID_ARGUMENT,
                 std::format!("program {:?} is built in: stream_launch launches vendor kernels; use stream_submit", p.name),
-            );
-        }
+            ),
+        };
         let st = self.check_shape(&p.name, grid, block, shared);
         if st != OK {
             return st;
@@ -577,6 +582,9 @@ impl State {
             Ok(a) => a,
             Err(st) => return st,
         };
+        if let Err(why) = super::vendor::check(&p.name, &decl, &args) {
+            return self.fail(INVALID_ARGUMENT, why);
+        }
         self.enqueue(s, Command::Launch { prog: p, args });
         OK
     }
@@ -602,8 +610,8 @@ impl State {
                 Ok(p) => p,
                 Err(st) => return st,
             };
-            if p.vendor {
-                return self.needs_launch(&p);
+            if p.vendor.is_some() {
+                return self.needs_launch(&std::format!("command {}: ", i), &p);
             }
             if c.args_count > MAX_ARGS {
                 return INVALID_ARGUMENT;
@@ -783,8 +791,12 @@ const KERNEL_DIRS: &[(&str, &str)] = &[
 
 /// The direction of argument i of prog ("" when its kernel has no
 /// description of it: a kernel added with [`super::Emulator::kernel`],
-/// noop, an argument past the described ones).
+/// noop, an argument past the described ones); a vendor kernel's is its
+/// declaration's ("in" for a scalar, as the host's).
 fn arg_dir(prog: &ProgramDef, i: usize) -> &'static str {
+    if let Some(v) = &prog.vendor {
+        return v.get(i).map_or("", |a| a.dir());
+    }
     // A kernel of the session's own (Emulator::kernel) under a built-in
     // name describes nothing.
     let builtin = super::kernels::lookup(&prog.name).map_or(false, |k| k.kernel as usize == prog.kernel as usize);

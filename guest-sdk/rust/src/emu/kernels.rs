@@ -52,7 +52,7 @@ pub fn builtins() -> Vec<String> {
 
 pub(crate) fn lookup(name: &str) -> Option<ProgramDef> {
     if let Some((n, k)) = BUILTINS.iter().find(|(n, _)| *n == name) {
-        return Some(ProgramDef { name: n.to_string(), kernel: *k, op: None, dtype: 0, vendor: false });
+        return Some(ProgramDef { name: n.to_string(), kernel: *k, op: None, dtype: 0, vendor: None });
     }
     // OP, OP.f16 or OP.bf16 (then .fast for the ops that have it).
     let (base, dtype) = if let Some(i) = name.find(".f16") {
@@ -63,7 +63,7 @@ pub(crate) fn lookup(name: &str) -> Option<ProgramDef> {
         (name.to_string(), 0)
     };
     let op = OPS.iter().find(|o| o.name == base && (dtype == 0 || o.half))?;
-    Some(ProgramDef { name: name.to_string(), kernel: op.run, op: Some(op), dtype, vendor: false })
+    Some(ProgramDef { name: name.to_string(), kernel: op.run, op: Some(op), dtype, vendor: None })
 }
 
 const BUILTINS: &[(&str, Kernel)] = &[
@@ -512,6 +512,27 @@ fn sigmoid64(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// gelu_tanh as the op library computes it: x·sigmoid(2u) with
+/// u = √(2/π)(x + 0.044715x³), in float64 rounded once; -Inf gives -0.
+fn gelu_tanh(x: f32) -> f32 {
+    if x == f32::NEG_INFINITY {
+        return -0.0;
+    }
+    let v = x as f64;
+    let u = (2.0 / core::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v);
+    (v * sigmoid64(2.0 * u)) as f32
+}
+
+/// gelu_erf as the op library computes it: 0.5x·erfc(-x/√2), in float64
+/// rounded once; -Inf gives -0.
+fn gelu_erf(x: f32) -> f32 {
+    if x == f32::NEG_INFINITY {
+        return -0.0;
+    }
+    let v = x as f64;
+    (0.5 * v * super::erf::erfc(-v / core::f64::consts::SQRT_2)) as f32
+}
+
 fn fmax(a: f32, b: f32) -> f32 {
     if a.is_nan() {
         a
@@ -561,6 +582,8 @@ static OPS: &[OpDef] = &[
             (v * sigmoid64(v)) as f32
         }
     }),
+    unary!("gelu_tanh", gelu_tanh),
+    unary!("gelu_erf", gelu_erf),
     unary!("sqrt", fsqrt),
     unary!("rsqrt", |x| 1.0 / fsqrt(x)),
     unary!("neg", |x| f32::from_bits(x.to_bits() ^ 0x8000_0000)),

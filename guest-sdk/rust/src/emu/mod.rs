@@ -18,20 +18,28 @@
 //! Kernels: the built-in ones of the simulator (`noop`, `fill`, `copy`,
 //! `saxpy`, `matmul`, `bias`, `relu`, `argmax`, `mlp_forward`) and the op
 //! library, checked at submit against each op's contract as the host does:
-//! `exp`, `log`, `tanh`, `sigmoid`, `silu`, `sqrt`, `rsqrt`, `neg`, `abs`,
-//! `affine`, `add`, `sub`, `mul`, `div`, `max`, `min`, `reduce_sum`,
-//! `reduce_mean`, `reduce_max`, `reduce_argmax`, `softmax`, `log_softmax`,
-//! `layernorm`, `rmsnorm`, `transpose`, `gemm`, `gemm.fast`, `gather`,
-//! `conv2d`, `conv2d.fast`, `maxpool2d`, `avgpool2d` and `cast`, each with
-//! its `.f16` and `.bf16` variants where the op has them. `gelu_tanh` and
-//! `gelu_erf` are not emulated natively: [`Emulator::programs`] panics
-//! naming them, and the Go emulator or the simulator runs them. Deadlines
-//! are not emulated.
+//! `exp`, `log`, `tanh`, `sigmoid`, `silu`, `gelu_tanh`, `gelu_erf`,
+//! `sqrt`, `rsqrt`, `neg`, `abs`, `affine`, `add`, `sub`, `mul`, `div`,
+//! `max`, `min`, `reduce_sum`, `reduce_mean`, `reduce_max`,
+//! `reduce_argmax`, `softmax`, `log_softmax`, `layernorm`, `rmsnorm`,
+//! `transpose`, `gemm`, `gemm.fast`, `gather`, `conv2d`, `conv2d.fast`,
+//! `maxpool2d`, `avgpool2d` and `cast`, each with its `.f16` and `.bf16`
+//! variants where the op has them. The bounded ops (`exp`, `log`, `tanh`,
+//! `sigmoid`, `silu`, `gelu_tanh`, `gelu_erf`, `softmax`, `log_softmax`)
+//! compute in float64 and round once, as the simulator does, with the
+//! platform's `exp`, `ln` and `tanh` and a port of Go's `math.Erfc`: a
+//! value is the simulator's or, where the two float64 results straddle a
+//! rounding boundary, the storage type's next value (1 ulp;
+//! `tests/gelu.rs` checks the gelu ops against the simulator's values).
+//! Deadlines are not emulated.
 //!
 //! Vendor kernels (ABI revision 4): [`Emulator::vendor_kernel`] declares
-//! one; `stream_launch` gives the Go emulator's statuses and last errors
-//! for a built-in program and for a launch shape over the fixed limits of
-//! the sim devices; arguments are not checked against a declaration.
+//! one with its arguments ([`VendorArg`]); `stream_launch` gives the
+//! host's statuses and last errors for a built-in program, a launch shape
+//! over the fixed limits of the sim devices, read-only weights bound
+//! where the kernel writes, and arguments that do not match the
+//! declaration (count, kind, a buffer's length against its dtype, a
+//! 32-bit scalar's value).
 //!
 //! Weights (ABI revision 3): [`Emulator::weights`] and
 //! [`Emulator::safetensors`] list them; `weights_get`, `tensor_get` and
@@ -39,11 +47,13 @@
 //! writes the argument or does not describe it, `buffer_free`) give the
 //! Go emulator's statuses and last errors.
 
+mod erf;
 mod half;
 mod host;
 mod kernels;
 pub mod safetensors;
 pub mod sys;
+mod vendor;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -53,6 +63,7 @@ use std::string::{String, ToString};
 use std::vec::Vec;
 
 pub use kernels::{builtins, KArg};
+pub use vendor::{Dir, VendorArg};
 
 use crate::Level;
 
@@ -205,8 +216,9 @@ pub(crate) struct ProgramDef {
     pub op: Option<&'static kernels::OpDef>,
     /// The storage type of the op's T arguments: 0 f32, 1 f16, 2 bf16.
     pub dtype: u8,
-    /// A vendor kernel: launched only with `stream_launch`.
-    pub vendor: bool,
+    /// A vendor kernel's declared arguments: launched only with
+    /// `stream_launch`, checked against them.
+    pub vendor: Option<Rc<Vec<VendorArg>>>,
 }
 
 pub(crate) enum Obj {
@@ -401,8 +413,10 @@ impl Emulator {
         self
     }
 
-    /// Allows the session the named built-in kernels. Panics on a name
-    /// that is not emulated (see the module doc), naming it.
+    /// Allows the session the named built-in kernels (see the module doc:
+    /// every kernel of the simulator and program of the op library).
+    /// Panics on a name that is not emulated, naming it and listing those
+    /// that are.
     pub fn programs(mut self, names: &[&str]) -> Emulator {
         for n in names {
             let p = match kernels::lookup(n) {
@@ -420,21 +434,70 @@ impl Emulator {
 
     /// Allows a program called `name` that runs `kernel`.
     pub fn kernel(self, name: &str, kernel: fn(&mut [kernels::KArg]) -> Result<(), String>) -> Emulator {
-        self.declare(3, name, Obj::Program(ProgramDef { name: name.to_string(), kernel, op: None, dtype: 0, vendor: false }))
+        self.declare(3, name, Obj::Program(ProgramDef { name: name.to_string(), kernel, op: None, dtype: 0, vendor: None }))
     }
 
     /// Allows a vendor kernel called `name` (a manifest's `[[kernel]]`)
-    /// that runs `kernel`, the native stand-in for its PTX or Wasm module.
-    /// As on the host it is launched only with `stream_launch`
-    /// ([`crate::Stream::launch`]); `stream_submit` and
-    /// `stream_submit_batch` refuse it with `INVALID_ARGUMENT`. The launch
-    /// shape is checked against the sim devices' fixed limits (as the Go
-    /// emulator's `LaunchLimits`) and then ignored. Unlike the Go
-    /// emulator's `VendorKernel`, no argument declaration is kept: the
-    /// arguments are not checked against one. Panics on an empty name.
-    pub fn vendor_kernel(self, name: &str, kernel: fn(&mut [kernels::KArg]) -> Result<(), String>) -> Emulator {
+    /// with the declared `args`, run by `kernel`, the native stand-in for
+    /// its PTX or Wasm module. As on the host it is launched only with
+    /// `stream_launch` ([`crate::Stream::launch`]); `stream_submit` and
+    /// `stream_submit_batch` refuse it with `INVALID_ARGUMENT`. A launch is
+    /// checked, in the host's order and words, before anything is
+    /// enqueued: its shape against the sim devices' fixed limits (as the
+    /// Go emulator's `LaunchLimits`; then ignored), each argument record
+    /// (a read-only weights buffer only where `args` declares a buffer
+    /// [`Dir::In`]), and the arguments against `args`: their count, each
+    /// one's kind (buffer or scalar), a buffer's length against its dtype,
+    /// a 32-bit scalar's value. Each refusal is `INVALID_ARGUMENT` with
+    /// the host's last error (see the crate's README).
+    ///
+    /// ```
+    /// use stagehost::emu::{Config, Dir, Emulator, KArg, VendorArg};
+    /// use stagehost::{Arg, Buffer, DType, Program, Stream};
+    ///
+    /// // y = 2x over n values: the native stand-in for the kernel.
+    /// fn double(a: &mut [KArg]) -> Result<(), String> {
+    ///     let n = a[2].value as usize;
+    ///     let x = stagehost::f32s(a[0].bytes.as_ref().unwrap());
+    ///     let y: Vec<f32> = x[..n].iter().map(|v| 2.0 * v).collect();
+    ///     a[1].bytes.as_mut().unwrap()[..4 * n].copy_from_slice(&stagehost::f32_bytes(&y));
+    ///     Ok(())
+    /// }
+    ///
+    /// let e = Emulator::new(Config::new()).stream("s0").buffer("x", 8).buffer("y", 8).vendor_kernel(
+    ///     "double",
+    ///     &[VendorArg::buffer("x", DType::F32, Dir::In), VendorArg::buffer("y", DType::F32, Dir::Out), VendorArg::u32("n")],
+    ///     double,
+    /// );
+    /// let out = e.run(b"", || {
+    ///     let (s, x, y) = (Stream::get("s0")?, Buffer::get("x")?, Buffer::get("y")?);
+    ///     s.write(&x, 0, &stagehost::f32_bytes(&[1.5, -2.0]))?;
+    ///     let k = Program::get("double")?;
+    ///     s.launch(&k, [1, 1, 1], [2, 1, 1], 0, &[Arg::whole(&x), Arg::whole(&y), Arg::u32(2)])?;
+    ///     // A scalar where the declaration has a buffer: refused.
+    ///     assert!(s.launch(&k, [1, 1, 1], [2, 1, 1], 0, &[Arg::u32(0), Arg::whole(&y), Arg::u32(2)]).is_err());
+    ///     let mut b = [0u8; 8];
+    ///     s.read(&y, 0, &mut b)?;
+    ///     stagehost::output(&b)
+    /// });
+    /// assert_eq!(stagehost::f32s(&out.unwrap()), [3.0, -4.0]);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// On an empty name, a name declared twice, or more than
+    /// [`crate::MAX_ARGS`] arguments (no launch could bind them).
+    pub fn vendor_kernel(self, name: &str, args: &[VendorArg], kernel: fn(&mut [kernels::KArg]) -> Result<(), String>) -> Emulator {
         assert!(!name.is_empty(), "emu: vendor_kernel: empty name");
-        self.declare(3, name, Obj::Program(ProgramDef { name: name.to_string(), kernel, op: None, dtype: 0, vendor: true }))
+        assert!(
+            args.len() <= crate::MAX_ARGS,
+            "emu: vendor_kernel {:?}: {} arguments, more than a launch binds ({})",
+            name,
+            args.len(),
+            crate::MAX_ARGS
+        );
+        let vendor = Some(Rc::new(args.to_vec()));
+        self.declare(3, name, Obj::Program(ProgramDef { name: name.to_string(), kernel, op: None, dtype: 0, vendor }))
     }
 
     /// The declared buffer `name`'s contents as the device holds them now.

@@ -1,0 +1,150 @@
+//! Vendor kernels' argument declarations (a manifest's `[[kernel]]` args)
+//! and the host's check of a launch against one (`stream_launch`, ABI.md
+//! §3.6), in the host's words.
+
+use std::string::{String, ToString};
+
+use super::host::LArg;
+use crate::DType;
+
+/// The direction of a vendor kernel's buffer argument, as a manifest's
+/// `dir` gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    /// `in`: the kernel only reads the buffer (it may be weights).
+    In,
+    /// `out`: the kernel writes it.
+    Out,
+    /// `inout`: the kernel reads and writes it.
+    InOut,
+}
+
+impl Dir {
+    /// The manifest's word: `in`, `out` or `inout`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dir::In => "in",
+            Dir::Out => "out",
+            Dir::InOut => "inout",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A buffer of values of the dtype (None: `bytes`, any length).
+    Buffer(Option<DType>, Dir),
+    /// A scalar of the type: `u32`, `u64`, `i32` or `f32`.
+    Scalar(&'static str),
+}
+
+/// One declared argument of a vendor kernel, as a manifest's
+/// `[[kernel]]` `args` give it: a buffer with a dtype and a direction,
+/// or a scalar of a type. Build one with [`VendorArg::buffer`],
+/// [`VendorArg::bytes`] or a scalar constructor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VendorArg {
+    name: String,
+    kind: Kind,
+}
+
+impl VendorArg {
+    /// A buffer of `dtype` values (`dtype = "f32"` and so on in a
+    /// manifest): a launch must bind a range whose length is a whole
+    /// number of them.
+    pub fn buffer(name: &str, dtype: DType, dir: Dir) -> VendorArg {
+        VendorArg { name: name.to_string(), kind: Kind::Buffer(Some(dtype), dir) }
+    }
+    /// A buffer of bytes (`dtype = "bytes"`, a manifest's default): any
+    /// length.
+    pub fn bytes(name: &str, dir: Dir) -> VendorArg {
+        VendorArg { name: name.to_string(), kind: Kind::Buffer(None, dir) }
+    }
+    /// A `u32` scalar: a launch's value must fit 32 bits.
+    pub fn u32(name: &str) -> VendorArg {
+        VendorArg { name: name.to_string(), kind: Kind::Scalar("u32") }
+    }
+    /// An `i32` scalar: a launch's value must fit 32 bits.
+    pub fn i32(name: &str) -> VendorArg {
+        VendorArg { name: name.to_string(), kind: Kind::Scalar("i32") }
+    }
+    /// An `f32` scalar (its bits): a launch's value must fit 32 bits.
+    pub fn f32(name: &str) -> VendorArg {
+        VendorArg { name: name.to_string(), kind: Kind::Scalar("f32") }
+    }
+    /// A `u64` scalar: any value.
+    pub fn u64(name: &str) -> VendorArg {
+        VendorArg { name: name.to_string(), kind: Kind::Scalar("u64") }
+    }
+
+    /// The argument's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The direction the host gives the argument: the buffer's, `in` for
+    /// a scalar (a weights buffer bound to a scalar is then refused as a
+    /// buffer where a scalar is declared, as on the host).
+    pub(crate) fn dir(&self) -> &'static str {
+        match self.kind {
+            Kind::Buffer(_, d) => d.as_str(),
+            Kind::Scalar(_) => "in",
+        }
+    }
+}
+
+fn dtype_name(t: Option<DType>) -> &'static str {
+    match t {
+        None => "bytes",
+        Some(DType::F32) => "f32",
+        Some(DType::F16) => "f16",
+        Some(DType::BF16) => "bf16",
+        Some(DType::I32) => "i32",
+    }
+}
+
+/// Checks a launch's arguments against kernel `name`'s declaration, as
+/// the host's `checkSignature` (stages) and the Go emulator's
+/// `checkVendorArgsLocked` do, with their texts: the count, each one's
+/// kind, a buffer's length against its dtype, a 32-bit scalar's value.
+pub(crate) fn check(name: &str, decl: &[VendorArg], args: &[LArg]) -> Result<(), String> {
+    if args.len() != decl.len() {
+        return Err(std::format!("kernel {:?} takes {} arguments, got {}", name, decl.len(), args.len()));
+    }
+    for (i, (a, l)) in decl.iter().zip(args).enumerate() {
+        match (a.kind, l.buf.is_some()) {
+            (Kind::Buffer(t, d), false) => {
+                return Err(std::format!(
+                    "kernel {:?}: argument {} ({}) is a buffer ({}, {}), got a scalar",
+                    name,
+                    i,
+                    a.name,
+                    dtype_name(t),
+                    d.as_str()
+                ))
+            }
+            (Kind::Scalar(t), true) => {
+                return Err(std::format!("kernel {:?}: argument {} ({}) is a {} scalar, got a buffer", name, i, a.name, t))
+            }
+            (Kind::Buffer(t, _), true) => {
+                let size = t.map_or(1, |d| d.size());
+                if l.len % size != 0 {
+                    return Err(std::format!(
+                        "kernel {:?}: argument {} ({}): {} bytes is not a whole number of {} values",
+                        name,
+                        i,
+                        a.name,
+                        l.len,
+                        dtype_name(t)
+                    ));
+                }
+            }
+            (Kind::Scalar(t), false) => {
+                if t != "u64" && l.value >> 32 != 0 {
+                    return Err(std::format!("kernel {:?}: argument {} ({}): {:#x} does not fit a {}", name, i, a.name, l.value, t));
+                }
+            }
+        }
+    }
+    Ok(())
+}
