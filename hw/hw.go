@@ -14,6 +14,7 @@ package hw
 import (
 	"context"
 	"math"
+	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
 )
@@ -148,6 +149,18 @@ type Command struct {
 	// Shape is the launch shape of a vendor kernel launched with
 	// stream_launch (abi/ABI.md §3.5); nil for every other command.
 	Shape *LaunchShape
+	// Deadline is the deadline of the module call that launched the
+	// command (stream_launch sets it to the call's deadline, abi/ABI.md
+	// §4.2); the zero time for none. A backend that can interrupt a
+	// running program stops it there and fails its command: sim's
+	// vendor kernels (a Wasm module, interrupted as stages are; the
+	// command fails with an [errdefs.ErrFault] error that wraps
+	// [errdefs.ErrDeadlineExceeded]). A backend that cannot ignores it:
+	// CUDA has no way to stop one kernel, which is why a tenant's vendor
+	// PTX runs in a worker process that is ended instead
+	// (docs/security.md). It travels with the command, not the stream,
+	// because one stream carries the work of many calls.
+	Deadline time.Time
 }
 
 // LaunchShape is a launch's grid of blocks, each block's threads and

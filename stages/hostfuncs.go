@@ -668,9 +668,16 @@ func hostStreamLaunch(ctx context.Context, st *callState, mod api.Module, stack 
 		return
 	}
 	st.cmd.Program, st.cmd.Args, st.cmd.Shape = p.program, args, sh
+	// The launch carries the call's deadline (ABI.md §3.6): a backend
+	// that can stop a running kernel (sim's Wasm kernels) stops it there,
+	// so the fence that drains the stream after an interrupted call is
+	// not held up by it. ctx is the call's context, armed with the
+	// earlier of the entry's deadline (counted from when the call asked
+	// for the compute lane, §4.2) and the caller's.
+	st.cmd.Deadline, _ = ctx.Deadline()
 	_, err = s.stream.Submit(&st.cmd)
 	clear(args)
-	st.cmd.Program, st.cmd.Args, st.cmd.Shape = nil, nil, nil
+	st.cmd.Program, st.cmd.Args, st.cmd.Shape, st.cmd.Deadline = nil, nil, nil, time.Time{}
 	retErr(st, stack, err)
 }
 

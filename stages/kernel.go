@@ -27,10 +27,15 @@ const (
 	// DefaultKernelMemoryLimit caps a vendor kernel instance's linear
 	// memory, its buffers included: 256 MiB.
 	DefaultKernelMemoryLimit = 256 << 20
-	// DefaultKernelTimeLimit bounds one launch of a vendor kernel: 5 s, so
-	// that with the session defaults (a 5 s deadline, a 10 s fence timeout)
-	// a kernel launched before the deadline has stopped before the fence
-	// gives up, and a looping kernel never quarantines its session.
+	// DefaultKernelTimeLimit bounds one launch of a vendor kernel: 5 s.
+	// A launch is interrupted at the earlier of its time limit and the
+	// deadline of the call that launched it (stream_launch gives the
+	// command that deadline, [hw.Command.Deadline]), so a kernel never
+	// outlives its call, and the limit bounds a launch of a call whose
+	// deadline is longer, and a launch made without one (through the Go
+	// API). With the session defaults (a 5 s deadline, a 10 s fence
+	// timeout) a kernel has stopped before the fence gives up, and a
+	// looping kernel never quarantines its session.
 	DefaultKernelTimeLimit = 5 * time.Second
 )
 
@@ -55,7 +60,9 @@ func (c KernelConfig) WithMemoryLimit(bytes int64) KernelConfig {
 }
 
 // WithTimeLimit bounds one launch; a launch that runs longer is
-// interrupted and fails. A limit of 0 or less keeps the default.
+// interrupted and fails. A launch whose command carries an earlier
+// deadline (the call's, [hw.Command.Deadline]) is interrupted at that
+// instead. A limit of 0 or less keeps the default.
 func (c KernelConfig) WithTimeLimit(d time.Duration) KernelConfig {
 	if d > 0 {
 		c.timeLimit = d
@@ -247,20 +254,36 @@ type KernelArgs struct {
 //     [errdefs.ErrOutOfBudget]);
 //   - the kernel trapped (an out-of-bounds access, unreachable, a stack
 //     overflow, a division by zero), naming the trap;
-//   - the kernel ran past its time limit or ctx ended (also
+//   - the kernel ran past its time limit ("interrupted: it ran past its
+//     time limit of 5s"), or past ctx's deadline when that came first
+//     ("interrupted at its call's deadline"; a ctx whose deadline has
+//     passed already does not run it), or ctx was cancelled (all also
 //     [errdefs.ErrDeadlineExceeded]).
 func (k *WasmKernel) Run(ctx context.Context, args KernelArgs) error {
-	return k.run(ctx, args, fmt.Sprintf("kernel %q: ", k.spec.Name))
+	deadline, _ := ctx.Deadline()
+	return k.run(ctx, args, fmt.Sprintf("kernel %q: ", k.spec.Name), deadline)
 }
 
-// run is Run with the prefix of its errors: the sim stream names the
-// kernel itself.
-func (k *WasmKernel) run(ctx context.Context, args KernelArgs, prefix string) error {
-	ctx, cancel := context.WithTimeout(ctx, k.cfg.timeLimit)
+// run is Run with the prefix of its errors (the sim stream names the
+// kernel itself) and the deadline of the call that launched it (the zero
+// time for none): the launch is interrupted at the earlier of that
+// deadline and its time limit.
+func (k *WasmKernel) run(ctx context.Context, args KernelArgs, prefix string, deadline time.Time) error {
+	limit := time.Now().Add(k.cfg.timeLimit)
+	atCall := !deadline.IsZero() && deadline.Before(limit)
+	var cancel context.CancelFunc
+	if atCall {
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	} else {
+		ctx, cancel = context.WithDeadline(ctx, limit)
+	}
 	defer cancel()
+	if ctx.Err() != nil { // the call's deadline passed before the launch began
+		return k.failure(ctx, prefix, atCall, "did not start", ctx.Err())
+	}
 	mod, err := k.engine.runtime.InstantiateModule(ctx, k.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
-		return k.failure(ctx, prefix, "does not instantiate", err)
+		return k.failure(ctx, prefix, atCall, "does not instantiate", err)
 	}
 	defer mod.Close(context.WithoutCancel(ctx))
 	mem := mod.Memory()
@@ -297,7 +320,7 @@ func (k *WasmKernel) run(ctx context.Context, args KernelArgs, prefix string) er
 		off += uint64(len(b)+15) &^ 15
 	}
 	if _, err := mod.ExportedFunction(k.spec.Entry).Call(ctx, params...); err != nil {
-		return k.failure(ctx, prefix, "failed", err)
+		return k.failure(ctx, prefix, atCall, "failed", err)
 	}
 	for i, a := range k.spec.Args {
 		if a.Kind == hw.KindBuffer && a.Dir != "in" {
@@ -311,13 +334,18 @@ func (k *WasmKernel) run(ctx context.Context, args KernelArgs, prefix string) er
 	return nil
 }
 
-func (k *WasmKernel) failure(ctx context.Context, prefix, what string, err error) error {
+// failure is the error of a launch that failed: interrupted, when ctx
+// ended (at the call's deadline when atCall, else at the time limit, or
+// cancelled), or else what failed and the trap.
+func (k *WasmKernel) failure(ctx context.Context, prefix string, atCall bool, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
-		why := "it ran past its time limit of " + k.cfg.timeLimit.String()
-		if !errors.Is(cerr, context.DeadlineExceeded) {
-			why = "its launch was cancelled (the device was lost)"
+		switch {
+		case !errors.Is(cerr, context.DeadlineExceeded):
+			return errdefs.Errorf(errdefs.ErrFault, "%sinterrupted: its launch was cancelled (the device was lost): %w", prefix, errdefs.ErrDeadlineExceeded)
+		case atCall:
+			return errdefs.Errorf(errdefs.ErrFault, "%sinterrupted at its call's deadline: %w", prefix, errdefs.ErrDeadlineExceeded)
 		}
-		return errdefs.Errorf(errdefs.ErrFault, "%sinterrupted: %s: %w", prefix, why, errdefs.ErrDeadlineExceeded)
+		return errdefs.Errorf(errdefs.ErrFault, "%sinterrupted: it ran past its time limit of %v: %w", prefix, k.cfg.timeLimit, errdefs.ErrDeadlineExceeded)
 	}
 	return errdefs.Errorf(errdefs.ErrFault, "%s%s: %s", prefix, what, kernelTrapText(err))
 }
@@ -333,8 +361,14 @@ func kernelTrapText(err error) string {
 
 // SimKernel returns the kernel as a [sim.Kernel], for
 // [sim.Device.PrepareKernel]: it runs on the stream's worker and is
-// interrupted when the device is lost or the launch passes its time
-// limit.
+// interrupted when the device is lost, or at the earlier of its time
+// limit and the deadline its command carries ([sim.Launch.Deadline],
+// [hw.Command.Deadline]: stream_launch gives it the deadline of the call
+// that launched it). A launch whose command's deadline has passed before
+// it begins does not run. Both interruptions fail the command with an
+// [errdefs.ErrFault] error that wraps [errdefs.ErrDeadlineExceeded] and
+// says which it was: "interrupted at its call's deadline" or
+// "interrupted: it ran past its time limit of 5s".
 func (k *WasmKernel) SimKernel() sim.Kernel {
 	return func(l *sim.Launch) error {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -355,6 +389,6 @@ func (k *WasmKernel) SimKernel() sim.Kernel {
 				a.Scalars[i] = l.Uint(i)
 			}
 		}
-		return k.run(ctx, a, "")
+		return k.run(ctx, a, "", l.Deadline())
 	}
 }

@@ -103,8 +103,9 @@ func TestStreamLaunch(t *testing.T) {
 
 // TestStreamLaunchLoopPastDeadline: a vendor kernel that loops past the
 // stage call's deadline: the call fails with DeadlineExceeded; the
-// kernel is stopped at its own time limit, so the fence proves the
-// stream drained within its timeout and the session is not quarantined.
+// kernel is stopped at the call's deadline (before its own time limit),
+// so the fence proves the stream drained within its timeout and the
+// session is not quarantined.
 func TestStreamLaunchLoopPastDeadline(t *testing.T) {
 	f := newWasmFixture(t)
 	ctx := context.Background()

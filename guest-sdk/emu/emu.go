@@ -444,7 +444,13 @@ func (e *Emulator) Kernel(name string, k Kernel) *Emulator {
 //
 // What differs from the host: k runs in the test's process with Go's
 // safety, not in a Wasm instance of its own memory (sim) or on a GPU
-// (cuda); the shape is checked and then ignored, as on sim.
+// (cuda); the shape is checked and then ignored, as on sim. The emulator
+// has no call deadline ([Emulator.Run] does not emulate deadlines) and
+// no time limit, so k is never interrupted: a k that loops hangs the
+// test. On sim the host interrupts a vendor kernel's Wasm module at the
+// earlier of its time limit (5 s) and the deadline of the call that
+// launched it, and the command fails with FAULT ("interrupted at its
+// call's deadline"; abi/ABI.md §3.6).
 func (e *Emulator) VendorKernel(name string, args []VendorArg, k Kernel) *Emulator {
 	if name == "" || k == nil {
 		panic("emu: VendorKernel: empty name or nil kernel")

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/stagehost/stagehost/errdefs"
@@ -143,6 +144,8 @@ type Launch struct {
 	prog *Program
 	args []hw.Arg
 	grid [3]uint32
+	// deadline is the command's hw.Command.Deadline.
+	deadline time.Time
 }
 
 // launchError is the panic value of a misused Launch accessor.
@@ -158,6 +161,13 @@ func (l *Launch) Args() []hw.Arg { return l.args }
 
 // Grid returns the command's grid (zero when none was given).
 func (l *Launch) Grid() [3]uint32 { return l.grid }
+
+// Deadline returns the deadline the command carries
+// ([hw.Command.Deadline]: that of the module call that launched it), or
+// the zero time when it carries none. The simulator itself does not act
+// on it: a kernel that can stop early (a vendor kernel's Wasm module,
+// stages.WasmKernel.SimKernel) stops there and returns an error.
+func (l *Launch) Deadline() time.Time { return l.deadline }
 
 // Device is the device the kernel runs on.
 func (l *Launch) Device() *Device { return l.dev }

@@ -66,8 +66,9 @@ const MaxQueueDepth = 1 << 16
 
 // DefaultInitialQueueDepth is the number of slots a stream's ring starts
 // with on a device made without [DeviceConfig.WithInitialQueueDepth]. A slot holds a
-// whole command (about 720 bytes), so a new stream's ring costs about
-// 5.6 KiB; it doubles when a submission finds it full.
+// whole command (752 bytes: its arguments, grid and deadline), so a new
+// stream's ring costs about 5.9 KiB; it doubles when a submission finds
+// it full.
 const DefaultInitialQueueDepth = 8
 
 // WithLatency sets the simulated time every command (launch, write or read)

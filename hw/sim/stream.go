@@ -24,19 +24,21 @@ const (
 	opRead                 // buffer → host
 )
 
-// slot is one ring entry. A command is copied in whole,
-// arguments included, so submitting allocates nothing and the caller may
-// reuse its Command at once.
+// slot is one ring entry. A command is copied in whole, arguments and
+// deadline included, so submitting allocates nothing and the caller may
+// reuse its Command at once. (Its Shape is checked above the backend and
+// not copied: a sim kernel runs once over the whole launch.)
 type slot struct {
 	kind  opKind
 	nargs int
 	prog  *Program
 	args  [hw.MaxArgs]hw.Arg
 	grid  [3]uint32
-	buf   *Buffer // write/read target
-	off   int     // write/read offset in buf
-	host  []byte  // write source / read destination
-	at    int64   // submission time (see mono), on a device with latency
+	dl    time.Time // a launch's hw.Command.Deadline (zero: none)
+	buf   *Buffer   // write/read target
+	off   int       // write/read offset in buf
+	host  []byte    // write source / read destination
+	at    int64     // submission time (see mono), on a device with latency
 }
 
 // epoch anchors mono.
@@ -194,6 +196,7 @@ func (s *Stream) Submit(cmd *hw.Command) (hw.Completion, error) {
 	sl.nargs = n
 	copy(sl.args[:n], cmd.Args)
 	sl.grid = cmd.Grid
+	sl.dl = cmd.Deadline
 	if s.dev.latency > 0 {
 		sl.at = mono()
 	}
@@ -483,8 +486,9 @@ func (s *Stream) runKernel(sl *slot, seq uint64) (err error) {
 	l.prog = sl.prog
 	l.args = sl.args[:sl.nargs]
 	l.grid = sl.grid
+	l.deadline = sl.dl
 	defer func() {
-		l.args = nil
+		l.args, l.deadline = nil, time.Time{}
 		if r := recover(); r != nil {
 			if le, ok := r.(launchError); ok {
 				err = s.errorf(errdefs.ErrFault, "command %d: %w", seq, le.err)
@@ -506,7 +510,7 @@ func (s *Stream) release(sl *slot) {
 	case opLaunch:
 		unpinArgs(sl.args[:sl.nargs])
 		clear(sl.args[:sl.nargs])
-		sl.prog = nil
+		sl.prog, sl.dl = nil, time.Time{}
 	case opWrite, opRead:
 		sl.buf.region.unpin()
 		sl.buf = nil
@@ -745,6 +749,7 @@ func (s *Stream) SubmitBatch(cmds []hw.Command) (hw.Completion, error) {
 		sl.nargs = len(cmds[i].Args)
 		copy(sl.args[:sl.nargs], cmds[i].Args)
 		sl.grid = cmds[i].Grid
+		sl.dl = cmds[i].Deadline
 		sl.at = at
 	}
 	last := first + uint64(len(cmds)) - 1
