@@ -82,6 +82,8 @@ max_input = "16MiB"
 // workerJSON is one worker of GET /v1/workers.
 type workerJSON struct {
 	Name           string
+	Tenant         string
+	Sessions       []string
 	PID            int
 	State          string
 	Restarts       int

@@ -1,18 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -91,49 +86,9 @@ tenant = "beta"
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(stagehostBinary(t), "serve", path, "--supervise", "--addr", "127.0.0.1:0", "--host-id", "sv", "--quiet", "--state-dir", "off")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &syncBuf{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	base, lines := testutil.Serving(t, stdout, serveStartTimeout, func() string { _ = cmd.Process.Kill(); _ = cmd.Wait(); return stderr.String() })
-	go func() {
-		for lines.Scan() {
-		}
-	}()
-	client := &http.Client{Timeout: 30 * time.Second}
-	call := func(session string, in byte) (int, string) {
-		resp, err := client.Post(base+"/v1/sessions/"+session+"/run", "application/octet-stream", strings.NewReader(string([]byte{in})))
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		var sb strings.Builder
-		_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
-		return resp.StatusCode, sb.String()
-	}
-	workers := func() map[string]workerJSON {
-		resp, err := client.Get(base + "/v1/workers")
-		if err != nil {
-			return nil
-		}
-		defer resp.Body.Close()
-		var ws struct{ Workers []workerJSON }
-		if json.NewDecoder(resp.Body).Decode(&ws) != nil {
-			return nil
-		}
-		m := map[string]workerJSON{}
-		for _, w := range ws.Workers {
-			m[w.Name] = w
-		}
-		return m
-	}
+	sv := startSupervised(t, path, 30*time.Second)
+	call := func(session string, in byte) (int, string) { return sv.run(session, []byte{in}) }
+	workers := func() map[string]workerJSON { ws, _ := sv.workers(); return ws }
 	const limit = 60 * time.Second
 	for _, s := range []string{"a", "b"} {
 		pollFor(t, limit, s+" served", func() (bool, string) {
@@ -202,10 +157,5 @@ tenant = "beta"
 	}
 	t.Logf("a's fault call: %d %s after %v; a served again %v after the fault", code, strings.TrimSpace(body), answered.Round(time.Millisecond), again.Round(time.Millisecond))
 	t.Logf("b during acme's failure: %d calls, 0 errors, p50 %v, p99 %v, max %v", n, lat[n/2], lat[n*99/100], lat[n-1])
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("serve --supervise exited with %v\n%s", err, stderr.String())
-	}
+	sv.stop(t)
 }

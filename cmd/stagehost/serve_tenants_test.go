@@ -1,12 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -18,7 +14,6 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/internal/localcall"
-	"github.com/stagehost/stagehost/internal/testutil"
 )
 
 // tenantsManifest writes a manifest of one sim gpu with session a of
@@ -99,67 +94,13 @@ func TestServeSuperviseTenants(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "tenants.toml")
 	tenantsManifest(t, path, false)
-	cmd := exec.Command(stagehostBinary(t), "serve", path, "--supervise", "--addr", "127.0.0.1:0", "--host-id", "sv", "--quiet", "--state-dir", "off")
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &syncBuf{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	base, lines := testutil.Serving(t, stdout, serveStartTimeout, func() string { _ = cmd.Process.Kill(); _ = cmd.Wait(); return stderr.String() })
-	out := &syncBuf{}
-	go func() {
-		for lines.Scan() {
-			_, _ = out.Write([]byte(lines.Text() + "\n"))
-		}
-	}()
-	client := &http.Client{Timeout: 10 * time.Second}
-	get := func(path string) (int, string) {
-		resp, err := client.Get(base + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		var sb strings.Builder
-		_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
-		return resp.StatusCode, sb.String()
-	}
-	call := func(session string) (int, string) {
-		resp, err := client.Post(base+"/v1/sessions/"+session+"/run", "application/octet-stream", nil)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		var sb strings.Builder
-		_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
-		return resp.StatusCode, sb.String()
-	}
-	type wj struct {
-		workerJSON
-		Tenant   string
-		Sessions []string
-	}
-	workers := func() (map[string]wj, string) {
-		code, body := get("/v1/workers")
-		var ws struct{ Workers []wj }
-		if code != 200 || json.Unmarshal([]byte(body), &ws) != nil {
-			return nil, body
-		}
-		m := map[string]wj{}
-		for _, w := range ws.Workers {
-			m[w.Name] = w
-		}
-		return m, body
-	}
+	sv := startSupervised(t, path, 10*time.Second)
+	out, get, workers := sv.out, sv.get, sv.workers
+	call := func(session string) (int, string) { return sv.run(session, nil) }
 	const limit = 20 * time.Second
 
 	// Placement: three workers, each with its tenant's sessions.
-	var before map[string]wj
+	var before map[string]workerJSON
 	pollFor(t, limit, "the three workers ready", func() (bool, string) {
 		var body string
 		before, body = workers()
@@ -261,7 +202,7 @@ func TestServeSuperviseTenants(t *testing.T) {
 
 	// 3. acme's worker reported hung and was killed: its third failure
 	// quarantines acme.
-	var hung wj
+	var hung workerJSON
 	pollFor(t, limit, "acme's worker killed for its hang", func() (bool, string) {
 		ws, body := workers()
 		hung = ws["gpu0-acme"]
@@ -306,10 +247,5 @@ func TestServeSuperviseTenants(t *testing.T) {
 	if !strings.Contains(out.String(), "tenant acme quarantined lattice-wide") {
 		t.Errorf("stdout:\n%s", out.String())
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("serve --supervise exited with %v\n%s", err, stderr.String())
-	}
+	sv.stop(t)
 }
