@@ -41,7 +41,14 @@ import (
 // stages/testdata/hostile/<name>.wasm, for a manifest's [[module]].
 func hostileModule(t *testing.T, name string) (path, sha256 string) {
 	t.Helper()
-	path, err := filepath.Abs(filepath.Join("../../stages/testdata/hostile", name+".wasm"))
+	return repoFile(t, "stages/testdata/hostile/"+name+".wasm")
+}
+
+// repoFile is the absolute path and sha256 of the repository's file rel
+// (slash-separated, from the repository's root), for a manifest.
+func repoFile(t *testing.T, rel string) (path, sha256 string) {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join("..", "..", filepath.FromSlash(rel))) // a test runs in its package's directory
 	if err != nil {
 		t.Fatal(err)
 	}

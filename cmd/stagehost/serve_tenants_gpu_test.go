@@ -13,7 +13,6 @@ import (
 
 	"github.com/stagehost/stagehost/hw/cuda"
 	"github.com/stagehost/stagehost/internal/testutil"
-	"github.com/stagehost/stagehost/stages"
 )
 
 // TestServeSuperviseTenantsGPU is TestServeSuperviseTenants on a real
@@ -33,21 +32,9 @@ func TestServeSuperviseTenantsGPU(t *testing.T) {
 	}
 	p, err := cuda.Open(cuda.NewConfig())
 	testutil.GPU(t, err)
-	p.Close()                                            // the workers open the GPU, each in its own process
-	root, err := filepath.Abs(filepath.Join("..", "..")) // a test runs in its package's directory
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod := func(rel string) (string, string) {
-		path := filepath.Join(root, rel)
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return path, stages.SHA256(b)
-	}
-	fault, faultSHA := mod("bench/cuda/fault_stage.wasm")
-	good, goodSHA := mod("stages/testdata/hostile/good_stage.wasm")
+	p.Close() // the workers open the GPU, each in its own process
+	fault, faultSHA := repoFile(t, "bench/cuda/fault_stage.wasm")
+	good, goodSHA := repoFile(t, "stages/testdata/hostile/good_stage.wasm")
 	path := filepath.Join(t.TempDir(), "tenants.toml")
 	body := fmt.Sprintf(`version = 1
 [runtime]

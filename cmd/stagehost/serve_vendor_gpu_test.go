@@ -14,7 +14,6 @@ import (
 	"github.com/stagehost/stagehost/internal/localcall"
 	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/manifest"
-	"github.com/stagehost/stagehost/stages"
 )
 
 // vendorHostileDeadline is session a's deadline in vendorHostileManifest.
@@ -29,22 +28,10 @@ const vendorHostileDeadline = 500 * time.Millisecond
 // time.
 func vendorHostileManifest(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := func(rel string) (string, string) {
-		path := filepath.Join(root, rel)
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return path, stages.SHA256(b)
-	}
-	hostile, hostileSHA := file("cmd/stagehost/testdata/vhostile/hostile.wasm")
-	good, goodSHA := file("stages/testdata/hostile/good_stage.wasm")
-	store, storeSHA := file("hw/cuda/testdata/vendor/store_0x10.ptx")
-	spin, spinSHA := file("hw/cuda/testdata/vendor/spin.ptx")
+	hostile, hostileSHA := repoFile(t, "cmd/stagehost/testdata/vhostile/hostile.wasm")
+	good, goodSHA := repoFile(t, "stages/testdata/hostile/good_stage.wasm")
+	store, storeSHA := repoFile(t, "hw/cuda/testdata/vendor/store_0x10.ptx")
+	spin, spinSHA := repoFile(t, "hw/cuda/testdata/vendor/spin.ptx")
 	body := fmt.Sprintf(`version = 1
 [runtime]
 cache_dir = "off"
