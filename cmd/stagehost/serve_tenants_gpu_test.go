@@ -24,8 +24,8 @@ import (
 // worker never restarting. It logs b's calls during acme's failure
 // (count, errors, p50, p99, max: the GPU's recovery as b saw it) and the
 // time until a serves again. It skips without a GPU, unless
-// STAGEHOST_REQUIRE_GPU=1. (The hang case, a kernel past its deadline,
-// is tested on sim: fault_stage cannot launch the spin kernel.)
+// STAGEHOST_REQUIRE_GPU=1. (Vendor PTX kernels that fault and hang are
+// TestServeSuperviseVendorGPU.)
 func TestServeSuperviseTenantsGPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
