@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/manifest"
@@ -41,4 +42,31 @@ func ExampleDeployment_Resident() {
 	fmt.Println(run.State, run.Rounds, err)
 	// Output:
 	// verified 64 <nil>
+}
+
+func ExampleConfig_WithOverdue() {
+	m, err := manifest.Load("../host.toml")
+	if err != nil {
+		panic(err)
+	}
+	// A call still running 100 ms past its deadline is reported: its
+	// stage was interrupted at the deadline, so its fence is waiting on
+	// device work that has not finished. A tenant's worker of `serve
+	// --supervise` asks its supervisor to kill it then.
+	overdue := make(chan deploy.Overdue, 1)
+	cfg := deploy.NewConfig().WithOnly("fill").WithOverdue(100*time.Millisecond, func(o deploy.Overdue) {
+		select {
+		case overdue <- o:
+		default:
+		}
+	})
+	d, err := deploy.Open(context.Background(), m, cfg)
+	if err != nil {
+		panic(err)
+	}
+	defer d.Close(context.Background())
+	_, err = d.Pool("fill").Run(context.Background(), nil)
+	fmt.Println(err, len(overdue)) // this call ended in time: nothing reported
+	// Output:
+	// <nil> 0
 }
