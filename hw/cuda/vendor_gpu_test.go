@@ -97,6 +97,17 @@ func TestGPUPrepareVendorLocalMemory(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("PrepareVendor local_huge.ptx: %v, want invalid_argument containing %q", err, want)
 	}
+	// 64 KiB of static shared memory, over MAX_SHARED_MEMORY_PER_BLOCK:
+	// refused by the JIT or by the resources check (the log says which).
+	shared := []byte(".version 8.0\n.target sm_90\n.address_size 64\n\n.visible .entry shared_huge(.param .u64 out, .param .u32 i)\n{\n" +
+		"\t.shared .align 4 .b8 big[65536];\n\t.reg .b32 %r<3>;\n\t.reg .b64 %rd<5>;\n\tld.param.u64 %rd1, [out];\n\tld.param.u32 %r1, [i];\n" +
+		"\trem.u32 %r1, %r1, 16384;\n\tmov.u64 %rd2, big;\n\tmul.wide.u32 %rd3, %r1, 4;\n\tadd.s64 %rd4, %rd2, %rd3;\n\tst.shared.u32 [%rd4], %r1;\n" +
+		"\tbar.sync 0;\n\tld.shared.u32 %r2, [%rd2];\n\tcvta.to.global.u64 %rd1, %rd1;\n\tst.global.u32 [%rd1], %r2;\n\tret;\n}\n")
+	res, err = dev.CheckVendor(shared, "shared_huge.ptx", "shared_huge", []ParamDecl{{"out", 8}, {"i", 4}}, DefaultVendorLimits)
+	t.Logf("shared_huge.ptx (64 KiB static shared): %s; %v", res, err)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("shared_huge.ptx: %v, want invalid_argument", err)
+	}
 	if err := dev.Err(); err != nil {
 		t.Fatalf("the device after the refusals: %v", err)
 	}
