@@ -166,6 +166,7 @@ func (d *Device) VerifyPTX(image []byte, file, entry string, params []ParamDecl)
 // worst-case local memory reservation ([KernelResources.LocalReservation])
 // at most lim.MaxLocalMemory, its static shared memory at most the
 // device's MAX_SHARED_MEMORY_PER_BLOCK. The module is unloaded again.
+// A kernel refused over a limit comes with the resources read.
 //
 // # Errors
 //
