@@ -145,7 +145,7 @@ func (d *Deployment) vendorPrograms(ctx context.Context, ms *manifest.Session, d
 			return cfg, fmt.Errorf("session %q: %w", ms.Name, err)
 		}
 		info := hw.KernelInfo{Name: k.Name, Args: k.Spec().Args}
-		file, entry := k.PTXFile, k.Entry
+		file, entry, lim := k.PTXFile, k.Entry, k.VendorLimits()
 		cfg = cfg.WithVendorProgram(info, func(hd hw.Device) (hw.Program, error) {
 			c, ok := hd.(*cuda.Device)
 			if !ok {
@@ -154,7 +154,7 @@ func (d *Deployment) vendorPrograms(ctx context.Context, ms *manifest.Session, d
 			if err := c.Err(); err != nil {
 				return nil, err // lost: not even a loaded program serves
 			}
-			return e.program(hd, func() (hw.Program, error) { return c.PrepareVendor(cubin, file, entry, info) })
+			return e.program(hd, func() (hw.Program, error) { return c.PrepareVendorLimits(cubin, file, entry, info, lim) })
 		})
 	}
 	return cfg, nil

@@ -3,6 +3,7 @@ package manifest
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,11 @@ import (
 // DefaultJITTimeout bounds compiling a vendor kernel's PTX when the
 // [[kernel]] sets no jit_timeout.
 const DefaultJITTimeout = 30 * time.Second
+
+// DefaultMaxLocalMemory bounds a vendor kernel's worst-case local memory
+// reservation on a cuda GPU when the [[kernel]] sets no
+// max_local_memory: 1GiB ([cuda.DefaultMaxLocalMemory]).
+const DefaultMaxLocalMemory = cuda.DefaultMaxLocalMemory
 
 // Kernel argument kinds of a [[kernel]]'s args.
 var KernelArgKinds = []string{"buffer", "u32", "u64", "i32", "f32"}
@@ -41,7 +47,12 @@ type Kernel struct {
 	Wasm, WasmFile, WasmSHA256 string
 	Entry                      string
 	JITTimeout                 time.Duration // default DefaultJITTimeout
-	Args                       []KernelArg
+	// MaxLocalMemory bounds the PTX's worst-case local memory reservation
+	// on the device, in bytes: local bytes per thread × multiprocessors ×
+	// max threads per multiprocessor ([cuda.VendorLimits]). Default
+	// DefaultMaxLocalMemory; 0 admits only kernels without local memory.
+	MaxLocalMemory int64
+	Args           []KernelArg
 }
 
 // KernelArg is one of a [[kernel]]'s args.
@@ -64,6 +75,12 @@ func (k *Kernel) Spec() stages.KernelSpec {
 		}
 	}
 	return s
+}
+
+// VendorLimits returns the limits the kernel's PTX is checked against
+// on a cuda GPU ([cuda.Device.CheckVendor], [cuda.Device.PrepareVendorLimits]).
+func (k *Kernel) VendorLimits() cuda.VendorLimits {
+	return cuda.VendorLimits{MaxLocalMemory: uint64(k.MaxLocalMemory)}
 }
 
 // KernelNamed returns the [[kernel]] named name, or nil.
@@ -115,6 +132,7 @@ func (d *decoder) kernels(root *table, m *Manifest) []kernelMeta {
 		}
 		k.Entry, _ = t.name("entry")
 		k.JITTimeout, _ = t.duration("jit_timeout", DefaultJITTimeout, true)
+		k.MaxLocalMemory, _ = t.size("max_local_memory", DefaultMaxLocalMemory, 0, math.MaxInt64)
 		argsOK := d.kernelArgs(t, k)
 		ptx, ptxOK := t.str("ptx", "", false)
 		ptxSum, ptxSumOK := t.str("ptx_sha256", "", false)

@@ -55,6 +55,21 @@ func TestKernel(t *testing.T) {
 		k.WasmFile != filepath.Join("testdata", "kernels", "double.wasm") || k.PTXSHA256 != "ebd4d2b5ac52fd7c2e6737638ecb7420a56f3be093050ddbdf1ec7eaaef04ada" {
 		t.Fatalf("kernel = %+v", k)
 	}
+	if k.MaxLocalMemory != 1<<30 || k.VendorLimits().MaxLocalMemory != 1<<30 {
+		t.Fatalf("max_local_memory %d, limits %+v", k.MaxLocalMemory, k.VendorLimits())
+	}
+	for _, row := range []struct {
+		value string
+		want  int64
+	}{{`"64MiB"`, 64 << 20}, {`0`, 0}, {`"2GiB"`, 2 << 30}, {`4096`, 4096}} {
+		m, err := Decode(filepath.Join("testdata", "host.toml"), kernelToml(goodKernel+"\nmax_local_memory = "+row.value), nil)
+		if err != nil {
+			t.Fatalf("max_local_memory = %s: %v", row.value, err)
+		}
+		if got := m.KernelNamed("double").MaxLocalMemory; got != row.want {
+			t.Fatalf("max_local_memory = %s: %d, want %d", row.value, got, row.want)
+		}
+	}
 	if a := k.Args[2]; a.Kind != "u32" || a.Dir != "in" || a.DType != "" {
 		t.Fatalf("arg n = %+v", a)
 	}
@@ -89,6 +104,9 @@ wasm_sha256 = "2260e299246e546e1f6b9342e00478464616dcb80e348794004ea4b125039e81"
 		{"duplicate arg", replace(`name = "n"`, `name = "x"`), []string{`host.toml:22: kernel[0].args[2].name: duplicate argument name "x" (also at kernel[0].args[0].name, line 20)`}},
 		{"no entry", replace(`entry = "double"`, ""), []string{`kernel[0].entry: required key is missing`}},
 		{"bad jit_timeout", goodKernel + "\njit_timeout = \"0s\"", []string{`kernel[0].jit_timeout: must be positive`}},
+		{"bad max_local_memory unit", goodKernel + "\nmax_local_memory = \"1gb\"", []string{`host.toml:23: kernel[0].max_local_memory: unknown size unit "gb" in "1gb"`}},
+		{"negative max_local_memory", goodKernel + "\nmax_local_memory = -1", []string{`host.toml:23: kernel[0].max_local_memory: a size must not be negative, got -1`}},
+		{"max_local_memory not a size", goodKernel + "\nmax_local_memory = true", []string{`host.toml:23: kernel[0].max_local_memory: must be a size: an integer (bytes) or a string such as "64MiB", not a boolean`}},
 	} {
 		t.Run(row.name, func(t *testing.T) {
 			_, err := Decode(filepath.Join("testdata", "host.toml"), kernelToml(row.kernel), nil)

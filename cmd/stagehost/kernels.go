@@ -277,7 +277,9 @@ emulator (guest-sdk/emu), for testing guests without a host.
 // checkVendorPTX verifies every [[kernel]]'s PTX against the CUDA
 // driver when there is one: compiled to a cubin in the internal-jit
 // child under its jit_timeout (cached as the deployment caches it), then
-// loaded on cuda0 with its parameter layout checked against the args.
+// loaded on cuda0 with its parameter layout checked against the args and
+// its resources against max_local_memory and the device (printed: its
+// registers, local and static shared memory).
 // Without a driver it says so and passes. It reports false when a PTX is
 // refused.
 func checkVendorPTX(m *manifest.Manifest, stdout, stderr io.Writer) bool {
@@ -299,6 +301,7 @@ func checkVendorPTX(m *manifest.Manifest, stdout, stderr io.Writer) bool {
 	dev := p.Devices()[0].(*cuda.Device)
 	ok := true
 	for _, k := range ptx {
+		var res cuda.KernelResources
 		src, err := manifest.ReadFile(k.PTXFile, m.Runtime.MaxModuleSize)
 		if err == nil {
 			var cubin []byte
@@ -309,7 +312,7 @@ func checkVendorPTX(m *manifest.Manifest, stdout, stderr io.Writer) bool {
 				for i, a := range k.Args {
 					params[i] = cuda.ParamDecl{Name: a.Name, Size: cuda.ParamSize(a.Kind)}
 				}
-				err = dev.VerifyPTX(cubin, k.PTX, k.Entry, params)
+				res, err = dev.CheckVendor(cubin, k.PTX, k.Entry, params, k.VendorLimits())
 			}
 		}
 		if err != nil {
@@ -317,7 +320,7 @@ func checkVendorPTX(m *manifest.Manifest, stdout, stderr io.Writer) bool {
 			ok = false
 			continue
 		}
-		fmt.Fprintf(stdout, "  kernel %-12s ptx verified on %s (compute capability %s): entry %s, %d parameters as declared\n", k.Name, dev.Name(), dev.ComputeCapability(), k.Entry, len(k.Args))
+		fmt.Fprintf(stdout, "  kernel %-12s ptx verified on %s (compute capability %s): entry %s, %d parameters as declared, %s\n", k.Name, dev.Name(), dev.ComputeCapability(), k.Entry, len(k.Args), res)
 	}
 	return ok
 }

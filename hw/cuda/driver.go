@@ -188,6 +188,10 @@ type driver interface {
 	// DeviceGetAttribute reads a device attribute (cuDeviceGetAttribute,
 	// optional here: CUDA_ERROR_NOT_SUPPORTED without it).
 	DeviceGetAttribute(attr int32, dev cuDevice) (int32, cuResult)
+	// FuncGetAttribute reads a loaded function's attribute
+	// (cuFuncGetAttribute, optional here: CUDA_ERROR_NOT_SUPPORTED
+	// without it).
+	FuncGetAttribute(attr int32, f cuFunction) (int32, cuResult)
 	ModuleGetFunction(m cuModule, name string) (cuFunction, cuResult)
 	// LaunchKernel passes p.ptrs[:n] as kernelParams (nil when n is 0).
 	LaunchKernel(f cuFunction, grid, block [3]uint32, sharedMem uint32, s cuStream, p *paramBlock, n int) cuResult

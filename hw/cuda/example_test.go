@@ -219,3 +219,42 @@ func ExamplePlatform_BLAS() {
 		panic(err)
 	}
 }
+
+// Verify a vendor kernel's PTX on the first GPU under a local memory
+// limit of 64 MiB, and print what the driver says it needs. Over the
+// limit, CheckVendor fails with errdefs.ErrInvalidArgument naming the
+// numbers.
+func ExampleDevice_CheckVendor() {
+	p, err := cuda.Open(cuda.NewConfig())
+	if err != nil {
+		fmt.Println("no CUDA GPU here:", err)
+		return
+	}
+	defer p.Close()
+	dev := p.Devices()[0].(*cuda.Device)
+	ptx := []byte(`.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry nop(.param .u32 n)
+{
+	ret;
+}
+`)
+	res, err := dev.CheckVendor(ptx, "nop.ptx", "nop", []cuda.ParamDecl{{Name: "n", Size: cuda.ParamSize("u32")}},
+		cuda.VendorLimits{MaxLocalMemory: 64 << 20})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s; %d resident threads\n", res, res.ResidentThreads())
+}
+
+// The worst-case local memory reservation of a kernel with 480 KiB of
+// local memory per thread on an H200: every thread the device can hold
+// at once gets it.
+func ExampleKernelResources_LocalReservation() {
+	r := cuda.KernelResources{LocalBytes: 480 << 10, Multiprocessors: 132, ThreadsPerMultiprocessor: 2048}
+	fmt.Printf("%d threads, %d bytes (%.1f GiB), over the default limit: %v\n",
+		r.ResidentThreads(), r.LocalReservation(), float64(r.LocalReservation())/(1<<30), r.LocalReservation() > cuda.DefaultMaxLocalMemory)
+	// Output: 270336 threads, 132875550720 bytes (123.8 GiB), over the default limit: true
+}

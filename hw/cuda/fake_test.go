@@ -46,6 +46,14 @@ type fakeDriver struct {
 	funcMods    map[cuFunction]cuModule
 	kernelsRun  map[string]int
 
+	// cuFuncGetAttribute (vendor_fake_test.go): absent, failing with
+	// funcAttrFail, or answering funcAttrs[attr] over what it reads from
+	// the PTX.
+	noFuncAttr   bool
+	funcAttrFail cuResult
+	funcAttrs    map[int32]int32
+	unloads      atomic.Int64 // ModuleUnload calls
+
 	wrongThread atomic.Int64
 	htod        atomic.Int64  // MemcpyHtoDAsync calls
 	htodPinned  atomic.Int64  // of which from pinned memory
@@ -494,7 +502,7 @@ func (f *fakeDriver) ModuleLoadData(image []byte) (cuModule, string, cuResult) {
 	return m, "", cudaSuccess
 }
 
-func (f *fakeDriver) ModuleUnload(cuModule) cuResult { return cudaSuccess }
+func (f *fakeDriver) ModuleUnload(cuModule) cuResult { f.unloads.Add(1); return cudaSuccess }
 
 func (f *fakeDriver) ModuleGetFunction(m cuModule, name string) (cuFunction, cuResult) {
 	f.mu.Lock()

@@ -56,6 +56,7 @@ type symbols struct {
 	cuDevicePrimaryCtxReset     uintptr `cuda:"cuDevicePrimaryCtxReset_v2,optional"`
 	cuFuncGetParamInfo          uintptr `cuda:"cuFuncGetParamInfo,optional"`
 	cuDeviceGetAttribute        uintptr `cuda:"cuDeviceGetAttribute,optional"`
+	cuFuncGetAttribute          uintptr `cuda:"cuFuncGetAttribute,optional"`
 	missingOptional             []string
 	graphsLoaded                bool
 }
@@ -359,6 +360,16 @@ func (l *libDriver) DeviceGetAttribute(attr int32, dev cuDevice) (int32, cuResul
 	}
 	var v int32
 	r, _, _ := purego.SyscallN(l.sym.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(attr), uintptr(dev))
+	runtime.KeepAlive(&v)
+	return v, res(r)
+}
+
+func (l *libDriver) FuncGetAttribute(attr int32, f cuFunction) (int32, cuResult) {
+	if l.sym.cuFuncGetAttribute == 0 {
+		return 0, cudaErrorNotSupported
+	}
+	var v int32
+	r, _, _ := purego.SyscallN(l.sym.cuFuncGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(attr), uintptr(f))
 	runtime.KeepAlive(&v)
 	return v, res(r)
 }

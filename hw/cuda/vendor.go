@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math/bits"
 	"regexp"
 	"runtime"
 	"strings"
@@ -37,9 +38,79 @@ const (
 	attrMaxBlockDimX       = 2
 	attrMaxGridDimX        = 5
 	attrMaxSharedPerBlock  = 8
+	attrMultiprocessors    = 16 // MULTIPROCESSOR_COUNT
+	attrMaxThreadsPerSM    = 39 // MAX_THREADS_PER_MULTIPROCESSOR
 	attrCCMajor            = 75
 	attrCCMinor            = 76
 )
+
+// Function attributes (cuda.h, CUfunction_attribute).
+const (
+	funcAttrMaxThreadsPerBlock = 0 // MAX_THREADS_PER_BLOCK
+	funcAttrSharedSizeBytes    = 1 // SHARED_SIZE_BYTES: static shared memory per block
+	funcAttrLocalSizeBytes     = 3 // LOCAL_SIZE_BYTES: local memory per thread
+	funcAttrNumRegs            = 4 // NUM_REGS
+)
+
+// DefaultMaxLocalMemory is [VendorLimits.MaxLocalMemory] of
+// [DefaultVendorLimits]: 1 GiB.
+const DefaultMaxLocalMemory = 1 << 30
+
+// VendorLimits bounds what a vendor kernel may take of its device beyond
+// its launches' own shapes. [DefaultVendorLimits] holds the defaults.
+type VendorLimits struct {
+	// MaxLocalMemory bounds the kernel's worst-case local memory
+	// reservation on the device, in bytes: its local memory per thread
+	// (.local arrays, spills) × the device's multiprocessors × the most
+	// threads resident on one multiprocessor. The driver reserves local
+	// memory for every thread that can be resident on the device, not
+	// for the launch's threads, and that memory is taken from the GPU all
+	// processes share. 0 admits only kernels without local memory.
+	MaxLocalMemory uint64
+}
+
+// DefaultVendorLimits are the limits [Device.VerifyPTX] and
+// [Device.PrepareVendor] apply: MaxLocalMemory [DefaultMaxLocalMemory].
+var DefaultVendorLimits = VendorLimits{MaxLocalMemory: DefaultMaxLocalMemory}
+
+// KernelResources is what the driver says a loaded vendor kernel needs
+// (cuFuncGetAttribute) and the device attributes its local memory
+// reservation is sized by (cuDeviceGetAttribute).
+type KernelResources struct {
+	Registers          int    // NUM_REGS, per thread
+	LocalBytes         uint64 // LOCAL_SIZE_BYTES, per thread
+	StaticSharedBytes  uint64 // SHARED_SIZE_BYTES, per block (dynamic shared memory comes with each launch)
+	MaxThreadsPerBlock int    // MAX_THREADS_PER_BLOCK for this kernel on this device
+
+	Multiprocessors          uint64 // the device's MULTIPROCESSOR_COUNT
+	ThreadsPerMultiprocessor uint64 // the device's MAX_THREADS_PER_MULTIPROCESSOR
+}
+
+// ResidentThreads is the most threads resident on the device at once:
+// multiprocessors × threads per multiprocessor (270,336 on an H200).
+func (r KernelResources) ResidentThreads() uint64 {
+	return satMul(r.Multiprocessors, r.ThreadsPerMultiprocessor)
+}
+
+// LocalReservation is the kernel's worst-case local memory reservation
+// on the device: LocalBytes × ResidentThreads (saturating at 2^64-1).
+func (r KernelResources) LocalReservation() uint64 {
+	return satMul(r.LocalBytes, r.ResidentThreads())
+}
+
+// String gives the attributes as `stagehost check` prints them: "16
+// registers, 0 B local, 0 B static shared".
+func (r KernelResources) String() string {
+	return fmt.Sprintf("%d registers, %d B local, %d B static shared", r.Registers, r.LocalBytes, r.StaticSharedBytes)
+}
+
+func satMul(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 {
+		return ^uint64(0)
+	}
+	return lo
+}
 
 var _ hw.LaunchLimiter = (*Device)(nil)
 
@@ -79,28 +150,47 @@ func (d *Device) ComputeCapability() string {
 	return fmt.Sprintf("%d.%d", maj, minor)
 }
 
-// VerifyPTX loads a vendor kernel's PTX on the device (JIT-compiling it
-// in this thread: run it in a process of its own when the PTX is not
-// trusted to compile quickly, docs/gpu.md), finds entry, and checks the
-// entry's parameter layout (cuFuncGetParamInfo) against params: their
-// count and each one's size. The module is unloaded again.
+// VerifyPTX is [Device.CheckVendor] with [DefaultVendorLimits], its
+// resources dropped.
+func (d *Device) VerifyPTX(image []byte, file, entry string, params []ParamDecl) error {
+	_, err := d.CheckVendor(image, file, entry, params, DefaultVendorLimits)
+	return err
+}
+
+// CheckVendor loads a vendor kernel's PTX (or cubin) on the device
+// (JIT-compiling PTX in this thread: run it in a process of its own when
+// the PTX is not trusted to compile quickly, docs/gpu.md), finds entry,
+// checks the entry's parameter layout (cuFuncGetParamInfo) against
+// params, their count and each one's size, and reads its resources
+// (cuFuncGetAttribute), checking them against lim and the device: its
+// worst-case local memory reservation ([KernelResources.LocalReservation])
+// at most lim.MaxLocalMemory, its static shared memory at most the
+// device's MAX_SHARED_MEMORY_PER_BLOCK. The module is unloaded again.
+// A kernel refused over a limit comes with the resources read.
 //
 // # Errors
 //
 //   - [errdefs.ErrInvalidArgument]: the driver refuses the image (the
 //     JIT log is included, its "line N" rewritten to file:N), it has no
-//     entry, or the layout does not match (naming the argument).
+//     entry, the layout does not match (naming the argument), a
+//     cuFuncGetAttribute call fails, or the kernel's local memory
+//     reservation or static shared memory is over its limit (naming the
+//     file, the entry, the bytes per thread, the device's resident
+//     threads, their product and the limit).
 //   - [errdefs.ErrUnsupported]: the driver lacks cuFuncGetParamInfo, so
-//     the layout cannot be checked (CUDA 12.4 and later have it).
+//     the layout cannot be checked (CUDA 12.4 and later have it), or
+//     lacks cuFuncGetAttribute, or does not give the device's
+//     multiprocessor count and threads per multiprocessor, so the local
+//     memory cannot be bounded.
 //   - [errdefs.ErrDeviceLost]: the device is lost.
-func (d *Device) VerifyPTX(image []byte, file, entry string, params []ParamDecl) error {
+func (d *Device) CheckVendor(image []byte, file, entry string, params []ParamDecl, lim VendorLimits) (KernelResources, error) {
 	if err := d.usable(); err != nil {
-		return err
+		return KernelResources{}, err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if r := d.drv.CtxSetCurrent(d.ctx); r != cudaSuccess {
-		return d.resultErr("cuCtxSetCurrent", r)
+		return KernelResources{}, d.resultErr("cuCtxSetCurrent", r)
 	}
 	if len(image) == 0 || image[len(image)-1] != 0 {
 		image = append(image[:len(image):len(image)], 0)
@@ -111,14 +201,62 @@ func (d *Device) VerifyPTX(image []byte, file, entry string, params []ParamDecl)
 		if log = MapJITLog(log, file); log != "" {
 			msg += ":\n" + log
 		}
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s", msg)
+		return KernelResources{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s", msg)
 	}
 	defer d.drv.ModuleUnload(mod)
 	f, r := d.drv.ModuleGetFunction(mod, entry)
 	if r != cudaSuccess {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: no .entry %q (%s)", file, entry, d.drv.ErrorName(r))
+		return KernelResources{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: no .entry %q (%s)", file, entry, d.drv.ErrorName(r))
 	}
-	return checkParamLayout(d.drv, f, file, entry, params)
+	if err := checkParamLayout(d.drv, f, file, entry, params); err != nil {
+		return KernelResources{}, err
+	}
+	return d.checkResources(f, file, entry, lim)
+}
+
+// checkResources reads f's resources and checks them against lim and
+// the device (as [Device.CheckVendor]).
+func (d *Device) checkResources(f cuFunction, file, entry string, lim VendorLimits) (KernelResources, error) {
+	var kr KernelResources
+	for _, a := range []struct {
+		attr int32
+		name string
+		set  func(int32)
+	}{
+		{funcAttrLocalSizeBytes, "LOCAL_SIZE_BYTES", func(v int32) { kr.LocalBytes = uint64(v) }},
+		{funcAttrSharedSizeBytes, "SHARED_SIZE_BYTES", func(v int32) { kr.StaticSharedBytes = uint64(v) }},
+		{funcAttrNumRegs, "NUM_REGS", func(v int32) { kr.Registers = int(v) }},
+		{funcAttrMaxThreadsPerBlock, "MAX_THREADS_PER_BLOCK", func(v int32) { kr.MaxThreadsPerBlock = int(v) }},
+	} {
+		v, r := d.drv.FuncGetAttribute(a.attr, f)
+		switch {
+		case r == cudaErrorNotSupported:
+			return KernelResources{}, errdefs.Errorf(errdefs.ErrUnsupported, "%s: .entry %s: the driver lacks cuFuncGetAttribute, so the kernel's local memory cannot be bounded", file, entry)
+		case r.sticky():
+			return KernelResources{}, d.resultErr("cuFuncGetAttribute", r)
+		case r != cudaSuccess:
+			return KernelResources{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: .entry %s: cuFuncGetAttribute(%s): %s", file, entry, a.name, d.drv.ErrorName(r))
+		case v < 0:
+			return KernelResources{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: .entry %s: cuFuncGetAttribute(%s) = %d", file, entry, a.name, v)
+		}
+		a.set(v)
+	}
+	sms, r1 := d.drv.DeviceGetAttribute(attrMultiprocessors, d.dev)
+	perSM, r2 := d.drv.DeviceGetAttribute(attrMaxThreadsPerSM, d.dev)
+	if r1 != cudaSuccess || r2 != cudaSuccess || sms <= 0 || perSM <= 0 {
+		return KernelResources{}, errdefs.Errorf(errdefs.ErrUnsupported, "%s: .entry %s: the driver does not give %s's MULTIPROCESSOR_COUNT and MAX_THREADS_PER_MULTIPROCESSOR (%s, %s), so the kernel's local memory cannot be bounded",
+			file, entry, d.name, d.drv.ErrorName(r1), d.drv.ErrorName(r2))
+	}
+	kr.Multiprocessors, kr.ThreadsPerMultiprocessor = uint64(sms), uint64(perSM)
+	if got := kr.LocalReservation(); got > lim.MaxLocalMemory {
+		return kr, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: .entry %s: %d bytes of local memory per thread × %d resident threads on %s (%d multiprocessors × %d) = %d bytes, over the limit of %d bytes (max_local_memory)",
+			file, entry, kr.LocalBytes, kr.ResidentThreads(), d.name, sms, perSM, got, lim.MaxLocalMemory)
+	}
+	if limit := uint64(d.LaunchLimits().MaxSharedBytes); kr.StaticSharedBytes > limit {
+		return kr, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: .entry %s: %d bytes of static shared memory per block, over %s's limit of %d bytes (MAX_SHARED_MEMORY_PER_BLOCK)",
+			file, entry, kr.StaticSharedBytes, d.name, limit)
+	}
+	return kr, nil
 }
 
 // resultErr is the error of a driver call that failed.
@@ -174,10 +312,17 @@ func MapJITLog(log, file string) string {
 	return strings.TrimSpace(jitLine.ReplaceAllString(log, file+":$1: "))
 }
 
-// PrepareVendor loads a vendor kernel on the device, from its cubin
-// ([CompilePTX]) or its PTX (JIT-compiled here, blocking this thread:
-// serving processes load cubins), finds entry and checks its parameter
-// layout against info's arguments (as [Device.VerifyPTX]). Its launches
+// PrepareVendor is [Device.PrepareVendorLimits] with
+// [DefaultVendorLimits].
+func (d *Device) PrepareVendor(image []byte, file, entry string, info hw.KernelInfo) (hw.Program, error) {
+	return d.PrepareVendorLimits(image, file, entry, info, DefaultVendorLimits)
+}
+
+// PrepareVendorLimits loads a vendor kernel on the device, from its
+// cubin ([CompilePTX]) or its PTX (JIT-compiled here, blocking this
+// thread: serving processes load cubins), finds entry and checks its
+// parameter layout against info's arguments and its resources against
+// lim and the device (as [Device.CheckVendor]). Its launches
 // take their grid, block and shared memory from [hw.Command.Shape],
 // which they must have (stream_launch), and their arguments are checked
 // against info: count, kinds, a buffer inside its allocation, a 32-bit
@@ -185,8 +330,8 @@ func MapJITLog(log, file string) string {
 //
 // # Errors
 //
-// As for [Device.VerifyPTX].
-func (d *Device) PrepareVendor(image []byte, file, entry string, info hw.KernelInfo) (hw.Program, error) {
+// As for [Device.CheckVendor].
+func (d *Device) PrepareVendorLimits(image []byte, file, entry string, info hw.KernelInfo, lim VendorLimits) (hw.Program, error) {
 	if err := d.usable(); err != nil {
 		return nil, err
 	}
@@ -218,6 +363,10 @@ func (d *Device) PrepareVendor(image []byte, file, entry string, info hw.KernelI
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: no .entry %q (%s)", file, entry, d.drv.ErrorName(r))
 	}
 	if err := checkParamLayout(d.drv, f, file, entry, params); err != nil {
+		d.drv.ModuleUnload(mod)
+		return nil, err
+	}
+	if _, err := d.checkResources(f, file, entry, lim); err != nil {
 		d.drv.ModuleUnload(mod)
 		return nil, err
 	}

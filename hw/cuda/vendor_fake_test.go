@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -51,8 +52,58 @@ func (f *fakeDriver) FuncGetParamInfo(fn cuFunction, index int) (uintptr, uintpt
 	return 0, 0, cudaErrorInvalidHandle
 }
 
+// ptxArray matches a .local or .shared array declared in PTX.
+var ptxArray = regexp.MustCompile(`\.(local|shared)\s+(?:\.align\s+\d+\s+)?\.b8\s+\w+\[(\d+)\]`)
+
+// FuncGetAttribute answers as a driver would for the loaded PTX: its
+// .local and .shared arrays' sizes, 16 registers and 1024 threads per
+// block, unless the test set funcAttrs, funcAttrFail or noFuncAttr.
+func (f *fakeDriver) FuncGetAttribute(attr int32, fn cuFunction) (int32, cuResult) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.noFuncAttr:
+		return 0, cudaErrorNotSupported
+	case f.funcAttrFail != cudaSuccess:
+		return 0, f.funcAttrFail
+	}
+	name, ok := f.funcs[fn]
+	if !ok {
+		return 0, cudaErrorInvalidHandle
+	}
+	if v, ok := f.funcAttrs[attr]; ok {
+		return v, cudaSuccess
+	}
+	switch attr {
+	case funcAttrNumRegs:
+		return 16, cudaSuccess
+	case funcAttrMaxThreadsPerBlock:
+		return 1024, cudaSuccess
+	case funcAttrLocalSizeBytes, funcAttrSharedSizeBytes:
+		text := f.modules[f.funcMods[fn]]
+		body := text[strings.Index(text, ".entry "+name+"("):]
+		space := "local"
+		if attr == funcAttrSharedSizeBytes {
+			space = "shared"
+		}
+		var n int32
+		for _, m := range ptxArray.FindAllStringSubmatch(body, -1) {
+			if m[1] == space {
+				v, _ := strconv.Atoi(m[2])
+				n += int32(v)
+			}
+		}
+		return n, cudaSuccess
+	}
+	return 0, cudaErrorInvalidValue
+}
+
 func (f *fakeDriver) DeviceGetAttribute(attr int32, dev cuDevice) (int32, cuResult) {
 	switch attr {
+	case attrMultiprocessors:
+		return 132, cudaSuccess
+	case attrMaxThreadsPerSM:
+		return 2048, cudaSuccess
 	case attrMaxThreadsPerBlock:
 		return 1024, cudaSuccess
 	case attrMaxBlockDimX, attrMaxBlockDimX + 1:
@@ -253,5 +304,163 @@ func TestPrepareVendorFake(t *testing.T) {
 	}
 	if want := []byte{0, 0, 0, 0x40, 0, 0, 0x80, 0x40, 0, 0, 0xc0, 0x40, 0, 0, 0, 0x41}; string(out) != string(want) {
 		t.Fatalf("y = %x, want %x", out, want)
+	}
+}
+
+// TestCheckVendorResourcesFake: a vendor kernel's resources read from
+// the fake H200 (132 multiprocessors × 2048 threads = 270,336 resident
+// threads) against its limits, each row's outcome exact: under and at
+// the local memory limit it is admitted, one byte over refused naming
+// the file, the entry, the bytes per thread, the resident threads, the
+// product and the limit; static shared memory over the device's
+// per-block limit is refused; cuFuncGetAttribute failing or absent
+// refuses the kernel.
+func TestCheckVendorResourcesFake(t *testing.T) {
+	f := newFake(1)
+	p, err := Open(NewConfig().withDriver(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dev := p.Devices()[0].(*Device)
+	const resident = 132 * 2048
+	for _, row := range []struct {
+		name, file, entry string
+		params            []ParamDecl
+		attrs             map[int32]int32
+		fail              cuResult
+		absent            bool
+		lim               VendorLimits
+		class             error
+		want              string // the whole error, or "" for none
+		local             uint64 // for none: the resources' LocalBytes
+	}{
+		{name: "double", file: "double.ptx", entry: "double", params: doubleParams, lim: DefaultVendorLimits},
+		{name: "local under the limit", file: "double.ptx", entry: "double", params: doubleParams, lim: DefaultVendorLimits,
+			attrs: map[int32]int32{funcAttrLocalSizeBytes: 3971}, local: 3971}, // 1,073,504,256 B
+		{name: "local at the limit", file: "double.ptx", entry: "double", params: doubleParams, lim: VendorLimits{MaxLocalMemory: 4096 * resident},
+			attrs: map[int32]int32{funcAttrLocalSizeBytes: 4096}, local: 4096},
+		{name: "local one over", file: "double.ptx", entry: "double", params: doubleParams, lim: VendorLimits{MaxLocalMemory: 4096*resident - 1},
+			attrs: map[int32]int32{funcAttrLocalSizeBytes: 4096}, class: errdefs.ErrInvalidArgument,
+			want: "double.ptx: .entry double: 4096 bytes of local memory per thread × 270336 resident threads on cuda0 (132 multiprocessors × 2048) = 1107296256 bytes, over the limit of 1107296255 bytes (max_local_memory)"},
+		{name: "local just over the default", file: "double.ptx", entry: "double", params: doubleParams, lim: DefaultVendorLimits,
+			attrs: map[int32]int32{funcAttrLocalSizeBytes: 3972}, class: errdefs.ErrInvalidArgument,
+			want: "double.ptx: .entry double: 3972 bytes of local memory per thread × 270336 resident threads on cuda0 (132 multiprocessors × 2048) = 1073774592 bytes, over the limit of 1073741824 bytes (max_local_memory)"},
+		{name: "local_huge.ptx", file: "local_huge.ptx", entry: "local_huge", params: localHugeParams, lim: DefaultVendorLimits, class: errdefs.ErrInvalidArgument,
+			want: "local_huge.ptx: .entry local_huge: 491520 bytes of local memory per thread × 270336 resident threads on cuda0 (132 multiprocessors × 2048) = 132875550720 bytes, over the limit of 1073741824 bytes (max_local_memory)"},
+		{name: "zero limit, no local memory", file: "double.ptx", entry: "double", params: doubleParams},
+		{name: "zero limit, 1 byte", file: "double.ptx", entry: "double", params: doubleParams,
+			attrs: map[int32]int32{funcAttrLocalSizeBytes: 1}, class: errdefs.ErrInvalidArgument,
+			want: "double.ptx: .entry double: 1 bytes of local memory per thread × 270336 resident threads on cuda0 (132 multiprocessors × 2048) = 270336 bytes, over the limit of 0 bytes (max_local_memory)"},
+		{name: "static shared at the limit", file: "double.ptx", entry: "double", params: doubleParams, lim: DefaultVendorLimits,
+			attrs: map[int32]int32{funcAttrSharedSizeBytes: 48 << 10}},
+		{name: "static shared over", file: "double.ptx", entry: "double", params: doubleParams, lim: DefaultVendorLimits,
+			attrs: map[int32]int32{funcAttrSharedSizeBytes: 48<<10 + 1}, class: errdefs.ErrInvalidArgument,
+			want: "double.ptx: .entry double: 49153 bytes of static shared memory per block, over cuda0's limit of 49152 bytes (MAX_SHARED_MEMORY_PER_BLOCK)"},
+		{name: "attribute call fails", file: "double.ptx", entry: "double", params: doubleParams, lim: DefaultVendorLimits,
+			fail: cudaErrorInvalidHandle, class: errdefs.ErrInvalidArgument,
+			want: "double.ptx: .entry double: cuFuncGetAttribute(LOCAL_SIZE_BYTES): CUDA_ERROR_INVALID_HANDLE"},
+		{name: "attribute call loses the device", file: "double.ptx", entry: "double", params: doubleParams, lim: DefaultVendorLimits,
+			fail: cudaErrorIllegalAddress, class: errdefs.ErrDeviceLost,
+			want: "cuda: cuda0: cuFuncGetAttribute: CUDA_ERROR_ILLEGAL_ADDRESS"},
+		{name: "negative attribute", file: "double.ptx", entry: "double", params: doubleParams, lim: DefaultVendorLimits,
+			attrs: map[int32]int32{funcAttrLocalSizeBytes: -1}, class: errdefs.ErrInvalidArgument,
+			want: "double.ptx: .entry double: cuFuncGetAttribute(LOCAL_SIZE_BYTES) = -1"},
+		{name: "no cuFuncGetAttribute", file: "double.ptx", entry: "double", params: doubleParams, lim: DefaultVendorLimits,
+			absent: true, class: errdefs.ErrUnsupported,
+			want: "double.ptx: .entry double: the driver lacks cuFuncGetAttribute, so the kernel's local memory cannot be bounded"},
+	} {
+		t.Run(row.name, func(t *testing.T) {
+			f.mu.Lock()
+			f.funcAttrs, f.funcAttrFail, f.noFuncAttr = row.attrs, row.fail, row.absent
+			f.mu.Unlock()
+			defer func() {
+				f.mu.Lock()
+				f.funcAttrs, f.funcAttrFail, f.noFuncAttr = nil, cudaSuccess, false
+				f.mu.Unlock()
+			}()
+			res, err := dev.CheckVendor(vendorPTX(t, row.file), row.file, row.entry, row.params, row.lim)
+			if row.want != "" {
+				if !errors.Is(err, row.class) || err.Error() != row.want {
+					t.Fatalf("got %v, want %v: %q", err, row.class, row.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.LocalBytes != row.local || res.Registers != 16 || res.MaxThreadsPerBlock != 1024 ||
+				res.ResidentThreads() != resident || res.LocalReservation() != row.local*resident {
+				t.Fatalf("resources %+v", res)
+			}
+		})
+	}
+	// check's verified line shows them.
+	res, err := dev.CheckVendor(vendorPTX(t, "double.ptx"), "double.ptx", "double", doubleParams, DefaultVendorLimits)
+	if err != nil || res.String() != "16 registers, 0 B local, 0 B static shared" {
+		t.Fatalf("double: %q, %v", res.String(), err)
+	}
+	// VerifyPTX applies the default limit.
+	if err := dev.VerifyPTX(vendorPTX(t, "local_huge.ptx"), "local_huge.ptx", "local_huge", localHugeParams); !errors.Is(err, errdefs.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "over the limit of 1073741824 bytes (max_local_memory)") {
+		t.Fatalf("VerifyPTX local_huge.ptx: %v", err)
+	}
+	// The saturating product.
+	if r := (KernelResources{LocalBytes: 1 << 40, Multiprocessors: 1 << 20, ThreadsPerMultiprocessor: 1 << 20}); r.LocalReservation() != ^uint64(0) {
+		t.Fatalf("reservation %d, want saturated", r.LocalReservation())
+	}
+}
+
+// TestPrepareVendorLocalMemoryFake: a tenant's worker loading a kernel
+// over its local memory limit is refused with the same error as check,
+// and the module is unloaded; under the limit it loads.
+func TestPrepareVendorLocalMemoryFake(t *testing.T) {
+	f := newFake(1)
+	p, err := Open(NewConfig().withDriver(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dev := p.Devices()[0].(*Device)
+	info := hw.KernelInfo{Name: "lhuge", Args: []hw.KernelArg{hw.KernelBuffer("out", "u32", "out", ""), hw.KernelScalar("i", "u32"), hw.KernelScalar("j", "u32")}}
+	unloads := f.unloads.Load()
+	want := "local_huge.ptx: .entry local_huge: 491520 bytes of local memory per thread × 270336 resident threads on cuda0 (132 multiprocessors × 2048) = 132875550720 bytes, over the limit of 1073741824 bytes (max_local_memory)"
+	if _, err := dev.PrepareVendor(vendorPTX(t, "local_huge.ptx"), "local_huge.ptx", "local_huge", info); !errors.Is(err, errdefs.ErrInvalidArgument) || err.Error() != want {
+		t.Fatalf("PrepareVendor: %v, want %q", err, want)
+	}
+	if n := f.unloads.Load(); n != unloads+1 {
+		t.Fatalf("the refused module stayed loaded: %d unloads → %d", unloads, n)
+	}
+	dev.vendorMu.Lock()
+	kept := len(dev.vendorMods)
+	dev.vendorMu.Unlock()
+	if kept != 0 {
+		t.Fatalf("%d vendor modules kept after the refusal", kept)
+	}
+	// A limit of its reservation admits it.
+	if _, err := dev.PrepareVendorLimits(vendorPTX(t, "local_huge.ptx"), "local_huge.ptx", "local_huge", info, VendorLimits{MaxLocalMemory: 491520 * 132 * 2048}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFuncGetAttributeSymbolMissing: cuFuncGetAttribute is optional in
+// the symbol table; without it the library driver answers
+// CUDA_ERROR_NOT_SUPPORTED (which CheckVendor turns into unsupported)
+// and calls nothing.
+func TestFuncGetAttributeSymbolMissing(t *testing.T) {
+	s, err := loadSymbols(func(name string) (uintptr, error) {
+		if name == "cuFuncGetAttribute" {
+			return 0, errors.New("undefined symbol")
+		}
+		return 0x3000, nil
+	})
+	if err != nil {
+		t.Fatalf("an optional symbol missing: %v", err)
+	}
+	if len(s.missingOptional) != 1 || s.missingOptional[0] != "cuFuncGetAttribute" || s.cuFuncGetAttribute != 0 {
+		t.Fatalf("missing %v, address %#x", s.missingOptional, s.cuFuncGetAttribute)
+	}
+	if _, r := (&libDriver{sym: s}).FuncGetAttribute(funcAttrLocalSizeBytes, 0x1234); r != cudaErrorNotSupported {
+		t.Fatalf("FuncGetAttribute without the symbol: %v", r)
 	}
 }

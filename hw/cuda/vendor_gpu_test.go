@@ -35,6 +35,7 @@ func TestGPUVerifyPTX(t *testing.T) {
 		{"store 0x10", "store_0x10.ptx", "store_0x10", nil, ""},
 		{"spin", "spin.ptx", "spin", []ParamDecl{{"flag", 8}}, ""},
 		{"trap", "trap.ptx", "trap_now", nil, ""},
+		{"local huge", "local_huge.ptx", "local_huge", localHugeParams, "over the limit of 1073741824 bytes (max_local_memory)"},
 	} {
 		t.Run(row.name, func(t *testing.T) {
 			start := time.Now()
@@ -53,6 +54,62 @@ func TestGPUVerifyPTX(t *testing.T) {
 	t.Logf("launch limits %+v, compute capability %s", l, dev.ComputeCapability())
 	if err := l.Check(&hw.LaunchShape{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{l.MaxThreadsPerBlock + 1, 1, 1}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("block over the limit: %v", err)
+	}
+}
+
+// localHugeParams is the declaration of testdata/vendor/local_huge.ptx:
+// out buffer, i u32, j u32.
+var localHugeParams = []ParamDecl{{"out", 8}, {"i", 4}, {"j", 4}}
+
+// TestGPUPrepareVendorLocalMemory: the real driver's attributes of
+// double.ptx (no local memory: admitted) and local_huge.ptx (480 KiB of
+// local memory per thread: its worst-case reservation is refused at
+// verification and at load under the default limit of 1 GiB). It logs
+// every attribute read.
+func TestGPUPrepareVendorLocalMemory(t *testing.T) {
+	if inFreshProcess(t) {
+		return
+	}
+	p := requireGPU(t)
+	dev := p.Devices()[0].(*Device)
+	res, err := dev.CheckVendor(vendorPTX(t, "double.ptx"), "double.ptx", "double", doubleParams, DefaultVendorLimits)
+	t.Logf("double.ptx: %s; max threads per block %d; %d multiprocessors × %d threads = %d resident threads; reservation %d B; %v",
+		res, res.MaxThreadsPerBlock, res.Multiprocessors, res.ThreadsPerMultiprocessor, res.ResidentThreads(), res.LocalReservation(), err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.LocalBytes != 0 || res.StaticSharedBytes != 0 || res.Registers <= 0 || res.ResidentThreads() == 0 {
+		t.Fatalf("double.ptx: %+v, want 0 B local, 0 B static shared, some registers", res)
+	}
+	start := time.Now()
+	res, err = dev.CheckVendor(vendorPTX(t, "local_huge.ptx"), "local_huge.ptx", "local_huge", localHugeParams, DefaultVendorLimits)
+	t.Logf("local_huge.ptx: %s; max threads per block %d; %d multiprocessors × %d threads = %d resident threads; reservation %d B (%.1f GiB); in %s: %v",
+		res, res.MaxThreadsPerBlock, res.Multiprocessors, res.ThreadsPerMultiprocessor, res.ResidentThreads(), res.LocalReservation(),
+		float64(res.LocalReservation())/(1<<30), time.Since(start), err)
+	want := fmt.Sprintf("local_huge.ptx: .entry local_huge: %d bytes of local memory per thread × %d resident threads on %s", res.LocalBytes, res.ResidentThreads(), dev.Name())
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), want) ||
+		!strings.Contains(err.Error(), "over the limit of 1073741824 bytes (max_local_memory)") || res.LocalBytes < 480<<10 {
+		t.Fatalf("local_huge.ptx: %v, want invalid_argument containing %q and the limit, at least 491520 B local", err, want)
+	}
+	info := hw.KernelInfo{Name: "lhuge", Args: []hw.KernelArg{hw.KernelBuffer("out", "u32", "out", ""), hw.KernelScalar("i", "u32"), hw.KernelScalar("j", "u32")}}
+	_, err = dev.PrepareVendor(vendorPTX(t, "local_huge.ptx"), "local_huge.ptx", "local_huge", info)
+	t.Logf("PrepareVendor local_huge.ptx: %v", err)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("PrepareVendor local_huge.ptx: %v, want invalid_argument containing %q", err, want)
+	}
+	// 64 KiB of static shared memory, over MAX_SHARED_MEMORY_PER_BLOCK:
+	// refused by the JIT or by the resources check (the log says which).
+	shared := []byte(".version 8.0\n.target sm_90\n.address_size 64\n\n.visible .entry shared_huge(.param .u64 out, .param .u32 i)\n{\n" +
+		"\t.shared .align 4 .b8 big[65536];\n\t.reg .b32 %r<3>;\n\t.reg .b64 %rd<5>;\n\tld.param.u64 %rd1, [out];\n\tld.param.u32 %r1, [i];\n" +
+		"\trem.u32 %r1, %r1, 16384;\n\tmov.u64 %rd2, big;\n\tmul.wide.u32 %rd3, %r1, 4;\n\tadd.s64 %rd4, %rd2, %rd3;\n\tst.shared.u32 [%rd4], %r1;\n" +
+		"\tbar.sync 0;\n\tld.shared.u32 %r2, [%rd2];\n\tcvta.to.global.u64 %rd1, %rd1;\n\tst.global.u32 [%rd1], %r2;\n\tret;\n}\n")
+	res, err = dev.CheckVendor(shared, "shared_huge.ptx", "shared_huge", []ParamDecl{{"out", 8}, {"i", 4}}, DefaultVendorLimits)
+	t.Logf("shared_huge.ptx (64 KiB static shared): %s; %v", res, err)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("shared_huge.ptx: %v, want invalid_argument", err)
+	}
+	if err := dev.Err(); err != nil {
+		t.Fatalf("the device after the refusals: %v", err)
 	}
 }
 
