@@ -184,34 +184,54 @@ func (d *Device) VerifyPTX(image []byte, file, entry string, params []ParamDecl)
 //     memory cannot be bounded.
 //   - [errdefs.ErrDeviceLost]: the device is lost.
 func (d *Device) CheckVendor(image []byte, file, entry string, params []ParamDecl, lim VendorLimits) (KernelResources, error) {
+	mod, _, res, err := d.loadVendor(image, file, entry, params, lim, "PTX")
+	if err == nil {
+		d.drv.ModuleUnload(mod)
+	}
+	return res, err
+}
+
+// loadVendor is the one load of a vendor kernel, of [Device.CheckVendor]
+// and [Device.PrepareVendorLimits]: it loads image (what names it in the
+// driver's refusal: "PTX" or "image") with the device's context current,
+// finds entry, and checks its parameter layout against params and its
+// resources against lim. On success the module stays loaded (the caller
+// unloads or keeps it); on an error nothing stays loaded.
+func (d *Device) loadVendor(image []byte, file, entry string, params []ParamDecl, lim VendorLimits, what string) (cuModule, cuFunction, KernelResources, error) {
 	if err := d.usable(); err != nil {
-		return KernelResources{}, err
+		return 0, 0, KernelResources{}, err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if r := d.drv.CtxSetCurrent(d.ctx); r != cudaSuccess {
-		return KernelResources{}, d.resultErr("cuCtxSetCurrent", r)
+		return 0, 0, KernelResources{}, d.resultErr("cuCtxSetCurrent", r)
 	}
 	if len(image) == 0 || image[len(image)-1] != 0 {
-		image = append(image[:len(image):len(image)], 0)
+		image = append(image[:len(image):len(image)], 0) // a copy: the caller's bytes stay as they are
 	}
 	mod, log, r := d.drv.ModuleLoadData(image)
 	if r != cudaSuccess {
-		msg := fmt.Sprintf("%s: the driver refuses the PTX (%s)", file, d.drv.ErrorName(r))
+		msg := fmt.Sprintf("%s: the driver refuses the %s (%s)", file, what, d.drv.ErrorName(r))
 		if log = MapJITLog(log, file); log != "" {
 			msg += ":\n" + log
 		}
-		return KernelResources{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s", msg)
+		return 0, 0, KernelResources{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s", msg)
 	}
-	defer d.drv.ModuleUnload(mod)
 	f, r := d.drv.ModuleGetFunction(mod, entry)
 	if r != cudaSuccess {
-		return KernelResources{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: no .entry %q (%s)", file, entry, d.drv.ErrorName(r))
+		d.drv.ModuleUnload(mod)
+		return 0, 0, KernelResources{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: no .entry %q (%s)", file, entry, d.drv.ErrorName(r))
 	}
 	if err := checkParamLayout(d.drv, f, file, entry, params); err != nil {
-		return KernelResources{}, err
+		d.drv.ModuleUnload(mod)
+		return 0, 0, KernelResources{}, err
 	}
-	return d.checkResources(f, file, entry, lim)
+	res, err := d.checkResources(f, file, entry, lim)
+	if err != nil {
+		d.drv.ModuleUnload(mod)
+		return 0, 0, res, err
+	}
+	return mod, f, res, nil
 }
 
 // checkResources reads f's resources and checks them against lim and
@@ -332,9 +352,6 @@ func (d *Device) PrepareVendor(image []byte, file, entry string, info hw.KernelI
 //
 // As for [Device.CheckVendor].
 func (d *Device) PrepareVendorLimits(image []byte, file, entry string, info hw.KernelInfo, lim VendorLimits) (hw.Program, error) {
-	if err := d.usable(); err != nil {
-		return nil, err
-	}
 	params := make([]ParamDecl, len(info.Args))
 	for i, a := range info.Args {
 		kind := a.Type
@@ -343,31 +360,8 @@ func (d *Device) PrepareVendorLimits(image []byte, file, entry string, info hw.K
 		}
 		params[i] = ParamDecl{Name: a.Name, Size: ParamSize(kind)}
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if r := d.drv.CtxSetCurrent(d.ctx); r != cudaSuccess {
-		return nil, d.resultErr("cuCtxSetCurrent", r)
-	}
-	img := append(append(make([]byte, 0, len(image)+1), image...), 0)
-	mod, log, r := d.drv.ModuleLoadData(img)
-	if r != cudaSuccess {
-		msg := fmt.Sprintf("%s: the driver refuses the image (%s)", file, d.drv.ErrorName(r))
-		if log = MapJITLog(log, file); log != "" {
-			msg += ":\n" + log
-		}
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s", msg)
-	}
-	f, r := d.drv.ModuleGetFunction(mod, entry)
-	if r != cudaSuccess {
-		d.drv.ModuleUnload(mod)
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: no .entry %q (%s)", file, entry, d.drv.ErrorName(r))
-	}
-	if err := checkParamLayout(d.drv, f, file, entry, params); err != nil {
-		d.drv.ModuleUnload(mod)
-		return nil, err
-	}
-	if _, err := d.checkResources(f, file, entry, lim); err != nil {
-		d.drv.ModuleUnload(mod)
+	mod, f, _, err := d.loadVendor(image, file, entry, params, lim, "image")
+	if err != nil {
 		return nil, err
 	}
 	d.vendorMu.Lock()
