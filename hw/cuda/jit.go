@@ -76,7 +76,8 @@ func CompilePTX(ctx context.Context, cfg JITConfig, name string, ptx []byte) (cu
 	var path string
 	if cfg.CacheDir != "" {
 		path = filepath.Join(cfg.CacheDir, "cubin", JITCacheKey(ptx, cfg.ComputeCapability, cfg.DriverVersion)+".cubin")
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+		// A cached cubin over maxCubin is not used (compiled again).
+		if b, err := readCapped(path, maxCubin); err == nil && len(b) > 0 {
 			return b, true, nil
 		}
 	}
@@ -126,7 +127,10 @@ func CompilePTX(ctx context.Context, cfg JITConfig, name string, ptx []byte) (cu
 		}
 		return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: the PTX does not compile (%s after %s): %s", name, ee.ProcessState, time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr.String()))
 	}
-	cubin, err = os.ReadFile(tmp.Name())
+	cubin, err = readCapped(tmp.Name(), maxCubin)
+	if errors.Is(err, errCubinTooLarge) {
+		return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: the JIT process wrote a cubin of more than %d bytes", name, maxCubin)
+	}
 	if err != nil || len(cubin) == 0 {
 		return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: the JIT process wrote no cubin", name)
 	}
@@ -138,6 +142,33 @@ func CompilePTX(ctx context.Context, cfg JITConfig, name string, ptx []byte) (cu
 		}
 	}
 	return cubin, false, nil
+}
+
+// maxCubin bounds a cubin read back from the JIT process or the cache:
+// far above what a kernel's PTX compiles to (a 100,000-line PTX gives a
+// few MiB), so that a file there cannot make the process read without
+// bound.
+var maxCubin int64 = 256 << 20
+
+var errCubinTooLarge = errors.New("cubin too large")
+
+// readCapped reads the file at path, refusing it (errCubinTooLarge)
+// when it holds more than limit bytes; it never reads more than
+// limit+1.
+func readCapped(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errCubinTooLarge
+	}
+	return b, nil
 }
 
 type limitedWriter struct {

@@ -93,6 +93,33 @@ func TestCompilePTX(t *testing.T) {
 	}
 }
 
+// TestCompilePTXCubinCap: a cubin over maxCubin is refused from the JIT
+// process and not used from the cache (compiled again).
+func TestCompilePTXCubinCap(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	old := maxCubin
+	t.Cleanup(func() { maxCubin = old })
+	dir := t.TempDir()
+	cfg := JITConfig{Command: jitChild(t, "ok"), CacheDir: dir, ComputeCapability: "9.0", DriverVersion: 13000, Timeout: 20 * time.Second}
+	ptx := []byte("0123456789") // the child writes "CUBIN:" + ptx, 16 bytes
+	maxCubin = 15
+	if _, _, err := CompilePTX(ctx, cfg, "k", ptx); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "the JIT process wrote a cubin of more than 15 bytes") {
+		t.Fatalf("a cubin over the cap: %v", err)
+	}
+	maxCubin = 16
+	if _, cached, err := CompilePTX(ctx, cfg, "k", ptx); err != nil || cached {
+		t.Fatalf("a cubin at the cap: cached %v, %v", cached, err)
+	}
+	if _, cached, err := CompilePTX(ctx, cfg, "k", ptx); err != nil || !cached {
+		t.Fatalf("the cached cubin at the cap: cached %v, %v", cached, err)
+	}
+	maxCubin = 15 // the cached 16 bytes are now over it: compiled again, and refused
+	if _, cached, err := CompilePTX(ctx, cfg, "k", ptx); cached || !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("a cached cubin over the cap: cached %v, %v", cached, err)
+	}
+}
+
 // TestCompilePTXMakesItsCacheDir: a cache directory that does not exist
 // yet is made (stagehost check compiles before anything else made it).
 func TestCompilePTXMakesItsCacheDir(t *testing.T) {

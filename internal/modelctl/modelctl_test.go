@@ -208,6 +208,13 @@ func TestDir(t *testing.T) {
 	if _, err := st.Load(ctx); !errors.Is(err, errdefs.ErrUnsupported) || !strings.Contains(err.Error(), "version 9") {
 		t.Errorf("a state of another version: %v", err)
 	}
+	// A state record over 16 MiB is refused, not read whole.
+	if err := os.Truncate(filepath.Join(dir, "state.json"), 16<<20+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Load(ctx); !errors.Is(err, manifest.ErrTooLarge) {
+		t.Errorf("a state record over 16 MiB: %v", err)
+	}
 }
 
 // A worker's endpoint answers each operation, and a refusal with its

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/manifest"
 )
 
 // ModuleRecord is a module version loaded by request (an upload, or a
@@ -61,6 +62,14 @@ type State struct {
 
 // StateVersion is the version of [State] this package writes and reads.
 const StateVersion = 1
+
+// The most a state directory's files may hold when read back: a module
+// (runtime.max_module_size's upper bound, 4 GiB: no upload is larger)
+// and the state record (a few hundred bytes a session).
+const (
+	maxBlob  = 4 << 30
+	maxState = 16 << 20
+)
 
 // Store keeps the model state and the bytes of the modules it names.
 // Implementations are safe for concurrent use; one process (the
@@ -159,7 +168,7 @@ func (d *Dir) PutBlob(_ context.Context, sum string, bin []byte) error {
 	if got := hexSHA(bin); got != sum {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "model state: the bytes hash to %s, not %s", got, sum)
 	}
-	if b, err := os.ReadFile(p); err == nil && hexSHA(b) == sum {
+	if b, err := manifest.ReadFile(p, maxBlob); err == nil && hexSHA(b) == sum {
 		return nil
 	}
 	return writeAtomic(p, bin)
@@ -171,7 +180,7 @@ func (d *Dir) Blob(_ context.Context, sum string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(p)
+	b, err := manifest.ReadFile(p, maxBlob)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "model state: %s is missing", p)
 	}
@@ -191,7 +200,7 @@ func (d *Dir) Load(_ context.Context) (State, error) {
 
 func (d *Dir) load() (State, error) {
 	p := filepath.Join(d.dir, "state.json")
-	b, err := os.ReadFile(p)
+	b, err := manifest.ReadFile(p, maxState)
 	if errors.Is(err, os.ErrNotExist) {
 		return State{Version: StateVersion}, nil
 	}
