@@ -3,6 +3,8 @@ package hw
 import (
 	"fmt"
 	"strings"
+
+	"github.com/stagehost/stagehost/hw/internal/ops"
 )
 
 // KernelInfo describes one program a backend can prepare by name: its
@@ -54,6 +56,12 @@ const (
 	KindBuffer = "buffer"
 	KindScalar = "scalar"
 )
+
+// DTypeSize is the size in bytes of one value of a buffer argument of
+// dtype t ([KernelArg.Type]): 4 for f32 and i32, 2 for f16 and bf16, 1
+// for bytes. It is the op library's own rule (a buffer's length must be a
+// whole number of values).
+func DTypeSize(t string) int { return ops.TypeSize(t) }
 
 // KernelBuffer is a [KernelArg] of kind buffer.
 func KernelBuffer(name, typ, dir, length string) KernelArg {

@@ -33,6 +33,7 @@ import (
 	"github.com/stagehost/stagehost/abi"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/hw"
+	"github.com/stagehost/stagehost/internal/fileread"
 	"github.com/stagehost/stagehost/stages"
 )
 
@@ -543,13 +544,13 @@ func resolve(dir, p string) string {
 func readError(file string, line int, key, path string, limit fileLimit, err error) *Error {
 	class := errdefs.ErrInvalidArgument
 	msg := fmt.Sprintf("cannot read %q: %s", path, escapeUnprintable(unwrapPathError(err).Error()))
-	var nr *notRegularError
+	var nr *fileread.NotRegularError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		class = errdefs.ErrNotFound
 		msg = fmt.Sprintf("file %q does not exist", path)
 	case errors.As(err, &nr):
-		msg = fmt.Sprintf("%q is not a regular file: it is %s", path, nr.kind)
+		msg = fmt.Sprintf("%q is not a regular file: it is %s", path, nr.Kind)
 	case errors.Is(err, ErrTooLarge):
 		msg = fmt.Sprintf("file %q is larger than %s of %s%s", path, limit.what, FormatSize(limit.size), limit.note)
 	}

@@ -1,12 +1,10 @@
 package manifest
 
 import (
-	"errors"
-	"fmt"
-	"io"
 	"io/fs"
-	"math"
 	"os"
+
+	"github.com/stagehost/stagehost/internal/fileread"
 )
 
 // Limits on the files a manifest names, and on the manifest itself.
@@ -28,11 +26,11 @@ const (
 // ErrNotRegular is wrapped by the error [ReadFile] returns for a path that
 // is not a regular file: a directory, a device such as /dev/zero, a named
 // pipe or a socket.
-var ErrNotRegular = errors.New("not a regular file")
+var ErrNotRegular = fileread.ErrNotRegular
 
 // ErrTooLarge is wrapped by the error [ReadFile] returns for a file larger
 // than its limit.
-var ErrTooLarge = errors.New("file too large")
+var ErrTooLarge = fileread.ErrTooLarge
 
 // ReadFunc reads the file at path, which must hold at most limit bytes.
 // [ReadFile] is the one that reads the file system; [Decode] takes
@@ -55,30 +53,7 @@ type ReadFunc func(path string, limit int64) ([]byte, error)
 // An [*fs.PathError] wrapping [fs.ErrNotExist] when there is no such file,
 // [ErrNotRegular] when it is not a regular file, [ErrTooLarge] when it
 // holds more than limit bytes, or the error of the file system.
-func ReadFile(path string, limit int64) ([]byte, error) {
-	f, fi, err := OpenFile(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if limit < 0 {
-		limit = 0
-	}
-	tooLarge := &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w: more than %s", ErrTooLarge, FormatSize(limit))}
-	if fi.Size() > limit {
-		return nil, tooLarge
-	}
-	// The size stat reports is a hint (a file may grow, or report 0): read
-	// at most one byte past the limit to tell.
-	data, err := io.ReadAll(io.LimitReader(f, min(limit, math.MaxInt64-1)+1))
-	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: path, Err: err}
-	}
-	if int64(len(data)) > limit {
-		return nil, tooLarge
-	}
-	return data, nil
-}
+func ReadFile(path string, limit int64) ([]byte, error) { return fileread.ReadFile(path, limit) }
 
 // OpenFile opens the regular file at path for reading, as [ReadFile]
 // does: without waiting for a writer of a named pipe, and refusing
@@ -92,45 +67,4 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 // An [*fs.PathError] wrapping [fs.ErrNotExist] when there is no such file,
 // [ErrNotRegular] when it is not a regular file, or the error of the file
 // system.
-func OpenFile(path string) (*os.File, fs.FileInfo, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|openNonBlock, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, nil, &fs.PathError{Op: "read", Path: path, Err: &notRegularError{fileKind(fi.Mode())}}
-	}
-	return f, fi, nil
-}
-
-// notRegularError says what a file that is not regular is.
-type notRegularError struct{ kind string }
-
-func (e *notRegularError) Error() string { return ErrNotRegular.Error() + ": it is " + e.kind }
-
-func (e *notRegularError) Is(target error) bool { return target == ErrNotRegular }
-
-// fileKind names what a file that is not regular is, for messages.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	}
-	return fmt.Sprintf("of type %v", m.Type())
-}
+func OpenFile(path string) (*os.File, fs.FileInfo, error) { return fileread.OpenFile(path) }

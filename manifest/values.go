@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/fileread"
 )
 
 // decoder walks the generic TOML tree against the schema, collecting
@@ -533,12 +534,4 @@ func ParseSize(s string) (int64, error) {
 
 // FormatSize formats n bytes with the largest binary unit that divides it
 // exactly ("64MiB", "4160B"); [ParseSize] reads it back.
-func FormatSize(n int64) string {
-	for _, u := range []string{"GiB", "MiB", "KiB"} {
-		m := sizeUnits[u]
-		if n >= m && n%m == 0 {
-			return strconv.FormatInt(n/m, 10) + u
-		}
-	}
-	return strconv.FormatInt(n, 10) + "B"
-}
+func FormatSize(n int64) string { return fileread.FormatSize(n) }

@@ -696,7 +696,7 @@ func checkSignature(k *hw.KernelInfo, args []hw.Arg) error {
 			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s) is a buffer (%s, %s), got a scalar", k.Name, i, a.Name, a.Type, a.Dir)
 		case a.Kind != hw.KindBuffer && isBuf:
 			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s) is a %s scalar, got a buffer", k.Name, i, a.Name, a.Type)
-		case isBuf && args[i].Length%dtypeSize(a.Type) != 0:
+		case isBuf && args[i].Length%hw.DTypeSize(a.Type) != 0:
 			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s): %d bytes is not a whole number of %s values", k.Name, i, a.Name, args[i].Length, a.Type)
 		case !isBuf && a.Type != "u64" && args[i].Value>>32 != 0:
 			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s): %#x does not fit a %s", k.Name, i, a.Name, args[i].Value, a.Type)
@@ -705,16 +705,6 @@ func checkSignature(k *hw.KernelInfo, args []hw.Arg) error {
 	return nil
 }
 
-// dtypeSize is the size of one value of a buffer dtype.
-func dtypeSize(t string) int {
-	switch t {
-	case "f32", "i32":
-		return 4
-	case "f16", "bf16":
-		return 2
-	}
-	return 1
-}
 
 func hostStreamSubmitBatch(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	s, err := st.table.get(stack[0], abi.KindStream)

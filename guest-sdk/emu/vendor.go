@@ -2,6 +2,8 @@ package emu
 
 import (
 	"fmt"
+
+	"github.com/stagehost/stagehost/guest-sdk/emu/internal/ops"
 )
 
 // VendorArg is one declared argument of a vendor kernel, as a manifest's
@@ -40,15 +42,6 @@ var LaunchLimits = struct {
 	MaxSharedBytes     uint32
 }{1024, [3]uint32{1024, 1024, 64}, [3]uint32{1<<31 - 1, 65535, 65535}, 48 << 10}
 
-func dtypeSize(t string) int {
-	switch t {
-	case "f32", "i32":
-		return 4
-	case "f16", "bf16":
-		return 2
-	}
-	return 1
-}
 
 func (e *Emulator) checkShapeLocked(name string, grid, block [3]uint32, shared uint32) int32 {
 	l := LaunchLimits
@@ -83,7 +76,7 @@ func (e *Emulator) checkVendorArgsLocked(p *program, args []Arg) int32 {
 			return e.failLocked(invalidArgument, "kernel %q: argument %d (%s) is a buffer (%s, %s), got a scalar", p.name, i, a.Name, a.DType, a.Dir)
 		case a.Kind != "buffer" && args[i].buffer:
 			return e.failLocked(invalidArgument, "kernel %q: argument %d (%s) is a %s scalar, got a buffer", p.name, i, a.Name, a.Kind)
-		case args[i].buffer && len(args[i].Bytes)%dtypeSize(a.DType) != 0:
+		case args[i].buffer && len(args[i].Bytes)%ops.TypeSize(a.DType) != 0:
 			return e.failLocked(invalidArgument, "kernel %q: argument %d (%s): %d bytes is not a whole number of %s values", p.name, i, a.Name, len(args[i].Bytes), a.DType)
 		case !args[i].buffer && a.Kind != "u64" && args[i].Value>>32 != 0:
 			return e.failLocked(invalidArgument, "kernel %q: argument %d (%s): %#x does not fit a %s", p.name, i, a.Name, args[i].Value, a.Kind)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/fileread"
 )
 
 // JIT of vendor PTX outside the serving path: a valid PTX can take tens
@@ -77,7 +78,7 @@ func CompilePTX(ctx context.Context, cfg JITConfig, name string, ptx []byte) (cu
 	if cfg.CacheDir != "" {
 		path = filepath.Join(cfg.CacheDir, "cubin", JITCacheKey(ptx, cfg.ComputeCapability, cfg.DriverVersion)+".cubin")
 		// A cached cubin over maxCubin is not used (compiled again).
-		if b, err := readCapped(path, maxCubin); err == nil && len(b) > 0 {
+		if b, err := fileread.ReadFile(path, maxCubin); err == nil && len(b) > 0 {
 			return b, true, nil
 		}
 	}
@@ -127,8 +128,8 @@ func CompilePTX(ctx context.Context, cfg JITConfig, name string, ptx []byte) (cu
 		}
 		return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: the PTX does not compile (%s after %s): %s", name, ee.ProcessState, time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr.String()))
 	}
-	cubin, err = readCapped(tmp.Name(), maxCubin)
-	if errors.Is(err, errCubinTooLarge) {
+	cubin, err = fileread.ReadFile(tmp.Name(), maxCubin)
+	if errors.Is(err, fileread.ErrTooLarge) {
 		return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: the JIT process wrote a cubin of more than %d bytes", name, maxCubin)
 	}
 	if err != nil || len(cubin) == 0 {
@@ -149,27 +150,6 @@ func CompilePTX(ctx context.Context, cfg JITConfig, name string, ptx []byte) (cu
 // few MiB), so that a file there cannot make the process read without
 // bound.
 var maxCubin int64 = 256 << 20
-
-var errCubinTooLarge = errors.New("cubin too large")
-
-// readCapped reads the file at path, refusing it (errCubinTooLarge)
-// when it holds more than limit bytes; it never reads more than
-// limit+1.
-func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, errCubinTooLarge
-	}
-	return b, nil
-}
 
 type limitedWriter struct {
 	w io.Writer

@@ -32,7 +32,7 @@ var layers = [][]string{
 	{"hw/sim", "hw/cuda"},
 	{"hw", "internal/tracing"},
 	{"internal/deadline", "internal/requestid"},
-	{"internal/monotime", "internal/safetensors"},
+	{"internal/monotime", "internal/safetensors", "internal/fileread"},
 	{"errdefs"},
 	{"guest-sdk"}, // a module of its own, built into stages (and embedded by cmd/stagehost); imports nothing of the host's
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
+	"github.com/stagehost/stagehost/internal/fileread"
 	"github.com/stagehost/stagehost/internal/modelctl"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
@@ -212,7 +213,7 @@ func TestDir(t *testing.T) {
 	if err := os.Truncate(filepath.Join(dir, "state.json"), 16<<20+1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Load(ctx); !errors.Is(err, manifest.ErrTooLarge) {
+	if _, err := st.Load(ctx); !errors.Is(err, fileread.ErrTooLarge) {
 		t.Errorf("a state record over 16 MiB: %v", err)
 	}
 }

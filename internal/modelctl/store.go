@@ -15,7 +15,7 @@ import (
 
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
-	"github.com/stagehost/stagehost/manifest"
+	"github.com/stagehost/stagehost/internal/fileread"
 )
 
 // ModuleRecord is a module version loaded by request (an upload, or a
@@ -168,7 +168,7 @@ func (d *Dir) PutBlob(_ context.Context, sum string, bin []byte) error {
 	if got := hexSHA(bin); got != sum {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "model state: the bytes hash to %s, not %s", got, sum)
 	}
-	if b, err := manifest.ReadFile(p, maxBlob); err == nil && hexSHA(b) == sum {
+	if b, err := fileread.ReadFile(p, maxBlob); err == nil && hexSHA(b) == sum {
 		return nil
 	}
 	return writeAtomic(p, bin)
@@ -180,7 +180,7 @@ func (d *Dir) Blob(_ context.Context, sum string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := manifest.ReadFile(p, maxBlob)
+	b, err := fileread.ReadFile(p, maxBlob)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "model state: %s is missing", p)
 	}
@@ -200,7 +200,7 @@ func (d *Dir) Load(_ context.Context) (State, error) {
 
 func (d *Dir) load() (State, error) {
 	p := filepath.Join(d.dir, "state.json")
-	b, err := manifest.ReadFile(p, maxState)
+	b, err := fileread.ReadFile(p, maxState)
 	if errors.Is(err, os.ErrNotExist) {
 		return State{Version: StateVersion}, nil
 	}

@@ -132,7 +132,7 @@ func TestEveryProgramRefusesBrokenLaunches(t *testing.T) {
 					bad[i] = Arg{Value: 1}
 					refuse(a.Name+" as a scalar", bad, a.Name)
 					bad[i] = args[i]
-					bad[i].Len += uint64(typeSize(a.Type)) // cast's bytes: one byte, not a whole value
+					bad[i].Len += uint64(TypeSize(a.Type)) // cast's bytes: one byte, not a whole value
 					refuse(a.Name+" one value longer", bad, a.Name)
 					continue
 				}

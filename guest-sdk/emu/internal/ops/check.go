@@ -37,7 +37,7 @@ func (l *launch) validate() error {
 			if a.Addr > math.MaxUint64-a.Len {
 				return l.errf(ai.Name, "%s: range wraps the address space", ai.Name)
 			}
-			if es := typeSize(ai.Type); es > 1 {
+			if es := TypeSize(ai.Type); es > 1 {
 				if a.Len%uint64(es) != 0 {
 					return l.errf(ai.Name, "%s has %s bytes, not a whole number of %s values", ai.Name, num(a.Len), ai.Type)
 				}
@@ -57,7 +57,9 @@ func (l *launch) validate() error {
 	return l.checkOp()
 }
 
-func typeSize(t string) int {
+// TypeSize is the size in bytes of one value of a buffer of dtype t
+// (f32, i32: 4; f16, bf16: 2; bytes and anything else: 1).
+func TypeSize(t string) int {
 	switch t {
 	case "f32", "i32":
 		return 4
@@ -80,7 +82,7 @@ func (l *launch) index(name string) int {
 // count is buffer argument name's number of values of its type.
 func (l *launch) count(name string) uint64 {
 	i := l.index(name)
-	return l.args[i].Len / uint64(typeSize(l.k.info.Args[i].Type))
+	return l.args[i].Len / uint64(TypeSize(l.k.info.Args[i].Type))
 }
 
 // scalar returns scalar argument name.

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package manifest
+package fileread
 
 // openNonBlock is 0 where opening a file cannot wait for a writer.
 const openNonBlock = 0
