@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/modelctl"
@@ -30,20 +27,7 @@ func (f fakeStatuses) Status() []supervise.WorkerStatus { return f }
 // their class, and a worker that reports ready with an older revision
 // of the model state than the store's is made to restore it.
 func TestSupervisorModelControl(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := testutil.NATS(t)
 	d := open(t, `version = 1
 [runtime]
 cache_dir = "off"
@@ -135,20 +119,7 @@ programs = ["noop"]
 // A swap of a session two workers serve goes to both; one that refuses
 // is the answer, named, and nothing is recorded.
 func TestSupervisorModelControlTwoWorkers(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := testutil.NATS(t)
 	const body = `version = 1
 [runtime]
 cache_dir = "off"

@@ -10,13 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-
 	"github.com/stagehost/stagehost/deploy"
 	"github.com/stagehost/stagehost/errdefs"
 	"github.com/stagehost/stagehost/internal/fileread"
 	"github.com/stagehost/stagehost/internal/modelctl"
+	"github.com/stagehost/stagehost/internal/testutil"
 	"github.com/stagehost/stagehost/manifest"
 	"github.com/stagehost/stagehost/stages"
 )
@@ -221,20 +219,7 @@ func TestDir(t *testing.T) {
 // A worker's endpoint answers each operation, and a refusal with its
 // class.
 func TestServeAndCall(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := testutil.NATS(t)
 	d := open(t, false)
 	st := modelctl.OpenDir(t.TempDir())
 	sub, err := modelctl.Serve(nc, "l", "w1", d, st, nil)

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/stagehost/stagehost/errdefs"
 )
 
@@ -171,4 +173,25 @@ func Serving(t testing.TB, stdout io.Reader, timeout time.Duration, failure func
 		t.Fatalf("serve ended its output without a serving line; stderr:\n%s", stderr)
 	}
 	return "", nil
+}
+
+// NATS starts an in-memory NATS server on a free local port (no
+// JetStream) and returns a connection to it; both end with the test.
+func NATS(t testing.TB) *nats.Conn {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
