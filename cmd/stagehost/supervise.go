@@ -241,10 +241,12 @@ func endHung(rep *supervise.Reporter, tenant string, o deploy.Overdue, logger *s
 	hungOnce.Do(func() {
 		reason := fmt.Sprintf("tenant %s: session %s instance %d: a call's device work still ran %s after its deadline (hang_grace)", tenant, o.Session, o.Instance, o.Grace)
 		logger.Error("worker: a call's device work outlived its deadline; asking to be killed", "tenant", tenant, "session", o.Session, "instance", o.Instance, "device", o.Device, "grace", o.Grace)
+		// Armed first: a report that cannot be written (the
+		// supervisor's end of the pipe full) must not keep the worker.
+		time.AfterFunc(time.Second, func() { hardExit(exitFailed) })
 		if err := rep.Hung(o.Device, reason); err != nil || !rep.Supervised() {
 			hardExit(exitFailed)
 		}
-		time.AfterFunc(time.Second, func() { hardExit(exitFailed) })
 	})
 }
 
