@@ -705,7 +705,6 @@ func checkSignature(k *hw.KernelInfo, args []hw.Arg) error {
 	return nil
 }
 
-
 func hostStreamSubmitBatch(ctx context.Context, st *callState, mod api.Module, stack []uint64) {
 	s, err := st.table.get(stack[0], abi.KindStream)
 	if err != nil {

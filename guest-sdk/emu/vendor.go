@@ -42,7 +42,6 @@ var LaunchLimits = struct {
 	MaxSharedBytes     uint32
 }{1024, [3]uint32{1024, 1024, 64}, [3]uint32{1<<31 - 1, 65535, 65535}, 48 << 10}
 
-
 func (e *Emulator) checkShapeLocked(name string, grid, block [3]uint32, shared uint32) int32 {
 	l := LaunchLimits
 	threads := uint64(1)
