@@ -112,17 +112,23 @@ type Overdue struct {
 	Session  string
 	Instance int
 	Device   string
-	// Deadline is the call's deadline: the earlier of its context's and
-	// the session's deadline counted from when the call had its instance.
+	// Deadline is the session's deadline counted from when the call had
+	// its instance. A caller's earlier deadline (its context's, such as
+	// a Stagehost-Deadline header's) is not used: it ends the caller's
+	// wait, and interrupts the stage, but the tenant's device work is
+	// allowed the session's deadline, so a caller cannot make healthy
+	// work look hung.
 	Deadline time.Time
 	// Grace is the grace the call outlived past Deadline.
 	Grace time.Duration
 }
 
 // WithOverdue makes the deployment call fn, on a goroutine of its own,
-// for every call still running grace after its deadline: the call's
-// stage was interrupted at the deadline (ABI.md §4.2), so what still runs
-// is the fence, waiting on device work that has not finished. Nothing
+// for every call still running grace after its session's deadline
+// (counted from when the call had its instance, whatever earlier
+// deadline the caller gave): the call's stage was interrupted by then
+// (ABI.md §4.2), so what still runs is the fence, waiting on device work
+// that has not finished. Nothing
 // inside the process can stop such work on a GPU (docs/security.md): a
 // tenant's worker of `serve --supervise` ends itself from fn. fn runs at
 // most once per call; the call itself goes on (its fence still ends at
@@ -1010,18 +1016,16 @@ func (t *Turn) Run(ctx context.Context, input []byte) (out []byte, err error) {
 		t.s.count(Outcome(ctx, err))
 	}()
 	if d := t.s.d; d.overdue != nil {
-		defer t.watchOverdue(ctx, d)()
+		defer t.watchOverdue(d)()
 	}
 	return t.m.val.s.RunEntry(sctx, t.s.Spec.Entry, input, nil)
 }
 
 // watchOverdue arms the deployment's overdue watch for the turn's call,
-// which starts now; the returned func disarms it.
-func (t *Turn) watchOverdue(ctx context.Context, d *Deployment) (stop func()) {
+// which starts now; the returned func disarms it. The watch counts from
+// the session's deadline, not the caller's (see [Overdue]).
+func (t *Turn) watchOverdue(d *Deployment) (stop func()) {
 	deadline := time.Now().Add(t.s.Spec.Deadline)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
 	o := Overdue{Session: t.s.Spec.Name, Instance: t.m.index, Device: t.m.device, Deadline: deadline, Grace: d.overdueGrace}
 	timer := time.AfterFunc(time.Until(deadline.Add(d.overdueGrace)), func() { d.overdue(o) })
 	return func() { timer.Stop() }
