@@ -126,8 +126,9 @@ func (d *decoder) kernels(root *table, m *Manifest) []kernelMeta {
 			d.unique(t.path.key("name"), k.Name, "kernel", first)
 		}
 		if t.has("tenant") {
-			if k.Tenant, _ = t.name("tenant"); k.Tenant != "" && !validWeightsName(k.Tenant) {
-				d.errorf(t.path.key("tenant"), "%q is not a tenant name: 1 to %d of a-z, 0-9, '_', '.' and '-'", k.Tenant, MaxWeightsName)
+			if k.Tenant, _ = t.str("tenant", "", false); !ValidTenantName(k.Tenant) {
+				d.errorf(t.path.key("tenant"), "%q is not a tenant name: 1 to %d of letters, digits, '-' and '_'", k.Tenant, MaxTenantName)
+				k.Tenant = ""
 			}
 		}
 		k.Entry, _ = t.name("entry")

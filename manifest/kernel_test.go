@@ -170,7 +170,50 @@ func TestKernelTenantDerived(t *testing.T) {
 		t.Fatalf("tenant of a session listing acme's kernel = %q, want %q", got, "acme")
 	}
 	_, err = Decode(filepath.Join("testdata", "host.toml"), kernelToml(strings.Replace(goodKernel, "entry", "tenant = \"a.b\"\nentry", 1)), nil)
-	if err == nil || !strings.Contains(err.Error(), "programs") || !strings.Contains(err.Error(), "is not a tenant name") {
+	if err == nil || !strings.HasPrefix(err.Error(), `testdata/host.toml:19: kernel[0].tenant: "a.b" is not a tenant name: 1 to 64 of letters, digits, '-' and '_'`) {
 		t.Fatalf("a kernel tenant that is no tenant name: err = %v", err)
+	}
+}
+
+// TestKernelTenantRules: a kernel's tenant key follows [[tenant]]'s name
+// rule; a kernel with one runs only in that tenant's workers, whatever
+// the session's tenant key says; a kernel without one runs in the
+// session's tenant, or, for a session without a tenant key, is a tenant
+// of its own, which its name must then be able to be.
+func TestKernelTenantRules(t *testing.T) {
+	const tenants = "\n[[tenant]]\nname = \"acme\"\n[[tenant]]\nname = \"Beta\"\n"
+	decode := func(kernel, session string) (*Manifest, error) {
+		return Decode(filepath.Join("testdata", "host.toml"), append(kernelToml(kernel), session+tenants...), nil)
+	}
+	// [[tenant]]'s names are the kernel tenant key's: "Beta" is both.
+	m, err := decode(goodKernel+"\ntenant = \"Beta\"", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Session("s").TenantName(); got != "Beta" {
+		t.Fatalf("tenant = %q, want Beta", got)
+	}
+	// A session's tenant key takes a kernel that has none.
+	m, err = decode(goodKernel, `tenant = "acme"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Session("s").TenantName(); got != "acme" {
+		t.Fatalf("tenant = %q, want acme", got)
+	}
+	// ... but never another tenant's kernel.
+	_, err = decode(goodKernel+"\ntenant = \"acme\"", `tenant = "Beta"`)
+	if want := `testdata/host.toml:31: session[0].tenant: the session is tenant "Beta"'s, and vendor kernel "double" is tenant "acme"'s: a kernel with a tenant key runs only in its own tenant's workers`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("another tenant's kernel: err = %v, want %s…", err, want)
+	}
+	// A kernel whose name cannot be a tenant's, with no tenant key.
+	dotted := strings.Replace(string(kernelToml(goodKernel)), `name = "double"`, `name = "double.v2"`, 1)
+	dotted = strings.Replace(dotted, `programs = ["fill", "double"]`, `programs = ["fill", "double.v2"]`, 1)
+	_, err = Decode(filepath.Join("testdata", "host.toml"), []byte(dotted), nil)
+	if want := `testdata/host.toml:29: session[0].programs: vendor kernel "double.v2" has no tenant key and its name is not a tenant name`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("a dotted kernel name: err = %v, want %s…", err, want)
+	}
+	if _, err := Decode(filepath.Join("testdata", "host.toml"), []byte(dotted+`tenant = "acme"`+tenants), nil); err != nil {
+		t.Fatalf("a dotted kernel name in a session with a tenant key: %v", err)
 	}
 }

@@ -175,12 +175,18 @@ func (d *decoder) checkTenants(m *Manifest, tens []tenantMeta, sess []sessMeta) 
 // deriveTenants gives a session without a tenant key the tenant of the
 // vendor kernels it lists (a [[kernel]]'s tenant key, else the kernel's
 // name), so that vendor device code runs in a failure domain of its own
-// by default. Kernels of two tenants in one session are an error at its
-// programs key.
+// by default, and checks that a session runs no kernel another tenant
+// owns: a kernel with a tenant key runs only in that tenant's workers,
+// whatever the session's key says. Kernels of two tenants in one session
+// are an error at its programs key.
 func (d *decoder) deriveTenants(m *Manifest, sess []sessMeta) {
 	for i := range m.Sessions {
 		s := &m.Sessions[i]
-		if sess[i].p == nil || s.Tenant != "" {
+		if sess[i].p == nil {
+			continue
+		}
+		if s.Tenant != "" {
+			d.ownKernels(m, s, sess[i].p)
 			continue
 		}
 		var from, tenant string
@@ -197,7 +203,7 @@ func (d *decoder) deriveTenants(m *Manifest, sess []sessMeta) {
 			case tenant == "":
 				from, tenant = name, t
 			case t != tenant:
-				d.errorf(sess[i].p.key("programs"), "vendor kernels %q and %q belong to tenants %q and %q: a session runs in one tenant's worker (set its tenant key, or list kernels of one tenant)", from, name, tenant, t)
+				d.errorf(sess[i].p.key("programs"), "vendor kernels %q and %q belong to tenants %q and %q: a session runs in one tenant's worker (give both kernels one tenant key, or list kernels of one tenant)", from, name, tenant, t)
 				tenant = ""
 			}
 			if tenant == "" {
@@ -208,9 +214,20 @@ func (d *decoder) deriveTenants(m *Manifest, sess []sessMeta) {
 			continue
 		}
 		if !ValidTenantName(tenant) {
-			d.errorf(sess[i].p.key("programs"), "vendor kernel %q makes the session a tenant's, and %q is not a tenant name (1 to %d of letters, digits, '-' and '_'): give the kernel or the session a tenant key", from, tenant, MaxTenantName)
+			d.errorf(sess[i].p.key("programs"), "vendor kernel %q has no tenant key and its name is not a tenant name (1 to %d of letters, digits, '-' and '_'), so it cannot be a tenant of its own: give the kernel a tenant key, or the session one", from, MaxTenantName)
 			continue
 		}
 		s.Tenant = tenant
+	}
+}
+
+// ownKernels: a session with a tenant key lists no vendor kernel whose
+// tenant key names another tenant (a kernel without one runs in the
+// session's tenant's worker).
+func (d *decoder) ownKernels(m *Manifest, s *Session, p keyPath) {
+	for _, name := range s.Programs {
+		if k := m.KernelNamed(name); k != nil && k.Tenant != "" && k.Tenant != s.Tenant {
+			d.errorf(p.key("tenant"), "the session is tenant %q's, and vendor kernel %q is tenant %q's: a kernel with a tenant key runs only in its own tenant's workers (list kernels of tenant %q, or change one of the tenant keys)", s.Tenant, name, k.Tenant, s.Tenant)
+		}
 	}
 }
