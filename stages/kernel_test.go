@@ -68,10 +68,13 @@ func TestKernelCorpus(t *testing.T) {
 		// run: the launch's error classes and text; none when it succeeds.
 		runClasses []error
 		run        string
+		// memory: the kernel's memory limit, when not cfg's.
+		memory int64
 	}{
 		{file: "double"},
 		{file: "double_c"}, // built from C, docs/guest.md
 		{file: "loop", runClasses: []error{errdefs.ErrFault, errdefs.ErrDeadlineExceeded}, run: `kernel "double": interrupted: it ran past its time limit of 200ms`},
+		{file: "fill_loop", runClasses: []error{errdefs.ErrFault, errdefs.ErrDeadlineExceeded}, run: `kernel "double": interrupted: it ran past its time limit of 200ms`, memory: 64 << 20},
 		{file: "trap", runClasses: []error{errdefs.ErrFault}, run: `kernel "double": failed: wasm error: unreachable`},
 		{file: "oob", runClasses: []error{errdefs.ErrFault}, run: `kernel "double": failed: wasm error: out of bounds memory access`},
 		{file: "hugemem", runClasses: []error{errdefs.ErrFault}, run: `kernel "double": failed: wasm error: out of bounds memory access`},
@@ -83,6 +86,10 @@ func TestKernelCorpus(t *testing.T) {
 		t.Run(row.file, func(t *testing.T) {
 			bin := kernelFile(t, row.file)
 			verr := ValidateKernel(bin, doubleSpec)
+			cfg := cfg
+			if row.memory != 0 {
+				cfg = cfg.WithMemoryLimit(row.memory)
+			}
 			k, err := eng.LoadKernel(ctx, bin, doubleSpec, cfg)
 			if row.load != "" {
 				for _, e := range []error{verr, err} {
@@ -112,7 +119,14 @@ func TestKernelCorpus(t *testing.T) {
 			if _, err := str.Submit(&hw.Command{Program: prog, Args: []hw.Arg{hw.BufferArg(x, 0, -1), hw.BufferArg(y, 0, -1), hw.Uint(4)}}); err != nil {
 				t.Fatal(err)
 			}
+			start := time.Now()
 			err = str.Sync(ctx)
+			// An interrupted kernel ends near its 200 ms time limit,
+			// whatever its instructions are (a loop of 1 MiB fills,
+			// charged one instruction a fill, would run for seconds).
+			if d := time.Since(start); errors.Is(err, errdefs.ErrDeadlineExceeded) && d > 2*time.Second {
+				t.Fatalf("interrupted after %v; the time limit is 200ms", d)
+			}
 			if row.run == "" {
 				if err != nil {
 					t.Fatal(err)

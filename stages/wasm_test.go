@@ -203,6 +203,7 @@ func TestStageSideHostilityIsContainedWithoutQuarantine(t *testing.T) {
 		words []string
 	}{
 		{"loop_stage", errdefs.ErrDeadlineExceeded, []string{"deadline"}},
+		{"loop_fill_stage", errdefs.ErrDeadlineExceeded, []string{"deadline"}},
 		{"trap_stage", errdefs.ErrFault, []string{"trapped", "unreachable"}},
 		{"deep_recursion", errdefs.ErrFault, []string{"trapped", "stack overflow"}},
 	} {
@@ -214,9 +215,16 @@ func TestStageSideHostilityIsContainedWithoutQuarantine(t *testing.T) {
 			s := f.session(t, f.mustLoad(t, tc.name), cfg)
 			streams := s.Owner().Streams()
 			for round := 1; round <= 2; round++ {
+				start := time.Now()
 				_, err := s.Run(ctx, nil, nil)
 				if !errors.Is(err, tc.class) {
 					t.Fatalf("round %d: got %v, want %v", round, err, tc.class)
+				}
+				// Interrupted at the 100 ms deadline, give or take a
+				// check's delay: far from the minute the context allows
+				// (a 16 MiB fill a check would have run for minutes).
+				if d := time.Since(start); tc.class == errdefs.ErrDeadlineExceeded && d > 5*time.Second {
+					t.Fatalf("round %d: interrupted after %v; the deadline is 100ms", round, d)
 				}
 				for _, w := range tc.words {
 					if !strings.Contains(err.Error(), w) {

@@ -36,6 +36,7 @@ const (
 	opI32LtS       = 0x48
 	opI32Add       = 0x6a
 	opI32Sub       = 0x6b
+	opI32ShrU      = 0x76
 	opI64Extend32S = 0xc4
 	opRefNull      = 0xd0
 	opRefIsNull    = 0xd1

@@ -17,6 +17,10 @@ type InterruptOptions struct {
 // InstrumentStats count the checks Instrument injected.
 type InstrumentStats struct {
 	Loops, Functions int // checks injected
+	// Bulk counts the charges of instructions whose work grows with an
+	// operand or the memory (bulk memory and table instructions,
+	// memory.grow).
+	Bulk int
 }
 
 // maxWeight bounds the fuel one check charges.
@@ -225,6 +229,9 @@ type instrumenter struct {
 	dec    *codeDecoder
 
 	local uint32 // the body's countdown local
+	// bulk: the body has an instruction whose work grows with an operand
+	// (see bulkShift), so it gets a second local, local+1, for it.
+	bulk bool
 
 	// Per body: instructions outside loops, per-loop weights (by loop
 	// ordinal), the open loops, the open constructs (with the wrapper
@@ -261,7 +268,42 @@ const (
 	evLabels           // a branch's labels, renumbered
 	evLoopOpen         // a loop opened inside its wrappers, with its check
 	evLoopClose        // the wrappers closed after a loop, with the slow path
+	evBulk             // a bulk instruction's charge, by its length operand
+	evGrow             // memory.grow's charge
 )
+
+// The charges of instructions whose work is not one instruction's.
+//
+// A bulk memory instruction (memory.fill, memory.copy, memory.init) does
+// work in proportion to its length operand, n bytes: it is charged n>>4
+// (16 bytes per instruction: a fill or copy moves about 10 to 30 bytes
+// in the time of one plain instruction), before it runs. A table
+// instruction (table.fill, table.copy, table.init, table.grow) is
+// charged n>>1 for its n elements. So a loop of 64 MiB fills, which the
+// loop's static weight would charge a few instructions an iteration,
+// reaches the host about once per fill, and a deadline stops it within
+// one fill of passing.
+//
+// memory.grow's work depends on the memory's size, not its operand (the
+// engine may copy the whole memory), so it is charged growWeight, more
+// than any fuel: the host is reached before every grow.
+const (
+	memoryBulkShift = 4
+	tableBulkShift  = 1
+	growWeight      = 1 << 30
+)
+
+// bulkShift returns, for a 0xFC instruction, the shift of its length
+// operand that is its charge, and whether it is charged so.
+func bulkShift(sub uint32) (int32, bool) {
+	switch sub {
+	case 8, 10, 11: // memory.init, memory.copy, memory.fill
+		return memoryBulkShift, true
+	case 12, 14, 15, 17: // table.init, table.copy, table.grow, table.fill
+		return tableBulkShift, true
+	}
+	return 0, false
+}
 
 // shift maps a function index of the input to the output's.
 func (ins *instrumenter) shift(x uint32) uint32 {
@@ -336,6 +378,75 @@ func (ins *instrumenter) appendCheck(b []byte, weight int) []byte {
 	b = appendU32(b, ins.nImp)
 	b = append(b, opLocalTee)
 	b = appendU32(b, ins.local)
+	b = append(b, opGlobalSet)
+	b = appendU32(b, ins.global)
+	return append(b, opEnd)
+}
+
+// appendBulk charges a bulk instruction, whose length operand n (an i32)
+// is on top of the stack, n>>shift, and calls the import when the
+// countdown runs out; n is left on the stack as it was. In a function
+// with loops, where the countdown is the local L:
+//
+//	local.tee T; local.get L; local.get T; i32.const S; i32.shr_u; i32.sub
+//	local.tee L; i32.const 0; i32.lt_s
+//	if; call IMPORT; local.tee L; global.set G; end
+//
+// and in one without, where it is the global G (L only carries it):
+//
+//	local.tee T; global.get G; local.get T; i32.const S; i32.shr_u; i32.sub
+//	local.tee L; global.set G; local.get L; i32.const 0; i32.lt_s
+//	if; call IMPORT; global.set G; end
+//
+// The shift is unsigned and at least 1, so the charge is at most 2^31-1
+// and the countdown, never below zero before it, cannot wrap.
+func (ins *instrumenter) appendBulk(b []byte, shift int32, loops bool) []byte {
+	b = append(b, opLocalTee)
+	b = appendU32(b, ins.local+1)
+	b = ins.appendCountdown(b, loops)
+	b = append(b, opLocalGet)
+	b = appendU32(b, ins.local+1)
+	b = append(b, opI32Const)
+	b = appendS32(b, shift)
+	b = append(b, opI32ShrU)
+	return ins.appendCharged(b, loops)
+}
+
+// appendGrow charges memory.grow growWeight (see bulkShift), as
+// appendBulk charges a bulk instruction.
+func (ins *instrumenter) appendGrow(b []byte, loops bool) []byte {
+	b = ins.appendCountdown(b, loops)
+	b = append(b, opI32Const)
+	b = appendS32(b, growWeight)
+	return ins.appendCharged(b, loops)
+}
+
+// appendCountdown pushes the countdown: the local L in a function with
+// loops, the global G in one without.
+func (ins *instrumenter) appendCountdown(b []byte, loops bool) []byte {
+	if loops {
+		b = append(b, opLocalGet)
+		return appendU32(b, ins.local)
+	}
+	b = append(b, opGlobalGet)
+	return appendU32(b, ins.global)
+}
+
+// appendCharged subtracts the charge on top of the stack from the
+// countdown below it, stores the result, and calls the import when it is
+// below zero (the rest of appendBulk's sequences).
+func (ins *instrumenter) appendCharged(b []byte, loops bool) []byte {
+	b = append(b, opI32Sub, opLocalTee)
+	b = appendU32(b, ins.local)
+	if !loops {
+		b = ins.appendStore(b)
+	}
+	b = append(b, opI32Const, 0, opI32LtS, opIf, 0x40, opCall)
+	b = appendU32(b, ins.nImp)
+	if loops {
+		b = append(b, opLocalTee)
+		b = appendU32(b, ins.local)
+	}
 	b = append(b, opGlobalSet)
 	b = appendU32(b, ins.global)
 	return append(b, opEnd)
@@ -426,7 +537,8 @@ func (ins *instrumenter) relabel(in *instr) {
 }
 
 // appendLocals copies a body's local declarations with one i32 local
-// more, the countdown, and sets ins.local to its index.
+// more, the countdown, and sets ins.local to its index; a body with bulk
+// instructions gets a second, ins.local+1, for their length operand.
 func (ins *instrumenter) appendLocals(b []byte, fb FuncBody) ([]byte, error) {
 	r := reader{b: ins.m.bin[:fb.Start], i: fb.LocalsStart}
 	n := r.u32()
@@ -436,6 +548,9 @@ func (ins *instrumenter) appendLocals(b []byte, fb FuncBody) ([]byte, error) {
 	ins.local = uint32(len(ins.m.Types[fb.TypeIndex].Params)) + fb.NumLocals
 	b = appendU32(b, n+1)
 	b = append(b, ins.m.bin[r.i:fb.Start]...)
+	if ins.bulk {
+		return append(b, 2, valI32), nil // the countdown and a bulk length
+	}
 	return append(b, 1, valI32), nil
 }
 
@@ -763,7 +878,7 @@ func (ins *instrumenter) code(st *InstrumentStats) ([]byte, error) {
 	visit := ins.visit
 	for i, fb := range m.Code {
 		ins.entry, ins.weights, ins.open, ins.events = 0, ins.weights[:0], ins.open[:0], ins.events[:0]
-		ins.ctl, ins.payload = ins.ctl[:0], ins.payload[:0]
+		ins.ctl, ins.payload, ins.bulk = ins.ctl[:0], ins.payload[:0], false
 		if err := ins.dec.decodeBody(i, visit); err != nil {
 			return nil, err
 		}
@@ -805,6 +920,12 @@ func (ins *instrumenter) code(st *InstrumentStats) ([]byte, error) {
 				st.Loops++
 			case evLoopClose:
 				b = ins.appendLoopClose(b, ins.weights[e.loop])
+			case evBulk:
+				b = ins.appendBulk(b, int32(e.index), loops)
+				st.Bulk++
+			case evGrow:
+				b = ins.appendGrow(b, loops)
+				st.Bulk++
 			}
 			pos = e.end
 		}
@@ -885,6 +1006,13 @@ func (ins *instrumenter) visit(in *instr) {
 	case opRefFunc:
 		if in.index >= ins.nImp {
 			ins.events = append(ins.events, event{at: in.start + 1, end: in.end, kind: evIndex, index: in.index + 1})
+		}
+	case opMemoryGrow:
+		insert(in.start, evGrow)
+	case opMiscPrefix:
+		if shift, ok := bulkShift(in.sub); ok {
+			ins.bulk = true
+			ins.events = append(ins.events, event{at: in.start, end: in.start, kind: evBulk, index: uint32(shift)})
 		}
 	}
 }

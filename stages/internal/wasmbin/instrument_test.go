@@ -130,8 +130,10 @@ func TestInstrumentedModulesComputeTheSameResults(t *testing.T) {
 						t.Errorf("fuel %d: %s returned %v, want %v", fuel, name, got[name], w)
 					}
 				}
-				if fuel == 1<<30 && h.calls != 0 {
-					t.Errorf("fuel %d: the host was called %d times", fuel, h.calls)
+				// Only memory.grow reaches the host under this fuel: it
+				// is charged more than any fuel (growWeight).
+				if grows := strings.Count(string(src), "(memory.grow"); fuel == 1<<30 && h.calls != grows {
+					t.Errorf("fuel %d: the host was called %d times, want %d (once per memory.grow)", fuel, h.calls, grows)
 				}
 				if fuel < 10 && h.calls == 0 {
 					t.Errorf("fuel %d: the host was never called", fuel)
@@ -707,5 +709,36 @@ func TestLoopFreeCallTreesAreCharged(t *testing.T) {
 	}
 	if h.calls < 10 || h.calls > 20 {
 		t.Errorf("the host was called %d times for about 13,000 instructions at a fuel of 1000", h.calls)
+	}
+}
+
+// TestBulkWorkIsCharged: an instruction whose work grows with its length
+// operand is charged that length (bulk memory: a unit per 16 bytes;
+// tables: per 2 elements), and memory.grow more than any fuel, so that
+// a loop of large fills reaches the host about once per fill, not once
+// per 2^18 iterations. Under a fuel of 1000, a loop-free 4 MiB fill
+// reaches it once, 16 copies of 1 MiB in a loop 16 times, a 4096-element
+// table fill once, and two grows twice; charged as one instruction each,
+// none would reach it.
+func TestBulkWorkIsCharged(t *testing.T) {
+	ctx := context.Background()
+	opt := testOpts
+	opt.Fuel = 1000
+	_, out, st := instrumentFile(t, filepath.Join("testdata", "instrument", "bulkcost.wasm"), opt)
+	if st.Bulk != 8 {
+		t.Errorf("%d bulk charges, want 8 (fill, copy, init, 3 table instructions, 2 grows)", st.Bulk)
+	}
+	for _, c := range []struct {
+		name     string
+		min, max int
+	}{{"fill", 1, 1}, {"copy_loop", 16, 17}, {"init", 0, 0}, {"tables", 1, 2}, {"grow", 2, 2}} {
+		h := &fuelHost{fuel: opt.Fuel}
+		_, mod := instantiate(t, ctx, out, h)
+		if _, err := mod.ExportedFunction(c.name).Call(ctx); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if h.calls < c.min || h.calls > c.max {
+			t.Errorf("%s: the host was called %d times, want %d to %d", c.name, h.calls, c.min, c.max)
+		}
 	}
 }
