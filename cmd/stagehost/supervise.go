@@ -281,6 +281,12 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		fmt.Fprintf(stderr, "stagehost serve: --supervise: %s: under a supervisor a session or resident name is letters, digits, '-' and '_' (one NATS subject token)\n", strings.Join(bad, ", "))
 		return exitUsage
 	}
+	// Each worker's name is its socket's, its host id's and its entry in
+	// /v1/workers: a tenant worker may not be named like another worker.
+	if bad := service.SupervisedWorkerNameErrors(m); len(bad) > 0 {
+		fmt.Fprintf(stderr, "stagehost serve: --supervise: %s: rename the device or the tenant\n", strings.Join(bad, "; "))
+		return exitUsage
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "stagehost serve: --supervise: %v\n", err)
@@ -459,15 +465,14 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 //
 // # Errors
 //
-// A tenant worker's name that is also a device's (device "a-b" and
-// tenant "b" of device "a").
+// A worker's name that is also another's (service.SupervisedWorkerNameErrors).
 func supervisedWorkers(m *manifest.Manifest, self, manifestPath, baseID, stateDir string, fl supervisorFlags, env []string) ([]supervise.Worker, error) {
 	var workers []supervise.Worker
+	if bad := service.SupervisedWorkerNameErrors(m); len(bad) > 0 {
+		return nil, fmt.Errorf("%s: rename the device or the tenant", strings.Join(bad, "; "))
+	}
 	add := func(device, tenant string) {
-		name := device
-		if tenant != "" {
-			name = device + "-" + tenant
-		}
+		name := service.SupervisedWorkerName(device, tenant)
 		args := []string{"serve", manifestPath, "--worker", device, "--host-id", baseID + "-" + name,
 			"--log-level", fl.level, "--grace", fl.grace.String(), "--state-dir", stateDir}
 		if tenant != "" {
@@ -481,9 +486,6 @@ func supervisedWorkers(m *manifest.Manifest, self, manifestPath, baseID, stateDi
 	for _, md := range m.Devices {
 		add(md.Name, "")
 		for _, t := range m.SessionTenants(md.Name) {
-			if m.Device(md.Name+"-"+t) != nil {
-				return nil, fmt.Errorf("the worker of device %q and tenant %q would be named %q, a device's name: rename the device or the tenant", md.Name, t, md.Name+"-"+t)
-			}
 			add(md.Name, t)
 		}
 	}
