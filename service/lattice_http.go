@@ -133,7 +133,26 @@ func (s *Server) latticeQuarantine(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errNoLattice)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"quarantine": l.Quarantined()})
+	entries := []quarantineEntry{}
+	for _, p := range l.Quarantined() {
+		e := quarantineEntry{Poison: p, Kind: "module"}
+		if name, ok := strings.CutPrefix(p.SHA256, lattice.TenantKey("")); ok {
+			e.Kind, e.Tenant = "tenant", name
+		}
+		entries = append(entries, e)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"quarantine": entries})
+}
+
+// quarantineEntry is an entry of GET /v1/lattice/quarantine: the
+// lattice's Poison (its key in "sha256": a module's sha256, or
+// lattice.TenantKey of a tenant), and which kind of entry it is.
+type quarantineEntry struct {
+	lattice.Poison
+	// Kind is "module" or "tenant".
+	Kind string `json:"kind"`
+	// Tenant is the tenant's name, for a tenant's entry.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
@@ -148,12 +167,16 @@ func (s *Server) latticeClear(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "%q is not a module sha256 (64 hex digits) nor a tenant's entry (tenant.NAME)", sha))
 		return
 	}
+	what := "module " + sha
+	if name, ok := strings.CutPrefix(sha, lattice.TenantKey("")); ok {
+		what = "tenant " + name
+	}
 	found, err := l.Clear(r.Context(), sha)
 	switch {
 	case err != nil:
-		s.writeError(w, r, &serviceError{errdefs.ClassUnavailable, fmt.Sprintf("clearing module %s: %v", sha, err)})
+		s.writeError(w, r, &serviceError{errdefs.ClassUnavailable, fmt.Sprintf("clearing %s: %v", what, err)})
 	case !found:
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "module %s is not in the lattice's quarantine", sha))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "%s is not in the lattice's quarantine", what))
 	default:
 		s.logger.Warn("lattice quarantine cleared", "sha256", sha, "request_id", requestid.FromContext(r.Context()))
 		writeJSON(w, http.StatusOK, map[string]any{"cleared": sha})

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -33,6 +34,8 @@ type fakeLattice struct {
 	// deadlines: each call's context deadline, as time left when it
 	// was routed (-1: none).
 	deadlines []time.Duration
+	// quarantined is what Quarantined lists.
+	quarantined []lattice.Poison
 }
 
 func (f *fakeLattice) Call(ctx context.Context, session string, input []byte) ([]byte, string, error) {
@@ -83,7 +86,7 @@ func (f *fakeLattice) Ready() error {
 	return f.ready
 }
 func (f *fakeLattice) Hosts() []lattice.HostRecord   { return []lattice.HostRecord{{ID: "h1"}} }
-func (f *fakeLattice) Quarantined() []lattice.Poison { return []lattice.Poison{} }
+func (f *fakeLattice) Quarantined() []lattice.Poison { return f.quarantined }
 func (f *fakeLattice) Clear(_ context.Context, sha string) (bool, error) {
 	f.cleared = append(f.cleared, sha)
 	return sha == strings.Repeat("a", 64), nil
@@ -131,11 +134,33 @@ func TestLatticeRoutes(t *testing.T) {
 			t.Fatalf("bad tenant entry %q: %d %s", key, rec.Code, rec.Body)
 		}
 	}
-	if rec := s.do("DELETE", "/v1/lattice/quarantine/tenant.acme", nil); rec.Code != 404 {
+	if rec := s.do("DELETE", "/v1/lattice/quarantine/tenant.acme", nil); rec.Code != 404 || errorBody(t, rec).Error != "tenant acme is not in the lattice's quarantine" {
 		t.Fatalf("a tenant not quarantined: %d %s", rec.Code, rec.Body)
 	}
-	if rec := s.do("DELETE", "/v1/lattice/quarantine/"+strings.Repeat("b", 64), nil); rec.Code != 404 {
+	if rec := s.do("DELETE", "/v1/lattice/quarantine/"+strings.Repeat("b", 64), nil); rec.Code != 404 || errorBody(t, rec).Error != "module "+strings.Repeat("b", 64)+" is not in the lattice's quarantine" {
 		t.Fatalf("not quarantined: %d %s", rec.Code, rec.Body)
+	}
+	// The list: each entry's key in sha256, and its kind.
+	if rec := s.do("GET", "/v1/lattice/quarantine", nil); rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{
+  "quarantine": []
+}` {
+		t.Fatalf("an empty quarantine: %d %s", rec.Code, rec.Body)
+	}
+	at := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
+	f.quarantined = []lattice.Poison{
+		{SHA256: strings.Repeat("c", 64), Reason: "a trap", Host: "h1", Session: "s", At: at},
+		{SHA256: "tenant.acme", Reason: "3 failures", Host: "sv", At: at},
+	}
+	rec = s.do("GET", "/v1/lattice/quarantine", nil)
+	var list struct {
+		Quarantine []map[string]any
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || rec.Code != 200 || len(list.Quarantine) != 2 {
+		t.Fatalf("quarantine: %d %s", rec.Code, rec.Body)
+	}
+	if m, tn := list.Quarantine[0], list.Quarantine[1]; m["sha256"] != strings.Repeat("c", 64) || m["kind"] != "module" || m["tenant"] != nil || m["session"] != "s" ||
+		tn["sha256"] != "tenant.acme" || tn["kind"] != "tenant" || tn["tenant"] != "acme" || tn["reason"] != "3 failures" {
+		t.Fatalf("quarantine entries: %s", rec.Body)
 	}
 	if rec := s.do("DELETE", "/v1/lattice/quarantine/"+strings.Repeat("a", 64), nil); rec.Code != 200 {
 		t.Fatalf("clear: %d %s", rec.Code, rec.Body)

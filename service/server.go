@@ -99,7 +99,7 @@ func configFromService(s manifest.Service) Config {
 //	GET  /v1/residents/{name}         admin   the resident's runs
 //	GET  /v1/lattice/hosts            admin   the lattice's live hosts (lattice_http.go; 404 outside a lattice)
 //	GET  /v1/lattice/quarantine       admin   the lattice's shared quarantine
-//	DELETE /v1/lattice/quarantine/{sha256} admin  clears one module
+//	DELETE /v1/lattice/quarantine/{sha256} admin  clears one module (or tenant.NAME)
 //	GET  /v1/workers                  admin   a supervisor's workers (workers_http.go; 404 elsewhere)
 //	GET  /v1/status                   admin   the status page's content as JSON (status_workers.go)
 //	GET  /metrics                     admin   Prometheus metrics

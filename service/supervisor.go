@@ -29,6 +29,46 @@ func SupervisedNameErrors(m *manifest.Manifest) []string {
 	return bad
 }
 
+// SupervisedWorkerName is the name of the worker of `serve --supervise`
+// that runs device's sessions of tenant: the device's name for the
+// shared worker (tenant ""), DEVICE-TENANT for a tenant's.
+func SupervisedWorkerName(device, tenant string) string {
+	if tenant == "" {
+		return device
+	}
+	return device + "-" + tenant
+}
+
+// SupervisedWorkerNameErrors says, one string each, which workers of
+// `serve --supervise` on m would have the name of another: a tenant
+// worker DEVICE-TENANT named like a device (device "a-b", and tenant "b"
+// with a session on device "a"), or like another tenant worker (tenant
+// "b-c" on device "a", tenant "c" on device "a-b"). A worker's name is its
+// socket, its host id and its entry in /v1/workers, so it must be unique.
+func SupervisedWorkerNameErrors(m *manifest.Manifest) []string {
+	type owner struct{ device, tenant string }
+	seen := map[string]owner{}
+	for _, d := range m.Devices {
+		seen[d.Name] = owner{device: d.Name}
+	}
+	var bad []string
+	for _, d := range m.Devices {
+		for _, t := range m.SessionTenants(d.Name) {
+			name := SupervisedWorkerName(d.Name, t)
+			if o, ok := seen[name]; ok {
+				if o.tenant == "" {
+					bad = append(bad, fmt.Sprintf("the worker of device %q and tenant %q would be named %q, a device's name", d.Name, t, name))
+				} else {
+					bad = append(bad, fmt.Sprintf("the worker of device %q and tenant %q would be named %q, as the worker of device %q and tenant %q", d.Name, t, name, o.device, o.tenant))
+				}
+				continue
+			}
+			seen[name] = owner{d.Name, t}
+		}
+	}
+	return bad
+}
+
 // SupervisedLattice is the lattice, named name, of `serve --supervise` on
 // a manifest without [lattice]: the manifest's defaults
 // (manifest.DefaultHeartbeatTTL, DefaultClaimTTL, DefaultFenceFailures,

@@ -226,6 +226,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	for _, name := range service.SupervisedNameErrors(m) {
 		fmt.Fprintf(stdout, "  note: %s is not a NATS subject token (letters, digits, '-', '_'): serve --supervise refuses it; a plain serve runs it\n", name)
 	}
+	for _, why := range service.SupervisedWorkerNameErrors(m) {
+		fmt.Fprintf(stdout, "  note: %s: serve --supervise refuses it; a plain serve runs it\n", why)
+	}
 	return exitOK
 }
 

@@ -249,3 +249,90 @@ func TestServeSuperviseTenants(t *testing.T) {
 	}
 	sv.stop(t)
 }
+
+// TestServeSuperviseTenantWorkerEnds: a tenant's worker that ends during
+// a call (SIGKILL) has the call answered 503 unavailable with a message
+// that names the worker and not its socket nor the connection's error
+// (those are in the supervisor's log); the calls made after it are
+// answered once the worker is back, never device_lost. Each worker's
+// stdout lines name the worker, not its device.
+func TestServeSuperviseTenantWorkerEnds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	path := filepath.Join(t.TempDir(), "tenants.toml")
+	// a's calls hang (until its deadline, 20s) in acme's first worker.
+	write := func(hang bool) {
+		tenantsManifest(t, path, hang)
+		body, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(strings.Replace(string(body), `deadline = "300ms"`, `deadline = "20s"`, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(true)
+	sv := startSupervised(t, path, 30*time.Second)
+	const limit = 20 * time.Second
+	var ws map[string]workerJSON
+	pollFor(t, limit, "the three workers ready", func() (bool, string) {
+		var body string
+		ws, body = sv.workers()
+		return len(ws) == 3 && ws["gpu0"].State == "ready" && ws["gpu0-acme"].State == "ready" && ws["gpu0-beta"].State == "ready", body
+	})
+	type answer struct {
+		code int
+		body string
+	}
+	inFlight := make(chan answer, 1)
+	go func() {
+		code, body := sv.run("a", nil)
+		inFlight <- answer{code, body}
+	}()
+	pollFor(t, limit, "a's call in flight", func() (bool, string) {
+		code, body := sv.get("/v1/sessions/a")
+		return code == 200 && strings.Contains(body, `"in_flight": 1`), body
+	})
+	write(false) // the next worker of acme's serves a
+	if err := syscall.Kill(ws["gpu0-acme"].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a := <-inFlight
+	if a.code != 503 || !strings.Contains(a.body, `"class": "unavailable"`) ||
+		!strings.Contains(a.body, `its worker gpu0-acme ended during the call; the call may have run`) ||
+		strings.Contains(a.body, ".sock") || strings.Contains(a.body, "unix") {
+		t.Errorf("the call in flight: %d %s", a.code, a.body)
+	}
+	// The calls after the kill: 200 once acme's worker is back; before
+	// that unavailable, never device_lost.
+	pollFor(t, limit, "a served again", func() (bool, string) {
+		code, body := sv.run("a", nil)
+		if code != 200 && !strings.Contains(body, `"class": "unavailable"`) {
+			t.Errorf("a call after the kill: %d %s", code, body)
+		}
+		return code == 200 && body == "ok", body
+	})
+	if !strings.Contains(sv.stderr.String(), `msg="local call: the worker's connection failed" worker=gpu0-acme session=a`) {
+		t.Errorf("no log line of the broken connection in the supervisor's stderr:\n%s", sv.stderr.String())
+	}
+	// stdout after the serving line: acme's second worker's joined line
+	// (the first workers' may come before the serving line), and every
+	// worker's stopped line.
+	out := sv.stopAll(t)
+	for _, want := range []string{
+		"worker gpu0-acme joined lattice stagehost as host sv-gpu0-acme (1 session, 0 resident sessions)",
+		"worker gpu0 stopped: SIGTERM",
+		"worker gpu0-acme stopped: SIGTERM",
+		"worker gpu0-beta stopped: SIGTERM",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout has no %q:\n%s", want, out)
+		}
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "worker gpu0 ") && l != "worker gpu0 stopped: SIGTERM" && !strings.HasPrefix(l, "worker gpu0 joined lattice stagehost as host sv-gpu0 (") {
+			t.Errorf("a line of another worker's under gpu0's name: %q", l)
+		}
+	}
+}

@@ -69,6 +69,11 @@ func workerLattice(m *manifest.Manifest) (manifest.Lattice, error) {
 // on SIGTERM it leaves the lattice and exits 0.
 func serveWorker(ctx context.Context, m *manifest.Manifest, device, tenant, hostID, stateDir string, grace time.Duration, quiet bool, logger *slog.Logger, stdout, stderr io.Writer) int {
 	rep := supervise.WorkerReporter()
+	// name is the worker's, as the supervisor's: it starts every line of
+	// the worker's that says which worker it is, and its log lines carry
+	// it (worker=NAME): a device's workers share its name otherwise.
+	name := service.SupervisedWorkerName(device, tenant)
+	logger = logger.With("worker", name)
 	if m.Device(device) == nil {
 		fmt.Fprintf(stderr, "stagehost serve: --worker %s: the manifest has no device %q\n", device, device)
 		return exitUsage
@@ -93,19 +98,19 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, tenant, host
 		opt = opt.WithOverdue(m.TenantPolicy(tenant).HangGrace, func(o deploy.Overdue) { endHung(rep, tenant, o, logger) })
 	}
 	if !quiet {
-		opt = opt.WithProgress(func(msg string) { fmt.Fprintf(stderr, "worker %s: %s\n", device, msg) })
+		opt = opt.WithProgress(func(msg string) { fmt.Fprintf(stderr, "worker %s: %s\n", name, msg) })
 	}
 	d, err := deploy.Open(ctx, m, opt)
 	if err != nil {
-		fmt.Fprintf(stderr, "stagehost serve: worker %s cannot start: %v\n", device, err)
+		fmt.Fprintf(stderr, "stagehost serve: worker %s cannot start: %v\n", name, err)
 		_ = rep.Exiting("cannot start: " + err.Error())
 		return exitStartup
 	}
 	// lost names a device of the worker's that is lost, and why.
 	lost := func() (string, error) {
-		for _, name := range d.DeviceNames() {
-			if err := d.DeviceErr(name); err != nil {
-				return name, err
+		for _, dev := range d.DeviceNames() {
+			if err := d.DeviceErr(dev); err != nil {
+				return dev, err
 			}
 		}
 		return "", nil
@@ -117,13 +122,13 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, tenant, host
 			logger.Warn("worker: closing the deployment", "device", device, "err", err)
 		}
 	}
-	if name, err := lost(); err != nil { // lost already: never joins, so never offers its sessions
-		logger.Error("worker: device lost at start; exiting to be restarted", "device", name, "err", err)
-		_ = rep.DeviceLost(name, err.Error())
+	if dev, err := lost(); err != nil { // lost already: never joins, so never offers its sessions
+		logger.Error("worker: device lost at start; exiting to be restarted", "device", dev, "err", err)
+		_ = rep.DeviceLost(dev, err.Error())
 		closeDeployment()
-		reason := fmt.Sprintf("device %s lost: %v", name, err)
+		reason := fmt.Sprintf("device %s lost: %v", dev, err)
 		_ = rep.Exiting(reason)
-		fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
+		fmt.Fprintf(stdout, "worker %s stopped: %s\n", name, reason)
 		return exitFailed
 	}
 	// The model state (modules uploaded, swaps) is applied before the
@@ -134,16 +139,16 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, tenant, host
 		store = modelctl.OpenDir(stateDir)
 		restored = modelctl.Restore(ctx, d, store, logger)
 		for _, line := range restored.Applied {
-			fmt.Fprintf(stdout, "worker %s: %s\n", device, line)
+			fmt.Fprintf(stdout, "worker %s: %s\n", name, line)
 		}
 		for _, line := range restored.Notes {
-			fmt.Fprintf(stdout, "worker %s: model state: %s\n", device, line)
+			fmt.Fprintf(stdout, "worker %s: model state: %s\n", name, line)
 		}
 	}
 	member, err := lattice.Join(ctx, d, lattice.MemberConfig{Lattice: service.LatticeConfig(lt), HostID: hostID, Logger: logger, TracerProvider: tp.TracerProvider()})
 	if err != nil {
 		closeDeployment()
-		fmt.Fprintf(stderr, "stagehost serve: worker %s: %v\n", device, err)
+		fmt.Fprintf(stderr, "stagehost serve: worker %s: %v\n", name, err)
 		_ = rep.Exiting("cannot join the lattice: " + err.Error())
 		return exitStartup
 	}
@@ -153,7 +158,7 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, tenant, host
 		if err != nil {
 			member.Close()
 			closeDeployment()
-			fmt.Fprintf(stderr, "stagehost serve: worker %s: model control: %v\n", device, err)
+			fmt.Fprintf(stderr, "stagehost serve: worker %s: model control: %v\n", name, err)
 			_ = rep.Exiting("cannot serve model control: " + err.Error())
 			return exitStartup
 		}
@@ -166,11 +171,11 @@ func serveWorker(ctx context.Context, m *manifest.Manifest, device, tenant, host
 		}
 		member.Close()
 		closeDeployment()
-		fmt.Fprintf(stderr, "stagehost serve: worker %s: local transport: %v\n", device, err)
+		fmt.Fprintf(stderr, "stagehost serve: worker %s: local transport: %v\n", name, err)
 		_ = rep.Exiting("cannot serve the local transport: " + err.Error())
 		return exitStartup
 	}
-	fmt.Fprintf(stdout, "worker %s joined lattice %s as host %s (%s, %s)\n", device, lt.Name, member.Host().ID(),
+	fmt.Fprintf(stdout, "worker %s joined lattice %s as host %s (%s, %s)\n", name, lt.Name, member.Host().ID(),
 		plural(len(d.SessionNames()), "session"), plural(len(d.ResidentNames()), "resident session"))
 	if err := rep.ReadyServing(supervise.Serving{Devices: d.DeviceNames(), Sessions: d.SessionNames(), Notes: restored.Notes, StateRevision: restored.Revision}); err != nil {
 		logger.Warn("worker: reporting ready", "err", err)
@@ -192,14 +197,14 @@ watch:
 					logger.Error("worker: a call's device work did not finish; exiting to be restarted", "tenant", tenant, "why", why)
 					_ = rep.DeviceLost(device, reason)
 					_ = rep.Exiting(reason)
-					fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
+					fmt.Fprintf(stdout, "worker %s stopped: %s\n", name, reason)
 					hardExit(exitFailed)
 				}
 			}
-			if name, err := lost(); err != nil {
-				reason, code = fmt.Sprintf("device %s lost: %v", name, err), exitFailed
-				logger.Error("worker: device lost; exiting to be restarted", "device", name, "err", err)
-				if err := rep.DeviceLost(name, err.Error()); err != nil {
+			if dev, err := lost(); err != nil {
+				reason, code = fmt.Sprintf("device %s lost: %v", dev, err), exitFailed
+				logger.Error("worker: device lost; exiting to be restarted", "device", dev, "err", err)
+				if err := rep.DeviceLost(dev, err.Error()); err != nil {
 					logger.Warn("worker: reporting device_lost", "err", err)
 				}
 				break watch
@@ -219,7 +224,7 @@ watch:
 	member.Close()
 	closeDeployment()
 	_ = rep.Exiting(reason)
-	fmt.Fprintf(stdout, "worker %s stopped: %s\n", device, reason)
+	fmt.Fprintf(stdout, "worker %s stopped: %s\n", name, reason)
 	return code
 }
 
@@ -279,6 +284,12 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 	// checked when it is read).
 	if bad := service.SupervisedNameErrors(m); len(bad) > 0 {
 		fmt.Fprintf(stderr, "stagehost serve: --supervise: %s: under a supervisor a session or resident name is letters, digits, '-' and '_' (one NATS subject token)\n", strings.Join(bad, ", "))
+		return exitUsage
+	}
+	// Each worker's name is its socket's, its host id's and its entry in
+	// /v1/workers: a tenant worker may not be named like another worker.
+	if bad := service.SupervisedWorkerNameErrors(m); len(bad) > 0 {
+		fmt.Fprintf(stderr, "stagehost serve: --supervise: %s: rename the device or the tenant\n", strings.Join(bad, "; "))
 		return exitUsage
 	}
 	self, err := os.Executable()
@@ -382,7 +393,7 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 		sockets[w.Name], hosts[w.Name] = filepath.Join(sockDir, w.Name+".sock"), baseID+"-"+w.Name
 		w.Env = append(slices.Clone(w.Env), envLocalSocket+"="+sockets[w.Name])
 	}
-	routes := newLocalRoutes(member.Front(), sockets, hosts, m)
+	routes := newLocalRoutes(member.Front(), sockets, hosts, m, logger)
 	defer routes.close()
 	srv.SetLattice(service.SupervisorFrontLocal(member, m, routes.route))
 
@@ -459,15 +470,14 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 //
 // # Errors
 //
-// A tenant worker's name that is also a device's (device "a-b" and
-// tenant "b" of device "a").
+// A worker's name that is also another's (service.SupervisedWorkerNameErrors).
 func supervisedWorkers(m *manifest.Manifest, self, manifestPath, baseID, stateDir string, fl supervisorFlags, env []string) ([]supervise.Worker, error) {
 	var workers []supervise.Worker
+	if bad := service.SupervisedWorkerNameErrors(m); len(bad) > 0 {
+		return nil, fmt.Errorf("%s: rename the device or the tenant", strings.Join(bad, "; "))
+	}
 	add := func(device, tenant string) {
-		name := device
-		if tenant != "" {
-			name = device + "-" + tenant
-		}
+		name := service.SupervisedWorkerName(device, tenant)
 		args := []string{"serve", manifestPath, "--worker", device, "--host-id", baseID + "-" + name,
 			"--log-level", fl.level, "--grace", fl.grace.String(), "--state-dir", stateDir}
 		if tenant != "" {
@@ -481,9 +491,6 @@ func supervisedWorkers(m *manifest.Manifest, self, manifestPath, baseID, stateDi
 	for _, md := range m.Devices {
 		add(md.Name, "")
 		for _, t := range m.SessionTenants(md.Name) {
-			if m.Device(md.Name+"-"+t) != nil {
-				return nil, fmt.Errorf("the worker of device %q and tenant %q would be named %q, a device's name: rename the device or the tenant", md.Name, t, md.Name+"-"+t)
-			}
 			add(md.Name, t)
 		}
 	}

@@ -21,7 +21,10 @@ type supervised struct {
 	base   string   // http://127.0.0.1:PORT
 	stderr *syncBuf // the process's stderr
 	out    *syncBuf // its stdout after the serving line
-	client *http.Client
+	// outDone is closed once its stdout ended (every process writing
+	// it, the workers included, exited).
+	outDone chan struct{}
+	client  *http.Client
 }
 
 // startSupervised starts `serve path --supervise` with the test flags
@@ -36,7 +39,7 @@ func startSupervised(t *testing.T, path string, timeout time.Duration) *supervis
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &supervised{cmd: cmd, stderr: &syncBuf{}, out: &syncBuf{}, client: &http.Client{Timeout: timeout}}
+	s := &supervised{cmd: cmd, stderr: &syncBuf{}, out: &syncBuf{}, outDone: make(chan struct{}), client: &http.Client{Timeout: timeout}}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -45,6 +48,7 @@ func startSupervised(t *testing.T, path string, timeout time.Duration) *supervis
 	base, lines := testutil.Serving(t, stdout, serveStartTimeout, func() string { _ = cmd.Process.Kill(); _ = cmd.Wait(); return s.stderr.String() })
 	s.base = base
 	go func() {
+		defer close(s.outDone)
 		for lines.Scan() {
 			_, _ = s.out.Write([]byte(lines.Text() + "\n"))
 		}
@@ -98,4 +102,18 @@ func (s *supervised) stop(t *testing.T) {
 	if err := s.cmd.Wait(); err != nil {
 		t.Fatalf("serve --supervise exited with %v\n%s", err, s.stderr.String())
 	}
+}
+
+// stopAll is stop, once the process's stdout ended: it returns all of it
+// after the serving line (the workers' stopped lines included).
+func (s *supervised) stopAll(t *testing.T) string {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-s.outDone
+	if err := s.cmd.Wait(); err != nil {
+		t.Fatalf("serve --supervise exited with %v\n%s", err, s.stderr.String())
+	}
+	return s.out.String()
 }

@@ -140,13 +140,18 @@ type localRoutes struct {
 	clients map[string]*localcall.Client // worker → client
 	hosts   map[string]string            // worker → its host id
 	next    atomic.Uint64
+	logger  *slog.Logger
 }
 
-func newLocalRoutes(front *lattice.Front, sockets, hosts map[string]string, m *manifest.Manifest) *localRoutes {
-	r := &localRoutes{front: front, clients: map[string]*localcall.Client{}, hosts: hosts}
+// newLocalRoutes returns the routes to the workers' sockets (worker →
+// path). A call's error names its worker; the connection's error behind
+// it (localcall.ConnError: the socket's path, the net error) goes to
+// logger only.
+func newLocalRoutes(front *lattice.Front, sockets, hosts map[string]string, m *manifest.Manifest, logger *slog.Logger) *localRoutes {
+	r := &localRoutes{front: front, clients: map[string]*localcall.Client{}, hosts: hosts, logger: logger}
 	cfg := localcall.NewClientConfig().WithMaxAnswer(maxLocalAnswer(m))
 	for w, path := range sockets {
-		r.clients[w] = localcall.NewClient(path, cfg)
+		r.clients[w] = localcall.NewClient(path, cfg.WithWorker(w))
 	}
 	return r
 }
@@ -191,6 +196,10 @@ func (r *localRoutes) route(ctx context.Context, session string, input []byte) (
 		return nil, false, nil
 	}
 	end(r.hosts[w], err)
+	if ce := (*localcall.ConnError)(nil); errors.As(err, &ce) {
+		r.logger.Warn("local call: the worker's connection failed", "worker", w, "session", session,
+			"request_id", requestid.FromContext(ctx), "class", ce.Class, "err", ce.Err)
+	}
 	return out, true, err
 }
 

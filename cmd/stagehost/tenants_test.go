@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,6 +99,37 @@ func TestSupervisedWorkers(t *testing.T) {
 	m.Devices = append(m.Devices, manifest.Device{Name: "gpu0-acme"})
 	if _, err := supervisedWorkers(m, "/bin/stagehost", "/m.toml", "sv", "/state", supervisorFlags{}, nil); err == nil || !strings.Contains(err.Error(), `would be named "gpu0-acme", a device's name`) {
 		t.Fatalf("a colliding name: %v", err)
+	}
+}
+
+// TestWorkerNameCollision: a tenant worker named like a device is a note
+// of check's (exit 0: plain serve runs it) and refused by serve
+// --supervise before it starts anything, exit 64 as for the name rule.
+func TestWorkerNameCollision(t *testing.T) {
+	t.Setenv(envLatticeURL, "")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tenants.toml")
+	tenantsManifest(t, path, false)
+	body, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second device named like gpu0's worker of tenant acme.
+	collide := filepath.Join(dir, "collide.toml")
+	dev := "[[device]]\nname = \"gpu0-acme\"\nbackend = \"sim\"\nengine = \"gpu\"\n[[module]]"
+	if err := os.WriteFile(collide, []byte(strings.Replace(string(body), "[[module]]", dev, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const why = `the worker of device "gpu0" and tenant "acme" would be named "gpu0-acme", a device's name`
+	if code, out, _ := runCLI(t, "check", collide); code != exitOK || !strings.Contains(out, "note: "+why+": serve --supervise refuses it") {
+		t.Errorf("check: exit %d\n%s", code, out)
+	}
+	if code, out, _ := runCLI(t, "check", path); code != exitOK || strings.Contains(out, "note:") {
+		t.Errorf("check without a collision: exit %d\n%s", code, out)
+	}
+	code, _, stderr := runCLI(t, "serve", collide, "--supervise", "--addr", "127.0.0.1:0")
+	if code != exitUsage || !strings.Contains(stderr, why+": rename the device or the tenant") {
+		t.Errorf("serve --supervise: exit %d, stderr %q; want %d", code, stderr, exitUsage)
 	}
 }
 

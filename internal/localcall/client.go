@@ -31,6 +31,7 @@ type ClientConfig struct {
 	set       bool
 	maxAnswer int64
 	maxIdle   int
+	worker    string
 }
 
 // NewClientConfig returns a configuration with the defaults:
@@ -60,6 +61,15 @@ func (c ClientConfig) WithMaxAnswer(bytes int64) ClientConfig {
 	}
 	c = c.orDefault()
 	c.maxAnswer = bytes
+	return c
+}
+
+// WithWorker names the worker the client calls in the messages of its
+// errors ("its worker gpu0-acme ended during the call"). Default none:
+// they say "the worker".
+func (c ClientConfig) WithWorker(name string) ClientConfig {
+	c = c.orDefault()
+	c.worker = name
 	return c
 }
 
@@ -101,6 +111,21 @@ func NewClient(path string, cfg ClientConfig) *Client {
 	return &Client{addr: &net.UnixAddr{Name: path, Net: "unix"}, cfg: cfg.orDefault()}
 }
 
+// ConnError is a call's failure that the client saw on its connection
+// (it ended during the call, or an answer broke the wire format): the
+// [*errdefs.RemoteError] it unwraps to has the class and a message for
+// the caller, which names the worker but not the socket nor the
+// connection's error; Err is that error, for the log.
+type ConnError struct {
+	*errdefs.RemoteError
+	// Err is the connection's error (a net.OpError naming the socket),
+	// or the wire format's.
+	Err error
+}
+
+// Unwrap returns the RemoteError.
+func (e *ConnError) Unwrap() error { return e.RemoteError }
+
 // ErrNotSent marks a call that never reached the worker: its socket
 // refused the connection, or the connection ended before the whole call
 // was written. A worker runs a call only once it has read all of it, so
@@ -138,6 +163,10 @@ var (
 //   - unavailable when the connection ended before the deadline, after
 //     the whole call was written: the call may have run, and is never
 //     sent twice;
+//   - the deadline_exceeded and unavailable errors of a connection that
+//     ended, and the internal error of an answer that breaks the wire
+//     format, are a [*ConnError]: its message names the worker
+//     ([ClientConfig.WithWorker]), its Err is the connection's error;
 //   - invalid_argument for a session name of 0 or over [MaxSession]
 //     bytes, or a request id over [MaxField] bytes (not sent);
 //   - internal for an answer over the client's limit
@@ -271,17 +300,17 @@ func (c *Client) roundTrip(ctx context.Context, cn *conn, session, requestID, tp
 		}
 		return state.CompareAndSwap(running, done)
 	}
-	failed := func(what string, err error) error {
+	failed := func(err error) error {
 		_ = cn.c.Close()
 		switch {
 		case state.Load() == aborted:
 			return &errdefs.RemoteError{Class: errdefs.ClassClientClosed, Message: fmt.Sprintf("session %q: %v", session, context.Cause(ctx))}
 		case errors.Is(err, errDeadlinePassed):
-			return &errdefs.RemoteError{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the worker did not answer within the deadline and %v", session, Grace)}
+			return &errdefs.RemoteError{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: %s did not answer within the call's deadline and %v", session, c.worker(), Grace)}
 		case hasDL && !time.Now().Before(dl):
-			return &errdefs.RemoteError{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: the worker ended after the call's deadline: %v", session, err)}
+			return &ConnError{&errdefs.RemoteError{Class: errdefs.ClassDeadlineExceeded, Message: fmt.Sprintf("session %q: %s ended after the call's deadline", session, c.worker())}, err}
 		}
-		return &errdefs.RemoteError{Class: errdefs.ClassUnavailable, Message: fmt.Sprintf("session %q: %s: %v", session, what, err)}
+		return &ConnError{&errdefs.RemoteError{Class: errdefs.ClassUnavailable, Message: fmt.Sprintf("session %q: %s ended during the call; the call may have run", session, c.worker())}, err}
 	}
 
 	cn.buf = appendCallHeader(cn.buf[:0], session, requestID, tp, ts, dlNS, len(input))
@@ -312,7 +341,7 @@ func (c *Client) roundTrip(ctx context.Context, cn *conn, session, requestID, tp
 			return nil, err, true
 		}
 		end()
-		return nil, failed("the worker's connection failed during the call", err), false
+		return nil, failed(err), false
 	}
 	a, err := readAnswer(cn.r, c.cfg.maxAnswer)
 	if !end() && err == nil {
@@ -323,18 +352,27 @@ func (c *Client) roundTrip(ctx context.Context, cn *conn, session, requestID, tp
 		switch {
 		case errors.As(err, &big):
 			_ = cn.c.Close()
-			return nil, &errdefs.RemoteError{Class: errdefs.ClassInternal, Message: fmt.Sprintf("session %q: the worker's answer of %d bytes is larger than this client's limit of %d bytes", session, big.size, big.limit)}, false
+			return nil, &errdefs.RemoteError{Class: errdefs.ClassInternal, Message: fmt.Sprintf("session %q: an answer of %d bytes from %s is larger than this client's limit of %d bytes", session, big.size, c.worker(), big.limit)}, false
 		case errors.Is(err, errFrame):
 			_ = cn.c.Close()
-			return nil, &errdefs.RemoteError{Class: errdefs.ClassInternal, Message: fmt.Sprintf("session %q: the worker's answer: %v", session, err)}, false
+			return nil, &ConnError{&errdefs.RemoteError{Class: errdefs.ClassInternal, Message: fmt.Sprintf("session %q: the answer of %s breaks the local transport's format", session, c.worker())}, err}, false
 		}
-		return nil, failed("the worker's connection failed during the call", err), false
+		return nil, failed(err), false
 	}
 	c.put(cn)
 	if a.ok {
 		return a.body, nil, false
 	}
 	return nil, remoteError(&a), false
+}
+
+// worker is how the client's errors name its worker: "its worker NAME",
+// or "the worker".
+func (c *Client) worker() string {
+	if c.cfg.worker == "" {
+		return "the worker"
+	}
+	return "its worker " + c.cfg.worker
 }
 
 func remoteError(a *answer) error {

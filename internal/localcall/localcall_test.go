@@ -181,7 +181,7 @@ func TestLimits(t *testing.T) {
 	if out, err := c.Call(ctx, strings.Repeat("s", localcall.MaxSession), strings.Repeat("r", localcall.MaxField), nil, make([]byte, 50)); err != nil || len(out) != 100 {
 		t.Fatalf("at the limits: %d bytes, %v", len(out), err)
 	}
-	if _, err := c.Call(ctx, "s", "", nil, make([]byte, 51)); class(err) != errdefs.ClassInternal || !strings.Contains(err.Error(), "answer of 102 bytes is larger than this client's limit of 100 bytes") {
+	if _, err := c.Call(ctx, "s", "", nil, make([]byte, 51)); class(err) != errdefs.ClassInternal || !strings.Contains(err.Error(), "an answer of 102 bytes from the worker is larger than this client's limit of 100 bytes") {
 		t.Fatalf("answer over the cap: %v", err)
 	}
 	if _, err := c.Call(ctx, "fail", "", nil, nil); class(err) != errdefs.ClassInternal || !strings.Contains(err.Error(), "limit of 100 bytes") {
@@ -201,7 +201,9 @@ func TestLimits(t *testing.T) {
 
 // TestBrokenConnection: a worker whose connection ends during a call
 // is unavailable before the call's deadline, deadline_exceeded after it
-// (a worker ended for a call that outlived its deadline).
+// (a worker ended for a call that outlived its deadline); the message
+// names the worker, never the socket or the connection's error, which
+// the ConnError keeps.
 func TestBrokenConnection(t *testing.T) {
 	for _, after := range []bool{false, true} {
 		t.Run(fmt.Sprint("after deadline ", after), func(t *testing.T) {
@@ -212,7 +214,7 @@ func TestBrokenConnection(t *testing.T) {
 				<-release // hung device work: it ignores ctx
 				return nil, nil
 			})
-			c := newClient(s.path)
+			c := localcall.NewClient(s.path, localcall.NewClientConfig().WithWorker("gpu0-acme"))
 			defer c.Close()
 			d := time.Minute
 			if after {
@@ -231,11 +233,14 @@ func TestBrokenConnection(t *testing.T) {
 			t0 := time.Now()
 			_, err := c.Call(ctx, "s", "", nil, nil)
 			took := time.Since(t0)
+			var ce *localcall.ConnError
 			switch {
-			case !after && (class(err) != errdefs.ClassUnavailable || !strings.Contains(err.Error(), "the worker's connection failed during the call")):
+			case !after && (class(err) != errdefs.ClassUnavailable || err.Error() != `session "s": its worker gpu0-acme ended during the call; the call may have run`):
 				t.Fatalf("before the deadline: %v", err)
-			case after && (class(err) != errdefs.ClassDeadlineExceeded || !strings.Contains(err.Error(), "the worker ended after the call's deadline")):
+			case after && (class(err) != errdefs.ClassDeadlineExceeded || err.Error() != `session "s": its worker gpu0-acme ended after the call's deadline`):
 				t.Fatalf("after the deadline: %v", err)
+			case !errors.As(err, &ce) || ce.Err == nil || strings.Contains(err.Error(), s.path):
+				t.Fatalf("the connection's error: %#v", err)
 			case took > d/2+2*time.Second && !after, after && took > d+localcall.Grace:
 				t.Fatalf("answered after %v", took)
 			}
@@ -418,7 +423,9 @@ func TestMalformedFrames(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := c.Call(ctx, "s", "", nil, nil); class(err) != errdefs.ClassInternal || !strings.Contains(err.Error(), "reserved byte") {
+	_, err = c.Call(ctx, "s", "", nil, nil)
+	var ce *localcall.ConnError
+	if class(err) != errdefs.ClassInternal || err.Error() != `session "s": the answer of the worker breaks the local transport's format` || !errors.As(err, &ce) || !strings.Contains(ce.Err.Error(), "reserved byte") {
 		t.Fatalf("garbage answer: %v", err)
 	}
 }

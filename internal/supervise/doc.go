@@ -31,8 +31,9 @@
 //   - records how each process ended ([Exit]): its exit code or signal,
 //     and whether it said why ([EventExiting]) or died without a word, in
 //     which case the record is synthetic ([Exit.Synthetic]), as containerd
-//     records a synthetic exit for a shim that died, with the last line
-//     the process wrote to its stderr in the reason ([Exit.Stderr] keeps
+//     records a synthetic exit for a shim that died, with the line of the
+//     end of its stderr that best says why in the reason (the last that is
+//     not an INFO or DEBUG log line: [Exit.Reason]; [Exit.Stderr] keeps
 //     its last lines);
 //   - keeps what a worker's ready report says it serves (its devices,
 //     sessions, notes: [Reporter.ReadyServing]) until its next one;

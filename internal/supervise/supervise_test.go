@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -91,6 +92,13 @@ func workerMain(mode string) {
 		serve()
 	case "exit3":
 		os.Exit(3)
+	case "stderrwarn":
+		fmt.Fprintln(os.Stderr, `time=2026-12-03T18:00:00Z level=INFO msg="loading module" module=m`)
+		fmt.Fprintln(os.Stderr, `time=2026-12-03T18:00:01Z level=WARN msg="worker: a warning" worker=w`)
+		for i := range 10 {
+			fmt.Fprintf(os.Stderr, "time=2026-12-03T18:00:02Z level=INFO msg=\"http request\" n=%d\n", i)
+		}
+		os.Exit(1)
 	case "stderr65":
 		fmt.Fprintln(os.Stderr, "first line")
 		fmt.Fprintln(os.Stderr, "stagehost serve: m.toml:3: not TOML")
@@ -736,6 +744,39 @@ func TestSyntheticExitStderr(t *testing.T) {
 	}
 	if st.State != StateBackingOff || !strings.Contains(st.Reason, "m.toml:3: not TOML") {
 		t.Errorf("state %s reason %q; want backing off with the stderr line", st.State, st.Reason)
+	}
+}
+
+// A worker that dies without reporting, whose stderr ends with INFO log
+// lines, has its last WARN line in the reason, even past the lines kept
+// in Stderr.
+func TestSyntheticExitPrefersWarning(t *testing.T) {
+	h := start(t, NewConfig().WithBackoff(time.Minute, time.Minute, 2).WithWorkers(testWorker(t, "w", "stderrwarn")))
+	st := h.rec.waitFor(t, "w", waitLong, "an exit", func(st WorkerStatus) bool { return st.LastExit != nil })
+	e := st.LastExit
+	if !e.Synthetic || e.Reason != `died without reporting: exit status 1: time=2026-12-03T18:00:01Z level=WARN msg="worker: a warning" worker=w` ||
+		len(e.Stderr) != StderrTailLines || !strings.Contains(e.Stderr[StderrTailLines-1], "n=9") {
+		t.Errorf("exit %+v; want the WARN line in the reason, the last lines in stderr", *e)
+	}
+}
+
+// reasonLine: the last line that is not an INFO or DEBUG log line (text
+// or JSON), else the last line.
+func TestReasonLine(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", ""},
+		{"a\nb\n", "b"},
+		{"level=ERROR msg=x\ntime=t level=INFO msg=y\n", "level=ERROR msg=x"},
+		{"time=t level=WARN msg=x\ntime=t level=DEBUG-4 msg=y\n", "time=t level=WARN msg=x"},
+		{`{"time":"t","level":"ERROR","msg":"x"}` + "\n" + `{"time":"t","level":"INFO","msg":"y"}` + "\n", `{"time":"t","level":"ERROR","msg":"x"}`},
+		{"time=t level=WARN msg=x\nstagehost serve: m.toml:3: not TOML\ntime=t level=INFO msg=y\n", "stagehost serve: m.toml:3: not TOML"},
+		{"time=t level=INFO msg=x\ntime=t level=INFO msg=y\n", "time=t level=INFO msg=y"},
+	} {
+		tw := &tailWriter{w: io.Discard}
+		_, _ = tw.Write([]byte(c.in))
+		if got := tw.reasonLine(); got != c.want {
+			t.Errorf("%q: %q, want %q", c.in, got, c.want)
+		}
 	}
 }
 

@@ -54,8 +54,12 @@ type Exit struct {
 	Synthetic bool `json:"synthetic"`
 	// Reason is the worker's own, from [EventExiting], or for a synthetic
 	// exit the wait status ("died without reporting: signal: killed"),
-	// followed by the last line the process wrote to its stderr, if any
-	// ("died without reporting: exit status 65: stagehost serve: ...").
+	// followed by the line of the end of its stderr (its last
+	// [StderrTailBytes] bytes) that best says why, if it wrote any: the
+	// last line that is not a log line at level INFO or DEBUG (a WARN or
+	// ERROR log line, or one that is no log line: "died without
+	// reporting: exit status 65: stagehost serve: ..."), else its last
+	// line.
 	Reason string `json:"reason"`
 	// Stderr is the end of what the process wrote to its stderr: its last
 	// lines (at most [StderrTailLines] lines of [StderrTailBytes] bytes),
@@ -669,8 +673,10 @@ func (p *proc) exit(reported bool, reason, cause string, killed bool) Exit {
 		e.Reason = "exiting (" + status + ")"
 	default:
 		e.Reason = "died without reporting: " + status
-		if n := len(e.Stderr); n > 0 {
-			e.Reason += ": " + e.Stderr[n-1]
+		if p.stderr != nil {
+			if l := p.stderr.reasonLine(); l != "" {
+				e.Reason += ": " + l
+			}
 		}
 	}
 	return e

@@ -35,6 +35,16 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 // lines returns the last non-empty lines kept, oldest first, each at
 // most 1 KiB; nil if none.
 func (t *tailWriter) lines() []string {
+	out := t.all()
+	if len(out) > StderrTailLines {
+		out = out[len(out)-StderrTailLines:]
+	}
+	return out
+}
+
+// all returns every non-empty line of the last StderrTailBytes bytes
+// written, oldest first, each at most 1 KiB.
+func (t *tailWriter) all() []string {
 	t.mu.Lock()
 	b := t.buf
 	if len(b) > StderrTailBytes {
@@ -48,8 +58,35 @@ func (t *tailWriter) lines() []string {
 			out = append(out, truncate(l, 1024))
 		}
 	}
-	if len(out) > StderrTailLines {
-		out = out[len(out)-StderrTailLines:]
-	}
 	return out
+}
+
+// reasonLine is the line of the last StderrTailBytes bytes written that
+// best says why the process ended: the last one that is not a log line
+// at level INFO or DEBUG (slog's text or JSON format), so a warning, an
+// error or a line that is no log line at all ("stagehost serve: …", a
+// panic); the last line when every one is; "" if none.
+func (t *tailWriter) reasonLine() string {
+	all := t.all()
+	for i := len(all) - 1; i >= 0; i-- {
+		if !routineLogLine(all[i]) {
+			return all[i]
+		}
+	}
+	if n := len(all); n > 0 {
+		return all[n-1]
+	}
+	return ""
+}
+
+// routineLogLine says whether l is a log line at level INFO or DEBUG, in
+// slog's text format (level=INFO, level=DEBUG-4) or its JSON format
+// ("level":"INFO").
+func routineLogLine(l string) bool {
+	for _, lvl := range []string{"INFO", "DEBUG"} {
+		if strings.Contains(l, " level="+lvl) || strings.HasPrefix(l, "level="+lvl) || strings.Contains(l, `"level":"`+lvl) {
+			return true
+		}
+	}
+	return false
 }
