@@ -2298,6 +2298,12 @@ static const char *const host_programs[] = {
 	"tanh.bf16", "tanh.f16", "transpose", "transpose.bf16", "transpose.f16",
 	NULL};
 
+/* The indefinite article of a scalar kind, as the host's messages say
+ * it: "an" i32 and f32, "a" u32 and u64. */
+static const char *article(const char *t) {
+	return t[0] == 'i' || t[0] == 'f' ? "an" : "a";
+}
+
 /* A manifest's kernel name: 1 to 64 of a-z, 0-9, '_', '.' and '-'. */
 static int kernel_name_ok(const char *s) {
 	size_t n = strlen(s);
@@ -2380,8 +2386,8 @@ int stagehost_emu_vendor_kernel(stagehost_emu *e, const char *name, const stageh
 		}
 		if (strcmp(d.a[i].kind, "buffer") != 0) {
 			if (a->dtype || a->dir) {
-				snprintf(why, cap, "kernel \"%s\": argument %u (%s): only a buffer argument has a dtype or a direction (this one is a %s scalar)",
-				         name, i, an, d.a[i].kind);
+				snprintf(why, cap, "kernel \"%s\": argument %u (%s): only a buffer argument has a dtype or a direction (this one is %s %s scalar)",
+				         name, i, an, article(d.a[i].kind), d.a[i].kind);
 				free_vdecl_names(&d, i + 1);
 				return 0;
 			}
@@ -3109,15 +3115,15 @@ static stagehost_status check_signature(stagehost_emu *e, const program *pr, con
 			            pr->vendor->a[i].dtype, pr->vendor->a[i].dir);
 		}
 		if (!buf && a[i].is_buf) {
-			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s) is a %s scalar, got a buffer", pr->name, i, an, kind);
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s) is %s %s scalar, got a buffer", pr->name, i, an, article(kind), kind);
 		}
 		if (buf && a[i].len % dtype_size(pr->vendor->a[i].dtype) != 0) {
 			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s): %u bytes is not a whole number of %s values", pr->name,
 			            i, an, a[i].len, pr->vendor->a[i].dtype);
 		}
 		if (!buf && strcmp(kind, "u64") != 0 && a[i].value >> 32 != 0) {
-			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s): %#llx does not fit a %s", pr->name, i, an,
-			            (unsigned long long)a[i].value, kind);
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s): %#llx does not fit %s %s", pr->name, i, an,
+			            (unsigned long long)a[i].value, article(kind), kind);
 		}
 	}
 	return STAGEHOST_OK;

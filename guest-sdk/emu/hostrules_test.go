@@ -333,3 +333,38 @@ func TestVendorKernelRegistrationAsAManifest(t *testing.T) {
 		}
 	}
 }
+
+// TestScalarKindsWithTheirArticle: a launch's refusal names a scalar kind
+// after its article, as the host does: "an i32", "an f32", "a u32".
+func TestScalarKindsWithTheirArticle(t *testing.T) {
+	decl := []emu.VendorArg{{Name: "a", Kind: "i32"}, {Name: "f", Kind: "f32"}}
+	e := emu.New(emu.NewConfig()).Stream("s0").Buffer("b", 16).VendorKernel("mix", decl, func([]emu.Arg) error { return nil })
+	e.Stage("main", func(c *stagehost.Call) error {
+		s, _ := c.Stream("s0")
+		b, _ := c.Buffer("b")
+		k, _ := c.Program("mix")
+		one := stagehost.Dim3{1, 1, 1}
+		for _, row := range []struct {
+			err  error
+			want string
+		}{
+			{s.Launch(k, one, one, 0, stagehost.U64(1<<32), stagehost.U32(0)), `kernel "mix": argument 0 (a): 0x100000000 does not fit an i32`},
+			{s.Launch(k, one, one, 0, stagehost.U32(0), stagehost.Whole(b)), `kernel "mix": argument 1 (f) is an f32 scalar, got a buffer`},
+		} {
+			var se *stagehost.Error
+			if !errors.As(row.err, &se) || se.Status != stagehost.StatusInvalidArgument || se.Reason != row.want {
+				return fmt.Errorf("got %v, want %q", row.err, row.want)
+			}
+		}
+		return nil
+	})
+	if _, err := e.Run("main", nil); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "(this one is an f32 scalar)") {
+			t.Errorf("panic %v, want it to name an f32 scalar", r)
+		}
+	}()
+	emu.New(emu.NewConfig()).VendorKernel("k", []emu.VendorArg{{Name: "f", Kind: "f32", Dir: "in"}}, func([]emu.Arg) error { return nil })
+}

@@ -3,6 +3,7 @@ package emu
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/stagehost/stagehost/guest-sdk/emu/internal/ops"
 )
@@ -55,13 +56,22 @@ func checkVendorKernel(name string, args []VendorArg) error {
 			}
 		case "u32", "u64", "i32", "f32":
 			if a.DType != "" || a.Dir != "" {
-				return fmt.Errorf("kernel %q: argument %d (%s): only a buffer argument has a dtype or a direction (this one is a %s scalar)", name, i, a.Name, a.Kind)
+				return fmt.Errorf("kernel %q: argument %d (%s): only a buffer argument has a dtype or a direction (this one is %s scalar)", name, i, a.Name, withArticle(a.Kind))
 			}
 		default:
 			return fmt.Errorf("kernel %q: argument %d (%s): unknown kind %q (want buffer, u32, u64, i32 or f32)", name, i, a.Name, a.Kind)
 		}
 	}
 	return nil
+}
+
+// withArticle is a scalar kind after its indefinite article, as the
+// host's messages say it (hw.WithArticle): "an i32", "an f32", "a u32".
+func withArticle(t string) string {
+	if strings.HasPrefix(t, "i") || strings.HasPrefix(t, "f") {
+		return "an " + t
+	}
+	return "a " + t
 }
 
 // maxKernelName is the longest vendor kernel name a manifest takes.
@@ -146,11 +156,11 @@ func (e *Emulator) checkVendorArgsLocked(p *program, args []Arg) int32 {
 		case a.Kind == "buffer" && !args[i].buffer:
 			return e.failLocked(invalidArgument, "kernel %q: argument %d (%s) is a buffer (%s, %s), got a scalar", p.name, i, a.Name, a.DType, a.Dir)
 		case a.Kind != "buffer" && args[i].buffer:
-			return e.failLocked(invalidArgument, "kernel %q: argument %d (%s) is a %s scalar, got a buffer", p.name, i, a.Name, a.Kind)
+			return e.failLocked(invalidArgument, "kernel %q: argument %d (%s) is %s scalar, got a buffer", p.name, i, a.Name, withArticle(a.Kind))
 		case args[i].buffer && len(args[i].Bytes)%ops.TypeSize(a.DType) != 0:
 			return e.failLocked(invalidArgument, "kernel %q: argument %d (%s): %d bytes is not a whole number of %s values", p.name, i, a.Name, len(args[i].Bytes), a.DType)
 		case !args[i].buffer && a.Kind != "u64" && args[i].Value>>32 != 0:
-			return e.failLocked(invalidArgument, "kernel %q: argument %d (%s): %#x does not fit a %s", p.name, i, a.Name, args[i].Value, a.Kind)
+			return e.failLocked(invalidArgument, "kernel %q: argument %d (%s): %#x does not fit %s", p.name, i, a.Name, args[i].Value, withArticle(a.Kind))
 		}
 	}
 	return ok

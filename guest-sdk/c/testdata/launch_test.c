@@ -122,7 +122,7 @@ static const struct {
     {"buffer for a scalar", STAGEHOST_INVALID_ARGUMENT, "kernel \"store\": argument 1 (v) is a u32 scalar, got a buffer"},
     {"length", STAGEHOST_INVALID_ARGUMENT, "kernel \"store\": argument 0 (out): 3 bytes is not a whole number of f32 values"},
     {"u32 over", STAGEHOST_INVALID_ARGUMENT, "kernel \"store\": argument 1 (v): 0x100000000 does not fit a u32"},
-    {"i32 over", STAGEHOST_INVALID_ARGUMENT, "kernel \"scalars\": argument 1 (b): 0x100000000 does not fit a i32"},
+    {"i32 over", STAGEHOST_INVALID_ARGUMENT, "kernel \"scalars\": argument 1 (b): 0x100000000 does not fit an i32"},
     {"scalars", STAGEHOST_OK, NULL},
     {"weights out", STAGEHOST_INVALID_ARGUMENT,
      "store: argument 0 is the read-only weights \"w\", but the kernel's argument 0 is written (direction out)"},

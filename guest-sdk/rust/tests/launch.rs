@@ -166,7 +166,7 @@ fn launch_arguments_against_the_declaration() {
         (
             "scalars",
             || Ok(vec![Arg::u64(u64::MAX), Arg::u64(1 << 32), Arg::f32(1.0), Arg::whole(&out()?)]),
-            "kernel \"scalars\": argument 1 (b): 0x100000000 does not fit a i32",
+            "kernel \"scalars\": argument 1 (b): 0x100000000 does not fit an i32",
         ),
         // Weights bound where the kernel writes: refused as the record is
         // read, before the declaration's checks (the host's order).

@@ -93,6 +93,16 @@ impl VendorArg {
     }
 }
 
+/// A scalar kind after its indefinite article, as the host's messages
+/// say it: "an i32", "an f32", "a u32".
+fn with_article(t: &str) -> String {
+    if t.starts_with('i') || t.starts_with('f') {
+        std::format!("an {}", t)
+    } else {
+        std::format!("a {}", t)
+    }
+}
+
 fn dtype_name(t: Option<DType>) -> &'static str {
     match t {
         None => "bytes",
@@ -124,7 +134,7 @@ pub(crate) fn check(name: &str, decl: &[VendorArg], args: &[LArg]) -> Result<(),
                 ))
             }
             (Kind::Scalar(t), true) => {
-                return Err(std::format!("kernel {:?}: argument {} ({}) is a {} scalar, got a buffer", name, i, a.name, t))
+                return Err(std::format!("kernel {:?}: argument {} ({}) is {} scalar, got a buffer", name, i, a.name, with_article(t)))
             }
             (Kind::Buffer(t, _), true) => {
                 let size = t.map_or(1, |d| d.size());
@@ -141,7 +151,14 @@ pub(crate) fn check(name: &str, decl: &[VendorArg], args: &[LArg]) -> Result<(),
             }
             (Kind::Scalar(t), false) => {
                 if t != "u64" && l.value >> 32 != 0 {
-                    return Err(std::format!("kernel {:?}: argument {} ({}): {:#x} does not fit a {}", name, i, a.name, l.value, t));
+                    return Err(std::format!(
+                        "kernel {:?}: argument {} ({}): {:#x} does not fit {}",
+                        name,
+                        i,
+                        a.name,
+                        l.value,
+                        with_article(t)
+                    ));
                 }
             }
         }
