@@ -258,12 +258,15 @@ func encodeArgs(dst []byte, args []Arg) bool {
 
 // Submit enqueues one launch of p with args (stream_submit) and returns once
 // it is enqueued; failures of the launch itself are reported by Sync. At
-// most MaxArgs arguments. Submit does not allocate.
+// most MaxArgs arguments: the host refuses more (StatusInvalidArgument,
+// its last error "17 arguments, at most 16"). Submit does not allocate.
 func (s Stream) Submit(p Program, args ...Arg) error {
-	if len(args) > MaxArgs {
-		return &Error{Op: "stream_submit", Status: StatusInvalidArgument}
-	}
 	var rec argRecords // stays on the stack: the host copies the records
+	if len(args) > MaxArgs {
+		// The host refuses the count before it reads any record, and
+		// sets the last error.
+		return check("stream_submit", hStreamSubmit(s.h, p.h, &rec, uint32(len(args))))
+	}
 	if !encodeArgs(rec[:], args) {
 		return &Error{Op: "stream_submit", Status: StatusInvalidArgument}
 	}
@@ -281,10 +284,11 @@ type Dim3 = [3]uint32
 // Submit; a vendor kernel given to Submit fails with
 // StatusInvalidArgument.
 func (s Stream) Launch(p Program, grid, block Dim3, sharedBytes uint32, args ...Arg) error {
-	if len(args) > MaxArgs {
-		return &Error{Op: "stream_launch", Status: StatusInvalidArgument}
-	}
 	var rec argRecords
+	if len(args) > MaxArgs {
+		// Refused by the host, which sets the last error (see Submit).
+		return check("stream_launch", hStreamLaunch(s.h, p.h, &grid, &block, sharedBytes, &rec, uint32(len(args))))
+	}
 	if !encodeArgs(rec[:], args) {
 		return &Error{Op: "stream_launch", Status: StatusInvalidArgument}
 	}
@@ -308,21 +312,20 @@ var batchPool = sync.Pool{New: func() any { return new(batchScratch) }}
 
 // SubmitBatch enqueues cmds in order with one host call
 // (stream_submit_batch); the host validates every command before enqueuing
-// any. At most MaxBatch commands of at most MaxArgs arguments each. An
-// empty batch does nothing.
+// any. At most MaxBatch commands of at most MaxArgs arguments each: the
+// host refuses more, with its last error. An empty batch does nothing.
 func (s Stream) SubmitBatch(cmds ...Command) error {
 	const op = "stream_submit_batch"
 	if len(cmds) == 0 {
 		return nil
 	}
 	if len(cmds) > MaxBatch {
-		return &Error{Op: op, Status: StatusInvalidArgument}
+		// The host refuses the count before it reads any record, and
+		// sets the last error.
+		return check(op, hStreamSubmitBatch(s.h, nil, nil, uint32(len(cmds))))
 	}
 	nargs := 0
 	for i := range cmds {
-		if len(cmds[i].Args) > MaxArgs {
-			return &Error{Op: op, Status: StatusInvalidArgument}
-		}
 		nargs += len(cmds[i].Args)
 	}
 	sc := batchPool.Get().(*batchScratch)

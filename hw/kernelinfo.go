@@ -63,6 +63,16 @@ const (
 // whole number of values).
 func DTypeSize(t string) int { return ops.TypeSize(t) }
 
+// WithArticle is a scalar kind or dtype t ([KernelArg.Type]) after its
+// indefinite article, as the host's messages say it: "an i32", "an f32",
+// "an f16", "a u32", "a u64", "a bf16".
+func WithArticle(t string) string {
+	if strings.HasPrefix(t, "i") || strings.HasPrefix(t, "f") {
+		return "an " + t
+	}
+	return "a " + t
+}
+
 // KernelBuffer is a [KernelArg] of kind buffer.
 func KernelBuffer(name, typ, dir, length string) KernelArg {
 	return KernelArg{Name: name, Kind: KindBuffer, Type: typ, Dir: dir, Len: length}

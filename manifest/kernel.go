@@ -256,7 +256,7 @@ func (d *decoder) kernelArgs(t *table, k *Kernel) bool {
 		} else if kindOK {
 			for _, key := range []string{"dtype", "dir"} {
 				if at.has(key) {
-					d.errorf(at.path.key(key), "only a buffer argument has a %s (this one is a %s scalar)", key, a.Kind)
+					d.errorf(at.path.key(key), "only a buffer argument has a %s (this one is %s scalar)", key, hw.WithArticle(a.Kind))
 					ok = false
 				}
 			}

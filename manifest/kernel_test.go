@@ -99,6 +99,7 @@ wasm_sha256 = "2260e299246e546e1f6b9342e00478464616dcb80e348794004ea4b125039e81"
 			[]string{`host.toml:17: kernel[0].wasm: "testdata/kernels/wrongsig.wasm": kernel "double": export "double" is (i32) -> (), want (i32, i32, i32, i32, i32) -> ()`}},
 		{"bad kind", replace(`kind = "u32"`, `kind = "u16"`), []string{`kernel[0].args[2].kind: unknown kind "u16" (want buffer, u32, u64, i32, f32)`}},
 		{"scalar dir", replace(`kind = "u32"`, `kind = "u32", dir = "out"`), []string{`kernel[0].args[2].dir: only a buffer argument has a dir (this one is a u32 scalar)`}},
+		{"f32 scalar dtype", replace(`kind = "u32"`, `kind = "f32", dtype = "f32"`), []string{`kernel[0].args[2].dtype: only a buffer argument has a dtype (this one is an f32 scalar)`}},
 		{"buffer without dir", replace(`dtype = "f32", dir = "in"`, `dtype = "f32"`), []string{`kernel[0].args[0].dir: required key is missing`}},
 		{"unknown key", goodKernel + "\ngrid = 4", []string{`kernel[0].grid: unknown key`}},
 		{"duplicate arg", replace(`name = "n"`, `name = "x"`), []string{`host.toml:22: kernel[0].args[2].name: duplicate argument name "x" (also at kernel[0].args[0].name, line 20)`}},

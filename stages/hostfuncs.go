@@ -695,11 +695,11 @@ func checkSignature(k *hw.KernelInfo, args []hw.Arg) error {
 		case a.Kind == hw.KindBuffer && !isBuf:
 			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s) is a buffer (%s, %s), got a scalar", k.Name, i, a.Name, a.Type, a.Dir)
 		case a.Kind != hw.KindBuffer && isBuf:
-			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s) is a %s scalar, got a buffer", k.Name, i, a.Name, a.Type)
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s) is %s scalar, got a buffer", k.Name, i, a.Name, hw.WithArticle(a.Type))
 		case isBuf && args[i].Length%hw.DTypeSize(a.Type) != 0:
 			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s): %d bytes is not a whole number of %s values", k.Name, i, a.Name, args[i].Length, a.Type)
 		case !isBuf && a.Type != "u64" && args[i].Value>>32 != 0:
-			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s): %#x does not fit a %s", k.Name, i, a.Name, args[i].Value, a.Type)
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: argument %d (%s): %#x does not fit %s", k.Name, i, a.Name, args[i].Value, hw.WithArticle(a.Type))
 		}
 	}
 	return nil

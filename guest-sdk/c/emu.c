@@ -36,13 +36,16 @@ typedef struct vdecl {
 	stagehost_emu_kernel k;
 	uint32_t n;
 	struct {
-		char name[48];
+		char *name; /* owned */
 		const char *kind, *dtype, *dir;
 	} a[STAGEHOST_MAX_ARGS];
 } vdecl;
 
+/* The longest vendor kernel name a manifest takes. */
+#define MAX_KERNEL_NAME 64
+
 typedef struct program {
-	char name[48];
+	char name[MAX_KERNEL_NAME + 1];
 	kernel_fn run;
 	check_fn check;
 	/* Per argument: T a buffer of the storage type, f f32, i i32, B bytes,
@@ -262,7 +265,11 @@ void stagehost_emu_free(stagehost_emu *e) {
 	free(e->streams);
 	free(e->bufs);
 	for (uint32_t i = 0; i < e->nprogs; i++) {
-		free((void *)e->progs[i].vendor);
+		const vdecl *d = e->progs[i].vendor;
+		for (uint32_t j = 0; d && j < d->n; j++) {
+			free(d->a[j].name);
+		}
+		free((void *)d);
 	}
 	free(e->progs);
 	free(e->output);
@@ -2269,6 +2276,54 @@ static const char *word(const char *w, const char *const *list) {
 	return NULL;
 }
 
+/* The program names a backend of the host has built in (sim's kernels
+ * and op library, cuda's kernels and host programs), which a manifest
+ * refuses as a vendor kernel's name. The host's tests (package manifest)
+ * keep the list equal to the host's. */
+static const char *const host_programs[] = {
+	"abs", "abs.bf16", "abs.f16", "add", "add.bf16", "add.f16", "affine", "affine.bf16", "affine.f16",
+	"argmax", "avgpool2d", "bias", "cast", "conv2d", "conv2d.fast", "copy", "div", "div.bf16",
+	"div.f16", "exp", "exp.bf16", "exp.f16", "fault", "fill", "gather", "gelu_erf", "gelu_erf.bf16",
+	"gelu_erf.f16", "gelu_tanh", "gelu_tanh.bf16", "gelu_tanh.f16", "gemm", "gemm.bf16",
+	"gemm.bf16.fast", "gemm.f16", "gemm.f16.fast", "gemm.fast", "layernorm", "layernorm.bf16",
+	"layernorm.f16", "log", "log.bf16", "log.f16", "log_softmax", "log_softmax.bf16",
+	"log_softmax.f16", "matmul", "max", "max.bf16", "max.f16", "maxpool2d", "min", "min.bf16",
+	"min.f16", "mlp_forward", "mul", "mul.bf16", "mul.f16", "neg", "neg.bf16", "neg.f16", "noop",
+	"reduce_argmax", "reduce_argmax.bf16", "reduce_argmax.f16", "reduce_max", "reduce_max.bf16",
+	"reduce_max.f16", "reduce_mean", "reduce_mean.bf16", "reduce_mean.f16", "reduce_sum",
+	"reduce_sum.bf16", "reduce_sum.f16", "relu", "resident_gpu_exchange", "resident_npu_exchange",
+	"rmsnorm", "rmsnorm.bf16", "rmsnorm.f16", "rsqrt", "rsqrt.bf16", "rsqrt.f16", "saxpy", "sigmoid",
+	"sigmoid.bf16", "sigmoid.f16", "silu", "silu.bf16", "silu.f16", "softmax", "softmax.bf16",
+	"softmax.f16", "spin", "sqrt", "sqrt.bf16", "sqrt.f16", "sub", "sub.bf16", "sub.f16", "tanh",
+	"tanh.bf16", "tanh.f16", "transpose", "transpose.bf16", "transpose.f16",
+	NULL};
+
+/* The indefinite article of a scalar kind, as the host's messages say
+ * it: "an" i32 and f32, "a" u32 and u64. */
+static const char *article(const char *t) {
+	return t[0] == 'i' || t[0] == 'f' ? "an" : "a";
+}
+
+/* A manifest's kernel name: 1 to 64 of a-z, 0-9, '_', '.' and '-'. */
+static int kernel_name_ok(const char *s) {
+	size_t n = strlen(s);
+	if (n == 0 || n > MAX_KERNEL_NAME) {
+		return 0;
+	}
+	for (; *s; s++) {
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '.' || *s == '-')) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static void free_vdecl_names(vdecl *d, uint32_t n) {
+	for (uint32_t i = 0; i < n; i++) {
+		free(d->a[i].name);
+	}
+}
+
 int stagehost_emu_vendor_kernel(stagehost_emu *e, const char *name, const stagehost_emu_vendor_arg *args, uint32_t nargs, stagehost_emu_kernel k,
                                 char *why, uint32_t cap) {
 	static const char *const kinds[] = {"buffer", "u32", "u64", "i32", "f32", NULL};
@@ -2283,8 +2338,16 @@ int stagehost_emu_vendor_kernel(stagehost_emu *e, const char *name, const stageh
 	vdecl d;
 	memset(&pr, 0, sizeof pr);
 	memset(&d, 0, sizeof d);
-	if (!name || !name[0] || strlen(name) >= sizeof pr.name || !k) {
-		snprintf(why, cap, "vendor kernel \"%s\": an empty name, one of %zu bytes or more, or no kernel", name ? name : "", sizeof pr.name);
+	if (!k) {
+		snprintf(why, cap, "vendor kernel \"%s\": no kernel", name ? name : "");
+		return 0;
+	}
+	if (!name || !kernel_name_ok(name)) {
+		snprintf(why, cap, "\"%s\" is not a kernel name: 1 to %d of a-z, 0-9, '_', '.' and '-'", name ? name : "", MAX_KERNEL_NAME);
+		return 0;
+	}
+	if (word(name, host_programs)) {
+		snprintf(why, cap, "\"%s\" is a built-in program's name: a vendor kernel needs a name of its own", name);
 		return 0;
 	}
 	for (uint32_t i = 0; i < e->nobjs; i++) {
@@ -2294,41 +2357,57 @@ int stagehost_emu_vendor_kernel(stagehost_emu *e, const char *name, const stageh
 		}
 	}
 	if (nargs > STAGEHOST_MAX_ARGS || (nargs && !args)) {
-		snprintf(why, cap, "vendor kernel \"%s\": %u arguments, more than a launch binds (%u)", name, nargs, STAGEHOST_MAX_ARGS);
+		snprintf(why, cap, "kernel \"%s\": %u arguments, more than a launch carries (%u)", name, nargs, STAGEHOST_MAX_ARGS);
 		return 0;
 	}
 	snprintf(pr.name, sizeof pr.name, "%s", name);
-	d.k = k, d.n = nargs;
+	d.k = k;
 	for (uint32_t i = 0; i < nargs; i++) {
 		const stagehost_emu_vendor_arg *a = &args[i];
 		const char *an = a->name ? a->name : "";
-		if (!an[0] || strlen(an) >= sizeof d.a[i].name) {
-			snprintf(why, cap, "vendor kernel \"%s\": argument %u: an empty name or one of %zu bytes or more", name, i, sizeof d.a[i].name);
+		if (!an[0]) {
+			snprintf(why, cap, "kernel \"%s\": argument %u: an empty name", name, i);
+			free_vdecl_names(&d, i);
 			return 0;
 		}
-		snprintf(d.a[i].name, sizeof d.a[i].name, "%s", an);
+		for (uint32_t j = 0; j < i; j++) {
+			if (strcmp(d.a[j].name, an) == 0) {
+				snprintf(why, cap, "kernel \"%s\": argument %u: the name \"%s\" is given twice", name, i, an);
+				free_vdecl_names(&d, i);
+				return 0;
+			}
+		}
+		d.a[i].name = xstrdup(an);
 		if (!(d.a[i].kind = word(a->kind, kinds))) {
-			snprintf(why, cap, "vendor kernel \"%s\": argument %u (%s): unknown kind \"%s\"", name, i, an, a->kind ? a->kind : "");
+			snprintf(why, cap, "kernel \"%s\": argument %u (%s): unknown kind \"%s\" (want buffer, u32, u64, i32 or f32)", name, i, an,
+			         a->kind ? a->kind : "");
+			free_vdecl_names(&d, i + 1);
 			return 0;
 		}
 		if (strcmp(d.a[i].kind, "buffer") != 0) {
 			if (a->dtype || a->dir) {
-				snprintf(why, cap, "vendor kernel \"%s\": argument %u (%s): a %s scalar has no dtype or dir", name, i, an, d.a[i].kind);
+				snprintf(why, cap, "kernel \"%s\": argument %u (%s): only a buffer argument has a dtype or a direction (this one is %s %s scalar)",
+				         name, i, an, article(d.a[i].kind), d.a[i].kind);
+				free_vdecl_names(&d, i + 1);
 				return 0;
 			}
 			d.a[i].dir = "in"; /* as the host's (hw.KernelScalar) */
 			continue;
 		}
 		if (!(d.a[i].dtype = word(a->dtype ? a->dtype : "bytes", dtypes))) {
-			snprintf(why, cap, "vendor kernel \"%s\": argument %u (%s): unknown dtype \"%s\"", name, i, an, a->dtype);
+			snprintf(why, cap, "kernel \"%s\": argument %u (%s): unknown dtype \"%s\" (want f32, f16, bf16, i32 or bytes)", name, i, an,
+			         a->dtype);
+			free_vdecl_names(&d, i + 1);
 			return 0;
 		}
 		if (!(d.a[i].dir = word(a->dir, dirs))) {
-			snprintf(why, cap, "vendor kernel \"%s\": argument %u (%s): unknown direction \"%s\" (want in, out or inout)", name, i, an,
+			snprintf(why, cap, "kernel \"%s\": argument %u (%s): unknown direction \"%s\" (want in, out or inout)", name, i, an,
 			         a->dir ? a->dir : "");
+			free_vdecl_names(&d, i + 1);
 			return 0;
 		}
 	}
+	d.n = nargs;
 	vdecl *kept = xrealloc(NULL, sizeof *kept);
 	*kept = d;
 	pr.vendor = kept;
@@ -2406,7 +2485,11 @@ static void retire(stagehost_emu *e, stream *s) {
 			ka[i].len = 4 * nv;
 		} else {
 			bufs[i] = xrealloc(NULL, c.args[i].len ? c.args[i].len : 1);
-			memcpy(bufs[i], src, c.args[i].len);
+			if (p->vendor && strcmp(p->vendor->a[i].dir, "out") == 0) {
+				memset(bufs[i], 0, c.args[i].len); /* an out range starts zeroed, as on the host */
+			} else {
+				memcpy(bufs[i], src, c.args[i].len);
+			}
 		}
 	}
 	char why[1024];
@@ -2436,6 +2519,15 @@ static void retire(stagehost_emu *e, stream *s) {
 				continue;
 			}
 			uint8_t *dst = e->bufs[c.args[i].buf].mem + c.args[i].off;
+			if (p->vendor) {
+				/* A vendor kernel's copies, as the host's on sim (ABI.md
+				 * §3.6): every out and inout range back, in argument
+				 * order; an in range never. */
+				if (strcmp(p->vendor->a[i].dir, "in") != 0) {
+					memcpy(dst, bufs[i], c.args[i].len);
+				}
+				continue;
+			}
 			uint8_t *enc = bufs[i];
 			if (c.args[i].dtype == 1 || c.args[i].dtype == 2) {
 				enc = xrealloc(NULL, c.args[i].len ? c.args[i].len : 1);
@@ -2761,6 +2853,18 @@ stagehost_status stagehost_buffer_size(stagehost_handle buffer, uint32_t *out_si
 	return note(e, st);
 }
 
+/* The host's refusal of a range [off, off+n) outside buffer b (stages,
+ * checkRange). */
+static stagehost_status outside(stagehost_emu *e, uint32_t off, uint64_t n, uint32_t b) {
+	return fail(e, STAGEHOST_INVALID_ARGUMENT, "range [%u,+%llu) outside a buffer of %u bytes", off, (unsigned long long)n, e->bufs[b].size);
+}
+
+/* The host's refusal of more than STAGEHOST_MAX_ARGS argument records
+ * (stages, decodeArgs; in a batch too, without the command's number). */
+static stagehost_status too_many_args(stagehost_emu *e, uint32_t n) {
+	return fail(e, STAGEHOST_INVALID_ARGUMENT, "%u arguments, at most %u", n, STAGEHOST_MAX_ARGS);
+}
+
 static stagehost_status transfer(stagehost_emu *e, stagehost_handle sh, stagehost_handle bh, uint32_t off, uint32_t n, uint32_t *s,
                                  uint32_t *b) {
 	stagehost_status st = resolve(e, sh, K_STREAM, s);
@@ -2768,7 +2872,7 @@ static stagehost_status transfer(stagehost_emu *e, stagehost_handle sh, stagehos
 		st = resolve(e, bh, K_BUFFER, b);
 	}
 	if (st == STAGEHOST_OK && (uint64_t)off + n > e->bufs[*b].size) {
-		st = STAGEHOST_INVALID_ARGUMENT;
+		st = outside(e, off, n, *b);
 	}
 	return st;
 }
@@ -2806,6 +2910,7 @@ stagehost_status stagehost_stream_read(stagehost_handle stream_h, stagehost_hand
 	stagehost_status st = transfer(e, stream_h, buffer, offset, dst_len, &s, &b);
 	if (st == STAGEHOST_OK) {
 		drain(e, &e->streams[s]); /* failures are left for stream_sync */
+		e->streams[s].seq++;       /* a command of the stream, as on the host */
 		if (dst_len) {
 			memcpy(dst, e->bufs[b].mem + offset, dst_len);
 		}
@@ -2854,7 +2959,7 @@ static const char *arg_dir(const program *p, uint32_t i) {
 
 static stagehost_status parse_args(stagehost_emu *e, const program *pr, const stagehost_arg *recs, uint32_t n, karg *out) {
 	if (n > STAGEHOST_MAX_ARGS) {
-		return STAGEHOST_INVALID_ARGUMENT;
+		return too_many_args(e, n);
 	}
 	if (n && !recs) {
 		return STAGEHOST_OUT_OF_BOUNDS;
@@ -2863,14 +2968,14 @@ static stagehost_status parse_args(stagehost_emu *e, const program *pr, const st
 		const stagehost_arg *r = &recs[i];
 		memset(&out[i], 0, sizeof out[i]);
 		if (r->reserved) {
-			return STAGEHOST_INVALID_ARGUMENT;
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "argument %u: reserved field is not zero", i);
 		}
 		if (r->kind == STAGEHOST_ARG_SCALAR) {
 			out[i].value = r->value;
 			continue;
 		}
 		if (r->kind != STAGEHOST_ARG_BUFFER) {
-			return STAGEHOST_INVALID_ARGUMENT;
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "argument %u: unknown kind %u", i, r->kind);
 		}
 		uint32_t b;
 		stagehost_status st = resolve(e, r->value, K_BUFFER, &b);
@@ -2890,9 +2995,16 @@ static stagehost_status parse_args(stagehost_emu *e, const program *pr, const st
 				            e->bufs[b].weights, i, dir);
 			}
 		}
-		uint64_t size = e->bufs[b].size, len = r->length == STAGEHOST_TO_END ? size - (r->offset <= size ? r->offset : size) : r->length;
-		if (r->offset > size || r->offset + len > size) {
-			return STAGEHOST_INVALID_ARGUMENT;
+		uint64_t size = e->bufs[b].size, len = r->length;
+		if (r->length == STAGEHOST_TO_END) {
+			if (r->offset > size) {
+				return fail(e, STAGEHOST_INVALID_ARGUMENT, "argument %u: offset %u beyond a buffer of %llu bytes", i, r->offset,
+				            (unsigned long long)size);
+			}
+			len = size - r->offset;
+		}
+		if (r->offset + len > size) {
+			return outside(e, r->offset, len, b);
 		}
 		out[i] = (karg){1, b, r->offset, (uint32_t)len, 0, 0};
 	}
@@ -3003,15 +3115,15 @@ static stagehost_status check_signature(stagehost_emu *e, const program *pr, con
 			            pr->vendor->a[i].dtype, pr->vendor->a[i].dir);
 		}
 		if (!buf && a[i].is_buf) {
-			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s) is a %s scalar, got a buffer", pr->name, i, an, kind);
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s) is %s %s scalar, got a buffer", pr->name, i, an, article(kind), kind);
 		}
 		if (buf && a[i].len % dtype_size(pr->vendor->a[i].dtype) != 0) {
 			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s): %u bytes is not a whole number of %s values", pr->name,
 			            i, an, a[i].len, pr->vendor->a[i].dtype);
 		}
 		if (!buf && strcmp(kind, "u64") != 0 && a[i].value >> 32 != 0) {
-			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s): %#llx does not fit a %s", pr->name, i, an,
-			            (unsigned long long)a[i].value, kind);
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "kernel \"%s\": argument %u (%s): %#llx does not fit %s %s", pr->name, i, an,
+			            (unsigned long long)a[i].value, article(kind), kind);
 		}
 	}
 	return STAGEHOST_OK;
@@ -3086,7 +3198,7 @@ stagehost_status stagehost_stream_submit_batch(stagehost_handle stream_h, const 
 		} else if (cmds[i].args_count > STAGEHOST_MAX_ARGS) {
 			uint32_t p;
 			st = resolve(e, cmds[i].program, K_PROGRAM, &p);
-			st = st != STAGEHOST_OK ? st : STAGEHOST_INVALID_ARGUMENT;
+			st = st != STAGEHOST_OK ? st : too_many_args(e, cmds[i].args_count);
 		} else if (cmds[i].args_count && !recs) {
 			uint32_t p;
 			st = resolve(e, cmds[i].program, K_PROGRAM, &p);

@@ -693,8 +693,12 @@ typedef struct stagehost_emu_vendor_arg {
 	const char *name, *kind, *dtype, *dir;
 } stagehost_emu_vendor_arg;
 /* A launch argument as a vendor kernel's stand-in sees it: a buffer's
- * bytes (a copy of the bound range, len bytes, written back when the
- * kernel returns 0) or, for a scalar (bytes NULL), its value. */
+ * bytes (len bytes, a copy of its own, as the host gives a kernel on sim,
+ * ABI.md §3.6: an "in" or "inout" range's bytes, an "out" range zeroed;
+ * two arguments bound to the same buffer get two copies; when the kernel
+ * returns 0, every "out" and "inout" copy is copied back into its buffer,
+ * in argument order, an "in" copy never; when it fails, nothing is) or,
+ * for a scalar (bytes NULL), its value. */
 typedef struct stagehost_emu_arg {
 	uint8_t *bytes;
 	uint32_t len;
@@ -716,10 +720,21 @@ typedef int (*stagehost_emu_kernel)(stagehost_emu_arg *args, uint32_t n, char *w
  * (their count, each one's kind, a buffer's length a whole number of its
  * dtype's values, a u32, i32 or f32 value within 32 bits): each refusal
  * INVALID_ARGUMENT with the host's last error. Returns 0, with the
- * reason in why (cap bytes; why may be NULL), on an empty name or one of
- * 48 bytes or more, no kernel, a program of that name declared already,
- * more than STAGEHOST_MAX_ARGS args, or an arg with an empty or long name,
- * an unknown kind, dtype or dir, or a dtype or dir on a scalar. */
+ * reason in why (cap bytes; why may be NULL), on what a manifest refuses
+ * of a [[kernel]] (docs/manifest.md): a name that is not 1 to 64 of a-z,
+ * 0-9, '_', '.' and '-', or that is a program a backend of the host has
+ * built in ("fill", "softmax", "spin", ...: "\"fill\" is a built-in
+ * program's name: ..."); more than STAGEHOST_MAX_ARGS args; an arg with
+ * an empty name or a name given twice, an unknown kind, a buffer's
+ * unknown dtype or dir, or a dtype or dir on a scalar. It returns 0 too
+ * on no kernel or a program of that name declared already.
+ * What differs from the host: the stand-in is native code, not a Wasm
+ * instance or PTX; the shape is checked and then ignored; the
+ * declaration is not checked against the kernel's code; and a failed
+ * command's last error names the stream by the session's stream name
+ * ("stream \"s0\": command 3: ...") where the host names its device
+ * stream ("sim: sim:sim0/stream1: command 3: ..."); the command number is
+ * the host's (every write, read and launch of the stream counts). */
 int stagehost_emu_vendor_kernel(stagehost_emu *e, const char *name, const stagehost_emu_vendor_arg *args, uint32_t nargs, stagehost_emu_kernel k,
                                 char *why, uint32_t cap);
 /* The session's fence (a stagehost_fence): 0 or FAULT with every stream

@@ -439,8 +439,24 @@ func (e *Emulator) Kernel(name string, k Kernel) *Emulator {
 // host, the kernel is launched only with Stream.Launch (stream_launch);
 // its shape is checked against [LaunchLimits] and its arguments against
 // args (count, kinds, a buffer's length against its dtype, weights only
-// as in arguments) before it is enqueued. It panics on an empty name, a
-// nil kernel or an arg of an unknown kind, dtype or direction.
+// as in arguments) before it is enqueued.
+//
+// k gets its buffers as the host gives a kernel on sim (abi/ABI.md
+// §3.6): each buffer argument's Bytes is a copy of its own, not the
+// device memory: an in or inout range's bytes, an out range zeroed (two
+// arguments bound to the same buffer get two copies). If k returns nil,
+// every out and inout copy is copied back into its buffer, in argument
+// order; an in copy never is. If k fails (an error or a panic), nothing
+// is copied back.
+//
+// VendorKernel refuses, with a panic, what a manifest refuses of a
+// [[kernel]] (docs/manifest.md): a name that is not 1 to 64 of a-z, 0-9,
+// '_', '.' and '-', or that is a program a backend of the host has built
+// in ("fill", "softmax", "spin", …), or that is declared already; more
+// than 16 args; an arg with an empty name or a name given twice; a
+// buffer arg of an unknown dtype or direction; a scalar of another kind
+// than u32, u64, i32 or f32, or with a DType or a Dir. It panics on a
+// nil kernel too.
 //
 // What differs from the host: k runs in the test's process with Go's
 // safety, not in a Wasm instance of its own memory (sim) or on a GPU
@@ -450,15 +466,17 @@ func (e *Emulator) Kernel(name string, k Kernel) *Emulator {
 // test. On sim the host interrupts a vendor kernel's Wasm module at the
 // earlier of its time limit (5 s) and the deadline of the call that
 // launched it, and the command fails with FAULT ("interrupted at its
-// call's deadline"; abi/ABI.md §3.6).
+// call's deadline"; abi/ABI.md §3.6). A failed command's last error
+// names the stream by the emulator's stream name (stream "s0"), where
+// the host names its device stream (sim: sim:sim0/stream1); the command
+// number is the host's (every write, read and launch of the stream
+// counts).
 func (e *Emulator) VendorKernel(name string, args []VendorArg, k Kernel) *Emulator {
-	if name == "" || k == nil {
-		panic("emu: VendorKernel: empty name or nil kernel")
+	if k == nil {
+		panic("emu: VendorKernel: nil kernel")
 	}
-	for _, a := range args {
-		if err := a.check(); err != nil {
-			panic("emu: VendorKernel: " + err.Error())
-		}
+	if err := checkVendorKernel(name, args); err != nil {
+		panic("emu: VendorKernel: " + err.Error())
 	}
 	e.declare(kindProgram, name, &object{program: &program{name: name, kernel: k, vendor: slices.Clone(args)}})
 	return e

@@ -244,7 +244,7 @@ func (e *Emulator) transferLocked(sh, bh uint64, offset uint32, n int, write boo
 		return nil, nil, e.failLocked(invalidArgument, "stream_write: buffer is the read-only weights %q, which cannot be written", bo.buffer.weights)
 	}
 	if uint64(offset)+uint64(n) > uint64(len(bo.buffer.mem)) {
-		return nil, nil, invalidArgument
+		return nil, nil, e.rangeLocked(offset, uint64(n), bo.buffer)
 	}
 	return so.stream, bo.buffer, ok
 }
@@ -270,16 +270,31 @@ func (h *abiHost) streamRead(sh, bh uint64, offset uint32, dst []byte) int32 {
 		return st
 	}
 	// A download waits for every earlier command; their failures are left
-	// for stream_sync.
+	// for stream_sync. It is a command of the stream, as on the host: it
+	// takes the next command number.
 	e.drainLocked(s)
+	s.seq++
 	copy(dst, b.mem[offset:])
 	return ok
 }
 
-// parseArgsLocked validates count argument records in rec.
+// rangeLocked is the host's refusal of a range [off, off+n) outside b
+// (stages, checkRange).
+func (e *Emulator) rangeLocked(off uint32, n uint64, b *buffer) int32 {
+	return e.failLocked(invalidArgument, "range [%d,+%d) outside a buffer of %d bytes", off, n, len(b.mem))
+}
+
+// tooManyArgsLocked is the host's refusal of more than maxArgs argument
+// records (stages, decodeArgs).
+func (e *Emulator) tooManyArgsLocked(count uint32) int32 {
+	return e.failLocked(invalidArgument, "%d arguments, at most %d", count, maxArgs)
+}
+
+// parseArgsLocked validates count argument records in rec, in the host's
+// order and words (stages, decodeArgs).
 func (e *Emulator) parseArgsLocked(prog *program, rec []byte, count uint32) ([]Arg, int32) {
 	if count > maxArgs {
-		return nil, invalidArgument
+		return nil, e.tooManyArgsLocked(count)
 	}
 	if uint64(len(rec)) < uint64(count)*argRecordSize {
 		return nil, outOfBounds
@@ -293,7 +308,7 @@ func (e *Emulator) parseArgsLocked(prog *program, rec []byte, count uint32) ([]A
 		reserved := binary.LittleEndian.Uint32(r[12:])
 		value := binary.LittleEndian.Uint64(r[16:])
 		if reserved != 0 {
-			return nil, invalidArgument
+			return nil, e.failLocked(invalidArgument, "argument %d: reserved field is not zero", i)
 		}
 		switch kind {
 		case 0: // scalar
@@ -314,19 +329,20 @@ func (e *Emulator) parseArgsLocked(prog *program, rec []byte, count uint32) ([]A
 				}
 			}
 			size := uint64(len(o.buffer.mem))
-			if uint64(off) > size {
-				return nil, invalidArgument
-			}
 			n := uint64(length)
 			if length == toEnd {
+				if uint64(off) > size {
+					return nil, e.failLocked(invalidArgument, "argument %d: offset %d beyond a buffer of %d bytes", i, off, size)
+				}
 				n = size - uint64(off)
-			} else if uint64(off)+n > size {
-				return nil, invalidArgument
+			}
+			if uint64(off)+n > size {
+				return nil, e.rangeLocked(off, n, o.buffer)
 			}
 			end := uint64(off) + n
 			args[i] = Arg{Bytes: o.buffer.mem[off:end:end], Offset: int(off), buffer: true, addr: address(o.buffer.mem, off)}
 		default:
-			return nil, invalidArgument
+			return nil, e.failLocked(invalidArgument, "argument %d: unknown kind %d", i, kind)
 		}
 	}
 	return args, ok
@@ -388,7 +404,7 @@ func (h *abiHost) streamSubmitBatch(sh uint64, cmds, args []byte, count uint32) 
 			return e.failLocked(invalidArgument, "command %d: %s", i, needsLaunchText(po.program))
 		}
 		if n > maxArgs {
-			return invalidArgument
+			return e.tooManyArgsLocked(n) // the host does not name the command
 		}
 		if ptr+uint64(n)*argRecordSize > uint64(len(args)) {
 			return outOfBounds
@@ -473,7 +489,11 @@ func (e *Emulator) retireLocked(s *stream) {
 	case opWrite:
 		copy(c.buf.mem[c.off:], c.data)
 	case opLaunch:
-		err = runKernel(c.prog, c.args)
+		if c.prog.vendor != nil {
+			err = runVendor(c.prog, c.args)
+		} else {
+			err = runKernel(c.prog, c.args)
+		}
 	}
 	if err != nil {
 		err = fmt.Errorf("stream %q: command %d: %w", s.name, c.seq, err)
@@ -490,6 +510,38 @@ func runKernel(p *program, args []Arg) (err error) {
 	}()
 	if err := p.kernel(args); err != nil {
 		return fmt.Errorf("kernel %q: %w", p.name, err)
+	}
+	return nil
+}
+
+// runVendor runs a vendor kernel as the host runs one on sim (ABI.md
+// §3.6): the kernel gets a copy of its own of each buffer range, an in
+// or inout range's bytes, an out range zeroed (two arguments bound to
+// one buffer get two copies); if it returns nil, every out and inout
+// copy is copied back into the device buffer, in argument order; if it
+// fails, nothing is.
+func runVendor(p *program, args []Arg) error {
+	scratch := make([]Arg, len(args))
+	copies := make([][]byte, len(args))
+	for i, a := range args {
+		scratch[i] = a
+		if !a.buffer {
+			continue
+		}
+		copies[i] = make([]byte, len(a.Bytes))
+		if p.vendor[i].Dir != "out" {
+			copy(copies[i], a.Bytes)
+		}
+		scratch[i].Bytes = copies[i]
+		scratch[i].addr = address(copies[i], 0)
+	}
+	if err := runKernel(p, scratch); err != nil {
+		return err
+	}
+	for i, a := range args {
+		if a.buffer && p.vendor[i].Dir != "in" {
+			copy(a.Bytes, copies[i])
+		}
 	}
 	return nil
 }

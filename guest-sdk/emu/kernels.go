@@ -11,7 +11,9 @@ import (
 
 // Kernel is a program the emulator runs on the CPU when a launch retires.
 // args are the launch's arguments in order; a buffer argument's Bytes is
-// the device memory of its range, which the kernel may modify in place.
+// the device memory of its range, which the kernel may modify in place
+// (a vendor kernel's is a copy instead, as on the host: see
+// [Emulator.VendorKernel]).
 // A returned error (or a panic) fails the command: the stream's next Sync
 // returns FAULT.
 //
@@ -21,7 +23,8 @@ type Kernel func(args []Arg) error
 
 // Arg is one argument of a launch.
 type Arg struct {
-	// Bytes is the buffer range (its device memory), nil for a scalar.
+	// Bytes is the buffer range (its device memory; for a vendor kernel a
+	// copy, see [Emulator.VendorKernel]), nil for a scalar.
 	Bytes []byte
 	// Offset is the range's byte offset in its buffer.
 	Offset int

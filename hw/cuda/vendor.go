@@ -389,7 +389,7 @@ func (d *Device) prepareVendorLaunch(prog *program, cmd *hw.Command, l *launch) 
 		}
 		if a.Buffer == nil {
 			if decl.Type != "u64" && a.Value>>32 != 0 {
-				return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: argument %d (%s): %#x does not fit a %s", k.Name, i, decl.Name, a.Value, decl.Type)
+				return errdefs.Errorf(errdefs.ErrInvalidArgument, "cuda: %s: argument %d (%s): %#x does not fit %s", k.Name, i, decl.Name, a.Value, hw.WithArticle(decl.Type))
 			}
 			l.params[i] = a.Value
 			continue

@@ -309,7 +309,7 @@ func checkAgainst(info hw.KernelInfo) func([]hw.Arg) error {
 			case a.Kind == hw.KindBuffer && !isBuf:
 				return badArgs("kernel %q: argument %d (%s) is a buffer, got a scalar", info.Name, i, a.Name)
 			case a.Kind != hw.KindBuffer && isBuf:
-				return badArgs("kernel %q: argument %d (%s) is a %s scalar, got a buffer", info.Name, i, a.Name, a.Type)
+				return badArgs("kernel %q: argument %d (%s) is %s scalar, got a buffer", info.Name, i, a.Name, hw.WithArticle(a.Type))
 			case isBuf && (a.Type == "f32" || a.Type == "i32") && args[i].Length%4 != 0:
 				return badArgs("kernel %q: argument %d (%s): %d bytes is not a whole number of %s values", info.Name, i, a.Name, args[i].Length, a.Type)
 			}

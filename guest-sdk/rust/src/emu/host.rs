@@ -366,13 +366,26 @@ impl State {
         }
     }
 
-    fn transfer(&self, sh: u64, bh: u64, offset: u32, n: usize) -> Result<(usize, usize), i32> {
+    fn transfer(&mut self, sh: u64, bh: u64, offset: u32, n: usize) -> Result<(usize, usize), i32> {
         let s = self.stream_of(sh)?;
         let b = self.buffer_of(bh)?;
         if offset as u64 + n as u64 > self.buffers[b].mem.len() as u64 {
-            return Err(INVALID_ARGUMENT);
+            return Err(self.outside(offset, n as u64, b));
         }
         Ok((s, b))
+    }
+
+    /// The host's refusal of a range [off, off+n) outside buffer b
+    /// (stages, checkRange).
+    fn outside(&mut self, off: u32, n: u64, b: usize) -> i32 {
+        let size = self.buffers[b].mem.len();
+        self.fail(INVALID_ARGUMENT, std::format!("range [{},+{}) outside a buffer of {} bytes", off, n, size))
+    }
+
+    /// The host's refusal of more than MAX_ARGS argument records (stages,
+    /// decodeArgs; in a batch too, without the command's number).
+    fn too_many_args(&mut self, n: u32) -> i32 {
+        self.fail(INVALID_ARGUMENT, std::format!("{} arguments, at most {}", n, MAX_ARGS))
     }
 
     pub(crate) fn stream_write(&mut self, sh: u64, bh: u64, offset: u32, src: &[u8]) -> i32 {
@@ -395,8 +408,10 @@ impl State {
         match self.transfer(sh, bh, offset, dst.len()) {
             Ok((s, b)) => {
                 // A download waits for every earlier command; their
-                // failures are left for stream_sync.
+                // failures are left for stream_sync. It is a command of
+                // the stream, as on the host: it takes the next number.
                 self.drain(s);
+                self.streams[s].seq += 1;
                 let o = offset as usize;
                 dst.copy_from_slice(&self.buffers[b].mem[o..o + dst.len()]);
                 OK
@@ -407,12 +422,12 @@ impl State {
 
     fn parse_args(&mut self, prog: &ProgramDef, recs: &[ArgRecord]) -> Result<Vec<LArg>, i32> {
         if recs.len() as u32 > MAX_ARGS {
-            return Err(INVALID_ARGUMENT);
+            return Err(self.too_many_args(recs.len() as u32));
         }
         let mut out = Vec::with_capacity(recs.len());
         for (i, r) in recs.iter().enumerate() {
             if r.reserved != 0 {
-                return Err(INVALID_ARGUMENT);
+                return Err(self.fail(INVALID_ARGUMENT, std::format!("argument {}: reserved field is not zero", i)));
             }
             match r.kind {
                 0 => out.push(LArg { buf: None, off: 0, len: 0, value: r.value }),
@@ -434,16 +449,20 @@ impl State {
                         }
                     }
                     let size = self.buffers[b].mem.len() as u64;
-                    if r.offset as u64 > size {
-                        return Err(INVALID_ARGUMENT);
+                    let mut n = r.length as u64;
+                    if r.length == TO_END {
+                        if r.offset as u64 > size {
+                            let msg = std::format!("argument {}: offset {} beyond a buffer of {} bytes", i, r.offset, size);
+                            return Err(self.fail(INVALID_ARGUMENT, msg));
+                        }
+                        n = size - r.offset as u64;
                     }
-                    let n = if r.length == TO_END { size - r.offset as u64 } else { r.length as u64 };
                     if r.offset as u64 + n > size {
-                        return Err(INVALID_ARGUMENT);
+                        return Err(self.outside(r.offset, n, b));
                     }
                     out.push(LArg { buf: Some(b), off: r.offset as usize, len: n as usize, value: 0 });
                 }
-                _ => return Err(INVALID_ARGUMENT),
+                k => return Err(self.fail(INVALID_ARGUMENT, std::format!("argument {}: unknown kind {}", i, k))),
             }
         }
         Ok(out)
@@ -614,7 +633,7 @@ impl State {
                 return self.needs_launch(&std::format!("command {}: ", i), &p);
             }
             if c.args_count > MAX_ARGS {
-                return INVALID_ARGUMENT;
+                return self.too_many_args(c.args_count);
             }
             let recs = match args_of(c.args_ptr, c.args_count) {
                 Some(r) => r,
@@ -700,6 +719,9 @@ impl State {
     }
 
     fn run_kernel(&mut self, p: &ProgramDef, args: &[LArg]) -> Result<(), String> {
+        if let Some(decl) = p.vendor.clone() {
+            return self.run_vendor(p, &decl, args);
+        }
         let mut kargs: Vec<KArg> = args
             .iter()
             .enumerate()
@@ -730,6 +752,50 @@ impl State {
             if let (Some(b), Some(after)) = (a.buf, &kargs[i].bytes) {
                 if before[i].as_ref() != Some(after) {
                     self.buffers[b].mem[a.off..a.off + a.len].copy_from_slice(after);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a vendor kernel as the host runs one on sim (ABI.md §3.6): it
+    /// gets a copy of its own of each buffer range, an `in` or `inout`
+    /// range's bytes, an `out` range zeroed (two arguments bound to one
+    /// buffer get two copies); if it returns `Ok`, every `out` and `inout`
+    /// copy is copied back into the device buffer, in argument order; if
+    /// it fails, nothing is.
+    fn run_vendor(&mut self, p: &ProgramDef, decl: &[super::VendorArg], args: &[LArg]) -> Result<(), String> {
+        let mut kargs: Vec<KArg> = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| match a.buf {
+                Some(b) => KArg {
+                    bytes: Some(if decl[i].dir() == "out" {
+                        std::vec![0u8; a.len]
+                    } else {
+                        self.buffers[b].mem[a.off..a.off + a.len].to_vec()
+                    }),
+                    offset: a.off,
+                    value: 0,
+                    addr: 0,
+                    dtype: 0,
+                },
+                None => KArg { bytes: None, offset: 0, value: a.value, addr: 0, dtype: 0 },
+            })
+            .collect();
+        let kernel = p.kernel;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| kernel(&mut kargs))) {
+            Err(_) => return Err(std::format!("kernel {:?} panicked", p.name)),
+            Ok(Err(e)) => return Err(std::format!("kernel {:?}: {}", p.name, e)),
+            Ok(Ok(())) => {}
+        }
+        for (i, a) in args.iter().enumerate() {
+            if let (Some(b), Some(after)) = (a.buf, &kargs[i].bytes) {
+                if decl[i].dir() != "in" {
+                    // (A kernel that resized its copy gives back what
+                    // fits the range.)
+                    let n = a.len.min(after.len());
+                    self.buffers[b].mem[a.off..a.off + n].copy_from_slice(&after[..n]);
                 }
             }
         }

@@ -14,7 +14,9 @@ use super::{Kernel, ProgramDef};
 #[derive(Clone, Debug)]
 pub struct KArg {
     /// The bytes of a buffer range (a copy the kernel may modify: the
-    /// emulator writes back what changed), or `None` for a scalar.
+    /// emulator writes back what changed; a vendor kernel's copies follow
+    /// the host's rules instead, see [`super::Emulator::vendor_kernel`]),
+    /// or `None` for a scalar.
     pub bytes: Option<Vec<u8>>,
     /// The range's byte offset in its buffer.
     pub offset: usize,

@@ -483,19 +483,26 @@ impl Emulator {
     /// assert_eq!(stagehost::f32s(&out.unwrap()), [3.0, -4.0]);
     /// ```
     ///
+    /// The kernel gets its buffers as the host gives a kernel on sim
+    /// (ABI.md §3.6): each buffer argument's [`KArg::bytes`] is a copy of
+    /// its own, an `In` or `InOut` range's bytes, an `Out` range zeroed
+    /// (two arguments bound to the same buffer get two copies). If the
+    /// kernel returns `Ok`, every `Out` and `InOut` copy is copied back
+    /// into its buffer, in argument order; an `In` copy never is. If it
+    /// fails (an `Err` or a panic), nothing is copied back.
+    ///
     /// # Panics
     ///
-    /// On an empty name, a name declared twice, or more than
-    /// [`crate::MAX_ARGS`] arguments (no launch could bind them).
+    /// On what a manifest refuses of a `[[kernel]]` (docs/manifest.md): a
+    /// name that is not 1 to 64 of `a-z`, `0-9`, `_`, `.` and `-`, or that
+    /// is a program a backend of the host has built in (`fill`,
+    /// `softmax`, `spin`, …); more than [`crate::MAX_ARGS`] arguments; an
+    /// argument with an empty name or a name given twice. On a name
+    /// declared twice too.
     pub fn vendor_kernel(self, name: &str, args: &[VendorArg], kernel: fn(&mut [kernels::KArg]) -> Result<(), String>) -> Emulator {
-        assert!(!name.is_empty(), "emu: vendor_kernel: empty name");
-        assert!(
-            args.len() <= crate::MAX_ARGS,
-            "emu: vendor_kernel {:?}: {} arguments, more than a launch binds ({})",
-            name,
-            args.len(),
-            crate::MAX_ARGS
-        );
+        if let Err(why) = vendor::check_declaration(name, args) {
+            panic!("emu: vendor_kernel: {}", why);
+        }
         let vendor = Some(Rc::new(args.to_vec()));
         self.declare(3, name, Obj::Program(ProgramDef { name: name.to_string(), kernel, op: None, dtype: 0, vendor }))
     }

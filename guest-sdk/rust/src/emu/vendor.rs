@@ -93,6 +93,16 @@ impl VendorArg {
     }
 }
 
+/// A scalar kind after its indefinite article, as the host's messages
+/// say it: "an i32", "an f32", "a u32".
+fn with_article(t: &str) -> String {
+    if t.starts_with('i') || t.starts_with('f') {
+        std::format!("an {}", t)
+    } else {
+        std::format!("a {}", t)
+    }
+}
+
 fn dtype_name(t: Option<DType>) -> &'static str {
     match t {
         None => "bytes",
@@ -124,7 +134,7 @@ pub(crate) fn check(name: &str, decl: &[VendorArg], args: &[LArg]) -> Result<(),
                 ))
             }
             (Kind::Scalar(t), true) => {
-                return Err(std::format!("kernel {:?}: argument {} ({}) is a {} scalar, got a buffer", name, i, a.name, t))
+                return Err(std::format!("kernel {:?}: argument {} ({}) is {} scalar, got a buffer", name, i, a.name, with_article(t)))
             }
             (Kind::Buffer(t, _), true) => {
                 let size = t.map_or(1, |d| d.size());
@@ -141,9 +151,80 @@ pub(crate) fn check(name: &str, decl: &[VendorArg], args: &[LArg]) -> Result<(),
             }
             (Kind::Scalar(t), false) => {
                 if t != "u64" && l.value >> 32 != 0 {
-                    return Err(std::format!("kernel {:?}: argument {} ({}): {:#x} does not fit a {}", name, i, a.name, l.value, t));
+                    return Err(std::format!(
+                        "kernel {:?}: argument {} ({}): {:#x} does not fit {}",
+                        name,
+                        i,
+                        a.name,
+                        l.value,
+                        with_article(t)
+                    ));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// The longest vendor kernel name a manifest takes.
+const MAX_KERNEL_NAME: usize = 64;
+
+/// The program names a backend of the host has built in (sim's kernels
+/// and op library, cuda's kernels and host programs), which a manifest
+/// refuses as a vendor kernel's name. The host's tests (package
+/// manifest) keep the list equal to the host's.
+pub(crate) const HOST_PROGRAMS: &[&str] = &[
+    "abs", "abs.bf16", "abs.f16", "add", "add.bf16", "add.f16", "affine", "affine.bf16",
+    "affine.f16", "argmax", "avgpool2d", "bias", "cast", "conv2d", "conv2d.fast", "copy", "div",
+    "div.bf16", "div.f16", "exp", "exp.bf16", "exp.f16", "fault", "fill", "gather", "gelu_erf",
+    "gelu_erf.bf16", "gelu_erf.f16", "gelu_tanh", "gelu_tanh.bf16", "gelu_tanh.f16", "gemm",
+    "gemm.bf16", "gemm.bf16.fast", "gemm.f16", "gemm.f16.fast", "gemm.fast", "layernorm",
+    "layernorm.bf16", "layernorm.f16", "log", "log.bf16", "log.f16", "log_softmax",
+    "log_softmax.bf16", "log_softmax.f16", "matmul", "max", "max.bf16", "max.f16", "maxpool2d",
+    "min", "min.bf16", "min.f16", "mlp_forward", "mul", "mul.bf16", "mul.f16", "neg", "neg.bf16",
+    "neg.f16", "noop", "reduce_argmax", "reduce_argmax.bf16", "reduce_argmax.f16", "reduce_max",
+    "reduce_max.bf16", "reduce_max.f16", "reduce_mean", "reduce_mean.bf16", "reduce_mean.f16",
+    "reduce_sum", "reduce_sum.bf16", "reduce_sum.f16", "relu", "resident_gpu_exchange",
+    "resident_npu_exchange", "rmsnorm", "rmsnorm.bf16", "rmsnorm.f16", "rsqrt", "rsqrt.bf16",
+    "rsqrt.f16", "saxpy", "sigmoid", "sigmoid.bf16", "sigmoid.f16", "silu", "silu.bf16",
+    "silu.f16", "softmax", "softmax.bf16", "softmax.f16", "spin", "sqrt", "sqrt.bf16", "sqrt.f16",
+    "sub", "sub.bf16", "sub.f16", "tanh", "tanh.bf16", "tanh.f16", "transpose", "transpose.bf16",
+    "transpose.f16",
+];
+
+/// Checks a vendor kernel's name and declared arguments as a manifest's
+/// `[[kernel]]` is checked when it is read (docs/manifest.md): a name of
+/// 1 to 64 of `a-z`, `0-9`, `_`, `.` and `-` that no backend of the host
+/// has built in; at most 16 arguments, each with a name of its own (not
+/// empty). (A [`VendorArg`] always has a known kind, dtype and
+/// direction, and a scalar neither of the last two.)
+pub(crate) fn check_declaration(name: &str, args: &[VendorArg]) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_KERNEL_NAME
+        && name.bytes().all(|c| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-'));
+    if !valid {
+        return Err(std::format!(
+            "{:?} is not a kernel name: 1 to {} of a-z, 0-9, '_', '.' and '-'",
+            name, MAX_KERNEL_NAME
+        ));
+    }
+    if HOST_PROGRAMS.contains(&name) {
+        return Err(std::format!("{:?} is a built-in program's name: a vendor kernel needs a name of its own", name));
+    }
+    if args.len() > crate::MAX_ARGS {
+        return Err(std::format!(
+            "kernel {:?}: {} arguments, more than a launch carries ({})",
+            name,
+            args.len(),
+            crate::MAX_ARGS
+        ));
+    }
+    for (i, a) in args.iter().enumerate() {
+        if a.name.is_empty() {
+            return Err(std::format!("kernel {:?}: argument {}: an empty name", name, i));
+        }
+        if args[..i].iter().any(|b| b.name == a.name) {
+            return Err(std::format!("kernel {:?}: argument {}: the name {:?} is given twice", name, i, a.name));
         }
     }
     Ok(())
