@@ -98,6 +98,17 @@ wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"
 wasm_sha256 = "2260e299246e546e1f6b9342e00478464616dcb80e348794004ea4b125039e81"`),
 			[]string{`host.toml:17: kernel[0].wasm: "testdata/kernels/wrongsig.wasm": kernel "double": export "double" is (i32) -> (), want (i32, i32, i32, i32, i32) -> ()`}},
 		{"bad kind", replace(`kind = "u32"`, `kind = "u16"`), []string{`kernel[0].args[2].kind: unknown kind "u16" (want buffer, u32, u64, i32, f32)`}},
+		// The Wasm module is refused as its load would refuse it
+		// (testdata/kernels/minmem.wasm and badtype.wasm are copies of
+		// stages/testdata/kernels', built from the .wat there).
+		{"memory minimum over the limit", replace(`wasm = "kernels/double.wasm"
+wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"`, `wasm = "kernels/minmem.wasm"
+wasm_sha256 = "62c209449cc741dcbef02cbcff61da0aac29a84e3280129a659a575f971863de"`),
+			[]string{`host.toml:17: kernel[0].wasm: "testdata/kernels/minmem.wasm": kernel "double": its memory's minimum is 8192 pages (512 MiB), over the kernel memory limit of 4096 pages (256 MiB): it could never be instantiated`}},
+		{"does not validate", replace(`wasm = "kernels/double.wasm"
+wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"`, `wasm = "kernels/badtype.wasm"
+wasm_sha256 = "dc0d58cc1f2b8472a1e019e929545df1f0d71f4f85100b3a8c7374b9b3a5578e"`),
+			[]string{`host.toml:17: kernel[0].wasm: "testdata/kernels/badtype.wasm": kernel "double": does not compile: invalid function[0] export["double"]: cannot pop the 1st operand for i32.add: type mismatch: expected i32, but was f32`}},
 		{"scalar dir", replace(`kind = "u32"`, `kind = "u32", dir = "out"`), []string{`kernel[0].args[2].dir: only a buffer argument has a dir (this one is a u32 scalar)`}},
 		{"buffer without dir", replace(`dtype = "f32", dir = "in"`, `dtype = "f32"`), []string{`kernel[0].args[0].dir: required key is missing`}},
 		{"unknown key", goodKernel + "\ngrid = 4", []string{`kernel[0].grid: unknown key`}},
