@@ -263,6 +263,11 @@ func (d *decoder) kernelArgs(t *table, k *Kernel) bool {
 				}
 			}
 			a.Dir = "in"
+		} else {
+			// The kind is missing or unknown (reported): dtype and dir
+			// are this table's keys whatever it was meant to be.
+			at.has("dtype")
+			at.has("dir")
 		}
 		at.finish()
 		ok = ok && nameOK && kindOK

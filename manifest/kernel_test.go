@@ -98,6 +98,12 @@ wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"
 wasm_sha256 = "2260e299246e546e1f6b9342e00478464616dcb80e348794004ea4b125039e81"`),
 			[]string{`host.toml:17: kernel[0].wasm: "testdata/kernels/wrongsig.wasm": kernel "double": export "double" is (i32) -> (), want (i32, i32, i32, i32, i32) -> ()`}},
 		{"bad kind", replace(`kind = "u32"`, `kind = "u16"`), []string{`kernel[0].args[2].kind: unknown kind "u16" (want buffer, u32, u64, i32, f32)`}},
+		// A missing or unknown kind is the one error: the table's dtype
+		// and dir are not also unknown keys.
+		{"bad kind of a buffer", replace(`kind = "buffer", dtype = "f32", dir = "in"`, `kind = "buf", dtype = "f32", dir = "in"`),
+			[]string{`host.toml:20: kernel[0].args[0].kind: unknown kind "buf" (want buffer, u32, u64, i32, f32)`}},
+		{"no kind", replace(`kind = "buffer", dtype = "f32", dir = "in"`, `dtype = "f32", dir = "in"`),
+			[]string{`host.toml:20: kernel[0].args[0].kind: required key is missing`}},
 		// The Wasm module is refused as its load would refuse it
 		// (testdata/kernels/minmem.wasm and badtype.wasm are copies of
 		// stages/testdata/kernels', built from the .wat there).
@@ -154,6 +160,13 @@ func TestKernelPrograms(t *testing.T) {
 	_, err := Decode(filepath.Join("testdata", "host.toml"), kernelToml(noWasm), nil)
 	if err == nil || !strings.Contains(err.Error(), `session[0].programs[1]: kernel "double" has no wasm: a session on a sim device runs a kernel's Wasm module`) {
 		t.Fatalf("err = %v", err)
+	}
+	// A misspelt kernel name: the close name suggested is the kernel's,
+	// as a built-in program's would be.
+	typo := strings.Replace(string(kernelToml(goodKernel)), `programs = ["fill", "double"]`, `programs = ["fill", "doubel"]`, 1)
+	_, err = Decode(filepath.Join("testdata", "host.toml"), []byte(typo), nil)
+	if want := `testdata/host.toml:29: session[0].programs[1]: no program "doubel" on backend sim (did you mean "double"?)`; err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %s", err, want)
 	}
 	builtin := strings.Replace(string(kernelToml(goodKernel)), `name = "double"`, `name = "fill"`, 1)
 	_, err = Decode(filepath.Join("testdata", "host.toml"), []byte(builtin), nil)
