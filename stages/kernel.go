@@ -332,7 +332,7 @@ func (k *WasmKernel) run(ctx context.Context, args KernelArgs, prefix string, de
 	if ctx.Err() != nil { // the call's deadline passed before the launch began
 		return k.failure(ctx, prefix, atCall, "did not start", ctx.Err())
 	}
-	mod, err := k.runtime.InstantiateModule(ctx, k.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	mod, err := k.runtime.InstantiateModule(withKernelMemory(ctx), k.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		return k.failure(ctx, prefix, atCall, "does not instantiate", wasmbin.RenameStart(err, k.startDesc[0], k.startDesc[1]))
 	}
