@@ -296,7 +296,10 @@ type KernelArgs struct {
 // memory by the pages the buffers need, copies every in and inout buffer
 // there (16-byte aligned, in argument order), calls the export, and
 // copies every out and inout buffer back. An out buffer starts zeroed.
-// Nothing is copied back when the launch fails.
+// Nothing is copied back when the launch fails. The module's start
+// function, if it has one, runs in every launch's instance. The instance
+// is closed before Run returns, and on Linux its memory, a mapping of
+// its own, is given back to the system then.
 //
 // # Errors
 //
@@ -304,7 +307,9 @@ type KernelArgs struct {
 //   - the buffers do not fit the memory limit (also
 //     [errdefs.ErrOutOfBudget]);
 //   - the kernel trapped (an out-of-bounds access, unreachable, a stack
-//     overflow, a division by zero), naming the trap;
+//     overflow, a division by zero), naming the trap; or its start
+//     function did ("does not instantiate: start function[K] failed",
+//     K the module's own index);
 //   - the kernel ran past its time limit ("interrupted: it ran past its
 //     time limit of 5s"), or past ctx's deadline when that came first
 //     ("interrupted at its call's deadline"; a ctx whose deadline has
