@@ -1280,11 +1280,12 @@ func (d *decoder) checkPrograms(m *Manifest, s *Session, meta sessMeta, dev *Dev
 	}
 }
 
-// kernelNames lists the names of the manifest's [[kernel]]s.
+// kernelNames lists the names of the manifest's [[kernel]]s, those that
+// are kernel names (a refused name is no program a session could list).
 func kernelNames(m *Manifest) []string {
 	names := make([]string, 0, len(m.Kernels))
 	for _, k := range m.Kernels {
-		if k.Name != "" {
+		if validWeightsName(k.Name) {
 			names = append(names, k.Name)
 		}
 	}

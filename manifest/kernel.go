@@ -128,7 +128,9 @@ func (d *decoder) kernels(root *table, m *Manifest) []kernelMeta {
 			d.unique(t.path.key("name"), k.Name, "kernel", first)
 		}
 		if t.has("tenant") {
-			if k.Tenant, _ = t.str("tenant", "", false); !ValidTenantName(k.Tenant) {
+			if tenant, ok := t.str("tenant", "", false); !ok {
+				k.Tenant = "" // reported: not a string
+			} else if k.Tenant = tenant; !ValidTenantName(k.Tenant) {
 				d.errorf(t.path.key("tenant"), "%q is not a tenant name: 1 to %d of letters, digits, '-' and '_'", k.Tenant, MaxTenantName)
 				k.Tenant = ""
 			}

@@ -97,6 +97,7 @@ args = []`, []string{`:13: kernel[0]: a kernel needs ptx (for cuda devices) or w
 wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"`, `wasm = "kernels/wrongsig.wasm"
 wasm_sha256 = "2260e299246e546e1f6b9342e00478464616dcb80e348794004ea4b125039e81"`),
 			[]string{`host.toml:17: kernel[0].wasm: "testdata/kernels/wrongsig.wasm": kernel "double": export "double" is (i32) -> (), want (i32, i32, i32, i32, i32) -> ()`}},
+		{"tenant not a string", goodKernel + "\ntenant = 3", []string{`host.toml:23: kernel[0].tenant: must be a string, not an integer`}},
 		{"bad kind", replace(`kind = "u32"`, `kind = "u16"`), []string{`kernel[0].args[2].kind: unknown kind "u16" (want buffer, u32, u64, i32, f32)`}},
 		// A missing or unknown kind is the one error: the table's dtype
 		// and dir are not also unknown keys.
@@ -167,6 +168,12 @@ func TestKernelPrograms(t *testing.T) {
 	_, err = Decode(filepath.Join("testdata", "host.toml"), []byte(typo), nil)
 	if want := `testdata/host.toml:29: session[0].programs[1]: no program "doubel" on backend sim (did you mean "double"?)`; err == nil || err.Error() != want {
 		t.Fatalf("err = %v, want %s", err, want)
+	}
+	// A kernel whose own name is refused is not suggested.
+	upper := strings.Replace(string(kernelToml(goodKernel)), `name = "double"`, `name = "Double"`, 1)
+	_, err = Decode(filepath.Join("testdata", "host.toml"), []byte(upper), nil)
+	if err == nil || !strings.Contains(err.Error(), `session[0].programs[1]: no program "double" on backend sim (it has `) || strings.Contains(err.Error(), "did you mean") {
+		t.Fatalf("err = %v", err)
 	}
 	builtin := strings.Replace(string(kernelToml(goodKernel)), `name = "double"`, `name = "fill"`, 1)
 	_, err = Decode(filepath.Join("testdata", "host.toml"), []byte(builtin), nil)
