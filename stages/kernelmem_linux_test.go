@@ -81,3 +81,36 @@ func TestKernelMemoryIsReturnedAfterALaunch(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelMemoryGrows: a kernel's memory keeps its bytes and its
+// address as it grows, its new bytes are zero, it refuses to grow past
+// its reservation, and where the reservation cannot be made it is Go
+// memory that grows the same way.
+func TestKernelMemoryGrows(t *testing.T) {
+	for _, max := range []uint64{4 << 16, 1 << 62} { // 1<<62: mmap fails
+		m := &kernelMemory{}
+		lm := m.Allocate(1<<16, max)
+		if mapped := max < 1<<62; m.mapped != mapped {
+			t.Fatalf("max %d: mapped %v, want %v", max, m.mapped, mapped)
+		}
+		a := lm.Reallocate(1 << 16)
+		if len(a) != 1<<16 {
+			t.Fatalf("max %d: %d bytes, want %d", max, len(a), 1<<16)
+		}
+		a[0], a[len(a)-1] = 1, 2
+		b := lm.Reallocate(3 << 16)
+		if len(b) != 3<<16 || b[0] != 1 || b[1<<16-1] != 2 || !allZero(b[1<<16:]) {
+			t.Fatalf("max %d: grown memory lost its bytes or is not zero past them", max)
+		}
+		if m.mapped && &a[0] != &b[0] {
+			t.Fatalf("max %d: the mapped memory moved as it grew", max)
+		}
+		if m.mapped && lm.Reallocate(5<<16) != nil {
+			t.Fatalf("max %d: grew past its reservation", max)
+		}
+		lm.Free()
+		if m.mapping != nil || m.mapped {
+			t.Fatalf("max %d: Free kept the memory", max)
+		}
+	}
+}
