@@ -165,8 +165,8 @@ func validateKernel(bin []byte, spec KernelSpec, cfg KernelConfig) (*wasmbin.Mod
 		return fail("its memory is shared: a vendor kernel's memory is its own")
 	}
 	if len(p.Memories) == 1 && p.Memories[0].Min > cfg.memoryPages {
-		min := p.Memories[0].Min
-		return fail("its memory's minimum is %d pages (%s), over the kernel memory limit of %d pages (%s): it could never be instantiated", min, pagesSize(min), cfg.memoryPages, pagesSize(cfg.memoryPages))
+		pages := p.Memories[0].Min
+		return fail("its memory's minimum is %d pages (%s), over the kernel memory limit of %d pages (%s): it could never be instantiated", pages, pagesSize(pages), cfg.memoryPages, pagesSize(cfg.memoryPages))
 	}
 	ex, ok := p.Export(spec.Entry)
 	if !ok || ex.Kind != wasmbin.KindFunc {
