@@ -1275,9 +1275,21 @@ func (d *decoder) checkPrograms(m *Manifest, s *Session, meta sessMeta, dev *Dev
 			continue
 		}
 		if prog != "" && !slices.Contains(known, prog) {
-			d.noProgram(meta.p.key("programs").at(k), prog, dev, known)
+			d.noProgram(meta.p.key("programs").at(k), prog, dev, known, kernelNames(m))
 		}
 	}
+}
+
+// kernelNames lists the names of the manifest's [[kernel]]s, those that
+// are kernel names (a refused name is no program a session could list).
+func kernelNames(m *Manifest) []string {
+	names := make([]string, 0, len(m.Kernels))
+	for _, k := range m.Kernels {
+		if validWeightsName(k.Name) {
+			names = append(names, k.Name)
+		}
+	}
+	return names
 }
 
 // programNames lists the programs a session on dev can prepare, from the
@@ -1307,16 +1319,17 @@ func programNames(dev *Device) (names []string, ok bool) {
 // lists; a backend with more (the op library's) is named by its count.
 const maxListedPrograms = 16
 
-// noProgram reports a program name that dev's backend does not have,
-// suggesting a close one, or else listing them (or, when there are more
-// than maxListedPrograms, counting them).
-func (d *decoder) noProgram(p keyPath, name string, dev *Device, known []string) {
+// noProgram reports a program name that dev's backend does not have and
+// no [[kernel]] has, suggesting a close one among both (kernels: the
+// manifest's kernel names), or else listing the backend's programs (or,
+// when there are more than maxListedPrograms, counting them).
+func (d *decoder) noProgram(p keyPath, name string, dev *Device, known, kernels []string) {
 	on := "backend " + string(dev.Backend)
 	if dev.Backend == BackendCUDA && dev.Engine == hw.EngineCPU {
 		on = "the cuda host device (engine cpu)"
 	}
 	msg := fmt.Sprintf("no program %q on %s", name, on)
-	switch s := suggest(name, known); {
+	switch s := suggest(name, append(slices.Clip(known), kernels...)); {
 	case s != "":
 		msg += fmt.Sprintf(" (did you mean %q?)", s)
 	case len(known) > maxListedPrograms:

@@ -34,9 +34,11 @@ var (
 
 // Kernel is one [[kernel]]: a device program a vendor ships with the
 // model (docs/manifest.md). Its files are checked when the manifest is
-// read (they exist, hash to their sha256, and the Wasm module fits the
-// declaration: [stages.ValidateKernel]); the PTX is checked against the
-// driver by `stagehost check` on a machine with a GPU, and at load.
+// read (they exist, hash to their sha256, and the Wasm module passes
+// every check of its load, against the declaration and the default
+// kernel memory limit that the load uses: [stages.ValidateKernel]); the
+// PTX is checked against the driver by `stagehost check` on a machine
+// with a GPU, and at load.
 type Kernel struct {
 	Name   string
 	Tenant string // "" when not set: the tenant is then the kernel's name
@@ -126,7 +128,9 @@ func (d *decoder) kernels(root *table, m *Manifest) []kernelMeta {
 			d.unique(t.path.key("name"), k.Name, "kernel", first)
 		}
 		if t.has("tenant") {
-			if k.Tenant, _ = t.str("tenant", "", false); !ValidTenantName(k.Tenant) {
+			if tenant, ok := t.str("tenant", "", false); !ok {
+				k.Tenant = "" // reported: not a string
+			} else if k.Tenant = tenant; !ValidTenantName(k.Tenant) {
 				d.errorf(t.path.key("tenant"), "%q is not a tenant name: 1 to %d of letters, digits, '-' and '_'", k.Tenant, MaxTenantName)
 				k.Tenant = ""
 			}
@@ -169,7 +173,7 @@ func (d *decoder) kernels(root *table, m *Manifest) []kernelMeta {
 				if data, ok := d.kernelFile(t, "wasm", k.WasmFile, wasmSum, hasWasmSum && wasmSumOK); ok {
 					k.WasmSHA256 = hashOf(data)
 					if argsOK && meta.name && k.Entry != "" {
-						if err := stages.ValidateKernel(data, k.Spec()); err != nil {
+						if err := stages.ValidateKernel(data, k.Spec(), stages.NewKernelConfig()); err != nil {
 							d.errorf(t.path.key("wasm"), "%q: %s", k.WasmFile, escapeUnprintable(err.Error()))
 						}
 					}
@@ -261,6 +265,11 @@ func (d *decoder) kernelArgs(t *table, k *Kernel) bool {
 				}
 			}
 			a.Dir = "in"
+		} else {
+			// The kind is missing or unknown (reported): dtype and dir
+			// are this table's keys whatever it was meant to be.
+			at.has("dtype")
+			at.has("dir")
 		}
 		at.finish()
 		ok = ok && nameOK && kindOK

@@ -97,7 +97,25 @@ args = []`, []string{`:13: kernel[0]: a kernel needs ptx (for cuda devices) or w
 wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"`, `wasm = "kernels/wrongsig.wasm"
 wasm_sha256 = "2260e299246e546e1f6b9342e00478464616dcb80e348794004ea4b125039e81"`),
 			[]string{`host.toml:17: kernel[0].wasm: "testdata/kernels/wrongsig.wasm": kernel "double": export "double" is (i32) -> (), want (i32, i32, i32, i32, i32) -> ()`}},
+		{"tenant not a string", goodKernel + "\ntenant = 3", []string{`host.toml:23: kernel[0].tenant: must be a string, not an integer`}},
 		{"bad kind", replace(`kind = "u32"`, `kind = "u16"`), []string{`kernel[0].args[2].kind: unknown kind "u16" (want buffer, u32, u64, i32, f32)`}},
+		// A missing or unknown kind is the one error: the table's dtype
+		// and dir are not also unknown keys.
+		{"bad kind of a buffer", replace(`kind = "buffer", dtype = "f32", dir = "in"`, `kind = "buf", dtype = "f32", dir = "in"`),
+			[]string{`host.toml:20: kernel[0].args[0].kind: unknown kind "buf" (want buffer, u32, u64, i32, f32)`}},
+		{"no kind", replace(`kind = "buffer", dtype = "f32", dir = "in"`, `dtype = "f32", dir = "in"`),
+			[]string{`host.toml:20: kernel[0].args[0].kind: required key is missing`}},
+		// The Wasm module is refused as its load would refuse it
+		// (testdata/kernels/minmem.wasm and badtype.wasm are copies of
+		// stages/testdata/kernels', built from the .wat there).
+		{"memory minimum over the limit", replace(`wasm = "kernels/double.wasm"
+wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"`, `wasm = "kernels/minmem.wasm"
+wasm_sha256 = "62c209449cc741dcbef02cbcff61da0aac29a84e3280129a659a575f971863de"`),
+			[]string{`host.toml:17: kernel[0].wasm: "testdata/kernels/minmem.wasm": kernel "double": its memory's minimum is 8192 pages (512 MiB), over the kernel memory limit of 4096 pages (256 MiB): it could never be instantiated`}},
+		{"does not validate", replace(`wasm = "kernels/double.wasm"
+wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"`, `wasm = "kernels/badtype.wasm"
+wasm_sha256 = "dc0d58cc1f2b8472a1e019e929545df1f0d71f4f85100b3a8c7374b9b3a5578e"`),
+			[]string{`host.toml:17: kernel[0].wasm: "testdata/kernels/badtype.wasm": kernel "double": does not compile: invalid function[0] export["double"]: cannot pop the 1st operand for i32.add: type mismatch: expected i32, but was f32`}},
 		{"scalar dir", replace(`kind = "u32"`, `kind = "u32", dir = "out"`), []string{`kernel[0].args[2].dir: only a buffer argument has a dir (this one is a u32 scalar)`}},
 		{"f32 scalar dtype", replace(`kind = "u32"`, `kind = "f32", dtype = "f32"`), []string{`kernel[0].args[2].dtype: only a buffer argument has a dtype (this one is an f32 scalar)`}},
 		{"buffer without dir", replace(`dtype = "f32", dir = "in"`, `dtype = "f32"`), []string{`kernel[0].args[0].dir: required key is missing`}},
@@ -143,6 +161,19 @@ func TestKernelPrograms(t *testing.T) {
 		`wasm_sha256 = "943488418cf6857f098941af5f04b6dbc7b2bb730a02be9a240882ee702109ad"`, "", 1)
 	_, err := Decode(filepath.Join("testdata", "host.toml"), kernelToml(noWasm), nil)
 	if err == nil || !strings.Contains(err.Error(), `session[0].programs[1]: kernel "double" has no wasm: a session on a sim device runs a kernel's Wasm module`) {
+		t.Fatalf("err = %v", err)
+	}
+	// A misspelt kernel name: the close name suggested is the kernel's,
+	// as a built-in program's would be.
+	typo := strings.Replace(string(kernelToml(goodKernel)), `programs = ["fill", "double"]`, `programs = ["fill", "doubel"]`, 1)
+	_, err = Decode(filepath.Join("testdata", "host.toml"), []byte(typo), nil)
+	if want := `testdata/host.toml:29: session[0].programs[1]: no program "doubel" on backend sim (did you mean "double"?)`; err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %s", err, want)
+	}
+	// A kernel whose own name is refused is not suggested.
+	upper := strings.Replace(string(kernelToml(goodKernel)), `name = "double"`, `name = "Double"`, 1)
+	_, err = Decode(filepath.Join("testdata", "host.toml"), []byte(upper), nil)
+	if err == nil || !strings.Contains(err.Error(), `session[0].programs[1]: no program "double" on backend sim (it has `) || strings.Contains(err.Error(), "did you mean") {
 		t.Fatalf("err = %v", err)
 	}
 	builtin := strings.Replace(string(kernelToml(goodKernel)), `name = "double"`, `name = "fill"`, 1)

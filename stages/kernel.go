@@ -113,22 +113,33 @@ func (s KernelSpec) WasmParams() ([]api.ValueType, error) {
 	return ps, nil
 }
 
-// ValidateKernel checks a vendor kernel's Wasm module against its spec
-// without compiling it: the binary is well formed, imports nothing,
-// exports its memory as "memory" (one memory, not shared), and exports
-// spec.Entry as a function of exactly [KernelSpec.WasmParams] and no
-// results.
+// ValidateKernel runs every check [Engine.LoadKernel] makes of a vendor
+// kernel's Wasm module against its spec and cfg's memory limit (the zero
+// KernelConfig: the defaults, [NewKernelConfig]): the binary is well
+// formed, imports nothing, exports its memory as "memory" (one memory,
+// not shared, whose minimum is at most the memory limit: a larger maximum
+// is allowed, and capped at the limit by the load), exports spec.Entry
+// as a function of exactly [KernelSpec.WasmParams] and no results, and
+// validates as the engine validates it when it compiles it (operand-stack
+// types included). It compiles the module with wazero's interpreter for
+// that last check only: nothing is instantiated and no machine code is
+// made, so a tool (`stagehost check`) refuses what the load would.
 //
 // # Errors
 //
 // [errdefs.ErrInvalidArgument], naming the kernel and what is wrong: the
-// import, the missing export, or the expected and actual signatures.
-func ValidateKernel(bin []byte, spec KernelSpec) error {
-	_, err := validateKernel(bin, spec)
+// import, the missing export, the expected and actual signatures, the
+// memory's minimum and the limit, or the engine's validation error
+// ("does not compile: ...").
+func ValidateKernel(bin []byte, spec KernelSpec, cfg KernelConfig) error {
+	if cfg.memoryPages == 0 {
+		cfg = NewKernelConfig()
+	}
+	_, err := validateKernel(bin, spec, cfg)
 	return err
 }
 
-func validateKernel(bin []byte, spec KernelSpec) (*wasmbin.Module, error) {
+func validateKernel(bin []byte, spec KernelSpec, cfg KernelConfig) (*wasmbin.Module, error) {
 	fail := func(format string, args ...any) (*wasmbin.Module, error) {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: "+format, append([]any{spec.Name}, args...)...)
 	}
@@ -153,6 +164,10 @@ func validateKernel(bin []byte, spec KernelSpec) (*wasmbin.Module, error) {
 	if len(p.Memories) == 1 && p.Memories[0].Shared {
 		return fail("its memory is shared: a vendor kernel's memory is its own")
 	}
+	if len(p.Memories) == 1 && p.Memories[0].Min > cfg.memoryPages {
+		pages := p.Memories[0].Min
+		return fail("its memory's minimum is %d pages (%s), over the kernel memory limit of %d pages (%s): it could never be instantiated", pages, pagesSize(pages), cfg.memoryPages, pagesSize(cfg.memoryPages))
+	}
 	ex, ok := p.Export(spec.Entry)
 	if !ok || ex.Kind != wasmbin.KindFunc {
 		return fail("exports no function %q", spec.Entry)
@@ -160,7 +175,30 @@ func validateKernel(bin []byte, spec KernelSpec) (*wasmbin.Module, error) {
 	if !sameTypes(ex.Type.Params, want) || len(ex.Type.Results) != 0 {
 		return fail("export %q is %s, want %s (abi/ABI.md, \"Vendor kernels on sim\")", spec.Entry, sigString(ex.Type.Params, ex.Type.Results), sigString(want, nil))
 	}
+	if err := engineValidate(bin); err != nil {
+		return fail("does not compile: %v", err)
+	}
 	return p, nil
+}
+
+// engineValidate validates bin as the engine does when it compiles it
+// (wazero's validation, which checks what wasmbin does not: the types on
+// the operand stack), compiling it with the interpreter, which makes no
+// machine code, in a runtime of its own that is closed at once.
+func engineValidate(bin []byte) error {
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer rt.Close(ctx)
+	_, err := rt.CompileModule(ctx, bin)
+	return err
+}
+
+// pagesSize is a number of 64 KiB pages as a size: "256 MiB", "64 KiB".
+func pagesSize(pages uint32) string {
+	if pages%16 == 0 {
+		return fmt.Sprintf("%d MiB", pages/16)
+	}
+	return fmt.Sprintf("%d KiB", uint64(pages)*64)
 }
 
 func sameTypes(a, b []api.ValueType) bool {
@@ -193,6 +231,15 @@ type WasmKernel struct {
 	cfg      KernelConfig
 	engine   *Engine
 	compiled wazero.CompiledModule
+	// runtime is the one that compiled it, where it instantiates: the
+	// engine's, or the one without the file cache ([Engine.compile]).
+	runtime wazero.Runtime
+	// startDesc is how the engine names the start function of the
+	// compiled module and of the module as loaded ([wasmbin.StartDesc]),
+	// so that a start function that fails is named by the module's own
+	// index; equal (both empty) without instrumentation or a start
+	// section.
+	startDesc [2]string
 }
 
 // LoadKernel validates a vendor kernel's module ([ValidateKernel]),
@@ -207,7 +254,7 @@ func (e *Engine) LoadKernel(ctx context.Context, bin []byte, spec KernelSpec, cf
 	if cfg.memoryPages == 0 {
 		cfg = NewKernelConfig()
 	}
-	p, err := validateKernel(bin, spec)
+	p, err := validateKernel(bin, spec, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -215,23 +262,27 @@ func (e *Engine) LoadKernel(ctx context.Context, bin []byte, spec KernelSpec, cf
 	if err != nil {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: %v", spec.Name, err)
 	}
+	k := &WasmKernel{spec: spec, cfg: cfg, engine: e}
 	if !e.cfg.uninterruptible {
-		if rewritten, _, err = instrument(rewritten); err != nil {
+		if rewritten, k.startDesc, err = instrument(rewritten); err != nil {
 			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: %v", spec.Name, err)
 		}
 	}
-	c, err := e.compile(ctx, spec.Name, rewritten)
-	if err != nil {
+	if k.compiled, err = e.compile(ctx, spec.Name, rewritten); err != nil {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: does not compile: %v", spec.Name, err)
 	}
-	return &WasmKernel{spec: spec, cfg: cfg, engine: e, compiled: c}, nil
+	k.runtime = e.runtimeOf(k.compiled)
+	return k, nil
 }
 
 // Spec returns the kernel's declaration.
 func (k *WasmKernel) Spec() KernelSpec { return k.spec }
 
 // Close releases the compiled module.
-func (k *WasmKernel) Close(ctx context.Context) error { return k.compiled.Close(ctx) }
+func (k *WasmKernel) Close(ctx context.Context) error {
+	k.engine.inUncached.Delete(k.compiled)
+	return k.compiled.Close(ctx)
+}
 
 // KernelArgs are one launch's arguments: Bufs[i] is argument i's bytes
 // for a buffer (nil for a scalar), Scalars[i] its value for a scalar (f32
@@ -245,7 +296,10 @@ type KernelArgs struct {
 // memory by the pages the buffers need, copies every in and inout buffer
 // there (16-byte aligned, in argument order), calls the export, and
 // copies every out and inout buffer back. An out buffer starts zeroed.
-// Nothing is copied back when the launch fails.
+// Nothing is copied back when the launch fails. The module's start
+// function, if it has one, runs in every launch's instance. The instance
+// is closed before Run returns, and on Linux its memory, a mapping of
+// its own, is given back to the system then.
 //
 // # Errors
 //
@@ -253,7 +307,9 @@ type KernelArgs struct {
 //   - the buffers do not fit the memory limit (also
 //     [errdefs.ErrOutOfBudget]);
 //   - the kernel trapped (an out-of-bounds access, unreachable, a stack
-//     overflow, a division by zero), naming the trap;
+//     overflow, a division by zero), naming the trap; or its start
+//     function did ("does not instantiate: start function[K] failed",
+//     K the module's own index);
 //   - the kernel ran past its time limit ("interrupted: it ran past its
 //     time limit of 5s"), or past ctx's deadline when that came first
 //     ("interrupted at its call's deadline"; a ctx whose deadline has
@@ -281,9 +337,9 @@ func (k *WasmKernel) run(ctx context.Context, args KernelArgs, prefix string, de
 	if ctx.Err() != nil { // the call's deadline passed before the launch began
 		return k.failure(ctx, prefix, atCall, "did not start", ctx.Err())
 	}
-	mod, err := k.engine.runtime.InstantiateModule(ctx, k.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	mod, err := k.runtime.InstantiateModule(withKernelMemory(ctx), k.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
-		return k.failure(ctx, prefix, atCall, "does not instantiate", err)
+		return k.failure(ctx, prefix, atCall, "does not instantiate", wasmbin.RenameStart(err, k.startDesc[0], k.startDesc[1]))
 	}
 	defer mod.Close(context.WithoutCancel(ctx))
 	mem := mod.Memory()

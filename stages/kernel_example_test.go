@@ -45,7 +45,7 @@ func ExampleEngine_LoadKernel() {
 
 	// A module whose export does not fit the declaration is refused.
 	bad, _ := os.ReadFile("testdata/kernels/wrongsig.wasm")
-	fmt.Println(stages.ValidateKernel(bad, spec))
+	fmt.Println(stages.ValidateKernel(bad, spec, stages.NewKernelConfig()))
 	// Output:
 	// <nil>
 	// 3 -4

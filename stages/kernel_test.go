@@ -82,14 +82,17 @@ func TestKernelCorpus(t *testing.T) {
 		{file: "noexport", loadClass: errdefs.ErrInvalidArgument, load: `kernel "double": exports no function "double"`},
 		{file: "imports", loadClass: errdefs.ErrInvalidArgument, load: `kernel "double": imports stagehost_v1.stream_sync: a vendor kernel imports nothing`},
 		{file: "nomemory", loadClass: errdefs.ErrInvalidArgument, load: `kernel "double": exports no memory named "memory"`},
+		// The start function is the module's function 0; the instrumented
+		// module's is function 1, which the error must not name.
+		{file: "starttrap", runClasses: []error{errdefs.ErrFault}, run: `kernel "double": does not instantiate: start function[0] failed: wasm error: unreachable`},
 	} {
 		t.Run(row.file, func(t *testing.T) {
 			bin := kernelFile(t, row.file)
-			verr := ValidateKernel(bin, doubleSpec)
 			cfg := cfg
 			if row.memory != 0 {
 				cfg = cfg.WithMemoryLimit(row.memory)
 			}
+			verr := ValidateKernel(bin, doubleSpec, cfg)
 			k, err := eng.LoadKernel(ctx, bin, doubleSpec, cfg)
 			if row.load != "" {
 				for _, e := range []error{verr, err} {
@@ -150,6 +153,86 @@ func TestKernelCorpus(t *testing.T) {
 				t.Fatalf("device: %v", err)
 			}
 		})
+	}
+}
+
+// TestValidateKernelIsTheLoadsCheck: ValidateKernel (what `stagehost
+// check` runs) refuses exactly what LoadKernel refuses, with the same
+// error, for the same memory limit: a memory minimum over the limit, a
+// body that does not validate on the operand stack. A maximum over the
+// limit is capped, not refused.
+func TestValidateKernelIsTheLoadsCheck(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	eng, err := NewEngine(ctx, NewEngineConfig().WithCacheDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	for _, row := range []struct {
+		file string
+		cfg  KernelConfig
+		want string // "": accepted
+	}{
+		{"minmem", NewKernelConfig(), `kernel "double": its memory's minimum is 8192 pages (512 MiB), over the kernel memory limit of 4096 pages (256 MiB): it could never be instantiated`},
+		{"double", NewKernelConfig().WithMemoryLimit(0), ""}, // a minimum of 1 page, the limit's least
+		{"minmem", NewKernelConfig().WithMemoryLimit(512 << 20), ""},
+		{"minmem", NewKernelConfig().WithMemoryLimit(8191 << 16), `its memory's minimum is 8192 pages (512 MiB), over the kernel memory limit of 8191 pages (524224 KiB)`},
+		{"bigmax", NewKernelConfig(), ""},
+		{"badtype", NewKernelConfig(), `kernel "double": does not compile: invalid function[0] export["double"]: cannot pop the 1st operand for i32.add: type mismatch: expected i32, but was f32`},
+	} {
+		bin := kernelFile(t, row.file)
+		verr := ValidateKernel(bin, doubleSpec, row.cfg)
+		k, lerr := eng.LoadKernel(ctx, bin, doubleSpec, row.cfg)
+		if row.want == "" {
+			if verr != nil || lerr != nil {
+				t.Fatalf("%s: validate %v, load %v; want both accepted", row.file, verr, lerr)
+			}
+			k.Close(ctx)
+			continue
+		}
+		for what, e := range map[string]error{"validate": verr, "load": lerr} {
+			if !errors.Is(e, errdefs.ErrInvalidArgument) || !strings.Contains(e.Error(), row.want) {
+				t.Errorf("%s: %s: got %v, want invalid_argument containing %q", row.file, what, e, row.want)
+			}
+		}
+		if verr != nil && lerr != nil && verr.Error() != lerr.Error() {
+			t.Errorf("%s: validate says %q, load %q", row.file, verr, lerr)
+		}
+	}
+	// The zero KernelConfig is the defaults.
+	if err := ValidateKernel(kernelFile(t, "minmem"), doubleSpec, KernelConfig{}); err == nil || !strings.Contains(err.Error(), "limit of 4096 pages (256 MiB)") {
+		t.Errorf("zero config: %v", err)
+	}
+}
+
+// TestKernelWithoutTheCache: a kernel compiled without the file cache
+// (it cannot be written) runs: it instantiates in the runtime that
+// compiled it.
+func TestKernelWithoutTheCache(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	eng, err := NewEngine(ctx, NewEngineConfig().WithCacheDir(unwritableCacheDir(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	k, err := eng.LoadKernel(ctx, kernelFile(t, "double"), doubleSpec, NewKernelConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := make([]byte, 8)
+	if err := k.Run(ctx, KernelArgs{Bufs: [][]byte{f32bytes(1, 2), y, nil}, Scalars: []uint64{0, 0, 2}}); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if want := f32bytes(2, 4); string(y) != string(want) {
+		t.Fatalf("y = %v, want %v", y, want)
+	}
+	if err := k.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := eng.inUncached.Load(k.compiled); ok {
+		t.Error("the closed kernel is still listed as compiled without the cache")
 	}
 }
 

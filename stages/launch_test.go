@@ -58,6 +58,21 @@ func TestStreamLaunch(t *testing.T) {
 			`program "fill" is built in: stream_launch launches vendor kernels; use stream_submit`},
 		{"scalar for buffer", [3]uint32{1, 1, 1}, [3]uint32{4, 1, 1}, 0, 4, abi.StatusInvalidArgument,
 			`kernel "double": argument 1 (y) is a buffer (f32, out), got a scalar`},
+		// The pointers (ABI.md §3.5's order): grid and block are read
+		// before the program's kind and the shape, the records after the
+		// shape and their count.
+		{"built in, grid out of bounds", [3]uint32{1, 1, 1}, [3]uint32{4, 1, 1}, 0, 6, abi.StatusOutOfBounds,
+			`pointer or length outside guest memory`},
+		{"block out of bounds", [3]uint32{1, 1, 1}, [3]uint32{4, 1, 1}, 0, 7, abi.StatusOutOfBounds,
+			`pointer or length outside guest memory`},
+		{"block out of bounds, bad shape", [3]uint32{0, 1, 1}, [3]uint32{4, 1, 1}, 0, 7, abi.StatusOutOfBounds,
+			`pointer or length outside guest memory`},
+		{"records out of bounds", [3]uint32{1, 1, 1}, [3]uint32{4, 1, 1}, 0, 8, abi.StatusOutOfBounds,
+			`pointer or length outside guest memory`},
+		{"records out of bounds, bad shape", [3]uint32{1, 1, 1}, [3]uint32{1025, 1, 1}, 0, 8, abi.StatusInvalidArgument,
+			`block.x = 1025, over the device's limit of 1024`},
+		{"17 records out of bounds", [3]uint32{1, 1, 1}, [3]uint32{4, 1, 1}, 0, 9, abi.StatusInvalidArgument,
+			`17 arguments, at most 16`},
 	} {
 		t.Run(row.name, func(t *testing.T) {
 			in := make([]byte, 48)

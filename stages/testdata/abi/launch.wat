@@ -9,6 +9,12 @@
 ;;   4 stream_launch(double, x, 7, 4): a scalar where a buffer is declared
 ;;   5 stream_launch(double, x, y, 4), then return 0 at once: no sync, no
 ;;     output; the fence drains the launch
+;;   6 stream_launch(fill, y, 4) with grid_ptr 65530, past the memory's
+;;     end (one page): a built-in program and a grid out of bounds
+;;   7 stream_launch(double, x, y, 4) with block_ptr 0xFFFFFFF0
+;;   8 stream_launch(double, x, y, 4) with args_ptr 65520: the records
+;;     out of bounds
+;;   9 stream_launch(double, ...) with 17 records at args_ptr 65520
 ;; The output is the launch's status (u32), stream_sync's status (u32),
 ;; y's 16 bytes after stream_read, and the last error: last_error's
 ;; status, length and message. A failing setup step returns 100 + step.
@@ -85,6 +91,21 @@
         (drop (call $stream_launch (i64.load (i32.const 64)) (i64.load (i32.const 72))
           (i32.const 128) (i32.const 140) (i32.load (i32.const 152)) (i32.const 256) (i32.const 3)))
         (return (i32.const 0))))
+    (if (i32.eq (local.get $mode) (i32.const 6))
+      (then
+        (call $buf (i32.const 256) (i32.const 88))
+        (call $scalar (i32.const 280) (i64.const 4))
+        (local.set $st (call $stream_launch (i64.load (i32.const 64)) (i64.load (i32.const 96))
+          (i32.const 65530) (i32.const 140) (i32.load (i32.const 152)) (i32.const 256) (i32.const 2)))))
+    (if (i32.eq (local.get $mode) (i32.const 7))
+      (then (local.set $st (call $stream_launch (i64.load (i32.const 64)) (i64.load (i32.const 72))
+        (i32.const 128) (i32.const -16) (i32.load (i32.const 152)) (i32.const 256) (i32.const 3)))))
+    (if (i32.eq (local.get $mode) (i32.const 8))
+      (then (local.set $st (call $stream_launch (i64.load (i32.const 64)) (i64.load (i32.const 72))
+        (i32.const 128) (i32.const 140) (i32.load (i32.const 152)) (i32.const 65520) (i32.const 3)))))
+    (if (i32.eq (local.get $mode) (i32.const 9))
+      (then (local.set $st (call $stream_launch (i64.load (i32.const 64)) (i64.load (i32.const 72))
+        (i32.const 128) (i32.const 140) (i32.load (i32.const 152)) (i32.const 65520) (i32.const 17)))))
     (i32.store (i32.const 512) (local.get $st))
     (i32.store (i32.const 516) (call $stream_sync (i64.load (i32.const 64))))
     (if (call $stream_read (i64.load (i32.const 64)) (i64.load (i32.const 88)) (i32.const 0) (i32.const 520) (i32.const 16)) (then (return (i32.const 108))))
