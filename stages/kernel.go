@@ -235,7 +235,7 @@ type WasmKernel struct {
 	// engine's, or the one without the file cache ([Engine.compile]).
 	runtime wazero.Runtime
 	// startDesc is how the engine names the start function of the
-	// compiled module and of the module as loaded ([wasmbin.StartDesc]),
+	// compiled module and of the module as loaded ([wasmbin.Module.StartDesc]),
 	// so that a start function that fails is named by the module's own
 	// index; equal (both empty) without instrumentation or a start
 	// section.
