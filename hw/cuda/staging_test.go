@@ -248,14 +248,15 @@ func TestFakeStagedDownloads(t *testing.T) {
 		}
 		cs[i] = c
 	}
-	time.Sleep(2 * time.Millisecond)
+	// The driver thread stages both (it issues them while the device is
+	// held); neither may retire or land before the device moves.
+	if !testutil.Poll(5*time.Second, func() bool { return st.down.used.Load() == 2 }) {
+		f.gate.Unlock()
+		t.Fatalf("%d staged downloads, want 2", st.down.used.Load())
+	}
 	if cs[0].Done() || dsts[0][0] != 0 || dsts[1][0] != 0 {
 		f.gate.Unlock()
 		t.Fatal("a staged download retired or landed while the device was held")
-	}
-	if st.down.used.Load() != 2 {
-		f.gate.Unlock()
-		t.Fatalf("%d staged downloads, want 2", st.down.used.Load())
 	}
 	// The ring (64 bytes) is full: the third takes the pageable path.
 	dsts[2] = make([]byte, 32)
