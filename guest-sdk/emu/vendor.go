@@ -116,8 +116,12 @@ var hostPrograms = []string{
 	"tanh.bf16", "tanh.f16", "transpose", "transpose.bf16", "transpose.f16",
 }
 
-// LaunchLimits are the fixed launch limits the emulator checks a
-// Stream.Launch against: the host's sim devices' (abi/ABI.md §3.5).
+// LaunchLimits are the launch limits the emulator checks a Stream.Launch
+// against. They start as the host's sim devices' fixed limits
+// (abi/ABI.md §3.5). A test may set them to another device's (a cuda
+// GPU's, as `stagehost check` prints them) to check its shapes against
+// that device; the change holds for every emulator in the process, and
+// must not be made while a stage runs.
 var LaunchLimits = struct {
 	MaxThreadsPerBlock uint32
 	MaxBlock, MaxGrid  [3]uint32
