@@ -119,8 +119,7 @@ var hostPrograms = []string{
 // LaunchLimits are the launch limits the emulator checks a Stream.Launch
 // against. They start as the host's sim devices' fixed limits
 // (abi/ABI.md §3.5). A test may set them to another device's (a cuda
-// GPU's, as `stagehost check` prints them) to check its shapes against
-// that device; the change holds for every emulator in the process, and
+// GPU's) to check its shapes against that device; the change holds for every emulator in the process, and
 // must not be made while a stage runs.
 var LaunchLimits = struct {
 	MaxThreadsPerBlock uint32
