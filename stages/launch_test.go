@@ -58,6 +58,8 @@ func TestStreamLaunch(t *testing.T) {
 			`program "fill" is built in: stream_launch launches vendor kernels; use stream_submit`},
 		{"scalar for buffer", [3]uint32{1, 1, 1}, [3]uint32{4, 1, 1}, 0, 4, abi.StatusInvalidArgument,
 			`kernel "double": argument 1 (y) is a buffer (f32, out), got a scalar`},
+		{"range past the buffer", [3]uint32{1, 1, 1}, [3]uint32{4, 1, 1}, 0, 6, abi.StatusInvalidArgument,
+			`argument 1: range [4,+16) outside a buffer of 16 bytes`},
 	} {
 		t.Run(row.name, func(t *testing.T) {
 			in := make([]byte, 48)

@@ -213,7 +213,8 @@ func TestTooManyArgumentsSetTheLastError(t *testing.T) {
 }
 
 // TestArgumentRecordRefusalsNameTheProblem: a range outside its buffer
-// is refused in the host's words, by a transfer and by a launch.
+// is refused in the host's words, by a transfer and by a launch: an
+// argument record's refusal names the argument, a transfer's does not.
 func TestArgumentRecordRefusalsNameTheProblem(t *testing.T) {
 	decl := []emu.VendorArg{{Name: "out", Kind: "buffer", DType: "f32", Dir: "out"}}
 	e := emu.New(emu.NewConfig()).Stream("s0").Buffer("b", 64).Programs("fill").
@@ -228,10 +229,11 @@ func TestArgumentRecordRefusalsNameTheProblem(t *testing.T) {
 			err  error
 			want string
 		}{
-			{s.Submit(fill, stagehost.Buf(b, 0, 128), stagehost.F32(1)), "range [0,+128) outside a buffer of 64 bytes"},
-			{s.Launch(k, one, one, 0, stagehost.Buf(b, 100, 4)), "range [100,+4) outside a buffer of 64 bytes"},
+			{s.Submit(fill, stagehost.Buf(b, 0, 128), stagehost.F32(1)), "argument 0: range [0,+128) outside a buffer of 64 bytes"},
+			{s.Submit(fill, stagehost.F32(1), stagehost.Buf(b, 8, 64)), "argument 1: range [8,+64) outside a buffer of 64 bytes"},
+			{s.Launch(k, one, one, 0, stagehost.Buf(b, 100, 4)), "argument 0: range [100,+4) outside a buffer of 64 bytes"},
 			{s.Launch(k, one, one, 0, stagehost.Buf(b, 100, stagehost.ToEnd)), "argument 0: offset 100 beyond a buffer of 64 bytes"},
-			{s.SubmitBatch(stagehost.Cmd(fill, stagehost.Buf(b, 60, 8), stagehost.F32(1))), "range [60,+8) outside a buffer of 64 bytes"},
+			{s.SubmitBatch(stagehost.Cmd(fill, stagehost.Buf(b, 60, 8), stagehost.F32(1))), "argument 0: range [60,+8) outside a buffer of 64 bytes"},
 			{s.Write(b, 62, make([]byte, 4)), "range [62,+4) outside a buffer of 64 bytes"},
 			{s.Read(b, 64, make([]byte, 1)), "range [64,+1) outside a buffer of 64 bytes"},
 		} {
