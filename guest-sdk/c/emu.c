@@ -2700,7 +2700,7 @@ stagehost_status stagehost_program_get(const char *name, uint32_t name_len, stag
 
 static stagehost_status alloc(stagehost_emu *e, uint32_t size, stagehost_handle *out, uint32_t *bufidx) {
 	if (size == 0) {
-		return STAGEHOST_INVALID_ARGUMENT;
+		return fail(e, STAGEHOST_INVALID_ARGUMENT, "buffer size 0");
 	}
 	if (e->budget && e->used + size > e->budget) {
 		return fail(e, STAGEHOST_OUT_OF_BUDGET, "budget \"emu\": %u bytes requested, %llu of %llu in use", size,

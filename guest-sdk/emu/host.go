@@ -161,7 +161,7 @@ func (h *abiHost) bufferAlloc(size uint32) (uint64, int32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if size == 0 {
-		return 0, invalidArgument
+		return 0, e.failLocked(invalidArgument, "buffer size 0")
 	}
 	if e.budget > 0 && e.used+int64(size) > e.budget {
 		// The host's words (hw.Budget), the emulator as the session.

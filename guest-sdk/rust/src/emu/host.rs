@@ -242,7 +242,7 @@ impl State {
 
     pub(crate) fn buffer_alloc(&mut self, size: u32) -> (u64, i32) {
         if size == 0 {
-            return (0, INVALID_ARGUMENT);
+            return (0, self.fail(INVALID_ARGUMENT, "buffer size 0".to_string()));
         }
         if self.budget > 0 && self.used + size as u64 > self.budget {
             // The host's words (hw.Budget), the emulator as the session.
