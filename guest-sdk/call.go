@@ -130,11 +130,14 @@ func (c *Call) Write(p []byte) error { return check("output_write", hOutputWrite
 //
 // # Errors
 //
-// As Stream.Read and Write; n < 0 matches ErrInvalidArgument. Nothing is
-// appended when the download fails.
+// As Stream.Read and Write. Nothing is appended when the download fails.
+// A negative n reads no bytes from offset 2^32 − 1, which the host refuses
+// as it refuses Read's offsets that do not fit ("range [4294967295,+0)
+// outside a buffer of 64 bytes"), so the error's Reason and LastError
+// are the host's.
 func (c *Call) WriteFrom(s Stream, b Buffer, off, n int) error {
 	if n < 0 {
-		return &Error{Op: "stream_read", Status: StatusInvalidArgument}
+		off, n = -1, 0
 	}
 	bp := scratchPool.Get().(*[]byte)
 	defer scratchPool.Put(bp)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,16 +28,63 @@ type fakeHost struct {
 	input     []byte
 	chunk     int // input_read returns at most chunk bytes (0: all)
 	shortRead bool
+
+	// refuse makes every call below return INVALID_ARGUMENT, with
+	// lastErr as its last error.
+	refuse   bool
+	lastErr  string
+	launches [][]byte
+	offsets  []uint32 // stream_write's and stream_read's
+	sizes    []uint32 // buffer_alloc's and buffer_alloc_named's
+}
+
+func (f *fakeHost) status() int32 {
+	if f.refuse {
+		return int32(StatusInvalidArgument)
+	}
+	return 0
 }
 
 func (f *fakeHost) StreamSubmit(s, p uint64, args []byte, count uint32) int32 {
 	f.submits = append(f.submits, bytes.Clone(args[:count*argRecordSize]))
-	return 0
+	return f.status()
 }
 
 func (f *fakeHost) StreamSubmitBatch(s uint64, cmds, args []byte, count uint32) int32 {
 	f.batchCmds, f.batchArgs = bytes.Clone(cmds[:count*batchRecordSize]), bytes.Clone(args)
-	return 0
+	return f.status()
+}
+
+func (f *fakeHost) StreamLaunch(s, p uint64, grid, block [3]uint32, shared uint32, args []byte, count uint32) int32 {
+	f.launches = append(f.launches, bytes.Clone(args[:count*argRecordSize]))
+	return f.status()
+}
+
+func (f *fakeHost) StreamWrite(s, b uint64, off uint32, src []byte) int32 {
+	f.offsets = append(f.offsets, off)
+	return f.status()
+}
+
+func (f *fakeHost) StreamRead(s, b uint64, off uint32, dst []byte) int32 {
+	f.offsets = append(f.offsets, off)
+	return f.status()
+}
+
+func (f *fakeHost) BufferAlloc(size uint32) (uint64, int32) {
+	f.sizes = append(f.sizes, size)
+	return 0, f.status()
+}
+
+func (f *fakeHost) BufferAllocNamed(name []byte, size uint32) (uint64, int32) {
+	f.sizes = append(f.sizes, size)
+	return 0, f.status()
+}
+
+func (f *fakeHost) LastError(dst []byte) (uint32, int32) {
+	if len(dst) < len(f.lastErr) {
+		return uint32(len(f.lastErr)), int32(StatusOutOfBounds)
+	}
+	return uint32(copy(dst, f.lastErr)), 0
 }
 
 func (f *fakeHost) EntryName(dst []byte) (uint32, int32) {
@@ -140,30 +188,56 @@ func TestBatchRecords(t *testing.T) {
 	}
 }
 
-func TestArgumentsRejectedBeforeTheHost(t *testing.T) {
-	f := &fakeHost{}
+// TestValuesThatDoNotFitGoToTheHost: a size, offset or length that does
+// not fit its 32-bit parameter is not refused by the SDK but sent as a
+// value the host refuses (an offset of 2^32-1, a record's range
+// [2^32-1, +2^32-2), a size of 0), so the error carries the host's last
+// error (the emulator's TestValuesThatDoNotFitGetTheHostsLastError has
+// the texts).
+func TestValuesThatDoNotFitGoToTheHost(t *testing.T) {
+	const reason = "the host's reason"
+	f := &fakeHost{refuse: true, lastErr: reason}
 	attach(t, f)
 	s, p, b := Stream{1}, Program{2}, Buffer{3}
-	// More than MaxArgs arguments or MaxBatch commands are left to the
-	// host, which sets the last error (the emulator's tests,
-	// TestTooManyArgumentsSetTheLastError).
+	one := Dim3{1, 1, 1}
+	_, allocNeg := AllocBuffer(-1)
+	_, allocHuge := AllocBuffer(math.MaxUint32 + 1)
+	_, allocNamed := AllocNamedBuffer("kv", -1)
 	for name, err := range map[string]error{
 		"negative offset": s.Submit(p, Buf(b, -1, 4)),
 		"huge length":     s.Submit(p, Buf(b, 0, math.MaxUint32+1)),
+		"launch":          s.Launch(p, one, one, 0, U32(0), Buf(b, 8, -4)),
 		"batch bad arg":   s.SubmitBatch(Cmd(p), Cmd(p, Buf(b, -4, 4))),
 		"write offset":    s.Write(b, -1, nil),
 		"read offset":     s.Read(b, math.MaxUint32+1, nil),
+		"write from":      (&Call{}).WriteFrom(s, b, 0, -1),
+		"alloc negative":  allocNeg,
+		"alloc huge":      allocHuge,
+		"named alloc":     allocNamed,
 	} {
 		var e *Error
-		if !errors.As(err, &e) || e.Status != StatusInvalidArgument || e.Op == "" {
-			t.Errorf("%s: %v", name, err)
+		if !errors.As(err, &e) || e.Status != StatusInvalidArgument || e.Op == "" || e.Reason != reason {
+			t.Errorf("%s: %#v, want INVALID_ARGUMENT with the host's reason", name, err)
 		}
 	}
-	if _, err := AllocBuffer(-1); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("AllocBuffer(-1): %v", err)
+	outside := func(what string, r []byte) {
+		t.Helper()
+		if off, n := binary.LittleEndian.Uint32(r[4:]), binary.LittleEndian.Uint32(r[8:]); off != math.MaxUint32 || n != math.MaxUint32-1 {
+			t.Errorf("%s: record range [%d,+%d), want [%d,+%d)", what, off, n, uint32(math.MaxUint32), uint32(math.MaxUint32-1))
+		}
 	}
-	if len(f.submits) != 0 || f.batchCmds != nil {
-		t.Error("the host was called")
+	if len(f.submits) != 2 || len(f.launches) != 1 || f.batchArgs == nil {
+		t.Fatalf("%d submits, %d launches, batch %v", len(f.submits), len(f.launches), f.batchArgs != nil)
+	}
+	outside("negative offset", f.submits[0])
+	outside("huge length", f.submits[1])
+	outside("launch", f.launches[0][argRecordSize:])
+	outside("batch", f.batchArgs)
+	if want := []uint32{math.MaxUint32, math.MaxUint32, math.MaxUint32}; !slices.Equal(f.offsets, want) {
+		t.Errorf("transfer offsets %v, want %v", f.offsets, want)
+	}
+	if want := []uint32{0, 0, 0}; !slices.Equal(f.sizes, want) {
+		t.Errorf("alloc sizes %v, want %v", f.sizes, want)
 	}
 }
 

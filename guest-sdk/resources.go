@@ -103,13 +103,12 @@ func LookupTensor(name string) (Tensor, error) {
 
 // AllocBuffer allocates size bytes on the session's device, charged to its
 // budget (buffer_alloc): OUT_OF_BUDGET when they would not fit. Free it with
-// Buffer.Free; otherwise it lives as long as the session.
+// Buffer.Free; otherwise it lives as long as the session. A size below 0
+// or above 2^32 − 1 is asked for as 0, which the host refuses
+// (INVALID_ARGUMENT, its last error "buffer size 0").
 func AllocBuffer(size int) (Buffer, error) {
-	if size < 0 || uint64(size) > math.MaxUint32 {
-		return Buffer{}, &Error{Op: "buffer_alloc", Status: StatusInvalidArgument}
-	}
 	var h uint64
-	if err := check("buffer_alloc", hBufferAlloc(uint32(size), &h)); err != nil {
+	if err := check("buffer_alloc", hBufferAlloc(sizeArg(size), &h)); err != nil {
 		return Buffer{}, err
 	}
 	return Buffer{h}, nil
@@ -120,13 +119,11 @@ func AllocBuffer(size int) (Buffer, error) {
 // device, charged to its budget. Use it for buffers the stage keeps across
 // calls: a new instance (after a trap or timeout) finds them again, where
 // handles kept in Go variables are lost with the old instance.
-// INVALID_ARGUMENT if a buffer of that name has another size.
+// INVALID_ARGUMENT if a buffer of that name has another size. A size that
+// does not fit 32 bits is asked for as 0, as in AllocBuffer.
 func AllocNamedBuffer(name string, size int) (Buffer, error) {
-	if size < 0 || uint64(size) > math.MaxUint32 {
-		return Buffer{}, &Error{Op: "buffer_alloc_named", Status: StatusInvalidArgument}
-	}
 	var h uint64
-	if err := check("buffer_alloc_named", hBufferAllocNamed(name, uint32(size), &h)); err != nil {
+	if err := check("buffer_alloc_named", hBufferAllocNamed(name, sizeArg(size), &h)); err != nil {
 		return Buffer{}, err
 	}
 	return Buffer{h}, nil
@@ -146,6 +143,21 @@ func (b Buffer) Size() (int, error) {
 // (INVALID_ARGUMENT).
 func (b Buffer) Free() error { return check("buffer_free", hBufferFree(b.h)) }
 
+// A size, offset or length that does not fit the ABI's 32-bit parameters
+// is not refused by the SDK: it goes to the host as a value the host
+// refuses (INVALID_ARGUMENT), so the error's Reason and LastError give the
+// host's own last error, as for any other refused call, and the host's
+// order of checks holds (a bad handle is still BAD_HANDLE).
+const (
+	// outsideOffset stands for an offset below 0 or above 2^32 − 1: no
+	// buffer of fewer than 2^32 − 1 bytes has a byte there.
+	outsideOffset = math.MaxUint32
+	// outsideLength stands for a length that does not fit: the longest
+	// that is not ToEnd. A record of both is outside every buffer of
+	// fewer than 2^33 − 3 bytes.
+	outsideLength = math.MaxUint32 - 1
+)
+
 // u32 converts an offset or length, reporting whether it fits an i32
 // parameter (interpreted unsigned).
 func u32(v int) (uint32, bool) {
@@ -155,26 +167,37 @@ func u32(v int) (uint32, bool) {
 	return uint32(v), true
 }
 
+// offsetArg is off as a transfer's offset parameter: outsideOffset if
+// it does not fit.
+func offsetArg(off int) uint32 {
+	if o, ok := u32(off); ok {
+		return o
+	}
+	return outsideOffset
+}
+
+// sizeArg is size as buffer_alloc's parameter: 0, which the host refuses,
+// if it does not fit.
+func sizeArg(size int) uint32 {
+	n, _ := u32(size)
+	return n
+}
+
 // Write enqueues an upload of data into b at byte offset off
 // (stream_write). The host copies data before Write returns, so data may be
-// reused at once.
+// reused at once. An offset below 0 or above 2^32 − 1 is sent as
+// 2^32 − 1, which the host refuses ("range [4294967295,+4) outside a
+// buffer of 64 bytes").
 func (s Stream) Write(b Buffer, off int, data []byte) error {
-	o, ok := u32(off)
-	if !ok {
-		return &Error{Op: "stream_write", Status: StatusInvalidArgument}
-	}
-	return check("stream_write", hStreamWrite(s.h, b.h, o, data))
+	return check("stream_write", hStreamWrite(s.h, b.h, offsetArg(off), data))
 }
 
 // Read downloads len(dst) bytes of b at byte offset off into dst
 // (stream_read). It waits for the download and every earlier command on
-// the stream. Failures of earlier launches are reported by Sync.
+// the stream. Failures of earlier launches are reported by Sync. An
+// offset that does not fit 32 bits is sent as in Write.
 func (s Stream) Read(b Buffer, off int, dst []byte) error {
-	o, ok := u32(off)
-	if !ok {
-		return &Error{Op: "stream_read", Status: StatusInvalidArgument}
-	}
-	return check("stream_read", hStreamRead(s.h, b.h, o, dst))
+	return check("stream_read", hStreamRead(s.h, b.h, offsetArg(off), dst))
 }
 
 // Sync waits until every command on the stream has retired and returns the
@@ -200,16 +223,24 @@ type Arg struct {
 	kind   uint32
 	off    uint32
 	length uint32
-	bad    bool // an offset or length that does not fit the record
 	value  uint64
 }
 
 // Buf is the byte range [off, off+length) of b. Both must lie inside the
-// buffer when the launch is submitted (INVALID_ARGUMENT otherwise).
+// buffer when the launch is submitted (INVALID_ARGUMENT otherwise, the
+// host's last error naming the argument: "argument 0: range [60,+8)
+// outside a buffer of 64 bytes"). An offset or length that does not fit
+// 32 bits (a negative one, say) makes the record the range
+// [2^32 − 1, +2^32 − 2), which the host refuses in the same words
+// ("argument 0: range [4294967295,+4294967294) outside a buffer of 64
+// bytes").
 func Buf(b Buffer, off, length int) Arg {
 	o, ok1 := u32(off)
 	l, ok2 := u32(length)
-	return Arg{kind: argBuffer, off: o, length: l, bad: !ok1 || !ok2, value: b.h}
+	if !ok1 || !ok2 {
+		o, l = outsideOffset, outsideLength
+	}
+	return Arg{kind: argBuffer, off: o, length: l, value: b.h}
 }
 
 // Whole is all of b: offset 0, length ToEnd.
@@ -238,14 +269,10 @@ func le64(b []byte, v uint64) {
 	le32(b[4:], uint32(v>>32))
 }
 
-// encodeArgs writes the 24-byte records of args into dst (ABI.md §3.1). It
-// reports false for an argument made from an out-of-range offset or length.
-func encodeArgs(dst []byte, args []Arg) bool {
+// encodeArgs writes the 24-byte records of args into dst (ABI.md §3.1).
+func encodeArgs(dst []byte, args []Arg) {
 	for i := range args {
 		a := &args[i]
-		if a.bad {
-			return false
-		}
 		r := dst[i*argRecordSize : (i+1)*argRecordSize]
 		le32(r[0:], a.kind)
 		le32(r[4:], a.off)
@@ -253,7 +280,6 @@ func encodeArgs(dst []byte, args []Arg) bool {
 		le32(r[12:], 0)
 		le64(r[16:], a.value)
 	}
-	return true
 }
 
 // Submit enqueues one launch of p with args (stream_submit) and returns once
@@ -267,9 +293,7 @@ func (s Stream) Submit(p Program, args ...Arg) error {
 		// sets the last error.
 		return check("stream_submit", hStreamSubmit(s.h, p.h, &rec, uint32(len(args))))
 	}
-	if !encodeArgs(rec[:], args) {
-		return &Error{Op: "stream_submit", Status: StatusInvalidArgument}
-	}
+	encodeArgs(rec[:], args)
 	return check("stream_submit", hStreamSubmit(s.h, p.h, &rec, uint32(len(args))))
 }
 
@@ -289,9 +313,7 @@ func (s Stream) Launch(p Program, grid, block Dim3, sharedBytes uint32, args ...
 		// Refused by the host, which sets the last error (see Submit).
 		return check("stream_launch", hStreamLaunch(s.h, p.h, &grid, &block, sharedBytes, &rec, uint32(len(args))))
 	}
-	if !encodeArgs(rec[:], args) {
-		return &Error{Op: "stream_launch", Status: StatusInvalidArgument}
-	}
+	encodeArgs(rec[:], args)
 	return check("stream_launch", hStreamLaunch(s.h, p.h, &grid, &block, sharedBytes, &rec, uint32(len(args))))
 }
 
@@ -339,9 +361,7 @@ func (s Stream) SubmitBatch(cmds ...Command) error {
 	for i := range cmds {
 		c := &cmds[i]
 		n := len(c.Args)
-		if !encodeArgs(sc.args[off:off+n*argRecordSize], c.Args) {
-			return &Error{Op: op, Status: StatusInvalidArgument}
-		}
+		encodeArgs(sc.args[off:off+n*argRecordSize], c.Args)
 		r := sc.cmds[i*batchRecordSize : (i+1)*batchRecordSize]
 		le64(r[0:], c.Program.h)
 		le32(r[8:], base+uint32(off))

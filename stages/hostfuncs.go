@@ -581,7 +581,7 @@ func decodeArgs(st *callState, mod api.Module, prog *handleEntry, ptr, n uint32)
 				length = uint32(size) - off
 			}
 			if err := checkRange(e.buffer, off, length); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("argument %d: %w", i, err)
 			}
 			args[i] = hw.Arg{Buffer: e.buffer, Offset: int(off), Length: int(length)}
 		default:

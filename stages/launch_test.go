@@ -73,6 +73,8 @@ func TestStreamLaunch(t *testing.T) {
 			`block.x = 1025, over the device's limit of 1024`},
 		{"17 records out of bounds", [3]uint32{1, 1, 1}, [3]uint32{4, 1, 1}, 0, 9, abi.StatusInvalidArgument,
 			`17 arguments, at most 16`},
+		{"range past the buffer", [3]uint32{1, 1, 1}, [3]uint32{4, 1, 1}, 0, 10, abi.StatusInvalidArgument,
+			`argument 1: range [4,+16) outside a buffer of 16 bytes`},
 	} {
 		t.Run(row.name, func(t *testing.T) {
 			in := make([]byte, 48)

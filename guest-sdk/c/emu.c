@@ -2700,7 +2700,7 @@ stagehost_status stagehost_program_get(const char *name, uint32_t name_len, stag
 
 static stagehost_status alloc(stagehost_emu *e, uint32_t size, stagehost_handle *out, uint32_t *bufidx) {
 	if (size == 0) {
-		return STAGEHOST_INVALID_ARGUMENT;
+		return fail(e, STAGEHOST_INVALID_ARGUMENT, "buffer size 0");
 	}
 	if (e->budget && e->used + size > e->budget) {
 		return fail(e, STAGEHOST_OUT_OF_BUDGET, "budget \"emu\": %u bytes requested, %llu of %llu in use", size,
@@ -2853,8 +2853,9 @@ stagehost_status stagehost_buffer_size(stagehost_handle buffer, uint32_t *out_si
 	return note(e, st);
 }
 
-/* The host's refusal of a range [off, off+n) outside buffer b (stages,
- * checkRange). */
+/* The host's refusal of a stream_write or stream_read range [off, off+n)
+ * outside buffer b (stages, checkRange). An argument record's range is
+ * refused with its number where records are read. */
 static stagehost_status outside(stagehost_emu *e, uint32_t off, uint64_t n, uint32_t b) {
 	return fail(e, STAGEHOST_INVALID_ARGUMENT, "range [%u,+%llu) outside a buffer of %u bytes", off, (unsigned long long)n, e->bufs[b].size);
 }
@@ -3004,7 +3005,8 @@ static stagehost_status parse_args(stagehost_emu *e, const program *pr, const st
 			len = size - r->offset;
 		}
 		if (r->offset + len > size) {
-			return outside(e, r->offset, len, b);
+			return fail(e, STAGEHOST_INVALID_ARGUMENT, "argument %u: range [%u,+%llu) outside a buffer of %llu bytes", i, r->offset,
+			            (unsigned long long)len, (unsigned long long)size);
 		}
 		out[i] = (karg){1, b, r->offset, (uint32_t)len, 0, 0};
 	}

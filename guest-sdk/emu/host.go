@@ -161,7 +161,7 @@ func (h *abiHost) bufferAlloc(size uint32) (uint64, int32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if size == 0 {
-		return 0, invalidArgument
+		return 0, e.failLocked(invalidArgument, "buffer size 0")
 	}
 	if e.budget > 0 && e.used+int64(size) > e.budget {
 		// The host's words (hw.Budget), the emulator as the session.
@@ -278,8 +278,9 @@ func (h *abiHost) streamRead(sh, bh uint64, offset uint32, dst []byte) int32 {
 	return ok
 }
 
-// rangeLocked is the host's refusal of a range [off, off+n) outside b
-// (stages, checkRange).
+// rangeLocked is the host's refusal of a stream_write or stream_read
+// range [off, off+n) outside b (stages, checkRange). An argument
+// record's range is refused in parseArgsLocked, with its number.
 func (e *Emulator) rangeLocked(off uint32, n uint64, b *buffer) int32 {
 	return e.failLocked(invalidArgument, "range [%d,+%d) outside a buffer of %d bytes", off, n, len(b.mem))
 }
@@ -337,7 +338,7 @@ func (e *Emulator) parseArgsLocked(prog *program, rec []byte, count uint32) ([]A
 				n = size - uint64(off)
 			}
 			if uint64(off)+n > size {
-				return nil, e.rangeLocked(off, n, o.buffer)
+				return nil, e.failLocked(invalidArgument, "argument %d: range [%d,+%d) outside a buffer of %d bytes", i, off, n, size)
 			}
 			end := uint64(off) + n
 			args[i] = Arg{Bytes: o.buffer.mem[off:end:end], Offset: int(off), buffer: true, addr: address(o.buffer.mem, off)}

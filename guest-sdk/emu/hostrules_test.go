@@ -213,7 +213,8 @@ func TestTooManyArgumentsSetTheLastError(t *testing.T) {
 }
 
 // TestArgumentRecordRefusalsNameTheProblem: a range outside its buffer
-// is refused in the host's words, by a transfer and by a launch.
+// is refused in the host's words, by a transfer and by a launch: an
+// argument record's refusal names the argument, a transfer's does not.
 func TestArgumentRecordRefusalsNameTheProblem(t *testing.T) {
 	decl := []emu.VendorArg{{Name: "out", Kind: "buffer", DType: "f32", Dir: "out"}}
 	e := emu.New(emu.NewConfig()).Stream("s0").Buffer("b", 64).Programs("fill").
@@ -228,10 +229,11 @@ func TestArgumentRecordRefusalsNameTheProblem(t *testing.T) {
 			err  error
 			want string
 		}{
-			{s.Submit(fill, stagehost.Buf(b, 0, 128), stagehost.F32(1)), "range [0,+128) outside a buffer of 64 bytes"},
-			{s.Launch(k, one, one, 0, stagehost.Buf(b, 100, 4)), "range [100,+4) outside a buffer of 64 bytes"},
+			{s.Submit(fill, stagehost.Buf(b, 0, 128), stagehost.F32(1)), "argument 0: range [0,+128) outside a buffer of 64 bytes"},
+			{s.Submit(fill, stagehost.F32(1), stagehost.Buf(b, 8, 64)), "argument 1: range [8,+64) outside a buffer of 64 bytes"},
+			{s.Launch(k, one, one, 0, stagehost.Buf(b, 100, 4)), "argument 0: range [100,+4) outside a buffer of 64 bytes"},
 			{s.Launch(k, one, one, 0, stagehost.Buf(b, 100, stagehost.ToEnd)), "argument 0: offset 100 beyond a buffer of 64 bytes"},
-			{s.SubmitBatch(stagehost.Cmd(fill, stagehost.Buf(b, 60, 8), stagehost.F32(1))), "range [60,+8) outside a buffer of 64 bytes"},
+			{s.SubmitBatch(stagehost.Cmd(fill, stagehost.Buf(b, 60, 8), stagehost.F32(1))), "argument 0: range [60,+8) outside a buffer of 64 bytes"},
 			{s.Write(b, 62, make([]byte, 4)), "range [62,+4) outside a buffer of 64 bytes"},
 			{s.Read(b, 64, make([]byte, 1)), "range [64,+1) outside a buffer of 64 bytes"},
 		} {
@@ -240,6 +242,59 @@ func TestArgumentRecordRefusalsNameTheProblem(t *testing.T) {
 			}
 			if msg := row.err.(*stagehost.Error).Reason; msg != row.want {
 				return fmt.Errorf("reason %q, want %q", msg, row.want)
+			}
+		}
+		return nil
+	})
+	if _, err := e.Run("main", nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestValuesThatDoNotFitGetTheHostsLastError: an offset, length or size
+// that does not fit its 32-bit parameter goes to the host as a value it
+// refuses, so the error's reason and LastError are the host's text for
+// that value, never an earlier failure's.
+func TestValuesThatDoNotFitGetTheHostsLastError(t *testing.T) {
+	decl := []emu.VendorArg{{Name: "out", Kind: "buffer", DType: "f32", Dir: "out"}}
+	e := emu.New(emu.NewConfig()).Stream("s0").Buffer("b", 64).Programs("fill").
+		VendorKernel("store", decl, func([]emu.Arg) error { return nil })
+	e.Stage("main", func(c *stagehost.Call) error {
+		s, _ := c.Stream("s0")
+		b, _ := c.Buffer("b")
+		fill, _ := c.Program("fill")
+		k, _ := c.Program("store")
+		one := stagehost.Dim3{1, 1, 1}
+		const record = "range [4294967295,+4294967294) outside a buffer of 64 bytes"
+		for _, row := range []struct {
+			name string
+			call func() error
+			want string
+		}{
+			{"Buf offset", func() error { return s.Submit(fill, stagehost.Buf(b, -1, 4), stagehost.F32(1)) }, "argument 0: " + record},
+			{"Buf length", func() error { return s.Submit(fill, stagehost.F32(1), stagehost.Buf(b, 0, 1<<32)) }, "argument 1: " + record},
+			{"Launch", func() error { return s.Launch(k, one, one, 0, stagehost.Buf(b, 0, -4)) }, "argument 0: " + record},
+			{"SubmitBatch", func() error {
+				return s.SubmitBatch(stagehost.Cmd(fill, stagehost.Whole(b), stagehost.F32(1)), stagehost.Cmd(fill, stagehost.Buf(b, -8, 8), stagehost.F32(1)))
+			}, "argument 0: " + record},
+			{"Write", func() error { return s.Write(b, -1, make([]byte, 4)) }, "range [4294967295,+4) outside a buffer of 64 bytes"},
+			{"Read", func() error { return s.Read(b, 1<<32, make([]byte, 1)) }, "range [4294967295,+1) outside a buffer of 64 bytes"},
+			{"WriteFrom", func() error { return c.WriteFrom(s, b, 0, -1) }, "range [4294967295,+0) outside a buffer of 64 bytes"},
+			{"AllocBuffer", func() error { _, err := stagehost.AllocBuffer(-1); return err }, "buffer size 0"},
+			{"AllocBuffer huge", func() error { _, err := stagehost.AllocBuffer(1 << 32); return err }, "buffer size 0"},
+			{"AllocNamedBuffer", func() error { _, err := stagehost.AllocNamedBuffer("kv", -1); return err }, "buffer size 0"},
+		} {
+			// An earlier failure's text, which the row's must replace.
+			if _, err := c.Program("nope"); !errors.Is(err, stagehost.ErrNotFound) {
+				return fmt.Errorf("%s: program_get: %v", row.name, err)
+			}
+			err := row.call()
+			var se *stagehost.Error
+			if !errors.As(err, &se) || se.Status != stagehost.StatusInvalidArgument || se.Reason != row.want {
+				return fmt.Errorf("%s: %v, want INVALID_ARGUMENT: %s", row.name, err, row.want)
+			}
+			if last := stagehost.LastError(); last != row.want {
+				return fmt.Errorf("%s: LastError %q, want %q", row.name, last, row.want)
 			}
 		}
 		return nil

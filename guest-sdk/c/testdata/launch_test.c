@@ -134,14 +134,16 @@ static const struct {
     {"weights in", STAGEHOST_OK, NULL},
     {"stand-in fails", STAGEHOST_FAULT, NULL},
     {"command number", STAGEHOST_FAULT, "stream \"s0\": command 3: kernel \"broken\": the stand-in refuses"},
-    {"range", STAGEHOST_INVALID_ARGUMENT, "range [0,+8) outside a buffer of 4 bytes"},
+    {"range", STAGEHOST_INVALID_ARGUMENT, "argument 0: range [0,+8) outside a buffer of 4 bytes"},
     {"to end past", STAGEHOST_INVALID_ARGUMENT, "argument 0: offset 8 beyond a buffer of 4 bytes"},
     {"reserved", STAGEHOST_INVALID_ARGUMENT, "argument 0: reserved field is not zero"},
     {"unknown kind", STAGEHOST_INVALID_ARGUMENT, "argument 0: unknown kind 2"},
     {"17 args", STAGEHOST_INVALID_ARGUMENT, "17 arguments, at most 16"},
     {"submit 17 args", STAGEHOST_INVALID_ARGUMENT, "17 arguments, at most 16"},
     {"batch 17 args", STAGEHOST_INVALID_ARGUMENT, "17 arguments, at most 16"},
-    {"submit range", STAGEHOST_INVALID_ARGUMENT, "range [2,+4) outside a buffer of 4 bytes"},
+    {"submit range", STAGEHOST_INVALID_ARGUMENT, "argument 0: range [2,+4) outside a buffer of 4 bytes"},
+    {"submit range 1", STAGEHOST_INVALID_ARGUMENT, "argument 1: range [2,+4) outside a buffer of 4 bytes"},
+    {"batch range", STAGEHOST_INVALID_ARGUMENT, "argument 0: range [2,+4) outside a buffer of 4 bytes"},
     {"write range", STAGEHOST_INVALID_ARGUMENT, "range [2,+4) outside a buffer of 4 bytes"},
     {"read range", STAGEHOST_INVALID_ARGUMENT, "range [4,+1) outside a buffer of 4 bytes"},
     {"in not copied back", STAGEHOST_OK, NULL},
@@ -297,6 +299,13 @@ static int32_t stage(void) {
 	} else if (!strcmp(what, "submit range")) {
 		stagehost_arg a[2] = {stagehost_buf(out, 2, 4), stagehost_f32(1.0f)};
 		r = stagehost_stream_submit(s, fill, a, 2);
+	} else if (!strcmp(what, "submit range 1")) {
+		stagehost_arg a[2] = {stagehost_f32(1.0f), stagehost_buf(out, 2, 4)};
+		r = stagehost_stream_submit(s, fill, a, 2);
+	} else if (!strcmp(what, "batch range")) {
+		stagehost_arg a[2] = {stagehost_buf(out, 2, 4), stagehost_f32(1.0f)};
+		stagehost_command c[1] = {{fill, stagehost_args_ptr(a), 2}};
+		r = stagehost_stream_submit_batch(s, c, 1);
 	} else if (!strcmp(what, "write range") || !strcmp(what, "read range")) {
 		uint8_t v[4] = {0};
 		r = !strcmp(what, "write range") ? stagehost_stream_write(s, out, 2, v, 4) : stagehost_stream_read(s, out, 4, v, 1);

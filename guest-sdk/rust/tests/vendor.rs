@@ -155,16 +155,27 @@ fn a_failed_commands_number_counts_reads() {
 
 #[test]
 fn argument_records_are_refused_in_the_hosts_words() {
-    let cases: [(fn() -> Result<()>, &str); 7] = [
+    let cases: [(fn() -> Result<()>, &str); 9] = [
         (|| Stream::get("s0")?.write(&Buffer::get("b")?, 62, &[0; 4]), "stream_write: INVALID_ARGUMENT: range [62,+4) outside a buffer of 64 bytes"),
         (|| Stream::get("s0")?.read(&Buffer::get("b")?, 64, &mut [0; 1]), "stream_read: INVALID_ARGUMENT: range [64,+1) outside a buffer of 64 bytes"),
         (
             || Stream::get("s0")?.submit(&Program::get("fill")?, &[Arg::buf(&Buffer::get("b")?, 0, 128), Arg::f32(1.0)]),
-            "stream_submit: INVALID_ARGUMENT: range [0,+128) outside a buffer of 64 bytes",
+            "stream_submit: INVALID_ARGUMENT: argument 0: range [0,+128) outside a buffer of 64 bytes",
+        ),
+        (
+            || Stream::get("s0")?.submit(&Program::get("fill")?, &[Arg::f32(1.0), Arg::buf(&Buffer::get("b")?, 8, 64)]),
+            "stream_submit: INVALID_ARGUMENT: argument 1: range [8,+64) outside a buffer of 64 bytes",
+        ),
+        (
+            || {
+                let (fill, b) = (Program::get("fill")?, Buffer::get("b")?);
+                Stream::get("s0")?.submit_batch(&[Cmd { program: fill, args: vec![Arg::buf(&b, 60, 8), Arg::f32(1.0)] }])
+            },
+            "stream_submit_batch: INVALID_ARGUMENT: argument 0: range [60,+8) outside a buffer of 64 bytes",
         ),
         (
             || Stream::get("s0")?.launch(&Program::get("k")?, [1, 1, 1], [1, 1, 1], 0, &[Arg::buf(&Buffer::get("b")?, 100, 4)]),
-            "stream_launch: INVALID_ARGUMENT: range [100,+4) outside a buffer of 64 bytes",
+            "stream_launch: INVALID_ARGUMENT: argument 0: range [100,+4) outside a buffer of 64 bytes",
         ),
         (
             || Stream::get("s0")?.launch(&Program::get("k")?, [1, 1, 1], [1, 1, 1], 0, &[Arg::buf(&Buffer::get("b")?, 100, TO_END)]),

@@ -15,6 +15,8 @@
 ;;   8 stream_launch(double, x, y, 4) with args_ptr 65520: the records
 ;;     out of bounds
 ;;   9 stream_launch(double, ...) with 17 records at args_ptr 65520
+;;  10 stream_launch(double, x, y[4,+16), 4): argument 1's range ends past
+;;     y's 16 bytes
 ;; The output is the launch's status (u32), stream_sync's status (u32),
 ;; y's 16 bytes after stream_read, and the last error: last_error's
 ;; status, length and message. A failing setup step returns 100 + step.
@@ -106,6 +108,12 @@
     (if (i32.eq (local.get $mode) (i32.const 9))
       (then (local.set $st (call $stream_launch (i64.load (i32.const 64)) (i64.load (i32.const 72))
         (i32.const 128) (i32.const 140) (i32.load (i32.const 152)) (i32.const 65520) (i32.const 17)))))
+    (if (i32.eq (local.get $mode) (i32.const 10))
+      (then
+        (i32.store offset=4 (i32.const 280) (i32.const 4))
+        (i32.store offset=8 (i32.const 280) (i32.const 16))
+        (local.set $st (call $stream_launch (i64.load (i32.const 64)) (i64.load (i32.const 72))
+          (i32.const 128) (i32.const 140) (i32.load (i32.const 152)) (i32.const 256) (i32.const 3)))))
     (i32.store (i32.const 512) (local.get $st))
     (i32.store (i32.const 516) (call $stream_sync (i64.load (i32.const 64))))
     (if (call $stream_read (i64.load (i32.const 64)) (i64.load (i32.const 88)) (i32.const 0) (i32.const 520) (i32.const 16)) (then (return (i32.const 108))))

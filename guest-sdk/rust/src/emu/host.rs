@@ -242,7 +242,7 @@ impl State {
 
     pub(crate) fn buffer_alloc(&mut self, size: u32) -> (u64, i32) {
         if size == 0 {
-            return (0, INVALID_ARGUMENT);
+            return (0, self.fail(INVALID_ARGUMENT, "buffer size 0".to_string()));
         }
         if self.budget > 0 && self.used + size as u64 > self.budget {
             // The host's words (hw.Budget), the emulator as the session.
@@ -375,8 +375,9 @@ impl State {
         Ok((s, b))
     }
 
-    /// The host's refusal of a range [off, off+n) outside buffer b
-    /// (stages, checkRange).
+    /// The host's refusal of a stream_write or stream_read range
+    /// [off, off+n) outside buffer b (stages, checkRange). An argument
+    /// record's range is refused with its number where records are read.
     fn outside(&mut self, off: u32, n: u64, b: usize) -> i32 {
         let size = self.buffers[b].mem.len();
         self.fail(INVALID_ARGUMENT, std::format!("range [{},+{}) outside a buffer of {} bytes", off, n, size))
@@ -458,7 +459,8 @@ impl State {
                         n = size - r.offset as u64;
                     }
                     if r.offset as u64 + n > size {
-                        return Err(self.outside(r.offset, n, b));
+                        let msg = std::format!("argument {}: range [{},+{}) outside a buffer of {} bytes", i, r.offset, n, size);
+                        return Err(self.fail(INVALID_ARGUMENT, msg));
                     }
                     out.push(LArg { buf: Some(b), off: r.offset as usize, len: n as usize, value: 0 });
                 }
