@@ -416,6 +416,10 @@ func serveSupervisor(ctx context.Context, stop func(), m *manifest.Manifest, pat
 			}
 		}()
 	})
+	guard.quarantined = func(tenant string) bool {
+		_, ok := member.Front().Quarantine().Lookup(lattice.TenantKey(tenant))
+		return ok
+	}
 	sup, err := supervise.Start(supervise.NewConfig().WithWorkers(workers...).WithLogger(logger).WithOnChange(func(st supervise.WorkerStatus) {
 		guard.changed(st)
 		if fn := onChange.Load(); fn != nil {

@@ -27,11 +27,18 @@ import (
 // quarantined by a fence that missed fence_timeout: quarantinedInstance),
 // a hung report (a call's device work past its deadline and hang_grace:
 // endHung; the supervisor killed the worker) or a synthetic exit (the
-// worker died without a word). It is safe for concurrent use.
+// worker died without a word). Once it quarantined a tenant it counts
+// nothing more for it while the entry stays; an operator's clearing of
+// the entry (quarantined reports false again) starts a new count, so a
+// tenant that goes on failing is quarantined again after max_failures
+// more. It is safe for concurrent use.
 type tenantGuard struct {
 	m      *manifest.Manifest
 	now    func() time.Time
-	poison func(tenant, reason string) // called once per tenant, outside the lock
+	poison func(tenant, reason string) // called once per quarantine, outside the lock
+	// quarantined reports whether the tenant's entry is in the shared
+	// quarantine (nil: as long as this guard put it there).
+	quarantined func(tenant string) bool
 
 	mu       sync.Mutex
 	seen     map[string]int         // worker → failures counted so far
@@ -51,6 +58,11 @@ func (g *tenantGuard) changed(st supervise.WorkerStatus) {
 	total := st.DeviceLosses + st.Hangs + st.SyntheticExits
 	g.mu.Lock()
 	n := total - g.seen[st.Name]
+	if n > 0 && g.poisoned[st.Tenant] && g.quarantined != nil && !g.quarantined(st.Tenant) {
+		// Cleared since: the failures before the clear are forgiven.
+		g.poisoned[st.Tenant] = false
+		g.fails[st.Tenant] = nil
+	}
 	if n <= 0 || g.poisoned[st.Tenant] {
 		g.seen[st.Name] = max(total, g.seen[st.Name])
 		g.mu.Unlock()

@@ -45,6 +45,28 @@ func TestTenantGuard(t *testing.T) {
 	if len(poisoned) != 1 {
 		t.Fatalf("poisoned twice: %v", poisoned)
 	}
+	// Cleared by an operator: the next failures count from zero, and the
+	// third quarantines the tenant again.
+	inQuarantine := true
+	g.quarantined = func(string) bool { return inQuarantine }
+	st.DeviceLosses = 10
+	g.changed(st)
+	if len(poisoned) != 1 {
+		t.Fatalf("poisoned again while still quarantined: %v", poisoned)
+	}
+	inQuarantine = false
+	for i := range 2 {
+		st.DeviceLosses = 11 + i
+		g.changed(st)
+	}
+	if len(poisoned) != 1 {
+		t.Fatalf("poisoned after 2 failures since the clear: %v", poisoned)
+	}
+	st.DeviceLosses = 13
+	g.changed(st)
+	if len(poisoned) != 2 || !strings.HasPrefix(poisoned[1], "acme: tenant acme: 3 failures of its workers within 1m0s") {
+		t.Fatalf("after 3 failures since the clear: poisoned = %v", poisoned)
+	}
 }
 
 // TestNeedsWorker: plain serve refuses a cuda session that runs vendor
