@@ -106,6 +106,10 @@ type Module struct {
 	spares        *spares   // instances made ahead from snap
 	noSnapshot    string    // why snap is nil
 	tableShift    uint32    // leading table entries dropped (wasmbin.Module.CompactTable)
+	// hasStart: the module has a start section. Instantiating one
+	// without can still trap (a data segment out of bounds), which is
+	// then not named a start function's failure.
+	hasStart bool
 	// startDesc is how the engine names the start function of the
 	// compiled module and of the module as loaded (wasmbin.StartDesc);
 	// equal (both empty) without instrumentation or a start section.
@@ -206,7 +210,7 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 	if err != nil {
 		return nil, err
 	}
-	m.sha256, m.engine = sum, e
+	m.sha256, m.engine, m.hasStart = sum, e, parsed.HasStart
 	rewritten, st, err := parsed.Rewrite(wasmbin.RewriteOptions{MaxPages: cfg.memoryPages, MergeGap: e.cfg.mergeGap})
 	if err != nil {
 		return fail(errdefs.ErrInvalidArgument, "%v", err)

@@ -622,7 +622,11 @@ func (s *Session) instantiate(ctx context.Context, m *Module, entry string) (*in
 			w := &guestLogWriter{logger: s.logger, session: s.name}
 			mc = mc.WithStdout(w).WithStderr(w)
 		}
-		err = s.enter(ctx, deadline, s.cfg.initTimeout, "start function", nil, func(c context.Context) error {
+		what := "start function"
+		if !m.hasStart {
+			what = "instantiation" // its segments, with no start function
+		}
+		err = s.enter(ctx, deadline, s.cfg.initTimeout, what, nil, func(c context.Context) error {
 			var err error
 			mod, err = s.engine.runtimeOf(m.compiled).InstantiateModule(c, m.compiled, mc)
 			// The engine names a failed start function by its index,

@@ -497,3 +497,29 @@ func TestUploadStagingIsBoundedAndLosesNothing(t *testing.T) {
 		t.Fatalf("an upload larger than the staging limit: %v", err)
 	}
 }
+
+// TestInstantiationTrapWithoutAStartFunction: a module whose data
+// segment lies past its memory traps when it is instantiated; with no
+// start function, the error names the instantiation, not a start
+// function the module does not have.
+func TestInstantiationTrapWithoutAStartFunction(t *testing.T) {
+	f := newWasmFixture(t)
+	ctx := testutil.Context(t, time.Minute)
+	bin, err := os.ReadFile(filepath.Join("testdata", "instantiate", "data_oob.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.eng.Load(ctx, bin, SHA256(bin), NewLoadConfig().WithName("data_oob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := f.eng.NewSession(ctx, f.rt, m, f.defaultConfig("data_oob"))
+	if err == nil {
+		t.Cleanup(func() { s.Close(context.Background()) })
+		_, err = s.Run(ctx, nil, nil)
+	}
+	if err == nil || !errors.Is(err, errdefs.ErrFault) || !strings.Contains(err.Error(), `instantiation of session "data_oob" trapped`) ||
+		!strings.Contains(err.Error(), "out of bounds") || strings.Contains(err.Error(), "start function") {
+		t.Fatalf("got %v; want a fault naming the instantiation (not a start function) and the out-of-bounds segment", err)
+	}
+}
