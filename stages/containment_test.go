@@ -646,3 +646,36 @@ func wasmS32(v int32) []byte {
 		b = append(b, c|0x80)
 	}
 }
+
+// lateTimerContext has a deadline but never reports its end: a caller's
+// context whose timer has not fired yet when its deadline has passed.
+type lateTimerContext struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c lateTimerContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// TestContainmentCallersDeadlineDoesNotFailTheSession: a replacement cut
+// short by its caller's deadline is the caller's, even before the
+// caller's context reports it (its timer fires late): the session has
+// not failed, and the next call makes the instance itself.
+// loop_init_on_replace's replacements loop in stagehost_init until
+// something interrupts them; the init timeout is long, so only the
+// caller's 50 ms deadline does.
+func TestContainmentCallersDeadlineDoesNotFailTheSession(t *testing.T) {
+	f := newWasmFixture(t)
+	ctx := testutil.Context(t, time.Minute)
+	cfg := f.defaultConfig("callers").WithInitTimeout(time.Minute).WithDeadline(time.Minute)
+	s := f.session(t, f.mustLoad(t, "loop_init_on_replace"), cfg)
+	late := lateTimerContext{Context: ctx, deadline: time.Now().Add(50 * time.Millisecond)}
+	if _, err := s.Run(late, nil, nil); err == nil {
+		t.Fatal("the first call did not fail")
+	}
+	// The first call's instance was lost; its replacement ran right
+	// after the call, under the caller's context, and was interrupted
+	// at the caller's deadline.
+	if err := s.Failed(); err != nil {
+		t.Fatalf("the session failed for its caller's deadline: %v", err)
+	}
+}

@@ -570,12 +570,25 @@ func (s *Session) ensureInstances(ctx context.Context) error {
 		return s.failed
 	}
 	err := s.makeInstances(ctx)
-	if err != nil && s.native.state.calls > 0 && ctx.Err() == nil {
+	if err != nil && s.native.state.calls > 0 && !callerEnded(ctx) {
 		s.failed = fmt.Errorf("session %q failed: an instance could not be replaced: %w", s.name, err)
 		s.failedA.Store(&s.failed)
 		return s.failed
 	}
 	return err
+}
+
+// callerEnded reports whether the caller's context ended, or its
+// deadline passed although its timer has not yet said so: an entry
+// interrupted at the caller's deadline may return before the context
+// reports it (callContext.enter), and a replacement cut short so was
+// cut short by the caller, not by the module.
+func callerEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func (s *Session) makeInstances(ctx context.Context) error {
