@@ -168,6 +168,11 @@ func validateKernel(bin []byte, spec KernelSpec, cfg KernelConfig) (*wasmbin.Mod
 		pages := p.Memories[0].Min
 		return fail("its memory's minimum is %d pages (%s), over the kernel memory limit of %d pages (%s): it could never be instantiated", pages, pagesSize(pages), cfg.memoryPages, pagesSize(cfg.memoryPages))
 	}
+	for i, tb := range p.Tables {
+		if tb.Limits.Min > MaxTableElements {
+			return fail("its table %d's minimum is %d elements, over the limit of %d: it could never be instantiated", i, tb.Limits.Min, MaxTableElements)
+		}
+	}
 	ex, ok := p.Export(spec.Entry)
 	if !ok || ex.Kind != wasmbin.KindFunc {
 		return fail("exports no function %q", spec.Entry)
@@ -258,7 +263,7 @@ func (e *Engine) LoadKernel(ctx context.Context, bin []byte, spec KernelSpec, cf
 	if err != nil {
 		return nil, err
 	}
-	rewritten, _, err := p.Rewrite(wasmbin.RewriteOptions{MaxPages: cfg.memoryPages})
+	rewritten, _, err := p.Rewrite(wasmbin.RewriteOptions{MaxPages: cfg.memoryPages, MaxTableElements: MaxTableElements})
 	if err != nil {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "kernel %q: %v", spec.Name, err)
 	}

@@ -33,6 +33,14 @@ func (k ModuleKind) String() string {
 	return "stage"
 }
 
+// MaxTableElements caps the maximum of every table a stage, fence or
+// vendor kernel module defines: 1,048,576 elements (8 MiB of references
+// in the engine). table.grow past it returns -1, as the Wasm spec has it
+// for a table at its maximum, and a module whose table's minimum is
+// above it is refused at load. Without the cap a module could grow a
+// table without bound: the memory limit covers linear memory only.
+const MaxTableElements = 1 << 20
+
 // GrantGoRuntime is the WASI grant that a Go (GOOS=wasip1) guest needs:
 // exactly the functions in [abi.GoRuntimeWASI].
 const GrantGoRuntime = "go-runtime"
@@ -211,7 +219,7 @@ func (e *Engine) Load(ctx context.Context, bin []byte, sha256hex string, cfg Loa
 		return nil, err
 	}
 	m.sha256, m.engine, m.hasStart = sum, e, parsed.HasStart
-	rewritten, st, err := parsed.Rewrite(wasmbin.RewriteOptions{MaxPages: cfg.memoryPages, MergeGap: e.cfg.mergeGap})
+	rewritten, st, err := parsed.Rewrite(wasmbin.RewriteOptions{MaxPages: cfg.memoryPages, MergeGap: e.cfg.mergeGap, MaxTableElements: MaxTableElements})
 	if err != nil {
 		return fail(errdefs.ErrInvalidArgument, "%v", err)
 	}
@@ -275,8 +283,16 @@ func Validate(bin []byte, cfg LoadConfig) error {
 	if err := checkSize(bin, cfg); err != nil {
 		return err
 	}
-	_, _, err := validate(bin, cfg)
-	return err
+	_, parsed, err := validate(bin, cfg)
+	if err != nil {
+		return err
+	}
+	// The limits Load applies when it rewrites the module (the memory's
+	// and the tables' minimums), so that what passes here loads.
+	if _, _, err := parsed.Rewrite(wasmbin.RewriteOptions{MaxPages: cfg.memoryPages, MaxTableElements: MaxTableElements}); err != nil {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "module %q: %v", cfg.name, err)
+	}
+	return nil
 }
 
 // instrument adds the interruption countdown (RATIONALE.md,

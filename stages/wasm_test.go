@@ -523,3 +523,35 @@ func TestInstantiationTrapWithoutAStartFunction(t *testing.T) {
 		t.Fatalf("got %v; want a fault naming the instantiation (not a start function) and the out-of-bounds segment", err)
 	}
 }
+
+// TestTableGrowIsCapped: table_grow grows a table declared without a
+// maximum by ten million elements; every table's maximum is capped at
+// MaxTableElements, so that grow returns -1 (the module checks it, and
+// that growing to exactly the cap works and one more does not: it
+// returns the failed check's number otherwise).
+func TestTableGrowIsCapped(t *testing.T) {
+	f := newWasmFixture(t)
+	ctx := testutil.Context(t, time.Minute)
+	s := f.session(t, f.mustLoad(t, "table_grow"), f.defaultConfig("table").WithDeadline(10*time.Second))
+	if _, err := s.Run(ctx, nil, nil); err != nil {
+		t.Fatalf("table_grow: %v (a client error N: check N failed)", err)
+	}
+}
+
+// TestTableMinimumOverTheCapIsRefused: a table whose minimum is above
+// MaxTableElements is refused when the module is loaded, naming the
+// numbers.
+func TestTableMinimumOverTheCapIsRefused(t *testing.T) {
+	f := newWasmFixture(t)
+	bin, err := os.ReadFile(filepath.Join("testdata", "instantiate", "table_min.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.eng.Load(context.Background(), bin, SHA256(bin), NewLoadConfig().WithName("table_min"))
+	verr := Validate(bin, NewLoadConfig().WithName("table_min"))
+	for _, err := range []error{err, verr} {
+		if err == nil || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "table 0 needs at least 2000000 elements, the limit is 1048576") {
+			t.Fatalf("got %v; want invalid_argument naming the table's minimum and the limit (Load and Validate)", err)
+		}
+	}
+}

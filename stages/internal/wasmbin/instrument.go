@@ -285,12 +285,11 @@ const (
 // one fill of passing.
 //
 // memory.grow's work depends on the memory's size, not its operand (the
-// engine may copy the whole memory), so it is charged growWeight, more
-// than any fuel: the host is reached before every grow.
+// engine may copy the whole memory), so the host is called before every
+// grow, whatever the countdown (appendGrow).
 const (
 	memoryBulkShift = 4
 	tableBulkShift  = 1
-	growWeight      = 1 << 30
 )
 
 // bulkShift returns, for a 0xFC instruction, the shift of its length
@@ -412,13 +411,20 @@ func (ins *instrumenter) appendBulk(b []byte, shift int32, loops bool) []byte {
 	return ins.appendCharged(b, loops)
 }
 
-// appendGrow charges memory.grow growWeight (see bulkShift), as
-// appendBulk charges a bulk instruction.
+// appendGrow calls the import before memory.grow, whatever the
+// countdown (see bulkShift), and takes its result as the new countdown:
+//
+//	call IMPORT; local.tee L; global.set G    (a function with loops)
+//	call IMPORT; global.set G                 (one without)
 func (ins *instrumenter) appendGrow(b []byte, loops bool) []byte {
-	b = ins.appendCountdown(b, loops)
-	b = append(b, opI32Const)
-	b = appendS32(b, growWeight)
-	return ins.appendCharged(b, loops)
+	b = append(b, opCall)
+	b = appendU32(b, ins.nImp)
+	if loops {
+		b = append(b, opLocalTee)
+		b = appendU32(b, ins.local)
+	}
+	b = append(b, opGlobalSet)
+	return appendU32(b, ins.global)
 }
 
 // appendCountdown pushes the countdown: the local L in a function with

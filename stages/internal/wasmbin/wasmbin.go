@@ -939,6 +939,11 @@ type RewriteOptions struct {
 	// MergeGap merges consecutive active data segments separated by at
 	// most this many bytes (0: do not merge).
 	MergeGap int
+	// MaxTableElements caps every defined table's maximum at this many
+	// elements (0: leave the limits alone), so that table.grow cannot
+	// make an instance hold unbounded host memory; a table whose minimum
+	// is above it is refused ([ErrTableLimit]).
+	MaxTableElements uint32
 }
 
 // RewriteStats report what Rewrite did.
@@ -948,6 +953,9 @@ type RewriteStats struct {
 
 // ErrMemoryLimit is returned when a memory's minimum exceeds the cap.
 var ErrMemoryLimit = errors.New("memory exceeds the limit")
+
+// ErrTableLimit is returned when a table's minimum exceeds the cap.
+var ErrTableLimit = errors.New("table exceeds the limit")
 
 // Rewrite returns a new binary with the memory maximum capped and the data
 // segments merged. Custom sections are kept as they are. A merge that
@@ -967,6 +975,12 @@ func (m *Module) Rewrite(opt RewriteOptions) ([]byte, RewriteStats, error) {
 		switch {
 		case s.id == secMemory && opt.MaxPages > 0:
 			p, err := capMemories(m.Memories, opt.MaxPages)
+			if err != nil {
+				return nil, st, err
+			}
+			payload = p
+		case s.id == secTable && opt.MaxTableElements > 0:
+			p, err := capTables(payload, opt.MaxTableElements)
 			if err != nil {
 				return nil, st, err
 			}
@@ -1003,6 +1017,34 @@ func capMemories(mems []Limits, maxPages uint32) ([]byte, error) {
 		p = appendU32(p, max)
 	}
 	return p, nil
+}
+
+// capTables rewrites a table section so that no table's maximum is
+// above maxElems.
+func capTables(payload []byte, maxElems uint32) ([]byte, error) {
+	r := reader{b: payload}
+	n := r.vecLen("table")
+	p := appendU32(nil, uint32(n))
+	for i := range n {
+		t := r.tableType()
+		if r.err != nil {
+			return nil, r.err
+		}
+		if t.Limits.Min > maxElems {
+			return nil, fmt.Errorf("%w: table %d needs at least %d elements, the limit is %d", ErrTableLimit, i, t.Limits.Min, maxElems)
+		}
+		max := maxElems
+		if t.Limits.HasMax && t.Limits.Max < max {
+			max = t.Limits.Max
+		}
+		p = append(p, t.Elem, 0x01)
+		p = appendU32(p, t.Limits.Min)
+		p = appendU32(p, max)
+	}
+	if r.err == nil && r.i != len(payload) {
+		return nil, malformed("table section has trailing bytes")
+	}
+	return p, r.err
 }
 
 type segment struct {

@@ -1,5 +1,5 @@
 ;; Instructions whose work grows with an operand: bulk memory and table
-;; instructions charge their length, and memory.grow more than any fuel
+;; instructions charge their length, and memory.grow calls the host
 ;; (TestBulkWorkIsCharged). Each export is also checked for computing
 ;; what the plain module does.
 (module
