@@ -23,6 +23,9 @@ func TestCallContext(t *testing.T) {
 		{"1h", time.Second, 0}, // never lengthens
 		{"1s", time.Second, 0}, // equal: the manifest's applies
 		{"1h", 0, time.Hour},   // another host's session: as it is
+		// Past what a Go duration holds: longer than any deadline.
+		{"9999999h", time.Second, 0},
+		{"100000000000000000000s", time.Second, 0},
 	} {
 		r := httptest.NewRequest("POST", "/v1/sessions/x/run", nil)
 		if c.header != "" {
@@ -41,7 +44,7 @@ func TestCallContext(t *testing.T) {
 		}
 		cancel()
 	}
-	for _, bad := range []string{"soon", "0s", "-1s"} {
+	for _, bad := range []string{"soon", "0s", "-1s", "-9999999h", "9999999parsecs", "99999999999999999999"} {
 		r := httptest.NewRequest("POST", "/v1/sessions/x/run", nil)
 		r.Header.Set(DeadlineHeader, bad)
 		if _, _, err := callContext(r, time.Second); Class(err) != errdefs.ClassInvalidArgument {

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"regexp"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -543,6 +545,11 @@ func callContext(r *http.Request, manifestDeadline time.Duration) (context.Conte
 		return r.Context(), func() {}, nil
 	}
 	d, err := time.ParseDuration(v)
+	if err != nil && tooLongDuration(v) {
+		// Longer than a Go duration holds (about 292 years): longer
+		// than any deadline, so it shortens none.
+		d, err = math.MaxInt64, nil
+	}
 	if err != nil || d <= 0 {
 		return nil, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s: %q is not a positive duration (for example 250ms)", DeadlineHeader, v)
 	}
@@ -552,6 +559,13 @@ func callContext(r *http.Request, manifestDeadline time.Duration) (context.Conte
 	ctx, cancel := context.WithTimeout(r.Context(), d)
 	return ctx, cancel, nil
 }
+
+// durationSyntax is Go's duration syntax, without a sign or with '+'.
+var durationSyntax = regexp.MustCompile(`^\+?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// tooLongDuration reports whether v is a duration in Go's syntax, not
+// negative, that time.ParseDuration refused: only its range can be why.
+func tooLongDuration(v string) bool { return durationSyntax.MatchString(v) }
 
 // runCodec is how a run's request body becomes the stage's input and
 // the stage's output the answer: /v1's raw bytes (rawCodec), or the Open
