@@ -266,6 +266,13 @@ func TestFakeStagedDownloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs[2] = c
+	// The driver thread issues it while the device is held (the ring
+	// full): wait for that before letting the device go, or the first
+	// two could retire first and free the ring for it.
+	if !testutil.Poll(5*time.Second, func() bool { return f.dtohSync.Load() == 1 }) {
+		f.gate.Unlock()
+		t.Fatalf("%d pageable downloads with the ring full, want 1", f.dtohSync.Load())
+	}
 	f.gate.Unlock()
 	if err := cs[2].Wait(r.ctx); err != nil {
 		t.Fatal(err)
