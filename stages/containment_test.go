@@ -679,3 +679,38 @@ func TestContainmentCallersDeadlineDoesNotFailTheSession(t *testing.T) {
 		t.Fatalf("the session failed for its caller's deadline: %v", err)
 	}
 }
+
+// TestContainmentInstanceMadeInACallIgnoresTheCallersDeadline: when a
+// call finds its instance missing (its replacement right after the last
+// call was cut short by that caller), it makes the instance under the
+// init timeout, not its own caller's deadline, as ABI.md §4.2 says: a
+// client that keeps giving short deadlines cannot keep the instance
+// from being made. loop_init_on_replace's replacements loop in
+// stagehost_init until the init timeout (here 300 ms) ends them, which
+// fails the session; had the caller's 20 ms deadline ended it, the
+// session would not have failed.
+func TestContainmentInstanceMadeInACallIgnoresTheCallersDeadline(t *testing.T) {
+	f := newWasmFixture(t)
+	ctx := testutil.Context(t, time.Minute)
+	cfg := f.defaultConfig("made").WithInitTimeout(300 * time.Millisecond).WithDeadline(time.Minute)
+	s := f.session(t, f.mustLoad(t, "loop_init_on_replace"), cfg)
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 20*time.Millisecond) }
+	c1, cancel1 := short()
+	defer cancel1()
+	if _, err := s.Run(c1, nil, nil); err == nil {
+		t.Fatal("the first call did not fail")
+	}
+	if err := s.Failed(); err != nil {
+		t.Fatalf("failed after the first call (its replacement was cut short by its caller): %v", err)
+	}
+	c2, cancel2 := short()
+	defer cancel2()
+	start := time.Now()
+	_, err := s.Run(c2, nil, nil)
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Fatalf("the second call ended after %v: its instance was made under its 20 ms deadline, not the 300 ms init timeout (%v)", took, err)
+	}
+	if s.Failed() == nil || !strings.Contains(s.Failed().Error(), abi.ExportInit) {
+		t.Fatalf("Failed() = %v after a replacement that the init timeout ended, want the session failed naming %s", s.Failed(), abi.ExportInit)
+	}
+}

@@ -855,8 +855,15 @@ func (s *Session) RunEntry(ctx context.Context, entry string, input, dst []byte)
 			}
 			st.output, st.outputBase, st.input = nil, 0, nil // keep none of the caller's memory
 		}()
-		if err := s.ensureInstances(lctx); err != nil {
-			return err
+		// A missing instance is made under the init timeout alone, not
+		// the caller's deadline or cancellation (ABI.md §4.2): a caller
+		// that gives up early would otherwise cut short every attempt,
+		// and the instance would never be made.
+		// (Only then: a context of its own costs an allocation a call.)
+		if s.failed != nil || s.inst == nil || s.cfg.fence != nil && s.fenceIn == nil {
+			if err := s.ensureInstances(context.WithoutCancel(lctx)); err != nil {
+				return err
+			}
 		}
 		in := s.inst
 		in.stack[0] = 0
