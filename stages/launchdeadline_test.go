@@ -37,27 +37,16 @@ func launchInput(mode uint32) []byte {
 // normally (the kernel's failure was reported once, to the call that
 // launched it).
 func TestStreamLaunchLoopStopsAtTheCallsDeadline(t *testing.T) {
-	f := newWasmFixture(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	k, err := f.eng.LoadKernel(ctx, kernelFile(t, "loop"), doubleSpec, NewKernelConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	const deadline = 200 * time.Millisecond
-	cfg := NewSessionConfig("loop", f.gpu).WithStreams("s0").WithPrograms("double", "fill").
-		WithBuffer("x", 16).WithBuffer("y", 16).WithKernels(k).WithDeadline(deadline)
-	s := f.session(t, abiModule(t, f, "launch"), cfg)
-	defer s.Close(ctx)
+	ctx, s := loopKernelSession(t, loopDeadline)
 	start := time.Now()
-	_, err = s.Run(ctx, launchInput(0), nil)
+	_, err := s.Run(ctx, launchInput(0), nil)
 	took := time.Since(start)
 	t.Logf("call: %v after %s", err, took)
 	if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("call: %v, want deadline_exceeded", err)
 	}
-	if took > deadline+250*time.Millisecond {
-		t.Fatalf("the call took %s, want at most its deadline of %s + 250ms: the kernel ran on past the call's deadline", took, deadline)
+	if took > loopDeadline+250*time.Millisecond {
+		t.Fatalf("the call took %s, want at most its deadline of %s + 250ms: the kernel ran on past the call's deadline", took, loopDeadline)
 	}
 	if want := `interrupted at its call's deadline`; !strings.Contains(err.Error(), want) {
 		t.Fatalf("call: %v, want it to name the kernel's interruption (%q)", err, want)
@@ -79,7 +68,7 @@ func TestStreamLaunchLoopStopsAtTheCallsDeadline(t *testing.T) {
 	if st, sync := abi.Status(binary.LittleEndian.Uint32(out)), abi.Status(binary.LittleEndian.Uint32(out[4:])); st != abi.StatusInvalidArgument || sync != abi.StatusOK {
 		t.Fatalf("next call: launch %v, sync %v; want INVALID_ARGUMENT, OK", st, sync)
 	}
-	if took := time.Since(start); took > deadline {
+	if took := time.Since(start); took > loopDeadline {
 		t.Fatalf("next call took %s", took)
 	}
 }
@@ -179,20 +168,9 @@ func TestSimKernelStopsAtTheCommandsDeadline(t *testing.T) {
 // work failed) at about its deadline, not at the kernel's 5 s time
 // limit; the fence is proven and the session is not quarantined.
 func TestStreamLaunchLeftToTheFenceStopsAtTheCallsDeadline(t *testing.T) {
-	f := newWasmFixture(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	k, err := f.eng.LoadKernel(ctx, kernelFile(t, "loop"), doubleSpec, NewKernelConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	const deadline = 200 * time.Millisecond
-	cfg := NewSessionConfig("loop", f.gpu).WithStreams("s0").WithPrograms("double", "fill").
-		WithBuffer("x", 16).WithBuffer("y", 16).WithKernels(k).WithDeadline(deadline)
-	s := f.session(t, abiModule(t, f, "launch"), cfg)
-	defer s.Close(ctx)
+	ctx, s := loopKernelSession(t, loopDeadline)
 	start := time.Now()
-	_, err = s.Run(ctx, launchInput(5), nil)
+	_, err := s.Run(ctx, launchInput(5), nil)
 	took := time.Since(start)
 	t.Logf("call: %v after %s", err, took)
 	if !errors.Is(err, errdefs.ErrFault) || errors.Is(err, errdefs.ErrDeviceLost) {
@@ -201,10 +179,33 @@ func TestStreamLaunchLeftToTheFenceStopsAtTheCallsDeadline(t *testing.T) {
 	if want := `interrupted at its call's deadline`; !strings.Contains(err.Error(), want) {
 		t.Fatalf("call: %v, want it to name the kernel's interruption (%q)", err, want)
 	}
-	if took > deadline+250*time.Millisecond {
-		t.Fatalf("the call took %s, want at most its deadline of %s + 250ms", took, deadline)
+	if took > loopDeadline+250*time.Millisecond {
+		t.Fatalf("the call took %s, want at most its deadline of %s + 250ms", took, loopDeadline)
 	}
 	if q := s.Quarantined(); q != nil {
 		t.Fatalf("quarantined: %v", q)
 	}
 }
+
+// loopKernelSession returns a context of 30 s and a session with the
+// looping vendor kernel "loop" as "double", running the launch module
+// under deadline d; both end with the test.
+//
+// loopDeadline is the deadline its tests give it.
+func loopKernelSession(t *testing.T, d time.Duration) (context.Context, *Session) {
+	t.Helper()
+	f := newWasmFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	k, err := f.eng.LoadKernel(ctx, kernelFile(t, "loop"), doubleSpec, NewKernelConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := NewSessionConfig("loop", f.gpu).WithStreams("s0").WithPrograms("double", "fill").
+		WithBuffer("x", 16).WithBuffer("y", 16).WithKernels(k).WithDeadline(d)
+	s := f.session(t, abiModule(t, f, "launch"), cfg)
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return ctx, s
+}
+
+const loopDeadline = 200 * time.Millisecond
